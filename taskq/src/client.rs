@@ -1,0 +1,210 @@
+//! [`Client`]: inspect and manage tasks (get, list, count, cancel, retry dead tasks).
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use sqlx::MySqlPool;
+
+use crate::error::{Error, Result};
+use crate::store::{self, TaskFilter, TaskRow};
+use crate::task::{TaskId, TaskState};
+
+/// Read and manage tasks in the database. Cheap to clone (it holds a pool handle).
+#[derive(Debug, Clone)]
+pub struct Client {
+    pool: MySqlPool,
+}
+
+/// Everything stored about a task.
+#[derive(Debug, Clone, Serialize)]
+pub struct TaskInfo {
+    /// Task id.
+    pub id: TaskId,
+    /// Queue name.
+    pub queue: String,
+    /// Stable task name.
+    pub name: String,
+    /// The JSON payload as stored (bytes; normally UTF-8 JSON).
+    #[serde(skip)]
+    pub payload: Vec<u8>,
+    /// Current state.
+    pub state: TaskState,
+    /// Priority (lower runs first).
+    pub priority: i16,
+    /// Attempts started so far.
+    pub attempt: u32,
+    /// Attempts allowed.
+    pub max_attempts: u32,
+    /// When the task is (or was) due, database clock, UTC.
+    pub run_at: DateTime<Utc>,
+    /// End of the current lease, while running.
+    pub lease_until: Option<DateTime<Utc>>,
+    /// Fencing token of the latest claim.
+    pub lease_epoch: u64,
+    /// Worker of the latest claim.
+    pub worker_id: Option<String>,
+    /// Idempotency key, if any.
+    pub idempotency_key: Option<String>,
+    /// The latest error (kept after a later success).
+    pub last_error: Option<String>,
+    /// Insert time.
+    pub created_at: DateTime<Utc>,
+    /// Last change.
+    pub updated_at: DateTime<Utc>,
+    /// When it reached a terminal state.
+    pub finished_at: Option<DateTime<Utc>>,
+}
+
+impl TaskInfo {
+    /// The payload decoded as JSON.
+    pub fn payload_json(&self) -> std::result::Result<serde_json::Value, serde_json::Error> {
+        serde_json::from_slice(&self.payload)
+    }
+}
+
+impl TryFrom<TaskRow> for TaskInfo {
+    type Error = Error;
+    fn try_from(r: TaskRow) -> Result<Self> {
+        Ok(Self {
+            id: TaskId(r.id),
+            state: parse_state(&r.state)?,
+            queue: r.queue,
+            name: r.name,
+            payload: r.payload,
+            priority: r.priority,
+            attempt: r.attempt,
+            max_attempts: r.max_attempts,
+            run_at: r.run_at,
+            lease_until: r.lease_until,
+            lease_epoch: r.lease_epoch,
+            worker_id: r.worker_id,
+            idempotency_key: r.idempotency_key,
+            last_error: r.last_error,
+            created_at: r.created_at,
+            updated_at: r.updated_at,
+            finished_at: r.finished_at,
+        })
+    }
+}
+
+fn parse_state(s: &str) -> Result<TaskState> {
+    s.parse()
+        .map_err(|e: crate::task::ParseStateError| Error::Database(sqlx::Error::Decode(e.into())))
+}
+
+/// Which tasks [`Client::list`] and [`Client::count`] look at; empty fields match everything.
+#[derive(Debug, Clone, Default)]
+pub struct ListFilter {
+    /// Only this queue.
+    pub queue: Option<String>,
+    /// Only this state.
+    pub state: Option<TaskState>,
+    /// Only this task name.
+    pub name: Option<String>,
+    /// Only ids greater than this (paging cursor: pass the last id of the previous page).
+    pub after_id: Option<TaskId>,
+    /// Page size (default 100, at most 10,000).
+    pub limit: Option<u32>,
+}
+
+impl ListFilter {
+    fn store(&self) -> TaskFilter<'_> {
+        TaskFilter {
+            queue: self.queue.as_deref(),
+            state: self.state,
+            name: self.name.as_deref(),
+        }
+    }
+}
+
+/// Count of tasks in one queue and state, with the oldest due time and earliest lease end.
+#[derive(Debug, Clone, Serialize)]
+pub struct QueueStateCount {
+    /// Queue name.
+    pub queue: String,
+    /// State.
+    pub state: TaskState,
+    /// Number of tasks.
+    pub count: u64,
+    /// Earliest `run_at` among them.
+    pub oldest_run_at: Option<DateTime<Utc>>,
+    /// Earliest `lease_until` among them (running tasks).
+    pub earliest_lease_until: Option<DateTime<Utc>>,
+}
+
+impl Client {
+    /// A client on `pool`.
+    pub fn new(pool: MySqlPool) -> Self {
+        Self { pool }
+    }
+
+    /// The pool this client uses.
+    pub fn pool(&self) -> &MySqlPool {
+        &self.pool
+    }
+
+    /// A task by id; [`Error::NotFound`] when it does not exist (or was pruned).
+    pub async fn get(&self, id: TaskId) -> Result<TaskInfo> {
+        store::task_get(&self.pool, id).await?.ok_or(Error::NotFound(id))?.try_into()
+    }
+
+    /// Tasks matching `filter`, ordered by id.
+    pub async fn list(&self, filter: &ListFilter) -> Result<Vec<TaskInfo>> {
+        let limit = filter.limit.unwrap_or(100).clamp(1, 10_000);
+        let after = filter.after_id.map_or(0, |i| i.0);
+        store::task_list(&self.pool, &filter.store(), after, limit)
+            .await?
+            .into_iter()
+            .map(TaskInfo::try_from)
+            .collect()
+    }
+
+    /// Number of tasks matching `filter` (`after_id` and `limit` are ignored).
+    pub async fn count(&self, filter: &ListFilter) -> Result<u64> {
+        Ok(store::task_count(&self.pool, &filter.store()).await?)
+    }
+
+    /// Counts per queue and state.
+    pub async fn stats(&self) -> Result<Vec<QueueStateCount>> {
+        store::task_stats(&self.pool)
+            .await?
+            .into_iter()
+            .map(|s| {
+                Ok(QueueStateCount {
+                    state: parse_state(&s.state)?,
+                    queue: s.queue,
+                    count: s.count.max(0) as u64,
+                    oldest_run_at: s.oldest_run_at,
+                    earliest_lease_until: s.min_lease_until,
+                })
+            })
+            .collect()
+    }
+
+    /// Cancels a task that has not started. Running and terminal tasks give
+    /// [`Error::WrongState`], unknown ids [`Error::NotFound`].
+    pub async fn cancel(&self, id: TaskId) -> Result<()> {
+        if store::task_cancel(&self.pool, id).await? {
+            return Ok(());
+        }
+        Err(self.state_error(id, "pending").await)
+    }
+
+    /// Moves a dead task back to pending with its attempts reset.
+    pub async fn retry_dead(&self, id: TaskId) -> Result<()> {
+        if store::task_retry_dead(&self.pool, id).await? {
+            return Ok(());
+        }
+        Err(self.state_error(id, "dead").await)
+    }
+
+    async fn state_error(&self, id: TaskId, expected: &'static str) -> Error {
+        match store::task_state(&self.pool, id).await {
+            Ok(None) => Error::NotFound(id),
+            Ok(Some(s)) => match parse_state(&s) {
+                Ok(state) => Error::WrongState { id, state, expected },
+                Err(e) => e,
+            },
+            Err(e) => e.into(),
+        }
+    }
+}

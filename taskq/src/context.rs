@@ -1,0 +1,284 @@
+//! What a handler can receive besides its payload: the task's own [`TaskContext`], a
+//! [`CancelSignal`], and application [`State`] registered on the worker.
+
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use tokio::sync::watch;
+
+use crate::error::TaskError;
+use crate::task::TaskId;
+
+/// Metadata of the attempt being run, handed to every handler.
+#[derive(Clone, Debug)]
+pub struct TaskContext {
+    pub(crate) id: TaskId,
+    pub(crate) name: Arc<str>,
+    pub(crate) queue: Arc<str>,
+    pub(crate) attempt: u32,
+    pub(crate) max_attempts: u32,
+    pub(crate) lease_epoch: u64,
+    pub(crate) worker_id: Arc<str>,
+    pub(crate) cancel: CancelSignal,
+    pub(crate) state: Arc<StateMap>,
+}
+
+impl TaskContext {
+    /// The task's id.
+    pub fn id(&self) -> TaskId {
+        self.id
+    }
+    /// The task's stable name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    /// The queue it was claimed from.
+    pub fn queue(&self) -> &str {
+        &self.queue
+    }
+    /// This attempt's number, starting at 1.
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+    /// Attempts allowed before the task goes to `dead`.
+    pub fn max_attempts(&self) -> u32 {
+        self.max_attempts
+    }
+    /// The fencing token this attempt holds; every write-back is conditional on it.
+    pub fn lease_epoch(&self) -> u64 {
+        self.lease_epoch
+    }
+    /// Id of the worker running this attempt.
+    pub fn worker_id(&self) -> &str {
+        &self.worker_id
+    }
+    /// Fires when this attempt should stop: lease lost, timeout, or shutdown grace elapsed.
+    pub fn cancel_signal(&self) -> &CancelSignal {
+        &self.cancel
+    }
+    /// Shared application state of type `T`, if registered on the worker.
+    pub fn state<T: Clone + Send + Sync + 'static>(&self) -> Option<T> {
+        self.state.get::<T>()
+    }
+
+    /// A context for calling a handler directly in unit tests (no worker, no database).
+    pub fn for_test(id: u64, states: StateMap) -> Self {
+        Self {
+            id: TaskId(id),
+            name: "test".into(),
+            queue: "test".into(),
+            attempt: 1,
+            max_attempts: 1,
+            lease_epoch: 1,
+            worker_id: "test".into(),
+            cancel: CancelSignal::never(),
+            state: Arc::new(states),
+        }
+    }
+}
+
+/// Why an attempt was asked to stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CancelReason {
+    /// The lease was lost: another worker may already run the task.
+    LeaseLost,
+    /// The task's timeout elapsed.
+    Timeout,
+    /// The worker is shutting down and the grace period elapsed.
+    Shutdown,
+}
+
+/// A signal the handler can poll or await to stop early; see [`TaskContext::cancel_signal`].
+#[derive(Clone, Debug)]
+pub struct CancelSignal(watch::Receiver<Option<CancelReason>>);
+
+/// The sending side of a [`CancelSignal`], held by the worker.
+#[derive(Debug)]
+pub(crate) struct CancelHandle(watch::Sender<Option<CancelReason>>);
+
+impl CancelHandle {
+    pub(crate) fn new() -> (Self, CancelSignal) {
+        let (tx, rx) = watch::channel(None);
+        (Self(tx), CancelSignal(rx))
+    }
+    pub(crate) fn cancel(&self, reason: CancelReason) {
+        self.0.send_if_modified(|cur| {
+            if cur.is_none() {
+                *cur = Some(reason);
+                true
+            } else {
+                false
+            }
+        });
+    }
+}
+
+impl CancelSignal {
+    /// A signal that never fires.
+    pub fn never() -> Self {
+        let (tx, rx) = watch::channel(None);
+        std::mem::forget(tx);
+        Self(rx)
+    }
+    /// Why the attempt was canceled, if it was.
+    pub fn reason(&self) -> Option<CancelReason> {
+        *self.0.borrow()
+    }
+    /// Whether the attempt was canceled.
+    pub fn is_canceled(&self) -> bool {
+        self.reason().is_some()
+    }
+    /// Completes when the attempt is canceled (never, if it is not).
+    pub async fn canceled(&self) -> CancelReason {
+        let mut rx = self.0.clone();
+        loop {
+            if let Some(r) = *rx.borrow_and_update() {
+                return r;
+            }
+            if rx.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+}
+
+/// Type-keyed application state shared by all handlers of a worker.
+#[derive(Default, Debug)]
+pub struct StateMap {
+    map: HashMap<TypeId, (Box<dyn Any + Send + Sync>, &'static str)>,
+}
+
+impl StateMap {
+    /// An empty map.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Adds (or replaces) the value of type `T`.
+    pub fn insert<T: Clone + Send + Sync + 'static>(&mut self, value: T) {
+        self.map.insert(
+            TypeId::of::<T>(),
+            (Box::new(value), std::any::type_name::<T>()),
+        );
+    }
+    /// A clone of the value of type `T`.
+    pub fn get<T: Clone + Send + Sync + 'static>(&self) -> Option<T> {
+        self.map
+            .get(&TypeId::of::<T>())
+            .and_then(|(v, _)| v.downcast_ref::<T>())
+            .cloned()
+    }
+    /// Whether a value of this type is present.
+    pub fn contains(&self, req: &StateRequirement) -> bool {
+        self.map.contains_key(&req.type_id)
+    }
+}
+
+/// A state type a task needs; see [`Task::required_state`](crate::Task::required_state).
+#[derive(Debug, Clone, Copy)]
+pub struct StateRequirement {
+    /// `TypeId` of the state.
+    pub type_id: TypeId,
+    /// Its Rust type name, for error messages.
+    pub type_name: &'static str,
+}
+
+impl StateRequirement {
+    /// The requirement for `T`.
+    pub fn of<T: 'static>() -> Self {
+        Self {
+            type_id: TypeId::of::<T>(),
+            type_name: std::any::type_name::<T>(),
+        }
+    }
+}
+
+/// Something a `#[task]` handler parameter can be extracted as, instead of payload.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be injected into a taskq handler",
+    note = "injected parameters must be `TaskContext`, `CancelSignal` or `State<T>`; payload parameters must be plain serde types"
+)]
+pub trait FromTaskContext: Sized {
+    /// Extracts the value for one attempt.
+    fn from_task_context(cx: &TaskContext) -> Result<Self, TaskError>;
+    /// The state type this extractor needs, checked when the worker starts.
+    fn requirement() -> Option<StateRequirement> {
+        None
+    }
+}
+
+impl FromTaskContext for TaskContext {
+    fn from_task_context(cx: &TaskContext) -> Result<Self, TaskError> {
+        Ok(cx.clone())
+    }
+}
+
+impl FromTaskContext for CancelSignal {
+    fn from_task_context(cx: &TaskContext) -> Result<Self, TaskError> {
+        Ok(cx.cancel.clone())
+    }
+}
+
+/// Application state registered with [`WorkerBuilder::state`](crate::WorkerBuilder::state),
+/// injected into handlers like axum's `State` extractor.
+///
+/// ```
+/// use taskq::{State, TaskError};
+/// #[derive(Clone)]
+/// struct Mailer { from: String }
+///
+/// #[taskq::task(queue = "mail")]
+/// async fn welcome(user_id: i64, mailer: State<Mailer>) -> Result<(), TaskError> {
+///     let _ = (&mailer.from, user_id);
+///     Ok(())
+/// }
+/// ```
+#[derive(Debug, Clone, Copy, Default)]
+pub struct State<T>(pub T);
+
+impl<T> std::ops::Deref for State<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+impl<T: Clone + Send + Sync + 'static> FromTaskContext for State<T> {
+    fn from_task_context(cx: &TaskContext) -> Result<Self, TaskError> {
+        cx.state.get::<T>().map(State).ok_or_else(|| {
+            TaskError::permanent(crate::error::Error::MissingState {
+                task: "?",
+                ty: std::any::type_name::<T>(),
+            })
+        })
+    }
+    fn requirement() -> Option<StateRequirement> {
+        Some(StateRequirement::of::<T>())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn cancel_fires_once_with_the_first_reason() {
+        let (h, s) = CancelHandle::new();
+        assert!(!s.is_canceled());
+        h.cancel(CancelReason::LeaseLost);
+        h.cancel(CancelReason::Shutdown);
+        assert_eq!(s.canceled().await, CancelReason::LeaseLost);
+        assert_eq!(s.reason(), Some(CancelReason::LeaseLost));
+    }
+
+    #[test]
+    fn state_map_returns_clones_by_type() {
+        let mut m = StateMap::new();
+        m.insert(7u32);
+        m.insert(String::from("x"));
+        assert_eq!(m.get::<u32>(), Some(7));
+        assert_eq!(m.get::<String>().as_deref(), Some("x"));
+        assert_eq!(m.get::<i64>(), None);
+        assert!(m.contains(&StateRequirement::of::<u32>()));
+    }
+}

@@ -1,0 +1,305 @@
+//! Producing tasks: [`Enqueue`] (options), validation, and the result [`Enqueued`].
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sqlx::{MySql, MySqlConnection, MySqlPool, Transaction, pool::PoolConnection};
+
+use crate::error::{Error, Result};
+use crate::store::{self, Inserted, NewTask};
+use crate::task::{Task, TaskId};
+use crate::wake;
+
+/// Longest queue name, in bytes (the column is `VARCHAR(64)`).
+pub const MAX_QUEUE_LEN: usize = 64;
+/// Longest task name or idempotency key, in bytes.
+pub const MAX_NAME_LEN: usize = 255;
+/// Longest accepted delay, and how far in the future `run_at` may be: 10 years.
+pub const MAX_DELAY: Duration = Duration::from_secs(10 * 366 * 24 * 3600);
+/// Default payload size limit: 1 MiB of JSON.
+pub const DEFAULT_PAYLOAD_LIMIT: usize = 1 << 20;
+
+static PAYLOAD_LIMIT: AtomicUsize = AtomicUsize::new(DEFAULT_PAYLOAD_LIMIT);
+
+/// Sets the process-wide payload size limit in bytes (default [`DEFAULT_PAYLOAD_LIMIT`]).
+/// [`Enqueue::payload_limit`] overrides it for one enqueue.
+pub fn set_payload_limit(bytes: usize) {
+    PAYLOAD_LIMIT.store(bytes, Ordering::Relaxed);
+}
+
+/// The process-wide payload size limit in bytes.
+pub fn payload_limit() -> usize {
+    PAYLOAD_LIMIT.load(Ordering::Relaxed)
+}
+
+/// Something `enqueue_tx` can write on: a `Transaction`, a `MySqlConnection` or a pooled
+/// connection. taskq issues its statements on it and never begins, commits or rolls back.
+pub trait AsConnection: Send {
+    /// The underlying connection.
+    fn as_connection(&mut self) -> &mut MySqlConnection;
+}
+
+impl AsConnection for MySqlConnection {
+    fn as_connection(&mut self) -> &mut MySqlConnection {
+        self
+    }
+}
+
+impl AsConnection for Transaction<'_, MySql> {
+    fn as_connection(&mut self) -> &mut MySqlConnection {
+        self
+    }
+}
+
+impl AsConnection for PoolConnection<MySql> {
+    fn as_connection(&mut self) -> &mut MySqlConnection {
+        self
+    }
+}
+
+/// The result of an enqueue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use]
+pub struct Enqueued {
+    /// The task's id (the existing task's id for a duplicate).
+    pub id: TaskId,
+    /// `true` when the idempotency key matched an existing task and nothing was inserted.
+    pub duplicate: bool,
+}
+
+/// A task plus per-enqueue options. Build one with [`Task::enqueue_options`] or the
+/// `with_*` helpers the `#[task]` macro generates.
+///
+/// ```no_run
+/// # use std::time::Duration;
+/// # use taskq::{Task, TaskContext, TaskError};
+/// # #[derive(serde::Serialize, serde::Deserialize)] struct Report { day: u32 }
+/// # impl Task for Report { const NAME: &'static str = "report";
+/// #   async fn run(self, _: TaskContext) -> Result<(), TaskError> { Ok(()) } }
+/// # async fn f(pool: sqlx::MySqlPool) -> taskq::Result<()> {
+/// let mut tx = pool.begin().await?;
+/// let done = Report { day: 3 }
+///     .enqueue_options()
+///     .delay(Duration::from_secs(60))
+///     .priority(-1)
+///     .idempotency_key("report-3")
+///     .enqueue_tx(&mut tx)
+///     .await?;
+/// tx.commit().await?;
+/// println!("task {} (duplicate: {})", done.id, done.duplicate);
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+#[must_use = "an Enqueue does nothing until enqueue_tx or enqueue is awaited"]
+pub struct Enqueue<T> {
+    task: T,
+    delay: Duration,
+    run_at: Option<DateTime<Utc>>,
+    priority: Option<i16>,
+    idempotency_key: Option<String>,
+    queue: Option<String>,
+    max_attempts: Option<u32>,
+    payload_limit: Option<usize>,
+}
+
+impl<T: Task> Enqueue<T> {
+    /// Wraps `task` with default options.
+    pub fn new(task: T) -> Self {
+        Self {
+            task,
+            delay: Duration::ZERO,
+            run_at: None,
+            priority: None,
+            idempotency_key: None,
+            queue: None,
+            max_attempts: None,
+            payload_limit: None,
+        }
+    }
+    /// Runs no earlier than `delay` after the insert, on the database clock.
+    pub fn delay(mut self, delay: Duration) -> Self {
+        self.delay = delay;
+        self.run_at = None;
+        self
+    }
+    /// Runs no earlier than this absolute UTC time.
+    pub fn run_at(mut self, at: DateTime<Utc>) -> Self {
+        self.run_at = Some(at);
+        self
+    }
+    /// Overrides the task's default priority (lower runs first).
+    pub fn priority(mut self, priority: i16) -> Self {
+        self.priority = Some(priority);
+        self
+    }
+    /// At most one task per (task name, key) exists while its row is kept; a duplicate enqueue
+    /// returns the existing task's id with `duplicate = true`.
+    pub fn idempotency_key(mut self, key: impl Into<String>) -> Self {
+        self.idempotency_key = Some(key.into());
+        self
+    }
+    /// Overrides the task's queue.
+    pub fn queue(mut self, queue: impl Into<String>) -> Self {
+        self.queue = Some(queue.into());
+        self
+    }
+    /// Overrides the task's max attempts (at least 1).
+    pub fn max_attempts(mut self, n: u32) -> Self {
+        self.max_attempts = Some(n);
+        self
+    }
+    /// Overrides the payload size limit for this enqueue.
+    pub fn payload_limit(mut self, bytes: usize) -> Self {
+        self.payload_limit = Some(bytes);
+        self
+    }
+
+    /// Inserts the task on the caller's transaction or connection; never begins, commits or
+    /// rolls back. The task becomes visible to workers when the caller commits.
+    pub async fn enqueue_tx<C: AsConnection + ?Sized>(self, conn: &mut C) -> Result<Enqueued> {
+        let prepared = self.prepare()?;
+        prepared.insert(conn.as_connection()).await
+    }
+
+    /// Inserts the task on its own (autocommit) and wakes this process's workers for its queue.
+    pub async fn enqueue(self, pool: &MySqlPool) -> Result<Enqueued> {
+        let prepared = self.prepare()?;
+        let mut conn = pool.acquire().await?;
+        let out = prepared.insert(&mut conn).await?;
+        wake::notify(&prepared.queue);
+        Ok(out)
+    }
+
+    fn prepare(self) -> Result<Prepared> {
+        let queue = self.queue.unwrap_or_else(|| T::QUEUE.to_owned());
+        validate_name("queue", &queue, MAX_QUEUE_LEN)?;
+        validate_name("task name", T::NAME, MAX_NAME_LEN)?;
+        if let Some(k) = &self.idempotency_key {
+            validate_name("idempotency key", k, MAX_NAME_LEN)?;
+        }
+        let max_attempts = self.max_attempts.unwrap_or(T::MAX_ATTEMPTS);
+        if max_attempts == 0 {
+            return Err(Error::InvalidOption("max_attempts must be at least 1".into()));
+        }
+        let delay_us = validate_schedule(self.delay, self.run_at)?;
+        let payload = serde_json::to_vec(&self.task).map_err(Error::Serialize)?;
+        let limit = self.payload_limit.unwrap_or_else(payload_limit);
+        if payload.len() > limit {
+            return Err(Error::PayloadTooLarge {
+                size: payload.len(),
+                limit,
+            });
+        }
+        Ok(Prepared {
+            queue,
+            name: T::NAME,
+            payload,
+            priority: self.priority.unwrap_or(T::PRIORITY),
+            max_attempts,
+            delay_us,
+            run_at: self.run_at,
+            idempotency_key: self.idempotency_key,
+        })
+    }
+}
+
+/// A validated task ready to insert.
+struct Prepared {
+    queue: String,
+    name: &'static str,
+    payload: Vec<u8>,
+    priority: i16,
+    max_attempts: u32,
+    delay_us: i64,
+    run_at: Option<DateTime<Utc>>,
+    idempotency_key: Option<String>,
+}
+
+impl Prepared {
+    async fn insert(&self, conn: &mut MySqlConnection) -> Result<Enqueued> {
+        let row = NewTask {
+            queue: &self.queue,
+            name: self.name,
+            payload: &self.payload,
+            priority: self.priority,
+            max_attempts: self.max_attempts,
+            delay_us: self.delay_us,
+            run_at: self.run_at,
+            idempotency_key: self.idempotency_key.as_deref(),
+        };
+        let out = match store::task_insert(conn, &row).await? {
+            Inserted::New(id) => Enqueued { id, duplicate: false },
+            Inserted::Duplicate(id) => Enqueued { id, duplicate: true },
+        };
+        tracing::debug!(task_id = %out.id, task = self.name, queue = %self.queue, duplicate = out.duplicate, "enqueued");
+        Ok(out)
+    }
+}
+
+/// Checks a queue name, task name or idempotency key.
+pub(crate) fn validate_name(what: &'static str, value: &str, max: usize) -> Result<()> {
+    let reason = if value.is_empty() {
+        Some("must not be empty".to_owned())
+    } else if value.len() > max {
+        Some(format!("is {} bytes long, the limit is {max}", value.len()))
+    } else if value.chars().any(char::is_control) {
+        Some("must not contain control characters".to_owned())
+    } else if value.trim() != value {
+        Some("must not start or end with whitespace".to_owned())
+    } else {
+        None
+    };
+    match reason {
+        None => Ok(()),
+        Some(reason) => Err(Error::InvalidName {
+            what,
+            value: value.chars().take(80).collect(),
+            reason,
+        }),
+    }
+}
+
+/// Checks a delay / run-at and returns the delay in microseconds.
+fn validate_schedule(delay: Duration, run_at: Option<DateTime<Utc>>) -> Result<i64> {
+    if delay > MAX_DELAY {
+        return Err(Error::InvalidSchedule(format!(
+            "delay of {delay:?} exceeds the maximum of {} days",
+            MAX_DELAY.as_secs() / 86_400
+        )));
+    }
+    if let Some(at) = run_at {
+        let min = DateTime::<Utc>::UNIX_EPOCH;
+        let max = Utc::now() + MAX_DELAY;
+        if at < min || at > max {
+            return Err(Error::InvalidSchedule(format!(
+                "run_at {at} is outside 1970-01-01 ..= now + 10 years"
+            )));
+        }
+    }
+    Ok(delay.as_micros() as i64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_checked() {
+        assert!(validate_name("queue", "orders", 64).is_ok());
+        for bad in ["", " x", "x ", "a\nb", &"q".repeat(65)] {
+            let e = validate_name("queue", bad, 64).unwrap_err();
+            assert!(matches!(e, Error::InvalidName { what: "queue", .. }), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn schedules_are_checked() {
+        assert_eq!(validate_schedule(Duration::from_millis(5), None).unwrap(), 5000);
+        assert!(validate_schedule(MAX_DELAY + Duration::from_secs(1), None).is_err());
+        let far = Utc::now() + chrono::Duration::days(365 * 11);
+        assert!(validate_schedule(Duration::ZERO, Some(far)).is_err());
+        let past = DateTime::<Utc>::from_timestamp(-10, 0).unwrap();
+        assert!(validate_schedule(Duration::ZERO, Some(past)).is_err());
+    }
+}

@@ -1,0 +1,490 @@
+//! The MySQL / MariaDB backend: every SQL statement taskq's runtime issues lives in this file.
+//!
+//! Not semver-stable. Functions are named noun-first (`task_insert`, `task_claim`...). All
+//! times come from the database clock (`UTC_TIMESTAMP(6)`); every write-back of a claimed task
+//! is conditional on the `lease_epoch` it was claimed with. Statements that touch a batch of
+//! rows take the batch as a JSON array and join it with `JSON_TABLE` (MySQL 8 / MariaDB 10.6+),
+//! driven from the JSON side (`STRAIGHT_JOIN`) so each row is reached by primary key.
+//!
+//! A second backend (SQLite is planned) would provide the same functions; the worker and the
+//! client only call what is here.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use sqlx::{MySql, MySqlConnection, Executor};
+
+use crate::task::{TaskId, TaskState};
+
+/// MySQL error number for a duplicate key.
+const ER_DUP_ENTRY: u16 = 1062;
+/// Name of the unique index behind idempotency keys (see the migration).
+const IDEMPOTENCY_INDEX: &str = "uq_taskq_idempotency";
+
+/// A row to insert.
+pub(crate) struct NewTask<'a> {
+    pub queue: &'a str,
+    pub name: &'a str,
+    pub payload: &'a [u8],
+    pub priority: i16,
+    pub max_attempts: u32,
+    /// Microseconds from the database's now; ignored when `run_at` is set.
+    pub delay_us: i64,
+    pub run_at: Option<DateTime<Utc>>,
+    pub idempotency_key: Option<&'a str>,
+}
+
+/// Outcome of [`task_insert`].
+pub(crate) enum Inserted {
+    New(TaskId),
+    Duplicate(TaskId),
+}
+
+/// Inserts a task on `conn` (the caller's transaction, if any). A duplicate idempotency key
+/// returns the existing row's id instead of failing.
+pub(crate) async fn task_insert(conn: &mut MySqlConnection, t: &NewTask<'_>) -> sqlx::Result<Inserted> {
+    let res = sqlx::query!(
+        r#"INSERT INTO taskq_tasks
+            (queue, name, payload, state, priority, max_attempts, run_at, idempotency_key,
+             created_at, updated_at)
+           VALUES (?, ?, ?, 'pending', ?, ?,
+             COALESCE(?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND), ?,
+             UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))"#,
+        t.queue,
+        t.name,
+        t.payload,
+        t.priority,
+        t.max_attempts,
+        t.run_at.map(|d| d.naive_utc()),
+        t.delay_us,
+        t.idempotency_key,
+    )
+    .execute(&mut *conn)
+    .await;
+    match res {
+        Ok(done) => Ok(Inserted::New(TaskId(done.last_insert_id()))),
+        Err(sqlx::Error::Database(e)) if is_idempotency_conflict(&*e) && t.idempotency_key.is_some() => {
+            // A locking read sees the latest committed row even inside the caller's
+            // REPEATABLE READ snapshot; it reads the unique index only.
+            let id = sqlx::query_scalar!(
+                r#"SELECT id AS "id: u64" FROM taskq_tasks
+                   WHERE name = ? AND idempotency_key = ? LOCK IN SHARE MODE"#,
+                t.name,
+                t.idempotency_key,
+            )
+            .fetch_one(&mut *conn)
+            .await?;
+            Ok(Inserted::Duplicate(TaskId(id)))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+fn is_idempotency_conflict(e: &dyn sqlx::error::DatabaseError) -> bool {
+    let mysql = e.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>();
+    mysql.is_some_and(|m| m.number() == ER_DUP_ENTRY) && e.message().contains(IDEMPOTENCY_INDEX)
+}
+
+/// Every column of a task, as [`crate::TaskInfo`] exposes it.
+pub(crate) struct TaskRow {
+    pub id: u64,
+    pub queue: String,
+    pub name: String,
+    pub payload: Vec<u8>,
+    pub state: String,
+    pub priority: i16,
+    pub attempt: u32,
+    pub max_attempts: u32,
+    pub run_at: DateTime<Utc>,
+    pub lease_until: Option<DateTime<Utc>>,
+    pub lease_epoch: u64,
+    pub worker_id: Option<String>,
+    pub idempotency_key: Option<String>,
+    pub last_error: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+}
+
+/// One task by id.
+pub(crate) async fn task_get<'e>(
+    ex: impl Executor<'e, Database = MySql>,
+    id: TaskId,
+) -> sqlx::Result<Option<TaskRow>> {
+    sqlx::query_as!(
+        TaskRow,
+        r#"SELECT id AS "id: u64", queue, name, payload, state, priority AS "priority: i16",
+             attempt AS "attempt: u32", max_attempts AS "max_attempts: u32",
+             run_at AS "run_at: DateTime<Utc>", lease_until AS "lease_until: DateTime<Utc>",
+             lease_epoch AS "lease_epoch: u64", worker_id, idempotency_key, last_error,
+             created_at AS "created_at: DateTime<Utc>", updated_at AS "updated_at: DateTime<Utc>",
+             finished_at AS "finished_at: DateTime<Utc>"
+           FROM taskq_tasks WHERE id = ?"#,
+        id.0
+    )
+    .fetch_optional(ex)
+    .await
+}
+
+/// Filter for [`task_list`] and [`task_count`]; `None` matches everything.
+#[derive(Default)]
+pub(crate) struct TaskFilter<'a> {
+    pub queue: Option<&'a str>,
+    pub state: Option<TaskState>,
+    pub name: Option<&'a str>,
+}
+
+/// Tasks matching `f` with `id > after_id`, oldest id first.
+pub(crate) async fn task_list<'e>(
+    ex: impl Executor<'e, Database = MySql>,
+    f: &TaskFilter<'_>,
+    after_id: u64,
+    limit: u32,
+) -> sqlx::Result<Vec<TaskRow>> {
+    let state = f.state.map(TaskState::as_str);
+    sqlx::query_as!(
+        TaskRow,
+        r#"SELECT id AS "id: u64", queue, name, payload, state, priority AS "priority: i16",
+             attempt AS "attempt: u32", max_attempts AS "max_attempts: u32",
+             run_at AS "run_at: DateTime<Utc>", lease_until AS "lease_until: DateTime<Utc>",
+             lease_epoch AS "lease_epoch: u64", worker_id, idempotency_key, last_error,
+             created_at AS "created_at: DateTime<Utc>", updated_at AS "updated_at: DateTime<Utc>",
+             finished_at AS "finished_at: DateTime<Utc>"
+           FROM taskq_tasks
+           WHERE id > ? AND (? IS NULL OR queue = ?) AND (? IS NULL OR state = ?)
+             AND (? IS NULL OR name = ?)
+           ORDER BY id LIMIT ?"#,
+        after_id,
+        f.queue,
+        f.queue,
+        state,
+        state,
+        f.name,
+        f.name,
+        limit,
+    )
+    .fetch_all(ex)
+    .await
+}
+
+/// Number of tasks matching `f`.
+pub(crate) async fn task_count<'e>(
+    ex: impl Executor<'e, Database = MySql>,
+    f: &TaskFilter<'_>,
+) -> sqlx::Result<u64> {
+    let state = f.state.map(TaskState::as_str);
+    let n = sqlx::query_scalar!(
+        r#"SELECT COUNT(*) AS "n: i64" FROM taskq_tasks
+           WHERE (? IS NULL OR queue = ?) AND (? IS NULL OR state = ?) AND (? IS NULL OR name = ?)"#,
+        f.queue,
+        f.queue,
+        state,
+        state,
+        f.name,
+        f.name,
+    )
+    .fetch_one(ex)
+    .await?;
+    Ok(n.max(0) as u64)
+}
+
+/// Per (queue, state): count, oldest due time, and the earliest lease end.
+pub(crate) struct QueueStats {
+    pub queue: String,
+    pub state: String,
+    pub count: i64,
+    pub oldest_run_at: Option<DateTime<Utc>>,
+    pub min_lease_until: Option<DateTime<Utc>>,
+}
+
+/// Counts by queue and state.
+pub(crate) async fn task_stats<'e>(ex: impl Executor<'e, Database = MySql>) -> sqlx::Result<Vec<QueueStats>> {
+    sqlx::query_as!(
+        QueueStats,
+        r#"SELECT queue, state AS "state!: String", COUNT(*) AS "count!: i64",
+             MIN(run_at) AS "oldest_run_at: DateTime<Utc>",
+             MIN(lease_until) AS "min_lease_until: DateTime<Utc>"
+           FROM taskq_tasks GROUP BY queue, state ORDER BY queue, state"#
+    )
+    .fetch_all(ex)
+    .await
+}
+
+/// Cancels a pending task; returns whether a row changed.
+pub(crate) async fn task_cancel<'e>(ex: impl Executor<'e, Database = MySql>, id: TaskId) -> sqlx::Result<bool> {
+    let done = sqlx::query!(
+        r#"UPDATE taskq_tasks
+           SET state = 'canceled', finished_at = UTC_TIMESTAMP(6), updated_at = UTC_TIMESTAMP(6)
+           WHERE id = ? AND state = 'pending'"#,
+        id.0
+    )
+    .execute(ex)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Moves a dead task back to pending with attempts reset and its epoch incremented.
+pub(crate) async fn task_retry_dead<'e>(ex: impl Executor<'e, Database = MySql>, id: TaskId) -> sqlx::Result<bool> {
+    let done = sqlx::query!(
+        r#"UPDATE taskq_tasks
+           SET state = 'pending', attempt = 0, lease_epoch = lease_epoch + 1, run_at = UTC_TIMESTAMP(6),
+               finished_at = NULL, lease_until = NULL, updated_at = UTC_TIMESTAMP(6)
+           WHERE id = ? AND state = 'dead'"#,
+        id.0
+    )
+    .execute(ex)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// The state of one task, or `None` when the id does not exist.
+pub(crate) async fn task_state<'e>(ex: impl Executor<'e, Database = MySql>, id: TaskId) -> sqlx::Result<Option<String>> {
+    sqlx::query_scalar!(r#"SELECT state AS "state: String" FROM taskq_tasks WHERE id = ?"#, id.0)
+        .fetch_optional(ex)
+        .await
+}
+
+/// A task as claimed by a worker (values after the claim).
+pub(crate) struct Claimed {
+    pub id: u64,
+    pub name: String,
+    pub payload: Vec<u8>,
+    /// Attempt number of this run (already incremented).
+    pub attempt: u32,
+    pub max_attempts: u32,
+    /// Fencing token of this run (already incremented).
+    pub lease_epoch: u64,
+    /// How long the task waited after it was due, on the database clock (µs).
+    pub wait_us: i64,
+}
+
+/// Claims up to `limit` due tasks of `queue` whose name is in `names`, in one short
+/// transaction: `SELECT … FOR UPDATE SKIP LOCKED` on `ix_taskq_claim`, then one `UPDATE` that
+/// marks them running with a lease of `lease_us` and increments attempt and epoch.
+///
+/// Run it on a READ COMMITTED connection: under REPEATABLE READ the scan's gap locks would
+/// make producers' inserts wait.
+pub(crate) async fn task_claim(
+    conn: &mut MySqlConnection,
+    queue: &str,
+    names_json: &str,
+    limit: u32,
+    lease_us: i64,
+    worker_id: &str,
+) -> sqlx::Result<Vec<Claimed>> {
+    let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+    let rows = sqlx::query!(
+        r#"SELECT id AS "id: u64", name, payload, attempt AS "attempt: u32",
+             max_attempts AS "max_attempts: u32", lease_epoch AS "lease_epoch: u64",
+             TIMESTAMPDIFF(MICROSECOND, run_at, UTC_TIMESTAMP(6)) AS "wait_us!: i64"
+           FROM taskq_tasks
+           WHERE state = 'pending' AND queue = ? AND run_at <= UTC_TIMESTAMP(6)
+             AND JSON_CONTAINS(?, JSON_QUOTE(name))
+           ORDER BY priority, run_at, id
+           LIMIT ?
+           FOR UPDATE SKIP LOCKED"#,
+        queue,
+        names_json,
+        limit
+    )
+    .fetch_all(&mut *tx)
+    .await?;
+    if rows.is_empty() {
+        tx.commit().await?;
+        return Ok(Vec::new());
+    }
+    let ids = serde_json::to_string(&rows.iter().map(|r| r.id).collect::<Vec<_>>())
+        .expect("ids serialize");
+    sqlx::query!(
+        r#"UPDATE JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$')) AS j
+             STRAIGHT_JOIN taskq_tasks t ON t.id = j.id
+           SET t.state = 'running', t.attempt = t.attempt + 1, t.lease_epoch = t.lease_epoch + 1,
+               t.lease_until = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, t.worker_id = ?,
+               t.updated_at = UTC_TIMESTAMP(6)"#,
+        ids,
+        lease_us,
+        worker_id
+    )
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| Claimed {
+            id: r.id,
+            name: r.name,
+            payload: r.payload,
+            attempt: r.attempt + 1,
+            max_attempts: r.max_attempts,
+            lease_epoch: r.lease_epoch + 1,
+            wait_us: r.wait_us,
+        })
+        .collect())
+}
+
+/// `(id, epoch)` pairs as a JSON array of arrays.
+pub(crate) fn leases_json(leases: &[(u64, u64)]) -> String {
+    serde_json::to_string(leases).expect("leases serialize")
+}
+
+/// Renews the leases `(id, epoch)` that are still held (running, same epoch, not expired)
+/// to `now + lease_us`. Returns how many were renewed.
+pub(crate) async fn task_heartbeat<'e>(
+    ex: impl Executor<'e, Database = MySql>,
+    leases_json: &str,
+    lease_us: i64,
+) -> sqlx::Result<u64> {
+    let done = sqlx::query!(
+        r#"UPDATE JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$[0]',
+                                               epoch BIGINT UNSIGNED PATH '$[1]')) AS j
+             STRAIGHT_JOIN taskq_tasks t ON t.id = j.id AND t.lease_epoch = j.epoch
+           SET t.lease_until = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, t.updated_at = UTC_TIMESTAMP(6)
+           WHERE t.state = 'running' AND t.lease_until > UTC_TIMESTAMP(6)"#,
+        leases_json,
+        lease_us
+    )
+    .execute(ex)
+    .await?;
+    Ok(done.rows_affected())
+}
+
+/// Of the leases `(id, epoch)`, those still held: running, same epoch, unexpired.
+pub(crate) async fn task_leases_held<'e>(
+    ex: impl Executor<'e, Database = MySql>,
+    leases_json: &str,
+) -> sqlx::Result<Vec<u64>> {
+    sqlx::query_scalar!(
+        r#"SELECT t.id AS "id: u64"
+           FROM JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$[0]',
+                                             epoch BIGINT UNSIGNED PATH '$[1]')) AS j
+             STRAIGHT_JOIN taskq_tasks t ON t.id = j.id AND t.lease_epoch = j.epoch
+           WHERE t.state = 'running' AND t.lease_until > UTC_TIMESTAMP(6)"#,
+        leases_json
+    )
+    .fetch_all(ex)
+    .await
+}
+
+/// The outcome of one attempt, written back by [`task_finish`].
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Finish {
+    pub id: u64,
+    pub epoch: u64,
+    /// `succeeded`, `pending` (retry) or `dead`.
+    pub state: &'static str,
+    /// Retry delay from the database's now, for `pending`.
+    pub delay_us: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// Writes a batch of outcomes in one statement. Each row is written only if it is still
+/// running with the epoch its attempt claimed; returns how many rows were written.
+pub(crate) async fn task_finish<'e>(ex: impl Executor<'e, Database = MySql>, batch: &[Finish]) -> sqlx::Result<u64> {
+    let json = serde_json::to_string(batch).expect("finish batch serializes");
+    let done = sqlx::query!(
+        r#"UPDATE JSON_TABLE(?, '$[*]' COLUMNS (
+                 id BIGINT UNSIGNED PATH '$.id',
+                 epoch BIGINT UNSIGNED PATH '$.epoch',
+                 state VARCHAR(16) PATH '$.state',
+                 delay_us BIGINT PATH '$.delay_us',
+                 error TEXT PATH '$.error')) AS j
+             STRAIGHT_JOIN taskq_tasks t ON t.id = j.id AND t.lease_epoch = j.epoch
+           SET t.state = j.state,
+               t.run_at = IF(j.state = 'pending', UTC_TIMESTAMP(6) + INTERVAL j.delay_us MICROSECOND, t.run_at),
+               t.finished_at = IF(j.state = 'pending', NULL, UTC_TIMESTAMP(6)),
+               t.last_error = IF(j.error IS NULL, t.last_error, j.error),
+               t.lease_until = NULL,
+               t.updated_at = UTC_TIMESTAMP(6)
+           WHERE t.state = 'running'"#,
+        json
+    )
+    .execute(ex)
+    .await?;
+    Ok(done.rows_affected())
+}
+
+/// Gives running tasks back (shutdown): pending now, epoch incremented, the interrupted
+/// attempt not counted. Conditional on each `(id, epoch)`.
+pub(crate) async fn task_release<'e>(ex: impl Executor<'e, Database = MySql>, leases_json: &str) -> sqlx::Result<u64> {
+    let done = sqlx::query!(
+        r#"UPDATE JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$[0]',
+                                               epoch BIGINT UNSIGNED PATH '$[1]')) AS j
+             STRAIGHT_JOIN taskq_tasks t ON t.id = j.id AND t.lease_epoch = j.epoch
+           SET t.state = 'pending', t.lease_epoch = t.lease_epoch + 1,
+               t.attempt = IF(t.attempt > 0, t.attempt - 1, 0),
+               t.run_at = UTC_TIMESTAMP(6), t.lease_until = NULL, t.worker_id = NULL,
+               t.updated_at = UTC_TIMESTAMP(6)
+           WHERE t.state = 'running'"#,
+        leases_json
+    )
+    .execute(ex)
+    .await?;
+    Ok(done.rows_affected())
+}
+
+/// Reaps up to `limit` running tasks whose lease has expired: back to pending (due now), or to
+/// dead when attempts are exhausted; epoch incremented either way. Returns the count.
+pub(crate) async fn task_reap_expired<'e>(ex: impl Executor<'e, Database = MySql>, limit: u32) -> sqlx::Result<u64> {
+    let done = sqlx::query!(
+        r#"UPDATE taskq_tasks
+           SET last_error = CONCAT('lease expired (worker ', COALESCE(worker_id, '?'),
+                                   ', attempt ', attempt, ')'),
+               finished_at = IF(attempt >= max_attempts, UTC_TIMESTAMP(6), NULL),
+               state = IF(attempt >= max_attempts, 'dead', 'pending'),
+               lease_epoch = lease_epoch + 1, lease_until = NULL, run_at = UTC_TIMESTAMP(6),
+               updated_at = UTC_TIMESTAMP(6)
+           WHERE state = 'running' AND lease_until < UTC_TIMESTAMP(6)
+           ORDER BY lease_until
+           LIMIT ?"#,
+        limit
+    )
+    .execute(ex)
+    .await?;
+    Ok(done.rows_affected())
+}
+
+/// Deletes up to `limit` tasks in terminal `state` that finished more than `age_secs` ago.
+pub(crate) async fn task_prune<'e>(
+    ex: impl Executor<'e, Database = MySql>,
+    state: TaskState,
+    age_secs: u64,
+    limit: u32,
+) -> sqlx::Result<u64> {
+    let done = sqlx::query!(
+        r#"DELETE FROM taskq_tasks
+           WHERE state = ? AND finished_at < UTC_TIMESTAMP(6) - INTERVAL ? SECOND
+           ORDER BY finished_at
+           LIMIT ?"#,
+        state.as_str(),
+        age_secs,
+        limit
+    )
+    .execute(ex)
+    .await?;
+    Ok(done.rows_affected())
+}
+
+/// Current `(id, lease_epoch)` of the given ids (a JSON array); missing ids are absent.
+pub(crate) async fn task_epochs<'e>(
+    ex: impl Executor<'e, Database = MySql>,
+    ids_json: &str,
+) -> sqlx::Result<Vec<(u64, u64)>> {
+    let rows = sqlx::query!(
+        r#"SELECT t.id AS "id: u64", t.lease_epoch AS "lease_epoch: u64"
+           FROM JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$')) AS j
+             STRAIGHT_JOIN taskq_tasks t ON t.id = j.id"#,
+        ids_json
+    )
+    .fetch_all(ex)
+    .await?;
+    Ok(rows.into_iter().map(|r| (r.id, r.lease_epoch)).collect())
+}
+
+/// Per-connection setup of the worker's own pool: READ COMMITTED, so claim scans take no gap
+/// locks that would make producers' inserts wait.
+pub(crate) async fn session_setup(conn: &mut MySqlConnection) -> sqlx::Result<()> {
+    sqlx::query!("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+        .execute(conn)
+        .await?;
+    Ok(())
+}

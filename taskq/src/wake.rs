@@ -1,0 +1,28 @@
+//! In-process wake-up: producers in this process tell local workers that a queue has work,
+//! so they claim at once instead of waiting for the next poll.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use tokio::sync::Notify;
+
+fn registry() -> &'static Mutex<HashMap<String, Arc<Notify>>> {
+    static REG: OnceLock<Mutex<HashMap<String, Arc<Notify>>>> = OnceLock::new();
+    REG.get_or_init(Default::default)
+}
+
+/// The notifier local workers of `queue` wait on.
+pub(crate) fn notifier(queue: &str) -> Arc<Notify> {
+    let mut reg = registry().lock().unwrap_or_else(|e| e.into_inner());
+    reg.entry(queue.to_owned()).or_default().clone()
+}
+
+/// Wakes this process's workers for `queue`. `enqueue(&pool)` calls it; after committing a
+/// transaction that used `enqueue_tx`, call it yourself to skip the poll delay.
+pub fn notify(queue: &str) {
+    let reg = registry().lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(n) = reg.get(queue) {
+        n.notify_waiters();
+        n.notify_one();
+    }
+}

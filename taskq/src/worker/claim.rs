@@ -1,0 +1,114 @@
+//! The claim loop of one queue: batches sized by free handler slots, adaptive polling,
+//! in-process wake-ups.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use super::{Shared, WorkerStats, backoff_sleep, executor};
+use crate::store;
+use crate::wake;
+
+/// Handler slots held by one claimed task (its queue's and the worker's).
+pub(crate) struct Slot {
+    _queue: OwnedSemaphorePermit,
+    _global: OwnedSemaphorePermit,
+}
+
+pub(crate) async fn run(shared: Arc<Shared>, queue: Arc<str>, concurrency: usize) {
+    let queue_slots = Arc::new(Semaphore::new(concurrency));
+    let wake = wake::notifier(&queue);
+    let mut idle = shared.cfg.poll_min;
+    let mut failures = 0u32;
+    while !shared.stopping() {
+        // Register interest before looking, so a slot freed meanwhile is not missed.
+        let slot_freed = shared.slot_freed.notified();
+        let slots = take_slots(&shared, &queue_slots);
+        if slots.is_empty() {
+            tokio::select! {
+                _ = slot_freed => {}
+                _ = tokio::time::sleep(shared.cfg.poll_max) => {}
+                _ = shared.stopped() => {}
+            }
+            continue;
+        }
+        let wanted = slots.len();
+        let started = Instant::now();
+        let claimed = {
+            let mut conn = match shared.pool.acquire().await {
+                Ok(c) => c,
+                Err(e) => {
+                    on_error(&shared, &queue, &e, &mut failures).await;
+                    continue;
+                }
+            };
+            WorkerStats::add(&shared.stats.claim_queries, 1);
+            store::task_claim(
+                &mut conn,
+                &queue,
+                &shared.names_json,
+                wanted as u32,
+                shared.lease_us(),
+                &shared.worker_id,
+            )
+            .await
+        };
+        let claimed = match claimed {
+            Ok(c) => c,
+            Err(e) => {
+                on_error(&shared, &queue, &e, &mut failures).await;
+                continue;
+            }
+        };
+        failures = 0;
+        let got = claimed.len();
+        WorkerStats::add(&shared.stats.claimed, got as u64);
+        if got > 0 {
+            tracing::debug!(queue = %queue, claimed = got, elapsed_ms = started.elapsed().as_millis() as u64, "claimed");
+        }
+        let mut slots = slots;
+        for task in claimed {
+            let slot = slots.pop().expect("a slot per claimed task");
+            shared.executing.fetch_add(1, Ordering::AcqRel);
+            tokio::spawn(executor::run(shared.clone(), queue.clone(), task, slot, started));
+        }
+        drop(slots);
+        if got == wanted {
+            idle = shared.cfg.poll_min;
+            continue; // probably more due: claim again as soon as slots allow
+        }
+        if got > 0 {
+            idle = shared.cfg.poll_min;
+        }
+        let wait = idle;
+        idle = (idle * 2).min(shared.cfg.poll_max);
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = wake.notified() => { idle = shared.cfg.poll_min; }
+            _ = shared.stopped() => {}
+        }
+    }
+}
+
+/// Takes up to one claim batch of free slots (queue and global).
+fn take_slots(shared: &Shared, queue_slots: &Arc<Semaphore>) -> Vec<Slot> {
+    let mut out = Vec::new();
+    while out.len() < shared.cfg.claim_batch {
+        let Ok(q) = queue_slots.clone().try_acquire_owned() else { break };
+        let Ok(g) = shared.global.clone().try_acquire_owned() else { break };
+        out.push(Slot {
+            _queue: q,
+            _global: g,
+        });
+    }
+    out
+}
+
+async fn on_error(shared: &Shared, queue: &str, e: &sqlx::Error, failures: &mut u32) {
+    WorkerStats::add(&shared.stats.db_errors, 1);
+    tracing::warn!(queue, error = %e, failures = *failures, "taskq: claim failed; backing off");
+    *failures += 1;
+    backoff_sleep(shared, *failures).await;
+}

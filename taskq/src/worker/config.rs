@@ -1,0 +1,331 @@
+//! [`WorkerBuilder`]: every worker setting, validated at [`WorkerBuilder::build`].
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use sqlx::MySqlPool;
+
+use crate::context::StateMap;
+use crate::enqueue::{MAX_QUEUE_LEN, validate_name};
+use crate::error::{Error, Result};
+use crate::registry::{self, Registration};
+use crate::task::Task;
+
+use super::Worker;
+
+pub(crate) type ShutdownFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// How long terminal tasks are kept before retention deletes them; `None` keeps them forever.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retention {
+    /// Keep succeeded tasks this long (default 1 day).
+    pub succeeded: Option<Duration>,
+    /// Keep dead tasks this long (default 7 days).
+    pub dead: Option<Duration>,
+    /// Keep canceled tasks this long (default 1 day).
+    pub canceled: Option<Duration>,
+    /// How often to look (default 60 s).
+    pub interval: Duration,
+}
+
+impl Default for Retention {
+    fn default() -> Self {
+        Self {
+            succeeded: Some(Duration::from_secs(86_400)),
+            dead: Some(Duration::from_secs(7 * 86_400)),
+            canceled: Some(Duration::from_secs(86_400)),
+            interval: Duration::from_secs(60),
+        }
+    }
+}
+
+impl Retention {
+    /// Keeps every terminal task forever.
+    pub fn disabled() -> Self {
+        Self {
+            succeeded: None,
+            dead: None,
+            canceled: None,
+            ..Self::default()
+        }
+    }
+}
+
+/// Validated settings of a worker.
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    pub worker_id: String,
+    /// Queue → concurrency.
+    pub queues: BTreeMap<String, usize>,
+    pub concurrency: usize,
+    pub lease: Duration,
+    pub heartbeat: Duration,
+    pub poll_min: Duration,
+    pub poll_max: Duration,
+    pub reaper_interval: Duration,
+    pub retention: Retention,
+    pub shutdown_timeout: Duration,
+    pub cancel_grace: Duration,
+    pub claim_batch: usize,
+    pub ack_delay: Duration,
+    pub db_connections: u32,
+}
+
+/// Builds a [`Worker`]. Defaults: every registered queue at concurrency 10, lease 30 s,
+/// heartbeat 10 s, polling 25 ms → 1 s when idle, reaper every 5 s, shutdown timeout 20 s,
+/// claims of up to 32 tasks, [`Retention::default`].
+///
+/// ```no_run
+/// # use std::time::Duration;
+/// # async fn f(pool: sqlx::MySqlPool) -> taskq::Result<()> {
+/// let report = taskq::Worker::builder(pool)
+///     .register_all()
+///     .queue("orders", 4)
+///     .lease(Duration::from_secs(10))
+///     .heartbeat(Duration::from_secs(3))
+///     .state(reqwest_like_client())
+///     .shutdown_signal(async { tokio::signal::ctrl_c().await.ok(); })
+///     .build()?
+///     .run()
+///     .await?;
+/// println!("released at shutdown: {:?}", report.released);
+/// # Ok(()) }
+/// # #[derive(Clone)] struct Http; fn reqwest_like_client() -> Http { Http }
+/// ```
+#[must_use]
+pub struct WorkerBuilder {
+    pool: MySqlPool,
+    registrations: Vec<Registration>,
+    queues: BTreeMap<String, usize>,
+    default_concurrency: usize,
+    concurrency: Option<usize>,
+    lease: Duration,
+    heartbeat: Option<Duration>,
+    poll_min: Duration,
+    poll_max: Duration,
+    reaper_interval: Duration,
+    retention: Retention,
+    shutdown_timeout: Duration,
+    cancel_grace: Duration,
+    claim_batch: usize,
+    ack_delay: Duration,
+    db_connections: Option<u32>,
+    worker_id: Option<String>,
+    state: StateMap,
+    shutdown: Option<ShutdownFuture>,
+}
+
+impl WorkerBuilder {
+    pub(crate) fn new(pool: MySqlPool) -> Self {
+        Self {
+            pool,
+            registrations: Vec::new(),
+            queues: BTreeMap::new(),
+            default_concurrency: 10,
+            concurrency: None,
+            lease: Duration::from_secs(30),
+            heartbeat: None,
+            poll_min: Duration::from_millis(25),
+            poll_max: Duration::from_secs(1),
+            reaper_interval: Duration::from_secs(5),
+            retention: Retention::default(),
+            shutdown_timeout: Duration::from_secs(20),
+            cancel_grace: Duration::from_secs(5),
+            claim_batch: 32,
+            ack_delay: Duration::from_millis(2),
+            db_connections: None,
+            worker_id: None,
+            state: StateMap::new(),
+            shutdown: None,
+        }
+    }
+
+    /// Handles every task registered with `#[task]` in this binary.
+    pub fn register_all(mut self) -> Self {
+        self.registrations.extend(registry::registered());
+        self
+    }
+    /// Handles task `T` (a hand-written [`Task`] impl or a `#[task]` one).
+    pub fn register<T: Task>(mut self) -> Self {
+        self.registrations.push(Registration::of::<T>());
+        self
+    }
+    /// Works `queue` with at most `concurrency` handlers at once. Once any queue is given,
+    /// only the given queues are worked; otherwise every queue of a registered task is.
+    pub fn queue(mut self, queue: impl Into<String>, concurrency: usize) -> Self {
+        self.queues.insert(queue.into(), concurrency);
+        self
+    }
+    /// Concurrency of queues not configured with [`queue`](Self::queue) (default 10).
+    pub fn default_concurrency(mut self, n: usize) -> Self {
+        self.default_concurrency = n;
+        self
+    }
+    /// Upper bound of handlers running at once across all queues (default: the sum).
+    pub fn concurrency(mut self, n: usize) -> Self {
+        self.concurrency = Some(n);
+        self
+    }
+    /// Lease length on the database clock (default 30 s).
+    pub fn lease(mut self, d: Duration) -> Self {
+        self.lease = d;
+        self
+    }
+    /// Heartbeat interval; must be shorter than the lease (default lease / 3).
+    pub fn heartbeat(mut self, d: Duration) -> Self {
+        self.heartbeat = Some(d);
+        self
+    }
+    /// Adaptive polling bounds: `min` while work is found, growing to `max` when idle.
+    pub fn poll_interval(mut self, min: Duration, max: Duration) -> Self {
+        self.poll_min = min;
+        self.poll_max = max;
+        self
+    }
+    /// How often this worker reaps expired leases (default 5 s).
+    pub fn reaper_interval(mut self, d: Duration) -> Self {
+        self.reaper_interval = d;
+        self
+    }
+    /// Retention of terminal tasks.
+    pub fn retention(mut self, r: Retention) -> Self {
+        self.retention = r;
+        self
+    }
+    /// Grace period for in-flight handlers at shutdown (default 20 s).
+    pub fn shutdown_timeout(mut self, d: Duration) -> Self {
+        self.shutdown_timeout = d;
+        self
+    }
+    /// How long a canceled handler (lease lost, timeout) may keep running before it is
+    /// aborted (default 5 s).
+    pub fn cancel_grace(mut self, d: Duration) -> Self {
+        self.cancel_grace = d;
+        self
+    }
+    /// Most tasks one claim transaction takes (default 32).
+    pub fn claim_batch(mut self, n: usize) -> Self {
+        self.claim_batch = n;
+        self
+    }
+    /// How long completions are gathered before one write-back statement (default 2 ms).
+    pub fn ack_delay(mut self, d: Duration) -> Self {
+        self.ack_delay = d;
+        self
+    }
+    /// Size of the worker's own connection pool (default: queues + 3).
+    pub fn db_connections(mut self, n: u32) -> Self {
+        self.db_connections = Some(n);
+        self
+    }
+    /// Worker id recorded on claimed rows (default `host-pid-random`).
+    pub fn worker_id(mut self, id: impl Into<String>) -> Self {
+        self.worker_id = Some(id.into());
+        self
+    }
+    /// Registers application state handlers receive as [`State<T>`](crate::State).
+    pub fn state<T: Clone + Send + Sync + 'static>(mut self, value: T) -> Self {
+        self.state.insert(value);
+        self
+    }
+    /// Stops the worker gracefully when `signal` completes (instead of SIGINT/SIGTERM).
+    pub fn shutdown_signal(mut self, signal: impl Future<Output = ()> + Send + 'static) -> Self {
+        self.shutdown = Some(Box::pin(signal));
+        self
+    }
+
+    /// Validates the settings and the handlers (duplicate names, missing state).
+    pub fn build(self) -> Result<Worker> {
+        let cfg_err = |m: String| Err(Error::Config(m));
+        let handlers = registry::by_name(&self.registrations)?;
+        if handlers.is_empty() {
+            return cfg_err("no task is registered (use #[taskq::task], register_all or register)".into());
+        }
+        let mut queues = self.queues.clone();
+        if queues.is_empty() {
+            for r in handlers.values() {
+                queues.insert(r.queue.to_owned(), self.default_concurrency);
+            }
+        }
+        for (q, n) in &queues {
+            validate_name("queue", q, MAX_QUEUE_LEN)?;
+            if *n == 0 {
+                return cfg_err(format!("queue {q:?} has concurrency 0"));
+            }
+        }
+        let sum: usize = queues.values().sum();
+        let concurrency = self.concurrency.unwrap_or(sum);
+        if concurrency == 0 {
+            return cfg_err("concurrency must be at least 1".into());
+        }
+        if self.lease < Duration::from_millis(100) {
+            return cfg_err(format!("lease of {:?} is shorter than 100 ms", self.lease));
+        }
+        let heartbeat = self.heartbeat.unwrap_or(self.lease / 3);
+        if heartbeat.is_zero() || heartbeat >= self.lease {
+            return cfg_err(format!(
+                "heartbeat ({heartbeat:?}) must be non-zero and shorter than the lease ({:?})",
+                self.lease
+            ));
+        }
+        if self.poll_min.is_zero() || self.poll_min > self.poll_max {
+            return cfg_err("poll interval needs 0 < min <= max".into());
+        }
+        if self.reaper_interval.is_zero() || self.retention.interval.is_zero() {
+            return cfg_err("reaper and retention intervals must be non-zero".into());
+        }
+        if self.claim_batch == 0 {
+            return cfg_err("claim batch must be at least 1".into());
+        }
+        for r in handlers.values() {
+            for req in (r.required_state)() {
+                if !self.state.contains(&req) {
+                    return Err(Error::MissingState {
+                        task: r.name,
+                        ty: req.type_name,
+                    });
+                }
+            }
+        }
+        let worker_id = match self.worker_id {
+            Some(id) => id,
+            None => default_worker_id(),
+        };
+        validate_name("worker id", &worker_id, 128)?;
+        let db_connections = self.db_connections.unwrap_or(queues.len() as u32 + 3);
+        Ok(Worker::new(
+            self.pool,
+            Config {
+                worker_id,
+                queues,
+                concurrency,
+                lease: self.lease,
+                heartbeat,
+                poll_min: self.poll_min,
+                poll_max: self.poll_max,
+                reaper_interval: self.reaper_interval,
+                retention: self.retention,
+                shutdown_timeout: self.shutdown_timeout,
+                cancel_grace: self.cancel_grace,
+                claim_batch: self.claim_batch,
+                ack_delay: self.ack_delay,
+                db_connections: db_connections.max(2),
+            },
+            handlers,
+            self.state,
+            self.shutdown,
+        ))
+    }
+}
+
+fn default_worker_id() -> String {
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+        .map(|h| h.trim().chars().take(64).collect::<String>())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "worker".into());
+    format!("{host}-{}-{:04x}", std::process::id(), fastrand::u16(..))
+}

@@ -1,0 +1,232 @@
+//! Runs one claimed task: decode, call the handler in its own tokio task (so a panic is a
+//! failure, not a crash), enforce the timeout, react to cancellation, decide the outcome.
+
+use std::any::Any;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use tracing::Instrument;
+
+use super::acker::AckMsg;
+use super::claim::Slot;
+use super::{InFlight, Phase, Shared, WorkerStats};
+use crate::context::{CancelHandle, CancelReason, TaskContext};
+use crate::error::{TaskError, TaskErrorKind};
+use crate::store::{Claimed, Finish};
+use crate::task::TaskId;
+
+/// Longest error text stored in `last_error`.
+const MAX_ERROR_LEN: usize = 8_000;
+
+/// How an attempt ended, before it is turned into a write-back.
+#[derive(Debug)]
+pub(crate) enum Outcome {
+    Succeeded,
+    Failed(TaskErrorKind, String),
+    /// The payload does not decode for this task: never retried.
+    Undecodable(String),
+    /// Aborted without a result (lease lost, or shutdown): nothing is written.
+    Abandoned(CancelReason),
+}
+
+pub(crate) async fn run(shared: Arc<Shared>, queue: Arc<str>, task: Claimed, slot: Slot, claim_sent: Instant) {
+    let id = task.id;
+    let (cancel, signal) = CancelHandle::new();
+    let cancel = Arc::new(cancel);
+    shared.inflight().insert(
+        id,
+        InFlight {
+            epoch: task.lease_epoch,
+            phase: Phase::Running,
+            cancel: cancel.clone(),
+            abort: None,
+            renewed_at: claim_sent,
+            lost: false,
+        },
+    );
+    let span = tracing::info_span!("taskq.task", task_id = id, task = %task.name, queue = %queue,
+        attempt = task.attempt, lease_epoch = task.lease_epoch, worker_id = %shared.worker_id,
+        queue_wait_ms = task.wait_us / 1000);
+    let started = Instant::now();
+    let outcome = attempt(&shared, &queue, &task, cancel, signal).instrument(span.clone()).await;
+    drop(slot);
+    shared.executing.fetch_sub(1, Ordering::AcqRel);
+    shared.slot_freed.notify_waiters();
+
+    let _enter = span.enter();
+    let elapsed_ms = started.elapsed().as_millis() as u64;
+    let finish = match outcome {
+        Outcome::Abandoned(reason) => {
+            let mut inflight = shared.inflight();
+            if reason == CancelReason::Shutdown {
+                if let Some(f) = inflight.get_mut(&id) {
+                    f.phase = Phase::Abandoned;
+                }
+            } else {
+                inflight.remove(&id);
+            }
+            tracing::warn!(?reason, elapsed_ms, "attempt abandoned without a result");
+            return;
+        }
+        Outcome::Succeeded => {
+            tracing::debug!(elapsed_ms, "attempt succeeded");
+            finish(&task, "succeeded", Duration::ZERO, None)
+        }
+        Outcome::Undecodable(e) => {
+            tracing::error!(error = %e, "payload does not decode; task is dead");
+            finish(&task, "dead", Duration::ZERO, Some(e))
+        }
+        Outcome::Failed(kind, e) => {
+            let backoff = shared.handlers.get(task.name.as_str()).map(|h| h.backoff).unwrap_or_default();
+            let exhausted = task.attempt >= task.max_attempts;
+            match kind {
+                TaskErrorKind::Permanent => {
+                    tracing::warn!(error = %e, elapsed_ms, "attempt failed permanently; task is dead");
+                    finish(&task, "dead", Duration::ZERO, Some(e))
+                }
+                _ if exhausted => {
+                    tracing::warn!(error = %e, elapsed_ms, "attempt failed; attempts exhausted, task is dead");
+                    finish(&task, "dead", Duration::ZERO, Some(format!("{e} (attempts exhausted: {}/{})", task.attempt, task.max_attempts)))
+                }
+                TaskErrorKind::RetryAfter(d) => {
+                    tracing::info!(error = %e, retry_in_ms = d.as_millis() as u64, "attempt failed; retry requested");
+                    finish(&task, "pending", d, Some(e))
+                }
+                _ => {
+                    let d = backoff.delay_random(task.attempt);
+                    tracing::info!(error = %e, retry_in_ms = d.as_millis() as u64, "attempt failed; will retry");
+                    finish(&task, "pending", d, Some(e))
+                }
+            }
+        }
+    };
+    if let Some(f) = shared.inflight().get_mut(&id) {
+        f.phase = Phase::Acking;
+    }
+    if shared.acks.send(AckMsg::Finish(finish)).is_err() {
+        shared.inflight().remove(&id);
+    }
+}
+
+fn finish(task: &Claimed, state: &'static str, delay: Duration, error: Option<String>) -> Finish {
+    Finish {
+        id: task.id,
+        epoch: task.lease_epoch,
+        state,
+        delay_us: delay.as_micros().min(i64::MAX as u128) as i64,
+        error: error.map(|e| truncate(e, MAX_ERROR_LEN)),
+    }
+}
+
+fn truncate(mut s: String, max: usize) -> String {
+    if s.len() > max {
+        let mut end = max;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s.truncate(end);
+        s.push('…');
+    }
+    s
+}
+
+async fn attempt(
+    shared: &Arc<Shared>,
+    queue: &Arc<str>,
+    task: &Claimed,
+    cancel: Arc<CancelHandle>,
+    signal: crate::context::CancelSignal,
+) -> Outcome {
+    let Some(handler) = shared.handlers.get(task.name.as_str()) else {
+        // Cannot happen: the claim only takes names this worker handles.
+        return Outcome::Undecodable(format!("no handler for task {:?}", task.name));
+    };
+    let cx = TaskContext {
+        id: TaskId(task.id),
+        name: task.name.as_str().into(),
+        queue: queue.clone(),
+        attempt: task.attempt,
+        max_attempts: task.max_attempts,
+        lease_epoch: task.lease_epoch,
+        worker_id: shared.worker_id.clone(),
+        cancel: signal.clone(),
+        state: shared.state.clone(),
+    };
+    let fut = match (handler.run)(&task.payload, cx) {
+        Ok(f) => f,
+        Err(e) => {
+            return Outcome::Undecodable(format!(
+                "payload does not decode as {}: {e}",
+                handler.type_name()
+            ));
+        }
+    };
+    let mut join = tokio::spawn(fut.in_current_span());
+    if let Some(f) = shared.inflight().get_mut(&task.id) {
+        f.abort = Some(join.abort_handle());
+    }
+    let timeout = handler.timeout;
+    let sleep = async {
+        match timeout {
+            Some(d) => tokio::time::sleep(d).await,
+            None => std::future::pending().await,
+        }
+    };
+    let interrupted = tokio::select! {
+        res = &mut join => return joined(shared, res),
+        _ = sleep => {
+            WorkerStats::add(&shared.stats.timeouts, 1);
+            cancel.cancel(CancelReason::Timeout);
+            CancelReason::Timeout
+        }
+        reason = signal.canceled() => reason,
+    };
+    if interrupted == CancelReason::Shutdown {
+        join.abort();
+        let _ = join.await;
+        return Outcome::Abandoned(CancelReason::Shutdown);
+    }
+    // Give a cooperative handler the grace period to notice its signal.
+    let late = tokio::time::timeout(shared.cfg.cancel_grace, &mut join).await;
+    if late.is_err() {
+        join.abort();
+    }
+    match (interrupted, late) {
+        (CancelReason::Timeout, _) => Outcome::Failed(
+            TaskErrorKind::Retry,
+            format!("timed out after {:?}", timeout.unwrap_or_default()),
+        ),
+        // Lease lost but the handler finished: write its result; fencing will reject it.
+        (_, Ok(res)) => joined(shared, res),
+        (reason, Err(_)) => Outcome::Abandoned(reason),
+    }
+}
+
+fn joined(
+    shared: &Shared,
+    res: Result<Result<(), TaskError>, tokio::task::JoinError>,
+) -> Outcome {
+    match res {
+        Ok(Ok(())) => Outcome::Succeeded,
+        Ok(Err(e)) => Outcome::Failed(e.kind(), e.to_chain_string()),
+        Err(e) if e.is_panic() => {
+            WorkerStats::add(&shared.stats.panics, 1);
+            Outcome::Failed(
+                TaskErrorKind::Retry,
+                format!("handler panicked: {}", panic_message(e.into_panic())),
+            )
+        }
+        Err(_) => Outcome::Abandoned(CancelReason::Shutdown),
+    }
+}
+
+fn panic_message(p: Box<dyn Any + Send>) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "non-string panic payload".to_owned()
+    }
+}

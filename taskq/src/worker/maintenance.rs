@@ -1,0 +1,81 @@
+//! Maintenance inside every worker: the reaper (expired leases back to pending, or to dead
+//! when attempts are exhausted) and retention (deleting old terminal tasks in small batches).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::{Shared, WorkerStats};
+use crate::store;
+use crate::task::TaskState;
+use crate::wake;
+
+/// Rows per reaper or retention statement: small, so no statement holds locks for long.
+const BATCH: u32 = 500;
+
+pub(crate) async fn run(shared: Arc<Shared>) {
+    let mut next_prune = Instant::now();
+    loop {
+        reap(&shared).await;
+        if Instant::now() >= next_prune {
+            prune(&shared).await;
+            next_prune = Instant::now() + shared.cfg.retention.interval;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(shared.cfg.reaper_interval) => {}
+            _ = shared.stopped() => return,
+        }
+    }
+}
+
+async fn reap(shared: &Shared) {
+    let mut total = 0;
+    loop {
+        match store::task_reap_expired(&shared.pool, BATCH).await {
+            Ok(n) => {
+                total += n;
+                if n < u64::from(BATCH) {
+                    break;
+                }
+            }
+            Err(e) => {
+                WorkerStats::add(&shared.stats.db_errors, 1);
+                tracing::warn!(error = %e, "taskq: reaper failed");
+                break;
+            }
+        }
+    }
+    if total > 0 {
+        WorkerStats::add(&shared.stats.reaped, total);
+        tracing::info!(reaped = total, "taskq: expired leases reaped");
+        for q in shared.cfg.queues.keys() {
+            wake::notify(q);
+        }
+    }
+}
+
+async fn prune(shared: &Shared) {
+    let r = shared.cfg.retention;
+    for (state, keep) in [
+        (TaskState::Succeeded, r.succeeded),
+        (TaskState::Dead, r.dead),
+        (TaskState::Canceled, r.canceled),
+    ] {
+        let Some(keep) = keep else { continue };
+        loop {
+            match store::task_prune(&shared.pool, state, keep.as_secs(), BATCH).await {
+                Ok(n) => {
+                    WorkerStats::add(&shared.stats.pruned, n);
+                    if n < u64::from(BATCH) || shared.stopping() {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                Err(e) => {
+                    WorkerStats::add(&shared.stats.db_errors, 1);
+                    tracing::warn!(error = %e, "taskq: retention failed");
+                    break;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,338 @@
+//! The worker: claims due tasks, runs their handlers, renews leases, writes outcomes back,
+//! reaps expired leases, prunes old tasks and shuts down gracefully.
+//!
+//! One [`Worker`] runs these cooperating loops on the tokio runtime:
+//! - `claim`: one loop per queue, claiming batches sized by free handler slots;
+//! - `executor`: one tokio task per claimed task (panics and timeouts are caught there);
+//! - `acker`: gathers outcomes for a few milliseconds and writes them in one statement;
+//! - `heartbeat`: renews every held lease with one statement per beat;
+//! - `maintenance`: reaper of expired leases and retention.
+
+mod acker;
+mod claim;
+mod config;
+mod executor;
+mod heartbeat;
+mod maintenance;
+mod stats;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use sqlx::MySqlPool;
+use sqlx::mysql::MySqlPoolOptions;
+use tokio::sync::{Notify, Semaphore, mpsc, watch};
+use tokio::task::AbortHandle;
+
+pub use config::{Retention, WorkerBuilder};
+pub use stats::{StatsSnapshot, WorkerStats};
+
+use crate::context::{CancelHandle, CancelReason, StateMap};
+use crate::error::Result;
+use crate::registry::Registration;
+use crate::store;
+use crate::task::TaskId;
+use config::{Config, ShutdownFuture};
+
+/// A configured worker; see [`Worker::builder`] and [`run_registered`].
+pub struct Worker {
+    user_pool: MySqlPool,
+    cfg: Config,
+    handlers: HashMap<&'static str, Registration>,
+    state: StateMap,
+    shutdown: Option<ShutdownFuture>,
+    stats: Arc<WorkerStats>,
+}
+
+/// What happened at shutdown.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ShutdownReport {
+    /// Tasks still running when the shutdown timeout elapsed: their handlers were aborted and
+    /// the tasks returned to pending (epoch incremented) for another worker to start at once.
+    pub released: Vec<TaskId>,
+    /// Tasks whose outcome or release could not be written (database unreachable): they run
+    /// again after their lease expires.
+    pub unacknowledged: Vec<TaskId>,
+    /// Final counters.
+    pub stats: StatsSnapshot,
+}
+
+/// Runs a worker for every `#[task]` registered in this binary, with the default settings,
+/// until SIGINT or SIGTERM; then shuts down gracefully and returns.
+pub async fn run_registered(pool: MySqlPool) -> Result<ShutdownReport> {
+    Worker::builder(pool).register_all().build()?.run().await
+}
+
+impl Worker {
+    /// Starts configuring a worker that uses `pool`'s connection settings. The worker opens a
+    /// small pool of its own (READ COMMITTED sessions) and never changes `pool`'s sessions.
+    pub fn builder(pool: MySqlPool) -> WorkerBuilder {
+        WorkerBuilder::new(pool)
+    }
+
+    pub(crate) fn new(
+        user_pool: MySqlPool,
+        cfg: Config,
+        handlers: HashMap<&'static str, Registration>,
+        state: StateMap,
+        shutdown: Option<ShutdownFuture>,
+    ) -> Self {
+        Self {
+            user_pool,
+            cfg,
+            handlers,
+            state,
+            shutdown,
+            stats: Arc::default(),
+        }
+    }
+
+    /// This worker's id, as recorded on the rows it claims.
+    pub fn id(&self) -> &str {
+        &self.cfg.worker_id
+    }
+
+    /// Live counters of this worker.
+    pub fn stats(&self) -> Arc<WorkerStats> {
+        self.stats.clone()
+    }
+
+    /// Runs until the shutdown signal (the one given to the builder, else SIGINT/SIGTERM),
+    /// then stops claiming, waits up to the shutdown timeout for running handlers, releases
+    /// what is still running, and returns a report.
+    pub async fn run(self) -> Result<ShutdownReport> {
+        let Worker {
+            user_pool,
+            cfg,
+            handlers,
+            state,
+            shutdown,
+            stats,
+        } = self;
+        let pool = worker_pool(&user_pool, &cfg);
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let (ack_tx, ack_rx) = mpsc::unbounded_channel();
+        let names_json = serde_json::to_string(&handlers.keys().collect::<Vec<_>>())
+            .expect("names serialize");
+        let shared = Arc::new(Shared {
+            pool,
+            worker_id: cfg.worker_id.as_str().into(),
+            global: Arc::new(Semaphore::new(cfg.concurrency)),
+            cfg,
+            handlers,
+            names_json,
+            state: Arc::new(state),
+            inflight: Mutex::default(),
+            executing: AtomicUsize::new(0),
+            slot_freed: Notify::new(),
+            stats,
+            stop: stop_rx,
+            acks: ack_tx,
+        });
+        tracing::info!(worker_id = %shared.worker_id, queues = ?shared.cfg.queues, "taskq worker started");
+
+        let mut loops = tokio::task::JoinSet::new();
+        for (queue, n) in &shared.cfg.queues {
+            loops.spawn(claim::run(shared.clone(), queue.as_str().into(), *n));
+        }
+        let heartbeat = tokio::spawn(heartbeat::run(shared.clone()));
+        let maintenance = tokio::spawn(maintenance::run(shared.clone()));
+        let acker = tokio::spawn(acker::run(shared.clone(), ack_rx));
+
+        match shutdown {
+            Some(signal) => signal.await,
+            None => default_signal().await,
+        }
+        tracing::info!(worker_id = %shared.worker_id, "taskq worker stopping: no new claims");
+        let _ = stop_tx.send(true);
+        while loops.join_next().await.is_some() {}
+        maintenance.abort();
+
+        // Grace period for handlers in flight.
+        let deadline = Instant::now() + shared.cfg.shutdown_timeout;
+        loop {
+            let notified = shared.slot_freed.notified();
+            if shared.executing.load(Ordering::Acquire) == 0 {
+                break;
+            }
+            if tokio::time::timeout_at(deadline.into(), notified).await.is_err() {
+                break;
+            }
+        }
+        // Abort what is left; executors mark those tasks abandoned and write nothing.
+        let left: Vec<_> = shared
+            .inflight()
+            .values()
+            .filter(|f| f.phase == Phase::Running)
+            .map(|f| (f.cancel.clone(), f.abort.clone()))
+            .collect();
+        for (cancel, abort) in left {
+            cancel.cancel(CancelReason::Shutdown);
+            if let Some(a) = abort {
+                a.abort();
+            }
+        }
+        while shared.executing.load(Ordering::Acquire) > 0 {
+            let notified = shared.slot_freed.notified();
+            if shared.executing.load(Ordering::Acquire) == 0 {
+                break;
+            }
+            let _ = tokio::time::timeout(Duration::from_millis(50), notified).await;
+        }
+        // Flush outcomes, then give abandoned tasks back.
+        let unacked = acker::finish(&shared, acker).await;
+        let released = release_abandoned(&shared).await;
+        heartbeat.abort();
+        let mut unacknowledged = unacked;
+        unacknowledged.extend(released.1);
+        let report = ShutdownReport {
+            released: released.0,
+            unacknowledged,
+            stats: shared.stats.snapshot(),
+        };
+        if !report.released.is_empty() || !report.unacknowledged.is_empty() {
+            tracing::warn!(released = ?report.released, unacknowledged = ?report.unacknowledged,
+                "taskq worker abandoned tasks at shutdown");
+        }
+        tracing::info!(worker_id = %shared.worker_id, "taskq worker stopped");
+        shared.pool.close().await;
+        Ok(report)
+    }
+}
+
+/// Gives the abandoned tasks back; returns (released, not released).
+async fn release_abandoned(shared: &Shared) -> (Vec<TaskId>, Vec<TaskId>) {
+    let leases: Vec<(u64, u64)> = shared
+        .inflight()
+        .iter()
+        .filter(|(_, f)| f.phase == Phase::Abandoned)
+        .map(|(id, f)| (*id, f.epoch))
+        .collect();
+    if leases.is_empty() {
+        return (Vec::new(), Vec::new());
+    }
+    let ids: Vec<TaskId> = leases.iter().map(|l| TaskId(l.0)).collect();
+    let json = store::leases_json(&leases);
+    for attempt in 0..5 {
+        match store::task_release(&shared.pool, &json).await {
+            Ok(n) => {
+                WorkerStats::add(&shared.stats.released, n);
+                return (ids, Vec::new());
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, attempt, "taskq: releasing tasks at shutdown failed");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+    (Vec::new(), ids)
+}
+
+async fn default_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// The worker's own pool: same connect options as the user's, READ COMMITTED sessions,
+/// no ping before each use (a broken connection fails one statement, which is retried).
+fn worker_pool(user_pool: &MySqlPool, cfg: &Config) -> MySqlPool {
+    let opts = (*user_pool.connect_options()).clone();
+    MySqlPoolOptions::new()
+        .max_connections(cfg.db_connections)
+        .min_connections(0)
+        .acquire_timeout(Duration::from_secs(5))
+        .test_before_acquire(false)
+        .after_connect(|conn, _meta| Box::pin(async move { store::session_setup(conn).await }))
+        .connect_lazy_with(opts)
+}
+
+/// State shared by a worker's loops.
+pub(crate) struct Shared {
+    pub pool: MySqlPool,
+    pub cfg: Config,
+    pub worker_id: Arc<str>,
+    pub handlers: HashMap<&'static str, Registration>,
+    /// JSON array of the task names this worker handles.
+    pub names_json: String,
+    pub state: Arc<StateMap>,
+    pub inflight: Mutex<HashMap<u64, InFlight>>,
+    /// Executors currently running a handler.
+    pub executing: AtomicUsize,
+    /// Notified whenever a handler slot frees up.
+    pub slot_freed: Notify,
+    pub global: Arc<Semaphore>,
+    pub stats: Arc<WorkerStats>,
+    pub stop: watch::Receiver<bool>,
+    pub acks: mpsc::UnboundedSender<acker::AckMsg>,
+}
+
+impl Shared {
+    pub fn inflight(&self) -> MutexGuard<'_, HashMap<u64, InFlight>> {
+        self.inflight.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn stopping(&self) -> bool {
+        *self.stop.borrow()
+    }
+
+    /// Completes when the worker starts stopping.
+    pub async fn stopped(&self) {
+        let mut rx = self.stop.clone();
+        let _ = rx.wait_for(|s| *s).await;
+    }
+
+    pub fn lease_us(&self) -> i64 {
+        self.cfg.lease.as_micros() as i64
+    }
+}
+
+/// Where a claimed task is in this worker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// Its handler runs.
+    Running,
+    /// Its outcome waits to be written.
+    Acking,
+    /// Aborted at shutdown; to be released.
+    Abandoned,
+}
+
+/// A task this worker holds a lease on.
+pub(crate) struct InFlight {
+    pub epoch: u64,
+    pub phase: Phase,
+    pub cancel: Arc<CancelHandle>,
+    pub abort: Option<AbortHandle>,
+    /// When the last successful claim/renewal was sent (local monotonic clock): the lease
+    /// ends no earlier than this plus the lease length on the database clock.
+    pub renewed_at: Instant,
+    pub lost: bool,
+}
+
+/// Sleeps for an error backoff step, returning early when the worker stops.
+pub(crate) async fn backoff_sleep(shared: &Shared, failures: u32) {
+    let d = Duration::from_millis(100u64 << failures.min(6)).min(Duration::from_secs(5));
+    tokio::select! {
+        _ = tokio::time::sleep(d) => {}
+        _ = shared.stopped() => {}
+    }
+}

@@ -1,0 +1,82 @@
+//! Counters of what a worker did, readable while it runs ([`WorkerStats`]).
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// Event counters of one worker since it started. Cheap to read at any time through
+/// [`Worker::stats`](crate::Worker::stats).
+#[derive(Debug, Default)]
+pub struct WorkerStats {
+    pub(crate) claimed: AtomicU64,
+    pub(crate) succeeded: AtomicU64,
+    pub(crate) retried: AtomicU64,
+    pub(crate) dead: AtomicU64,
+    pub(crate) fenced: AtomicU64,
+    pub(crate) lost_leases: AtomicU64,
+    pub(crate) panics: AtomicU64,
+    pub(crate) timeouts: AtomicU64,
+    pub(crate) reaped: AtomicU64,
+    pub(crate) pruned: AtomicU64,
+    pub(crate) released: AtomicU64,
+    pub(crate) db_errors: AtomicU64,
+    pub(crate) claim_queries: AtomicU64,
+    pub(crate) ack_flushes: AtomicU64,
+}
+
+/// A point-in-time copy of [`WorkerStats`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct StatsSnapshot {
+    /// Tasks claimed.
+    pub claimed: u64,
+    /// Attempts written back as succeeded.
+    pub succeeded: u64,
+    /// Attempts written back as pending for a retry.
+    pub retried: u64,
+    /// Attempts written back as dead.
+    pub dead: u64,
+    /// Write-backs rejected because the lease epoch had moved (stale holder).
+    pub fenced: u64,
+    /// Leases found lost by a heartbeat (the handler was canceled).
+    pub lost_leases: u64,
+    /// Handler panics (counted as failures).
+    pub panics: u64,
+    /// Handler timeouts (counted as failures).
+    pub timeouts: u64,
+    /// Expired leases this worker's reaper returned to pending or dead.
+    pub reaped: u64,
+    /// Terminal tasks deleted by retention.
+    pub pruned: u64,
+    /// Running tasks given back at shutdown.
+    pub released: u64,
+    /// Database errors survived (the worker backed off and retried).
+    pub db_errors: u64,
+    /// Claim transactions issued.
+    pub claim_queries: u64,
+    /// Write-back statements issued.
+    pub ack_flushes: u64,
+}
+
+impl WorkerStats {
+    pub(crate) fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Relaxed);
+    }
+
+    /// A copy of the counters.
+    pub fn snapshot(&self) -> StatsSnapshot {
+        StatsSnapshot {
+            claimed: self.claimed.load(Relaxed),
+            succeeded: self.succeeded.load(Relaxed),
+            retried: self.retried.load(Relaxed),
+            dead: self.dead.load(Relaxed),
+            fenced: self.fenced.load(Relaxed),
+            lost_leases: self.lost_leases.load(Relaxed),
+            panics: self.panics.load(Relaxed),
+            timeouts: self.timeouts.load(Relaxed),
+            reaped: self.reaped.load(Relaxed),
+            pruned: self.pruned.load(Relaxed),
+            released: self.released.load(Relaxed),
+            db_errors: self.db_errors.load(Relaxed),
+            claim_queries: self.claim_queries.load(Relaxed),
+            ack_flushes: self.ack_flushes.load(Relaxed),
+        }
+    }
+}
