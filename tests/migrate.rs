@@ -1,0 +1,102 @@
+//! taskq's migrations coexist with the application's own sqlx migrations on one database.
+
+use sqlx::migrate::Migrator;
+use taskq_tests::TestDb;
+
+static APP_V1: Migrator = sqlx::migrate!("app_migrations/v1");
+static APP_V2: Migrator = sqlx::migrate!("app_migrations/v2");
+
+async fn tables(db: &TestDb) -> Vec<String> {
+    let mut t: Vec<String> = sqlx::query_scalar(
+        "SELECT CAST(table_name AS CHAR) FROM information_schema.tables WHERE table_schema = DATABASE()",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    t.sort();
+    t
+}
+
+async fn versions(db: &TestDb, table: &str) -> Vec<i64> {
+    sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT version FROM {table} ORDER BY version")))
+        .fetch_all(&db.pool)
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn taskq_then_app_then_both_again_with_a_later_app_migration() {
+    let db = TestDb::empty().await;
+    taskq::migrate(&db.pool).await.unwrap();
+    APP_V1.run(&db.pool).await.unwrap();
+    taskq::migrate(&db.pool).await.unwrap();
+    APP_V1.run(&db.pool).await.unwrap();
+    // The application ships a new migration later.
+    APP_V2.run(&db.pool).await.unwrap();
+    taskq::migrate(&db.pool).await.unwrap();
+    APP_V2.run(&db.pool).await.unwrap();
+    assert_eq!(
+        tables(&db).await,
+        ["_sqlx_migrations", "_taskq_migrations", "app_orders", "app_users", "taskq_tasks"]
+    );
+    assert_eq!(versions(&db, "_sqlx_migrations").await, [20250101000000, 20250201000000]);
+    let taskq_versions: Vec<i64> = taskq::migrator().iter().map(|m| m.version).collect();
+    assert_eq!(versions(&db, "_taskq_migrations").await, taskq_versions);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn app_first_then_taskq() {
+    let db = TestDb::empty().await;
+    APP_V1.run(&db.pool).await.unwrap();
+    taskq::migrator().run(&db.pool).await.unwrap();
+    APP_V2.run(&db.pool).await.unwrap();
+    taskq::migrate(&db.pool).await.unwrap();
+    assert!(tables(&db).await.contains(&"taskq_tasks".to_owned()));
+    assert_eq!(versions(&db, "_sqlx_migrations").await.len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_migrations_from_several_processes_serialize() {
+    let db = TestDb::empty().await;
+    let mut handles = Vec::new();
+    for i in 0..4 {
+        let pool = db.pool_with(2).await;
+        // Several processes run taskq's migrations at once, and the application's once
+        // alongside (sqlx's own lock does not serialize on MariaDB, so only one app migrator).
+        handles.push(tokio::spawn(async move {
+            if i < 3 {
+                taskq::migrate(&pool).await.map_err(|e| e.to_string())
+            } else {
+                APP_V2.run(&pool).await.map_err(|e| e.to_string())
+            }
+        }));
+    }
+    for h in handles {
+        h.await.unwrap().unwrap();
+    }
+    assert_eq!(versions(&db, "_sqlx_migrations").await.len(), 2);
+    assert_eq!(versions(&db, "_taskq_migrations").await.len(), taskq::migrator().iter().count());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_modified_applied_migration_is_detected() {
+    let db = TestDb::new().await;
+    sqlx::query("UPDATE _taskq_migrations SET checksum = x'00'")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let e = taskq::migrate(&db.pool).await.unwrap_err();
+    assert!(matches!(e, taskq::Error::Migrate(_)), "{e}");
+    assert!(e.to_string().contains("modified"), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dirty_migration_is_detected() {
+    let db = TestDb::new().await;
+    sqlx::query("UPDATE _taskq_migrations SET success = FALSE")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let e = taskq::migrate(&db.pool).await.unwrap_err();
+    assert!(e.to_string().contains("partially applied"), "{e}");
+}

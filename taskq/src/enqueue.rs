@@ -60,7 +60,6 @@ impl AsConnection for PoolConnection<MySql> {
 
 /// The result of an enqueue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[must_use]
 pub struct Enqueued {
     /// The task's id (the existing task's id for a duplicate).
     pub id: TaskId,

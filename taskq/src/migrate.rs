@@ -1,17 +1,18 @@
 //! taskq's schema migrations, tracked in their own table so they coexist with the
 //! application's `sqlx::migrate!()` on the same database.
 
-use sqlx::MySqlPool;
 use sqlx::migrate::Migrator;
+use sqlx::{Connection, MySqlPool};
 
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::store;
 
 /// Name of the table taskq records its applied migrations in.
 pub const MIGRATIONS_TABLE: &str = "_taskq_migrations";
 
-/// taskq's migrator (versioned, checksummed, dirty-state detection, and a database-wide lock so
-/// concurrent processes serialize). Its versions live in `_taskq_migrations`, not in
-/// `_sqlx_migrations`, so the application's own migrator never sees them.
+/// taskq's migrator: versioned, checksummed, with dirty-state detection. Its versions live in
+/// `_taskq_migrations`, not in `_sqlx_migrations`, so the application's own migrator never
+/// sees them. Prefer [`migrate`], which also serializes concurrent runs (see there).
 pub fn migrator() -> Migrator {
     // The table name comes from `taskq/sqlx.toml` ([migrate] table-name).
     let m: Migrator = sqlx::migrate!("./migrations");
@@ -20,8 +21,28 @@ pub fn migrator() -> Migrator {
 }
 
 /// Creates or upgrades taskq's tables on `pool`'s database. Safe to call at every start-up and
-/// from several processes at once.
+/// from several processes at once: it holds a named lock (`GET_LOCK`) while migrating.
+///
+/// sqlx's own migration lock is `GET_LOCK(name, -1)`, which MariaDB answers with `NULL` at
+/// once instead of waiting (measured on MariaDB 10.11), so on MariaDB it does not serialize
+/// anything; this function takes a lock that does.
 pub async fn migrate(pool: &MySqlPool) -> Result<()> {
-    migrator().run(pool).await?;
+    let mut conn = pool.acquire().await?;
+    let mut waited = 0;
+    while !store::migration_lock(&mut conn).await? {
+        waited += 1;
+        if waited >= 10 {
+            return Err(Error::Config(
+                "could not take the taskq migration lock within 10 minutes".into(),
+            ));
+        }
+    }
+    let res = migrator().run_direct(None, &mut *conn, false).await;
+    let unlock = store::migration_unlock(&mut conn).await;
+    if unlock.is_err() {
+        // Closing the session releases the lock too.
+        let _ = conn.detach().close().await;
+    }
+    res?;
     Ok(())
 }

@@ -488,3 +488,19 @@ pub(crate) async fn session_setup(conn: &mut MySqlConnection) -> sqlx::Result<()
         .await?;
     Ok(())
 }
+
+/// Waits up to 60 s for the database-wide taskq migration lock; returns whether it was taken.
+pub(crate) async fn migration_lock(conn: &mut MySqlConnection) -> sqlx::Result<bool> {
+    let got = sqlx::query_scalar!(r#"SELECT GET_LOCK(CONCAT('taskq_migrate.', DATABASE()), 60) AS "got: i64""#)
+        .fetch_one(conn)
+        .await?;
+    Ok(got == Some(1))
+}
+
+/// Releases the migration lock.
+pub(crate) async fn migration_unlock(conn: &mut MySqlConnection) -> sqlx::Result<()> {
+    sqlx::query!("DO RELEASE_LOCK(CONCAT('taskq_migrate.', DATABASE()))")
+        .execute(conn)
+        .await?;
+    Ok(())
+}

@@ -1,0 +1,1 @@
+CREATE TABLE app_orders (id BIGINT PRIMARY KEY, user_id BIGINT NOT NULL);
