@@ -133,3 +133,6 @@ impl Drop for TestDb {
         .join();
     }
 }
+
+pub mod proxy;
+pub mod server;
