@@ -1,8 +1,25 @@
-//! The `#[task]` attribute macro for taskq (placeholder until the macro lands).
+//! The `#[task]` attribute macro for taskq. Use it through the `taskq` crate
+//! (`#[taskq::task]`); see `taskq::task` and `docs/macro.md` for the user guide.
+//!
+//! This crate is a thin shell: parsing and validation live in `attr` (the attribute
+//! arguments) and `sig` (the function signature), code generation in `expand`; all three are
+//! plain functions over `proc_macro2` tokens so unit tests can call them directly.
+//!
+//! Set `TASKQ_MACROS_DEBUG=1` while compiling to print every expansion to stderr.
 use proc_macro::TokenStream;
 
-/// Placeholder: passes the item through unchanged.
+mod attr;
+mod duration;
+mod expand;
+mod sig;
+
+/// Turns an `async fn` into a taskq task: payload struct, `Task` impl, enqueue helpers and
+/// registration. See the `taskq` crate documentation.
 #[proc_macro_attribute]
-pub fn task(_attr: TokenStream, item: TokenStream) -> TokenStream {
-    item
+pub fn task(attr: TokenStream, item: TokenStream) -> TokenStream {
+    let out = expand::expand_or_error(attr.into(), item.into());
+    if std::env::var_os("TASKQ_MACROS_DEBUG").is_some_and(|v| v == "1") {
+        eprintln!("#[taskq::task] expansion:\n{out}\n");
+    }
+    out.into()
 }

@@ -1,0 +1,433 @@
+//! Parsing and validation of the attribute arguments: `#[task(queue = "orders", ...)]`.
+
+use std::time::Duration;
+
+use proc_macro2::{Span, TokenStream};
+use syn::ext::IdentExt;
+use syn::parse::{ParseStream, Parser};
+use syn::spanned::Spanned;
+use syn::{Expr, Ident, Lit, LitStr, Token, UnOp};
+
+use crate::duration::{BACKOFF_HELP, BackoffSpec, DURATION_HELP, parse_backoff, parse_duration};
+
+/// Longest queue name in bytes (the column is `VARCHAR(64)`; matches `taskq::MAX_QUEUE_LEN`).
+pub const MAX_QUEUE_LEN: usize = 64;
+/// Longest task name in bytes (matches `taskq::MAX_NAME_LEN`).
+pub const MAX_NAME_LEN: usize = 255;
+
+/// Every accepted key with an example value, in documentation order.
+pub const KEYS: &[(&str, &str)] = &[
+    ("name", "name = \"order_export\""),
+    ("queue", "queue = \"orders\""),
+    ("max_attempts", "max_attempts = 5"),
+    ("priority", "priority = -1"),
+    ("timeout", "timeout = \"30s\""),
+    ("backoff", "backoff = \"exponential(1s, 10m)\""),
+];
+
+/// The validated attribute arguments; `None` means "use the `Task` trait's default".
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct TaskAttrs {
+    /// Stable task name stored in the row.
+    pub name: Option<String>,
+    /// Queue.
+    pub queue: Option<String>,
+    /// Attempts before `dead` (at least 1).
+    pub max_attempts: Option<u32>,
+    /// Default priority (lower runs first).
+    pub priority: Option<i16>,
+    /// Per-attempt timeout (non-zero).
+    pub timeout: Option<Duration>,
+    /// Retry backoff.
+    pub backoff: Option<BackoffSpec>,
+}
+
+/// Parses and validates the tokens inside `#[task(...)]`.
+///
+/// Syntax errors stop at the first one; every semantic error (unknown or duplicated key, wrong
+/// literal type, out-of-range value) is collected and returned together.
+pub fn parse_attrs(tokens: TokenStream) -> syn::Result<TaskAttrs> {
+    let entries = parse_entries.parse2(tokens)?;
+    let mut attrs = TaskAttrs::default();
+    let mut seen: Vec<String> = Vec::new();
+    let mut errors: Option<syn::Error> = None;
+    let mut push = |e: syn::Error| match &mut errors {
+        Some(all) => all.combine(e),
+        None => errors = Some(e),
+    };
+    for (key, value) in entries {
+        let k = key.unraw().to_string();
+        if !KEYS.iter().any(|(known, _)| *known == k) {
+            push(unknown_key(&key, &k));
+            continue;
+        }
+        if seen.contains(&k) {
+            push(syn::Error::new(
+                key.span(),
+                format!("duplicate `{k}` attribute: give each attribute at most once"),
+            ));
+            continue;
+        }
+        seen.push(k.clone());
+        let result = match k.as_str() {
+            "name" => string_value(&k, &value).and_then(|s| {
+                check_name(&s, "task name", MAX_NAME_LEN).map(|v| attrs.name = Some(v))
+            }),
+            "queue" => string_value(&k, &value).and_then(|s| {
+                check_name(&s, "queue name", MAX_QUEUE_LEN).map(|v| attrs.queue = Some(v))
+            }),
+            "max_attempts" => max_attempts(&value).map(|v| attrs.max_attempts = Some(v)),
+            "priority" => priority(&value).map(|v| attrs.priority = Some(v)),
+            "timeout" => timeout(&value).map(|v| attrs.timeout = Some(v)),
+            "backoff" => backoff(&value).map(|v| attrs.backoff = Some(v)),
+            _ => unreachable!("every key of KEYS is handled"),
+        };
+        if let Err(e) = result {
+            push(e);
+        }
+    }
+    match errors {
+        Some(e) => Err(e),
+        None => Ok(attrs),
+    }
+}
+
+/// `key = value` pairs separated by commas (a trailing comma is fine).
+fn parse_entries(input: ParseStream<'_>) -> syn::Result<Vec<(Ident, Expr)>> {
+    let mut out = Vec::new();
+    while !input.is_empty() {
+        if !input.peek(Ident::peek_any) {
+            return Err(input.error(format!(
+                "expected `key = value`, e.g. `#[taskq::task(queue = \"orders\", max_attempts = 5)]`; known keys: {}",
+                key_list()
+            )));
+        }
+        let key = input.call(Ident::parse_any)?;
+        if !input.peek(Token![=]) {
+            let k = key.unraw().to_string();
+            let msg = match KEYS.iter().find(|(known, _)| *known == k) {
+                Some((_, example)) => format!("`{k}` needs a value: `{example}`"),
+                None => return Err(unknown_key(&key, &k)),
+            };
+            return Err(syn::Error::new(key.span(), msg));
+        }
+        input.parse::<Token![=]>()?;
+        let value: Expr = input.parse()?;
+        out.push((key, value));
+        if input.is_empty() {
+            break;
+        }
+        input.parse::<Token![,]>()?;
+    }
+    Ok(out)
+}
+
+fn key_list() -> String {
+    KEYS.iter()
+        .map(|(k, _)| format!("`{k}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn unknown_key(key: &Ident, k: &str) -> syn::Error {
+    let suggestion = KEYS
+        .iter()
+        .map(|(known, _)| (*known, edit_distance(k, known)))
+        .filter(|(_, d)| *d <= 2)
+        .min_by_key(|(_, d)| *d)
+        .map(|(known, _)| format!("did you mean `{known}`? "))
+        .unwrap_or_default();
+    syn::Error::new(
+        key.span(),
+        format!(
+            "unknown `#[taskq::task]` attribute `{k}`; {suggestion}expected one of {}",
+            key_list()
+        ),
+    )
+}
+
+/// Levenshtein distance, for "did you mean".
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let sub = prev[j] + usize::from(ca != *cb);
+            cur.push(sub.min(prev[j + 1] + 1).min(cur[j] + 1));
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+/// Looks through the invisible groups `macro_rules!` wraps around substituted fragments.
+fn peel(expr: &Expr) -> &Expr {
+    match expr {
+        Expr::Group(g) => peel(&g.expr),
+        other => other,
+    }
+}
+
+fn describe(expr: &Expr) -> &'static str {
+    match peel(expr) {
+        Expr::Lit(l) => match &l.lit {
+            Lit::Str(_) => "a string literal",
+            Lit::Int(_) => "an integer literal",
+            Lit::Float(_) => "a float literal",
+            Lit::Bool(_) => "a boolean",
+            Lit::Char(_) => "a character literal",
+            _ => "another kind of literal",
+        },
+        Expr::Unary(u) if matches!(u.op, UnOp::Neg(_)) => "a negative number",
+        Expr::Path(_) => {
+            "a path (constants are not supported: the value is checked at compile time)"
+        }
+        _ => "an expression (only literals are supported: the value is checked at compile time)",
+    }
+}
+
+fn example(key: &str) -> &'static str {
+    KEYS.iter()
+        .find(|(k, _)| *k == key)
+        .map(|(_, e)| *e)
+        .unwrap_or_default()
+}
+
+fn string_value(key: &str, value: &Expr) -> syn::Result<LitStr> {
+    match peel(value) {
+        Expr::Lit(l) => match &l.lit {
+            Lit::Str(s) => Ok(s.clone()),
+            _ => Err(wrong_type(key, "a string literal", value)),
+        },
+        _ => Err(wrong_type(key, "a string literal", value)),
+    }
+}
+
+fn wrong_type(key: &str, expected: &str, value: &Expr) -> syn::Error {
+    syn::Error::new(
+        value.span(),
+        format!(
+            "`{key}` expects {expected}, e.g. `{}`, found {}",
+            example(key),
+            describe(value)
+        ),
+    )
+}
+
+/// Mirrors the runtime's name validation so a bad name fails to compile instead of failing
+/// every enqueue.
+fn check_name(lit: &LitStr, what: &str, max: usize) -> syn::Result<String> {
+    let value = lit.value();
+    let reason = if value.is_empty() {
+        Some("must not be empty".to_owned())
+    } else if value.len() > max {
+        Some(format!("is {} bytes long, the limit is {max}", value.len()))
+    } else if value.chars().any(char::is_control) {
+        Some("must not contain control characters".to_owned())
+    } else if value.trim() != value {
+        Some("must not start or end with whitespace".to_owned())
+    } else {
+        None
+    };
+    match reason {
+        None => Ok(value),
+        Some(reason) => Err(syn::Error::new(lit.span(), format!("the {what} {reason}"))),
+    }
+}
+
+/// An integer literal, possibly negated, as `i128` with the span of the whole value.
+fn int_value(key: &str, value: &Expr) -> syn::Result<(i128, Span)> {
+    let (negative, lit) = match peel(value) {
+        Expr::Unary(u) if matches!(u.op, UnOp::Neg(_)) => (true, peel(&u.expr)),
+        other => (false, other),
+    };
+    match lit {
+        Expr::Lit(l) => match &l.lit {
+            Lit::Int(i) => {
+                let n: i128 = i.base10_parse().map_err(|_| {
+                    syn::Error::new(value.span(), format!("`{key}` is out of range"))
+                })?;
+                Ok((if negative { -n } else { n }, value.span()))
+            }
+            _ => Err(wrong_type(key, "an integer literal", value)),
+        },
+        _ => Err(wrong_type(key, "an integer literal", value)),
+    }
+}
+
+fn max_attempts(value: &Expr) -> syn::Result<u32> {
+    let (n, span) = int_value("max_attempts", value)?;
+    if n < 1 {
+        return Err(syn::Error::new(
+            span,
+            "`max_attempts` must be at least 1: it counts the first run too (use `max_attempts = 1` for no retries)",
+        ));
+    }
+    u32::try_from(n)
+        .map_err(|_| syn::Error::new(span, format!("`max_attempts` must be at most {}", u32::MAX)))
+}
+
+fn priority(value: &Expr) -> syn::Result<i16> {
+    let (n, span) = int_value("priority", value)?;
+    i16::try_from(n).map_err(|_| {
+        syn::Error::new(
+            span,
+            format!(
+                "`priority` must fit in an i16 ({}..={}); lower values run first",
+                i16::MIN,
+                i16::MAX
+            ),
+        )
+    })
+}
+
+fn timeout(value: &Expr) -> syn::Result<Duration> {
+    let lit = string_value("timeout", value)?;
+    let d = parse_duration(&lit.value()).map_err(|e| {
+        syn::Error::new(
+            lit.span(),
+            format!("invalid `timeout` {:?}: {e}; {DURATION_HELP}", lit.value()),
+        )
+    })?;
+    if d.is_zero() {
+        return Err(syn::Error::new(
+            lit.span(),
+            "`timeout` must be greater than zero; leave `timeout` out for no per-attempt timeout",
+        ));
+    }
+    Ok(d)
+}
+
+fn backoff(value: &Expr) -> syn::Result<BackoffSpec> {
+    let lit = string_value("backoff", value)?;
+    parse_backoff(&lit.value()).map_err(|e| {
+        let e = if e.contains(BACKOFF_HELP) {
+            e
+        } else {
+            format!("{e}; {BACKOFF_HELP}")
+        };
+        syn::Error::new(
+            lit.span(),
+            format!("invalid `backoff` {:?}: {e}", lit.value()),
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quote::quote;
+
+    fn err(tokens: TokenStream) -> String {
+        parse_attrs(tokens).unwrap_err().to_string()
+    }
+
+    fn all_errors(tokens: TokenStream) -> Vec<String> {
+        parse_attrs(tokens)
+            .unwrap_err()
+            .into_iter()
+            .map(|e| e.to_string())
+            .collect()
+    }
+
+    #[test]
+    fn empty_means_defaults() {
+        assert_eq!(parse_attrs(quote!()).unwrap(), TaskAttrs::default());
+    }
+
+    #[test]
+    fn parses_every_key() {
+        let a = parse_attrs(quote!(
+            name = "export.v1",
+            queue = "orders",
+            max_attempts = 5,
+            priority = -3,
+            timeout = "1m30s",
+            backoff = "constant(5s)",
+        ))
+        .unwrap();
+        assert_eq!(
+            a,
+            TaskAttrs {
+                name: Some("export.v1".into()),
+                queue: Some("orders".into()),
+                max_attempts: Some(5),
+                priority: Some(-3),
+                timeout: Some(Duration::from_secs(90)),
+                backoff: Some(BackoffSpec::Constant(Duration::from_secs(5))),
+            }
+        );
+    }
+
+    #[test]
+    fn unknown_key_suggests_the_closest() {
+        let e = err(quote!(queu = "x"));
+        assert!(
+            e.contains("unknown `#[taskq::task]` attribute `queu`"),
+            "{e}"
+        );
+        assert!(e.contains("did you mean `queue`?"), "{e}");
+        let e = err(quote!(colour = "x"));
+        assert!(!e.contains("did you mean"), "{e}");
+    }
+
+    #[test]
+    fn duplicate_key_is_an_error() {
+        let e = err(quote!(queue = "a", queue = "b"));
+        assert!(e.contains("duplicate `queue`"), "{e}");
+    }
+
+    #[test]
+    fn wrong_literal_types() {
+        let e = err(quote!(max_attempts = "5"));
+        assert!(
+            e.contains("`max_attempts` expects an integer literal"),
+            "{e}"
+        );
+        assert!(e.contains("found a string literal"), "{e}");
+        let e = err(quote!(queue = 5));
+        assert!(e.contains("`queue` expects a string literal"), "{e}");
+        let e = err(quote!(queue = QUEUE));
+        assert!(e.contains("constants are not supported"), "{e}");
+        let e = err(quote!(timeout = 30));
+        assert!(
+            e.contains("`timeout` expects a string literal, e.g. `timeout = \"30s\"`"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn values_are_range_checked() {
+        assert!(err(quote!(max_attempts = 0)).contains("at least 1"));
+        assert!(err(quote!(max_attempts = -1)).contains("at least 1"));
+        assert!(err(quote!(max_attempts = 4294967296)).contains("at most"));
+        assert!(err(quote!(priority = 40000)).contains("must fit in an i16"));
+        assert_eq!(
+            parse_attrs(quote!(priority = -32768)).unwrap().priority,
+            Some(i16::MIN)
+        );
+        assert!(err(quote!(queue = "")).contains("the queue name must not be empty"));
+        let long = "q".repeat(65);
+        assert!(err(quote!(queue = #long)).contains("65 bytes long, the limit is 64"));
+        assert!(err(quote!(queue = "a\nb")).contains("control characters"));
+        assert!(err(quote!(name = " x")).contains("whitespace"));
+        assert!(err(quote!(name = "")).contains("the task name must not be empty"));
+        assert!(err(quote!(timeout = "0s")).contains("greater than zero"));
+        assert!(err(quote!(timeout = "30")).contains("`30` has no unit"));
+        assert!(err(quote!(backoff = "linear(1s)")).contains("unknown backoff kind"));
+    }
+
+    #[test]
+    fn several_errors_are_reported_together() {
+        let errors = all_errors(quote!(queue = "", max_attempts = 0, bogus = 1));
+        assert_eq!(errors.len(), 3, "{errors:?}");
+    }
+
+    #[test]
+    fn syntax_errors() {
+        assert!(err(quote!(queue)).contains("`queue` needs a value: `queue = \"orders\"`"));
+        assert!(err(quote!("orders")).contains("expected `key = value`"));
+        assert!(err(quote!(queue = "a" max_attempts = 1)).contains("expected `,`"));
+    }
+}

@@ -1,0 +1,6 @@
+#[taskq::task]
+async fn send_email(to: String) {
+    let _ = to;
+}
+
+fn main() {}

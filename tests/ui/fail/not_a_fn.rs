@@ -1,0 +1,6 @@
+#[taskq::task]
+struct SendEmail {
+    to: String,
+}
+
+fn main() {}

@@ -1,0 +1,62 @@
+// The expansion compiles without warnings under strict lints, for public and private tasks,
+// injected parameters in any position, and every attribute.
+#![forbid(unsafe_code)]
+#![deny(warnings, missing_docs, unreachable_pub)]
+//! A binary that defines tasks.
+
+use std::time::Duration;
+
+use taskq::{CancelSignal, State, TaskContext, TaskError};
+
+/// Tasks of this binary.
+pub mod tasks {
+    use super::*;
+
+    /// Shared HTTP client stand-in.
+    #[derive(Clone)]
+    pub struct Http;
+
+    /// Sends an email.
+    #[taskq::task(
+        name = "send_email.v1",
+        queue = "mail",
+        max_attempts = 5,
+        priority = -1,
+        timeout = "30s",
+        backoff = "exponential(1s, 10m)"
+    )]
+    pub async fn send_email(
+        cx: TaskContext,
+        to: String,
+        http: State<Http>,
+        subject: Option<String>,
+        _stop: CancelSignal,
+    ) -> Result<(), TaskError> {
+        let _ = (cx.id(), to, http, subject);
+        Ok(())
+    }
+}
+
+#[taskq::task(backoff = "constant(5s)")]
+async fn private_task(n: u32) -> Result<(), std::io::Error> {
+    let _ = n;
+    Ok(())
+}
+
+type Outcome = Result<(), TaskError>;
+
+#[taskq::task]
+async fn aliased_result() -> Outcome {
+    Ok(())
+}
+
+fn main() {
+    let email = tasks::SendEmail {
+        to: "a@example.com".into(),
+        subject: None,
+    };
+    let _ = email.with_delay(Duration::from_secs(1));
+    let _ = PrivateTask { n: 1 }.with_priority(3);
+    let _ = AliasedResult {}.enqueue_options();
+    let _ = taskq::registered();
+}
