@@ -35,12 +35,28 @@ async fn cancel_only_touches_pending_tasks() {
     let b = Ping(2).enqueue(&db.pool).await.unwrap().id;
     set_state(&db, b, "running").await;
     match client.cancel(b).await {
-        Err(Error::WrongState { id, state: TaskState::Running, expected: "pending" }) => assert_eq!(id, b),
+        Err(Error::WrongState {
+            id,
+            state: TaskState::Running,
+            expected: "pending",
+        }) => assert_eq!(id, b),
         other => panic!("{other:?}"),
     }
-    assert!(matches!(client.cancel(a).await, Err(Error::WrongState { state: TaskState::Canceled, .. })));
-    assert!(matches!(client.cancel(TaskId(999_999)).await, Err(Error::NotFound(TaskId(999_999)))));
-    assert!(matches!(client.get(TaskId(999_999)).await, Err(Error::NotFound(_))));
+    assert!(matches!(
+        client.cancel(a).await,
+        Err(Error::WrongState {
+            state: TaskState::Canceled,
+            ..
+        })
+    ));
+    assert!(matches!(
+        client.cancel(TaskId(999_999)).await,
+        Err(Error::NotFound(TaskId(999_999)))
+    ));
+    assert!(matches!(
+        client.get(TaskId(999_999)).await,
+        Err(Error::NotFound(_))
+    ));
     assert_eq!(client.get(b).await.unwrap().state, TaskState::Running);
 }
 
@@ -53,7 +69,12 @@ async fn list_and_count_filter_by_queue_state_and_name() {
         ids.push(Ping(i).enqueue(&db.pool).await.unwrap().id);
     }
     for i in 0..3 {
-        Ping(i).enqueue_options().queue("other").enqueue(&db.pool).await.unwrap();
+        Ping(i)
+            .enqueue_options()
+            .queue("other")
+            .enqueue(&db.pool)
+            .await
+            .unwrap();
     }
     set_state(&db, ids[0], "dead").await;
     let all = ListFilter::default();
@@ -86,7 +107,12 @@ async fn list_and_count_filter_by_queue_state_and_name() {
     };
     assert_eq!(client.count(&by_name).await.unwrap(), 0);
     let stats = client.stats().await.unwrap();
-    let get = |q: &str, s: TaskState| stats.iter().find(|x| x.queue == q && x.state == s).map(|x| x.count);
+    let get = |q: &str, s: TaskState| {
+        stats
+            .iter()
+            .find(|x| x.queue == q && x.state == s)
+            .map(|x| x.count)
+    };
     assert_eq!(get("default", TaskState::Pending), Some(4));
     assert_eq!(get("default", TaskState::Dead), Some(1));
     assert_eq!(get("other", TaskState::Pending), Some(3));
@@ -97,14 +123,25 @@ async fn retry_dead_resets_attempts_and_bumps_the_epoch() {
     let db = TestDb::new().await;
     let client = Client::new(db.pool.clone());
     let id = Ping(1).enqueue(&db.pool).await.unwrap().id;
-    assert!(matches!(client.retry_dead(id).await, Err(Error::WrongState { expected: "dead", .. })));
-    sqlx::query("UPDATE taskq_tasks SET state = 'dead', attempt = 20, lease_epoch = 20 WHERE id = ?")
-        .bind(id.0)
-        .execute(&db.pool)
-        .await
-        .unwrap();
+    assert!(matches!(
+        client.retry_dead(id).await,
+        Err(Error::WrongState {
+            expected: "dead",
+            ..
+        })
+    ));
+    sqlx::query(
+        "UPDATE taskq_tasks SET state = 'dead', attempt = 20, lease_epoch = 20 WHERE id = ?",
+    )
+    .bind(id.0)
+    .execute(&db.pool)
+    .await
+    .unwrap();
     client.retry_dead(id).await.unwrap();
     let info = client.get(id).await.unwrap();
-    assert_eq!((info.state, info.attempt, info.lease_epoch), (TaskState::Pending, 0, 21));
+    assert_eq!(
+        (info.state, info.attempt, info.lease_epoch),
+        (TaskState::Pending, 0, 21)
+    );
     assert!(info.finished_at.is_none());
 }

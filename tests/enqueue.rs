@@ -169,9 +169,15 @@ async fn options_land_in_the_row() {
         .await
         .unwrap();
     let info = client.get(delayed.id).await.unwrap();
-    assert_eq!((info.priority, info.queue.as_str(), info.max_attempts), (-5, "other", 2));
+    assert_eq!(
+        (info.priority, info.queue.as_str(), info.max_attempts),
+        (-5, "other", 2)
+    );
     let wait = info.run_at - info.created_at;
-    assert!(wait >= chrono::Duration::seconds(3599) && wait <= chrono::Duration::seconds(3601), "{wait}");
+    assert!(
+        wait >= chrono::Duration::seconds(3599) && wait <= chrono::Duration::seconds(3601),
+        "{wait}"
+    );
 
     let at = chrono::DateTime::parse_from_rfc3339("2030-01-02T03:04:05.123456Z")
         .unwrap()
@@ -279,23 +285,78 @@ impl Task for LongName {
 async fn bad_input_is_a_typed_error_and_writes_nothing() {
     let db = TestDb::new().await;
     let p = &db.pool;
-    let e = note("x").enqueue_options().queue("").enqueue(p).await.unwrap_err();
+    let e = note("x")
+        .enqueue_options()
+        .queue("")
+        .enqueue(p)
+        .await
+        .unwrap_err();
     assert!(matches!(e, Error::InvalidName { what: "queue", .. }), "{e}");
-    let e = note("x").enqueue_options().queue("q".repeat(65)).enqueue(p).await.unwrap_err();
+    let e = note("x")
+        .enqueue_options()
+        .queue("q".repeat(65))
+        .enqueue(p)
+        .await
+        .unwrap_err();
     assert!(matches!(e, Error::InvalidName { what: "queue", .. }), "{e}");
-    let e = note("x").enqueue_options().queue("a\tb").enqueue(p).await.unwrap_err();
+    let e = note("x")
+        .enqueue_options()
+        .queue("a\tb")
+        .enqueue(p)
+        .await
+        .unwrap_err();
     assert!(e.to_string().contains("control characters"), "{e}");
     let e = LongName.enqueue(p).await.unwrap_err();
-    assert!(matches!(e, Error::InvalidName { what: "task name", .. }), "{e}");
-    let e = note("x").enqueue_options().idempotency_key("").enqueue(p).await.unwrap_err();
-    assert!(matches!(e, Error::InvalidName { what: "idempotency key", .. }), "{e}");
+    assert!(
+        matches!(
+            e,
+            Error::InvalidName {
+                what: "task name",
+                ..
+            }
+        ),
+        "{e}"
+    );
+    let e = note("x")
+        .enqueue_options()
+        .idempotency_key("")
+        .enqueue(p)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::InvalidName {
+                what: "idempotency key",
+                ..
+            }
+        ),
+        "{e}"
+    );
     let big = Note {
         text: "x".repeat(2000),
     };
-    let e = big.clone().enqueue_options().payload_limit(1000).enqueue(p).await.unwrap_err();
-    assert!(matches!(e, Error::PayloadTooLarge { limit: 1000, .. }), "{e}");
-    let e = big.enqueue_options().payload_limit(1000).enqueue(p).await.unwrap_err();
-    assert!(e.to_string().contains("exceeds the limit of 1000 bytes"), "{e}");
+    let e = big
+        .clone()
+        .enqueue_options()
+        .payload_limit(1000)
+        .enqueue(p)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, Error::PayloadTooLarge { limit: 1000, .. }),
+        "{e}"
+    );
+    let e = big
+        .enqueue_options()
+        .payload_limit(1000)
+        .enqueue(p)
+        .await
+        .unwrap_err();
+    assert!(
+        e.to_string().contains("exceeds the limit of 1000 bytes"),
+        "{e}"
+    );
     let e = note("x")
         .enqueue_options()
         .delay(Duration::from_secs(u64::MAX / 4))
@@ -310,12 +371,20 @@ async fn bad_input_is_a_typed_error_and_writes_nothing() {
         .await
         .unwrap_err();
     assert!(matches!(e, Error::InvalidSchedule(_)), "{e}");
-    let e = note("x").enqueue_options().max_attempts(0).enqueue(p).await.unwrap_err();
+    let e = note("x")
+        .enqueue_options()
+        .max_attempts(0)
+        .enqueue(p)
+        .await
+        .unwrap_err();
     assert!(matches!(e, Error::InvalidOption(_)), "{e}");
     let mut map = HashMap::new();
     map.insert((1, 2), 3);
     let mut tx = p.begin().await.unwrap();
-    let e = Unserializable { map }.enqueue_tx(&mut tx).await.unwrap_err();
+    let e = Unserializable { map }
+        .enqueue_tx(&mut tx)
+        .await
+        .unwrap_err();
     assert!(matches!(e, Error::Serialize(_)), "{e}");
     tx.commit().await.unwrap();
     assert_eq!(db.count("1=1").await, 0);
@@ -328,7 +397,12 @@ async fn payload_at_the_limit_is_accepted() {
     let exact = Note {
         text: "x".repeat(989),
     };
-    let out = exact.enqueue_options().payload_limit(1000).enqueue(&db.pool).await.unwrap();
+    let out = exact
+        .enqueue_options()
+        .payload_limit(1000)
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
     let info = Client::new(db.pool.clone()).get(out.id).await.unwrap();
     assert_eq!(info.payload.len(), 1000);
 }

@@ -18,10 +18,12 @@ async fn tables(db: &TestDb) -> Vec<String> {
 }
 
 async fn versions(db: &TestDb, table: &str) -> Vec<i64> {
-    sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT version FROM {table} ORDER BY version")))
-        .fetch_all(&db.pool)
-        .await
-        .unwrap()
+    sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "SELECT version FROM {table} ORDER BY version"
+    )))
+    .fetch_all(&db.pool)
+    .await
+    .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -37,9 +39,18 @@ async fn taskq_then_app_then_both_again_with_a_later_app_migration() {
     APP_V2.run(&db.pool).await.unwrap();
     assert_eq!(
         tables(&db).await,
-        ["_sqlx_migrations", "_taskq_migrations", "app_orders", "app_users", "taskq_tasks"]
+        [
+            "_sqlx_migrations",
+            "_taskq_migrations",
+            "app_orders",
+            "app_users",
+            "taskq_tasks"
+        ]
     );
-    assert_eq!(versions(&db, "_sqlx_migrations").await, [20250101000000, 20250201000000]);
+    assert_eq!(
+        versions(&db, "_sqlx_migrations").await,
+        [20250101000000, 20250201000000]
+    );
     let taskq_versions: Vec<i64> = taskq::migrator().iter().map(|m| m.version).collect();
     assert_eq!(versions(&db, "_taskq_migrations").await, taskq_versions);
 }
@@ -75,7 +86,10 @@ async fn concurrent_migrations_from_several_processes_serialize() {
         h.await.unwrap().unwrap();
     }
     assert_eq!(versions(&db, "_sqlx_migrations").await.len(), 2);
-    assert_eq!(versions(&db, "_taskq_migrations").await.len(), taskq::migrator().iter().count());
+    assert_eq!(
+        versions(&db, "_taskq_migrations").await.len(),
+        taskq::migrator().iter().count()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

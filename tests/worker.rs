@@ -1,0 +1,599 @@
+//! The worker against a real database: execution, retries, dead letters, panics, timeouts,
+//! reaping, lease loss, shutdown, retention, several workers at once.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use taskq::{Backoff, Client, Error, Task, TaskContext, TaskError, TaskId, TaskState};
+use taskq_tests::{RunningWorker, TestDb, fast_worker, wait_until};
+
+/// Execution counts by task number, shared with handlers as worker state.
+#[derive(Clone, Default)]
+struct Runs(Arc<Mutex<HashMap<u32, u32>>>);
+
+impl Runs {
+    fn get(&self, n: u32) -> u32 {
+        self.0.lock().unwrap().get(&n).copied().unwrap_or(0)
+    }
+    fn total(&self) -> usize {
+        self.0.lock().unwrap().len()
+    }
+    fn all_once(&self) -> bool {
+        self.0.lock().unwrap().values().all(|c| *c == 1)
+    }
+}
+
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+enum Mode {
+    Ok,
+    FailTimes(u32),
+    Permanent,
+    Panic,
+    Sleep(u64),
+    RetryAfterMs(u64),
+    /// Wait for the cancel signal, then record it and return Ok.
+    WaitCancel,
+}
+
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct Job {
+    n: u32,
+    mode: Mode,
+}
+
+impl Task for Job {
+    const NAME: &'static str = "job";
+    const MAX_ATTEMPTS: u32 = 3;
+    const BACKOFF: Backoff = Backoff::constant(Duration::from_millis(50));
+    async fn run(self, cx: TaskContext) -> Result<(), TaskError> {
+        let runs = cx.state::<Runs>().expect("Runs state registered");
+        let count = {
+            let mut m = runs.0.lock().unwrap();
+            let c = m.entry(self.n).or_default();
+            *c += 1;
+            *c
+        };
+        match self.mode {
+            Mode::Ok => Ok(()),
+            Mode::FailTimes(k) if count <= k => Err(TaskError::msg(format!("failure {count}"))),
+            Mode::FailTimes(_) => Ok(()),
+            Mode::Permanent => Err(TaskError::permanent(std::io::Error::other("bad input"))),
+            Mode::Panic => panic!("boom {}", self.n),
+            Mode::Sleep(ms) => {
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                Ok(())
+            }
+            Mode::RetryAfterMs(ms) => Err(TaskError::retry_after(
+                Duration::from_millis(ms),
+                std::io::Error::other("not yet"),
+            )),
+            Mode::WaitCancel => {
+                let reason = cx.cancel_signal().canceled().await;
+                runs.0.lock().unwrap().insert(1000 + self.n, reason as u32);
+                Ok(())
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct Slow;
+impl Task for Slow {
+    const NAME: &'static str = "slow";
+    const MAX_ATTEMPTS: u32 = 2;
+    const TIMEOUT: Option<Duration> = Some(Duration::from_millis(200));
+    async fn run(self, _cx: TaskContext) -> Result<(), TaskError> {
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        Ok(())
+    }
+}
+
+async fn job(db: &TestDb, n: u32, mode: Mode) -> TaskId {
+    Job { n, mode }.enqueue(&db.pool).await.unwrap().id
+}
+
+async fn state_of(db: &TestDb, id: TaskId) -> taskq::TaskInfo {
+    Client::new(db.pool.clone()).get(id).await.unwrap()
+}
+
+async fn wait_state(db: &TestDb, id: TaskId, state: TaskState) -> taskq::TaskInfo {
+    let client = Client::new(db.pool.clone());
+    wait_until(
+        Duration::from_secs(20),
+        &format!("task {id} {state}"),
+        || {
+            let client = client.clone();
+            async move { client.get(id).await.is_ok_and(|t| t.state == state) }
+        },
+    )
+    .await;
+    state_of(db, id).await
+}
+
+fn worker(db: &TestDb, runs: &Runs) -> taskq::WorkerBuilder {
+    fast_worker(&db.pool)
+        .register::<Job>()
+        .register::<Slow>()
+        .state(runs.clone())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_tasks_and_records_success() {
+    let db = TestDb::new().await;
+    let runs = Runs::default();
+    let ids: Vec<TaskId> = futures_lite_join(&db, 0..50, Mode::Ok).await;
+    let w = RunningWorker::spawn(worker(&db, &runs));
+    wait_until(Duration::from_secs(20), "50 succeeded", || async {
+        db.count("state = 'succeeded'").await == 50
+    })
+    .await;
+    let report = w.stop().await;
+    assert!(runs.all_once() && runs.total() == 50);
+    let t = state_of(&db, ids[0]).await;
+    assert_eq!((t.attempt, t.lease_epoch), (1, 1));
+    assert!(t.finished_at.is_some() && t.lease_until.is_none() && t.last_error.is_none());
+    assert_eq!(report.stats.succeeded, 50);
+    assert_eq!(report.stats.claimed, 50);
+    assert!(report.released.is_empty());
+}
+
+async fn futures_lite_join(db: &TestDb, range: std::ops::Range<u32>, mode: Mode) -> Vec<TaskId> {
+    let mut ids = Vec::new();
+    for n in range {
+        ids.push(job(db, n, mode.clone()).await);
+    }
+    ids
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failures_retry_with_backoff_then_succeed_or_go_dead() {
+    let db = TestDb::new().await;
+    let runs = Runs::default();
+    let flaky = job(&db, 1, Mode::FailTimes(2)).await;
+    let hopeless = job(&db, 2, Mode::FailTimes(99)).await;
+    let permanent = job(&db, 3, Mode::Permanent).await;
+    let w = RunningWorker::spawn(worker(&db, &runs));
+    let t = wait_state(&db, flaky, TaskState::Succeeded).await;
+    assert_eq!(t.attempt, 3);
+    assert_eq!(
+        t.last_error.as_deref(),
+        Some("failure 2"),
+        "the last error is kept after success"
+    );
+    let t = wait_state(&db, hopeless, TaskState::Dead).await;
+    assert_eq!((t.attempt, runs.get(2)), (3, 3));
+    assert_eq!(
+        t.last_error.as_deref(),
+        Some("failure 3 (attempts exhausted: 3/3)")
+    );
+    let t = wait_state(&db, permanent, TaskState::Dead).await;
+    assert_eq!((t.attempt, runs.get(3)), (1, 1));
+    assert_eq!(t.last_error.as_deref(), Some("bad input"));
+    let stats = w.stop().await.stats;
+    assert_eq!((stats.retried, stats.dead, stats.succeeded), (4, 2, 1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_after_is_honoured() {
+    let db = TestDb::new().await;
+    let runs = Runs::default();
+    let id = job(&db, 1, Mode::RetryAfterMs(60_000)).await;
+    let w = RunningWorker::spawn(worker(&db, &runs));
+    wait_until(
+        Duration::from_secs(10),
+        "first attempt written back",
+        || async {
+            state_of(&db, id).await.attempt == 1
+                && state_of(&db, id).await.state == TaskState::Pending
+        },
+    )
+    .await;
+    w.stop().await;
+    let t = state_of(&db, id).await;
+    let delay = t.run_at - t.updated_at;
+    assert!(
+        delay > chrono::Duration::seconds(59) && delay <= chrono::Duration::seconds(60),
+        "{delay}"
+    );
+    assert_eq!(t.last_error.as_deref(), Some("not yet"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panic_is_a_failure_not_a_crash() {
+    let db = TestDb::new().await;
+    let runs = Runs::default();
+    let bad = Job {
+        n: 1,
+        mode: Mode::Panic,
+    }
+    .enqueue_options()
+    .max_attempts(1)
+    .enqueue(&db.pool)
+    .await
+    .unwrap()
+    .id;
+    let good = job(&db, 2, Mode::Ok).await;
+    let w = RunningWorker::spawn(worker(&db, &runs));
+    let t = wait_state(&db, bad, TaskState::Dead).await;
+    assert!(
+        t.last_error
+            .unwrap()
+            .starts_with("handler panicked: boom 1")
+    );
+    wait_state(&db, good, TaskState::Succeeded).await;
+    // The worker still works after the panic.
+    let later = job(&db, 3, Mode::Ok).await;
+    wait_state(&db, later, TaskState::Succeeded).await;
+    assert_eq!(w.stop().await.stats.panics, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timeout_cancels_the_handler_and_counts_as_a_failure() {
+    let db = TestDb::new().await;
+    let runs = Runs::default();
+    let id = Slow.enqueue(&db.pool).await.unwrap().id;
+    let w = RunningWorker::spawn(worker(&db, &runs).cancel_grace(Duration::from_millis(50)));
+    let t = wait_state(&db, id, TaskState::Dead).await;
+    assert_eq!(t.attempt, 2);
+    assert!(t.last_error.unwrap().starts_with("timed out after 200ms"));
+    assert_eq!(w.stop().await.stats.timeouts, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn undecodable_payloads_and_unknown_names() {
+    let db = TestDb::new().await;
+    let runs = Runs::default();
+    for (name, payload) in [
+        ("job", &b"{\"n\": \"not a number\"}"[..]),
+        ("job", &b"\xff\xfe"[..]),
+        ("nobody_handles_this", &b"{}"[..]),
+    ] {
+        sqlx::query(
+            "INSERT INTO taskq_tasks (queue, name, payload, state, max_attempts, run_at, created_at, updated_at)
+             VALUES ('default', ?, ?, 'pending', 5, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))",
+        )
+        .bind(name)
+        .bind(payload)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    }
+    let ok = job(&db, 1, Mode::Ok).await;
+    let w = RunningWorker::spawn(worker(&db, &runs));
+    wait_state(&db, ok, TaskState::Succeeded).await;
+    wait_until(Duration::from_secs(10), "2 dead", || async {
+        db.count("state = 'dead'").await == 2
+    })
+    .await;
+    let errors: Vec<String> =
+        sqlx::query_scalar("SELECT last_error FROM taskq_tasks WHERE state = 'dead' ORDER BY id")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    assert!(
+        errors[0].contains("payload does not decode as worker::Job"),
+        "{}",
+        errors[0]
+    );
+    assert!(errors.iter().all(|e| e.contains("payload does not decode")));
+    // Exactly one attempt each: undecodable payloads are never retried.
+    assert_eq!(db.count("state = 'dead' AND attempt = 1").await, 2);
+    // Unknown names stay pending and untouched.
+    assert_eq!(
+        db.count("name = 'nobody_handles_this' AND state = 'pending' AND attempt = 0")
+            .await,
+        1
+    );
+    w.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reaper_requeues_expired_leases_and_buries_exhausted_ones() {
+    let db = TestDb::new().await;
+    let runs = Runs::default();
+    let again = job(&db, 1, Mode::Ok).await;
+    let exhausted = job(&db, 2, Mode::Ok).await;
+    // Simulate a crashed worker: running with an expired lease.
+    sqlx::query(
+        "UPDATE taskq_tasks SET state = 'running', attempt = IF(id = ?, 1, 3), lease_epoch = 7,
+           worker_id = 'crashed', lease_until = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND",
+    )
+    .bind(again.0)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let w = RunningWorker::spawn(worker(&db, &runs));
+    let t = wait_state(&db, again, TaskState::Succeeded).await;
+    // Reaped (epoch 8) then claimed (epoch 9), second attempt.
+    assert_eq!((t.lease_epoch, t.attempt), (9, 2));
+    assert!(
+        t.last_error
+            .unwrap()
+            .contains("lease expired (worker crashed, attempt 1)")
+    );
+    let t = wait_state(&db, exhausted, TaskState::Dead).await;
+    assert_eq!((t.lease_epoch, t.attempt, runs.get(2)), (8, 3, 0));
+    assert!(w.stop().await.stats.reaped >= 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_lease_cancels_the_handler_and_its_write_back_is_fenced() {
+    let db = TestDb::new().await;
+    let runs = Runs::default();
+    let id = job(&db, 1, Mode::WaitCancel).await;
+    let w = RunningWorker::spawn(
+        worker(&db, &runs)
+            .lease(Duration::from_secs(3))
+            .heartbeat(Duration::from_millis(100))
+            .reaper_interval(Duration::from_secs(3600)),
+    );
+    wait_state(&db, id, TaskState::Running).await;
+    // Another holder takes the task over: its epoch moves on.
+    sqlx::query(
+        "UPDATE taskq_tasks SET lease_epoch = lease_epoch + 1, worker_id = 'other' WHERE id = ?",
+    )
+    .bind(id.0)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    wait_until(
+        Duration::from_secs(10),
+        "handler saw its cancel signal",
+        || async {
+            runs.get(1001) == taskq::CancelReason::LeaseLost as u32
+                && runs.0.lock().unwrap().contains_key(&1001)
+        },
+    )
+    .await;
+    wait_until(Duration::from_secs(10), "fenced write-back", || async {
+        w.stats.snapshot().fenced == 1
+    })
+    .await;
+    let t = state_of(&db, id).await;
+    assert_eq!(
+        (t.state, t.lease_epoch, t.worker_id.as_deref()),
+        (TaskState::Running, 2, Some("other"))
+    );
+    let stats = w.stop().await.stats;
+    assert_eq!(
+        (stats.lost_leases, stats.fenced, stats.succeeded),
+        (1, 1, 0)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_waits_for_handlers_then_releases_the_rest() {
+    let db = TestDb::new().await;
+    let runs = Runs::default();
+    let quick = job(&db, 1, Mode::Sleep(300)).await;
+    let stuck = job(&db, 2, Mode::Sleep(60_000)).await;
+    let w = RunningWorker::spawn(worker(&db, &runs).shutdown_timeout(Duration::from_secs(1)));
+    wait_until(Duration::from_secs(10), "both running", || async {
+        db.count("state = 'running'").await == 2
+    })
+    .await;
+    let started = std::time::Instant::now();
+    let report = w.stop().await;
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_secs(4),
+        "{took:?}"
+    );
+    assert_eq!(report.released, vec![stuck]);
+    assert!(report.unacknowledged.is_empty());
+    assert_eq!(state_of(&db, quick).await.state, TaskState::Succeeded);
+    let t = state_of(&db, stuck).await;
+    // Released: pending now, epoch bumped, the interrupted attempt not counted.
+    assert_eq!(
+        (t.state, t.lease_epoch, t.attempt),
+        (TaskState::Pending, 2, 0)
+    );
+    assert!(t.run_at <= chrono::Utc::now() + chrono::Duration::seconds(1));
+    // Another worker starts it at once.
+    sqlx::query("UPDATE taskq_tasks SET payload = '{\"n\":2,\"mode\":\"Ok\"}' WHERE id = ?")
+        .bind(stuck.0)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let w2 = RunningWorker::spawn(worker(&db, &runs));
+    wait_state(&db, stuck, TaskState::Succeeded).await;
+    w2.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_prunes_old_terminal_tasks_only() {
+    let db = TestDb::new().await;
+    let runs = Runs::default();
+    for n in 0..6 {
+        job(&db, n, Mode::Ok).await;
+    }
+    sqlx::query(
+        "UPDATE taskq_tasks SET state = ELT(1 + id % 3, 'succeeded', 'dead', 'canceled'),
+           finished_at = IF(id <= 3, UTC_TIMESTAMP(6) - INTERVAL 2 HOUR, UTC_TIMESTAMP(6))",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let keep_dead = taskq::Retention {
+        succeeded: Some(Duration::from_secs(3600)),
+        dead: None,
+        canceled: Some(Duration::from_secs(3600)),
+        interval: Duration::from_millis(100),
+    };
+    let w = RunningWorker::spawn(worker(&db, &runs).retention(keep_dead));
+    wait_until(
+        Duration::from_secs(10),
+        "old succeeded/canceled pruned",
+        || async { db.count("1=1").await == 4 },
+    )
+    .await;
+    w.stop().await;
+    // The old dead task is kept (dead retention disabled), recent ones are kept.
+    assert_eq!(
+        db.count("finished_at < UTC_TIMESTAMP(6) - INTERVAL 1 HOUR")
+            .await,
+        1
+    );
+    assert_eq!(
+        db.count("finished_at < UTC_TIMESTAMP(6) - INTERVAL 1 HOUR AND state = 'dead'")
+            .await,
+        1
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_workers_run_each_task_exactly_once() {
+    let db = TestDb::new().await;
+    let runs = Runs::default();
+    let n = 600;
+    let mut tx = db.pool.begin().await.unwrap();
+    for i in 0..n {
+        Job {
+            n: i,
+            mode: Mode::Ok,
+        }
+        .enqueue_tx(&mut tx)
+        .await
+        .unwrap();
+    }
+    tx.commit().await.unwrap();
+    let workers: Vec<RunningWorker> = (0..4)
+        .map(|i| {
+            RunningWorker::spawn(
+                worker(&db, &runs)
+                    .worker_id(format!("w{i}"))
+                    .queue("default", 8)
+                    .claim_batch(4),
+            )
+        })
+        .collect();
+    wait_until(Duration::from_secs(60), "all succeeded", || async {
+        db.count("state = 'succeeded'").await == i64::from(n)
+    })
+    .await;
+    let mut claimed_by = Vec::new();
+    for w in workers {
+        claimed_by.push(w.stop().await.stats.claimed);
+    }
+    assert_eq!(runs.total(), n as usize);
+    assert!(runs.all_once(), "some task ran twice");
+    assert_eq!(claimed_by.iter().sum::<u64>(), u64::from(n));
+    assert_eq!(
+        db.count("attempt = 1 AND lease_epoch = 1").await,
+        i64::from(n)
+    );
+    let distinct: i64 = sqlx::query_scalar("SELECT COUNT(DISTINCT worker_id) FROM taskq_tasks")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert!(
+        distinct >= 2,
+        "work was spread over workers: {claimed_by:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_process_enqueue_wakes_an_idle_worker() {
+    let db = TestDb::new().await;
+    let runs = Runs::default();
+    let w = RunningWorker::spawn(
+        worker(&db, &runs).poll_interval(Duration::from_secs(30), Duration::from_secs(30)),
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await; // the first (empty) poll is done
+    let id = job(&db, 1, Mode::Ok).await;
+    wait_until(
+        Duration::from_secs(5),
+        "woken worker ran the task",
+        || async { state_of(&db, id).await.state == TaskState::Succeeded },
+    )
+    .await;
+    w.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_settings_are_typed_errors() {
+    let db = TestDb::new().await;
+    let cfg = |b: taskq::WorkerBuilder| match b.build() {
+        Err(Error::Config(m)) => m,
+        Err(e) => panic!("unexpected error {e}"),
+        Ok(_) => panic!("accepted"),
+    };
+    let base = || taskq::Worker::builder(db.pool.clone()).register::<Job>();
+    assert!(cfg(taskq::Worker::builder(db.pool.clone())).contains("no task is registered"));
+    assert!(cfg(base().queue("default", 0)).contains("concurrency 0"));
+    assert!(cfg(base().concurrency(0)).contains("concurrency must be at least 1"));
+    assert!(
+        cfg(base()
+            .lease(Duration::from_secs(5))
+            .heartbeat(Duration::from_secs(5)))
+        .contains("shorter than the lease")
+    );
+    assert!(
+        cfg(base().poll_interval(Duration::from_secs(2), Duration::from_secs(1)))
+            .contains("poll interval")
+    );
+    assert!(cfg(base().claim_batch(0)).contains("claim batch"));
+    assert!(matches!(
+        base().queue("", 1).build(),
+        Err(Error::InvalidName { .. })
+    ));
+    // Job reads Runs through cx.state() (not an injected State<T>), so this builds.
+    assert!(base().build().is_ok());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_in_progress_never_blocks_producers() {
+    let db = TestDb::new().await;
+    for n in 0..20 {
+        job(&db, n, Mode::Ok).await;
+    }
+    // Hold a claim-like locking scan open on a READ COMMITTED session, as the worker does.
+    let mut claimer = db.pool.acquire().await.unwrap();
+    sqlx::query("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+        .execute(&mut *claimer)
+        .await
+        .unwrap();
+    sqlx::query("BEGIN").execute(&mut *claimer).await.unwrap();
+    let locked: Vec<u64> = sqlx::query_scalar(
+        "SELECT id FROM taskq_tasks WHERE state = 'pending' AND queue = 'default' AND run_at <= UTC_TIMESTAMP(6)
+         ORDER BY priority, run_at, id LIMIT 10 FOR UPDATE SKIP LOCKED",
+    )
+    .fetch_all(&mut *claimer)
+    .await
+    .unwrap();
+    assert_eq!(locked.len(), 10);
+    // A producer (default REPEATABLE READ) inserts new due tasks meanwhile, with a short lock wait.
+    let mut producer = db.pool.acquire().await.unwrap();
+    sqlx::query("SET SESSION innodb_lock_wait_timeout = 1")
+        .execute(&mut *producer)
+        .await
+        .unwrap();
+    let mut tx = sqlx::Connection::begin(&mut *producer).await.unwrap();
+    // Priority -1 sorts them inside the scanned range (before the locked rows): under
+    // REPEATABLE READ the scan's next-key locks would make these inserts wait and fail.
+    for n in 100..110 {
+        Job { n, mode: Mode::Ok }
+            .enqueue_options()
+            .priority(-1)
+            .enqueue_tx(&mut tx)
+            .await
+            .unwrap();
+    }
+    tx.commit().await.unwrap();
+    // And a second claimer gets ten unlocked rows without waiting.
+    let mut other = db.pool.acquire().await.unwrap();
+    let theirs: Vec<u64> = sqlx::query_scalar(
+        "SELECT id FROM taskq_tasks WHERE state = 'pending' AND queue = 'default' AND run_at <= UTC_TIMESTAMP(6)
+         ORDER BY priority, run_at, id LIMIT 10 FOR UPDATE SKIP LOCKED",
+    )
+    .fetch_all(&mut *other)
+    .await
+    .unwrap();
+    assert_eq!(theirs.len(), 10);
+    assert!(theirs.iter().all(|id| !locked.contains(id)));
+    sqlx::query("ROLLBACK")
+        .execute(&mut *claimer)
+        .await
+        .unwrap();
+}

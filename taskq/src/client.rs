@@ -144,7 +144,10 @@ impl Client {
 
     /// A task by id; [`Error::NotFound`] when it does not exist (or was pruned).
     pub async fn get(&self, id: TaskId) -> Result<TaskInfo> {
-        store::task_get(&self.pool, id).await?.ok_or(Error::NotFound(id))?.try_into()
+        store::task_get(&self.pool, id)
+            .await?
+            .ok_or(Error::NotFound(id))?
+            .try_into()
     }
 
     /// Tasks matching `filter`, ordered by id.
@@ -201,7 +204,11 @@ impl Client {
         match store::task_state(&self.pool, id).await {
             Ok(None) => Error::NotFound(id),
             Ok(Some(s)) => match parse_state(&s) {
-                Ok(state) => Error::WrongState { id, state, expected },
+                Ok(state) => Error::WrongState {
+                    id,
+                    state,
+                    expected,
+                },
                 Err(e) => e,
             },
             Err(e) => e.into(),

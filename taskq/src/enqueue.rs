@@ -179,7 +179,9 @@ impl<T: Task> Enqueue<T> {
         }
         let max_attempts = self.max_attempts.unwrap_or(T::MAX_ATTEMPTS);
         if max_attempts == 0 {
-            return Err(Error::InvalidOption("max_attempts must be at least 1".into()));
+            return Err(Error::InvalidOption(
+                "max_attempts must be at least 1".into(),
+            ));
         }
         let delay_us = validate_schedule(self.delay, self.run_at)?;
         let payload = serde_json::to_vec(&self.task).map_err(Error::Serialize)?;
@@ -228,8 +230,14 @@ impl Prepared {
             idempotency_key: self.idempotency_key.as_deref(),
         };
         let out = match store::task_insert(conn, &row).await? {
-            Inserted::New(id) => Enqueued { id, duplicate: false },
-            Inserted::Duplicate(id) => Enqueued { id, duplicate: true },
+            Inserted::New(id) => Enqueued {
+                id,
+                duplicate: false,
+            },
+            Inserted::Duplicate(id) => Enqueued {
+                id,
+                duplicate: true,
+            },
         };
         tracing::debug!(task_id = %out.id, task = self.name, queue = %self.queue, duplicate = out.duplicate, "enqueued");
         Ok(out)
@@ -288,13 +296,19 @@ mod tests {
         assert!(validate_name("queue", "orders", 64).is_ok());
         for bad in ["", " x", "x ", "a\nb", &"q".repeat(65)] {
             let e = validate_name("queue", bad, 64).unwrap_err();
-            assert!(matches!(e, Error::InvalidName { what: "queue", .. }), "{bad:?}");
+            assert!(
+                matches!(e, Error::InvalidName { what: "queue", .. }),
+                "{bad:?}"
+            );
         }
     }
 
     #[test]
     fn schedules_are_checked() {
-        assert_eq!(validate_schedule(Duration::from_millis(5), None).unwrap(), 5000);
+        assert_eq!(
+            validate_schedule(Duration::from_millis(5), None).unwrap(),
+            5000
+        );
         assert!(validate_schedule(MAX_DELAY + Duration::from_secs(1), None).is_err());
         let far = Utc::now() + chrono::Duration::days(365 * 11);
         assert!(validate_schedule(Duration::ZERO, Some(far)).is_err());

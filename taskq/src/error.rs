@@ -66,7 +66,9 @@ pub enum Error {
         second: &'static str,
     },
     /// A task needs application state that was not registered on the worker.
-    #[error("task {task:?} needs state of type {ty}, which was not registered on the worker (use WorkerBuilder::state)")]
+    #[error(
+        "task {task:?} needs state of type {ty}, which was not registered on the worker (use WorkerBuilder::state)"
+    )]
     MissingState {
         /// Task name.
         task: &'static str,

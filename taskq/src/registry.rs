@@ -39,7 +39,10 @@ impl std::fmt::Debug for Registration {
     }
 }
 
-fn run_erased<T: Task>(payload: &[u8], cx: TaskContext) -> std::result::Result<BoxFuture, serde_json::Error> {
+fn run_erased<T: Task>(
+    payload: &[u8],
+    cx: TaskContext,
+) -> std::result::Result<BoxFuture, serde_json::Error> {
     let task: T = serde_json::from_slice(payload)?;
     Ok(Box::pin(task.run(cx)))
 }
@@ -75,7 +78,10 @@ inventory::collect!(Registration);
 
 /// Every task registered with `#[task]` in this binary.
 pub fn registered() -> Vec<Registration> {
-    inventory::iter::<Registration>.into_iter().copied().collect()
+    inventory::iter::<Registration>
+        .into_iter()
+        .copied()
+        .collect()
 }
 
 /// Handlers by name; fails when two registrations share a name (naming both types).

@@ -17,7 +17,8 @@ pub struct Backoff {
 
 impl Backoff {
     /// The default: 1 s, doubling, capped at 1 h, up to 25% jitter.
-    pub const DEFAULT: Backoff = Backoff::exponential(Duration::from_secs(1), Duration::from_secs(3600));
+    pub const DEFAULT: Backoff =
+        Backoff::exponential(Duration::from_secs(1), Duration::from_secs(3600));
 
     /// Exponential backoff from `base` capped at `max`, with the default 25% jitter.
     pub const fn exponential(base: Duration, max: Duration) -> Self {
@@ -89,7 +90,10 @@ mod tests {
         assert_eq!(b.delay(3, 1.0), Duration::from_secs(3));
         for _ in 0..1000 {
             let d = b.delay_random(3);
-            assert!(d >= Duration::from_secs(3) && d <= Duration::from_secs(4), "{d:?}");
+            assert!(
+                d >= Duration::from_secs(3) && d <= Duration::from_secs(4),
+                "{d:?}"
+            );
         }
     }
 

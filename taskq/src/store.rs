@@ -11,7 +11,7 @@
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use sqlx::{MySql, MySqlConnection, Executor};
+use sqlx::{Executor, MySql, MySqlConnection};
 
 use crate::task::{TaskId, TaskState};
 
@@ -41,7 +41,10 @@ pub(crate) enum Inserted {
 
 /// Inserts a task on `conn` (the caller's transaction, if any). A duplicate idempotency key
 /// returns the existing row's id instead of failing.
-pub(crate) async fn task_insert(conn: &mut MySqlConnection, t: &NewTask<'_>) -> sqlx::Result<Inserted> {
+pub(crate) async fn task_insert(
+    conn: &mut MySqlConnection,
+    t: &NewTask<'_>,
+) -> sqlx::Result<Inserted> {
     let res = sqlx::query!(
         r#"INSERT INTO taskq_tasks
             (queue, name, payload, state, priority, max_attempts, run_at, idempotency_key,
@@ -62,7 +65,9 @@ pub(crate) async fn task_insert(conn: &mut MySqlConnection, t: &NewTask<'_>) -> 
     .await;
     match res {
         Ok(done) => Ok(Inserted::New(TaskId(done.last_insert_id()))),
-        Err(sqlx::Error::Database(e)) if is_idempotency_conflict(&*e) && t.idempotency_key.is_some() => {
+        Err(sqlx::Error::Database(e))
+            if is_idempotency_conflict(&*e) && t.idempotency_key.is_some() =>
+        {
             // A locking read sees the latest committed row even inside the caller's
             // REPEATABLE READ snapshot; it reads the unique index only.
             let id = sqlx::query_scalar!(
@@ -197,7 +202,9 @@ pub(crate) struct QueueStats {
 }
 
 /// Counts by queue and state.
-pub(crate) async fn task_stats<'e>(ex: impl Executor<'e, Database = MySql>) -> sqlx::Result<Vec<QueueStats>> {
+pub(crate) async fn task_stats<'e>(
+    ex: impl Executor<'e, Database = MySql>,
+) -> sqlx::Result<Vec<QueueStats>> {
     sqlx::query_as!(
         QueueStats,
         r#"SELECT queue, state AS "state!: String", COUNT(*) AS "count!: i64",
@@ -210,7 +217,10 @@ pub(crate) async fn task_stats<'e>(ex: impl Executor<'e, Database = MySql>) -> s
 }
 
 /// Cancels a pending task; returns whether a row changed.
-pub(crate) async fn task_cancel<'e>(ex: impl Executor<'e, Database = MySql>, id: TaskId) -> sqlx::Result<bool> {
+pub(crate) async fn task_cancel<'e>(
+    ex: impl Executor<'e, Database = MySql>,
+    id: TaskId,
+) -> sqlx::Result<bool> {
     let done = sqlx::query!(
         r#"UPDATE taskq_tasks
            SET state = 'canceled', finished_at = UTC_TIMESTAMP(6), updated_at = UTC_TIMESTAMP(6)
@@ -223,7 +233,10 @@ pub(crate) async fn task_cancel<'e>(ex: impl Executor<'e, Database = MySql>, id:
 }
 
 /// Moves a dead task back to pending with attempts reset and its epoch incremented.
-pub(crate) async fn task_retry_dead<'e>(ex: impl Executor<'e, Database = MySql>, id: TaskId) -> sqlx::Result<bool> {
+pub(crate) async fn task_retry_dead<'e>(
+    ex: impl Executor<'e, Database = MySql>,
+    id: TaskId,
+) -> sqlx::Result<bool> {
     let done = sqlx::query!(
         r#"UPDATE taskq_tasks
            SET state = 'pending', attempt = 0, lease_epoch = lease_epoch + 1, run_at = UTC_TIMESTAMP(6),
@@ -237,10 +250,16 @@ pub(crate) async fn task_retry_dead<'e>(ex: impl Executor<'e, Database = MySql>,
 }
 
 /// The state of one task, or `None` when the id does not exist.
-pub(crate) async fn task_state<'e>(ex: impl Executor<'e, Database = MySql>, id: TaskId) -> sqlx::Result<Option<String>> {
-    sqlx::query_scalar!(r#"SELECT state AS "state: String" FROM taskq_tasks WHERE id = ?"#, id.0)
-        .fetch_optional(ex)
-        .await
+pub(crate) async fn task_state<'e>(
+    ex: impl Executor<'e, Database = MySql>,
+    id: TaskId,
+) -> sqlx::Result<Option<String>> {
+    sqlx::query_scalar!(
+        r#"SELECT state AS "state: String" FROM taskq_tasks WHERE id = ?"#,
+        id.0
+    )
+    .fetch_optional(ex)
+    .await
 }
 
 /// A task as claimed by a worker (values after the claim).
@@ -379,7 +398,10 @@ pub(crate) struct Finish {
 
 /// Writes a batch of outcomes in one statement. Each row is written only if it is still
 /// running with the epoch its attempt claimed; returns how many rows were written.
-pub(crate) async fn task_finish<'e>(ex: impl Executor<'e, Database = MySql>, batch: &[Finish]) -> sqlx::Result<u64> {
+pub(crate) async fn task_finish<'e>(
+    ex: impl Executor<'e, Database = MySql>,
+    batch: &[Finish],
+) -> sqlx::Result<u64> {
     let json = serde_json::to_string(batch).expect("finish batch serializes");
     let done = sqlx::query!(
         r#"UPDATE JSON_TABLE(?, '$[*]' COLUMNS (
@@ -405,7 +427,10 @@ pub(crate) async fn task_finish<'e>(ex: impl Executor<'e, Database = MySql>, bat
 
 /// Gives running tasks back (shutdown): pending now, epoch incremented, the interrupted
 /// attempt not counted. Conditional on each `(id, epoch)`.
-pub(crate) async fn task_release<'e>(ex: impl Executor<'e, Database = MySql>, leases_json: &str) -> sqlx::Result<u64> {
+pub(crate) async fn task_release<'e>(
+    ex: impl Executor<'e, Database = MySql>,
+    leases_json: &str,
+) -> sqlx::Result<u64> {
     let done = sqlx::query!(
         r#"UPDATE JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$[0]',
                                                epoch BIGINT UNSIGNED PATH '$[1]')) AS j
@@ -424,7 +449,10 @@ pub(crate) async fn task_release<'e>(ex: impl Executor<'e, Database = MySql>, le
 
 /// Reaps up to `limit` running tasks whose lease has expired: back to pending (due now), or to
 /// dead when attempts are exhausted; epoch incremented either way. Returns the count.
-pub(crate) async fn task_reap_expired<'e>(ex: impl Executor<'e, Database = MySql>, limit: u32) -> sqlx::Result<u64> {
+pub(crate) async fn task_reap_expired<'e>(
+    ex: impl Executor<'e, Database = MySql>,
+    limit: u32,
+) -> sqlx::Result<u64> {
     let done = sqlx::query!(
         r#"UPDATE taskq_tasks
            SET last_error = CONCAT('lease expired (worker ', COALESCE(worker_id, '?'),
@@ -491,9 +519,11 @@ pub(crate) async fn session_setup(conn: &mut MySqlConnection) -> sqlx::Result<()
 
 /// Waits up to 60 s for the database-wide taskq migration lock; returns whether it was taken.
 pub(crate) async fn migration_lock(conn: &mut MySqlConnection) -> sqlx::Result<bool> {
-    let got = sqlx::query_scalar!(r#"SELECT GET_LOCK(CONCAT('taskq_migrate.', DATABASE()), 60) AS "got: i64""#)
-        .fetch_one(conn)
-        .await?;
+    let got = sqlx::query_scalar!(
+        r#"SELECT GET_LOCK(CONCAT('taskq_migrate.', DATABASE()), 60) AS "got: i64""#
+    )
+    .fetch_one(conn)
+    .await?;
     Ok(got == Some(1))
 }
 

@@ -80,7 +80,9 @@ pub trait Task: Serialize + DeserializeOwned + Send + Sync + 'static {
 }
 
 /// Identifier of a task row.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, serde::Deserialize,
+)]
 #[serde(transparent)]
 pub struct TaskId(pub u64);
 

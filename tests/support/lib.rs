@@ -36,7 +36,13 @@ async fn ensure_server() {
     }
     if std::env::var_os("TASKQ_TEST_DATABASE_URL").is_none() && STARTED.set(()).is_ok() {
         let _ = std::process::Command::new("start-stop-daemon")
-            .args(["--start", "--oknodo", "--background", "--exec", "/usr/sbin/mariadbd"])
+            .args([
+                "--start",
+                "--oknodo",
+                "--background",
+                "--exec",
+                "/usr/sbin/mariadbd",
+            ])
             .status();
     }
     for _ in 0..100 {
@@ -65,7 +71,9 @@ impl TestDb {
     /// A new empty database with taskq's migrations applied.
     pub async fn new() -> Self {
         let db = Self::empty().await;
-        taskq::migrate(&db.pool).await.expect("taskq migrations apply");
+        taskq::migrate(&db.pool)
+            .await
+            .expect("taskq migrations apply");
         db
     }
 
@@ -73,7 +81,10 @@ impl TestDb {
     pub async fn empty() -> Self {
         ensure_server().await;
         let name = format!("taskq_t_{:016x}", fastrand::u64(..));
-        let mut admin = server_options().connect().await.expect("connect to the test server");
+        let mut admin = server_options()
+            .connect()
+            .await
+            .expect("connect to the test server");
         sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE `{name}`")))
             .execute(&mut admin)
             .await
@@ -117,12 +128,16 @@ impl Drop for TestDb {
         let name = self.name.clone();
         // Drop the database on a separate thread with its own runtime: Drop cannot await.
         let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build();
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build();
             if let Ok(rt) = rt {
                 rt.block_on(async {
                     if let Ok(mut c) = server_options().connect().await {
+                        // A panicking test may leave a transaction open in its pool (the
+                        // pool is dropped after this): do not wait for its locks forever.
                         let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-                            "DROP DATABASE IF EXISTS `{name}`"
+                            "SET SESSION lock_wait_timeout = 5; DROP DATABASE IF EXISTS `{name}`"
                         )))
                         .execute(&mut c)
                         .await;
@@ -136,3 +151,72 @@ impl Drop for TestDb {
 
 pub mod proxy;
 pub mod server;
+
+/// A worker running in the background of a test, stopped by [`RunningWorker::stop`].
+pub struct RunningWorker {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    handle: tokio::task::JoinHandle<taskq::Result<taskq::ShutdownReport>>,
+    /// Live counters.
+    pub stats: std::sync::Arc<taskq::WorkerStats>,
+    /// The worker id.
+    pub id: String,
+}
+
+impl RunningWorker {
+    /// Builds `builder` with a shutdown signal and spawns it.
+    pub fn spawn(builder: taskq::WorkerBuilder) -> Self {
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let worker = builder
+            .shutdown_signal(async move {
+                let _ = rx.await;
+            })
+            .build()
+            .expect("worker configuration is valid");
+        let stats = worker.stats();
+        let id = worker.id().to_owned();
+        Self {
+            stop: Some(tx),
+            handle: tokio::spawn(worker.run()),
+            stats,
+            id,
+        }
+    }
+
+    /// Signals shutdown and waits for the report.
+    pub async fn stop(mut self) -> taskq::ShutdownReport {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        (&mut self.handle)
+            .await
+            .expect("worker task did not panic")
+            .expect("worker returned Ok")
+    }
+}
+
+/// Polls `cond` every 20 ms until it is true; panics with `what` after `timeout`.
+pub async fn wait_until<F, Fut>(timeout: Duration, what: &str, mut cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if cond().await {
+            return;
+        }
+        if tokio::time::Instant::now() > deadline {
+            panic!("timed out after {timeout:?} waiting for: {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A worker builder with test-friendly intervals (fast polling, short reaper, no retention).
+pub fn fast_worker(pool: &MySqlPool) -> taskq::WorkerBuilder {
+    taskq::Worker::builder(pool.clone())
+        .poll_interval(Duration::from_millis(10), Duration::from_millis(100))
+        .reaper_interval(Duration::from_millis(100))
+        .retention(taskq::Retention::disabled())
+        .shutdown_timeout(Duration::from_secs(5))
+}

@@ -133,8 +133,12 @@ async fn flush(shared: &Shared, chunk: &[Finish]) -> sqlx::Result<()> {
     }
     for f in fenced {
         WorkerStats::add(&stats.fenced, 1);
-        tracing::warn!(task_id = f.id, lease_epoch = f.epoch, outcome = f.state,
-            "taskq: stale write-back rejected (lease epoch moved; another worker owns the task)");
+        tracing::warn!(
+            task_id = f.id,
+            lease_epoch = f.epoch,
+            outcome = f.state,
+            "taskq: stale write-back rejected (lease epoch moved; another worker owns the task)"
+        );
     }
     Ok(())
 }

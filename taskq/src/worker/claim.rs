@@ -72,7 +72,13 @@ pub(crate) async fn run(shared: Arc<Shared>, queue: Arc<str>, concurrency: usize
         for task in claimed {
             let slot = slots.pop().expect("a slot per claimed task");
             shared.executing.fetch_add(1, Ordering::AcqRel);
-            tokio::spawn(executor::run(shared.clone(), queue.clone(), task, slot, started));
+            tokio::spawn(executor::run(
+                shared.clone(),
+                queue.clone(),
+                task,
+                slot,
+                started,
+            ));
         }
         drop(slots);
         if got == wanted {
@@ -96,8 +102,12 @@ pub(crate) async fn run(shared: Arc<Shared>, queue: Arc<str>, concurrency: usize
 fn take_slots(shared: &Shared, queue_slots: &Arc<Semaphore>) -> Vec<Slot> {
     let mut out = Vec::new();
     while out.len() < shared.cfg.claim_batch {
-        let Ok(q) = queue_slots.clone().try_acquire_owned() else { break };
-        let Ok(g) = shared.global.clone().try_acquire_owned() else { break };
+        let Ok(q) = queue_slots.clone().try_acquire_owned() else {
+            break;
+        };
+        let Ok(g) = shared.global.clone().try_acquire_owned() else {
+            break;
+        };
         out.push(Slot {
             _queue: q,
             _global: g,

@@ -241,7 +241,9 @@ impl WorkerBuilder {
         let cfg_err = |m: String| Err(Error::Config(m));
         let handlers = registry::by_name(&self.registrations)?;
         if handlers.is_empty() {
-            return cfg_err("no task is registered (use #[taskq::task], register_all or register)".into());
+            return cfg_err(
+                "no task is registered (use #[taskq::task], register_all or register)".into(),
+            );
         }
         let mut queues = self.queues.clone();
         if queues.is_empty() {

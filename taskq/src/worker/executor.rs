@@ -30,7 +30,13 @@ pub(crate) enum Outcome {
     Abandoned(CancelReason),
 }
 
-pub(crate) async fn run(shared: Arc<Shared>, queue: Arc<str>, task: Claimed, slot: Slot, claim_sent: Instant) {
+pub(crate) async fn run(
+    shared: Arc<Shared>,
+    queue: Arc<str>,
+    task: Claimed,
+    slot: Slot,
+    claim_sent: Instant,
+) {
     let id = task.id;
     let (cancel, signal) = CancelHandle::new();
     let cancel = Arc::new(cancel);
@@ -49,7 +55,9 @@ pub(crate) async fn run(shared: Arc<Shared>, queue: Arc<str>, task: Claimed, slo
         attempt = task.attempt, lease_epoch = task.lease_epoch, worker_id = %shared.worker_id,
         queue_wait_ms = task.wait_us / 1000);
     let started = Instant::now();
-    let outcome = attempt(&shared, &queue, &task, cancel, signal).instrument(span.clone()).await;
+    let outcome = attempt(&shared, &queue, &task, cancel, signal)
+        .instrument(span.clone())
+        .await;
     drop(slot);
     shared.executing.fetch_sub(1, Ordering::AcqRel);
     shared.slot_freed.notify_waiters();
@@ -78,7 +86,11 @@ pub(crate) async fn run(shared: Arc<Shared>, queue: Arc<str>, task: Claimed, slo
             finish(&task, "dead", Duration::ZERO, Some(e))
         }
         Outcome::Failed(kind, e) => {
-            let backoff = shared.handlers.get(task.name.as_str()).map(|h| h.backoff).unwrap_or_default();
+            let backoff = shared
+                .handlers
+                .get(task.name.as_str())
+                .map(|h| h.backoff)
+                .unwrap_or_default();
             let exhausted = task.attempt >= task.max_attempts;
             match kind {
                 TaskErrorKind::Permanent => {
@@ -87,7 +99,15 @@ pub(crate) async fn run(shared: Arc<Shared>, queue: Arc<str>, task: Claimed, slo
                 }
                 _ if exhausted => {
                     tracing::warn!(error = %e, elapsed_ms, "attempt failed; attempts exhausted, task is dead");
-                    finish(&task, "dead", Duration::ZERO, Some(format!("{e} (attempts exhausted: {}/{})", task.attempt, task.max_attempts)))
+                    finish(
+                        &task,
+                        "dead",
+                        Duration::ZERO,
+                        Some(format!(
+                            "{e} (attempts exhausted: {}/{})",
+                            task.attempt, task.max_attempts
+                        )),
+                    )
                 }
                 TaskErrorKind::RetryAfter(d) => {
                     tracing::info!(error = %e, retry_in_ms = d.as_millis() as u64, "attempt failed; retry requested");
@@ -203,10 +223,7 @@ async fn attempt(
     }
 }
 
-fn joined(
-    shared: &Shared,
-    res: Result<Result<(), TaskError>, tokio::task::JoinError>,
-) -> Outcome {
+fn joined(shared: &Shared, res: Result<Result<(), TaskError>, tokio::task::JoinError>) -> Outcome {
     match res {
         Ok(Ok(())) => Outcome::Succeeded,
         Ok(Err(e)) => Outcome::Failed(e.kind(), e.to_chain_string()),

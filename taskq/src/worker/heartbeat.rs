@@ -56,7 +56,9 @@ pub(crate) async fn beat(shared: &Shared) {
     };
     let mut inflight = shared.inflight();
     for (id, epoch) in leases {
-        let Some(f) = inflight.get_mut(&id) else { continue };
+        let Some(f) = inflight.get_mut(&id) else {
+            continue;
+        };
         if f.epoch != epoch {
             continue;
         }
@@ -84,5 +86,9 @@ fn mark_lost(shared: &Shared, id: u64, f: &mut super::InFlight) {
     f.lost = true;
     f.cancel.cancel(CancelReason::LeaseLost);
     WorkerStats::add(&shared.stats.lost_leases, 1);
-    tracing::warn!(task_id = id, lease_epoch = f.epoch, "taskq: lease lost; handler canceled");
+    tracing::warn!(
+        task_id = id,
+        lease_epoch = f.epoch,
+        "taskq: lease lost; handler canceled"
+    );
 }

@@ -114,8 +114,8 @@ impl Worker {
         let pool = worker_pool(&user_pool, &cfg);
         let (stop_tx, stop_rx) = watch::channel(false);
         let (ack_tx, ack_rx) = mpsc::unbounded_channel();
-        let names_json = serde_json::to_string(&handlers.keys().collect::<Vec<_>>())
-            .expect("names serialize");
+        let names_json =
+            serde_json::to_string(&handlers.keys().collect::<Vec<_>>()).expect("names serialize");
         let shared = Arc::new(Shared {
             pool,
             worker_id: cfg.worker_id.as_str().into(),
@@ -157,7 +157,10 @@ impl Worker {
             if shared.executing.load(Ordering::Acquire) == 0 {
                 break;
             }
-            if tokio::time::timeout_at(deadline.into(), notified).await.is_err() {
+            if tokio::time::timeout_at(deadline.into(), notified)
+                .await
+                .is_err()
+            {
                 break;
             }
         }
