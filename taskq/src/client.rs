@@ -187,6 +187,7 @@ impl Client {
     /// [`Error::WrongState`], unknown ids [`Error::NotFound`].
     pub async fn cancel(&self, id: TaskId) -> Result<()> {
         if store::task_cancel(&self.pool, id).await? {
+            crate::metrics::canceled();
             return Ok(());
         }
         Err(self.state_error(id, "pending").await)

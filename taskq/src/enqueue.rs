@@ -239,6 +239,9 @@ impl Prepared {
                 duplicate: true,
             },
         };
+        if !out.duplicate {
+            crate::metrics::enqueued(&self.queue, self.name);
+        }
         tracing::debug!(task_id = %out.id, task = self.name, queue = %self.queue, duplicate = out.duplicate, "enqueued");
         Ok(out)
     }

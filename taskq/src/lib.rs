@@ -36,6 +36,7 @@ mod client;
 mod context;
 mod enqueue;
 mod error;
+mod metrics;
 mod migrate;
 mod registry;
 mod retry;

@@ -8,6 +8,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 use super::{Shared, WorkerStats, backoff_sleep};
+use crate::metrics;
 use crate::store::{self, Finish};
 use crate::task::TaskId;
 
@@ -116,19 +117,32 @@ async fn flush(shared: &Shared, chunk: &[Finish]) -> sqlx::Result<()> {
             .collect();
     }
     let mut inflight = shared.inflight();
-    for f in chunk {
-        inflight.remove(&f.id);
-    }
+    let labels: Vec<_> = chunk
+        .iter()
+        .map(|f| inflight.remove(&f.id).map(|e| (e.queue, e.name)))
+        .collect();
     drop(inflight);
     let stats = &shared.stats;
-    for f in chunk {
-        if fenced.iter().any(|x| x.id == f.id) {
-            continue;
-        }
-        match f.state {
+    for (f, label) in chunk.iter().zip(&labels) {
+        let is_fenced = fenced.iter().any(|x| x.id == f.id);
+        let outcome = match f.state {
+            _ if is_fenced => "fenced",
+            "succeeded" => "succeeded",
+            "pending" => "retried",
+            _ => "dead",
+        };
+        match outcome {
+            "fenced" => {}
             "succeeded" => WorkerStats::add(&stats.succeeded, 1),
-            "pending" => WorkerStats::add(&stats.retried, 1),
+            "retried" => WorkerStats::add(&stats.retried, 1),
             _ => WorkerStats::add(&stats.dead, 1),
+        }
+        if let Some((queue, name)) = label {
+            if is_fenced {
+                metrics::fenced(queue, name);
+            } else {
+                metrics::completed(queue, name, outcome);
+            }
         }
     }
     for f in fenced {

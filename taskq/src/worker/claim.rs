@@ -65,6 +65,7 @@ pub(crate) async fn run(shared: Arc<Shared>, queue: Arc<str>, concurrency: usize
         failures = 0;
         let got = claimed.len();
         WorkerStats::add(&shared.stats.claimed, got as u64);
+        crate::metrics::claimed(&queue, got, started.elapsed());
         if got > 0 {
             tracing::debug!(queue = %queue, claimed = got, elapsed_ms = started.elapsed().as_millis() as u64, "claimed");
         }

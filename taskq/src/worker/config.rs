@@ -71,6 +71,7 @@ pub(crate) struct Config {
     pub claim_batch: usize,
     pub ack_delay: Duration,
     pub db_connections: u32,
+    pub backlog_interval: Option<Duration>,
 }
 
 /// Builds a [`Worker`]. Defaults: every registered queue at concurrency 10, lease 30 s,
@@ -112,6 +113,7 @@ pub struct WorkerBuilder {
     claim_batch: usize,
     ack_delay: Duration,
     db_connections: Option<u32>,
+    backlog_interval: Option<Duration>,
     worker_id: Option<String>,
     state: StateMap,
     shutdown: Option<ShutdownFuture>,
@@ -136,6 +138,7 @@ impl WorkerBuilder {
             claim_batch: 32,
             ack_delay: Duration::from_millis(2),
             db_connections: None,
+            backlog_interval: None,
             worker_id: None,
             state: StateMap::new(),
             shutdown: None,
@@ -218,6 +221,12 @@ impl WorkerBuilder {
     /// Size of the worker's own connection pool (default: queues + 3).
     pub fn db_connections(mut self, n: u32) -> Self {
         self.db_connections = Some(n);
+        self
+    }
+    /// Publishes the `taskq_backlog{queue, state}` gauge every `interval` (one `GROUP BY`
+    /// query over the whole table; off by default).
+    pub fn backlog_metrics(mut self, interval: Duration) -> Self {
+        self.backlog_interval = Some(interval);
         self
     }
     /// Worker id recorded on claimed rows (default `host-pid-random`).
@@ -314,6 +323,7 @@ impl WorkerBuilder {
                 claim_batch: self.claim_batch,
                 ack_delay: self.ack_delay,
                 db_connections: db_connections.max(2),
+                backlog_interval: self.backlog_interval.filter(|d| !d.is_zero()),
             },
             handlers,
             self.state,

@@ -13,6 +13,7 @@ use super::claim::Slot;
 use super::{InFlight, Phase, Shared, WorkerStats};
 use crate::context::{CancelHandle, CancelReason, TaskContext};
 use crate::error::{TaskError, TaskErrorKind};
+use crate::metrics;
 use crate::store::{Claimed, Finish};
 use crate::task::TaskId;
 
@@ -30,6 +31,17 @@ pub(crate) enum Outcome {
     Abandoned(CancelReason),
 }
 
+impl Outcome {
+    /// The `outcome` label of the handler duration histogram.
+    fn label(&self) -> &'static str {
+        match self {
+            Outcome::Succeeded => "succeeded",
+            Outcome::Failed(..) | Outcome::Undecodable(_) => "failed",
+            Outcome::Abandoned(_) => "abandoned",
+        }
+    }
+}
+
 pub(crate) async fn run(
     shared: Arc<Shared>,
     queue: Arc<str>,
@@ -40,10 +52,13 @@ pub(crate) async fn run(
     let id = task.id;
     let (cancel, signal) = CancelHandle::new();
     let cancel = Arc::new(cancel);
+    let name: Arc<str> = task.name.as_str().into();
     shared.inflight().insert(
         id,
         InFlight {
             epoch: task.lease_epoch,
+            queue: queue.clone(),
+            name: name.clone(),
             phase: Phase::Running,
             cancel: cancel.clone(),
             abort: None,
@@ -55,9 +70,13 @@ pub(crate) async fn run(
         attempt = task.attempt, lease_epoch = task.lease_epoch, worker_id = %shared.worker_id,
         queue_wait_ms = task.wait_us / 1000);
     let started = Instant::now();
+    metrics::queue_wait(&queue, &name, task.wait_us);
+    metrics::in_flight(&queue, 1.0);
     let outcome = attempt(&shared, &queue, &task, cancel, signal)
         .instrument(span.clone())
         .await;
+    metrics::in_flight(&queue, -1.0);
+    metrics::handler_finished(&queue, &name, outcome.label(), started.elapsed());
     drop(slot);
     shared.executing.fetch_sub(1, Ordering::AcqRel);
     shared.slot_freed.notify_waiters();
@@ -194,9 +213,10 @@ async fn attempt(
         }
     };
     let interrupted = tokio::select! {
-        res = &mut join => return joined(shared, res),
+        res = &mut join => return joined(shared, queue, &task.name, res),
         _ = sleep => {
             WorkerStats::add(&shared.stats.timeouts, 1);
+            metrics::timed_out(queue, &task.name);
             cancel.cancel(CancelReason::Timeout);
             CancelReason::Timeout
         }
@@ -218,17 +238,23 @@ async fn attempt(
             format!("timed out after {:?}", timeout.unwrap_or_default()),
         ),
         // Lease lost but the handler finished: write its result; fencing will reject it.
-        (_, Ok(res)) => joined(shared, res),
+        (_, Ok(res)) => joined(shared, queue, &task.name, res),
         (reason, Err(_)) => Outcome::Abandoned(reason),
     }
 }
 
-fn joined(shared: &Shared, res: Result<Result<(), TaskError>, tokio::task::JoinError>) -> Outcome {
+fn joined(
+    shared: &Shared,
+    queue: &str,
+    name: &str,
+    res: Result<Result<(), TaskError>, tokio::task::JoinError>,
+) -> Outcome {
     match res {
         Ok(Ok(())) => Outcome::Succeeded,
         Ok(Err(e)) => Outcome::Failed(e.kind(), e.to_chain_string()),
         Err(e) if e.is_panic() => {
             WorkerStats::add(&shared.stats.panics, 1);
+            metrics::panicked(queue, name);
             Outcome::Failed(
                 TaskErrorKind::Retry,
                 format!("handler panicked: {}", panic_message(e.into_panic())),

@@ -86,6 +86,7 @@ fn mark_lost(shared: &Shared, id: u64, f: &mut super::InFlight) {
     f.lost = true;
     f.cancel.cancel(CancelReason::LeaseLost);
     WorkerStats::add(&shared.stats.lost_leases, 1);
+    crate::metrics::lost_lease(&f.queue, &f.name);
     tracing::warn!(
         task_id = id,
         lease_epoch = f.epoch,

@@ -14,11 +14,18 @@ const BATCH: u32 = 500;
 
 pub(crate) async fn run(shared: Arc<Shared>) {
     let mut next_prune = Instant::now();
+    let mut next_backlog = Instant::now();
     loop {
         reap(&shared).await;
         if Instant::now() >= next_prune {
             prune(&shared).await;
             next_prune = Instant::now() + shared.cfg.retention.interval;
+        }
+        if let Some(every) = shared.cfg.backlog_interval {
+            if Instant::now() >= next_backlog {
+                backlog(&shared).await;
+                next_backlog = Instant::now() + every;
+            }
         }
         tokio::select! {
             _ = tokio::time::sleep(shared.cfg.reaper_interval) => {}
@@ -46,6 +53,7 @@ async fn reap(shared: &Shared) {
     }
     if total > 0 {
         WorkerStats::add(&shared.stats.reaped, total);
+        crate::metrics::reaped(total);
         tracing::info!(reaped = total, "taskq: expired leases reaped");
         for q in shared.cfg.queues.keys() {
             wake::notify(q);
@@ -65,6 +73,7 @@ async fn prune(shared: &Shared) {
             match store::task_prune(&shared.pool, state, keep.as_secs(), BATCH).await {
                 Ok(n) => {
                     WorkerStats::add(&shared.stats.pruned, n);
+                    crate::metrics::pruned(n);
                     if n < u64::from(BATCH) || shared.stopping() {
                         break;
                     }
@@ -76,6 +85,31 @@ async fn prune(shared: &Shared) {
                     break;
                 }
             }
+        }
+    }
+}
+
+/// Publishes the per queue × state backlog gauges (zero for states with no rows).
+async fn backlog(shared: &Shared) {
+    match store::task_stats(&shared.pool).await {
+        Ok(rows) => {
+            let mut queues: Vec<&str> = shared.cfg.queues.keys().map(String::as_str).collect();
+            queues.extend(rows.iter().map(|r| r.queue.as_str()));
+            queues.sort_unstable();
+            queues.dedup();
+            for q in queues {
+                for st in TaskState::ALL {
+                    let n = rows
+                        .iter()
+                        .find(|r| r.queue == q && r.state == st.as_str())
+                        .map_or(0, |r| r.count.max(0) as u64);
+                    crate::metrics::backlog(q, st.as_str(), n);
+                }
+            }
+        }
+        Err(e) => {
+            WorkerStats::add(&shared.stats.db_errors, 1);
+            tracing::warn!(error = %e, "taskq: backlog metrics query failed");
         }
     }
 }

@@ -322,6 +322,8 @@ pub(crate) enum Phase {
 /// A task this worker holds a lease on.
 pub(crate) struct InFlight {
     pub epoch: u64,
+    pub queue: Arc<str>,
+    pub name: Arc<str>,
     pub phase: Phase,
     pub cancel: Arc<CancelHandle>,
     pub abort: Option<AbortHandle>,

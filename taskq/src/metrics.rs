@@ -1,0 +1,93 @@
+//! Metrics through the [`metrics`] facade: install any recorder (e.g.
+//! `metrics-exporter-prometheus`) and these appear; without one they cost next to nothing.
+//!
+//! Labels are only `queue`, `task` (the stable name) and `outcome` — never task ids or
+//! payloads, so cardinality stays bounded.
+//!
+//! | name | kind | labels |
+//! |---|---|---|
+//! | `taskq_enqueued_total` | counter | queue, task |
+//! | `taskq_claimed_total` | counter | queue |
+//! | `taskq_completed_total` | counter | queue, task, outcome = succeeded / retried / dead |
+//! | `taskq_canceled_total` | counter | — |
+//! | `taskq_lost_leases_total` | counter | queue, task |
+//! | `taskq_fenced_total` | counter | queue, task |
+//! | `taskq_panics_total` | counter | queue, task |
+//! | `taskq_timeouts_total` | counter | queue, task |
+//! | `taskq_reaped_total` | counter | — |
+//! | `taskq_pruned_total` | counter | — |
+//! | `taskq_handler_duration_seconds` | histogram | queue, task, outcome |
+//! | `taskq_queue_wait_seconds` | histogram | queue, task (due time → claim, database clock) |
+//! | `taskq_claim_duration_seconds` | histogram | queue |
+//! | `taskq_in_flight` | gauge | queue |
+//! | `taskq_backlog` | gauge | queue, state (only with `WorkerBuilder::backlog_metrics`) |
+
+use std::time::Duration;
+
+use metrics::{counter, gauge, histogram};
+
+pub(crate) fn enqueued(queue: &str, task: &'static str) {
+    counter!("taskq_enqueued_total", "queue" => queue.to_owned(), "task" => task).increment(1);
+}
+
+pub(crate) fn claimed(queue: &str, n: usize, took: Duration) {
+    counter!("taskq_claimed_total", "queue" => queue.to_owned()).increment(n as u64);
+    histogram!("taskq_claim_duration_seconds", "queue" => queue.to_owned())
+        .record(took.as_secs_f64());
+}
+
+pub(crate) fn completed(queue: &str, task: &str, outcome: &'static str) {
+    counter!("taskq_completed_total", "queue" => queue.to_owned(), "task" => task.to_owned(), "outcome" => outcome)
+        .increment(1);
+}
+
+pub(crate) fn canceled() {
+    counter!("taskq_canceled_total").increment(1);
+}
+
+pub(crate) fn lost_lease(queue: &str, task: &str) {
+    counter!("taskq_lost_leases_total", "queue" => queue.to_owned(), "task" => task.to_owned())
+        .increment(1);
+}
+
+pub(crate) fn fenced(queue: &str, task: &str) {
+    counter!("taskq_fenced_total", "queue" => queue.to_owned(), "task" => task.to_owned())
+        .increment(1);
+}
+
+pub(crate) fn panicked(queue: &str, task: &str) {
+    counter!("taskq_panics_total", "queue" => queue.to_owned(), "task" => task.to_owned())
+        .increment(1);
+}
+
+pub(crate) fn timed_out(queue: &str, task: &str) {
+    counter!("taskq_timeouts_total", "queue" => queue.to_owned(), "task" => task.to_owned())
+        .increment(1);
+}
+
+pub(crate) fn reaped(n: u64) {
+    counter!("taskq_reaped_total").increment(n);
+}
+
+pub(crate) fn pruned(n: u64) {
+    counter!("taskq_pruned_total").increment(n);
+}
+
+pub(crate) fn handler_finished(queue: &str, task: &str, outcome: &'static str, took: Duration) {
+    histogram!("taskq_handler_duration_seconds", "queue" => queue.to_owned(), "task" => task.to_owned(), "outcome" => outcome)
+        .record(took.as_secs_f64());
+}
+
+pub(crate) fn queue_wait(queue: &str, task: &str, wait_us: i64) {
+    histogram!("taskq_queue_wait_seconds", "queue" => queue.to_owned(), "task" => task.to_owned())
+        .record(wait_us.max(0) as f64 / 1e6);
+}
+
+pub(crate) fn in_flight(queue: &str, delta: f64) {
+    gauge!("taskq_in_flight", "queue" => queue.to_owned()).increment(delta);
+}
+
+pub(crate) fn backlog(queue: &str, state: &str, count: u64) {
+    gauge!("taskq_backlog", "queue" => queue.to_owned(), "state" => state.to_owned())
+        .set(count as f64);
+}
