@@ -92,8 +92,19 @@ async fn place(pool: &MySqlPool, n: u32) -> Result<Vec<i64>, Box<dyn std::error:
     Ok(ids)
 }
 
+/// order id, exported at, exported by, task state, attempt, epoch, worker.
+type OrderRow = (
+    i64,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<u32>,
+    Option<u64>,
+    Option<String>,
+);
+
 async fn print_table(pool: &MySqlPool) -> Result<(), sqlx::Error> {
-    let rows: Vec<(i64, Option<String>, Option<String>, Option<String>, Option<u32>, Option<u64>, Option<String>)> =
+    let rows: Vec<OrderRow> =
         sqlx::query_as(
             "SELECT o.id, CAST(o.exported_at AS CHAR), o.exported_by, CAST(t.state AS CHAR), t.attempt,
                     t.lease_epoch, t.worker_id

@@ -21,11 +21,11 @@ pub(crate) async fn run(shared: Arc<Shared>) {
             prune(&shared).await;
             next_prune = Instant::now() + shared.cfg.retention.interval;
         }
-        if let Some(every) = shared.cfg.backlog_interval {
-            if Instant::now() >= next_backlog {
-                backlog(&shared).await;
-                next_backlog = Instant::now() + every;
-            }
+        if let Some(every) = shared.cfg.backlog_interval
+            && Instant::now() >= next_backlog
+        {
+            backlog(&shared).await;
+            next_backlog = Instant::now() + every;
         }
         tokio::select! {
             _ = tokio::time::sleep(shared.cfg.reaper_interval) => {}

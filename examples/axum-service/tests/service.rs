@@ -1,0 +1,65 @@
+//! The axum example: a request enqueues in its transaction, the in-process worker sends the
+//! mail with injected state, and one signal shuts both down.
+
+use std::time::Duration;
+
+use example_axum_service::{Mailer, serve, setup};
+use taskq_tests::{TestDb, wait_until};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+async fn post(addr: std::net::SocketAddr, body: &str) -> String {
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let req = format!(
+        "POST /signups HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signup_enqueues_mail_and_shutdown_stops_both() {
+    let db = TestDb::new().await;
+    setup(&db.pool).await.unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let mailer = Mailer::default();
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let service = tokio::spawn(serve(db.pool.clone(), mailer.clone(), listener, stop_rx));
+
+    for i in 0..3 {
+        let resp = post(addr, &format!(r#"{{"email":"u{i}@example.com"}}"#)).await;
+        assert!(resp.starts_with("HTTP/1.1 200"), "{resp}");
+        assert!(resp.contains("\"task_id\""), "{resp}");
+    }
+    // A bad request writes neither a user nor a task.
+    let resp = post(addr, r#"{"mail":"x"}"#).await;
+    assert!(resp.starts_with("HTTP/1.1 422"), "{resp}");
+
+    wait_until(Duration::from_secs(10), "3 mails sent", || async {
+        mailer.sent.lock().unwrap().len() == 3
+    })
+    .await;
+    let _ = stop_tx.send(true);
+    let report = tokio::time::timeout(Duration::from_secs(15), service)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(report.stats.succeeded, 3);
+    assert!(report.released.is_empty());
+    let users: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM users WHERE welcomed_at IS NOT NULL")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(users, 3);
+    assert_eq!(db.count("state = 'succeeded'").await, 3);
+    assert_eq!(db.count("1=1").await, 3);
+    let mut sent = mailer.sent.lock().unwrap().clone();
+    sent.sort();
+    assert_eq!(sent[0], ("u0@example.com".to_owned(), 1));
+    // The server no longer accepts connections.
+    assert!(tokio::net::TcpStream::connect(addr).await.is_err());
+}
