@@ -145,3 +145,183 @@ async fn retry_dead_resets_attempts_and_bumps_the_epoch() {
     );
     assert!(info.finished_at.is_none());
 }
+
+/// Doubles every row of the table `times` times (a portable way to make many rows).
+async fn double_rows(db: &TestDb, times: u32) {
+    for _ in 0..times {
+        sqlx::query(
+            "INSERT INTO taskq_tasks (queue, name, payload, state, priority, attempt, max_attempts,
+               run_at, lease_epoch, created_at, updated_at, finished_at)
+             SELECT queue, name, payload, state, priority, attempt, max_attempts,
+               run_at, lease_epoch, created_at, updated_at, finished_at FROM taskq_tasks",
+        )
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn db_now_is_the_database_clock() {
+    let db = TestDb::new().await;
+    let client = Client::new(db.pool.clone());
+    let before = client.db_now().await.unwrap();
+    let id = Ping(1).enqueue(&db.pool).await.unwrap().id;
+    let after = client.db_now().await.unwrap();
+    let created = client.get(id).await.unwrap().created_at;
+    assert!(
+        before <= created && created <= after,
+        "{before} {created} {after}"
+    );
+    let (server,): (chrono::DateTime<chrono::Utc>,) = sqlx::query_as("SELECT UTC_TIMESTAMP(6)")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert!((server - after).num_seconds().abs() < 5);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_all_dead_moves_every_dead_task_in_batches() {
+    let db = TestDb::new().await;
+    let client = Client::new(db.pool.clone());
+    let seed = Ping(0).enqueue(&db.pool).await.unwrap().id;
+    sqlx::query(
+        "UPDATE taskq_tasks SET state = 'dead', attempt = 5, lease_epoch = 7,
+           finished_at = UTC_TIMESTAMP(6) WHERE id = ?",
+    )
+    .bind(seed.0)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    double_rows(&db, 10).await; // 1024 dead tasks: more than two batches
+    let batch = u64::from(Client::BATCH);
+    assert!(1024 > 2 * batch);
+    for i in 0..3 {
+        let id = Ping(i)
+            .enqueue_options()
+            .queue("other")
+            .enqueue(&db.pool)
+            .await
+            .unwrap()
+            .id;
+        set_state(&db, id, "dead").await;
+    }
+    // A dead task without finished_at (written by hand) is retried too.
+    let bare = Ping(9)
+        .enqueue_options()
+        .queue("other")
+        .enqueue(&db.pool)
+        .await
+        .unwrap()
+        .id;
+    sqlx::query("UPDATE taskq_tasks SET state = 'dead' WHERE id = ?")
+        .bind(bare.0)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let pending = Ping(10).enqueue(&db.pool).await.unwrap().id;
+    let canceled = Ping(11).enqueue(&db.pool).await.unwrap().id;
+    client.cancel(canceled).await.unwrap();
+
+    assert_eq!(client.retry_all_dead(Some("other")).await.unwrap(), 4);
+    assert_eq!(db.count("queue = 'other' AND state = 'pending'").await, 4);
+    assert_eq!(db.count("queue = 'default' AND state = 'dead'").await, 1024);
+    assert_eq!(client.retry_all_dead(Some("nope")).await.unwrap(), 0);
+
+    assert_eq!(client.retry_all_dead(None).await.unwrap(), 1024);
+    assert_eq!(db.count("state = 'dead'").await, 0);
+    assert_eq!(
+        db.count(
+            "queue = 'default' AND state = 'pending' AND attempt = 0 AND lease_epoch = 8
+               AND finished_at IS NULL AND lease_until IS NULL"
+        )
+        .await,
+        1024
+    );
+    assert_eq!(client.get(pending).await.unwrap().lease_epoch, 0);
+    assert_eq!(
+        client.get(canceled).await.unwrap().state,
+        TaskState::Canceled
+    );
+    assert_eq!(client.retry_all_dead(None).await.unwrap(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn purge_deletes_old_terminal_tasks_only() {
+    use std::time::Duration;
+    let db = TestDb::new().await;
+    let client = Client::new(db.pool.clone());
+    let old = |state: &str, days: u32| {
+        format!(
+            "UPDATE taskq_tasks SET state = '{state}',
+               finished_at = UTC_TIMESTAMP(6) - INTERVAL {days} DAY WHERE id = ?"
+        )
+    };
+    let seed = Ping(0).enqueue(&db.pool).await.unwrap().id;
+    sqlx::query(sqlx::AssertSqlSafe(old("succeeded", 10)))
+        .bind(seed.0)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    double_rows(&db, 10).await; // 1024 old succeeded tasks
+    let mut keep = Vec::new();
+    for (i, (state, days)) in [
+        ("dead", 10),
+        ("canceled", 10),
+        ("succeeded", 1),
+        ("dead", 1),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let id = Ping(i as u32).enqueue(&db.pool).await.unwrap().id;
+        sqlx::query(sqlx::AssertSqlSafe(old(state, days)))
+            .bind(id.0)
+            .execute(&db.pool)
+            .await
+            .unwrap();
+        if days == 1 {
+            keep.push(id);
+        }
+    }
+    // Old but not terminal: never purged.
+    let running = Ping(20).enqueue(&db.pool).await.unwrap().id;
+    sqlx::query(sqlx::AssertSqlSafe(old("running", 30)))
+        .bind(running.0)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let pending = Ping(21).enqueue(&db.pool).await.unwrap().id;
+    let week = Duration::from_secs(7 * 86_400);
+
+    assert!(matches!(
+        client.purge(Some(TaskState::Pending), week).await,
+        Err(Error::InvalidOption(_))
+    ));
+    assert!(matches!(
+        client.purge(Some(TaskState::Running), week).await,
+        Err(Error::InvalidOption(_))
+    ));
+    assert_eq!(
+        client
+            .purge(Some(TaskState::Succeeded), week)
+            .await
+            .unwrap(),
+        1024
+    );
+    assert_eq!(db.count("state = 'dead'").await, 2);
+    assert_eq!(client.purge(None, week).await.unwrap(), 2); // old dead + old canceled
+    assert_eq!(client.purge(None, week).await.unwrap(), 0);
+    for id in keep.into_iter().chain([running, pending]) {
+        client.get(id).await.unwrap();
+    }
+    assert_eq!(db.count("1 = 1").await, 4);
+    assert_eq!(
+        client
+            .purge(None, Duration::from_secs(3_600))
+            .await
+            .unwrap(),
+        2
+    );
+    assert_eq!(db.count("1 = 1").await, 2);
+}

@@ -1,1 +1,656 @@
-fn main() {}
+//! `taskq`: the operator command-line tool for a taskq database.
+//!
+//! Shows queue statistics, lists and shows tasks, retries dead tasks, cancels pending ones,
+//! purges old terminal tasks and applies migrations, without writing SQL. Human-readable
+//! tables by default, `--json` for scripts. Exit codes: 0 success, 1 other error, 2 bad
+//! input, 3 task not found or in the wrong state, 4 database unreachable.
+//! See `docs/operations.md`.
+
+mod duration;
+
+use std::process::ExitCode;
+use std::str::FromStr;
+use std::time::Duration;
+
+use chrono::{DateTime, TimeDelta, Utc};
+use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
+use serde::Serialize;
+use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
+use sqlx::{ConnectOptions, Connection, MySqlPool};
+use taskq::{Client, ListFilter, QueueStateCount, TaskId, TaskInfo, TaskState};
+
+use crate::duration::{format_duration, parse_duration};
+
+/// Exit code: anything else failed (e.g. a query error).
+const EXIT_OTHER: u8 = 1;
+/// Exit code: bad input (clap's usage errors use the same code).
+const EXIT_USAGE: u8 = 2;
+/// Exit code: the task does not exist or is in the wrong state for the operation.
+const EXIT_TASK: u8 = 3;
+/// Exit code: the database cannot be reached.
+const EXIT_UNREACHABLE: u8 = 4;
+
+/// How long to wait for a database connection before giving up.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "taskq",
+    version,
+    about = "Inspect and manage a taskq database",
+    after_help = "Exit codes: 0 ok, 1 other error, 2 bad input, 3 task not found or in the \
+                  wrong state, 4 database unreachable."
+)]
+struct Cli {
+    /// Database URL, e.g. mysql://user:password@host:3306/app
+    #[arg(
+        long,
+        env = "DATABASE_URL",
+        global = true,
+        hide_env_values = true,
+        value_name = "URL"
+    )]
+    database_url: Option<String>,
+
+    /// Print JSON (for scripts) instead of tables
+    #[arg(long, global = true)]
+    json: bool,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Apply taskq's schema migrations
+    Migrate,
+    /// Task counts per queue and state, oldest pending age, earliest lease expiry
+    Stats,
+    /// List tasks, oldest id first (paged: pass the last id shown as --after-id)
+    List(ListArgs),
+    /// Show every field of one task, its last error and its payload
+    Show {
+        /// Task id
+        id: u64,
+    },
+    /// Move a dead task (or all dead tasks) back to pending with attempts reset
+    #[command(group = clap::ArgGroup::new("target").required(true).args(["id", "dead"]))]
+    Retry {
+        /// Task id of a dead task
+        id: Option<u64>,
+        /// Retry every dead task (of --queue, or of all queues)
+        #[arg(long, conflicts_with = "id")]
+        dead: bool,
+        /// With --dead: only this queue
+        #[arg(long, requires = "dead", conflicts_with = "id")]
+        queue: Option<String>,
+    },
+    /// Cancel a pending task (running and finished tasks cannot be canceled)
+    Cancel {
+        /// Task id
+        id: u64,
+    },
+    /// Delete terminal tasks (succeeded, dead, canceled) that finished more than a given age ago
+    Purge {
+        /// Minimum age since the task finished, e.g. 7d, 12h, 30m, 45s
+        #[arg(long, value_name = "AGE", value_parser = parse_duration)]
+        older_than: Duration,
+        /// Only this terminal state (default: all three)
+        #[arg(long, value_enum)]
+        state: Option<TerminalState>,
+    },
+}
+
+#[derive(Debug, Args)]
+struct ListArgs {
+    /// Only this queue
+    #[arg(long)]
+    queue: Option<String>,
+    /// Only this state
+    #[arg(long, value_enum)]
+    state: Option<StateArg>,
+    /// Only this task name
+    #[arg(long)]
+    name: Option<String>,
+    /// Only ids greater than this (the last id of the previous page)
+    #[arg(long, value_name = "ID")]
+    after_id: Option<u64>,
+    /// Page size
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    limit: u32,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum StateArg {
+    Pending,
+    Running,
+    Succeeded,
+    Dead,
+    Canceled,
+}
+
+impl From<StateArg> for TaskState {
+    fn from(s: StateArg) -> Self {
+        match s {
+            StateArg::Pending => TaskState::Pending,
+            StateArg::Running => TaskState::Running,
+            StateArg::Succeeded => TaskState::Succeeded,
+            StateArg::Dead => TaskState::Dead,
+            StateArg::Canceled => TaskState::Canceled,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum TerminalState {
+    Succeeded,
+    Dead,
+    Canceled,
+}
+
+impl From<TerminalState> for TaskState {
+    fn from(s: TerminalState) -> Self {
+        match s {
+            TerminalState::Succeeded => TaskState::Succeeded,
+            TerminalState::Dead => TaskState::Dead,
+            TerminalState::Canceled => TaskState::Canceled,
+        }
+    }
+}
+
+/// A failure with its exit code and the message printed on stderr.
+#[derive(Debug)]
+struct Failure {
+    code: u8,
+    message: String,
+}
+
+impl Failure {
+    fn new(code: u8, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<taskq::Error> for Failure {
+    fn from(e: taskq::Error) -> Self {
+        let code = match &e {
+            taskq::Error::NotFound(_) | taskq::Error::WrongState { .. } => EXIT_TASK,
+            taskq::Error::InvalidName { .. } | taskq::Error::InvalidOption(_) => EXIT_USAGE,
+            taskq::Error::Database(db) if is_connection_error(db) => EXIT_UNREACHABLE,
+            _ => EXIT_OTHER,
+        };
+        Self::new(code, e.to_string())
+    }
+}
+
+/// Errors that mean the server could not be reached (as opposed to a failing statement).
+fn is_connection_error(e: &sqlx::Error) -> bool {
+    matches!(
+        e,
+        sqlx::Error::Io(_)
+            | sqlx::Error::Tls(_)
+            | sqlx::Error::PoolTimedOut
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::WorkerCrashed
+    )
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let Some(url) = cli.database_url.clone() else {
+        Cli::command()
+            .error(
+                clap::error::ErrorKind::MissingRequiredArgument,
+                "no database: set DATABASE_URL or pass --database-url <URL>",
+            )
+            .exit();
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("taskq: error: cannot start the async runtime: {e}");
+            return ExitCode::from(EXIT_OTHER);
+        }
+    };
+    match runtime.block_on(run(&cli, &url)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(f) => {
+            eprintln!("taskq: error: {}", f.message);
+            ExitCode::from(f.code)
+        }
+    }
+}
+
+async fn connect(url: &str) -> Result<MySqlPool, Failure> {
+    let scheme = url.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
+    if !matches!(scheme.as_deref(), Some("mysql" | "mariadb")) {
+        return Err(Failure::new(
+            EXIT_USAGE,
+            "invalid database URL: expected mysql://user:password@host:port/database",
+        ));
+    }
+    let options = MySqlConnectOptions::from_str(url)
+        .map_err(|e| Failure::new(EXIT_USAGE, format!("invalid database URL: {e}")))?;
+    let target = match options.get_socket() {
+        Some(socket) => socket.display().to_string(),
+        None => format!("{}:{}", options.get_host(), options.get_port()),
+    };
+    let unreachable = |e: &dyn std::fmt::Display| {
+        Failure::new(
+            EXIT_UNREACHABLE,
+            format!("cannot connect to the database at {target}: {e}"),
+        )
+    };
+    // One direct connection first: a pool would retry until its timeout and then report only
+    // "pool timed out", hiding the cause (connection refused, unknown host, access denied...).
+    match tokio::time::timeout(CONNECT_TIMEOUT, options.connect()).await {
+        Ok(Ok(conn)) => {
+            let _ = conn.close().await;
+        }
+        Ok(Err(e)) => return Err(unreachable(&e)),
+        Err(_) => {
+            return Err(unreachable(&format!(
+                "no answer within {}s",
+                CONNECT_TIMEOUT.as_secs()
+            )));
+        }
+    }
+    MySqlPoolOptions::new()
+        .max_connections(2)
+        .acquire_timeout(CONNECT_TIMEOUT)
+        .connect_with(options)
+        .await
+        .map_err(|e| unreachable(&e))
+}
+
+async fn run(cli: &Cli, url: &str) -> Result<(), Failure> {
+    let pool = connect(url).await?;
+    let client = Client::new(pool.clone());
+    let result = match &cli.command {
+        Command::Migrate => migrate(&pool, cli.json).await,
+        Command::Stats => stats(&client, cli.json).await,
+        Command::List(args) => list(&client, args, cli.json).await,
+        Command::Show { id } => show(&client, TaskId(*id), cli.json).await,
+        Command::Retry { id, queue, .. } => match id {
+            Some(id) => retry_one(&client, TaskId(*id), cli.json).await,
+            None => retry_dead(&client, queue.as_deref(), cli.json).await,
+        },
+        Command::Cancel { id } => cancel(&client, TaskId(*id), cli.json).await,
+        Command::Purge { older_than, state } => {
+            purge(&client, state.map(Into::into), *older_than, cli.json).await
+        }
+    };
+    pool.close().await;
+    result
+}
+
+async fn migrate(pool: &MySqlPool, json: bool) -> Result<(), Failure> {
+    taskq::migrate(pool).await?;
+    if json {
+        print_json(&serde_json::json!({ "migrated": true }));
+    } else {
+        println!("migrations applied");
+    }
+    Ok(())
+}
+
+/// One line of `stats --json`: the counts plus ages computed on the database clock.
+#[derive(Serialize)]
+struct StatsLine<'a> {
+    #[serde(flatten)]
+    counts: &'a QueueStateCount,
+    /// Pending only: seconds since the oldest due time (negative: nothing due yet).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    oldest_pending_age_secs: Option<f64>,
+    /// Running only: seconds until the earliest lease ends (negative: already expired).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    earliest_lease_expires_in_secs: Option<f64>,
+}
+
+async fn stats(client: &Client, json: bool) -> Result<(), Failure> {
+    let counts = client.stats().await?;
+    let now = client.db_now().await?;
+    let lines: Vec<StatsLine<'_>> = counts
+        .iter()
+        .map(|c| StatsLine {
+            counts: c,
+            oldest_pending_age_secs: (c.state == TaskState::Pending)
+                .then_some(c.oldest_run_at)
+                .flatten()
+                .map(|t| secs_f64(now - t)),
+            earliest_lease_expires_in_secs: (c.state == TaskState::Running)
+                .then_some(c.earliest_lease_until)
+                .flatten()
+                .map(|t| secs_f64(t - now)),
+        })
+        .collect();
+    if json {
+        print_json(&serde_json::json!({ "now": now, "counts": lines }));
+        return Ok(());
+    }
+    println!("database clock: {}", fmt_time(now));
+    if lines.is_empty() {
+        println!("no tasks");
+        return Ok(());
+    }
+    let rows = lines
+        .iter()
+        .map(|l| {
+            let c = l.counts;
+            let oldest = match (c.state, c.oldest_run_at) {
+                (TaskState::Pending, Some(t)) if t <= now => fmt_delta(now - t),
+                (TaskState::Pending, Some(t)) => format!("due in {}", fmt_delta(t - now)),
+                _ => "-".into(),
+            };
+            let lease = match (c.state, c.earliest_lease_until) {
+                (TaskState::Running, Some(t)) if t >= now => format!("in {}", fmt_delta(t - now)),
+                (TaskState::Running, Some(t)) => format!("EXPIRED {} ago", fmt_delta(now - t)),
+                _ => "-".into(),
+            };
+            vec![
+                c.queue.clone(),
+                c.state.to_string(),
+                c.count.to_string(),
+                oldest,
+                lease,
+            ]
+        })
+        .collect();
+    print_table(
+        &[
+            "QUEUE",
+            "STATE",
+            ">COUNT",
+            "OLDEST PENDING",
+            "EARLIEST LEASE END",
+        ],
+        rows,
+    );
+    Ok(())
+}
+
+async fn list(client: &Client, args: &ListArgs, json: bool) -> Result<(), Failure> {
+    let filter = ListFilter {
+        queue: args.queue.clone(),
+        state: args.state.map(Into::into),
+        name: args.name.clone(),
+        after_id: args.after_id.map(TaskId),
+        limit: Some(args.limit),
+    };
+    let tasks = client.list(&filter).await?;
+    if json {
+        print_json(&tasks);
+        return Ok(());
+    }
+    if tasks.is_empty() {
+        println!("no matching tasks");
+        return Ok(());
+    }
+    let rows = tasks
+        .iter()
+        .map(|t| {
+            vec![
+                t.id.to_string(),
+                t.queue.clone(),
+                t.name.clone(),
+                t.state.to_string(),
+                format!("{}/{}", t.attempt, t.max_attempts),
+                fmt_time(t.run_at),
+                fmt_time(t.updated_at),
+                t.last_error
+                    .as_deref()
+                    .map_or_else(|| "-".into(), |e| one_line(e, 60)),
+            ]
+        })
+        .collect();
+    print_table(
+        &[
+            ">ID",
+            "QUEUE",
+            "NAME",
+            "STATE",
+            ">ATTEMPT",
+            "RUN AT",
+            "UPDATED",
+            "LAST ERROR",
+        ],
+        rows,
+    );
+    if let Some(last) = tasks.last().filter(|_| tasks.len() == args.limit as usize) {
+        eprintln!("(more may follow: next page with --after-id {})", last.id);
+    }
+    Ok(())
+}
+
+async fn show(client: &Client, id: TaskId, json: bool) -> Result<(), Failure> {
+    let task = client.get(id).await?;
+    let payload = payload_value(&task);
+    if json {
+        let mut value = serde_json::to_value(&task)
+            .map_err(|e| Failure::new(EXIT_OTHER, format!("cannot encode the task: {e}")))?;
+        if let Some(obj) = value.as_object_mut() {
+            obj.insert("payload".into(), payload);
+        }
+        print_json(&value);
+        return Ok(());
+    }
+    let opt_time = |t: Option<DateTime<Utc>>| t.map_or_else(|| "-".into(), fmt_time);
+    let opt = |s: &Option<String>| s.clone().unwrap_or_else(|| "-".into());
+    let fields = [
+        ("id", task.id.to_string()),
+        ("queue", task.queue.clone()),
+        ("name", task.name.clone()),
+        ("state", task.state.to_string()),
+        ("priority", task.priority.to_string()),
+        (
+            "attempt",
+            format!("{} of {}", task.attempt, task.max_attempts),
+        ),
+        ("run_at", fmt_time(task.run_at)),
+        ("lease_until", opt_time(task.lease_until)),
+        ("lease_epoch", task.lease_epoch.to_string()),
+        ("worker_id", opt(&task.worker_id)),
+        ("idempotency_key", opt(&task.idempotency_key)),
+        ("created_at", fmt_time(task.created_at)),
+        ("updated_at", fmt_time(task.updated_at)),
+        ("finished_at", opt_time(task.finished_at)),
+        ("last_error", opt(&task.last_error)),
+    ];
+    for (k, v) in fields {
+        println!("{:<16} {v}", format!("{k}:"));
+    }
+    println!("payload:");
+    let pretty = match &payload {
+        serde_json::Value::String(raw) if task.payload_json().is_err() => {
+            format!("(not valid JSON) {raw}")
+        }
+        v => serde_json::to_string_pretty(v).unwrap_or_default(),
+    };
+    for line in pretty.lines() {
+        println!("  {line}");
+    }
+    Ok(())
+}
+
+/// The payload as JSON, or as a (lossy) string when it is not valid JSON.
+fn payload_value(task: &TaskInfo) -> serde_json::Value {
+    task.payload_json().unwrap_or_else(|_| {
+        serde_json::Value::String(String::from_utf8_lossy(&task.payload).into_owned())
+    })
+}
+
+async fn retry_one(client: &Client, id: TaskId, json: bool) -> Result<(), Failure> {
+    client.retry_dead(id).await?;
+    if json {
+        print_json(&serde_json::json!({ "id": id, "state": TaskState::Pending }));
+    } else {
+        println!("task {id}: dead -> pending");
+    }
+    Ok(())
+}
+
+async fn retry_dead(client: &Client, queue: Option<&str>, json: bool) -> Result<(), Failure> {
+    let n = client.retry_all_dead(queue).await?;
+    if json {
+        print_json(&serde_json::json!({ "retried": n }));
+    } else {
+        let scope = queue.map_or_else(String::new, |q| format!(" in queue {q}"));
+        println!("retried {n} dead task{}{scope}", plural(n));
+    }
+    Ok(())
+}
+
+async fn cancel(client: &Client, id: TaskId, json: bool) -> Result<(), Failure> {
+    client.cancel(id).await?;
+    if json {
+        print_json(&serde_json::json!({ "id": id, "state": TaskState::Canceled }));
+    } else {
+        println!("task {id}: canceled");
+    }
+    Ok(())
+}
+
+async fn purge(
+    client: &Client,
+    state: Option<TaskState>,
+    older_than: Duration,
+    json: bool,
+) -> Result<(), Failure> {
+    let n = client.purge(state, older_than).await?;
+    if json {
+        print_json(&serde_json::json!({ "purged": n }));
+    } else {
+        let what = state.map_or_else(|| "terminal".to_owned(), |s| s.to_string());
+        println!(
+            "purged {n} {what} task{} finished more than {} ago",
+            plural(n),
+            format_duration(older_than)
+        );
+    }
+    Ok(())
+}
+
+fn print_json<T: Serialize + ?Sized>(value: &T) {
+    match serde_json::to_string_pretty(value) {
+        Ok(s) => println!("{s}"),
+        Err(e) => eprintln!("taskq: error: cannot encode JSON: {e}"),
+    }
+}
+
+/// Prints an aligned table; a header starting with `>` is right-aligned (numbers).
+fn print_table(headers: &[&str], rows: Vec<Vec<String>>) {
+    let right: Vec<bool> = headers.iter().map(|h| h.starts_with('>')).collect();
+    let headers: Vec<String> = headers
+        .iter()
+        .map(|h| h.trim_start_matches('>').to_owned())
+        .collect();
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let render = |cells: &[String]| {
+        let last = cells.len().saturating_sub(1);
+        let mut line = String::new();
+        for (i, cell) in cells.iter().enumerate() {
+            let pad = widths[i].saturating_sub(cell.chars().count());
+            if i > 0 {
+                line.push_str("  ");
+            }
+            if right[i] {
+                line.push_str(&" ".repeat(pad));
+                line.push_str(cell);
+            } else {
+                line.push_str(cell);
+                if i < last {
+                    line.push_str(&" ".repeat(pad));
+                }
+            }
+        }
+        line
+    };
+    println!("{}", render(&headers));
+    for row in &rows {
+        println!("{}", render(row));
+    }
+}
+
+fn fmt_time(t: DateTime<Utc>) -> String {
+    t.format("%Y-%m-%d %H:%M:%S%.3fZ").to_string()
+}
+
+fn secs_f64(d: TimeDelta) -> f64 {
+    d.num_microseconds()
+        .map_or(d.num_seconds() as f64, |us| us as f64 / 1e6)
+}
+
+/// A non-negative span as its two largest units: `3d4h`, `2h5m`, `4m10s`, `12s`, `0.4s`.
+fn fmt_delta(d: TimeDelta) -> String {
+    let d = d.max(TimeDelta::zero());
+    let secs = d.num_seconds();
+    if secs < 10 {
+        return format!("{:.1}s", secs_f64(d));
+    }
+    let (days, h, m, s) = (secs / 86_400, secs / 3_600 % 24, secs / 60 % 60, secs % 60);
+    if days > 0 {
+        format!("{days}d{h}h")
+    } else if h > 0 {
+        format!("{h}h{m}m")
+    } else if m > 0 {
+        format!("{m}m{s}s")
+    } else {
+        format!("{s}s")
+    }
+}
+
+/// The first line of `s`, cut to `max` characters.
+fn one_line(s: &str, max: usize) -> String {
+    let line = s.lines().next().unwrap_or("");
+    let more = line.chars().count() > max || s.lines().nth(1).is_some();
+    let mut out: String = line.chars().take(max).collect();
+    if more {
+        out.push('…');
+    }
+    out
+}
+
+fn plural(n: u64) -> &'static str {
+    if n == 1 { "" } else { "s" }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn deltas_are_compact() {
+        assert_eq!(fmt_delta(TimeDelta::milliseconds(400)), "0.4s");
+        assert_eq!(fmt_delta(TimeDelta::seconds(12)), "12s");
+        assert_eq!(fmt_delta(TimeDelta::seconds(250)), "4m10s");
+        assert_eq!(fmt_delta(TimeDelta::seconds(7_500)), "2h5m");
+        assert_eq!(
+            fmt_delta(TimeDelta::seconds(3 * 86_400 + 4 * 3_600)),
+            "3d4h"
+        );
+        assert_eq!(fmt_delta(TimeDelta::seconds(-5)), "0.0s");
+    }
+
+    #[test]
+    fn errors_are_cut_to_one_line() {
+        assert_eq!(one_line("short", 60), "short");
+        assert_eq!(one_line("a\nb", 60), "a…");
+        assert_eq!(one_line("abcdef", 3), "abc…");
+    }
+}

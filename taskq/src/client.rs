@@ -215,4 +215,65 @@ impl Client {
             Err(e) => e.into(),
         }
     }
+
+    /// Rows changed per statement by the bulk operations ([`Client::retry_all_dead`],
+    /// [`Client::purge`]): small, so each statement holds its row locks only briefly.
+    pub const BATCH: u32 = 500;
+
+    /// The database clock now (`UTC_TIMESTAMP(6)`): the clock every stored time comes from,
+    /// so ages and lease expiries should be computed against it, not the local clock.
+    pub async fn db_now(&self) -> Result<DateTime<Utc>> {
+        Ok(store::db_now(&self.pool).await?)
+    }
+
+    /// Moves every dead task (of `queue`, or of all queues when `None`) back to pending with
+    /// its attempts reset and its epoch incremented, in batches of [`Client::BATCH`] rows
+    /// (one short statement each). Tasks that die again while this runs are left dead.
+    /// Returns how many tasks were moved.
+    pub async fn retry_all_dead(&self, queue: Option<&str>) -> Result<u64> {
+        let started = store::db_now(&self.pool).await?;
+        let mut total = 0;
+        loop {
+            let n = store::task_retry_dead_batch(&self.pool, queue, started, Self::BATCH).await?;
+            total += n;
+            if n < u64::from(Self::BATCH) {
+                return Ok(total);
+            }
+        }
+    }
+
+    /// Deletes terminal tasks (`succeeded`, `dead`, `canceled`; only `state` when given) that
+    /// finished more than `older_than` ago (whole seconds, database clock), in batches of
+    /// [`Client::BATCH`] rows. A non-terminal `state` gives [`Error::InvalidOption`]. Returns
+    /// how many tasks were deleted.
+    pub async fn purge(
+        &self,
+        state: Option<TaskState>,
+        older_than: std::time::Duration,
+    ) -> Result<u64> {
+        let states: Vec<TaskState> = match state {
+            Some(s) if !s.is_terminal() => {
+                return Err(Error::InvalidOption(format!(
+                    "cannot purge {s} tasks: only terminal states (succeeded, dead, canceled)"
+                )));
+            }
+            Some(s) => vec![s],
+            None => TaskState::ALL
+                .into_iter()
+                .filter(|s| s.is_terminal())
+                .collect(),
+        };
+        let age_secs = older_than.as_secs();
+        let mut total = 0;
+        for s in states {
+            loop {
+                let n = store::task_prune(&self.pool, s, age_secs, Self::BATCH).await?;
+                total += n;
+                if n < u64::from(Self::BATCH) {
+                    break;
+                }
+            }
+        }
+        Ok(total)
+    }
 }

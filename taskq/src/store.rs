@@ -534,3 +534,42 @@ pub(crate) async fn migration_unlock(conn: &mut MySqlConnection) -> sqlx::Result
         .await?;
     Ok(())
 }
+
+// --- operator functions (CLI) ---
+
+/// The database clock (`UTC_TIMESTAMP(6)`), against which every stored time is written.
+pub(crate) async fn db_now<'e>(
+    ex: impl Executor<'e, Database = MySql>,
+) -> sqlx::Result<DateTime<Utc>> {
+    sqlx::query_scalar!(r#"SELECT UTC_TIMESTAMP(6) AS "now!: DateTime<Utc>""#)
+        .fetch_one(ex)
+        .await
+}
+
+/// Moves up to `limit` dead tasks (of `queue`, or of every queue) that died at or before
+/// `died_before` back to pending, with attempts reset and epochs incremented, like
+/// [`task_retry_dead`]. Walks `ix_taskq_finished`; the `died_before` bound keeps a bulk retry
+/// from picking up tasks that die again while it runs. Returns the count.
+pub(crate) async fn task_retry_dead_batch<'e>(
+    ex: impl Executor<'e, Database = MySql>,
+    queue: Option<&str>,
+    died_before: DateTime<Utc>,
+    limit: u32,
+) -> sqlx::Result<u64> {
+    let done = sqlx::query!(
+        r#"UPDATE taskq_tasks
+           SET state = 'pending', attempt = 0, lease_epoch = lease_epoch + 1, run_at = UTC_TIMESTAMP(6),
+               finished_at = NULL, lease_until = NULL, updated_at = UTC_TIMESTAMP(6)
+           WHERE state = 'dead' AND (finished_at IS NULL OR finished_at <= ?)
+             AND (? IS NULL OR queue = ?)
+           ORDER BY finished_at, id
+           LIMIT ?"#,
+        died_before.naive_utc(),
+        queue,
+        queue,
+        limit
+    )
+    .execute(ex)
+    .await?;
+    Ok(done.rows_affected())
+}

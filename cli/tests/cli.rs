@@ -1,0 +1,551 @@
+//! The `taskq` binary run as a process against a fresh database: exit codes, output, rows.
+
+use std::process::Command;
+
+use taskq::{Client, Task, TaskContext, TaskError, TaskId, TaskState};
+use taskq_tests::TestDb;
+
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct Ping {
+    n: u32,
+    tag: String,
+}
+
+impl Task for Ping {
+    const NAME: &'static str = "ping";
+    async fn run(self, _cx: TaskContext) -> Result<(), TaskError> {
+        Ok(())
+    }
+}
+
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct Pong(u32);
+
+impl Task for Pong {
+    const NAME: &'static str = "pong";
+    const QUEUE: &'static str = "other";
+    async fn run(self, _cx: TaskContext) -> Result<(), TaskError> {
+        Ok(())
+    }
+}
+
+/// What one run of the binary gave.
+#[derive(Debug)]
+struct Out {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Out {
+    fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {}", self.stdout))
+    }
+}
+
+fn url(db: &TestDb) -> String {
+    format!("{}/{}", taskq_tests::server_url(), db.name)
+}
+
+/// Runs `taskq ARGS` with `DATABASE_URL` set to `url` (unset when `None`).
+async fn taskq(url: Option<String>, args: &[&str]) -> Out {
+    let args: Vec<String> = args.iter().map(|s| (*s).to_owned()).collect();
+    tokio::task::spawn_blocking(move || {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_taskq"));
+        cmd.args(&args).env_remove("DATABASE_URL");
+        if let Some(url) = url {
+            cmd.env("DATABASE_URL", url);
+        }
+        let out = cmd.output().expect("run the taskq binary");
+        Out {
+            code: out.status.code().expect("exited normally"),
+            stdout: String::from_utf8(out.stdout).expect("utf-8 stdout"),
+            stderr: String::from_utf8(out.stderr).expect("utf-8 stderr"),
+        }
+    })
+    .await
+    .unwrap()
+}
+
+async fn exec(db: &TestDb, sql: &str, id: TaskId) {
+    sqlx::query(sqlx::AssertSqlSafe(sql.to_owned()))
+        .bind(id.0)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+}
+
+async fn ping(db: &TestDb, n: u32) -> TaskId {
+    Ping {
+        n,
+        tag: format!("t{n}"),
+    }
+    .enqueue(&db.pool)
+    .await
+    .unwrap()
+    .id
+}
+
+async fn make_dead(db: &TestDb, id: TaskId) {
+    exec(
+        db,
+        "UPDATE taskq_tasks SET state = 'dead', attempt = 3, lease_epoch = 3,
+           last_error = 'boom: upstream said no', finished_at = UTC_TIMESTAMP(6) WHERE id = ?",
+        id,
+    )
+    .await;
+}
+
+async fn make_running(db: &TestDb, id: TaskId) {
+    exec(
+        db,
+        "UPDATE taskq_tasks SET state = 'running', attempt = 1, lease_epoch = 1,
+           worker_id = 'w-1', lease_until = UTC_TIMESTAMP(6) + INTERVAL 30 SECOND WHERE id = ?",
+        id,
+    )
+    .await;
+}
+
+/// The stdout line of a table whose cells start with `cells`.
+fn row<'a>(stdout: &'a str, cells: &[&str]) -> Option<&'a str> {
+    stdout.lines().find(|l| {
+        let words: Vec<&str> = l.split_whitespace().collect();
+        words.len() >= cells.len() && words[..cells.len()] == *cells
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stats_shows_counts_ages_and_leases() {
+    let db = TestDb::new().await;
+    let empty = taskq(Some(url(&db)), &["stats"]).await;
+    assert_eq!(empty.code, 0, "{empty:?}");
+    assert!(empty.stdout.contains("no tasks"), "{empty:?}");
+
+    for n in 0..3 {
+        ping(&db, n).await;
+    }
+    let run = Pong(1).enqueue(&db.pool).await.unwrap().id;
+    Pong(2).enqueue(&db.pool).await.unwrap();
+    make_running(&db, run).await;
+    make_dead(&db, ping(&db, 9).await).await;
+
+    let out = taskq(Some(url(&db)), &["stats"]).await;
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stdout.contains("QUEUE"), "{}", out.stdout);
+    assert!(
+        row(&out.stdout, &["default", "pending", "3"]).is_some(),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        row(&out.stdout, &["default", "dead", "1"]).is_some(),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        row(&out.stdout, &["other", "pending", "1"]).is_some(),
+        "{}",
+        out.stdout
+    );
+    let running = row(&out.stdout, &["other", "running", "1"]).expect("running row");
+    assert!(
+        running.contains(" in ") && !running.contains("EXPIRED"),
+        "{running}"
+    );
+
+    let json = taskq(Some(url(&db)), &["stats", "--json"]).await;
+    assert_eq!(json.code, 0, "{json:?}");
+    let v = json.json();
+    assert!(v["now"].is_string());
+    let counts = v["counts"].as_array().unwrap();
+    assert_eq!(counts.len(), 4);
+    let find = |q: &str, s: &str| {
+        counts
+            .iter()
+            .find(|c| c["queue"] == q && c["state"] == s)
+            .unwrap_or_else(|| panic!("no {q}/{s} in {v}"))
+    };
+    assert_eq!(find("default", "pending")["count"], 3);
+    let age = find("default", "pending")["oldest_pending_age_secs"]
+        .as_f64()
+        .unwrap();
+    assert!((0.0..60.0).contains(&age), "{age}");
+    let lease = find("other", "running")["earliest_lease_expires_in_secs"]
+        .as_f64()
+        .unwrap();
+    assert!(lease > 0.0 && lease <= 30.0, "{lease}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_filters_and_pages() {
+    let db = TestDb::new().await;
+    let mut ids = Vec::new();
+    for n in 0..4 {
+        ids.push(ping(&db, n).await);
+    }
+    let pong = Pong(1).enqueue(&db.pool).await.unwrap().id;
+    make_dead(&db, ids[1]).await;
+    let u = || Some(url(&db));
+
+    let all = taskq(u(), &["list"]).await;
+    assert_eq!(all.code, 0, "{all:?}");
+    assert_eq!(all.stdout.lines().count(), 6, "{}", all.stdout); // header + 5
+    assert!(all.stdout.lines().next().unwrap().contains("LAST ERROR"));
+    let dead_line = row(
+        &all.stdout,
+        &[&ids[1].to_string(), "default", "ping", "dead"],
+    )
+    .unwrap();
+    assert!(dead_line.contains("boom: upstream said no"), "{dead_line}");
+
+    let other = taskq(u(), &["list", "--queue", "other"]).await;
+    assert_eq!(other.stdout.lines().count(), 2, "{}", other.stdout);
+    assert!(row(&other.stdout, &[&pong.to_string(), "other", "pong"]).is_some());
+
+    let ids_of = |out: &Out| -> Vec<u64> {
+        out.json()
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["id"].as_u64().unwrap())
+            .collect()
+    };
+    let dead = taskq(u(), &["list", "--state", "dead", "--json"]).await;
+    assert_eq!(ids_of(&dead), [ids[1].0]);
+    assert_eq!(dead.json()[0]["last_error"], "boom: upstream said no");
+    let by_name = taskq(u(), &["--json", "list", "--name", "pong"]).await;
+    assert_eq!(ids_of(&by_name), [pong.0]);
+    let pending_default = ["list", "--json", "--queue", "default", "--state", "pending"];
+    assert_eq!(
+        ids_of(&taskq(u(), &pending_default).await),
+        [ids[0].0, ids[2].0, ids[3].0]
+    );
+
+    let page1 = taskq(u(), &["list", "--json", "--limit", "2"]).await;
+    assert_eq!(ids_of(&page1), [ids[0].0, ids[1].0]);
+    let page1_table = taskq(u(), &["list", "--limit", "2"]).await;
+    assert!(
+        page1_table
+            .stderr
+            .contains(&format!("--after-id {}", ids[1])),
+        "{page1_table:?}"
+    );
+    let after = ids[1].to_string();
+    let page2 = taskq(
+        u(),
+        &["list", "--json", "--limit", "2", "--after-id", &after],
+    )
+    .await;
+    assert_eq!(ids_of(&page2), [ids[2].0, ids[3].0]);
+    let none = taskq(u(), &["list", "--name", "nope"]).await;
+    assert_eq!(none.code, 0);
+    assert!(none.stdout.contains("no matching tasks"));
+    assert_eq!(
+        taskq(u(), &["list", "--json", "--name", "nope"])
+            .await
+            .json(),
+        serde_json::json!([])
+    );
+
+    for bad in [
+        &["list", "--state", "sleeping"][..],
+        &["list", "--limit", "0"],
+        &["list", "--after-id", "x"],
+    ] {
+        let out = taskq(u(), bad).await;
+        assert_eq!(out.code, 2, "{bad:?}: {out:?}");
+        assert!(out.stderr.contains("invalid value"), "{out:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn show_prints_every_field_the_error_and_the_payload() {
+    let db = TestDb::new().await;
+    let id = ping(&db, 7).await;
+    make_dead(&db, id).await;
+    let out = taskq(Some(url(&db)), &["show", &id.to_string()]).await;
+    assert_eq!(out.code, 0, "{out:?}");
+    for field in [
+        "id:",
+        "queue:",
+        "name:",
+        "state:",
+        "priority:",
+        "attempt:",
+        "run_at:",
+        "lease_until:",
+        "lease_epoch:",
+        "worker_id:",
+        "idempotency_key:",
+        "created_at:",
+        "updated_at:",
+        "finished_at:",
+        "last_error:",
+        "payload:",
+    ] {
+        assert!(
+            out.stdout.lines().any(|l| l.starts_with(field)),
+            "{field} missing in\n{}",
+            out.stdout
+        );
+    }
+    assert!(
+        out.stdout.contains("state:           dead"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains("attempt:         3 of 20"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout
+            .contains("last_error:      boom: upstream said no")
+    );
+    // Pretty-printed payload: one field per line.
+    assert!(out.stdout.contains("\n    \"n\": 7,\n"), "{}", out.stdout);
+    assert!(out.stdout.contains("\"tag\": \"t7\""), "{}", out.stdout);
+
+    let json = taskq(Some(url(&db)), &["show", "--json", &id.to_string()]).await;
+    assert_eq!(json.code, 0, "{json:?}");
+    let v = json.json();
+    assert_eq!(v["id"], id.0);
+    assert_eq!(v["state"], "dead");
+    assert_eq!(v["lease_epoch"], 3);
+    assert_eq!(v["payload"], serde_json::json!({ "n": 7, "tag": "t7" }));
+
+    let missing = taskq(Some(url(&db)), &["show", "987654321"]).await;
+    assert_eq!(missing.code, 3, "{missing:?}");
+    assert!(
+        missing.stderr.contains("task 987654321 not found"),
+        "{missing:?}"
+    );
+    assert_eq!(taskq(Some(url(&db)), &["show", "abc"]).await.code, 2);
+    assert_eq!(taskq(Some(url(&db)), &["show"]).await.code, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_moves_dead_tasks_back_to_pending() {
+    let db = TestDb::new().await;
+    let client = Client::new(db.pool.clone());
+    let u = || Some(url(&db));
+    let dead = ping(&db, 1).await;
+    make_dead(&db, dead).await;
+    let out = taskq(u(), &["retry", &dead.to_string()]).await;
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stdout.contains("pending"), "{out:?}");
+    let t = client.get(dead).await.unwrap();
+    assert_eq!(
+        (t.state, t.attempt, t.lease_epoch),
+        (TaskState::Pending, 0, 4)
+    );
+    assert!(t.finished_at.is_none());
+
+    // Not dead any more: wrong state.
+    let again = taskq(u(), &["retry", &dead.to_string()]).await;
+    assert_eq!(again.code, 3, "{again:?}");
+    assert!(
+        again.stderr.contains("is pending, expected dead"),
+        "{again:?}"
+    );
+    assert_eq!(taskq(u(), &["retry", "987654321"]).await.code, 3);
+
+    // Bulk, one queue then all.
+    let mut default_dead = Vec::new();
+    for n in 0..3 {
+        let id = ping(&db, n).await;
+        make_dead(&db, id).await;
+        default_dead.push(id);
+    }
+    let pong = Pong(1).enqueue(&db.pool).await.unwrap().id;
+    make_dead(&db, pong).await;
+    let other = taskq(u(), &["retry", "--dead", "--queue", "other"]).await;
+    assert_eq!(other.code, 0, "{other:?}");
+    assert!(
+        other.stdout.contains("retried 1 dead task in queue other"),
+        "{other:?}"
+    );
+    assert_eq!(client.get(pong).await.unwrap().state, TaskState::Pending);
+    assert_eq!(db.count("state = 'dead'").await, 3);
+    let all = taskq(u(), &["retry", "--dead", "--json"]).await;
+    assert_eq!(all.code, 0, "{all:?}");
+    assert_eq!(all.json(), serde_json::json!({ "retried": 3 }));
+    for id in default_dead {
+        let t = client.get(id).await.unwrap();
+        assert_eq!(
+            (t.state, t.attempt, t.lease_epoch),
+            (TaskState::Pending, 0, 4)
+        );
+    }
+
+    for bad in [
+        &["retry"][..],
+        &["retry", "1", "--dead"],
+        &["retry", "1", "--queue", "q"],
+        &["retry", "--queue", "q"],
+    ] {
+        assert_eq!(taskq(u(), bad).await.code, 2, "{bad:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_pending_but_not_running() {
+    let db = TestDb::new().await;
+    let client = Client::new(db.pool.clone());
+    let pending = ping(&db, 1).await;
+    let running = ping(&db, 2).await;
+    make_running(&db, running).await;
+
+    let out = taskq(Some(url(&db)), &["cancel", &pending.to_string()]).await;
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stdout.contains("canceled"), "{out:?}");
+    let t = client.get(pending).await.unwrap();
+    assert_eq!(t.state, TaskState::Canceled);
+    assert!(t.finished_at.is_some());
+
+    let refused = taskq(Some(url(&db)), &["cancel", &running.to_string()]).await;
+    assert_eq!(refused.code, 3, "{refused:?}");
+    assert!(
+        refused.stderr.contains("is running, expected pending"),
+        "{refused:?}"
+    );
+    assert_eq!(client.get(running).await.unwrap().state, TaskState::Running);
+
+    let missing = taskq(Some(url(&db)), &["--json", "cancel", "987654321"]).await;
+    assert_eq!(missing.code, 3, "{missing:?}");
+    assert!(missing.stdout.is_empty());
+
+    let id = ping(&db, 3).await;
+    let json = taskq(Some(url(&db)), &["cancel", "--json", &id.to_string()]).await;
+    assert_eq!(
+        json.json(),
+        serde_json::json!({ "id": id.0, "state": "canceled" })
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn purge_deletes_old_terminal_tasks_and_prints_the_count() {
+    let db = TestDb::new().await;
+    let age = |state: &str, days: u32| {
+        format!(
+            "UPDATE taskq_tasks SET state = '{state}',
+               finished_at = UTC_TIMESTAMP(6) - INTERVAL {days} DAY WHERE id = ?"
+        )
+    };
+    let mut ids = Vec::new();
+    for (n, (state, days)) in [
+        ("succeeded", 10),
+        ("succeeded", 9),
+        ("dead", 10),
+        ("canceled", 8),
+        ("succeeded", 2),
+        ("running", 30),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let id = ping(&db, n as u32).await;
+        exec(&db, &age(state, days), id).await;
+        ids.push(id);
+    }
+    let pending = ping(&db, 99).await;
+    let u = || Some(url(&db));
+
+    let dead_only = taskq(u(), &["purge", "--older-than", "7d", "--state", "dead"]).await;
+    assert_eq!(dead_only.code, 0, "{dead_only:?}");
+    assert!(
+        dead_only.stdout.contains("purged 1 dead task"),
+        "{dead_only:?}"
+    );
+    assert_eq!(db.count("state = 'dead'").await, 0);
+
+    let rest = taskq(u(), &["purge", "--older-than", "7d", "--json"]).await;
+    assert_eq!(rest.code, 0, "{rest:?}");
+    assert_eq!(rest.json(), serde_json::json!({ "purged": 3 }));
+    // Left: the recent succeeded task, the running one and the pending one.
+    let left: Vec<u64> = sqlx::query_scalar("SELECT id FROM taskq_tasks ORDER BY id")
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(left, [ids[4].0, ids[5].0, pending.0]);
+
+    let none = taskq(u(), &["purge", "--older-than", "3d"]).await;
+    assert!(none.stdout.contains("purged 0 terminal tasks"), "{none:?}");
+    let hours = taskq(u(), &["purge", "--older-than", "36h"]).await;
+    assert!(
+        hours.stdout.contains("purged 1 terminal task "),
+        "{hours:?}"
+    );
+    assert_eq!(db.count("1 = 1").await, 2);
+
+    for bad in [
+        &["purge"][..],
+        &["purge", "--older-than", "7"],
+        &["purge", "--older-than", "7y"],
+        &["purge", "--older-than", "7d", "--state", "pending"],
+    ] {
+        let out = taskq(u(), bad).await;
+        assert_eq!(out.code, 2, "{bad:?}: {out:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migrate_applies_the_schema() {
+    let db = TestDb::empty().await;
+    let out = taskq(Some(url(&db)), &["migrate"]).await;
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stdout.contains("migrations applied"), "{out:?}");
+    assert_eq!(db.count("1 = 1").await, 0); // the table exists
+    let again = taskq(Some(url(&db)), &["migrate", "--json"]).await;
+    assert_eq!(again.json(), serde_json::json!({ "migrated": true }));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn database_url_flag_and_connection_errors() {
+    let db = TestDb::new().await;
+    // --database-url wins over the environment.
+    let flag = taskq(
+        Some("mysql://root@127.0.0.1:1/x".into()),
+        &["--database-url", &url(&db), "stats"],
+    )
+    .await;
+    assert_eq!(flag.code, 0, "{flag:?}");
+
+    let unreachable = taskq(
+        None,
+        &["--database-url", "mysql://root@127.0.0.1:1/x", "stats"],
+    )
+    .await;
+    assert_eq!(unreachable.code, 4, "{unreachable:?}");
+    assert!(
+        unreachable
+            .stderr
+            .contains("cannot connect to the database at 127.0.0.1:1"),
+        "{unreachable:?}"
+    );
+    assert!(unreachable.stdout.is_empty());
+    let env = taskq(Some("mysql://root@127.0.0.1:1/x".into()), &["list"]).await;
+    assert_eq!(env.code, 4, "{env:?}");
+
+    let missing = taskq(None, &["stats"]).await;
+    assert_eq!(missing.code, 2, "{missing:?}");
+    assert!(missing.stderr.contains("DATABASE_URL"), "{missing:?}");
+    let bad_url = taskq(Some("postgres://nope".into()), &["stats"]).await;
+    assert_eq!(bad_url.code, 2, "{bad_url:?}");
+    assert!(
+        bad_url.stderr.contains("invalid database URL"),
+        "{bad_url:?}"
+    );
+
+    assert_eq!(taskq(None, &["frobnicate"]).await.code, 2);
+    assert_eq!(taskq(None, &[]).await.code, 2);
+    let help = taskq(None, &["--help"]).await;
+    assert_eq!(help.code, 0);
+    for cmd in [
+        "migrate", "stats", "list", "show", "retry", "cancel", "purge",
+    ] {
+        assert!(help.stdout.contains(cmd), "{cmd} missing in help");
+    }
+}
