@@ -1,0 +1,464 @@
+//! `taskq-reliability`: runs the fault scenarios of `docs/reliability.md` at full size on
+//! private database servers and prints the figures as Markdown.
+//!
+//! ```text
+//! cargo build --release -p taskq-tests --bins
+//! target/release/taskq-reliability all            # or: env | kill | graceful | pause |
+//!                                                 #     outage | chaos | tx | bad | poison
+//! ```
+//!
+//! Options (all optional): `--trials N` (kill: 20, graceful: 10, pause: 5), `--tasks N`
+//! (outage/chaos: 5000, poison: 2000), `--outage-s S` (10), `--lease-ms MS` (outage: 2000),
+//! `--total N` (tx: 10000). Needs `taskq-fault-worker` next to this binary (built by the
+//! command above) and a MariaDB/MySQL server binary (see `tests/support/server.rs`).
+
+#[path = "../faults_support/mod.rs"]
+mod faults_support;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use faults_support::scenarios::{self, LoadRun, LoadSettings, PoisonKind};
+use faults_support::{FaultDb, min_median_max};
+use taskq_tests::server::PrivateServer;
+
+struct Args {
+    opts: HashMap<String, String>,
+}
+
+impl Args {
+    fn num(&self, k: &str, default: u64) -> u64 {
+        self.opts
+            .get(k)
+            .map_or(default, |v| v.parse().expect("a number"))
+    }
+}
+
+async fn fresh_db() -> FaultDb {
+    let server = PrivateServer::start()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    FaultDb::on(server).await
+}
+
+fn exe() -> PathBuf {
+    let p = std::env::current_exe()
+        .expect("own path")
+        .with_file_name("taskq-fault-worker");
+    assert!(
+        p.exists(),
+        "{} not found: build it with `cargo build [--release] -p taskq-tests --bins`",
+        p.display()
+    );
+    p
+}
+
+fn mmm(samples: &[f64]) -> String {
+    let (lo, mid, hi) = min_median_max(samples);
+    format!("{lo:.2} / {mid:.2} / {hi:.2}")
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    let what = argv.first().cloned().unwrap_or_else(|| "all".into());
+    let opts = argv[1..]
+        .chunks(2)
+        .map(|kv| {
+            (
+                kv[0].trim_start_matches("--").to_owned(),
+                kv.get(1).cloned().expect("--key value"),
+            )
+        })
+        .collect();
+    let args = Args { opts };
+    let all = what == "all";
+    let run = |name: &str| all || what == name;
+    if run("env") {
+        env().await;
+    }
+    if run("kill") {
+        kill(&args, false).await;
+    }
+    if run("graceful") {
+        kill(&args, true).await;
+    }
+    if run("pause") {
+        pause(&args).await;
+    }
+    if run("outage") {
+        outage(&args).await;
+    }
+    if run("chaos") {
+        chaos(&args).await;
+    }
+    if run("tx") {
+        tx(&args).await;
+    }
+    if run("bad") {
+        bad().await;
+    }
+    if run("poison") {
+        poison(&args).await;
+    }
+}
+
+async fn env() {
+    let db = fresh_db().await;
+    let row: (String, String, String, u64, String, String, String) = sqlx::query_as(
+        "SELECT VERSION(), CAST(@@innodb_flush_log_at_trx_commit AS CHAR), CAST(@@log_bin AS CHAR),
+                @@innodb_buffer_pool_size, @@transaction_isolation, @@character_set_server,
+                CAST(@@innodb_doublewrite AS CHAR)",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    println!("## Environment\n");
+    println!("| | |\n|---|---|");
+    println!("| server | {} |", row.0);
+    println!("| innodb_flush_log_at_trx_commit | {} |", row.1);
+    println!("| log_bin | {} |", row.2);
+    println!("| innodb_buffer_pool_size | {} MiB |", row.3 >> 20);
+    println!("| transaction_isolation (default) | {} |", row.4);
+    println!("| character_set_server | {} |", row.5);
+    println!("| innodb_doublewrite | {} |", row.6);
+    println!(
+        "| cpus | {} |",
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+    println!(
+        "| build | {} |\n",
+        if cfg!(debug_assertions) {
+            "debug"
+        } else {
+            "release"
+        }
+    );
+}
+
+async fn kill(args: &Args, graceful: bool) {
+    let trials = args.num("trials", if graceful { 10 } else { 20 }) as usize;
+    let tasks = args.num("tasks-per-trial", 2) as usize;
+    let db = fresh_db().await;
+    db.log_transitions().await;
+    let exe = exe();
+    let mut takeover = Vec::new();
+    let mut after_release = Vec::new();
+    let mut per_trial_max = Vec::new();
+    let mut all_ok = true;
+    let mut not_released = 0;
+    for trial in 0..trials {
+        let t = scenarios::takeover_trial(&db, &exe, tasks, graceful, trial).await;
+        all_ok &= t
+            .rows
+            .iter()
+            .all(|r| r.state == "succeeded" && r.worker_id.as_deref() == Some(t.second.as_str()));
+        per_trial_max.push(t.takeover.iter().cloned().fold(0.0, f64::max));
+        takeover.extend(t.takeover);
+        after_release.extend(t.after_release);
+        not_released += t.not_released.len();
+        eprintln!("trial {trial}: {:?}", per_trial_max.last());
+    }
+    if graceful {
+        println!(
+            "## Scenario 1b: SIGTERM with a 300 ms shutdown timeout ({trials} trials × {tasks} tasks)\n"
+        );
+        println!("| measure (s) | min / median / max |\n|---|---|");
+        println!(
+            "| SIGTERM → other worker's handler started | {} |",
+            mmm(&takeover)
+        );
+        println!(
+            "| release written → other worker's handler started | {} |",
+            mmm(&after_release)
+        );
+        println!(
+            "| tasks not released (waited for lease expiry instead) | {not_released} of {} |",
+            trials * tasks
+        );
+    } else {
+        println!(
+            "## Scenario 1: SIGKILL mid-handler, lease 2 s, heartbeat 500 ms, reaper 200 ms ({trials} trials × {tasks} tasks)\n"
+        );
+        println!("| measure (s) | min / median / max |\n|---|---|");
+        println!(
+            "| kill → other worker's handler started (per task) | {} |",
+            mmm(&takeover)
+        );
+        println!(
+            "| kill → last task of the trial started | {} |",
+            mmm(&per_trial_max)
+        );
+    }
+    println!("\nevery task completed by the other worker: {all_ok}\n");
+}
+
+async fn pause(args: &Args) {
+    let trials = args.num("trials", 5) as usize;
+    let db = fresh_db().await;
+    let exe = exe();
+    println!(
+        "## Scenario 2: SIGSTOP past the 2 s lease, SIGCONT after the takeover ({trials} trials)\n"
+    );
+    println!(
+        "| trial | SIGSTOP → takeover (s) | row kept (worker, state, epoch) | resumed handler saw | paused worker: lost_leases / fenced / succeeded |"
+    );
+    println!("|---|---|---|---|---|");
+    for trial in 0..trials {
+        let t = scenarios::pause_trial(&db, &exe, trial).await;
+        let r = &t.row_after_resume;
+        let kept = t.row_after_resume == t.row_before_resume;
+        let saw: Vec<_> = t
+            .events
+            .iter()
+            .filter(|e| e.worker_id == t.paused && e.event.starts_with("canceled:"))
+            .map(|e| e.event.clone())
+            .collect();
+        let s = &t.report.stats;
+        println!(
+            "| {trial} | {:.2} | {} ({}, {}, {}) | {} | {} / {} / {} |",
+            t.takeover,
+            if kept { "unchanged" } else { "CHANGED" },
+            r.worker_id.as_deref().unwrap_or("-"),
+            r.state,
+            r.lease_epoch,
+            saw.join(", "),
+            s["lost_leases"],
+            s["fenced"],
+            s["succeeded"]
+        );
+    }
+    println!();
+}
+
+fn load_table(title: &str, s: &LoadSettings, run: &LoadRun) {
+    let st = run.stats();
+    let check = run.check();
+    println!("## {title}\n");
+    println!("| | |\n|---|---|");
+    println!(
+        "| load | {} tasks, {} workers × concurrency {}, handler {} ms, lease {:?} |",
+        s.tasks, s.workers, s.concurrency, s.sleep_ms, s.lease
+    );
+    println!("| succeeded when the fault began | {} |", run.done_at_fault);
+    println!(
+        "| rows / succeeded at the end | {} / {} |",
+        run.rows.len(),
+        run.rows.iter().filter(|r| r.state == "succeeded").count()
+    );
+    println!("| handler executions | {} |", run.executions());
+    println!(
+        "| tasks executed more than once | {} |",
+        run.duplicated().len()
+    );
+    println!(
+        "| tasks whose lease expired (reaped) | {} |",
+        run.reaped().len()
+    );
+    println!(
+        "| worker counters: db_errors / lost_leases / fenced / reaped | {} / {} / {} / {} |",
+        st.db_errors, st.lost_leases, st.fenced, st.reaped
+    );
+    if run.cuts > 0 {
+        println!("| connections cut by the proxy | {} |", run.cuts);
+    }
+    println!("| total time | {:.1} s |", run.elapsed.as_secs_f64());
+    println!(
+        "| fault over → all done | {:.1} s |",
+        run.recovery.as_secs_f64()
+    );
+    println!(
+        "| invariants (none lost, all terminal, no epoch ran twice, duplicates ⊆ reaped) | {} |\n",
+        match check {
+            Ok(()) => "hold".to_owned(),
+            Err(e) => format!("VIOLATED: {e}"),
+        }
+    );
+}
+
+async fn outage(args: &Args) {
+    for lease_ms in [args.num("lease-ms", 2000), 30_000] {
+        let mut db = fresh_db().await;
+        let s = LoadSettings {
+            tasks: args.num("tasks", 5000) as u32,
+            workers: 4,
+            concurrency: 8,
+            sleep_ms: 10,
+            lease: Duration::from_millis(lease_ms),
+            outage: Duration::from_secs(args.num("outage-s", 10)),
+            kill_at: 0.3,
+            ..LoadSettings::small()
+        };
+        let run = scenarios::db_outage(&mut db, &s).await;
+        load_table(
+            &format!(
+                "Scenario 3: database SIGKILLed for {} s under load (lease {} s)",
+                s.outage.as_secs(),
+                lease_ms / 1000
+            ),
+            &s,
+            &run,
+        );
+    }
+}
+
+async fn chaos(args: &Args) {
+    let tasks = args.num("tasks", 5000) as u32;
+    for (title, p) in [
+        ("no chaos (baseline)", 0.0),
+        ("connections cut at random", 0.25),
+    ] {
+        let db = fresh_db().await;
+        let s = LoadSettings {
+            tasks,
+            workers: 4,
+            concurrency: 8,
+            sleep_ms: 10,
+            outage: Duration::ZERO,
+            chaos_every: Duration::from_millis(50)..Duration::from_millis(250),
+            chaos_probability: p,
+            ..LoadSettings::small()
+        };
+        let run = scenarios::connection_chaos(&db, &s).await;
+        load_table(
+            &format!("Scenario 4: {title} (every 50–250 ms each live connection cut with p = {p})"),
+            &s,
+            &run,
+        );
+    }
+}
+
+async fn tx(args: &Args) {
+    let total = args.num("total", 10_000);
+    let db = fresh_db().await;
+    let run = scenarios::transactions(&db, total, 8).await;
+    let committed_orders: std::collections::BTreeSet<u64> =
+        run.expected.iter().map(|e| e.0).collect();
+    let task_orders: std::collections::BTreeSet<u64> = run.tasks.iter().map(|t| t.0).collect();
+    let orders: std::collections::BTreeSet<u64> = run.orders.iter().copied().collect();
+    println!("## Scenario 5: {total} transactions from 8 producers, a worker running\n");
+    println!("| | |\n|---|---|");
+    println!("| committed | {} |", run.committed);
+    println!("| rolled back explicitly | {} |", run.rolled_back);
+    println!(
+        "| failed after the enqueue (duplicate key), dropped | {} |",
+        run.failed_after_enqueue
+    );
+    println!("| dropped without commit | {} |", run.dropped);
+    println!(
+        "| business rows / task rows | {} / {} |",
+        run.orders.len(),
+        run.tasks.len()
+    );
+    println!(
+        "| tasks without a business row | {} |",
+        task_orders.difference(&orders).count()
+    );
+    println!(
+        "| business rows without a task | {} |",
+        orders.difference(&task_orders).count()
+    );
+    println!(
+        "| (order, task) pairs equal to the committed ones | {} |",
+        run.tasks == run.expected
+    );
+    println!(
+        "| committed rows = business rows | {} |",
+        committed_orders == orders
+    );
+    println!(
+        "| handler runs that found / missed their row | {} / {} |",
+        run.found, run.orphans_seen
+    );
+    println!(
+        "| producer time | {:.1} s ({:.0} tx/s) |\n",
+        run.elapsed.as_secs_f64(),
+        total as f64 / run.elapsed.as_secs_f64()
+    );
+}
+
+async fn bad() {
+    let db = fresh_db().await;
+    let run = scenarios::bad_data(&db, 1000).await;
+    println!("## Scenario 6: bad data among 1000 good tasks\n");
+    println!(
+        "| case | end state | attempt | handler runs | error (first 120 chars) |\n|---|---|---|---|---|"
+    );
+    for c in &run.cases {
+        let (state, attempt, err) = match &c.row {
+            Some(r) => (
+                r.state.clone(),
+                r.attempt.to_string(),
+                r.last_error.clone().unwrap_or_default(),
+            ),
+            None => (
+                "not inserted".into(),
+                "-".into(),
+                c.enqueue_error.clone().unwrap_or_default(),
+            ),
+        };
+        let err: String = err
+            .chars()
+            .take(120)
+            .collect::<String>()
+            .replace('|', "\\|");
+        println!(
+            "| {} | {state} | {attempt} | {} | {err} |",
+            c.case,
+            c.executions.len()
+        );
+    }
+    let good_ok = run
+        .good_rows
+        .iter()
+        .filter(|r| r.state == "succeeded")
+        .count();
+    println!(
+        "\ngood tasks succeeded: {good_ok} / {}; worker counters: {:?}\n",
+        run.good.len(),
+        run.report.stats
+    );
+}
+
+async fn poison(args: &Args) {
+    let tasks = args.num("tasks", 2000) as u32;
+    println!(
+        "## Scenario 7: poison pills on a queue of concurrency 4 ({tasks} ordinary tasks of 5 ms)\n"
+    );
+    println!("| run | ordinary tasks/s | time | poison outcome |\n|---|---|---|---|");
+    for with in [false, true] {
+        let db = fresh_db().await;
+        let started = Instant::now();
+        let run = scenarios::poison(&db, tasks, 5, 4, with).await;
+        let _ = started;
+        let outcome = if with {
+            let find = |k: PoisonKind| {
+                let id = run.poison.iter().find(|p| p.0 == k).unwrap().1;
+                let before = run.before_stop.iter().find(|r| r.id == id).unwrap();
+                format!("{:?}: {} (attempt {})", k, before.state, before.attempt)
+            };
+            format!(
+                "{}; {}; {}; released at shutdown: {:?}",
+                find(PoisonKind::Panic),
+                find(PoisonKind::HangWithTimeout),
+                find(PoisonKind::HangNoTimeout),
+                run.report.released
+            )
+        } else {
+            "-".into()
+        };
+        println!(
+            "| {} | {:.0} | {:.2} s | {} |",
+            if with {
+                "with panic + 2 hangs"
+            } else {
+                "baseline"
+            },
+            run.throughput,
+            run.elapsed.as_secs_f64(),
+            outcome
+        );
+    }
+    println!();
+}
