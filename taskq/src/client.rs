@@ -44,6 +44,8 @@ pub struct TaskInfo {
     pub worker_id: Option<String>,
     /// Idempotency key, if any.
     pub idempotency_key: Option<String>,
+    /// Trace context of the enqueuing request (e.g. a W3C `traceparent`), if recorded.
+    pub trace_context: Option<String>,
     /// The latest error (kept after a later success).
     pub last_error: Option<String>,
     /// Insert time.
@@ -78,6 +80,7 @@ impl TryFrom<TaskRow> for TaskInfo {
             lease_epoch: r.lease_epoch,
             worker_id: r.worker_id,
             idempotency_key: r.idempotency_key,
+            trace_context: r.trace_context,
             last_error: r.last_error,
             created_at: r.created_at,
             updated_at: r.updated_at,

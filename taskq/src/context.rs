@@ -22,6 +22,7 @@ pub struct TaskContext {
     pub(crate) worker_id: Arc<str>,
     pub(crate) cancel: CancelSignal,
     pub(crate) state: Arc<StateMap>,
+    pub(crate) trace_context: Option<Arc<str>>,
 }
 
 impl TaskContext {
@@ -57,6 +58,10 @@ impl TaskContext {
     pub fn cancel_signal(&self) -> &CancelSignal {
         &self.cancel
     }
+    /// The trace context recorded when the task was enqueued (see [`crate::set_trace_context_hook`]).
+    pub fn trace_context(&self) -> Option<&str> {
+        self.trace_context.as_deref()
+    }
     /// Shared application state of type `T`, if registered on the worker.
     pub fn state<T: Clone + Send + Sync + 'static>(&self) -> Option<T> {
         self.state.get::<T>()
@@ -74,6 +79,7 @@ impl TaskContext {
             worker_id: "test".into(),
             cancel: CancelSignal::never(),
             state: Arc::new(states),
+            trace_context: None,
         }
     }
 }

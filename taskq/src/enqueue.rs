@@ -100,6 +100,7 @@ pub struct Enqueue<T> {
     queue: Option<String>,
     max_attempts: Option<u32>,
     payload_limit: Option<usize>,
+    trace_context: Option<String>,
 }
 
 impl<T: Task> Enqueue<T> {
@@ -114,6 +115,7 @@ impl<T: Task> Enqueue<T> {
             queue: None,
             max_attempts: None,
             payload_limit: None,
+            trace_context: None,
         }
     }
     /// Runs no earlier than `delay` after the insert, on the database clock.
@@ -146,6 +148,12 @@ impl<T: Task> Enqueue<T> {
     /// Overrides the task's max attempts (at least 1).
     pub fn max_attempts(mut self, n: u32) -> Self {
         self.max_attempts = Some(n);
+        self
+    }
+    /// Records this trace context (e.g. a W3C `traceparent`) instead of asking the hook set
+    /// with [`set_trace_context_hook`](crate::set_trace_context_hook).
+    pub fn trace_context(mut self, context: impl Into<String>) -> Self {
+        self.trace_context = Some(context.into());
         self
     }
     /// Overrides the payload size limit for this enqueue.
@@ -201,6 +209,7 @@ impl<T: Task> Enqueue<T> {
             delay_us,
             run_at: self.run_at,
             idempotency_key: self.idempotency_key,
+            trace_context: crate::trace::capture(self.trace_context),
         })
     }
 }
@@ -215,6 +224,7 @@ struct Prepared {
     delay_us: i64,
     run_at: Option<DateTime<Utc>>,
     idempotency_key: Option<String>,
+    trace_context: Option<String>,
 }
 
 impl Prepared {
@@ -228,6 +238,7 @@ impl Prepared {
             delay_us: self.delay_us,
             run_at: self.run_at,
             idempotency_key: self.idempotency_key.as_deref(),
+            trace_context: self.trace_context.as_deref(),
         };
         let out = match store::task_insert(conn, &row).await? {
             Inserted::New(id) => Enqueued {

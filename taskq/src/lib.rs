@@ -42,6 +42,7 @@ mod registry;
 mod retry;
 mod store;
 mod task;
+mod trace;
 mod wake;
 mod worker;
 
@@ -58,6 +59,7 @@ pub use migrate::{MIGRATIONS_TABLE, migrate, migrator};
 pub use registry::{Registration, registered};
 pub use retry::Backoff;
 pub use task::{DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, ParseStateError, Task, TaskId, TaskState};
+pub use trace::{MAX_TRACE_CONTEXT_LEN, set_trace_context_hook};
 pub use wake::notify;
 pub use worker::{
     Retention, ShutdownReport, StatsSnapshot, Worker, WorkerBuilder, WorkerStats, run_registered,

@@ -31,6 +31,7 @@ pub(crate) struct NewTask<'a> {
     pub delay_us: i64,
     pub run_at: Option<DateTime<Utc>>,
     pub idempotency_key: Option<&'a str>,
+    pub trace_context: Option<&'a str>,
 }
 
 /// Outcome of [`task_insert`].
@@ -48,9 +49,9 @@ pub(crate) async fn task_insert(
     let res = sqlx::query!(
         r#"INSERT INTO taskq_tasks
             (queue, name, payload, state, priority, max_attempts, run_at, idempotency_key,
-             created_at, updated_at)
+             trace_context, created_at, updated_at)
            VALUES (?, ?, ?, 'pending', ?, ?,
-             COALESCE(?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND), ?,
+             COALESCE(?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND), ?, ?,
              UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))"#,
         t.queue,
         t.name,
@@ -60,6 +61,7 @@ pub(crate) async fn task_insert(
         t.run_at.map(|d| d.naive_utc()),
         t.delay_us,
         t.idempotency_key,
+        t.trace_context,
     )
     .execute(&mut *conn)
     .await;
@@ -104,6 +106,7 @@ pub(crate) struct TaskRow {
     pub lease_epoch: u64,
     pub worker_id: Option<String>,
     pub idempotency_key: Option<String>,
+    pub trace_context: Option<String>,
     pub last_error: Option<String>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
@@ -120,7 +123,7 @@ pub(crate) async fn task_get<'e>(
         r#"SELECT id AS "id: u64", queue, name, payload, state, priority AS "priority: i16",
              attempt AS "attempt: u32", max_attempts AS "max_attempts: u32",
              run_at AS "run_at: DateTime<Utc>", lease_until AS "lease_until: DateTime<Utc>",
-             lease_epoch AS "lease_epoch: u64", worker_id, idempotency_key, last_error,
+             lease_epoch AS "lease_epoch: u64", worker_id, idempotency_key, trace_context, last_error,
              created_at AS "created_at: DateTime<Utc>", updated_at AS "updated_at: DateTime<Utc>",
              finished_at AS "finished_at: DateTime<Utc>"
            FROM taskq_tasks WHERE id = ?"#,
@@ -151,7 +154,7 @@ pub(crate) async fn task_list<'e>(
         r#"SELECT id AS "id: u64", queue, name, payload, state, priority AS "priority: i16",
              attempt AS "attempt: u32", max_attempts AS "max_attempts: u32",
              run_at AS "run_at: DateTime<Utc>", lease_until AS "lease_until: DateTime<Utc>",
-             lease_epoch AS "lease_epoch: u64", worker_id, idempotency_key, last_error,
+             lease_epoch AS "lease_epoch: u64", worker_id, idempotency_key, trace_context, last_error,
              created_at AS "created_at: DateTime<Utc>", updated_at AS "updated_at: DateTime<Utc>",
              finished_at AS "finished_at: DateTime<Utc>"
            FROM taskq_tasks
@@ -274,6 +277,8 @@ pub(crate) struct Claimed {
     pub lease_epoch: u64,
     /// How long the task waited after it was due, on the database clock (µs).
     pub wait_us: i64,
+    /// Trace context of the enqueuing request, if recorded.
+    pub trace_context: Option<String>,
 }
 
 /// Claims up to `limit` due tasks of `queue` whose name is in `names`, in one short
@@ -294,7 +299,7 @@ pub(crate) async fn task_claim(
     let rows = sqlx::query!(
         r#"SELECT id AS "id: u64", name, payload, attempt AS "attempt: u32",
              max_attempts AS "max_attempts: u32", lease_epoch AS "lease_epoch: u64",
-             TIMESTAMPDIFF(MICROSECOND, run_at, UTC_TIMESTAMP(6)) AS "wait_us!: i64"
+             TIMESTAMPDIFF(MICROSECOND, run_at, UTC_TIMESTAMP(6)) AS "wait_us!: i64", trace_context
            FROM taskq_tasks
            WHERE state = 'pending' AND queue = ? AND run_at <= UTC_TIMESTAMP(6)
              AND JSON_CONTAINS(?, JSON_QUOTE(name))
@@ -336,6 +341,7 @@ pub(crate) async fn task_claim(
             max_attempts: r.max_attempts,
             lease_epoch: r.lease_epoch + 1,
             wait_us: r.wait_us,
+            trace_context: r.trace_context,
         })
         .collect())
 }

@@ -16,6 +16,8 @@ use crate::task::Task;
 use super::Worker;
 
 pub(crate) type ShutdownFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
+/// See [`WorkerBuilder::trace_link`].
+pub(crate) type TraceLink = std::sync::Arc<dyn Fn(&tracing::Span, &str) + Send + Sync>;
 
 /// How long terminal tasks are kept before retention deletes them; `None` keeps them forever.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -117,6 +119,7 @@ pub struct WorkerBuilder {
     worker_id: Option<String>,
     state: StateMap,
     shutdown: Option<ShutdownFuture>,
+    trace_link: Option<TraceLink>,
 }
 
 impl WorkerBuilder {
@@ -142,6 +145,7 @@ impl WorkerBuilder {
             worker_id: None,
             state: StateMap::new(),
             shutdown: None,
+            trace_link: None,
         }
     }
 
@@ -239,6 +243,16 @@ impl WorkerBuilder {
         self.state.insert(value);
         self
     }
+    /// Called with each task's `taskq.task` span and the trace context recorded at enqueue
+    /// (only for tasks that have one), before the handler runs: link the span to the
+    /// producer's trace here (e.g. `span.add_link(..)` with `tracing-opentelemetry`).
+    pub fn trace_link(
+        mut self,
+        link: impl Fn(&tracing::Span, &str) + Send + Sync + 'static,
+    ) -> Self {
+        self.trace_link = Some(std::sync::Arc::new(link));
+        self
+    }
     /// Stops the worker gracefully when `signal` completes (instead of SIGINT/SIGTERM).
     pub fn shutdown_signal(mut self, signal: impl Future<Output = ()> + Send + 'static) -> Self {
         self.shutdown = Some(Box::pin(signal));
@@ -328,6 +342,7 @@ impl WorkerBuilder {
             handlers,
             self.state,
             self.shutdown,
+            self.trace_link,
         ))
     }
 }

@@ -68,7 +68,10 @@ pub(crate) async fn run(
     );
     let span = tracing::info_span!("taskq.task", task_id = id, task = %task.name, queue = %queue,
         attempt = task.attempt, lease_epoch = task.lease_epoch, worker_id = %shared.worker_id,
-        queue_wait_ms = task.wait_us / 1000);
+        queue_wait_ms = task.wait_us / 1000, trace_context = task.trace_context.as_deref());
+    if let (Some(link), Some(ctx)) = (&shared.trace_link, &task.trace_context) {
+        link(&span, ctx);
+    }
     let started = Instant::now();
     metrics::queue_wait(&queue, &name, task.wait_us);
     metrics::in_flight(&queue, 1.0);
@@ -191,6 +194,7 @@ async fn attempt(
         worker_id: shared.worker_id.clone(),
         cancel: signal.clone(),
         state: shared.state.clone(),
+        trace_context: task.trace_context.as_deref().map(Arc::from),
     };
     let fut = match (handler.run)(&task.payload, cx) {
         Ok(f) => f,

@@ -34,7 +34,7 @@ use crate::error::Result;
 use crate::registry::Registration;
 use crate::store;
 use crate::task::TaskId;
-use config::{Config, ShutdownFuture};
+use config::{Config, ShutdownFuture, TraceLink};
 
 /// A configured worker; see [`Worker::builder`] and [`run_registered`].
 pub struct Worker {
@@ -43,6 +43,7 @@ pub struct Worker {
     handlers: HashMap<&'static str, Registration>,
     state: StateMap,
     shutdown: Option<ShutdownFuture>,
+    trace_link: Option<TraceLink>,
     stats: Arc<WorkerStats>,
 }
 
@@ -78,6 +79,7 @@ impl Worker {
         handlers: HashMap<&'static str, Registration>,
         state: StateMap,
         shutdown: Option<ShutdownFuture>,
+        trace_link: Option<TraceLink>,
     ) -> Self {
         Self {
             user_pool,
@@ -85,6 +87,7 @@ impl Worker {
             handlers,
             state,
             shutdown,
+            trace_link,
             stats: Arc::default(),
         }
     }
@@ -109,6 +112,7 @@ impl Worker {
             handlers,
             state,
             shutdown,
+            trace_link,
             stats,
         } = self;
         let pool = worker_pool(&user_pool, &cfg);
@@ -130,6 +134,7 @@ impl Worker {
             stats,
             stop: stop_rx,
             acks: ack_tx,
+            trace_link,
         });
         tracing::info!(worker_id = %shared.worker_id, queues = ?shared.cfg.queues, "taskq worker started");
 
@@ -286,6 +291,7 @@ pub(crate) struct Shared {
     pub stats: Arc<WorkerStats>,
     pub stop: watch::Receiver<bool>,
     pub acks: mpsc::UnboundedSender<acker::AckMsg>,
+    pub trace_link: Option<TraceLink>,
 }
 
 impl Shared {
