@@ -597,3 +597,39 @@ async fn a_claim_in_progress_never_blocks_producers() {
         .await
         .unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_queue_is_not_claimed_until_resumed() {
+    let db = TestDb::new().await;
+    let runs = Runs::default();
+    let client = Client::new(db.pool.clone());
+    client.pause_queue("default").await.unwrap();
+    client.pause_queue("default").await.unwrap(); // idempotent
+    assert_eq!(client.paused_queues().await.unwrap().len(), 1);
+    let id = job(&db, 1, Mode::Ok).await;
+    let other = Job {
+        n: 2,
+        mode: Mode::Ok,
+    }
+    .enqueue_options()
+    .queue("other")
+    .enqueue(&db.pool)
+    .await
+    .unwrap()
+    .id;
+    let w = RunningWorker::spawn(worker(&db, &runs).queue("default", 2).queue("other", 2));
+    // The other queue keeps flowing while "default" is paused.
+    wait_state(&db, other, TaskState::Succeeded).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let t = state_of(&db, id).await;
+    assert_eq!((t.state, t.attempt), (TaskState::Pending, 0));
+    assert!(client.resume_queue("default").await.unwrap());
+    assert!(!client.resume_queue("default").await.unwrap());
+    wait_state(&db, id, TaskState::Succeeded).await;
+    assert!(client.paused_queues().await.unwrap().is_empty());
+    w.stop().await;
+    assert!(matches!(
+        client.pause_queue("").await,
+        Err(Error::InvalidName { .. })
+    ));
+}

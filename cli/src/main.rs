@@ -99,6 +99,18 @@ enum Command {
         #[arg(long, value_enum)]
         state: Option<TerminalState>,
     },
+    /// Stop workers from claiming tasks of a queue (running tasks finish; enqueues still work)
+    Pause {
+        /// Queue name
+        queue: String,
+    },
+    /// Let workers claim from a paused queue again
+    Resume {
+        /// Queue name
+        queue: String,
+    },
+    /// List paused queues
+    Paused,
 }
 
 #[derive(Debug, Args)]
@@ -282,6 +294,9 @@ async fn run(cli: &Cli, url: &str) -> Result<(), Failure> {
             None => retry_dead(&client, queue.as_deref(), cli.json).await,
         },
         Command::Cancel { id } => cancel(&client, TaskId(*id), cli.json).await,
+        Command::Pause { queue } => pause(&client, queue, true, cli.json).await,
+        Command::Resume { queue } => pause(&client, queue, false, cli.json).await,
+        Command::Paused => paused(&client, cli.json).await,
         Command::Purge { older_than, state } => {
             purge(&client, state.map(Into::into), *older_than, cli.json).await
         }
@@ -512,6 +527,44 @@ async fn cancel(client: &Client, id: TaskId, json: bool) -> Result<(), Failure> 
         print_json(&serde_json::json!({ "id": id, "state": TaskState::Canceled }));
     } else {
         println!("task {id}: canceled");
+    }
+    Ok(())
+}
+
+async fn pause(client: &Client, queue: &str, pause: bool, json: bool) -> Result<(), Failure> {
+    let changed = if pause {
+        client.pause_queue(queue).await?;
+        true
+    } else {
+        client.resume_queue(queue).await?
+    };
+    let state = if pause { "paused" } else { "running" };
+    if json {
+        print_json(&serde_json::json!({ "queue": queue, "state": state, "changed": changed }));
+    } else if changed {
+        println!(
+            "queue {queue}: {state} (workers notice within their poll interval, 1 s by default)"
+        );
+    } else {
+        println!("queue {queue}: was not paused");
+    }
+    Ok(())
+}
+
+async fn paused(client: &Client, json: bool) -> Result<(), Failure> {
+    let rows = client.paused_queues().await?;
+    if json {
+        let v: Vec<_> = rows
+            .iter()
+            .map(|(q, at)| serde_json::json!({ "queue": q, "paused_at": at }))
+            .collect();
+        print_json(&v);
+    } else if rows.is_empty() {
+        println!("no queue is paused");
+    } else {
+        for (q, at) in rows {
+            println!("{q}\tpaused since {}", at.format("%Y-%m-%d %H:%M:%S UTC"));
+        }
     }
     Ok(())
 }

@@ -549,3 +549,23 @@ async fn database_url_flag_and_connection_errors() {
         assert!(help.stdout.contains(cmd), "{cmd} missing in help");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pause_and_resume_a_queue() {
+    let db = TestDb::new().await;
+    let client = Client::new(db.pool.clone());
+    let out = taskq(Some(url(&db)), &["pause", "mail"]).await;
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stdout.contains("queue mail: paused"), "{out:?}");
+    assert_eq!(client.paused_queues().await.unwrap()[0].0, "mail");
+    let listed = taskq(Some(url(&db)), &["paused", "--json"]).await;
+    assert_eq!(listed.json()[0]["queue"], "mail");
+    let out = taskq(Some(url(&db)), &["resume", "mail"]).await;
+    assert!(out.stdout.contains("queue mail: running"), "{out:?}");
+    assert!(client.paused_queues().await.unwrap().is_empty());
+    let again = taskq(Some(url(&db)), &["resume", "mail", "--json"]).await;
+    assert_eq!(again.json()["changed"], false);
+    let bad = taskq(Some(url(&db)), &["pause", ""]).await;
+    assert_eq!(bad.code, 2, "{bad:?}");
+    assert!(bad.stderr.contains("invalid queue"), "{bad:?}");
+}

@@ -196,6 +196,25 @@ impl Client {
         Err(self.state_error(id, "pending").await)
     }
 
+    /// Pauses `queue`: workers stop claiming from it within about a second (running tasks
+    /// finish normally; enqueues still work). Idempotent.
+    pub async fn pause_queue(&self, queue: &str) -> Result<()> {
+        crate::enqueue::validate_name("queue", queue, crate::enqueue::MAX_QUEUE_LEN)?;
+        Ok(store::queue_pause(&self.pool, queue).await?)
+    }
+
+    /// Resumes a paused queue; returns whether it was paused.
+    pub async fn resume_queue(&self, queue: &str) -> Result<bool> {
+        let was_paused = store::queue_resume(&self.pool, queue).await?;
+        crate::wake::notify(queue);
+        Ok(was_paused)
+    }
+
+    /// Paused queues and when each was paused.
+    pub async fn paused_queues(&self) -> Result<Vec<(String, DateTime<Utc>)>> {
+        Ok(store::queues_paused(&self.pool).await?)
+    }
+
     /// Moves a dead task back to pending with its attempts reset.
     pub async fn retry_dead(&self, id: TaskId) -> Result<()> {
         if store::task_retry_dead(&self.pool, id).await? {

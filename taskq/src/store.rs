@@ -579,3 +579,50 @@ pub(crate) async fn task_retry_dead_batch<'e>(
     .await?;
     Ok(done.rows_affected())
 }
+
+// --- queue controls ---
+
+/// Pauses `queue` (idempotent: an already paused queue keeps its first pause time).
+pub(crate) async fn queue_pause<'e>(
+    ex: impl Executor<'e, Database = MySql>,
+    queue: &str,
+) -> sqlx::Result<()> {
+    sqlx::query!(
+        r#"INSERT INTO taskq_queues (queue, paused_at, updated_at)
+           VALUES (?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))
+           ON DUPLICATE KEY UPDATE paused_at = COALESCE(paused_at, UTC_TIMESTAMP(6)),
+                                   updated_at = UTC_TIMESTAMP(6)"#,
+        queue
+    )
+    .execute(ex)
+    .await?;
+    Ok(())
+}
+
+/// Resumes `queue`; returns whether it was paused.
+pub(crate) async fn queue_resume<'e>(
+    ex: impl Executor<'e, Database = MySql>,
+    queue: &str,
+) -> sqlx::Result<bool> {
+    let done = sqlx::query!(
+        r#"UPDATE taskq_queues SET paused_at = NULL, updated_at = UTC_TIMESTAMP(6)
+           WHERE queue = ? AND paused_at IS NOT NULL"#,
+        queue
+    )
+    .execute(ex)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Paused queues with the time they were paused.
+pub(crate) async fn queues_paused<'e>(
+    ex: impl Executor<'e, Database = MySql>,
+) -> sqlx::Result<Vec<(String, DateTime<Utc>)>> {
+    let rows = sqlx::query!(
+        r#"SELECT queue, paused_at AS "paused_at!: DateTime<Utc>"
+           FROM taskq_queues WHERE paused_at IS NOT NULL ORDER BY queue"#
+    )
+    .fetch_all(ex)
+    .await?;
+    Ok(rows.into_iter().map(|r| (r.queue, r.paused_at)).collect())
+}

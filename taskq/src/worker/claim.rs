@@ -25,6 +25,14 @@ pub(crate) async fn run(shared: Arc<Shared>, queue: Arc<str>, concurrency: usize
     while !shared.stopping() {
         // Register interest before looking, so a slot freed meanwhile is not missed.
         let slot_freed = shared.slot_freed.notified();
+        if shared.is_paused(&queue) {
+            tokio::select! {
+                _ = tokio::time::sleep(shared.cfg.poll_max) => {}
+                _ = wake.notified() => {}
+                _ = shared.stopped() => {}
+            }
+            continue;
+        }
         let slots = take_slots(&shared, &queue_slots);
         if slots.is_empty() {
             tokio::select! {

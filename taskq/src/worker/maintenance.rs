@@ -113,3 +113,41 @@ async fn backlog(shared: &Shared) {
         }
     }
 }
+
+/// Keeps `Shared::paused` in step with `taskq_queues` (one query per `poll_max`); wakes the
+/// claim loop of a queue that was resumed.
+pub(crate) async fn watch_pauses(shared: Arc<Shared>) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(shared.cfg.poll_max) => {}
+            _ = shared.stopped() => return,
+        }
+        refresh_pauses(&shared).await;
+    }
+}
+
+/// Reads the paused queues once.
+pub(crate) async fn refresh_pauses(shared: &Shared) {
+    match store::queues_paused(&shared.pool).await {
+        Ok(rows) => {
+            let now: std::collections::HashSet<String> = rows.into_iter().map(|r| r.0).collect();
+            let resumed: Vec<String> = {
+                let mut paused = shared.paused.lock().unwrap_or_else(|e| e.into_inner());
+                let resumed = paused.difference(&now).cloned().collect();
+                for q in now.difference(&paused) {
+                    tracing::info!(queue = %q, "taskq: queue paused");
+                }
+                *paused = now;
+                resumed
+            };
+            for q in resumed {
+                tracing::info!(queue = %q, "taskq: queue resumed");
+                wake::notify(&q);
+            }
+        }
+        Err(e) => {
+            WorkerStats::add(&shared.stats.db_errors, 1);
+            tracing::warn!(error = %e, "taskq: reading paused queues failed");
+        }
+    }
+}

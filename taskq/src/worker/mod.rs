@@ -135,15 +135,18 @@ impl Worker {
             stop: stop_rx,
             acks: ack_tx,
             trace_link,
+            paused: Mutex::default(),
         });
         tracing::info!(worker_id = %shared.worker_id, queues = ?shared.cfg.queues, "taskq worker started");
 
+        maintenance::refresh_pauses(&shared).await;
         let mut loops = tokio::task::JoinSet::new();
         for (queue, n) in &shared.cfg.queues {
             loops.spawn(claim::run(shared.clone(), queue.as_str().into(), *n));
         }
         let heartbeat = tokio::spawn(heartbeat::run(shared.clone()));
         let maintenance = tokio::spawn(maintenance::run(shared.clone()));
+        let controls = tokio::spawn(maintenance::watch_pauses(shared.clone()));
         let acker = tokio::spawn(acker::run(shared.clone(), ack_rx));
 
         match shutdown {
@@ -154,6 +157,7 @@ impl Worker {
         let _ = stop_tx.send(true);
         while loops.join_next().await.is_some() {}
         maintenance.abort();
+        controls.abort();
 
         // Grace period for handlers in flight.
         let deadline = Instant::now() + shared.cfg.shutdown_timeout;
@@ -292,6 +296,8 @@ pub(crate) struct Shared {
     pub stop: watch::Receiver<bool>,
     pub acks: mpsc::UnboundedSender<acker::AckMsg>,
     pub trace_link: Option<TraceLink>,
+    /// Queues paused in the database (refreshed every `poll_max`).
+    pub paused: Mutex<std::collections::HashSet<String>>,
 }
 
 impl Shared {
@@ -307,6 +313,13 @@ impl Shared {
     pub async fn stopped(&self) {
         let mut rx = self.stop.clone();
         let _ = rx.wait_for(|s| *s).await;
+    }
+
+    pub fn is_paused(&self, queue: &str) -> bool {
+        self.paused
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(queue)
     }
 
     pub fn lease_us(&self) -> i64 {
