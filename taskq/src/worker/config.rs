@@ -222,7 +222,7 @@ impl WorkerBuilder {
         self.ack_delay = d;
         self
     }
-    /// Size of the worker's own connection pool (default: queues + 3).
+    /// Size of the worker's own connection pool (default: queues + 4: a claim loop per queue, heartbeat, write-back, maintenance, pause watcher).
     pub fn db_connections(mut self, n: u32) -> Self {
         self.db_connections = Some(n);
         self
@@ -319,7 +319,7 @@ impl WorkerBuilder {
             None => default_worker_id(),
         };
         validate_name("worker id", &worker_id, 128)?;
-        let db_connections = self.db_connections.unwrap_or(queues.len() as u32 + 3);
+        let db_connections = self.db_connections.unwrap_or(queues.len() as u32 + 4);
         Ok(Worker::new(
             self.pool,
             Config {

@@ -81,8 +81,23 @@ pub(crate) async fn run(
     metrics::in_flight(&queue, -1.0);
     metrics::handler_finished(&queue, &name, outcome.label(), started.elapsed());
     drop(slot);
+    shared.slot_freed.notify_waiters();
+    hand_over(&shared, &task, &span, outcome, started);
+    // Only now, with the outcome queued for write-back (or the task marked abandoned), does
+    // this executor stop counting: shutdown waits for `executing == 0` before the final flush.
     shared.executing.fetch_sub(1, Ordering::AcqRel);
     shared.slot_freed.notify_waiters();
+}
+
+/// Turns the outcome into a write-back for the acker, or marks the task abandoned.
+fn hand_over(
+    shared: &Shared,
+    task: &Claimed,
+    span: &tracing::Span,
+    outcome: Outcome,
+    started: Instant,
+) {
+    let id = task.id;
 
     let _enter = span.enter();
     let elapsed_ms = started.elapsed().as_millis() as u64;
@@ -101,11 +116,11 @@ pub(crate) async fn run(
         }
         Outcome::Succeeded => {
             tracing::debug!(elapsed_ms, "attempt succeeded");
-            finish(&task, "succeeded", Duration::ZERO, None)
+            finish(task, "succeeded", Duration::ZERO, None)
         }
         Outcome::Undecodable(e) => {
             tracing::error!(error = %e, "payload does not decode; task is dead");
-            finish(&task, "dead", Duration::ZERO, Some(e))
+            finish(task, "dead", Duration::ZERO, Some(e))
         }
         Outcome::Failed(kind, e) => {
             let backoff = shared
@@ -117,7 +132,7 @@ pub(crate) async fn run(
             match kind {
                 TaskErrorKind::Permanent => {
                     tracing::warn!(error = %e, elapsed_ms, "attempt failed permanently; task is dead");
-                    finish(&task, "dead", Duration::ZERO, Some(e))
+                    finish(task, "dead", Duration::ZERO, Some(e))
                 }
                 _ if exhausted => {
                     tracing::warn!(error = %e, elapsed_ms, "attempt failed; attempts exhausted, task is dead");
@@ -133,12 +148,12 @@ pub(crate) async fn run(
                 }
                 TaskErrorKind::RetryAfter(d) => {
                     tracing::info!(error = %e, retry_in_ms = d.as_millis() as u64, "attempt failed; retry requested");
-                    finish(&task, "pending", d, Some(e))
+                    finish(task, "pending", d, Some(e))
                 }
                 _ => {
                     let d = backoff.delay_random(task.attempt);
                     tracing::info!(error = %e, retry_in_ms = d.as_millis() as u64, "attempt failed; will retry");
-                    finish(&task, "pending", d, Some(e))
+                    finish(task, "pending", d, Some(e))
                 }
             }
         }
