@@ -108,7 +108,7 @@ async fn env() {
     let db = fresh_db().await;
     let row: (String, String, String, u64, String, String, String) = sqlx::query_as(
         "SELECT VERSION(), CAST(@@innodb_flush_log_at_trx_commit AS CHAR), CAST(@@log_bin AS CHAR),
-                @@innodb_buffer_pool_size, @@transaction_isolation, @@character_set_server,
+                @@innodb_buffer_pool_size, @@tx_isolation, @@character_set_server,
                 CAST(@@innodb_doublewrite AS CHAR)",
     )
     .fetch_one(&db.pool)
