@@ -232,7 +232,6 @@ async fn sigkill_mid_handler_another_worker_completes_every_task() {
 /// tasks already marked, so a task can be neither released nor reported (`released` and
 /// `unacknowledged` both miss it) and waits for its lease to expire instead.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "runtime bug: shutdown can skip releasing an aborted task (executor::run lowers `executing` before marking it Abandoned)"]
 async fn sigterm_releases_running_tasks_to_another_worker() {
     let Some(db) = FaultDb::start_or_skip(&[]).await else {
         return;
@@ -493,7 +492,7 @@ async fn bad_data_ends_in_documented_states_while_good_tasks_flow() {
     let r = huge.row.as_ref().unwrap();
     assert_eq!((r.state.as_str(), r.attempt), ("dead", 1));
     let e = r.last_error.as_deref().unwrap();
-    // Only the latin1 part is checked here: see the ignored test below for astral characters.
+    // Only the latin1 part is checked here; astral characters have their own test below.
     assert!(e.starts_with("always fails: é"), "{e}");
     assert!(
         e.ends_with('…') && e.len() <= 8_000 + '…'.len_utf8(),
@@ -580,7 +579,6 @@ async fn poison_pills_do_not_stop_their_queue() {
 /// '$.error')`, whose column takes the database default character set, so `🦀` is stored as
 /// `?`. Fix: declare it `error TEXT CHARACTER SET utf8mb4 PATH '$.error'`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "runtime bug: store::task_finish's JSON_TABLE error column uses the database default charset (latin1 here) and turns 🦀 into ?"]
 async fn errors_keep_characters_outside_the_database_default_charset() {
     use taskq::Task as _;
     let Some(db) = FaultDb::start_or_skip(&[]).await else {

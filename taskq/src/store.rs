@@ -346,9 +346,13 @@ pub(crate) async fn task_claim(
         .collect())
 }
 
-/// `(id, epoch)` pairs as a JSON array of arrays.
+/// `(id, epoch)` pairs as a JSON array of arrays, sorted by id: every batch statement locks
+/// rows in the order of its JSON array, so a common order keeps concurrent batches (heartbeat,
+/// write-back, release) from deadlocking each other.
 pub(crate) fn leases_json(leases: &[(u64, u64)]) -> String {
-    serde_json::to_string(leases).expect("leases serialize")
+    let mut sorted = leases.to_vec();
+    sorted.sort_unstable();
+    serde_json::to_string(&sorted).expect("leases serialize")
 }
 
 /// Renews the leases `(id, epoch)` that are still held (running, same epoch, not expired)
@@ -408,14 +412,17 @@ pub(crate) async fn task_finish<'e>(
     ex: impl Executor<'e, Database = MySql>,
     batch: &[Finish],
 ) -> sqlx::Result<u64> {
-    let json = serde_json::to_string(batch).expect("finish batch serializes");
+    // Sorted by id, like `leases_json`, so batches lock rows in one global order.
+    let mut sorted: Vec<&Finish> = batch.iter().collect();
+    sorted.sort_unstable_by_key(|f| f.id);
+    let json = serde_json::to_string(&sorted).expect("finish batch serializes");
     let done = sqlx::query!(
         r#"UPDATE JSON_TABLE(?, '$[*]' COLUMNS (
                  id BIGINT UNSIGNED PATH '$.id',
                  epoch BIGINT UNSIGNED PATH '$.epoch',
                  state VARCHAR(16) PATH '$.state',
                  delay_us BIGINT PATH '$.delay_us',
-                 error TEXT PATH '$.error')) AS j
+                 error TEXT CHARACTER SET utf8mb4 PATH '$.error')) AS j
              STRAIGHT_JOIN taskq_tasks t ON t.id = j.id AND t.lease_epoch = j.epoch
            SET t.state = j.state,
                t.run_at = IF(j.state = 'pending', UTC_TIMESTAMP(6) + INTERVAL j.delay_us MICROSECOND, t.run_at),

@@ -64,7 +64,9 @@ pub(crate) async fn beat(shared: &Shared) {
         }
         if held.contains(&id) {
             f.renewed_at = sent;
-        } else {
+        } else if f.phase != super::Phase::Acking {
+            // (An Acking task's outcome may simply have been written meanwhile; the write-back
+            // itself reports it if it was fenced.)
             mark_lost(shared, id, f);
         }
     }
@@ -76,7 +78,10 @@ fn expire_locally(shared: &Shared) {
     let now = Instant::now();
     let mut inflight = shared.inflight();
     for (id, f) in inflight.iter_mut() {
-        if !f.lost && now.duration_since(f.renewed_at) >= shared.cfg.lease {
+        if !f.lost
+            && f.phase != super::Phase::Acking
+            && now.duration_since(f.renewed_at) >= shared.cfg.lease
+        {
             mark_lost(shared, *id, f);
         }
     }
