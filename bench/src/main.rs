@@ -1,1 +1,1237 @@
-fn main() {}
+//! taskq's benchmark: throughput, latency and cost per task, each shown next to the database's
+//! own ceiling measured in the same run with hand-written SQL.
+//!
+//! ```text
+//! cargo run --release -p taskq-bench -- --database-url mysql://root@127.0.0.1:3306 [--quick]
+//!     [--out target/bench.json] [--svg docs/bench-throughput.svg] [--skip-million]
+//! ```
+//!
+//! It creates a scratch database (`taskq_bench_<random>`), runs every measurement in it and
+//! drops it. Statement counts come from the server's global `Questions` / `Com_*` counters,
+//! so nothing else should use the server meanwhile.
+
+use std::collections::HashMap;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
+use sqlx::{ConnectOptions, Connection, MySqlPool, Row};
+use taskq::{Task, TaskContext, TaskError};
+
+type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+const QUEUE: &str = "bench";
+const TASK: &str = "bench_noop";
+/// Pad so a payload is ~256 bytes of JSON.
+const PAD: usize = 233;
+
+// ---------------------------------------------------------------------------------------------
+// The task: a no-op handler that can record when it started.
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Noop {
+    seq: u64,
+    pad: String,
+}
+
+static RECORD: AtomicBool = AtomicBool::new(false);
+static STARTS: Mutex<Vec<(u64, Instant)>> = Mutex::new(Vec::new());
+
+impl Task for Noop {
+    const NAME: &'static str = TASK;
+    const QUEUE: &'static str = QUEUE;
+    async fn run(self, _cx: TaskContext) -> Result<(), TaskError> {
+        if RECORD.load(Ordering::Relaxed) {
+            let now = Instant::now();
+            STARTS.lock().unwrap().push((self.seq, now));
+        }
+        Ok(())
+    }
+}
+
+fn noop(seq: u64) -> Noop {
+    Noop {
+        seq,
+        pad: "x".repeat(PAD),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Settings.
+
+struct Opts {
+    url: String,
+    quick: bool,
+    out: String,
+    svg: String,
+    million: bool,
+}
+
+fn parse_args() -> Res<Opts> {
+    let mut o = Opts {
+        url: std::env::var("DATABASE_URL")
+            .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306".to_owned()),
+        quick: false,
+        out: "target/bench.json".into(),
+        svg: "docs/bench-throughput.svg".into(),
+        million: true,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--database-url" => o.url = args.next().ok_or("--database-url needs a value")?,
+            "--quick" => o.quick = true,
+            "--out" => o.out = args.next().ok_or("--out needs a value")?,
+            "--svg" => o.svg = args.next().ok_or("--svg needs a value")?,
+            "--skip-million" => o.million = false,
+            "-h" | "--help" => {
+                println!(
+                    "usage: taskq-bench [--database-url URL] [--quick] [--out FILE.json] \
+                     [--svg FILE.svg] [--skip-million]"
+                );
+                std::process::exit(0);
+            }
+            other => return Err(format!("unknown argument {other:?}").into()),
+        }
+    }
+    Ok(o)
+}
+
+/// Sizes of one run.
+struct Sizes {
+    /// Seconds of each fixed-duration insert measurement.
+    insert_secs: f64,
+    /// Tasks of each drain (and of the raw claim loop).
+    drain: u64,
+    reps: usize,
+    /// Tasks of the enqueue_many measurement.
+    many: u64,
+    latency_tasks: u64,
+    backlog: u64,
+    million: u64,
+}
+
+impl Sizes {
+    fn new(quick: bool) -> Self {
+        if quick {
+            Sizes {
+                insert_secs: 0.5,
+                drain: 2_000,
+                reps: 1,
+                many: 5_000,
+                latency_tasks: 60,
+                backlog: 20_000,
+                million: 20_000,
+            }
+        } else {
+            Sizes {
+                insert_secs: 4.0,
+                drain: 20_000,
+                reps: 3,
+                many: 50_000,
+                latency_tasks: 500,
+                backlog: 1_000_000,
+                million: 1_000_000,
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Process and server counters.
+
+/// User + system CPU seconds of this process.
+fn cpu_secs() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let rest = stat.rsplit_once(')').map(|x| x.1).unwrap_or("");
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // Fields 14 and 15 of /proc/<pid>/stat; `rest` starts at field 3. USER_HZ is 100 on Linux.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// A `VmXXX:` value of /proc/self/status, in KiB.
+fn vm_kib(key: &str) -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with(key))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Resets the peak RSS (VmHWM) of this process to its current RSS.
+fn reset_peak_rss() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+const COUNTERS: &[&str] = &[
+    "Questions",
+    "Com_select",
+    "Com_insert",
+    "Com_update",
+    "Com_delete",
+    "Com_begin",
+    "Com_commit",
+    "Com_stmt_execute",
+];
+
+async fn server_status(pool: &MySqlPool) -> Res<HashMap<String, i64>> {
+    let rows: Vec<(String, String)> = sqlx::query_as(
+        "SHOW GLOBAL STATUS WHERE Variable_name IN ('Questions', 'Com_select', 'Com_insert', \
+         'Com_update', 'Com_delete', 'Com_begin', 'Com_commit', 'Com_stmt_execute')",
+    )
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(k, v)| (k, v.parse().unwrap_or(0)))
+        .collect())
+}
+
+/// Counter deltas; `Questions` excludes the second `SHOW STATUS` itself.
+fn status_delta(a: &HashMap<String, i64>, b: &HashMap<String, i64>) -> HashMap<String, i64> {
+    COUNTERS
+        .iter()
+        .map(|k| {
+            let mut d = b.get(*k).copied().unwrap_or(0) - a.get(*k).copied().unwrap_or(0);
+            if *k == "Questions" {
+                d -= 1;
+            }
+            ((*k).to_owned(), d)
+        })
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scratch database.
+
+async fn reset(pool: &MySqlPool) -> Res<()> {
+    sqlx::query("TRUNCATE TABLE taskq_tasks")
+        .execute(pool)
+        .await?;
+    Ok(())
+}
+
+/// Enqueues `n` no-op tasks with ~256-byte payloads through `enqueue_many`, 1,000 per
+/// transaction.
+async fn preload(pool: &MySqlPool, n: u64) -> Res<()> {
+    let mut seq = 0;
+    while seq < n {
+        let end = (seq + 1000).min(n);
+        let mut tx = pool.begin().await?;
+        taskq::enqueue_many(&mut tx, (seq..end).map(noop)).await?;
+        tx.commit().await?;
+        seq = end;
+    }
+    Ok(())
+}
+
+/// Inserts `n` rows with plain SQL (1 in `due_every` due now, the others due in a day), in
+/// statements of 100,000 rows generated from a digits table. Small payloads.
+async fn bulk_insert(pool: &MySqlPool, n: u64, due_every: u64) -> Res<()> {
+    sqlx::query("CREATE TABLE IF NOT EXISTS bench_digits (d INT PRIMARY KEY)")
+        .execute(pool)
+        .await?;
+    sqlx::query("INSERT IGNORE INTO bench_digits VALUES (0),(1),(2),(3),(4),(5),(6),(7),(8),(9)")
+        .execute(pool)
+        .await?;
+    let chunk = 100_000u64;
+    let mut base = 0;
+    while base < n {
+        let rows = chunk.min(n - base);
+        sqlx::query(
+            "INSERT INTO taskq_tasks (queue, name, payload, state, priority, max_attempts, run_at,
+                 created_at, updated_at)
+             SELECT 'bench', 'bench_noop', CONCAT('{\"seq\":', s.n, ',\"pad\":\"\"}'), 'pending',
+                 0, 20,
+                 IF(s.n % ? = 0, UTC_TIMESTAMP(6) - INTERVAL 1 SECOND, UTC_TIMESTAMP(6) + INTERVAL 1 DAY),
+                 UTC_TIMESTAMP(6), UTC_TIMESTAMP(6)
+             FROM (SELECT ? + a.d + 10 * b.d + 100 * c.d + 1000 * e.d + 10000 * f.d AS n
+                   FROM bench_digits a, bench_digits b, bench_digits c, bench_digits e,
+                        bench_digits f) s
+             WHERE s.n < ?
+             ORDER BY s.n",
+        )
+        .bind(due_every)
+        .bind(base)
+        .bind(base + rows)
+        .execute(pool)
+        .await?;
+        base += chunk; // the digits table yields 100,000 numbers per statement
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Raw ceilings.
+
+/// Hand-written single-row INSERT + COMMIT (or `enqueue_tx` + COMMIT) on `conns` connections
+/// for `secs`; returns transactions per second.
+async fn insert_rate(pool: &MySqlPool, conns: usize, secs: f64, taskq: bool) -> Res<f64> {
+    reset(pool).await?;
+    let deadline = Instant::now() + Duration::from_secs_f64(secs);
+    let start = Instant::now();
+    let mut set = tokio::task::JoinSet::new();
+    for c in 0..conns {
+        let pool = pool.clone();
+        set.spawn(async move {
+            let mut conn = pool.acquire().await?;
+            let mut n = 0u64;
+            let payload = serde_json::to_vec(&noop(0))?;
+            while Instant::now() < deadline {
+                let mut tx = conn.begin().await?;
+                if taskq {
+                    noop(c as u64 * 1_000_000 + n).enqueue_tx(&mut tx).await?;
+                } else {
+                    sqlx::query(
+                        "INSERT INTO taskq_tasks (queue, name, payload, state, priority,
+                             max_attempts, run_at, idempotency_key, created_at, updated_at)
+                         VALUES (?, ?, ?, 'pending', ?, ?, UTC_TIMESTAMP(6), NULL,
+                             UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))",
+                    )
+                    .bind(QUEUE)
+                    .bind(TASK)
+                    .bind(&payload)
+                    .bind(0i16)
+                    .bind(20u32)
+                    .execute(&mut *tx)
+                    .await?;
+                }
+                tx.commit().await?;
+                n += 1;
+            }
+            Res::Ok(n)
+        });
+    }
+    let mut total = 0;
+    while let Some(r) = set.join_next().await {
+        total += r??;
+    }
+    Ok(total as f64 / start.elapsed().as_secs_f64())
+}
+
+/// The hand-written batched loop: `conns` connections each repeat { BEGIN; SELECT … LIMIT 32
+/// FOR UPDATE SKIP LOCKED; UPDATE → running; COMMIT; UPDATE → succeeded } until `n` preloaded
+/// tasks are done. Same statements as taskq's claim and write-back. Returns rows/s.
+async fn raw_claim_loop(pool: &MySqlPool, conns: usize, n: u64, batch: u32) -> Res<f64> {
+    reset(pool).await?;
+    preload(pool, n).await?;
+    let start = Instant::now();
+    let mut set = tokio::task::JoinSet::new();
+    for _ in 0..conns {
+        let pool = pool.clone();
+        set.spawn(async move {
+            let mut conn = pool.acquire().await?;
+            sqlx::query("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+                .execute(&mut *conn)
+                .await?;
+            let mut done = 0u64;
+            loop {
+                let mut tx = conn.begin().await?;
+                let rows = sqlx::query(
+                    "SELECT id, name, payload, attempt, max_attempts, lease_epoch
+                     FROM taskq_tasks
+                     WHERE state = 'pending' AND queue = ? AND run_at <= UTC_TIMESTAMP(6)
+                     ORDER BY priority, run_at, id LIMIT ? FOR UPDATE SKIP LOCKED",
+                )
+                .bind(QUEUE)
+                .bind(batch)
+                .fetch_all(&mut *tx)
+                .await?;
+                if rows.is_empty() {
+                    tx.commit().await?;
+                    break;
+                }
+                let leases: Vec<(u64, u64)> = rows
+                    .iter()
+                    .map(|r| (r.get::<u64, _>(0), r.get::<u64, _>(5) + 1))
+                    .collect();
+                let ids: Vec<u64> = leases.iter().map(|l| l.0).collect();
+                sqlx::query(
+                    "UPDATE JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$')) AS j
+                       STRAIGHT_JOIN taskq_tasks t ON t.id = j.id
+                     SET t.state = 'running', t.attempt = t.attempt + 1,
+                         t.lease_epoch = t.lease_epoch + 1,
+                         t.lease_until = UTC_TIMESTAMP(6) + INTERVAL 30 SECOND,
+                         t.worker_id = 'raw', t.updated_at = UTC_TIMESTAMP(6)",
+                )
+                .bind(serde_json::to_string(&ids)?)
+                .execute(&mut *tx)
+                .await?;
+                tx.commit().await?;
+                sqlx::query(
+                    "UPDATE JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$[0]',
+                                                         epoch BIGINT UNSIGNED PATH '$[1]')) AS j
+                       STRAIGHT_JOIN taskq_tasks t ON t.id = j.id AND t.lease_epoch = j.epoch
+                     SET t.state = 'succeeded', t.finished_at = UTC_TIMESTAMP(6),
+                         t.lease_until = NULL, t.updated_at = UTC_TIMESTAMP(6)
+                     WHERE t.state = 'running'",
+                )
+                .bind(serde_json::to_string(&leases)?)
+                .execute(&mut *conn)
+                .await?;
+                done += rows.len() as u64;
+            }
+            Res::Ok(done)
+        });
+    }
+    let mut total = 0;
+    while let Some(r) = set.join_next().await {
+        total += r??;
+    }
+    if total != n {
+        return Err(format!("raw loop finished {total} of {n} tasks").into());
+    }
+    Ok(n as f64 / start.elapsed().as_secs_f64())
+}
+
+// ---------------------------------------------------------------------------------------------
+// taskq.
+
+async fn enqueue_many_rate(pool: &MySqlPool, n: u64, per_tx: u64) -> Res<f64> {
+    reset(pool).await?;
+    let tasks: Vec<Noop> = (0..n).map(noop).collect();
+    let start = Instant::now();
+    let mut it = tasks.into_iter().peekable();
+    while it.peek().is_some() {
+        let chunk: Vec<Noop> = it.by_ref().take(per_tx as usize).collect();
+        let mut tx = pool.begin().await?;
+        taskq::enqueue_many(&mut tx, chunk).await?;
+        tx.commit().await?;
+    }
+    Ok(n as f64 / start.elapsed().as_secs_f64())
+}
+
+/// A running worker for the bench queue.
+struct Running {
+    stop: tokio::sync::oneshot::Sender<()>,
+    handle: tokio::task::JoinHandle<taskq::Result<taskq::ShutdownReport>>,
+    stats: Arc<taskq::WorkerStats>,
+}
+
+fn start_worker(pool: &MySqlPool, concurrency: usize) -> Res<Running> {
+    let (stop, rx) = tokio::sync::oneshot::channel::<()>();
+    let worker = taskq::Worker::builder(pool.clone())
+        .register::<Noop>()
+        .queue(QUEUE, concurrency)
+        .retention(taskq::Retention::disabled())
+        .shutdown_signal(async move {
+            let _ = rx.await;
+        })
+        .build()?;
+    let stats = worker.stats();
+    Ok(Running {
+        stop,
+        handle: tokio::spawn(worker.run()),
+        stats,
+    })
+}
+
+impl Running {
+    fn succeeded(&self) -> u64 {
+        self.stats.snapshot().succeeded
+    }
+    async fn wait_for(&self, n: u64, timeout: Duration) -> Res<()> {
+        let deadline = Instant::now() + timeout;
+        while self.succeeded() < n {
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "worker did {} of {n} tasks in {timeout:?}",
+                    self.succeeded()
+                )
+                .into());
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        Ok(())
+    }
+    async fn stop(self) -> Res<taskq::ShutdownReport> {
+        let _ = self.stop.send(());
+        Ok(self.handle.await??)
+    }
+}
+
+#[derive(Clone, serde::Serialize)]
+struct Drain {
+    concurrency: usize,
+    tasks: u64,
+    secs: f64,
+    tasks_per_s: f64,
+    statements_per_task: f64,
+    com_per_task: HashMap<String, f64>,
+    cpu_ms_per_task: f64,
+    peak_rss_kib: u64,
+    claim_queries: u64,
+    ack_flushes: u64,
+}
+
+/// Drains `n` preloaded tasks with one worker at `concurrency`.
+async fn drain_once(pool: &MySqlPool, concurrency: usize, n: u64, preloaded: bool) -> Res<Drain> {
+    if !preloaded {
+        reset(pool).await?;
+        preload(pool, n).await?;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    reset_peak_rss();
+    let before = server_status(pool).await?;
+    let cpu0 = cpu_secs();
+    let start = Instant::now();
+    let w = start_worker(pool, concurrency)?;
+    w.wait_for(n, Duration::from_secs(3600)).await?;
+    let secs = start.elapsed().as_secs_f64();
+    let cpu = cpu_secs() - cpu0;
+    let report = w.stop().await?;
+    let after = server_status(pool).await?;
+    let d = status_delta(&before, &after);
+    let per = |k: &str| d.get(k).copied().unwrap_or(0) as f64 / n as f64;
+    Ok(Drain {
+        concurrency,
+        tasks: n,
+        secs,
+        tasks_per_s: n as f64 / secs,
+        statements_per_task: per("Questions"),
+        com_per_task: COUNTERS.iter().map(|k| ((*k).to_owned(), per(k))).collect(),
+        cpu_ms_per_task: cpu * 1000.0 / n as f64,
+        peak_rss_kib: vm_kib("VmHWM:"),
+        claim_queries: report.stats.claim_queries,
+        ack_flushes: report.stats.ack_flushes,
+    })
+}
+
+#[derive(serde::Serialize)]
+struct Latency {
+    wake: bool,
+    tasks: u64,
+    interval_ms: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    max_ms: f64,
+}
+
+/// Enqueue-commit → handler-start at a light steady load (one task every `interval`), with
+/// in-process wake-up (`enqueue(&pool)`) or without (`enqueue_tx` on a separate pool: no
+/// notify, the worker finds the task by polling at its default 25 ms – 1 s).
+async fn latency(pool: &MySqlPool, wake: bool, n: u64, interval: Duration) -> Res<Latency> {
+    reset(pool).await?;
+    STARTS.lock().unwrap().clear();
+    RECORD.store(true, Ordering::Relaxed);
+    let w = start_worker(pool, 16)?;
+    let other = MySqlPoolOptions::new()
+        .max_connections(1)
+        .connect_with((*pool.connect_options()).clone())
+        .await?;
+    tokio::time::sleep(Duration::from_millis(1500)).await; // let the worker go idle
+    let mut commits = Vec::with_capacity(n as usize);
+    let mut tick = tokio::time::interval(interval);
+    for seq in 0..n {
+        tick.tick().await;
+        if wake {
+            noop(seq).enqueue(pool).await?;
+        } else {
+            let mut conn = other.acquire().await?;
+            noop(seq).enqueue_tx(&mut *conn).await?;
+        }
+        commits.push(Instant::now());
+    }
+    w.wait_for(n, Duration::from_secs(60)).await?;
+    RECORD.store(false, Ordering::Relaxed);
+    w.stop().await?;
+    other.close().await;
+    let starts = std::mem::take(&mut *STARTS.lock().unwrap());
+    let mut ms: Vec<f64> = starts
+        .iter()
+        .map(|(seq, at)| {
+            at.saturating_duration_since(commits[*seq as usize])
+                .as_secs_f64()
+                * 1000.0
+        })
+        .collect();
+    ms.sort_by(f64::total_cmp);
+    let q = |p: f64| ms[((ms.len() as f64 - 1.0) * p).round() as usize];
+    Ok(Latency {
+        wake,
+        tasks: n,
+        interval_ms: interval.as_secs_f64() * 1000.0,
+        p50_ms: q(0.50),
+        p99_ms: q(0.99),
+        max_ms: q(1.0),
+    })
+}
+
+/// `EXPLAIN` of taskq's claim query, as text rows.
+async fn explain_claim(pool: &MySqlPool) -> Res<Vec<String>> {
+    let rows = sqlx::query(
+        "EXPLAIN SELECT id, name, payload, attempt, max_attempts, lease_epoch,
+             TIMESTAMPDIFF(MICROSECOND, run_at, UTC_TIMESTAMP(6))
+         FROM taskq_tasks
+         WHERE state = 'pending' AND queue = 'bench' AND run_at <= UTC_TIMESTAMP(6)
+           AND JSON_CONTAINS('[\"bench_noop\"]', JSON_QUOTE(name))
+         ORDER BY priority, run_at, id
+         LIMIT 16
+         FOR UPDATE SKIP LOCKED",
+    )
+    .fetch_all(pool)
+    .await?;
+    let mut out = Vec::new();
+    if let Some(first) = rows.first() {
+        use sqlx::Column;
+        out.push(
+            first
+                .columns()
+                .iter()
+                .map(|c| c.name().to_owned())
+                .collect::<Vec<_>>()
+                .join(" | "),
+        );
+    }
+    for r in &rows {
+        let cells: Vec<String> = (0..r.len())
+            .map(|i| {
+                if let Ok(v) = r.try_get::<Option<String>, _>(i) {
+                    v.unwrap_or_else(|| "NULL".into())
+                } else if let Ok(v) = r.try_get::<Option<i64>, _>(i) {
+                    v.map_or("NULL".into(), |v| v.to_string())
+                } else if let Ok(v) = r.try_get::<Option<u64>, _>(i) {
+                    v.map_or("NULL".into(), |v| v.to_string())
+                } else if let Ok(v) = r.try_get::<Option<Vec<u8>>, _>(i) {
+                    v.map_or("NULL".into(), |v| String::from_utf8_lossy(&v).into_owned())
+                } else {
+                    "?".into()
+                }
+            })
+            .collect();
+        out.push(cells.join(" | "));
+    }
+    Ok(out)
+}
+
+#[derive(serde::Serialize)]
+struct MemSample {
+    done: u64,
+    rss_kib: u64,
+}
+
+/// Drains `n` bulk-inserted due tasks at concurrency 16, sampling RSS once a second.
+async fn million_drain(pool: &MySqlPool, n: u64) -> Res<(Drain, Vec<MemSample>)> {
+    reset(pool).await?;
+    bulk_insert(pool, n, 1).await?;
+    sqlx::query("ANALYZE TABLE taskq_tasks")
+        .execute(pool)
+        .await?;
+    reset_peak_rss();
+    let cpu0 = cpu_secs();
+    let before = server_status(pool).await?;
+    let start = Instant::now();
+    let w = start_worker(pool, 16)?;
+    let mut samples = Vec::new();
+    let mut next = Instant::now();
+    while w.succeeded() < n {
+        if Instant::now() >= next {
+            samples.push(MemSample {
+                done: w.succeeded(),
+                rss_kib: vm_kib("VmRSS:"),
+            });
+            next += Duration::from_secs(1);
+        }
+        if start.elapsed() > Duration::from_secs(3600) {
+            return Err("million drain timed out".into());
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let cpu = cpu_secs() - cpu0;
+    samples.push(MemSample {
+        done: w.succeeded(),
+        rss_kib: vm_kib("VmRSS:"),
+    });
+    let report = w.stop().await?;
+    let after = server_status(pool).await?;
+    let d = status_delta(&before, &after);
+    let per = |k: &str| d.get(k).copied().unwrap_or(0) as f64 / n as f64;
+    Ok((
+        Drain {
+            concurrency: 16,
+            tasks: n,
+            secs,
+            tasks_per_s: n as f64 / secs,
+            statements_per_task: per("Questions"),
+            com_per_task: COUNTERS.iter().map(|k| ((*k).to_owned(), per(k))).collect(),
+            cpu_ms_per_task: cpu * 1000.0 / n as f64,
+            peak_rss_kib: vm_kib("VmHWM:"),
+            claim_queries: report.stats.claim_queries,
+            ack_flushes: report.stats.ack_flushes,
+        },
+        samples,
+    ))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Report.
+
+fn machine() -> Value {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find(|l| l.starts_with("model name"))
+        .and_then(|l| l.split_once(':'))
+        .map(|x| x.1.trim().to_owned())
+        .unwrap_or_default();
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let mem_kib: u64 = meminfo
+        .lines()
+        .find(|l| l.starts_with("MemTotal:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    json!({
+        "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        "cpu_model": model,
+        "mem_gib": (mem_kib as f64 / 1048576.0 * 10.0).round() / 10.0,
+        "loadavg_at_start": load.trim(),
+    })
+}
+
+async fn server_settings(pool: &MySqlPool) -> Res<Value> {
+    let version: String = sqlx::query_scalar("SELECT VERSION()")
+        .fetch_one(pool)
+        .await?;
+    let rows: Vec<(String, String)> = sqlx::query_as(
+        "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('innodb_flush_log_at_trx_commit',
+           'innodb_buffer_pool_size', 'log_bin', 'sync_binlog', 'innodb_autoinc_lock_mode',
+           'innodb_log_file_size', 'max_connections', 'transaction_isolation', 'tx_isolation')",
+    )
+    .fetch_all(pool)
+    .await?;
+    let mut m = serde_json::Map::new();
+    m.insert("version".into(), json!(version));
+    for (k, v) in rows {
+        m.insert(k, json!(v));
+    }
+    Ok(Value::Object(m))
+}
+
+fn fmt_rate(v: f64) -> String {
+    if v >= 10_000.0 {
+        format!("{:.1}k", v / 1000.0)
+    } else if v >= 1000.0 {
+        format!("{:.2}k", v / 1000.0)
+    } else {
+        format!("{v:.0}")
+    }
+}
+
+/// One bar of the chart.
+struct Bar {
+    label: String,
+    value: f64,
+    raw: bool,
+}
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+/// Horizontal bar chart: throughput (left) and pickup latency (right).
+fn svg(title: &str, bars: &[Bar], lat: &[(String, f64)]) -> String {
+    let row = 22.0;
+    let left = 250.0;
+    let width = 420.0;
+    let top = 60.0;
+    let h = top + row * bars.len().max(lat.len()) as f64 + 60.0;
+    let total_w = left + width + 60.0 + 200.0 + 280.0;
+    let max = bars.iter().map(|b| b.value).fold(1.0, f64::max);
+    let mut s = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{total_w:.0}\" height=\"{h:.0}\" \
+         font-family=\"sans-serif\" font-size=\"12\">\n\
+         <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
+         <text x=\"10\" y=\"22\" font-size=\"15\" font-weight=\"bold\">{}</text>\n\
+         <text x=\"10\" y=\"42\" fill=\"#555\">tasks/s (or tx/s); grey = hand-written SQL \
+         ceiling, blue = taskq</text>\n",
+        esc(title)
+    );
+    for (i, b) in bars.iter().enumerate() {
+        let y = top + row * i as f64;
+        let w = (b.value / max * width).max(1.0);
+        let color = if b.raw { "#9e9e9e" } else { "#1f77b4" };
+        s += &format!(
+            "<text x=\"{:.0}\" y=\"{:.0}\" text-anchor=\"end\">{}</text>\
+             <rect x=\"{left:.0}\" y=\"{:.0}\" width=\"{w:.1}\" height=\"{:.0}\" fill=\"{color}\"/>\
+             <text x=\"{:.1}\" y=\"{:.0}\">{}</text>\n",
+            left - 8.0,
+            y + 15.0,
+            esc(&b.label),
+            y + 3.0,
+            row - 6.0,
+            left + w + 4.0,
+            y + 15.0,
+            fmt_rate(b.value)
+        );
+    }
+    // Latency panel.
+    let lx = left + width + 60.0 + 200.0;
+    let lw = 220.0;
+    let lmax = lat.iter().map(|l| l.1).fold(1.0, f64::max);
+    s += &format!(
+        "<text x=\"{:.0}\" y=\"42\" fill=\"#555\">enqueue-commit → handler-start, ms</text>\n",
+        lx - 190.0
+    );
+    for (i, (label, v)) in lat.iter().enumerate() {
+        let y = top + row * i as f64;
+        let w = (v / lmax * lw).max(1.0);
+        s += &format!(
+            "<text x=\"{:.0}\" y=\"{:.0}\" text-anchor=\"end\">{}</text>\
+             <rect x=\"{lx:.0}\" y=\"{:.0}\" width=\"{w:.1}\" height=\"{:.0}\" fill=\"#ff7f0e\"/>\
+             <text x=\"{:.1}\" y=\"{:.0}\">{v:.1}</text>\n",
+            lx - 8.0,
+            y + 15.0,
+            esc(label),
+            y + 3.0,
+            row - 6.0,
+            lx + w + 4.0,
+            y + 15.0,
+        );
+    }
+    s += "</svg>\n";
+    s
+}
+
+fn median_by_rate(mut runs: Vec<Drain>) -> Drain {
+    runs.sort_by(|a, b| a.tasks_per_s.total_cmp(&b.tasks_per_s));
+    runs[runs.len() / 2].clone()
+}
+
+// ---------------------------------------------------------------------------------------------
+
+fn main() -> Res<()> {
+    let opts = parse_args()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(run(opts))
+}
+
+async fn run(opts: Opts) -> Res<()> {
+    let server = MySqlConnectOptions::from_str(&opts.url)?
+        .database("")
+        .disable_statement_logging();
+    let db = format!("taskq_bench_{:08x}", std::process::id() ^ 0x5eed_0000);
+    let mut admin = server.connect().await?;
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE `{db}`")))
+        .execute(&mut admin)
+        .await?;
+    let pool = MySqlPoolOptions::new()
+        .max_connections(40)
+        .connect_with(server.clone().database(&db))
+        .await?;
+    let result = bench(&opts, &pool).await;
+    pool.close().await;
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP DATABASE `{db}`")))
+        .execute(&mut admin)
+        .await?;
+    result
+}
+
+async fn bench(opts: &Opts, pool: &MySqlPool) -> Res<()> {
+    taskq::migrate(pool).await?;
+    let sz = Sizes::new(opts.quick);
+    let conns = [1usize, 4, 16];
+    let machine = machine();
+    let settings = server_settings(pool).await?;
+    eprintln!("machine: {machine}\nserver: {settings}");
+
+    eprintln!("[1/7] raw INSERT+COMMIT and enqueue_tx");
+    let mut raw_insert = Vec::new();
+    let mut enqueue_tx = Vec::new();
+    for &c in &conns {
+        // Alternate raw and taskq runs and keep the best of each, so a burst of load from
+        // elsewhere does not land on one side only.
+        let (mut raw, mut tq) = (0f64, 0f64);
+        for _ in 0..sz.reps.min(2) {
+            raw = raw.max(insert_rate(pool, c, sz.insert_secs, false).await?);
+            tq = tq.max(insert_rate(pool, c, sz.insert_secs, true).await?);
+        }
+        raw_insert.push(raw);
+        enqueue_tx.push(tq);
+        eprintln!(
+            "  {c:>2} conns: raw {:.0} tx/s, enqueue_tx {:.0} tx/s",
+            raw_insert.last().unwrap(),
+            enqueue_tx.last().unwrap()
+        );
+    }
+
+    eprintln!("[2/7] enqueue_many");
+    let many_5000 = enqueue_many_rate(pool, sz.many, 5000).await?;
+    let many_1000 = enqueue_many_rate(pool, sz.many, 1000).await?;
+    let many_100 = enqueue_many_rate(pool, sz.many / 5, 100).await?;
+    eprintln!("  5000/tx: {many_5000:.0}, 1000/tx: {many_1000:.0}, 100/tx: {many_100:.0} tasks/s");
+
+    eprintln!("[3/7] raw batched SKIP LOCKED loop (32 rows per claim)");
+    let mut raw_loop = Vec::new();
+    for &c in &conns {
+        raw_loop.push(raw_claim_loop(pool, c, sz.drain, 32).await?);
+        eprintln!("  {c:>2} conns: {:.0} rows/s", raw_loop.last().unwrap());
+    }
+
+    eprintln!("[4/7] drain {} tasks, median of {}", sz.drain, sz.reps);
+    let mut drains = Vec::new();
+    for c in [1usize, 4, 16, 32] {
+        let mut runs = Vec::new();
+        for _ in 0..sz.reps {
+            let d = drain_once(pool, c, sz.drain, false).await?;
+            eprintln!(
+                "  c={c:>2}: {:.0} tasks/s, {:.3} stmts/task, {:.3} ms CPU/task, peak RSS {} MiB",
+                d.tasks_per_s,
+                d.statements_per_task,
+                d.cpu_ms_per_task,
+                d.peak_rss_kib / 1024
+            );
+            runs.push(d);
+        }
+        drains.push(median_by_rate(runs));
+    }
+
+    eprintln!("[5/7] pickup latency");
+    let interval = Duration::from_millis(10);
+    let lat_wake = latency(pool, true, sz.latency_tasks, interval).await?;
+    let lat_poll = latency(pool, false, sz.latency_tasks, interval).await?;
+    let lat_sparse = latency(
+        pool,
+        false,
+        sz.latency_tasks / 5,
+        Duration::from_millis(200),
+    )
+    .await?;
+    for l in [&lat_wake, &lat_poll, &lat_sparse] {
+        eprintln!(
+            "  wake={} every {} ms: p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+            l.wake, l.interval_ms, l.p50_ms, l.p99_ms, l.max_ms
+        );
+    }
+
+    eprintln!("[6/7] backlog: {} pending, 1% due", sz.backlog);
+    reset(pool).await?;
+    let t = Instant::now();
+    bulk_insert(pool, sz.backlog, 100).await?;
+    let backlog_insert_s = t.elapsed().as_secs_f64();
+    sqlx::query("ANALYZE TABLE taskq_tasks")
+        .execute(pool)
+        .await?;
+    let explain = explain_claim(pool).await?;
+    for l in &explain {
+        eprintln!("  {l}");
+    }
+    let due = sz.backlog / 100;
+    let backlog = drain_once(pool, 16, due, true).await?;
+    eprintln!(
+        "  due drain: {:.0} tasks/s, {:.3} stmts/task (bulk insert took {backlog_insert_s:.1} s)",
+        backlog.tasks_per_s, backlog.statements_per_task
+    );
+
+    let million = if opts.million {
+        eprintln!("[7/7] memory over a {}-task drain", sz.million);
+        let (d, samples) = million_drain(pool, sz.million).await?;
+        eprintln!(
+            "  {:.0} tasks/s, {:.3} stmts/task, RSS samples: {}",
+            d.tasks_per_s,
+            d.statements_per_task,
+            samples.len()
+        );
+        Some((d, samples))
+    } else {
+        eprintln!("[7/7] memory drain skipped (--skip-million)");
+        None
+    };
+
+    // ---- table
+    let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
+    let mut out = String::new();
+    out += "\n| measurement | 1 conn | 4 conns | 16 conns | 32 |\n|---|---|---|---|---|\n";
+    let line = |name: &str, v: &[f64]| {
+        let mut s = format!("| {name} |");
+        for i in 0..4 {
+            s += &match v.get(i) {
+                Some(x) => format!(" {} |", fmt_rate(*x)),
+                None => " — |".into(),
+            };
+        }
+        s + "\n"
+    };
+    out += &line("raw INSERT+COMMIT, tx/s", &raw_insert);
+    out += &line("taskq enqueue_tx + COMMIT, tx/s", &enqueue_tx);
+    out += &format!(
+        "| enqueue_tx / raw | {:.2} | {:.2} | {:.2} | — |\n",
+        ratio(enqueue_tx[0], raw_insert[0]),
+        ratio(enqueue_tx[1], raw_insert[1]),
+        ratio(enqueue_tx[2], raw_insert[2])
+    );
+    out += &line("raw batched SKIP LOCKED loop (32/claim), rows/s", &raw_loop);
+    let drain_rates: Vec<f64> = drains.iter().map(|d| d.tasks_per_s).collect();
+    out += &line("taskq drain (concurrency 1/4/16/32), tasks/s", &drain_rates);
+    out += &format!(
+        "| drain / raw batched loop (same conc.) | {:.2} | {:.2} | {:.2} | — |\n",
+        ratio(drain_rates[0], raw_loop[0]),
+        ratio(drain_rates[1], raw_loop[1]),
+        ratio(drain_rates[2], raw_loop[2])
+    );
+    out += &format!(
+        "| drain: SQL statements per task | {} |\n",
+        drains
+            .iter()
+            .map(|d| format!("{:.3}", d.statements_per_task))
+            .collect::<Vec<_>>()
+            .join(" | ")
+    );
+    out += &format!(
+        "| drain: CPU ms per task (bench process) | {} |\n",
+        drains
+            .iter()
+            .map(|d| format!("{:.3}", d.cpu_ms_per_task))
+            .collect::<Vec<_>>()
+            .join(" | ")
+    );
+    out += &format!(
+        "| drain: peak RSS, MiB | {} |\n",
+        drains
+            .iter()
+            .map(|d| format!("{:.1}", d.peak_rss_kib as f64 / 1024.0))
+            .collect::<Vec<_>>()
+            .join(" | ")
+    );
+    out += &format!(
+        "\nenqueue_many: {} tasks/s (5,000 per transaction), {} tasks/s (1,000 per transaction), \
+         {} tasks/s (100 per transaction)\n",
+        fmt_rate(many_5000),
+        fmt_rate(many_1000),
+        fmt_rate(many_100)
+    );
+    out += &format!(
+        "pickup latency, one task every {} ms: wake-up p50 {:.2} ms / p99 {:.2} ms; \
+         polling p50 {:.2} ms / p99 {:.2} ms; polling at one task every {} ms: \
+         p50 {:.2} ms / p99 {:.2} ms (ceiling 1000 ms)\n",
+        lat_wake.interval_ms,
+        lat_wake.p50_ms,
+        lat_wake.p99_ms,
+        lat_poll.p50_ms,
+        lat_poll.p99_ms,
+        lat_sparse.interval_ms,
+        lat_sparse.p50_ms,
+        lat_sparse.p99_ms
+    );
+    out += &format!(
+        "backlog {} pending, 1% due: due drain {} tasks/s at concurrency 16, {:.3} statements/task\n",
+        sz.backlog,
+        fmt_rate(backlog.tasks_per_s),
+        backlog.statements_per_task
+    );
+    let mut mem_json = Value::Null;
+    if let Some((d, samples)) = &million {
+        let n = samples.len();
+        let early = samples
+            .iter()
+            .find(|s| s.done >= d.tasks / 10)
+            .map_or(0, |s| s.rss_kib);
+        let late_max = samples[n / 2..]
+            .iter()
+            .map(|s| s.rss_kib)
+            .max()
+            .unwrap_or(0);
+        let first_half_max = samples[..n / 2]
+            .iter()
+            .map(|s| s.rss_kib)
+            .max()
+            .unwrap_or(0);
+        out += &format!(
+            "{}-task drain at concurrency 16: {} tasks/s, {:.3} statements/task; RSS at 10%: {:.1} MiB, \
+             max of first half {:.1} MiB, max of second half {:.1} MiB, end {:.1} MiB\n",
+            d.tasks,
+            fmt_rate(d.tasks_per_s),
+            d.statements_per_task,
+            early as f64 / 1024.0,
+            first_half_max as f64 / 1024.0,
+            late_max as f64 / 1024.0,
+            samples.last().map_or(0, |s| s.rss_kib) as f64 / 1024.0
+        );
+        mem_json = json!({ "drain": d, "rss_samples": samples,
+            "rss_at_10pct_kib": early, "first_half_max_kib": first_half_max,
+            "second_half_max_kib": late_max });
+    }
+    out += "\nclaim EXPLAIN (backlog):\n";
+    for l in &explain {
+        out += &format!("    {l}\n");
+    }
+    // Targets.
+    let t_drain = ratio(drains[2].tasks_per_s, raw_loop[2]);
+    out += "\ntargets:\n";
+    let mut check = |ok: bool, what: String| {
+        out += &format!("  [{}] {what}\n", if ok { "met" } else { "MISSED" });
+    };
+    check(
+        t_drain >= 0.5,
+        format!("drain at concurrency 16 >= 50% of the raw batched loop at 16: {t_drain:.2}"),
+    );
+    check(
+        drains[2].statements_per_task <= 0.5,
+        format!(
+            "statements per task at concurrency 16 <= 0.5: {:.3}",
+            drains[2].statements_per_task
+        ),
+    );
+    for i in 0..3 {
+        let r = ratio(enqueue_tx[i], raw_insert[i]);
+        check(
+            r >= 0.9,
+            format!(
+                "enqueue_tx overhead <= 10% at {} conns: {:.1}%",
+                conns[i],
+                (1.0 - r) * 100.0
+            ),
+        );
+    }
+    check(
+        many_5000.max(many_1000) >= 20_000.0,
+        format!(
+            "enqueue_many >= 20k tasks/s: {} (5,000/tx), {} (1,000/tx)",
+            fmt_rate(many_5000),
+            fmt_rate(many_1000)
+        ),
+    );
+    check(
+        lat_wake.p50_ms <= 5.0,
+        format!("in-process pickup p50 <= 5 ms: {:.2} ms", lat_wake.p50_ms),
+    );
+    check(
+        lat_poll.p99_ms <= 1000.0 && lat_sparse.p99_ms <= 1000.0,
+        format!(
+            "polled pickup p99 <= poll ceiling (1 s): {:.1} / {:.1} ms",
+            lat_poll.p99_ms, lat_sparse.p99_ms
+        ),
+    );
+    if let Some((_, samples)) = &million {
+        let n = samples.len();
+        let a = samples[..n / 2]
+            .iter()
+            .map(|s| s.rss_kib)
+            .max()
+            .unwrap_or(0);
+        let b = samples[n / 2..]
+            .iter()
+            .map(|s| s.rss_kib)
+            .max()
+            .unwrap_or(0);
+        check(
+            b as f64 <= a as f64 * 1.10 + 2048.0,
+            format!(
+                "memory flat over the long drain (second-half max {:.1} MiB vs first-half max {:.1} MiB)",
+                b as f64 / 1024.0,
+                a as f64 / 1024.0
+            ),
+        );
+    }
+    println!("{out}");
+
+    // ---- JSON and chart
+    let report = json!({
+        "quick": opts.quick,
+        "machine": machine,
+        "server": settings,
+        "raw_insert_commit_tx_per_s": { "1": raw_insert[0], "4": raw_insert[1], "16": raw_insert[2] },
+        "enqueue_tx_per_s": { "1": enqueue_tx[0], "4": enqueue_tx[1], "16": enqueue_tx[2] },
+        "enqueue_many_tasks_per_s": { "5000_per_tx": many_5000, "1000_per_tx": many_1000, "100_per_tx": many_100 },
+        "raw_batched_loop_rows_per_s": { "1": raw_loop[0], "4": raw_loop[1], "16": raw_loop[2] },
+        "drain": drains,
+        "latency": [lat_wake, lat_poll, lat_sparse],
+        "backlog": { "pending": sz.backlog, "due": due, "insert_secs": backlog_insert_s,
+                     "drain": backlog, "explain": explain },
+        "memory": mem_json,
+        "summary": out,
+    });
+    if let Some(dir) = std::path::Path::new(&opts.out).parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(&opts.out, serde_json::to_string_pretty(&report)?)?;
+    let mut bars = Vec::new();
+    for (i, c) in conns.iter().enumerate() {
+        bars.push(Bar {
+            label: format!("raw INSERT+COMMIT, {c} conn"),
+            value: raw_insert[i],
+            raw: true,
+        });
+        bars.push(Bar {
+            label: format!("enqueue_tx, {c} conn"),
+            value: enqueue_tx[i],
+            raw: false,
+        });
+    }
+    bars.push(Bar {
+        label: "enqueue_many (5,000/tx)".into(),
+        value: many_5000,
+        raw: false,
+    });
+    bars.push(Bar {
+        label: "enqueue_many (1,000/tx)".into(),
+        value: many_1000,
+        raw: false,
+    });
+    for (i, c) in conns.iter().enumerate() {
+        bars.push(Bar {
+            label: format!("raw batched claim loop, {c} conn"),
+            value: raw_loop[i],
+            raw: true,
+        });
+        bars.push(Bar {
+            label: format!("taskq drain, concurrency {c}"),
+            value: drains[i].tasks_per_s,
+            raw: false,
+        });
+    }
+    bars.push(Bar {
+        label: "taskq drain, concurrency 32".into(),
+        value: drains[3].tasks_per_s,
+        raw: false,
+    });
+    bars.push(Bar {
+        label: "drain of 1% due in backlog, c=16".into(),
+        value: backlog.tasks_per_s,
+        raw: false,
+    });
+    let lat = vec![
+        ("wake-up p50".to_owned(), lat_wake.p50_ms),
+        ("wake-up p99".to_owned(), lat_wake.p99_ms),
+        (
+            format!("polling p50 ({} ms gap)", lat_poll.interval_ms),
+            lat_poll.p50_ms,
+        ),
+        (
+            format!("polling p99 ({} ms gap)", lat_poll.interval_ms),
+            lat_poll.p99_ms,
+        ),
+        (
+            format!("polling p50 ({} ms gap)", lat_sparse.interval_ms),
+            lat_sparse.p50_ms,
+        ),
+        (
+            format!("polling p99 ({} ms gap)", lat_sparse.interval_ms),
+            lat_sparse.p99_ms,
+        ),
+    ];
+    let title = format!(
+        "taskq benchmark{} — {} CPUs, {}",
+        if opts.quick { " (--quick)" } else { "" },
+        report["machine"]["cpus"],
+        report["server"]["version"].as_str().unwrap_or("?")
+    );
+    if let Some(dir) = std::path::Path::new(&opts.svg).parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(&opts.svg, svg(&title, &bars, &lat))?;
+    eprintln!("wrote {} and {}", opts.out, opts.svg);
+    Ok(())
+}

@@ -54,6 +54,7 @@ pub use enqueue::{
     AsConnection, DEFAULT_PAYLOAD_LIMIT, Enqueue, Enqueued, MAX_DELAY, MAX_NAME_LEN, MAX_QUEUE_LEN,
     payload_limit, set_payload_limit,
 };
+pub use enqueue::{IntoEnqueue, enqueue_many};
 pub use error::{Error, Result, ResultExt, TaskError, TaskErrorKind};
 pub use migrate::{MIGRATIONS_TABLE, migrate, migrator};
 pub use registry::{Registration, registered};

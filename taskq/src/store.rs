@@ -633,3 +633,85 @@ pub(crate) async fn queues_paused<'e>(
     .await?;
     Ok(rows.into_iter().map(|r| (r.queue, r.paused_at)).collect())
 }
+
+// --- batch enqueue ---
+
+/// One row of a batch insert, as [`task_insert_batch`] sends it inside a JSON array.
+#[derive(Serialize)]
+pub(crate) struct BatchRow<'a> {
+    #[serde(rename = "q")]
+    pub queue: &'a str,
+    #[serde(rename = "n")]
+    pub name: &'a str,
+    /// The payload bytes, hex-encoded (decoded by `UNHEX`, so any bytes round-trip exactly).
+    #[serde(rename = "p")]
+    pub payload_hex: String,
+    #[serde(rename = "pr")]
+    pub priority: i16,
+    #[serde(rename = "m")]
+    pub max_attempts: u32,
+    /// Microseconds from the database's now; ignored when `run_at` is set.
+    #[serde(rename = "d")]
+    pub delay_us: i64,
+    /// `YYYY-MM-DD HH:MM:SS.ffffff` (UTC); absent means "now + delay".
+    #[serde(rename = "r", skip_serializing_if = "Option::is_none")]
+    pub run_at: Option<String>,
+    #[serde(rename = "t", skip_serializing_if = "Option::is_none")]
+    pub trace_context: Option<&'a str>,
+}
+
+/// How the server numbers the rows of one multi-row insert.
+pub(crate) struct AutoIncrement {
+    /// `innodb_autoinc_lock_mode`: 0 or 1 guarantee consecutive ids within one statement;
+    /// 2 (MySQL 8's default) may interleave them with concurrent inserts.
+    pub lock_mode: i64,
+    /// `auto_increment_increment` of this session (the step between consecutive ids).
+    pub increment: i64,
+}
+
+/// Reads the auto-increment settings that decide whether a multi-row insert's ids can be
+/// derived from `LAST_INSERT_ID()`.
+pub(crate) async fn autoinc_settings(conn: &mut MySqlConnection) -> sqlx::Result<AutoIncrement> {
+    let row = sqlx::query!(
+        r#"SELECT CAST(@@GLOBAL.innodb_autoinc_lock_mode AS SIGNED) AS "lock_mode: i64",
+                  CAST(@@SESSION.auto_increment_increment AS SIGNED) AS "increment: i64""#
+    )
+    .fetch_one(&mut *conn)
+    .await?;
+    Ok(AutoIncrement {
+        lock_mode: row.lock_mode.unwrap_or(2),
+        increment: row.increment.unwrap_or(1).max(1),
+    })
+}
+
+/// Inserts every row of `rows_json` (a JSON array of [`BatchRow`]) in one statement, in array
+/// order, with no idempotency key. Returns `(first id, rows inserted)`; the ids of the other
+/// rows are only known when [`autoinc_settings`] says they are consecutive.
+pub(crate) async fn task_insert_batch(
+    conn: &mut MySqlConnection,
+    rows_json: &str,
+) -> sqlx::Result<(u64, u64)> {
+    let done = sqlx::query!(
+        r#"INSERT INTO taskq_tasks
+            (queue, name, payload, state, priority, max_attempts, run_at, idempotency_key,
+             trace_context, created_at, updated_at)
+           SELECT j.queue, j.name, UNHEX(j.payload), 'pending', j.priority, j.max_attempts,
+             COALESCE(j.run_at, UTC_TIMESTAMP(6) + INTERVAL j.delay_us MICROSECOND), NULL,
+             j.trace_context, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6)
+           FROM JSON_TABLE(?, '$[*]' COLUMNS (
+                 ord FOR ORDINALITY,
+                 queue VARCHAR(64) PATH '$.q',
+                 name VARCHAR(255) PATH '$.n',
+                 payload LONGTEXT PATH '$.p',
+                 priority SMALLINT PATH '$.pr',
+                 max_attempts INT UNSIGNED PATH '$.m',
+                 delay_us BIGINT PATH '$.d',
+                 run_at DATETIME(6) PATH '$.r',
+                 trace_context VARCHAR(512) PATH '$.t')) AS j
+           ORDER BY j.ord"#,
+        rows_json
+    )
+    .execute(&mut *conn)
+    .await?;
+    Ok((done.last_insert_id(), done.rows_affected()))
+}

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
@@ -22,6 +22,17 @@ pub(crate) async fn run(shared: Arc<Shared>, queue: Arc<str>, concurrency: usize
     let wake = wake::notifier(&queue);
     let mut idle = shared.cfg.poll_min;
     let mut failures = 0u32;
+    // Largest batch this loop can claim, and the low-water mark below which, while the queue
+    // has a backlog, it waits a little for more slots so claims stay batched instead of
+    // taking one task per freed slot.
+    let target = shared
+        .cfg
+        .claim_batch
+        .min(concurrency)
+        .min(shared.cfg.concurrency)
+        .max(1);
+    let low_water = target.div_ceil(2);
+    let mut backlog = false;
     while !shared.stopping() {
         // Register interest before looking, so a slot freed meanwhile is not missed.
         let slot_freed = shared.slot_freed.notified();
@@ -33,13 +44,20 @@ pub(crate) async fn run(shared: Arc<Shared>, queue: Arc<str>, concurrency: usize
             }
             continue;
         }
-        let slots = take_slots(&shared, &queue_slots);
-        if slots.is_empty() {
+        let free = free_slots(&shared, &queue_slots);
+        if free == 0 {
             tokio::select! {
                 _ = slot_freed => {}
                 _ = tokio::time::sleep(shared.cfg.poll_max) => {}
                 _ = shared.stopped() => {}
             }
+            continue;
+        }
+        if backlog && free < target {
+            gather_slots(&shared, &queue_slots, target, low_water).await;
+        }
+        let slots = take_slots(&shared, &queue_slots);
+        if slots.is_empty() {
             continue;
         }
         let wanted = slots.len();
@@ -90,7 +108,8 @@ pub(crate) async fn run(shared: Arc<Shared>, queue: Arc<str>, concurrency: usize
             ));
         }
         drop(slots);
-        if got == wanted {
+        backlog = got == wanted;
+        if backlog {
             idle = shared.cfg.poll_min;
             continue; // probably more due: claim again as soon as slots allow
         }
@@ -102,6 +121,48 @@ pub(crate) async fn run(shared: Arc<Shared>, queue: Arc<str>, concurrency: usize
         tokio::select! {
             _ = tokio::time::sleep(wait) => {}
             _ = wake.notified() => { idle = shared.cfg.poll_min; }
+            _ = shared.stopped() => {}
+        }
+    }
+}
+
+/// Longest wait for the slots of a full batch once at least the low-water mark is free.
+const GATHER_LOW: Duration = Duration::from_millis(2);
+/// Longest wait for the low-water mark once at least one slot is free.
+const GATHER_ANY: Duration = Duration::from_millis(10);
+
+/// Free handler slots of this queue (bounded by the worker-wide ones).
+fn free_slots(shared: &Shared, queue_slots: &Semaphore) -> usize {
+    queue_slots
+        .available_permits()
+        .min(shared.global.available_permits())
+}
+
+/// While the queue has a backlog and only a few slots are free, waits for more to free up:
+/// until `target` are free, or `low_water` are free and [`GATHER_LOW`] has passed, or
+/// [`GATHER_ANY`] has passed. Handlers that finish together (short tasks) are then claimed
+/// for in one transaction; long handlers delay a claim by at most a few milliseconds.
+async fn gather_slots(shared: &Shared, queue_slots: &Semaphore, target: usize, low_water: usize) {
+    let start = tokio::time::Instant::now();
+    loop {
+        let slot_freed = shared.slot_freed.notified();
+        let free = free_slots(shared, queue_slots);
+        let waited = start.elapsed();
+        if free >= target
+            || (free >= low_water && waited >= GATHER_LOW)
+            || waited >= GATHER_ANY
+            || shared.stopping()
+        {
+            return;
+        }
+        let until = if free >= low_water {
+            start + GATHER_LOW
+        } else {
+            start + GATHER_ANY
+        };
+        tokio::select! {
+            _ = slot_freed => {}
+            _ = tokio::time::sleep_until(until) => {}
             _ = shared.stopped() => {}
         }
     }

@@ -1,0 +1,254 @@
+//! Batch enqueue (`taskq::enqueue_many`) against a real database: rows and ids, payload
+//! round-trip, options, commit/rollback, all-or-nothing validation, idempotency keys, empty
+//! input and inputs larger than one statement.
+
+use std::time::Duration;
+
+use taskq::{Client, Enqueue, Error, Task, TaskContext, TaskError, TaskId, TaskState};
+use taskq_tests::TestDb;
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+struct Note {
+    text: String,
+}
+
+impl Task for Note {
+    const NAME: &'static str = "note";
+    const QUEUE: &'static str = "notes";
+    const MAX_ATTEMPTS: u32 = 7;
+    const PRIORITY: i16 = 3;
+    async fn run(self, _cx: TaskContext) -> Result<(), TaskError> {
+        Ok(())
+    }
+}
+
+fn note(text: impl Into<String>) -> Note {
+    Note { text: text.into() }
+}
+
+async fn db_now(db: &TestDb) -> chrono::DateTime<chrono::Utc> {
+    let now: chrono::NaiveDateTime = sqlx::query_scalar("SELECT UTC_TIMESTAMP(6)")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    now.and_utc()
+}
+
+async fn payload_of(db: &TestDb, id: TaskId) -> Vec<u8> {
+    sqlx::query_scalar("SELECT payload FROM taskq_tasks WHERE id = ?")
+        .bind(id.0)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn empty_input_writes_nothing() {
+    let db = TestDb::new().await;
+    let mut tx = db.pool.begin().await.unwrap();
+    let out = taskq::enqueue_many(&mut tx, Vec::<Note>::new())
+        .await
+        .unwrap();
+    assert!(out.is_empty());
+    tx.commit().await.unwrap();
+    assert_eq!(db.count("1=1").await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_get_their_ids_in_input_order_and_payloads_round_trip() {
+    let db = TestDb::new().await;
+    // Texts that stress the encoding: quotes, backslashes, control characters, non-ASCII.
+    let texts: Vec<String> = (0..300)
+        .map(|i| format!("n{i} \"q\" \\ \u{0}\t\n é 漢字 🚀 {}", "x".repeat(i % 7)))
+        .collect();
+    let mut tx = db.pool.begin().await.unwrap();
+    let out = taskq::enqueue_many(&mut tx, texts.iter().map(note))
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(out.len(), texts.len());
+    assert!(out.iter().all(|e| !e.duplicate));
+    assert!(
+        out.windows(2).all(|w| w[0].id.0 < w[1].id.0),
+        "ascending ids"
+    );
+    assert_eq!(db.count("1=1").await, 300);
+    let client = Client::new(db.pool.clone());
+    for (e, text) in out.iter().zip(&texts) {
+        let info = client.get(e.id).await.unwrap();
+        assert_eq!(info.state, TaskState::Pending);
+        assert_eq!((info.queue.as_str(), info.name.as_str()), ("notes", "note"));
+        assert_eq!((info.max_attempts, info.priority, info.attempt), (7, 3, 0));
+        assert_eq!(info.idempotency_key, None);
+        // Byte-exact: the stored payload is what single enqueue stores.
+        assert_eq!(
+            info.payload,
+            serde_json::to_vec(&note(text.as_str())).unwrap()
+        );
+        assert_eq!(
+            serde_json::from_value::<Note>(info.payload_json().unwrap()).unwrap(),
+            note(text.as_str())
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_task_options_are_applied() {
+    let db = TestDb::new().await;
+    let client = Client::new(db.pool.clone());
+    let at = db_now(&db).await + chrono::Duration::hours(5);
+    let batch = vec![
+        Enqueue::new(note("plain")),
+        note("delayed")
+            .enqueue_options()
+            .delay(Duration::from_secs(3600)),
+        note("at").enqueue_options().run_at(at),
+        note("opts")
+            .enqueue_options()
+            .priority(-9)
+            .queue("other")
+            .max_attempts(2)
+            .trace_context("00-aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa-bbbbbbbbbbbbbbbb-01"),
+    ];
+    let mut conn = db.pool.acquire().await.unwrap();
+    let out = taskq::enqueue_many(&mut conn, batch).await.unwrap();
+    let now = db_now(&db).await;
+    let plain = client.get(out[0].id).await.unwrap();
+    assert!(plain.run_at <= now);
+    let delayed = client.get(out[1].id).await.unwrap();
+    let d = delayed.run_at - now;
+    assert!(d > chrono::Duration::minutes(59) && d <= chrono::Duration::minutes(60));
+    let fixed = client.get(out[2].id).await.unwrap();
+    assert_eq!(fixed.run_at, at.with_timezone(&chrono::Utc));
+    let opts = client.get(out[3].id).await.unwrap();
+    assert_eq!(
+        (opts.priority, opts.queue.as_str(), opts.max_attempts),
+        (-9, "other", 2)
+    );
+    assert_eq!(
+        opts.trace_context.as_deref(),
+        Some("00-aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa-bbbbbbbbbbbbbbbb-01")
+    );
+    assert_eq!(plain.trace_context, None);
+    assert_eq!(payload_of(&db, out[3].id).await, br#"{"text":"opts"}"#);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invisible_until_commit_and_gone_on_rollback() {
+    let db = TestDb::new().await;
+    let mut tx = db.pool.begin().await.unwrap();
+    taskq::enqueue_many(&mut tx, (0..50).map(|i| note(i.to_string())))
+        .await
+        .unwrap();
+    assert_eq!(db.count("1=1").await, 0, "not visible before commit");
+    tx.rollback().await.unwrap();
+    assert_eq!(db.count("1=1").await, 0, "rolled back");
+
+    let mut tx = db.pool.begin().await.unwrap();
+    taskq::enqueue_many(&mut tx, (0..50).map(|i| note(i.to_string())))
+        .await
+        .unwrap();
+    assert_eq!(db.count("1=1").await, 0);
+    tx.commit().await.unwrap();
+    assert_eq!(db.count("state = 'pending'").await, 50);
+}
+
+/// An invalid task and a check of the error it must produce.
+type Case = (Enqueue<Note>, fn(&Error) -> bool);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_invalid_task_writes_nothing() {
+    let db = TestDb::new().await;
+    // On a plain (autocommit) connection, so a partial write would stay.
+    let mut conn = db.pool.acquire().await.unwrap();
+    let cases: Vec<Case> = vec![
+        (note("q").enqueue_options().queue(""), |e| {
+            matches!(e, Error::InvalidName { what: "queue", .. })
+        }),
+        (note("m").enqueue_options().max_attempts(0), |e| {
+            matches!(e, Error::InvalidOption(_))
+        }),
+        (note("big").enqueue_options().payload_limit(4), |e| {
+            matches!(e, Error::PayloadTooLarge { .. })
+        }),
+        (
+            note("d")
+                .enqueue_options()
+                .delay(taskq::MAX_DELAY + Duration::from_secs(1)),
+            |e| matches!(e, Error::InvalidSchedule(_)),
+        ),
+        (note("k").enqueue_options().idempotency_key(" k"), |e| {
+            matches!(e, Error::InvalidName { .. })
+        }),
+    ];
+    for (bad, is_expected) in cases {
+        let mut batch: Vec<Enqueue<Note>> =
+            (0..20).map(|i| Enqueue::new(note(i.to_string()))).collect();
+        batch.insert(10, bad);
+        let e = taskq::enqueue_many(&mut conn, batch).await.unwrap_err();
+        assert!(is_expected(&e), "unexpected error {e:?}");
+        assert_eq!(db.count("1=1").await, 0, "nothing written for {e}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idempotency_keys_in_a_batch_deduplicate_per_row() {
+    let db = TestDb::new().await;
+    let existing = note("old")
+        .enqueue_options()
+        .idempotency_key("k1")
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+    let batch = vec![
+        Enqueue::new(note("a")),
+        note("b").enqueue_options().idempotency_key("k1"), // exists already
+        note("c").enqueue_options().idempotency_key("k2"), // new
+        Enqueue::new(note("d")),
+        note("e").enqueue_options().idempotency_key("k2"), // repeats a key of this batch
+        Enqueue::new(note("f")),
+    ];
+    let mut tx = db.pool.begin().await.unwrap();
+    let out = taskq::enqueue_many(&mut tx, batch).await.unwrap();
+    tx.commit().await.unwrap();
+    let dup: Vec<bool> = out.iter().map(|e| e.duplicate).collect();
+    assert_eq!(dup, [false, true, false, false, true, false]);
+    assert_eq!(out[1].id, existing.id);
+    assert_eq!(out[4].id, out[2].id);
+    // New rows have ascending ids in input order.
+    let new: Vec<u64> = out
+        .iter()
+        .filter(|e| !e.duplicate)
+        .map(|e| e.id.0)
+        .collect();
+    assert!(new.windows(2).all(|w| w[0] < w[1]));
+    assert_eq!(db.count("1=1").await, 1 + 4);
+    assert_eq!(payload_of(&db, out[2].id).await, br#"{"text":"c"}"#);
+    assert_eq!(payload_of(&db, out[3].id).await, br#"{"text":"d"}"#);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_inputs_span_several_statements() {
+    let db = TestDb::new().await;
+    let n = 12_345;
+    let mut tx = db.pool.begin().await.unwrap();
+    let out = taskq::enqueue_many(&mut tx, (0..n).map(|i| note(format!("{i:0>200}"))))
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(out.len(), n);
+    assert_eq!(db.count("1=1").await, n as i64);
+    // Every returned id is a row with the matching payload.
+    let rows: Vec<(u64, Vec<u8>)> =
+        sqlx::query_as("SELECT id, payload FROM taskq_tasks ORDER BY id")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    for ((i, e), (id, payload)) in out.iter().enumerate().zip(&rows) {
+        assert_eq!(e.id.0, *id);
+        assert_eq!(
+            *payload,
+            serde_json::to_vec(&note(format!("{i:0>200}"))).unwrap()
+        );
+    }
+}
