@@ -137,7 +137,7 @@ fn hand_over(
                 _ if exhausted => {
                     tracing::warn!(error = %e, elapsed_ms, "attempt failed; attempts exhausted, task is dead");
                     finish(
-                        &task,
+                        task,
                         "dead",
                         Duration::ZERO,
                         Some(format!(
