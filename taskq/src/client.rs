@@ -5,13 +5,13 @@ use serde::Serialize;
 use sqlx::MySqlPool;
 
 use crate::error::{Error, Result};
-use crate::store::{self, TaskFilter, TaskRow};
+use crate::store::{Store, TaskFilter, TaskRow};
 use crate::task::{TaskId, TaskState};
 
 /// Read and manage tasks in the database. Cheap to clone (it holds a pool handle).
 #[derive(Debug, Clone)]
 pub struct Client {
-    pool: MySqlPool,
+    store: Store,
 }
 
 /// Everything stored about a task.
@@ -137,17 +137,20 @@ pub struct QueueStateCount {
 impl Client {
     /// A client on `pool`.
     pub fn new(pool: MySqlPool) -> Self {
-        Self { pool }
+        Self {
+            store: Store::new(pool),
+        }
     }
 
     /// The pool this client uses.
     pub fn pool(&self) -> &MySqlPool {
-        &self.pool
+        self.store.pool()
     }
 
     /// A task by id; [`Error::NotFound`] when it does not exist (or was pruned).
     pub async fn get(&self, id: TaskId) -> Result<TaskInfo> {
-        store::task_get(&self.pool, id)
+        self.store
+            .task_get(id)
             .await?
             .ok_or(Error::NotFound(id))?
             .try_into()
@@ -157,7 +160,8 @@ impl Client {
     pub async fn list(&self, filter: &ListFilter) -> Result<Vec<TaskInfo>> {
         let limit = filter.limit.unwrap_or(100).clamp(1, 10_000);
         let after = filter.after_id.map_or(0, |i| i.0);
-        store::task_list(&self.pool, &filter.store(), after, limit)
+        self.store
+            .task_list(&filter.store(), after, limit)
             .await?
             .into_iter()
             .map(TaskInfo::try_from)
@@ -166,12 +170,13 @@ impl Client {
 
     /// Number of tasks matching `filter` (`after_id` and `limit` are ignored).
     pub async fn count(&self, filter: &ListFilter) -> Result<u64> {
-        Ok(store::task_count(&self.pool, &filter.store()).await?)
+        Ok(self.store.task_count(&filter.store()).await?)
     }
 
     /// Counts per queue and state.
     pub async fn stats(&self) -> Result<Vec<QueueStateCount>> {
-        store::task_stats(&self.pool)
+        self.store
+            .task_stats()
             .await?
             .into_iter()
             .map(|s| {
@@ -189,7 +194,7 @@ impl Client {
     /// Cancels a task that has not started. Running and terminal tasks give
     /// [`Error::WrongState`], unknown ids [`Error::NotFound`].
     pub async fn cancel(&self, id: TaskId) -> Result<()> {
-        if store::task_cancel(&self.pool, id).await? {
+        if self.store.task_cancel(id).await? {
             crate::metrics::canceled();
             return Ok(());
         }
@@ -200,31 +205,31 @@ impl Client {
     /// finish normally; enqueues still work). Idempotent.
     pub async fn pause_queue(&self, queue: &str) -> Result<()> {
         crate::enqueue::validate_name("queue", queue, crate::enqueue::MAX_QUEUE_LEN)?;
-        Ok(store::queue_pause(&self.pool, queue).await?)
+        Ok(self.store.queue_pause(queue).await?)
     }
 
     /// Resumes a paused queue; returns whether it was paused.
     pub async fn resume_queue(&self, queue: &str) -> Result<bool> {
-        let was_paused = store::queue_resume(&self.pool, queue).await?;
+        let was_paused = self.store.queue_resume(queue).await?;
         crate::wake::notify(queue);
         Ok(was_paused)
     }
 
     /// Paused queues and when each was paused.
     pub async fn paused_queues(&self) -> Result<Vec<(String, DateTime<Utc>)>> {
-        Ok(store::queues_paused(&self.pool).await?)
+        Ok(self.store.queues_paused().await?)
     }
 
     /// Moves a dead task back to pending with its attempts reset.
     pub async fn retry_dead(&self, id: TaskId) -> Result<()> {
-        if store::task_retry_dead(&self.pool, id).await? {
+        if self.store.task_retry_dead(id).await? {
             return Ok(());
         }
         Err(self.state_error(id, "dead").await)
     }
 
     async fn state_error(&self, id: TaskId, expected: &'static str) -> Error {
-        match store::task_state(&self.pool, id).await {
+        match self.store.task_state(id).await {
             Ok(None) => Error::NotFound(id),
             Ok(Some(s)) => match parse_state(&s) {
                 Ok(state) => Error::WrongState {
@@ -245,7 +250,7 @@ impl Client {
     /// The database clock now (`UTC_TIMESTAMP(6)`): the clock every stored time comes from,
     /// so ages and lease expiries should be computed against it, not the local clock.
     pub async fn db_now(&self) -> Result<DateTime<Utc>> {
-        Ok(store::db_now(&self.pool).await?)
+        Ok(self.store.db_now().await?)
     }
 
     /// Moves every dead task (of `queue`, or of all queues when `None`) back to pending with
@@ -253,10 +258,13 @@ impl Client {
     /// (one short statement each). Tasks that die again while this runs are left dead.
     /// Returns how many tasks were moved.
     pub async fn retry_all_dead(&self, queue: Option<&str>) -> Result<u64> {
-        let started = store::db_now(&self.pool).await?;
+        let started = self.store.db_now().await?;
         let mut total = 0;
         loop {
-            let n = store::task_retry_dead_batch(&self.pool, queue, started, Self::BATCH).await?;
+            let n = self
+                .store
+                .task_retry_dead_batch(queue, started, Self::BATCH)
+                .await?;
             total += n;
             if n < u64::from(Self::BATCH) {
                 return Ok(total);
@@ -289,7 +297,7 @@ impl Client {
         let mut total = 0;
         for s in states {
             loop {
-                let n = store::task_prune(&self.pool, s, age_secs, Self::BATCH).await?;
+                let n = self.store.task_prune(s, age_secs, Self::BATCH).await?;
                 total += n;
                 if n < u64::from(Self::BATCH) {
                     break;

@@ -6,14 +6,37 @@
 //! rows take the batch as a JSON array and join it with `JSON_TABLE` (MySQL 8 / MariaDB 10.6+),
 //! driven from the JSON side (`STRAIGHT_JOIN`) so each row is reached by primary key.
 //!
-//! A second backend (SQLite is planned) would provide the same functions; the worker and the
-//! client only call what is here.
+//! The interface is small: [`Store`] (a pool handle) has one method per statement the worker
+//! and the [`Client`](crate::Client) issue, taking and returning plain row types (`Claimed`,
+//! `Finish`, `TaskRow`...); the producer path (`task_insert`, `task_insert_batch`) and the
+//! migration lock run on a caller's connection and are free functions. A second backend
+//! (SQLite is planned) provides the same methods; nothing outside this file names SQL.
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use sqlx::{Executor, MySql, MySqlConnection};
+use sqlx::{MySqlConnection, MySqlPool};
 
 use crate::task::{TaskId, TaskState};
+
+/// The backend handle the worker and the [`Client`](crate::Client) work through: every
+/// statement that does not run on a caller's own connection is a method here. (The producer
+/// path, `task_insert*`, runs on the caller's transaction and stays a free function.) A second
+/// backend would provide the same methods.
+#[derive(Debug, Clone)]
+pub(crate) struct Store {
+    pool: MySqlPool,
+}
+
+impl Store {
+    pub(crate) fn new(pool: MySqlPool) -> Self {
+        Self { pool }
+    }
+
+    /// The pool behind this store.
+    pub(crate) fn pool(&self) -> &MySqlPool {
+        &self.pool
+    }
+}
 
 /// MySQL error number for a duplicate key.
 const ER_DUP_ENTRY: u16 = 1062;
@@ -113,24 +136,23 @@ pub(crate) struct TaskRow {
     pub finished_at: Option<DateTime<Utc>>,
 }
 
-/// One task by id.
-pub(crate) async fn task_get<'e>(
-    ex: impl Executor<'e, Database = MySql>,
-    id: TaskId,
-) -> sqlx::Result<Option<TaskRow>> {
-    sqlx::query_as!(
-        TaskRow,
-        r#"SELECT id AS "id: u64", queue, name, payload, state, priority AS "priority: i16",
-             attempt AS "attempt: u32", max_attempts AS "max_attempts: u32",
-             run_at AS "run_at: DateTime<Utc>", lease_until AS "lease_until: DateTime<Utc>",
-             lease_epoch AS "lease_epoch: u64", worker_id, idempotency_key, trace_context, last_error,
-             created_at AS "created_at: DateTime<Utc>", updated_at AS "updated_at: DateTime<Utc>",
-             finished_at AS "finished_at: DateTime<Utc>"
-           FROM taskq_tasks WHERE id = ?"#,
-        id.0
-    )
-    .fetch_optional(ex)
-    .await
+impl Store {
+    /// One task by id.
+    pub(crate) async fn task_get(&self, id: TaskId) -> sqlx::Result<Option<TaskRow>> {
+        sqlx::query_as!(
+            TaskRow,
+            r#"SELECT id AS "id: u64", queue, name, payload, state, priority AS "priority: i16",
+                 attempt AS "attempt: u32", max_attempts AS "max_attempts: u32",
+                 run_at AS "run_at: DateTime<Utc>", lease_until AS "lease_until: DateTime<Utc>",
+                 lease_epoch AS "lease_epoch: u64", worker_id, idempotency_key, trace_context, last_error,
+                 created_at AS "created_at: DateTime<Utc>", updated_at AS "updated_at: DateTime<Utc>",
+                 finished_at AS "finished_at: DateTime<Utc>"
+               FROM taskq_tasks WHERE id = ?"#,
+            id.0
+        )
+        .fetch_optional(&self.pool)
+        .await
+    }
 }
 
 /// Filter for [`task_list`] and [`task_count`]; `None` matches everything.
@@ -141,58 +163,57 @@ pub(crate) struct TaskFilter<'a> {
     pub name: Option<&'a str>,
 }
 
-/// Tasks matching `f` with `id > after_id`, oldest id first.
-pub(crate) async fn task_list<'e>(
-    ex: impl Executor<'e, Database = MySql>,
-    f: &TaskFilter<'_>,
-    after_id: u64,
-    limit: u32,
-) -> sqlx::Result<Vec<TaskRow>> {
-    let state = f.state.map(TaskState::as_str);
-    sqlx::query_as!(
-        TaskRow,
-        r#"SELECT id AS "id: u64", queue, name, payload, state, priority AS "priority: i16",
-             attempt AS "attempt: u32", max_attempts AS "max_attempts: u32",
-             run_at AS "run_at: DateTime<Utc>", lease_until AS "lease_until: DateTime<Utc>",
-             lease_epoch AS "lease_epoch: u64", worker_id, idempotency_key, trace_context, last_error,
-             created_at AS "created_at: DateTime<Utc>", updated_at AS "updated_at: DateTime<Utc>",
-             finished_at AS "finished_at: DateTime<Utc>"
-           FROM taskq_tasks
-           WHERE id > ? AND (? IS NULL OR queue = ?) AND (? IS NULL OR state = ?)
-             AND (? IS NULL OR name = ?)
-           ORDER BY id LIMIT ?"#,
-        after_id,
-        f.queue,
-        f.queue,
-        state,
-        state,
-        f.name,
-        f.name,
-        limit,
-    )
-    .fetch_all(ex)
-    .await
-}
+impl Store {
+    /// Tasks matching `f` with `id > after_id`, oldest id first.
+    pub(crate) async fn task_list(
+        &self,
+        f: &TaskFilter<'_>,
+        after_id: u64,
+        limit: u32,
+    ) -> sqlx::Result<Vec<TaskRow>> {
+        let state = f.state.map(TaskState::as_str);
+        sqlx::query_as!(
+            TaskRow,
+            r#"SELECT id AS "id: u64", queue, name, payload, state, priority AS "priority: i16",
+                 attempt AS "attempt: u32", max_attempts AS "max_attempts: u32",
+                 run_at AS "run_at: DateTime<Utc>", lease_until AS "lease_until: DateTime<Utc>",
+                 lease_epoch AS "lease_epoch: u64", worker_id, idempotency_key, trace_context, last_error,
+                 created_at AS "created_at: DateTime<Utc>", updated_at AS "updated_at: DateTime<Utc>",
+                 finished_at AS "finished_at: DateTime<Utc>"
+               FROM taskq_tasks
+               WHERE id > ? AND (? IS NULL OR queue = ?) AND (? IS NULL OR state = ?)
+                 AND (? IS NULL OR name = ?)
+               ORDER BY id LIMIT ?"#,
+            after_id,
+            f.queue,
+            f.queue,
+            state,
+            state,
+            f.name,
+            f.name,
+            limit,
+        )
+        .fetch_all(&self.pool)
+        .await
+    }
 
-/// Number of tasks matching `f`.
-pub(crate) async fn task_count<'e>(
-    ex: impl Executor<'e, Database = MySql>,
-    f: &TaskFilter<'_>,
-) -> sqlx::Result<u64> {
-    let state = f.state.map(TaskState::as_str);
-    let n = sqlx::query_scalar!(
-        r#"SELECT COUNT(*) AS "n: i64" FROM taskq_tasks
-           WHERE (? IS NULL OR queue = ?) AND (? IS NULL OR state = ?) AND (? IS NULL OR name = ?)"#,
-        f.queue,
-        f.queue,
-        state,
-        state,
-        f.name,
-        f.name,
-    )
-    .fetch_one(ex)
-    .await?;
-    Ok(n.max(0) as u64)
+    /// Number of tasks matching `f`.
+    pub(crate) async fn task_count(&self, f: &TaskFilter<'_>) -> sqlx::Result<u64> {
+        let state = f.state.map(TaskState::as_str);
+        let n = sqlx::query_scalar!(
+            r#"SELECT COUNT(*) AS "n: i64" FROM taskq_tasks
+               WHERE (? IS NULL OR queue = ?) AND (? IS NULL OR state = ?) AND (? IS NULL OR name = ?)"#,
+            f.queue,
+            f.queue,
+            state,
+            state,
+            f.name,
+            f.name,
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(n.max(0) as u64)
+    }
 }
 
 /// Per (queue, state): count, oldest due time, and the earliest lease end.
@@ -204,65 +225,56 @@ pub(crate) struct QueueStats {
     pub min_lease_until: Option<DateTime<Utc>>,
 }
 
-/// Counts by queue and state.
-pub(crate) async fn task_stats<'e>(
-    ex: impl Executor<'e, Database = MySql>,
-) -> sqlx::Result<Vec<QueueStats>> {
-    sqlx::query_as!(
-        QueueStats,
-        r#"SELECT queue, state AS "state!: String", COUNT(*) AS "count!: i64",
-             MIN(run_at) AS "oldest_run_at: DateTime<Utc>",
-             MIN(lease_until) AS "min_lease_until: DateTime<Utc>"
-           FROM taskq_tasks GROUP BY queue, state ORDER BY queue, state"#
-    )
-    .fetch_all(ex)
-    .await
-}
+impl Store {
+    /// Counts by queue and state.
+    pub(crate) async fn task_stats(&self) -> sqlx::Result<Vec<QueueStats>> {
+        sqlx::query_as!(
+            QueueStats,
+            r#"SELECT queue, state AS "state!: String", COUNT(*) AS "count!: i64",
+                 MIN(run_at) AS "oldest_run_at: DateTime<Utc>",
+                 MIN(lease_until) AS "min_lease_until: DateTime<Utc>"
+               FROM taskq_tasks GROUP BY queue, state ORDER BY queue, state"#
+        )
+        .fetch_all(&self.pool)
+        .await
+    }
 
-/// Cancels a pending task; returns whether a row changed.
-pub(crate) async fn task_cancel<'e>(
-    ex: impl Executor<'e, Database = MySql>,
-    id: TaskId,
-) -> sqlx::Result<bool> {
-    let done = sqlx::query!(
-        r#"UPDATE taskq_tasks
-           SET state = 'canceled', finished_at = UTC_TIMESTAMP(6), updated_at = UTC_TIMESTAMP(6)
-           WHERE id = ? AND state = 'pending'"#,
-        id.0
-    )
-    .execute(ex)
-    .await?;
-    Ok(done.rows_affected() == 1)
-}
+    /// Cancels a pending task; returns whether a row changed.
+    pub(crate) async fn task_cancel(&self, id: TaskId) -> sqlx::Result<bool> {
+        let done = sqlx::query!(
+            r#"UPDATE taskq_tasks
+               SET state = 'canceled', finished_at = UTC_TIMESTAMP(6), updated_at = UTC_TIMESTAMP(6)
+               WHERE id = ? AND state = 'pending'"#,
+            id.0
+        )
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
 
-/// Moves a dead task back to pending with attempts reset and its epoch incremented.
-pub(crate) async fn task_retry_dead<'e>(
-    ex: impl Executor<'e, Database = MySql>,
-    id: TaskId,
-) -> sqlx::Result<bool> {
-    let done = sqlx::query!(
-        r#"UPDATE taskq_tasks
-           SET state = 'pending', attempt = 0, lease_epoch = lease_epoch + 1, run_at = UTC_TIMESTAMP(6),
-               finished_at = NULL, lease_until = NULL, updated_at = UTC_TIMESTAMP(6)
-           WHERE id = ? AND state = 'dead'"#,
-        id.0
-    )
-    .execute(ex)
-    .await?;
-    Ok(done.rows_affected() == 1)
-}
+    /// Moves a dead task back to pending with attempts reset and its epoch incremented.
+    pub(crate) async fn task_retry_dead(&self, id: TaskId) -> sqlx::Result<bool> {
+        let done = sqlx::query!(
+            r#"UPDATE taskq_tasks
+               SET state = 'pending', attempt = 0, lease_epoch = lease_epoch + 1, run_at = UTC_TIMESTAMP(6),
+                   finished_at = NULL, lease_until = NULL, updated_at = UTC_TIMESTAMP(6)
+               WHERE id = ? AND state = 'dead'"#,
+            id.0
+        )
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
 
-/// The state of one task, or `None` when the id does not exist.
-pub(crate) async fn task_state<'e>(
-    ex: impl Executor<'e, Database = MySql>,
-    id: TaskId,
-) -> sqlx::Result<Option<String>> {
-    sqlx::query_scalar!(
-        r#"SELECT state AS "state: String" FROM taskq_tasks WHERE id = ?"#,
-        id.0
-    )
-    .fetch_optional(ex)
-    .await
+    /// The state of one task, or `None` when the id does not exist.
+    pub(crate) async fn task_state(&self, id: TaskId) -> sqlx::Result<Option<String>> {
+        sqlx::query_scalar!(
+            r#"SELECT state AS "state: String" FROM taskq_tasks WHERE id = ?"#,
+            id.0
+        )
+        .fetch_optional(&self.pool)
+        .await
+    }
 }
 
 /// A task as claimed by a worker (values after the claim).
@@ -281,69 +293,71 @@ pub(crate) struct Claimed {
     pub trace_context: Option<String>,
 }
 
-/// Claims up to `limit` due tasks of `queue` whose name is in `names`, in one short
-/// transaction: `SELECT … FOR UPDATE SKIP LOCKED` on `ix_taskq_claim`, then one `UPDATE` that
-/// marks them running with a lease of `lease_us` and increments attempt and epoch.
-///
-/// Run it on a READ COMMITTED connection: under REPEATABLE READ the scan's gap locks would
-/// make producers' inserts wait.
-pub(crate) async fn task_claim(
-    conn: &mut MySqlConnection,
-    queue: &str,
-    names_json: &str,
-    limit: u32,
-    lease_us: i64,
-    worker_id: &str,
-) -> sqlx::Result<Vec<Claimed>> {
-    let mut tx = sqlx::Connection::begin(&mut *conn).await?;
-    let rows = sqlx::query!(
-        r#"SELECT id AS "id: u64", name, payload, attempt AS "attempt: u32",
-             max_attempts AS "max_attempts: u32", lease_epoch AS "lease_epoch: u64",
-             TIMESTAMPDIFF(MICROSECOND, run_at, UTC_TIMESTAMP(6)) AS "wait_us!: i64", trace_context
-           FROM taskq_tasks
-           WHERE state = 'pending' AND queue = ? AND run_at <= UTC_TIMESTAMP(6)
-             AND JSON_CONTAINS(?, JSON_QUOTE(name))
-           ORDER BY priority, run_at, id
-           LIMIT ?
-           FOR UPDATE SKIP LOCKED"#,
-        queue,
-        names_json,
-        limit
-    )
-    .fetch_all(&mut *tx)
-    .await?;
-    if rows.is_empty() {
+impl Store {
+    /// Claims up to `limit` due tasks of `queue` whose name is in `names`, in one short
+    /// transaction: `SELECT … FOR UPDATE SKIP LOCKED` on `ix_taskq_claim`, then one `UPDATE` that
+    /// marks them running with a lease of `lease_us` and increments attempt and epoch.
+    ///
+    /// Run it on a READ COMMITTED connection: under REPEATABLE READ the scan's gap locks would
+    /// make producers' inserts wait.
+    pub(crate) async fn task_claim(
+        &self,
+        queue: &str,
+        names_json: &str,
+        limit: u32,
+        lease_us: i64,
+        worker_id: &str,
+    ) -> sqlx::Result<Vec<Claimed>> {
+        let mut tx = self.pool.begin().await?;
+        let rows = sqlx::query!(
+            r#"SELECT id AS "id: u64", name, payload, attempt AS "attempt: u32",
+                 max_attempts AS "max_attempts: u32", lease_epoch AS "lease_epoch: u64",
+                 TIMESTAMPDIFF(MICROSECOND, run_at, UTC_TIMESTAMP(6)) AS "wait_us!: i64", trace_context
+               FROM taskq_tasks
+               WHERE state = 'pending' AND queue = ? AND run_at <= UTC_TIMESTAMP(6)
+                 AND JSON_CONTAINS(?, JSON_QUOTE(name))
+               ORDER BY priority, run_at, id
+               LIMIT ?
+               FOR UPDATE SKIP LOCKED"#,
+            queue,
+            names_json,
+            limit
+        )
+        .fetch_all(&mut *tx)
+        .await?;
+        if rows.is_empty() {
+            tx.commit().await?;
+            return Ok(Vec::new());
+        }
+        let ids = serde_json::to_string(&rows.iter().map(|r| r.id).collect::<Vec<_>>())
+            .expect("ids serialize");
+        sqlx::query!(
+            r#"UPDATE JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$')) AS j
+                 STRAIGHT_JOIN taskq_tasks t ON t.id = j.id
+               SET t.state = 'running', t.attempt = t.attempt + 1, t.lease_epoch = t.lease_epoch + 1,
+                   t.lease_until = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, t.worker_id = ?,
+                   t.updated_at = UTC_TIMESTAMP(6)"#,
+            ids,
+            lease_us,
+            worker_id
+        )
+        .execute(&mut *tx)
+        .await?;
         tx.commit().await?;
-        return Ok(Vec::new());
+        Ok(rows
+            .into_iter()
+            .map(|r| Claimed {
+                id: r.id,
+                name: r.name,
+                payload: r.payload,
+                attempt: r.attempt + 1,
+                max_attempts: r.max_attempts,
+                lease_epoch: r.lease_epoch + 1,
+                wait_us: r.wait_us,
+                trace_context: r.trace_context,
+            })
+            .collect())
     }
-    let ids = serde_json::to_string(&rows.iter().map(|r| r.id).collect::<Vec<_>>())
-        .expect("ids serialize");
-    sqlx::query!(
-        r#"UPDATE JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$')) AS j
-             STRAIGHT_JOIN taskq_tasks t ON t.id = j.id
-           SET t.state = 'running', t.attempt = t.attempt + 1, t.lease_epoch = t.lease_epoch + 1,
-               t.lease_until = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, t.worker_id = ?,
-               t.updated_at = UTC_TIMESTAMP(6)"#,
-        ids,
-        lease_us,
-        worker_id
-    )
-    .execute(&mut *tx)
-    .await?;
-    tx.commit().await?;
-    Ok(rows
-        .into_iter()
-        .map(|r| Claimed {
-            id: r.id,
-            name: r.name,
-            payload: r.payload,
-            attempt: r.attempt + 1,
-            max_attempts: r.max_attempts,
-            lease_epoch: r.lease_epoch + 1,
-            wait_us: r.wait_us,
-            trace_context: r.trace_context,
-        })
-        .collect())
 }
 
 /// `(id, epoch)` pairs as a JSON array of arrays, sorted by id: every batch statement locks
@@ -355,42 +369,41 @@ pub(crate) fn leases_json(leases: &[(u64, u64)]) -> String {
     serde_json::to_string(&sorted).expect("leases serialize")
 }
 
-/// Renews the leases `(id, epoch)` that are still held (running, same epoch, not expired)
-/// to `now + lease_us`. Returns how many were renewed.
-pub(crate) async fn task_heartbeat<'e>(
-    ex: impl Executor<'e, Database = MySql>,
-    leases_json: &str,
-    lease_us: i64,
-) -> sqlx::Result<u64> {
-    let done = sqlx::query!(
-        r#"UPDATE JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$[0]',
-                                               epoch BIGINT UNSIGNED PATH '$[1]')) AS j
-             STRAIGHT_JOIN taskq_tasks t ON t.id = j.id AND t.lease_epoch = j.epoch
-           SET t.lease_until = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, t.updated_at = UTC_TIMESTAMP(6)
-           WHERE t.state = 'running' AND t.lease_until > UTC_TIMESTAMP(6)"#,
-        leases_json,
-        lease_us
-    )
-    .execute(ex)
-    .await?;
-    Ok(done.rows_affected())
-}
+impl Store {
+    /// Renews the leases `(id, epoch)` that are still held (running, same epoch, not expired)
+    /// to `now + lease_us`. Returns how many were renewed.
+    pub(crate) async fn task_heartbeat(
+        &self,
+        leases_json: &str,
+        lease_us: i64,
+    ) -> sqlx::Result<u64> {
+        let done = sqlx::query!(
+            r#"UPDATE JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$[0]',
+                                                   epoch BIGINT UNSIGNED PATH '$[1]')) AS j
+                 STRAIGHT_JOIN taskq_tasks t ON t.id = j.id AND t.lease_epoch = j.epoch
+               SET t.lease_until = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, t.updated_at = UTC_TIMESTAMP(6)
+               WHERE t.state = 'running' AND t.lease_until > UTC_TIMESTAMP(6)"#,
+            leases_json,
+            lease_us
+        )
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected())
+    }
 
-/// Of the leases `(id, epoch)`, those still held: running, same epoch, unexpired.
-pub(crate) async fn task_leases_held<'e>(
-    ex: impl Executor<'e, Database = MySql>,
-    leases_json: &str,
-) -> sqlx::Result<Vec<u64>> {
-    sqlx::query_scalar!(
-        r#"SELECT t.id AS "id: u64"
-           FROM JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$[0]',
-                                             epoch BIGINT UNSIGNED PATH '$[1]')) AS j
-             STRAIGHT_JOIN taskq_tasks t ON t.id = j.id AND t.lease_epoch = j.epoch
-           WHERE t.state = 'running' AND t.lease_until > UTC_TIMESTAMP(6)"#,
-        leases_json
-    )
-    .fetch_all(ex)
-    .await
+    /// Of the leases `(id, epoch)`, those still held: running, same epoch, unexpired.
+    pub(crate) async fn task_leases_held(&self, leases_json: &str) -> sqlx::Result<Vec<u64>> {
+        sqlx::query_scalar!(
+            r#"SELECT t.id AS "id: u64"
+               FROM JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$[0]',
+                                                 epoch BIGINT UNSIGNED PATH '$[1]')) AS j
+                 STRAIGHT_JOIN taskq_tasks t ON t.id = j.id AND t.lease_epoch = j.epoch
+               WHERE t.state = 'running' AND t.lease_until > UTC_TIMESTAMP(6)"#,
+            leases_json
+        )
+        .fetch_all(&self.pool)
+        .await
+    }
 }
 
 /// The outcome of one attempt, written back by [`task_finish`].
@@ -406,119 +419,109 @@ pub(crate) struct Finish {
     pub error: Option<String>,
 }
 
-/// Writes a batch of outcomes in one statement. Each row is written only if it is still
-/// running with the epoch its attempt claimed; returns how many rows were written.
-pub(crate) async fn task_finish<'e>(
-    ex: impl Executor<'e, Database = MySql>,
-    batch: &[Finish],
-) -> sqlx::Result<u64> {
-    // Sorted by id, like `leases_json`, so batches lock rows in one global order.
-    let mut sorted: Vec<&Finish> = batch.iter().collect();
-    sorted.sort_unstable_by_key(|f| f.id);
-    let json = serde_json::to_string(&sorted).expect("finish batch serializes");
-    let done = sqlx::query!(
-        r#"UPDATE JSON_TABLE(?, '$[*]' COLUMNS (
-                 id BIGINT UNSIGNED PATH '$.id',
-                 epoch BIGINT UNSIGNED PATH '$.epoch',
-                 state VARCHAR(16) PATH '$.state',
-                 delay_us BIGINT PATH '$.delay_us',
-                 error TEXT CHARACTER SET utf8mb4 PATH '$.error')) AS j
-             STRAIGHT_JOIN taskq_tasks t ON t.id = j.id AND t.lease_epoch = j.epoch
-           SET t.state = j.state,
-               t.run_at = IF(j.state = 'pending', UTC_TIMESTAMP(6) + INTERVAL j.delay_us MICROSECOND, t.run_at),
-               t.finished_at = IF(j.state = 'pending', NULL, UTC_TIMESTAMP(6)),
-               t.last_error = IF(j.error IS NULL, t.last_error, j.error),
-               t.lease_until = NULL,
-               t.updated_at = UTC_TIMESTAMP(6)
-           WHERE t.state = 'running'"#,
-        json
-    )
-    .execute(ex)
-    .await?;
-    Ok(done.rows_affected())
-}
+impl Store {
+    /// Writes a batch of outcomes in one statement. Each row is written only if it is still
+    /// running with the epoch its attempt claimed; returns how many rows were written.
+    pub(crate) async fn task_finish(&self, batch: &[Finish]) -> sqlx::Result<u64> {
+        // Sorted by id, like `leases_json`, so batches lock rows in one global order.
+        let mut sorted: Vec<&Finish> = batch.iter().collect();
+        sorted.sort_unstable_by_key(|f| f.id);
+        let json = serde_json::to_string(&sorted).expect("finish batch serializes");
+        let done = sqlx::query!(
+            r#"UPDATE JSON_TABLE(?, '$[*]' COLUMNS (
+                     id BIGINT UNSIGNED PATH '$.id',
+                     epoch BIGINT UNSIGNED PATH '$.epoch',
+                     state VARCHAR(16) PATH '$.state',
+                     delay_us BIGINT PATH '$.delay_us',
+                     error TEXT CHARACTER SET utf8mb4 PATH '$.error')) AS j
+                 STRAIGHT_JOIN taskq_tasks t ON t.id = j.id AND t.lease_epoch = j.epoch
+               SET t.state = j.state,
+                   t.run_at = IF(j.state = 'pending', UTC_TIMESTAMP(6) + INTERVAL j.delay_us MICROSECOND, t.run_at),
+                   t.finished_at = IF(j.state = 'pending', NULL, UTC_TIMESTAMP(6)),
+                   t.last_error = IF(j.error IS NULL, t.last_error, j.error),
+                   t.lease_until = NULL,
+                   t.updated_at = UTC_TIMESTAMP(6)
+               WHERE t.state = 'running'"#,
+            json
+        )
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected())
+    }
 
-/// Gives running tasks back (shutdown): pending now, epoch incremented, the interrupted
-/// attempt not counted. Conditional on each `(id, epoch)`.
-pub(crate) async fn task_release<'e>(
-    ex: impl Executor<'e, Database = MySql>,
-    leases_json: &str,
-) -> sqlx::Result<u64> {
-    let done = sqlx::query!(
-        r#"UPDATE JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$[0]',
-                                               epoch BIGINT UNSIGNED PATH '$[1]')) AS j
-             STRAIGHT_JOIN taskq_tasks t ON t.id = j.id AND t.lease_epoch = j.epoch
-           SET t.state = 'pending', t.lease_epoch = t.lease_epoch + 1,
-               t.attempt = IF(t.attempt > 0, t.attempt - 1, 0),
-               t.run_at = UTC_TIMESTAMP(6), t.lease_until = NULL, t.worker_id = NULL,
-               t.updated_at = UTC_TIMESTAMP(6)
-           WHERE t.state = 'running'"#,
-        leases_json
-    )
-    .execute(ex)
-    .await?;
-    Ok(done.rows_affected())
-}
+    /// Gives running tasks back (shutdown): pending now, epoch incremented, the interrupted
+    /// attempt not counted. Conditional on each `(id, epoch)`.
+    pub(crate) async fn task_release(&self, leases_json: &str) -> sqlx::Result<u64> {
+        let done = sqlx::query!(
+            r#"UPDATE JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$[0]',
+                                                   epoch BIGINT UNSIGNED PATH '$[1]')) AS j
+                 STRAIGHT_JOIN taskq_tasks t ON t.id = j.id AND t.lease_epoch = j.epoch
+               SET t.state = 'pending', t.lease_epoch = t.lease_epoch + 1,
+                   t.attempt = IF(t.attempt > 0, t.attempt - 1, 0),
+                   t.run_at = UTC_TIMESTAMP(6), t.lease_until = NULL, t.worker_id = NULL,
+                   t.updated_at = UTC_TIMESTAMP(6)
+               WHERE t.state = 'running'"#,
+            leases_json
+        )
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected())
+    }
 
-/// Reaps up to `limit` running tasks whose lease has expired: back to pending (due now), or to
-/// dead when attempts are exhausted; epoch incremented either way. Returns the count.
-pub(crate) async fn task_reap_expired<'e>(
-    ex: impl Executor<'e, Database = MySql>,
-    limit: u32,
-) -> sqlx::Result<u64> {
-    let done = sqlx::query!(
-        r#"UPDATE taskq_tasks
-           SET last_error = CONCAT('lease expired (worker ', COALESCE(worker_id, '?'),
-                                   ', attempt ', attempt, ')'),
-               finished_at = IF(attempt >= max_attempts, UTC_TIMESTAMP(6), NULL),
-               state = IF(attempt >= max_attempts, 'dead', 'pending'),
-               lease_epoch = lease_epoch + 1, lease_until = NULL, run_at = UTC_TIMESTAMP(6),
-               updated_at = UTC_TIMESTAMP(6)
-           WHERE state = 'running' AND lease_until < UTC_TIMESTAMP(6)
-           ORDER BY lease_until
-           LIMIT ?"#,
-        limit
-    )
-    .execute(ex)
-    .await?;
-    Ok(done.rows_affected())
-}
+    /// Reaps up to `limit` running tasks whose lease has expired: back to pending (due now), or to
+    /// dead when attempts are exhausted; epoch incremented either way. Returns the count.
+    pub(crate) async fn task_reap_expired(&self, limit: u32) -> sqlx::Result<u64> {
+        let done = sqlx::query!(
+            r#"UPDATE taskq_tasks
+               SET last_error = CONCAT('lease expired (worker ', COALESCE(worker_id, '?'),
+                                       ', attempt ', attempt, ')'),
+                   finished_at = IF(attempt >= max_attempts, UTC_TIMESTAMP(6), NULL),
+                   state = IF(attempt >= max_attempts, 'dead', 'pending'),
+                   lease_epoch = lease_epoch + 1, lease_until = NULL, run_at = UTC_TIMESTAMP(6),
+                   updated_at = UTC_TIMESTAMP(6)
+               WHERE state = 'running' AND lease_until < UTC_TIMESTAMP(6)
+               ORDER BY lease_until
+               LIMIT ?"#,
+            limit
+        )
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected())
+    }
 
-/// Deletes up to `limit` tasks in terminal `state` that finished more than `age_secs` ago.
-pub(crate) async fn task_prune<'e>(
-    ex: impl Executor<'e, Database = MySql>,
-    state: TaskState,
-    age_secs: u64,
-    limit: u32,
-) -> sqlx::Result<u64> {
-    let done = sqlx::query!(
-        r#"DELETE FROM taskq_tasks
-           WHERE state = ? AND finished_at < UTC_TIMESTAMP(6) - INTERVAL ? SECOND
-           ORDER BY finished_at
-           LIMIT ?"#,
-        state.as_str(),
-        age_secs,
-        limit
-    )
-    .execute(ex)
-    .await?;
-    Ok(done.rows_affected())
-}
+    /// Deletes up to `limit` tasks in terminal `state` that finished more than `age_secs` ago.
+    pub(crate) async fn task_prune(
+        &self,
+        state: TaskState,
+        age_secs: u64,
+        limit: u32,
+    ) -> sqlx::Result<u64> {
+        let done = sqlx::query!(
+            r#"DELETE FROM taskq_tasks
+               WHERE state = ? AND finished_at < UTC_TIMESTAMP(6) - INTERVAL ? SECOND
+               ORDER BY finished_at
+               LIMIT ?"#,
+            state.as_str(),
+            age_secs,
+            limit
+        )
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected())
+    }
 
-/// Current `(id, lease_epoch)` of the given ids (a JSON array); missing ids are absent.
-pub(crate) async fn task_epochs<'e>(
-    ex: impl Executor<'e, Database = MySql>,
-    ids_json: &str,
-) -> sqlx::Result<Vec<(u64, u64)>> {
-    let rows = sqlx::query!(
-        r#"SELECT t.id AS "id: u64", t.lease_epoch AS "lease_epoch: u64"
-           FROM JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$')) AS j
-             STRAIGHT_JOIN taskq_tasks t ON t.id = j.id"#,
-        ids_json
-    )
-    .fetch_all(ex)
-    .await?;
-    Ok(rows.into_iter().map(|r| (r.id, r.lease_epoch)).collect())
+    /// Current `(id, lease_epoch)` of the given ids (a JSON array); missing ids are absent.
+    pub(crate) async fn task_epochs(&self, ids_json: &str) -> sqlx::Result<Vec<(u64, u64)>> {
+        let rows = sqlx::query!(
+            r#"SELECT t.id AS "id: u64", t.lease_epoch AS "lease_epoch: u64"
+               FROM JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$')) AS j
+                 STRAIGHT_JOIN taskq_tasks t ON t.id = j.id"#,
+            ids_json
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.into_iter().map(|r| (r.id, r.lease_epoch)).collect())
+    }
 }
 
 /// Per-connection setup of the worker's own pool: READ COMMITTED, so claim scans take no gap
@@ -550,88 +553,82 @@ pub(crate) async fn migration_unlock(conn: &mut MySqlConnection) -> sqlx::Result
 
 // --- operator functions (CLI) ---
 
-/// The database clock (`UTC_TIMESTAMP(6)`), against which every stored time is written.
-pub(crate) async fn db_now<'e>(
-    ex: impl Executor<'e, Database = MySql>,
-) -> sqlx::Result<DateTime<Utc>> {
-    sqlx::query_scalar!(r#"SELECT UTC_TIMESTAMP(6) AS "now!: DateTime<Utc>""#)
-        .fetch_one(ex)
-        .await
-}
+impl Store {
+    /// The database clock (`UTC_TIMESTAMP(6)`), against which every stored time is written.
+    pub(crate) async fn db_now(&self) -> sqlx::Result<DateTime<Utc>> {
+        sqlx::query_scalar!(r#"SELECT UTC_TIMESTAMP(6) AS "now!: DateTime<Utc>""#)
+            .fetch_one(&self.pool)
+            .await
+    }
 
-/// Moves up to `limit` dead tasks (of `queue`, or of every queue) that died at or before
-/// `died_before` back to pending, with attempts reset and epochs incremented, like
-/// [`task_retry_dead`]. Walks `ix_taskq_finished`; the `died_before` bound keeps a bulk retry
-/// from picking up tasks that die again while it runs. Returns the count.
-pub(crate) async fn task_retry_dead_batch<'e>(
-    ex: impl Executor<'e, Database = MySql>,
-    queue: Option<&str>,
-    died_before: DateTime<Utc>,
-    limit: u32,
-) -> sqlx::Result<u64> {
-    let done = sqlx::query!(
-        r#"UPDATE taskq_tasks
-           SET state = 'pending', attempt = 0, lease_epoch = lease_epoch + 1, run_at = UTC_TIMESTAMP(6),
-               finished_at = NULL, lease_until = NULL, updated_at = UTC_TIMESTAMP(6)
-           WHERE state = 'dead' AND (finished_at IS NULL OR finished_at <= ?)
-             AND (? IS NULL OR queue = ?)
-           ORDER BY finished_at, id
-           LIMIT ?"#,
-        died_before.naive_utc(),
-        queue,
-        queue,
-        limit
-    )
-    .execute(ex)
-    .await?;
-    Ok(done.rows_affected())
+    /// Moves up to `limit` dead tasks (of `queue`, or of every queue) that died at or before
+    /// `died_before` back to pending, with attempts reset and epochs incremented, like
+    /// [`task_retry_dead`]. Walks `ix_taskq_finished`; the `died_before` bound keeps a bulk retry
+    /// from picking up tasks that die again while it runs. Returns the count.
+    pub(crate) async fn task_retry_dead_batch(
+        &self,
+        queue: Option<&str>,
+        died_before: DateTime<Utc>,
+        limit: u32,
+    ) -> sqlx::Result<u64> {
+        let done = sqlx::query!(
+            r#"UPDATE taskq_tasks
+               SET state = 'pending', attempt = 0, lease_epoch = lease_epoch + 1, run_at = UTC_TIMESTAMP(6),
+                   finished_at = NULL, lease_until = NULL, updated_at = UTC_TIMESTAMP(6)
+               WHERE state = 'dead' AND (finished_at IS NULL OR finished_at <= ?)
+                 AND (? IS NULL OR queue = ?)
+               ORDER BY finished_at, id
+               LIMIT ?"#,
+            died_before.naive_utc(),
+            queue,
+            queue,
+            limit
+        )
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected())
+    }
 }
 
 // --- queue controls ---
 
-/// Pauses `queue` (idempotent: an already paused queue keeps its first pause time).
-pub(crate) async fn queue_pause<'e>(
-    ex: impl Executor<'e, Database = MySql>,
-    queue: &str,
-) -> sqlx::Result<()> {
-    sqlx::query!(
-        r#"INSERT INTO taskq_queues (queue, paused_at, updated_at)
-           VALUES (?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))
-           ON DUPLICATE KEY UPDATE paused_at = COALESCE(paused_at, UTC_TIMESTAMP(6)),
-                                   updated_at = UTC_TIMESTAMP(6)"#,
-        queue
-    )
-    .execute(ex)
-    .await?;
-    Ok(())
-}
+impl Store {
+    /// Pauses `queue` (idempotent: an already paused queue keeps its first pause time).
+    pub(crate) async fn queue_pause(&self, queue: &str) -> sqlx::Result<()> {
+        sqlx::query!(
+            r#"INSERT INTO taskq_queues (queue, paused_at, updated_at)
+               VALUES (?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))
+               ON DUPLICATE KEY UPDATE paused_at = COALESCE(paused_at, UTC_TIMESTAMP(6)),
+                                       updated_at = UTC_TIMESTAMP(6)"#,
+            queue
+        )
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
 
-/// Resumes `queue`; returns whether it was paused.
-pub(crate) async fn queue_resume<'e>(
-    ex: impl Executor<'e, Database = MySql>,
-    queue: &str,
-) -> sqlx::Result<bool> {
-    let done = sqlx::query!(
-        r#"UPDATE taskq_queues SET paused_at = NULL, updated_at = UTC_TIMESTAMP(6)
-           WHERE queue = ? AND paused_at IS NOT NULL"#,
-        queue
-    )
-    .execute(ex)
-    .await?;
-    Ok(done.rows_affected() == 1)
-}
+    /// Resumes `queue`; returns whether it was paused.
+    pub(crate) async fn queue_resume(&self, queue: &str) -> sqlx::Result<bool> {
+        let done = sqlx::query!(
+            r#"UPDATE taskq_queues SET paused_at = NULL, updated_at = UTC_TIMESTAMP(6)
+               WHERE queue = ? AND paused_at IS NOT NULL"#,
+            queue
+        )
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
 
-/// Paused queues with the time they were paused.
-pub(crate) async fn queues_paused<'e>(
-    ex: impl Executor<'e, Database = MySql>,
-) -> sqlx::Result<Vec<(String, DateTime<Utc>)>> {
-    let rows = sqlx::query!(
-        r#"SELECT queue, paused_at AS "paused_at!: DateTime<Utc>"
-           FROM taskq_queues WHERE paused_at IS NOT NULL ORDER BY queue"#
-    )
-    .fetch_all(ex)
-    .await?;
-    Ok(rows.into_iter().map(|r| (r.queue, r.paused_at)).collect())
+    /// Paused queues with the time they were paused.
+    pub(crate) async fn queues_paused(&self) -> sqlx::Result<Vec<(String, DateTime<Utc>)>> {
+        let rows = sqlx::query!(
+            r#"SELECT queue, paused_at AS "paused_at!: DateTime<Utc>"
+               FROM taskq_queues WHERE paused_at IS NOT NULL ORDER BY queue"#
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.into_iter().map(|r| (r.queue, r.paused_at)).collect())
+    }
 }
 
 // --- batch enqueue ---

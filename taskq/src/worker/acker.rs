@@ -9,7 +9,7 @@ use tokio::task::JoinHandle;
 
 use super::{Shared, WorkerStats, backoff_sleep};
 use crate::metrics;
-use crate::store::{self, Finish};
+use crate::store::Finish;
 use crate::task::TaskId;
 
 /// Most outcomes per write-back statement.
@@ -104,13 +104,13 @@ async fn flush_with_retries(shared: &Shared, batch: &mut Vec<Finish>, tries: u32
 
 async fn flush(shared: &Shared, chunk: &[Finish]) -> sqlx::Result<()> {
     WorkerStats::add(&shared.stats.ack_flushes, 1);
-    let written = store::task_finish(&shared.pool, chunk).await?;
+    let written = shared.store.task_finish(chunk).await?;
     let mut fenced: Vec<&Finish> = Vec::new();
     if (written as usize) < chunk.len() {
         // Find which rows were rejected: their epoch moved (or the row is gone).
         let ids = serde_json::to_string(&chunk.iter().map(|f| f.id).collect::<Vec<_>>())
             .expect("ids serialize");
-        let epochs = store::task_epochs(&shared.pool, &ids).await?;
+        let epochs = shared.store.task_epochs(&ids).await?;
         fenced = chunk
             .iter()
             .filter(|f| !epochs.iter().any(|(id, ep)| *id == f.id && *ep == f.epoch))

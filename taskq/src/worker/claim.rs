@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::{Shared, WorkerStats, backoff_sleep, executor};
-use crate::store;
 use crate::wake;
 
 /// Handler slots held by one claimed task (its queue's and the worker's).
@@ -62,25 +61,17 @@ pub(crate) async fn run(shared: Arc<Shared>, queue: Arc<str>, concurrency: usize
         }
         let wanted = slots.len();
         let started = Instant::now();
-        let claimed = {
-            let mut conn = match shared.pool.acquire().await {
-                Ok(c) => c,
-                Err(e) => {
-                    on_error(&shared, &queue, &e, &mut failures).await;
-                    continue;
-                }
-            };
-            WorkerStats::add(&shared.stats.claim_queries, 1);
-            store::task_claim(
-                &mut conn,
+        WorkerStats::add(&shared.stats.claim_queries, 1);
+        let claimed = shared
+            .store
+            .task_claim(
                 &queue,
                 &shared.names_json,
                 wanted as u32,
                 shared.lease_us(),
                 &shared.worker_id,
             )
-            .await
-        };
+            .await;
         let claimed = match claimed {
             Ok(c) => c,
             Err(e) => {

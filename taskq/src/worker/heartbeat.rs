@@ -32,7 +32,7 @@ pub(crate) async fn beat(shared: &Shared) {
     }
     let sent = Instant::now();
     let json = store::leases_json(&leases);
-    let renewed = match store::task_heartbeat(&shared.pool, &json, shared.lease_us()).await {
+    let renewed = match shared.store.task_heartbeat(&json, shared.lease_us()).await {
         Ok(n) => n,
         Err(e) => {
             WorkerStats::add(&shared.stats.db_errors, 1);
@@ -44,7 +44,7 @@ pub(crate) async fn beat(shared: &Shared) {
     let held: HashSet<u64> = if renewed as usize == leases.len() {
         leases.iter().map(|l| l.0).collect()
     } else {
-        match store::task_leases_held(&shared.pool, &json).await {
+        match shared.store.task_leases_held(&json).await {
             Ok(ids) => ids.into_iter().collect(),
             Err(e) => {
                 WorkerStats::add(&shared.stats.db_errors, 1);

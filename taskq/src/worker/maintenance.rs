@@ -5,7 +5,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{Shared, WorkerStats};
-use crate::store;
 use crate::task::TaskState;
 use crate::wake;
 
@@ -37,7 +36,7 @@ pub(crate) async fn run(shared: Arc<Shared>) {
 async fn reap(shared: &Shared) {
     let mut total = 0;
     loop {
-        match store::task_reap_expired(&shared.pool, BATCH).await {
+        match shared.store.task_reap_expired(BATCH).await {
             Ok(n) => {
                 total += n;
                 if n < u64::from(BATCH) {
@@ -70,7 +69,7 @@ async fn prune(shared: &Shared) {
     ] {
         let Some(keep) = keep else { continue };
         loop {
-            match store::task_prune(&shared.pool, state, keep.as_secs(), BATCH).await {
+            match shared.store.task_prune(state, keep.as_secs(), BATCH).await {
                 Ok(n) => {
                     WorkerStats::add(&shared.stats.pruned, n);
                     crate::metrics::pruned(n);
@@ -91,7 +90,7 @@ async fn prune(shared: &Shared) {
 
 /// Publishes the per queue × state backlog gauges (zero for states with no rows).
 async fn backlog(shared: &Shared) {
-    match store::task_stats(&shared.pool).await {
+    match shared.store.task_stats().await {
         Ok(rows) => {
             let mut queues: Vec<&str> = shared.cfg.queues.keys().map(String::as_str).collect();
             queues.extend(rows.iter().map(|r| r.queue.as_str()));
@@ -128,7 +127,7 @@ pub(crate) async fn watch_pauses(shared: Arc<Shared>) {
 
 /// Reads the paused queues once.
 pub(crate) async fn refresh_pauses(shared: &Shared) {
-    match store::queues_paused(&shared.pool).await {
+    match shared.store.queues_paused().await {
         Ok(rows) => {
             let now: std::collections::HashSet<String> = rows.into_iter().map(|r| r.0).collect();
             let resumed: Vec<String> = {

@@ -32,7 +32,7 @@ pub use stats::{StatsSnapshot, WorkerStats};
 use crate::context::{CancelHandle, CancelReason, StateMap};
 use crate::error::Result;
 use crate::registry::Registration;
-use crate::store;
+use crate::store::{self, Store};
 use crate::task::TaskId;
 use config::{Config, ShutdownFuture, TraceLink};
 
@@ -115,13 +115,13 @@ impl Worker {
             trace_link,
             stats,
         } = self;
-        let pool = worker_pool(&user_pool, &cfg);
+        let store = Store::new(worker_pool(&user_pool, &cfg));
         let (stop_tx, stop_rx) = watch::channel(false);
         let (ack_tx, ack_rx) = mpsc::unbounded_channel();
         let names_json =
             serde_json::to_string(&handlers.keys().collect::<Vec<_>>()).expect("names serialize");
         let shared = Arc::new(Shared {
-            pool,
+            store,
             worker_id: cfg.worker_id.as_str().into(),
             global: Arc::new(Semaphore::new(cfg.concurrency)),
             cfg,
@@ -209,7 +209,7 @@ impl Worker {
                 "taskq worker abandoned tasks at shutdown");
         }
         tracing::info!(worker_id = %shared.worker_id, "taskq worker stopped");
-        shared.pool.close().await;
+        shared.store.pool().close().await;
         Ok(report)
     }
 }
@@ -228,7 +228,7 @@ async fn release_abandoned(shared: &Shared) -> (Vec<TaskId>, Vec<TaskId>) {
     let ids: Vec<TaskId> = leases.iter().map(|l| TaskId(l.0)).collect();
     let json = store::leases_json(&leases);
     for attempt in 0..5 {
-        match store::task_release(&shared.pool, &json).await {
+        match shared.store.task_release(&json).await {
             Ok(n) => {
                 WorkerStats::add(&shared.stats.released, n);
                 return (ids, Vec::new());
@@ -279,7 +279,7 @@ fn worker_pool(user_pool: &MySqlPool, cfg: &Config) -> MySqlPool {
 
 /// State shared by a worker's loops.
 pub(crate) struct Shared {
-    pub pool: MySqlPool,
+    pub store: Store,
     pub cfg: Config,
     pub worker_id: Arc<str>,
     pub handlers: HashMap<&'static str, Registration>,
