@@ -40,10 +40,12 @@ async fn interleave(a_fails: bool) {
     let gate = Gate(Arc::new(Semaphore::new(0)));
     let id: TaskId = Fenced { a_fails }.enqueue(&db.pool).await.unwrap().id;
 
-    // A: long lease and heartbeat, so nothing but the test moves its lease.
+    // A: long lease and heartbeat, so nothing but the test moves its lease; one slot, which
+    // its blocked handler keeps, so A cannot claim the task back after B's reaper frees it.
     let a = RunningWorker::spawn(
         fast_worker(&db.pool)
             .worker_id("A")
+            .queue("default", 1)
             .register::<Fenced>()
             .state(gate.clone())
             .lease(Duration::from_secs(60))
