@@ -2,52 +2,74 @@
 //!
 //! - `POST /signups {"email": ...}` inserts a user **and** enqueues its welcome mail in one
 //!   transaction (commit = both, rollback = neither).
-//! - The worker runs in the same process; handlers receive the pool and an HTTP-client-like
-//!   `Mailer` as injected [`State`](taskq::State) (register any `Clone + Send + Sync` value with
-//!   `WorkerBuilder::state`, e.g. a `reqwest::Client`).
+//! - The worker runs in the same process. The handler receives the database pool, a
+//!   `reqwest::Client` and the mail API's address as injected [`State`](taskq::State): register
+//!   any `Clone + Send + Sync` value with `WorkerBuilder::state`.
+//! - The "mail provider" is a route of the same app (`POST /provider/messages`), so the example
+//!   runs without anything else; it de-duplicates by `Idempotency-Key`, as real providers do.
 //! - One shutdown signal stops both: axum stops accepting and drains requests, the worker stops
-//!   claiming, finishes in-flight handlers (or releases them after its timeout).
+//!   claiming and finishes in-flight handlers (or releases them after its timeout).
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::extract::State as AxumState;
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
 use axum::{Json, Router};
 use sqlx::MySqlPool;
 use taskq::{ShutdownReport, State, TaskContext, TaskError, Worker};
 use tokio::sync::watch;
 
-/// Stand-in for an HTTP client (a `reqwest::Client` is registered the same way): it records
-/// what it "sent" so the example and its test can see it.
-#[derive(Clone, Default)]
-pub struct Mailer {
-    /// Messages sent, as `(to, task attempt)`.
-    pub sent: Arc<Mutex<Vec<(String, u32)>>>,
+/// Where the mail API lives (injected into handlers next to the HTTP client).
+#[derive(Clone, Debug)]
+pub struct MailApi {
+    /// Base URL, e.g. `http://127.0.0.1:3000/provider`.
+    pub base_url: String,
 }
 
-/// Sends the welcome mail once per user (idempotent: `welcomed_at` is set in the same step).
-#[taskq::task(queue = "mail", max_attempts = 5)]
+/// The fake provider's mailbox: messages by idempotency key.
+#[derive(Clone, Default)]
+pub struct Outbox {
+    /// Delivered messages, `key → (to, deliveries received for that key)`.
+    pub messages: Arc<Mutex<BTreeMap<String, (String, u32)>>>,
+}
+
+/// Sends the welcome mail. At-least-once safe: the provider call carries an idempotency key,
+/// so a retry after a crash between "sent" and "marked" cannot mail twice; `welcomed_at` then
+/// records it.
+#[taskq::task(queue = "mail", max_attempts = 5, timeout = "30s")]
 pub async fn welcome_mail(
     user_id: i64,
     cx: TaskContext,
     db: State<MySqlPool>,
-    mailer: State<Mailer>,
+    http: State<reqwest::Client>,
+    api: State<MailApi>,
 ) -> Result<(), TaskError> {
-    let claimed = sqlx::query(
-        "UPDATE users SET welcomed_at = UTC_TIMESTAMP(6) WHERE id = ? AND welcomed_at IS NULL",
-    )
-    .bind(user_id)
-    .execute(&*db)
-    .await?;
-    if claimed.rows_affected() == 1 {
-        let email: String = sqlx::query_scalar("SELECT email FROM users WHERE id = ?")
+    let user: Option<(String, Option<String>)> =
+        sqlx::query_as("SELECT email, CAST(welcomed_at AS CHAR) FROM users WHERE id = ?")
             .bind(user_id)
-            .fetch_one(&*db)
+            .fetch_optional(&*db)
             .await?;
-        mailer.sent.lock().unwrap().push((email, cx.attempt()));
+    let Some((email, welcomed)) = user else {
+        return Err(TaskError::permanent(std::io::Error::other(format!(
+            "user {user_id} does not exist"
+        ))));
+    };
+    if welcomed.is_some() {
+        return Ok(()); // done by an earlier attempt
     }
+    http.post(format!("{}/messages", api.base_url))
+        .header("Idempotency-Key", format!("welcome-{user_id}"))
+        .json(&serde_json::json!({ "to": email, "template": "welcome", "attempt": cx.attempt() }))
+        .send()
+        .await?
+        .error_for_status()?; // 5xx/4xx: retried with backoff
+    sqlx::query("UPDATE users SET welcomed_at = UTC_TIMESTAMP(6) WHERE id = ?")
+        .bind(user_id)
+        .execute(&*db)
+        .await?;
     Ok(())
 }
 
@@ -57,11 +79,11 @@ struct Signup {
 }
 
 async fn signup(
-    AxumState(pool): AxumState<MySqlPool>,
+    AxumState(app): AxumState<App>,
     Json(body): Json<Signup>,
 ) -> Result<Json<serde_json::Value>, (StatusCode, String)> {
     let err = |e: &dyn std::fmt::Display| (StatusCode::INTERNAL_SERVER_ERROR, e.to_string());
-    let mut tx = pool.begin().await.map_err(|e| err(&e))?;
+    let mut tx = app.pool.begin().await.map_err(|e| err(&e))?;
     let user = sqlx::query("INSERT INTO users (email) VALUES (?)")
         .bind(&body.email)
         .execute(&mut *tx)
@@ -77,6 +99,31 @@ async fn signup(
     Ok(Json(
         serde_json::json!({ "user_id": user_id, "task_id": task.id }),
     ))
+}
+
+#[derive(serde::Deserialize)]
+struct Message {
+    to: String,
+}
+
+/// The fake mail provider: accepts a message once per idempotency key.
+async fn provider_messages(
+    AxumState(app): AxumState<App>,
+    headers: HeaderMap,
+    Json(msg): Json<Message>,
+) -> StatusCode {
+    let Some(key) = headers.get("idempotency-key").and_then(|v| v.to_str().ok()) else {
+        return StatusCode::BAD_REQUEST;
+    };
+    let mut messages = app.outbox.messages.lock().unwrap();
+    messages.entry(key.to_owned()).or_insert((msg.to, 0)).1 += 1;
+    StatusCode::ACCEPTED
+}
+
+#[derive(Clone)]
+struct App {
+    pool: MySqlPool,
+    outbox: Outbox,
 }
 
 /// Creates the example's table (taskq's own tables come from `taskq::migrate`).
@@ -95,24 +142,33 @@ pub async fn setup(pool: &MySqlPool) -> Result<(), Box<dyn std::error::Error + S
 /// worker's shutdown report after both have stopped.
 pub async fn serve(
     pool: MySqlPool,
-    mailer: Mailer,
+    outbox: Outbox,
     listener: tokio::net::TcpListener,
     shutdown: watch::Receiver<bool>,
 ) -> Result<ShutdownReport, Box<dyn std::error::Error + Send + Sync>> {
     let wait = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|stop| *stop).await;
     };
+    let api = MailApi {
+        base_url: format!("http://{}/provider", listener.local_addr()?),
+    };
     let worker = Worker::builder(pool.clone())
         .register::<WelcomeMail>()
         .state(pool.clone())
-        .state(mailer)
+        .state(
+            reqwest::Client::builder()
+                .timeout(Duration::from_secs(10))
+                .build()?,
+        )
+        .state(api)
         .shutdown_timeout(Duration::from_secs(10))
         .shutdown_signal(wait(shutdown.clone()))
         .build()?;
     let worker = tokio::spawn(worker.run());
     let app = Router::new()
         .route("/signups", post(signup))
-        .with_state(pool);
+        .route("/provider/messages", post(provider_messages))
+        .with_state(App { pool, outbox });
     axum::serve(listener, app)
         .with_graceful_shutdown(wait(shutdown))
         .await?;

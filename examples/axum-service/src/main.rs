@@ -3,7 +3,7 @@
 //! Ctrl-C stops the HTTP server and the worker together. Uses `DATABASE_URL`
 //! (default `mysql://root@127.0.0.1:3306/taskq_example`).
 
-use example_axum_service::{Mailer, serve, setup};
+use example_axum_service::{Outbox, serve, setup};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
@@ -18,7 +18,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await?;
     println!("listening on http://127.0.0.1:3000 (Ctrl-C to stop)");
-    let report = serve(pool, Mailer::default(), listener, stop_rx).await?;
+    let report = serve(pool, Outbox::default(), listener, stop_rx).await?;
     println!("stopped; worker stats: {:?}", report.stats);
     Ok(())
 }

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use example_axum_service::{Mailer, serve, setup};
+use example_axum_service::{Outbox, serve, setup};
 use taskq_tests::{TestDb, wait_until};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -25,9 +25,9 @@ async fn signup_enqueues_mail_and_shutdown_stops_both() {
     setup(&db.pool).await.unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let mailer = Mailer::default();
+    let outbox = Outbox::default();
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let service = tokio::spawn(serve(db.pool.clone(), mailer.clone(), listener, stop_rx));
+    let service = tokio::spawn(serve(db.pool.clone(), outbox.clone(), listener, stop_rx));
 
     for i in 0..3 {
         let resp = post(addr, &format!(r#"{{"email":"u{i}@example.com"}}"#)).await;
@@ -38,8 +38,12 @@ async fn signup_enqueues_mail_and_shutdown_stops_both() {
     let resp = post(addr, r#"{"mail":"x"}"#).await;
     assert!(resp.starts_with("HTTP/1.1 422"), "{resp}");
 
-    wait_until(Duration::from_secs(10), "3 mails sent", || async {
-        mailer.sent.lock().unwrap().len() == 3
+    wait_until(Duration::from_secs(10), "3 users welcomed", || async {
+        sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM users WHERE welcomed_at IS NOT NULL")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap()
+            == 3
     })
     .await;
     let _ = stop_tx.send(true);
@@ -57,9 +61,12 @@ async fn signup_enqueues_mail_and_shutdown_stops_both() {
     assert_eq!(users, 3);
     assert_eq!(db.count("state = 'succeeded'").await, 3);
     assert_eq!(db.count("1=1").await, 3);
-    let mut sent = mailer.sent.lock().unwrap().clone();
-    sent.sort();
-    assert_eq!(sent[0], ("u0@example.com".to_owned(), 1));
+    // The handler reached the provider over HTTP through the injected reqwest::Client: one
+    // message per user, keyed for idempotency.
+    let messages = outbox.messages.lock().unwrap().clone();
+    assert_eq!(messages.len(), 3);
+    assert_eq!(messages["welcome-1"], ("u0@example.com".to_owned(), 1));
+    assert!(messages.values().all(|(_, n)| *n == 1));
     // The server no longer accepts connections.
     assert!(tokio::net::TcpStream::connect(addr).await.is_err());
 }
