@@ -5,7 +5,7 @@ use serde::Serialize;
 use sqlx::MySqlPool;
 
 use crate::error::{Error, Result};
-use crate::store::{Store, TaskFilter, TaskRow};
+use crate::store::{Store, TaskFilter};
 use crate::task::{TaskId, TaskState};
 
 /// Read and manage tasks in the database. Cheap to clone (it holds a pool handle).
@@ -60,32 +60,6 @@ impl TaskInfo {
     /// The payload decoded as JSON.
     pub fn payload_json(&self) -> std::result::Result<serde_json::Value, serde_json::Error> {
         serde_json::from_slice(&self.payload)
-    }
-}
-
-impl TryFrom<TaskRow> for TaskInfo {
-    type Error = Error;
-    fn try_from(r: TaskRow) -> Result<Self> {
-        Ok(Self {
-            id: TaskId(r.id),
-            state: parse_state(&r.state)?,
-            queue: r.queue,
-            name: r.name,
-            payload: r.payload,
-            priority: r.priority,
-            attempt: r.attempt,
-            max_attempts: r.max_attempts,
-            run_at: r.run_at,
-            lease_until: r.lease_until,
-            lease_epoch: r.lease_epoch,
-            worker_id: r.worker_id,
-            idempotency_key: r.idempotency_key,
-            trace_context: r.trace_context,
-            last_error: r.last_error,
-            created_at: r.created_at,
-            updated_at: r.updated_at,
-            finished_at: r.finished_at,
-        })
     }
 }
 
@@ -149,23 +123,14 @@ impl Client {
 
     /// A task by id; [`Error::NotFound`] when it does not exist (or was pruned).
     pub async fn get(&self, id: TaskId) -> Result<TaskInfo> {
-        self.store
-            .task_get(id)
-            .await?
-            .ok_or(Error::NotFound(id))?
-            .try_into()
+        self.store.task_get(id).await?.ok_or(Error::NotFound(id))
     }
 
     /// Tasks matching `filter`, ordered by id.
     pub async fn list(&self, filter: &ListFilter) -> Result<Vec<TaskInfo>> {
         let limit = filter.limit.unwrap_or(100).clamp(1, 10_000);
         let after = filter.after_id.map_or(0, |i| i.0);
-        self.store
-            .task_list(&filter.store(), after, limit)
-            .await?
-            .into_iter()
-            .map(TaskInfo::try_from)
-            .collect()
+        Ok(self.store.task_list(&filter.store(), after, limit).await?)
     }
 
     /// Number of tasks matching `filter` (`after_id` and `limit` are ignored).

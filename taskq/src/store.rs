@@ -8,7 +8,7 @@
 //!
 //! The interface is small: [`Store`] (a pool handle) has one method per statement the worker
 //! and the [`Client`](crate::Client) issue, taking and returning plain row types (`Claimed`,
-//! `Finish`, `TaskRow`...); the producer path (`task_insert`, `task_insert_batch`) and the
+//! `Finish`, `TaskInfo`...); the producer path (`task_insert`, `task_insert_batch`) and the
 //! migration lock run on a caller's connection and are free functions. A second backend
 //! (SQLite is planned) provides the same methods; nothing outside this file names SQL.
 
@@ -16,6 +16,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use sqlx::{MySqlConnection, MySqlPool};
 
+use crate::client::TaskInfo;
 use crate::task::{TaskId, TaskState};
 
 /// The backend handle the worker and the [`Client`](crate::Client) work through: every
@@ -114,34 +115,12 @@ fn is_idempotency_conflict(e: &dyn sqlx::error::DatabaseError) -> bool {
     mysql.is_some_and(|m| m.number() == ER_DUP_ENTRY) && e.message().contains(IDEMPOTENCY_INDEX)
 }
 
-/// Every column of a task, as [`crate::TaskInfo`] exposes it.
-pub(crate) struct TaskRow {
-    pub id: u64,
-    pub queue: String,
-    pub name: String,
-    pub payload: Vec<u8>,
-    pub state: String,
-    pub priority: i16,
-    pub attempt: u32,
-    pub max_attempts: u32,
-    pub run_at: DateTime<Utc>,
-    pub lease_until: Option<DateTime<Utc>>,
-    pub lease_epoch: u64,
-    pub worker_id: Option<String>,
-    pub idempotency_key: Option<String>,
-    pub trace_context: Option<String>,
-    pub last_error: Option<String>,
-    pub created_at: DateTime<Utc>,
-    pub updated_at: DateTime<Utc>,
-    pub finished_at: Option<DateTime<Utc>>,
-}
-
 impl Store {
     /// One task by id.
-    pub(crate) async fn task_get(&self, id: TaskId) -> sqlx::Result<Option<TaskRow>> {
+    pub(crate) async fn task_get(&self, id: TaskId) -> sqlx::Result<Option<TaskInfo>> {
         sqlx::query_as!(
-            TaskRow,
-            r#"SELECT id AS "id: u64", queue, name, payload, state, priority AS "priority: i16",
+            TaskInfo,
+            r#"SELECT id AS "id: TaskId", queue, name, payload, state AS "state: TaskState", priority AS "priority: i16",
                  attempt AS "attempt: u32", max_attempts AS "max_attempts: u32",
                  run_at AS "run_at: DateTime<Utc>", lease_until AS "lease_until: DateTime<Utc>",
                  lease_epoch AS "lease_epoch: u64", worker_id, idempotency_key, trace_context, last_error,
@@ -170,11 +149,11 @@ impl Store {
         f: &TaskFilter<'_>,
         after_id: u64,
         limit: u32,
-    ) -> sqlx::Result<Vec<TaskRow>> {
+    ) -> sqlx::Result<Vec<TaskInfo>> {
         let state = f.state.map(TaskState::as_str);
         sqlx::query_as!(
-            TaskRow,
-            r#"SELECT id AS "id: u64", queue, name, payload, state, priority AS "priority: i16",
+            TaskInfo,
+            r#"SELECT id AS "id: TaskId", queue, name, payload, state AS "state: TaskState", priority AS "priority: i16",
                  attempt AS "attempt: u32", max_attempts AS "max_attempts: u32",
                  run_at AS "run_at: DateTime<Utc>", lease_until AS "lease_until: DateTime<Utc>",
                  lease_epoch AS "lease_epoch: u64", worker_id, idempotency_key, trace_context, last_error,

@@ -163,6 +163,38 @@ impl FromStr for TaskState {
     }
 }
 
+// Decoding from the database (the `state` ENUM column and `id` / `lease_epoch` columns), so
+// the store can read rows straight into public types.
+impl sqlx::Type<sqlx::MySql> for TaskState {
+    fn type_info() -> sqlx::mysql::MySqlTypeInfo {
+        <str as sqlx::Type<sqlx::MySql>>::type_info()
+    }
+    fn compatible(ty: &sqlx::mysql::MySqlTypeInfo) -> bool {
+        <str as sqlx::Type<sqlx::MySql>>::compatible(ty)
+    }
+}
+
+impl<'r> sqlx::Decode<'r, sqlx::MySql> for TaskState {
+    fn decode(value: sqlx::mysql::MySqlValueRef<'r>) -> Result<Self, sqlx::error::BoxDynError> {
+        Ok(<&str as sqlx::Decode<sqlx::MySql>>::decode(value)?.parse()?)
+    }
+}
+
+impl sqlx::Type<sqlx::MySql> for TaskId {
+    fn type_info() -> sqlx::mysql::MySqlTypeInfo {
+        <u64 as sqlx::Type<sqlx::MySql>>::type_info()
+    }
+    fn compatible(ty: &sqlx::mysql::MySqlTypeInfo) -> bool {
+        <u64 as sqlx::Type<sqlx::MySql>>::compatible(ty)
+    }
+}
+
+impl<'r> sqlx::Decode<'r, sqlx::MySql> for TaskId {
+    fn decode(value: sqlx::mysql::MySqlValueRef<'r>) -> Result<Self, sqlx::error::BoxDynError> {
+        Ok(TaskId(<u64 as sqlx::Decode<sqlx::MySql>>::decode(value)?))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
