@@ -981,30 +981,20 @@ async fn bench(opts: &Opts, pool: &MySqlPool) -> Res<()> {
         ratio(drain_rates[1], raw_loop[1]),
         ratio(drain_rates[2], raw_loop[2])
     );
-    out += &format!(
-        "| drain: SQL statements per task | {} |\n",
-        drains
-            .iter()
-            .map(|d| format!("{:.3}", d.statements_per_task))
-            .collect::<Vec<_>>()
-            .join(" | ")
-    );
-    out += &format!(
-        "| drain: CPU ms per task (bench process) | {} |\n",
-        drains
-            .iter()
-            .map(|d| format!("{:.3}", d.cpu_ms_per_task))
-            .collect::<Vec<_>>()
-            .join(" | ")
-    );
-    out += &format!(
-        "| drain: peak RSS, MiB | {} |\n",
-        drains
-            .iter()
-            .map(|d| format!("{:.1}", d.peak_rss_kib as f64 / 1024.0))
-            .collect::<Vec<_>>()
-            .join(" | ")
-    );
+    // One row per drain figure: the concurrency levels side by side.
+    let drain_row = |name: &str, cell: &dyn Fn(&Drain) -> String| {
+        let cells: Vec<String> = drains.iter().map(cell).collect();
+        format!("| {name} | {} |\n", cells.join(" | "))
+    };
+    out += &drain_row("drain: SQL statements per task", &|d| {
+        format!("{:.3}", d.statements_per_task)
+    });
+    out += &drain_row("drain: CPU ms per task (bench process)", &|d| {
+        format!("{:.3}", d.cpu_ms_per_task)
+    });
+    out += &drain_row("drain: peak RSS, MiB", &|d| {
+        format!("{:.1}", d.peak_rss_kib as f64 / 1024.0)
+    });
     out += &format!(
         "\nenqueue_many: {} tasks/s (5,000 per transaction), {} tasks/s (1,000 per transaction), \
          {} tasks/s (100 per transaction)\n",
