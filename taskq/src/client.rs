@@ -63,11 +63,6 @@ impl TaskInfo {
     }
 }
 
-fn parse_state(s: &str) -> Result<TaskState> {
-    s.parse()
-        .map_err(|e: crate::task::ParseStateError| Error::Database(sqlx::Error::Decode(e.into())))
-}
-
 /// Which tasks [`Client::list`] and [`Client::count`] look at; empty fields match everything.
 #[derive(Debug, Clone, Default)]
 pub struct ListFilter {
@@ -140,20 +135,7 @@ impl Client {
 
     /// Counts per queue and state.
     pub async fn stats(&self) -> Result<Vec<QueueStateCount>> {
-        self.store
-            .task_stats()
-            .await?
-            .into_iter()
-            .map(|s| {
-                Ok(QueueStateCount {
-                    state: parse_state(&s.state)?,
-                    queue: s.queue,
-                    count: s.count.max(0) as u64,
-                    oldest_run_at: s.oldest_run_at,
-                    earliest_lease_until: s.min_lease_until,
-                })
-            })
-            .collect()
+        Ok(self.store.task_stats().await?)
     }
 
     /// Cancels a task that has not started. Running and terminal tasks give
@@ -196,13 +178,10 @@ impl Client {
     async fn state_error(&self, id: TaskId, expected: &'static str) -> Error {
         match self.store.task_state(id).await {
             Ok(None) => Error::NotFound(id),
-            Ok(Some(s)) => match parse_state(&s) {
-                Ok(state) => Error::WrongState {
-                    id,
-                    state,
-                    expected,
-                },
-                Err(e) => e,
+            Ok(Some(state)) => Error::WrongState {
+                id,
+                state,
+                expected,
             },
             Err(e) => e.into(),
         }

@@ -16,7 +16,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use sqlx::{MySqlConnection, MySqlPool};
 
-use crate::client::TaskInfo;
+use crate::client::{QueueStateCount, TaskInfo};
 use crate::task::{TaskId, TaskState};
 
 /// The backend handle the worker and the [`Client`](crate::Client) work through: every
@@ -195,23 +195,14 @@ impl Store {
     }
 }
 
-/// Per (queue, state): count, oldest due time, and the earliest lease end.
-pub(crate) struct QueueStats {
-    pub queue: String,
-    pub state: String,
-    pub count: i64,
-    pub oldest_run_at: Option<DateTime<Utc>>,
-    pub min_lease_until: Option<DateTime<Utc>>,
-}
-
 impl Store {
     /// Counts by queue and state.
-    pub(crate) async fn task_stats(&self) -> sqlx::Result<Vec<QueueStats>> {
+    pub(crate) async fn task_stats(&self) -> sqlx::Result<Vec<QueueStateCount>> {
         sqlx::query_as!(
-            QueueStats,
-            r#"SELECT queue, state AS "state!: String", COUNT(*) AS "count!: i64",
+            QueueStateCount,
+            r#"SELECT queue, state AS "state!: TaskState", CAST(COUNT(*) AS UNSIGNED) AS "count!: u64",
                  MIN(run_at) AS "oldest_run_at: DateTime<Utc>",
-                 MIN(lease_until) AS "min_lease_until: DateTime<Utc>"
+                 MIN(lease_until) AS "earliest_lease_until: DateTime<Utc>"
                FROM taskq_tasks GROUP BY queue, state ORDER BY queue, state"#
         )
         .fetch_all(&self.pool)
@@ -246,9 +237,9 @@ impl Store {
     }
 
     /// The state of one task, or `None` when the id does not exist.
-    pub(crate) async fn task_state(&self, id: TaskId) -> sqlx::Result<Option<String>> {
+    pub(crate) async fn task_state(&self, id: TaskId) -> sqlx::Result<Option<TaskState>> {
         sqlx::query_scalar!(
-            r#"SELECT state AS "state: String" FROM taskq_tasks WHERE id = ?"#,
+            r#"SELECT state AS "state: TaskState" FROM taskq_tasks WHERE id = ?"#,
             id.0
         )
         .fetch_optional(&self.pool)

@@ -320,9 +320,9 @@ impl WorkerBuilder {
         };
         validate_name("worker id", &worker_id, 128)?;
         let db_connections = self.db_connections.unwrap_or(queues.len() as u32 + 4);
-        Ok(Worker::new(
-            self.pool,
-            Config {
+        Ok(Worker {
+            user_pool: self.pool,
+            cfg: Config {
                 worker_id,
                 queues,
                 concurrency,
@@ -340,10 +340,11 @@ impl WorkerBuilder {
                 backlog_interval: self.backlog_interval.filter(|d| !d.is_zero()),
             },
             handlers,
-            self.state,
-            self.shutdown,
-            self.trace_link,
-        ))
+            state: self.state,
+            shutdown: self.shutdown,
+            trace_link: self.trace_link,
+            stats: Default::default(),
+        })
     }
 }
 

@@ -100,8 +100,8 @@ async fn backlog(shared: &Shared) {
                 for st in TaskState::ALL {
                     let n = rows
                         .iter()
-                        .find(|r| r.queue == q && r.state == st.as_str())
-                        .map_or(0, |r| r.count.max(0) as u64);
+                        .find(|r| r.queue == q && r.state == st)
+                        .map_or(0, |r| r.count);
                     crate::metrics::backlog(q, st.as_str(), n);
                 }
             }

@@ -73,25 +73,6 @@ impl Worker {
         WorkerBuilder::new(pool)
     }
 
-    pub(crate) fn new(
-        user_pool: MySqlPool,
-        cfg: Config,
-        handlers: HashMap<&'static str, Registration>,
-        state: StateMap,
-        shutdown: Option<ShutdownFuture>,
-        trace_link: Option<TraceLink>,
-    ) -> Self {
-        Self {
-            user_pool,
-            cfg,
-            handlers,
-            state,
-            shutdown,
-            trace_link,
-            stats: Arc::default(),
-        }
-    }
-
     /// This worker's id, as recorded on the rows it claims.
     pub fn id(&self) -> &str {
         &self.cfg.worker_id
