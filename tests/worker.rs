@@ -548,17 +548,28 @@ async fn a_claim_in_progress_never_blocks_producers() {
     for n in 0..20 {
         job(&db, n, Mode::Ok).await;
     }
-    // Hold a claim-like locking scan open on a READ COMMITTED session, as the worker does.
+    // Hold a claim open on a READ COMMITTED session, with the worker's statements: a plain
+    // read of candidates on the claim index, then a locking read of them by primary key.
     let mut claimer = db.pool.acquire().await.unwrap();
     sqlx::query("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
         .execute(&mut *claimer)
         .await
         .unwrap();
     sqlx::query("BEGIN").execute(&mut *claimer).await.unwrap();
-    let locked: Vec<u64> = sqlx::query_scalar(
+    let candidates: Vec<u64> = sqlx::query_scalar(
         "SELECT id FROM taskq_tasks WHERE state = 'pending' AND queue = 'default' AND run_at <= UTC_TIMESTAMP(6)
-         ORDER BY priority, run_at, id LIMIT 10 FOR UPDATE SKIP LOCKED",
+         ORDER BY priority, run_at, id LIMIT 20",
     )
+    .fetch_all(&mut *claimer)
+    .await
+    .unwrap();
+    let locked: Vec<u64> = sqlx::query_scalar(
+        "SELECT t.id FROM JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$')) AS j
+           STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id
+         WHERE t.state = 'pending' AND t.run_at <= UTC_TIMESTAMP(6)
+         LIMIT 10 FOR UPDATE SKIP LOCKED",
+    )
+    .bind(serde_json::to_string(&candidates).unwrap())
     .fetch_all(&mut *claimer)
     .await
     .unwrap();
@@ -570,8 +581,8 @@ async fn a_claim_in_progress_never_blocks_producers() {
         .await
         .unwrap();
     let mut tx = sqlx::Connection::begin(&mut *producer).await.unwrap();
-    // Priority -1 sorts them inside the scanned range (before the locked rows): under
-    // REPEATABLE READ the scan's next-key locks would make these inserts wait and fail.
+    // Priority -1 sorts them before the locked rows, where a locking scan of the claim index
+    // under REPEATABLE READ would hold next-key locks and make these inserts wait and fail.
     for n in 100..110 {
         Job { n, mode: Mode::Ok }
             .enqueue_options()
@@ -581,16 +592,24 @@ async fn a_claim_in_progress_never_blocks_producers() {
             .unwrap();
     }
     tx.commit().await.unwrap();
-    // And a second claimer gets ten unlocked rows without waiting.
+    // And a second claimer, reading the same candidates, gets the ten unlocked ones without
+    // waiting.
     let mut other = db.pool.acquire().await.unwrap();
     let theirs: Vec<u64> = sqlx::query_scalar(
-        "SELECT id FROM taskq_tasks WHERE state = 'pending' AND queue = 'default' AND run_at <= UTC_TIMESTAMP(6)
-         ORDER BY priority, run_at, id LIMIT 10 FOR UPDATE SKIP LOCKED",
+        "SELECT t.id FROM JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$')) AS j
+           STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id
+         WHERE t.state = 'pending' AND t.run_at <= UTC_TIMESTAMP(6)
+         LIMIT 10 FOR UPDATE SKIP LOCKED",
     )
+    .bind(serde_json::to_string(&candidates).unwrap())
     .fetch_all(&mut *other)
     .await
     .unwrap();
-    assert_eq!(theirs.len(), 10);
+    assert_eq!(
+        theirs.len(),
+        10,
+        "candidates {candidates:?}, locked {locked:?}"
+    );
     assert!(theirs.iter().all(|id| !locked.contains(id)));
     sqlx::query("ROLLBACK")
         .execute(&mut *claimer)

@@ -68,6 +68,8 @@ struct Opts {
     out: String,
     svg: String,
     million: bool,
+    /// Only the two ratio targets at 16 (enqueue_tx vs raw, drain vs raw loop), for tuning.
+    targets_only: bool,
 }
 
 fn parse_args() -> Res<Opts> {
@@ -78,6 +80,7 @@ fn parse_args() -> Res<Opts> {
         out: "target/bench.json".into(),
         svg: "docs/bench-throughput.svg".into(),
         million: true,
+        targets_only: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -87,10 +90,11 @@ fn parse_args() -> Res<Opts> {
             "--out" => o.out = args.next().ok_or("--out needs a value")?,
             "--svg" => o.svg = args.next().ok_or("--svg needs a value")?,
             "--skip-million" => o.million = false,
+            "--targets-only" => o.targets_only = true,
             "-h" | "--help" => {
                 println!(
                     "usage: taskq-bench [--database-url URL] [--quick] [--out FILE.json] \
-                     [--svg FILE.svg] [--skip-million]"
+                     [--svg FILE.svg] [--skip-million] [--targets-only]"
                 );
                 std::process::exit(0);
             }
@@ -315,10 +319,45 @@ async fn insert_rate(pool: &MySqlPool, conns: usize, secs: f64, taskq: bool) -> 
     Ok(total as f64 / start.elapsed().as_secs_f64())
 }
 
-/// The hand-written batched loop: `conns` connections each repeat { BEGIN; SELECT … LIMIT 32
-/// FOR UPDATE SKIP LOCKED; UPDATE → running; COMMIT; UPDATE → succeeded } until `n` preloaded
-/// tasks are done. Same statements as taskq's claim and write-back. Returns rows/s.
-async fn raw_claim_loop(pool: &MySqlPool, conns: usize, n: u64, batch: u32) -> Res<f64> {
+/// Raw INSERT+COMMIT and `enqueue_tx` + COMMIT at `conns` connections, `sz.reps + 1` runs of
+/// each, interleaved with the first of each pair alternating (raw/taskq, taskq/raw, ...) so
+/// drift on the machine does not fall on one side only; returns the best of each.
+async fn best_insert_rates(pool: &MySqlPool, conns: usize, sz: &Sizes) -> Res<(f64, f64)> {
+    let (mut raw, mut tq) = (0f64, 0f64);
+    for i in 0..=sz.reps {
+        for taskq in [i % 2 == 1, i % 2 == 0] {
+            let rate = insert_rate(pool, conns, sz.insert_secs, taskq).await?;
+            if taskq {
+                tq = tq.max(rate);
+            } else {
+                raw = raw.max(rate);
+            }
+        }
+    }
+    Ok((raw, tq))
+}
+
+/// How a hand-written claim finds and locks its rows.
+#[derive(Clone, Copy, PartialEq)]
+enum ClaimShape {
+    /// `SELECT … ORDER BY … LIMIT n FOR UPDATE SKIP LOCKED` on the claim index: the loop the
+    /// performance issue defines as the database's batched ceiling.
+    LockingScan,
+    /// taskq's claim: a plain read of 2n candidate ids on the claim index, then
+    /// `SELECT … FOR UPDATE SKIP LOCKED` of those ids by primary key, stopping at n.
+    TwoStep,
+}
+
+/// The hand-written batched loop: `conns` connections each repeat { BEGIN; claim up to `batch`
+/// rows (see [`ClaimShape`]); UPDATE → running; COMMIT; UPDATE → succeeded } until `n`
+/// preloaded tasks are done. Returns rows/s.
+async fn raw_claim_loop(
+    pool: &MySqlPool,
+    conns: usize,
+    n: u64,
+    batch: u32,
+    shape: ClaimShape,
+) -> Res<f64> {
     reset(pool).await?;
     preload(pool, n).await?;
     let start = Instant::now();
@@ -333,16 +372,53 @@ async fn raw_claim_loop(pool: &MySqlPool, conns: usize, n: u64, batch: u32) -> R
             let mut done = 0u64;
             loop {
                 let mut tx = conn.begin().await?;
-                let rows = sqlx::query(
-                    "SELECT id, name, payload, attempt, max_attempts, lease_epoch
-                     FROM taskq_tasks
-                     WHERE state = 'pending' AND queue = ? AND run_at <= UTC_TIMESTAMP(6)
-                     ORDER BY priority, run_at, id LIMIT ? FOR UPDATE SKIP LOCKED",
-                )
-                .bind(QUEUE)
-                .bind(batch)
-                .fetch_all(&mut *tx)
-                .await?;
+                let rows = match shape {
+                    ClaimShape::LockingScan => {
+                        sqlx::query(
+                            "SELECT id, name, payload, attempt, max_attempts, lease_epoch
+                             FROM taskq_tasks
+                             WHERE state = 'pending' AND queue = ? AND run_at <= UTC_TIMESTAMP(6)
+                             ORDER BY priority, run_at, id LIMIT ? FOR UPDATE SKIP LOCKED",
+                        )
+                        .bind(QUEUE)
+                        .bind(batch)
+                        .fetch_all(&mut *tx)
+                        .await?
+                    }
+                    ClaimShape::TwoStep => {
+                        let candidates: Vec<u64> = sqlx::query_scalar(
+                            "SELECT id FROM taskq_tasks
+                             WHERE state = 'pending' AND queue = ? AND run_at <= UTC_TIMESTAMP(6)
+                             ORDER BY priority, run_at, id LIMIT ?",
+                        )
+                        .bind(QUEUE)
+                        .bind(batch * 2)
+                        .fetch_all(&mut *tx)
+                        .await?;
+                        if candidates.is_empty() {
+                            Vec::new()
+                        } else {
+                            let rows = sqlx::query(
+                                "SELECT t.id, t.name, t.payload, t.attempt, t.max_attempts,
+                                     t.lease_epoch
+                                 FROM JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$')) AS j
+                                   STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id
+                                 WHERE t.state = 'pending' AND t.run_at <= UTC_TIMESTAMP(6)
+                                 LIMIT ? FOR UPDATE SKIP LOCKED",
+                            )
+                            .bind(serde_json::to_string(&candidates)?)
+                            .bind(batch)
+                            .fetch_all(&mut *tx)
+                            .await?;
+                            if rows.is_empty() {
+                                // Every candidate was taken by another connection meanwhile.
+                                tx.commit().await?;
+                                continue;
+                            }
+                            rows
+                        }
+                    }
+                };
                 if rows.is_empty() {
                     tx.commit().await?;
                     break;
@@ -354,7 +430,7 @@ async fn raw_claim_loop(pool: &MySqlPool, conns: usize, n: u64, batch: u32) -> R
                 let ids: Vec<u64> = leases.iter().map(|l| l.0).collect();
                 sqlx::query(
                     "UPDATE JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$')) AS j
-                       STRAIGHT_JOIN taskq_tasks t ON t.id = j.id
+                       STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id
                      SET t.state = 'running', t.attempt = t.attempt + 1,
                          t.lease_epoch = t.lease_epoch + 1,
                          t.lease_until = UTC_TIMESTAMP(6) + INTERVAL 30 SECOND,
@@ -367,7 +443,8 @@ async fn raw_claim_loop(pool: &MySqlPool, conns: usize, n: u64, batch: u32) -> R
                 sqlx::query(
                     "UPDATE JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$[0]',
                                                          epoch BIGINT UNSIGNED PATH '$[1]')) AS j
-                       STRAIGHT_JOIN taskq_tasks t ON t.id = j.id AND t.lease_epoch = j.epoch
+                       STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY)
+                         ON t.id = j.id AND t.lease_epoch = j.epoch
                      SET t.state = 'succeeded', t.finished_at = UTC_TIMESTAMP(6),
                          t.lease_until = NULL, t.updated_at = UTC_TIMESTAMP(6)
                      WHERE t.state = 'running'",
@@ -565,18 +642,57 @@ async fn latency(pool: &MySqlPool, wake: bool, n: u64, interval: Duration) -> Re
 
 /// `EXPLAIN` of taskq's claim query, as text rows.
 async fn explain_claim(pool: &MySqlPool) -> Res<Vec<String>> {
-    let rows = sqlx::query(
-        "EXPLAIN SELECT id, name, payload, attempt, max_attempts, lease_epoch,
-             TIMESTAMPDIFF(MICROSECOND, run_at, UTC_TIMESTAMP(6))
-         FROM taskq_tasks
+    // The three reads of taskq's claim: candidates from the head of the queue, candidates
+    // past a seek position (here: the first due row), and the locking read by primary key.
+    let first: (i16, sqlx::types::chrono::NaiveDateTime, u64) = sqlx::query_as(
+        "SELECT priority, run_at, id FROM taskq_tasks
          WHERE state = 'pending' AND queue = 'bench' AND run_at <= UTC_TIMESTAMP(6)
-           AND JSON_CONTAINS('[\"bench_noop\"]', JSON_QUOTE(name))
-         ORDER BY priority, run_at, id
-         LIMIT 16
-         FOR UPDATE SKIP LOCKED",
+         ORDER BY priority, run_at, id LIMIT 1",
     )
-    .fetch_all(pool)
+    .fetch_one(pool)
     .await?;
+    let candidates = "SELECT id FROM taskq_tasks
+         WHERE state = 'pending' AND queue = 'bench' AND run_at <= UTC_TIMESTAMP(6)
+           AND JSON_CONTAINS('[\"bench_noop\"]', JSON_QUOTE(name))";
+    let order = "ORDER BY priority, run_at, id LIMIT 32";
+    let mut out = Vec::new();
+    for (label, sql) in [
+        ("candidates, from the head", format!("EXPLAIN {candidates} {order}")),
+        (
+            "candidates, past a seek position",
+            format!(
+                "EXPLAIN {candidates} AND (priority > ? OR (priority = ? AND run_at > ?)
+                   OR (priority = ? AND run_at = ? AND id > ?)) {order}"
+            ),
+        ),
+        (
+            "lock by primary key",
+            "EXPLAIN SELECT t.id FROM JSON_TABLE('[1,2,3]', '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$')) AS j
+               STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id
+             WHERE t.state = 'pending' AND t.run_at <= UTC_TIMESTAMP(6)
+             LIMIT 16 FOR UPDATE SKIP LOCKED"
+                .to_owned(),
+        ),
+    ] {
+        let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
+        if label.contains("seek") {
+            q = q
+                .bind(first.0)
+                .bind(first.0)
+                .bind(first.1)
+                .bind(first.0)
+                .bind(first.1)
+                .bind(first.2);
+        }
+        let rows = q.fetch_all(pool).await?;
+        out.push(format!("-- {label}"));
+        out.extend(explain_lines(&rows));
+    }
+    Ok(out)
+}
+
+/// `EXPLAIN` rows as a header line and one ` | `-separated line per row.
+fn explain_lines(rows: &[sqlx::mysql::MySqlRow]) -> Vec<String> {
     let mut out = Vec::new();
     if let Some(first) = rows.first() {
         use sqlx::Column;
@@ -589,7 +705,7 @@ async fn explain_claim(pool: &MySqlPool) -> Res<Vec<String>> {
                 .join(" | "),
         );
     }
-    for r in &rows {
+    for r in rows {
         let cells: Vec<String> = (0..r.len())
             .map(|i| {
                 if let Ok(v) = r.try_get::<Option<String>, _>(i) {
@@ -607,7 +723,7 @@ async fn explain_claim(pool: &MySqlPool) -> Res<Vec<String>> {
             .collect();
         out.push(cells.join(" | "));
     }
-    Ok(out)
+    out
 }
 
 #[derive(serde::Serialize)]
@@ -808,6 +924,35 @@ fn median_by_rate(mut runs: Vec<Drain>) -> Drain {
     runs[runs.len() / 2].clone()
 }
 
+/// `--targets-only`: the two measurements whose ratio targets are tight at 16 connections,
+/// printed and not written anywhere. A tuning aid; the full run is the measurement.
+async fn targets_only(sz: &Sizes, pool: &MySqlPool) -> Res<()> {
+    let (raw, tq) = best_insert_rates(pool, 16, sz).await?;
+    eprintln!(
+        "16 conns: raw INSERT+COMMIT {raw:.0} tx/s, enqueue_tx {tq:.0} tx/s, ratio {:.3}",
+        tq / raw
+    );
+    let raw_loop = raw_claim_loop(pool, 16, sz.drain, 32, ClaimShape::LockingScan).await?;
+    let raw_two = raw_claim_loop(pool, 16, sz.drain, 32, ClaimShape::TwoStep).await?;
+    eprintln!("raw loop, two-step claim, 16 conns: {raw_two:.0} rows/s");
+    let mut runs = Vec::new();
+    for _ in 0..sz.reps {
+        let d = drain_once(pool, 16, sz.drain, false).await?;
+        eprintln!(
+            "  drain c=16: {:.0} tasks/s, {:.3} stmts/task, {} claims, {} flushes",
+            d.tasks_per_s, d.statements_per_task, d.claim_queries, d.ack_flushes
+        );
+        runs.push(d);
+    }
+    let d = median_by_rate(runs);
+    eprintln!(
+        "raw loop 16 conns {raw_loop:.0} rows/s, drain c=16 median {:.0} tasks/s, ratio {:.3}",
+        d.tasks_per_s,
+        d.tasks_per_s / raw_loop
+    );
+    Ok(())
+}
+
 // ---------------------------------------------------------------------------------------------
 
 fn main() -> Res<()> {
@@ -842,6 +987,9 @@ async fn run(opts: Opts) -> Res<()> {
 async fn bench(opts: &Opts, pool: &MySqlPool) -> Res<()> {
     taskq::migrate(pool).await?;
     let sz = Sizes::new(opts.quick);
+    if opts.targets_only {
+        return targets_only(&sz, pool).await;
+    }
     let conns = [1usize, 4, 16];
     let machine = machine();
     let settings = server_settings(pool).await?;
@@ -851,13 +999,7 @@ async fn bench(opts: &Opts, pool: &MySqlPool) -> Res<()> {
     let mut raw_insert = Vec::new();
     let mut enqueue_tx = Vec::new();
     for &c in &conns {
-        // Alternate raw and taskq runs and keep the best of each, so a burst of load from
-        // elsewhere does not land on one side only.
-        let (mut raw, mut tq) = (0f64, 0f64);
-        for _ in 0..sz.reps.min(2) {
-            raw = raw.max(insert_rate(pool, c, sz.insert_secs, false).await?);
-            tq = tq.max(insert_rate(pool, c, sz.insert_secs, true).await?);
-        }
+        let (raw, tq) = best_insert_rates(pool, c, &sz).await?;
         raw_insert.push(raw);
         enqueue_tx.push(tq);
         eprintln!(
@@ -873,11 +1015,17 @@ async fn bench(opts: &Opts, pool: &MySqlPool) -> Res<()> {
     let many_100 = enqueue_many_rate(pool, sz.many / 5, 100).await?;
     eprintln!("  5000/tx: {many_5000:.0}, 1000/tx: {many_1000:.0}, 100/tx: {many_100:.0} tasks/s");
 
-    eprintln!("[3/7] raw batched SKIP LOCKED loop (32 rows per claim)");
+    eprintln!("[3/7] raw batched SKIP LOCKED loops (32 rows per claim)");
     let mut raw_loop = Vec::new();
+    let mut raw_two = Vec::new();
     for &c in &conns {
-        raw_loop.push(raw_claim_loop(pool, c, sz.drain, 32).await?);
-        eprintln!("  {c:>2} conns: {:.0} rows/s", raw_loop.last().unwrap());
+        raw_loop.push(raw_claim_loop(pool, c, sz.drain, 32, ClaimShape::LockingScan).await?);
+        raw_two.push(raw_claim_loop(pool, c, sz.drain, 32, ClaimShape::TwoStep).await?);
+        eprintln!(
+            "  {c:>2} conns: locking scan {:.0} rows/s, two-step {:.0} rows/s",
+            raw_loop.last().unwrap(),
+            raw_two.last().unwrap()
+        );
     }
 
     eprintln!("[4/7] drain {} tasks, median of {}", sz.drain, sz.reps);
@@ -973,6 +1121,10 @@ async fn bench(opts: &Opts, pool: &MySqlPool) -> Res<()> {
         ratio(enqueue_tx[2], raw_insert[2])
     );
     out += &line("raw batched SKIP LOCKED loop (32/claim), rows/s", &raw_loop);
+    out += &line(
+        "raw batched loop, taskq's two-step claim (32/claim), rows/s",
+        &raw_two,
+    );
     let drain_rates: Vec<f64> = drains.iter().map(|d| d.tasks_per_s).collect();
     out += &line("taskq drain (concurrency 1/4/16/32), tasks/s", &drain_rates);
     out += &format!(
@@ -980,6 +1132,12 @@ async fn bench(opts: &Opts, pool: &MySqlPool) -> Res<()> {
         ratio(drain_rates[0], raw_loop[0]),
         ratio(drain_rates[1], raw_loop[1]),
         ratio(drain_rates[2], raw_loop[2])
+    );
+    out += &format!(
+        "| drain / raw two-step loop (same conc.) | {:.2} | {:.2} | {:.2} | — |\n",
+        ratio(drain_rates[0], raw_two[0]),
+        ratio(drain_rates[1], raw_two[1]),
+        ratio(drain_rates[2], raw_two[2])
     );
     // One row per drain figure: the concurrency levels side by side.
     let drain_row = |name: &str, cell: &dyn Fn(&Drain) -> String| {
@@ -1136,6 +1294,7 @@ async fn bench(opts: &Opts, pool: &MySqlPool) -> Res<()> {
         "enqueue_tx_per_s": { "1": enqueue_tx[0], "4": enqueue_tx[1], "16": enqueue_tx[2] },
         "enqueue_many_tasks_per_s": { "5000_per_tx": many_5000, "1000_per_tx": many_1000, "100_per_tx": many_100 },
         "raw_batched_loop_rows_per_s": { "1": raw_loop[0], "4": raw_loop[1], "16": raw_loop[2] },
+        "raw_two_step_loop_rows_per_s": { "1": raw_two[0], "4": raw_two[1], "16": raw_two[2] },
         "drain": drains,
         "latency": [lat_wake, lat_poll, lat_sparse],
         "backlog": { "pending": sz.backlog, "due": due, "insert_secs": backlog_insert_s,
@@ -1174,6 +1333,11 @@ async fn bench(opts: &Opts, pool: &MySqlPool) -> Res<()> {
         bars.push(Bar {
             label: format!("raw batched claim loop, {c} conn"),
             value: raw_loop[i],
+            raw: true,
+        });
+        bars.push(Bar {
+            label: format!("raw two-step claim loop, {c} conn"),
+            value: raw_two[i],
             raw: true,
         });
         bars.push(Bar {

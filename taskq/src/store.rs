@@ -4,7 +4,10 @@
 //! times come from the database clock (`UTC_TIMESTAMP(6)`); every write-back of a claimed task
 //! is conditional on the `lease_epoch` it was claimed with. Statements that touch a batch of
 //! rows take the batch as a JSON array and join it with `JSON_TABLE` (MySQL 8 / MariaDB 10.6+),
-//! driven from the JSON side (`STRAIGHT_JOIN`) so each row is reached by primary key.
+//! driven from the JSON side (`STRAIGHT_JOIN`) and pinned to the primary key (`FORCE INDEX
+//! (PRIMARY)`), so each row is reached, and locked, by primary key whatever the table's
+//! statistics say (on a small table the optimizer would otherwise pick a scan of a `state`
+//! index and lock rows the statement does not touch).
 //!
 //! The interface is small: [`Store`] (a pool handle) has one method per statement the worker
 //! and the [`Client`](crate::Client) issue, taking and returning plain row types (`Claimed`,
@@ -12,7 +15,7 @@
 //! migration lock run on a caller's connection and are free functions. A second backend
 //! (SQLite is planned) provides the same methods; nothing outside this file names SQL.
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, NaiveDateTime, Utc};
 use serde::Serialize;
 use sqlx::{MySqlConnection, MySqlPool};
 
@@ -263,47 +266,176 @@ pub(crate) struct Claimed {
     pub trace_context: Option<String>,
 }
 
+/// A row's position in claim order, `(priority, run_at, id)`: the order of `ix_taskq_claim`
+/// within a queue's pending rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ClaimKey {
+    pub priority: i16,
+    pub run_at: NaiveDateTime,
+    pub id: u64,
+}
+
+/// What one claim transaction took.
+pub(crate) struct ClaimBatch {
+    /// The claimed tasks, in claim order.
+    pub tasks: Vec<Claimed>,
+    /// Position of the last claimed row (`None` when nothing was claimed).
+    pub last: Option<ClaimKey>,
+    /// Fewer tasks than asked for were claimed although the queue had more candidates: other
+    /// claimers held some of them. More may be due.
+    pub contended: bool,
+}
+
+/// How many candidates the claim reads per task it wants: the spare ones stand in for
+/// candidates a concurrent claimer locks first.
+const CANDIDATES_PER_TASK: u32 = 2;
+
+/// A candidate row of a claim (non-locking read of `ix_taskq_claim`).
+struct Candidate {
+    id: u64,
+}
+
+/// A row locked by the claim (values before the claim).
+struct ClaimRow {
+    id: u64,
+    name: String,
+    payload: Vec<u8>,
+    priority: i16,
+    run_at: NaiveDateTime,
+    attempt: u32,
+    max_attempts: u32,
+    lease_epoch: u64,
+    wait_us: i64,
+    trace_context: Option<String>,
+}
+
 impl Store {
     /// Claims up to `limit` due tasks of `queue` whose name is in `names`, in one short
-    /// transaction: `SELECT … FOR UPDATE SKIP LOCKED` on `ix_taskq_claim`, then one `UPDATE` that
-    /// marks them running with a lease of `lease_us` and increments attempt and epoch.
+    /// transaction of three statements:
     ///
-    /// Run it on a READ COMMITTED connection: under REPEATABLE READ the scan's gap locks would
-    /// make producers' inserts wait.
+    /// 1. a plain (non-locking) read of up to `2 × limit` candidate ids from `ix_taskq_claim`, in
+    ///    claim order;
+    /// 2. `SELECT … FOR UPDATE SKIP LOCKED` of those ids by primary key, re-checking that each
+    ///    is still pending and due, stopping at `limit` rows: rows another claimer holds are
+    ///    skipped, rows it already took no longer match;
+    /// 3. one `UPDATE` that marks the locked rows running with a lease of `lease_us` and
+    ///    increments attempt and epoch.
+    ///
+    /// Locking by primary key instead of scanning `ix_taskq_claim` with a locking read is what
+    /// makes the claim cheap: a locking read of a secondary index checks every entry it passes
+    /// for implicit locks, including the delete-marked entries that claimed rows leave behind
+    /// until InnoDB purges them. Measured on one connection draining 20,000 tasks 16 at a time:
+    /// 2.3 ms per locking scan (p99 5.9 ms) against 1.1 ms (p99 1.7 ms) for the two reads.
+    ///
+    /// With `after`, the candidate read starts just past that position instead of at the head
+    /// of the queue, so it does not step over those delete-marked entries either. The claim
+    /// loop seeks while it drains a backlog and rescans from the head regularly, so rows that
+    /// sort earlier are not passed over for long.
+    ///
+    /// Run it on a READ COMMITTED connection: under REPEATABLE READ the reads would see an old
+    /// snapshot and take gap locks.
     pub(crate) async fn task_claim(
         &self,
         queue: &str,
         names_json: &str,
         limit: u32,
+        after: Option<ClaimKey>,
         lease_us: i64,
         worker_id: &str,
-    ) -> sqlx::Result<Vec<Claimed>> {
+    ) -> sqlx::Result<ClaimBatch> {
         let mut tx = self.pool.begin().await?;
-        let rows = sqlx::query!(
-            r#"SELECT id AS "id: u64", name, payload, attempt AS "attempt: u32",
-                 max_attempts AS "max_attempts: u32", lease_epoch AS "lease_epoch: u64",
-                 TIMESTAMPDIFF(MICROSECOND, run_at, UTC_TIMESTAMP(6)) AS "wait_us!: i64", trace_context
-               FROM taskq_tasks
-               WHERE state = 'pending' AND queue = ? AND run_at <= UTC_TIMESTAMP(6)
-                 AND JSON_CONTAINS(?, JSON_QUOTE(name))
-               ORDER BY priority, run_at, id
+        let wanted_candidates = limit.saturating_mul(CANDIDATES_PER_TASK);
+        let candidates = match after {
+            None => {
+                sqlx::query_as!(
+                    Candidate,
+                    r#"SELECT id AS "id: u64"
+                       FROM taskq_tasks
+                       WHERE state = 'pending' AND queue = ? AND run_at <= UTC_TIMESTAMP(6)
+                         AND JSON_CONTAINS(?, JSON_QUOTE(name))
+                       ORDER BY priority, run_at, id
+                       LIMIT ?"#,
+                    queue,
+                    names_json,
+                    wanted_candidates
+                )
+                .fetch_all(&mut *tx)
+                .await?
+            }
+            Some(k) => {
+                // The row-order predicate is spelled out (no row constructor) so that both
+                // MySQL and MariaDB turn it into ranges of the index.
+                sqlx::query_as!(
+                    Candidate,
+                    r#"SELECT id AS "id: u64"
+                       FROM taskq_tasks
+                       WHERE state = 'pending' AND queue = ? AND run_at <= UTC_TIMESTAMP(6)
+                         AND (priority > ?
+                              OR (priority = ? AND run_at > ?)
+                              OR (priority = ? AND run_at = ? AND id > ?))
+                         AND JSON_CONTAINS(?, JSON_QUOTE(name))
+                       ORDER BY priority, run_at, id
+                       LIMIT ?"#,
+                    queue,
+                    k.priority,
+                    k.priority,
+                    k.run_at,
+                    k.priority,
+                    k.run_at,
+                    k.id,
+                    names_json,
+                    wanted_candidates
+                )
+                .fetch_all(&mut *tx)
+                .await?
+            }
+        };
+        if candidates.is_empty() {
+            tx.commit().await?;
+            return Ok(ClaimBatch {
+                tasks: Vec::new(),
+                last: None,
+                contended: false,
+            });
+        }
+        let more_candidates = candidates.len() as u32 == wanted_candidates;
+        let candidate_ids =
+            serde_json::to_string(&candidates.iter().map(|c| c.id).collect::<Vec<_>>())
+                .expect("ids serialize");
+        // Driven from the JSON side, so rows are visited (and locked) in claim order and the
+        // scan stops at `limit` locked rows.
+        let mut rows = sqlx::query_as!(
+            ClaimRow,
+            r#"SELECT t.id AS "id: u64", t.name, t.payload, t.priority, t.run_at,
+                 t.attempt AS "attempt: u32", t.max_attempts AS "max_attempts: u32",
+                 t.lease_epoch AS "lease_epoch: u64",
+                 TIMESTAMPDIFF(MICROSECOND, t.run_at, UTC_TIMESTAMP(6)) AS "wait_us!: i64",
+                 t.trace_context
+               FROM JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$')) AS j
+                 STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id
+               WHERE t.state = 'pending' AND t.run_at <= UTC_TIMESTAMP(6)
                LIMIT ?
                FOR UPDATE SKIP LOCKED"#,
-            queue,
-            names_json,
+            candidate_ids,
             limit
         )
         .fetch_all(&mut *tx)
         .await?;
+        let contended = (rows.len() as u32) < limit && more_candidates;
         if rows.is_empty() {
             tx.commit().await?;
-            return Ok(Vec::new());
+            return Ok(ClaimBatch {
+                tasks: Vec::new(),
+                last: None,
+                contended,
+            });
         }
+        rows.sort_by_key(|r| (r.priority, r.run_at, r.id));
         let ids = serde_json::to_string(&rows.iter().map(|r| r.id).collect::<Vec<_>>())
             .expect("ids serialize");
         sqlx::query!(
             r#"UPDATE JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$')) AS j
-                 STRAIGHT_JOIN taskq_tasks t ON t.id = j.id
+                 STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id
                SET t.state = 'running', t.attempt = t.attempt + 1, t.lease_epoch = t.lease_epoch + 1,
                    t.lease_until = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, t.worker_id = ?,
                    t.updated_at = UTC_TIMESTAMP(6)"#,
@@ -314,7 +446,12 @@ impl Store {
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
-        Ok(rows
+        let last = rows.last().map(|r| ClaimKey {
+            priority: r.priority,
+            run_at: r.run_at,
+            id: r.id,
+        });
+        let tasks = rows
             .into_iter()
             .map(|r| Claimed {
                 id: r.id,
@@ -326,7 +463,12 @@ impl Store {
                 wait_us: r.wait_us,
                 trace_context: r.trace_context,
             })
-            .collect())
+            .collect();
+        Ok(ClaimBatch {
+            tasks,
+            last,
+            contended,
+        })
     }
 }
 
@@ -350,7 +492,7 @@ impl Store {
         let done = sqlx::query!(
             r#"UPDATE JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$[0]',
                                                    epoch BIGINT UNSIGNED PATH '$[1]')) AS j
-                 STRAIGHT_JOIN taskq_tasks t ON t.id = j.id AND t.lease_epoch = j.epoch
+                 STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id AND t.lease_epoch = j.epoch
                SET t.lease_until = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, t.updated_at = UTC_TIMESTAMP(6)
                WHERE t.state = 'running' AND t.lease_until > UTC_TIMESTAMP(6)"#,
             leases_json,
@@ -367,7 +509,7 @@ impl Store {
             r#"SELECT t.id AS "id: u64"
                FROM JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$[0]',
                                                  epoch BIGINT UNSIGNED PATH '$[1]')) AS j
-                 STRAIGHT_JOIN taskq_tasks t ON t.id = j.id AND t.lease_epoch = j.epoch
+                 STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id AND t.lease_epoch = j.epoch
                WHERE t.state = 'running' AND t.lease_until > UTC_TIMESTAMP(6)"#,
             leases_json
         )
@@ -404,7 +546,7 @@ impl Store {
                      state VARCHAR(16) PATH '$.state',
                      delay_us BIGINT PATH '$.delay_us',
                      error TEXT CHARACTER SET utf8mb4 PATH '$.error')) AS j
-                 STRAIGHT_JOIN taskq_tasks t ON t.id = j.id AND t.lease_epoch = j.epoch
+                 STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id AND t.lease_epoch = j.epoch
                SET t.state = j.state,
                    t.run_at = IF(j.state = 'pending', UTC_TIMESTAMP(6) + INTERVAL j.delay_us MICROSECOND, t.run_at),
                    t.finished_at = IF(j.state = 'pending', NULL, UTC_TIMESTAMP(6)),
@@ -425,7 +567,7 @@ impl Store {
         let done = sqlx::query!(
             r#"UPDATE JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$[0]',
                                                    epoch BIGINT UNSIGNED PATH '$[1]')) AS j
-                 STRAIGHT_JOIN taskq_tasks t ON t.id = j.id AND t.lease_epoch = j.epoch
+                 STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id AND t.lease_epoch = j.epoch
                SET t.state = 'pending', t.lease_epoch = t.lease_epoch + 1,
                    t.attempt = IF(t.attempt > 0, t.attempt - 1, 0),
                    t.run_at = UTC_TIMESTAMP(6), t.lease_until = NULL, t.worker_id = NULL,
@@ -485,7 +627,7 @@ impl Store {
         let rows = sqlx::query!(
             r#"SELECT t.id AS "id: u64", t.lease_epoch AS "lease_epoch: u64"
                FROM JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$')) AS j
-                 STRAIGHT_JOIN taskq_tasks t ON t.id = j.id"#,
+                 STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id"#,
             ids_json
         )
         .fetch_all(&self.pool)

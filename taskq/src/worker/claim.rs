@@ -32,6 +32,10 @@ pub(crate) async fn run(shared: Arc<Shared>, queue: Arc<str>, concurrency: usize
         .max(1);
     let low_water = target.div_ceil(2);
     let mut backlog = false;
+    // While draining a backlog, where the last full claim ended: the next claim seeks past it
+    // (see `Store::task_claim`), and rescans from the head at least every `RESCAN_EVERY`.
+    let mut seek = None;
+    let mut last_head_scan = Instant::now();
     while !shared.stopping() {
         // Register interest before looking, so a slot freed meanwhile is not missed.
         let slot_freed = shared.slot_freed.notified();
@@ -61,25 +65,34 @@ pub(crate) async fn run(shared: Arc<Shared>, queue: Arc<str>, concurrency: usize
         }
         let wanted = slots.len();
         let started = Instant::now();
+        let after = seek
+            .take()
+            .filter(|_| last_head_scan.elapsed() < RESCAN_EVERY);
+        if after.is_none() {
+            last_head_scan = started;
+        }
         WorkerStats::add(&shared.stats.claim_queries, 1);
-        let claimed = shared
+        let batch = shared
             .store
             .task_claim(
                 &queue,
                 &shared.names_json,
                 wanted as u32,
+                after,
                 shared.lease_us(),
                 &shared.worker_id,
             )
             .await;
-        let claimed = match claimed {
-            Ok(c) => c,
+        let batch = match batch {
+            Ok(b) => b,
             Err(e) => {
+                backlog = false;
                 on_error(&shared, &queue, &e, &mut failures).await;
                 continue;
             }
         };
         failures = 0;
+        let claimed = batch.tasks;
         let got = claimed.len();
         WorkerStats::add(&shared.stats.claimed, got as u64);
         crate::metrics::claimed(&queue, got, started.elapsed());
@@ -101,8 +114,22 @@ pub(crate) async fn run(shared: Arc<Shared>, queue: Arc<str>, concurrency: usize
         drop(slots);
         backlog = got == wanted;
         if backlog {
+            seek = batch.last;
             idle = shared.cfg.poll_min;
             continue; // probably more due: claim again as soon as slots allow
+        }
+        if batch.contended {
+            // Other claimers locked some candidates first, so more are due: claim again at
+            // once, or after the shortest poll when this claim got nothing (do not spin on
+            // rows someone holds for long).
+            idle = shared.cfg.poll_min;
+            if got > 0 {
+                continue;
+            }
+        } else if after.is_some() {
+            // The seek ran short, but rows sorting before its start may be due: rescan from
+            // the head at once rather than going idle.
+            continue;
         }
         if got > 0 {
             idle = shared.cfg.poll_min;
@@ -116,6 +143,12 @@ pub(crate) async fn run(shared: Arc<Shared>, queue: Arc<str>, concurrency: usize
         }
     }
 }
+
+/// Longest time a claim loop draining a backlog goes on seeking past its last claim before
+/// it scans its queue from the head again: the most a task that sorts before the seek
+/// position (a higher priority, an earlier `run_at`, a released or reaped task) waits for
+/// the loop to look at it.
+const RESCAN_EVERY: Duration = Duration::from_millis(100);
 
 /// Longest wait for the slots of a full batch once at least the low-water mark is free.
 const GATHER_LOW: Duration = Duration::from_millis(2);

@@ -1,0 +1,193 @@
+//! The claim against a real database: rows another transaction holds are skipped, not waited
+//! for; a backlog drained by seeking past the last claim still picks up a task that sorts
+//! before the seek position; held candidates do not make the claim loop spin.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use taskq::{Client, Task, TaskContext, TaskError, TaskState};
+use taskq_tests::{RunningWorker, TestDb, fast_worker, wait_until};
+
+/// Start order of handlers, shared with them as worker state.
+#[derive(Clone, Default)]
+struct Started(Arc<Mutex<Vec<u32>>>);
+
+impl Started {
+    fn list(&self) -> Vec<u32> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct Step {
+    n: u32,
+    sleep_ms: u64,
+}
+
+impl Task for Step {
+    const NAME: &'static str = "step";
+    async fn run(self, cx: TaskContext) -> Result<(), TaskError> {
+        cx.state::<Started>()
+            .expect("Started state registered")
+            .0
+            .lock()
+            .unwrap()
+            .push(self.n);
+        tokio::time::sleep(Duration::from_millis(self.sleep_ms)).await;
+        Ok(())
+    }
+}
+
+async fn enqueue_steps(db: &TestDb, range: std::ops::Range<u32>, sleep_ms: u64) {
+    let mut tx = db.pool.begin().await.unwrap();
+    taskq::enqueue_many(&mut tx, range.map(|n| Step { n, sleep_ms }))
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+}
+
+/// Opens a transaction that locks the task rows `ids` by primary key and keeps it open.
+async fn hold_rows(db: &TestDb, ids: &[u64]) -> sqlx::pool::PoolConnection<sqlx::MySql> {
+    let mut conn = db.pool.acquire().await.unwrap();
+    sqlx::query("BEGIN").execute(&mut *conn).await.unwrap();
+    let list = ids.iter().map(u64::to_string).collect::<Vec<_>>().join(",");
+    let locked: Vec<u64> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "SELECT id FROM taskq_tasks WHERE id IN ({list}) FOR UPDATE"
+    )))
+    .fetch_all(&mut *conn)
+    .await
+    .unwrap();
+    assert_eq!(locked.len(), ids.len());
+    conn
+}
+
+async fn ids_by_n(db: &TestDb) -> Vec<u64> {
+    sqlx::query_scalar("SELECT id FROM taskq_tasks ORDER BY id")
+        .fetch_all(&db.pool)
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_held_by_another_transaction_are_skipped_not_waited_for() {
+    let db = TestDb::new().await;
+    let started = Started::default();
+    enqueue_steps(&db, 0..20, 0).await;
+    let ids = ids_by_n(&db).await;
+    // The first three candidates in claim order are locked elsewhere.
+    let mut holder = hold_rows(&db, &ids[..3]).await;
+    let w = RunningWorker::spawn(
+        fast_worker(&db.pool)
+            .register::<Step>()
+            .state(started.clone())
+            .queue("default", 4),
+    );
+    wait_until(
+        Duration::from_secs(20),
+        "17 unlocked tasks done",
+        || async { db.count("state = 'succeeded'").await == 17 },
+    )
+    .await;
+    // Skipped, not claimed, not waited for: still pending and untouched.
+    assert_eq!(
+        db.count("state = 'pending' AND attempt = 0 AND lease_epoch = 0")
+            .await,
+        3
+    );
+    assert!(started.list().iter().all(|n| *n >= 3));
+    sqlx::query("COMMIT").execute(&mut *holder).await.unwrap();
+    wait_until(Duration::from_secs(20), "all 20 done", || async {
+        db.count("state = 'succeeded'").await == 20
+    })
+    .await;
+    let report = w.stop().await;
+    assert_eq!(report.stats.claimed, 20);
+    assert_eq!(report.stats.db_errors, 0);
+    assert_eq!(db.count("attempt = 1 AND lease_epoch = 1").await, 20);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_candidates_do_not_make_the_claim_loop_spin() {
+    let db = TestDb::new().await;
+    let started = Started::default();
+    enqueue_steps(&db, 0..40, 0).await;
+    let ids = ids_by_n(&db).await;
+    // Every due task is held: each claim reads a full set of candidates and locks none.
+    let mut holder = hold_rows(&db, &ids).await;
+    let w = RunningWorker::spawn(
+        fast_worker(&db.pool)
+            .register::<Step>()
+            .state(started.clone())
+            .queue("default", 4),
+    );
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let claims = w.stats.snapshot().claim_queries;
+    // The loop waits the shortest poll (10 ms here) between such claims instead of retrying at
+    // once: about 100 claims a second, not thousands.
+    assert!(
+        (3..=150).contains(&claims),
+        "{claims} claims in one second while every candidate was held"
+    );
+    assert_eq!(db.count("state = 'pending' AND attempt = 0").await, 40);
+    sqlx::query("COMMIT").execute(&mut *holder).await.unwrap();
+    wait_until(Duration::from_secs(20), "all 40 done", || async {
+        db.count("state = 'succeeded'").await == 40
+    })
+    .await;
+    let report = w.stop().await;
+    assert_eq!(report.stats.claimed, 40);
+    assert!(started.list().len() == 40);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_sorting_before_the_seek_position_is_not_left_for_the_end_of_a_backlog() {
+    let db = TestDb::new().await;
+    let started = Started::default();
+    let backlog = 600u32;
+    // ~5 ms per task at concurrency 4: the backlog takes the better part of a second.
+    enqueue_steps(&db, 0..backlog, 5).await;
+    let w = RunningWorker::spawn(
+        fast_worker(&db.pool)
+            .register::<Step>()
+            .state(started.clone())
+            .queue("default", 4),
+    );
+    wait_until(
+        Duration::from_secs(20),
+        "50 backlog tasks started",
+        || async { started.list().len() >= 50 },
+    )
+    .await;
+    // Priority -1 sorts it before every backlog row, i.e. before where the claim loop's seek
+    // starts; only a rescan from the head of the queue finds it.
+    let urgent = Step {
+        n: 9_999,
+        sleep_ms: 0,
+    }
+    .enqueue_options()
+    .priority(-1)
+    .enqueue(&db.pool)
+    .await
+    .unwrap()
+    .id;
+    let client = Client::new(db.pool.clone());
+    wait_until(Duration::from_secs(30), "urgent task done", || {
+        let client = client.clone();
+        async move { client.get(urgent).await.unwrap().state == TaskState::Succeeded }
+    })
+    .await;
+    let order = started.list();
+    let at = order.iter().position(|n| *n == 9_999).unwrap();
+    // It runs within a rescan interval (100 ms, ~80 tasks here), long before the backlog ends.
+    assert!(
+        at < (backlog as usize) - 150,
+        "the urgent task started {at}th of {}",
+        backlog + 1
+    );
+    wait_until(Duration::from_secs(30), "backlog done", || async {
+        db.count("state = 'succeeded'").await == i64::from(backlog) + 1
+    })
+    .await;
+    let report = w.stop().await;
+    assert_eq!(report.stats.claimed, u64::from(backlog) + 1);
+}
