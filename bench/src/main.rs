@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
+use sqlx::types::chrono::NaiveDateTime;
 use sqlx::{ConnectOptions, Connection, MySqlPool, Row};
 use taskq::{Task, TaskContext, TaskError};
 
@@ -370,6 +371,7 @@ async fn raw_claim_loop(
                 .execute(&mut *conn)
                 .await?;
             let mut done = 0u64;
+            let mut after: Option<(u64, i16, NaiveDateTime)> = None;
             loop {
                 let mut tx = conn.begin().await?;
                 let rows = match shape {
@@ -386,19 +388,47 @@ async fn raw_claim_loop(
                         .await?
                     }
                     ClaimShape::TwoStep => {
-                        let candidates: Vec<u64> = sqlx::query_scalar(
-                            "SELECT id FROM taskq_tasks
-                             WHERE state = 'pending' AND queue = ? AND run_at <= UTC_TIMESTAMP(6)
-                             ORDER BY priority, run_at, id LIMIT ?",
-                        )
-                        .bind(QUEUE)
-                        .bind(batch * 2)
-                        .fetch_all(&mut *tx)
-                        .await?;
-                        if candidates.is_empty() {
+                        // Like taskq: after a contended claim, read candidates past the last
+                        // one instead of re-reading rows other connections hold.
+                        let seek = after.take();
+                        let was_seek = seek.is_some();
+                        let candidates: Vec<(u64, i16, NaiveDateTime)> = match seek {
+                            None => sqlx::query_as(
+                                "SELECT id, priority, run_at FROM taskq_tasks
+                                 WHERE state = 'pending' AND queue = ?
+                                   AND run_at <= UTC_TIMESTAMP(6)
+                                 ORDER BY priority, run_at, id LIMIT ?",
+                            )
+                            .bind(QUEUE)
+                            .bind(batch * 2)
+                            .fetch_all(&mut *tx)
+                            .await?,
+                            Some((id, p, r)) => sqlx::query_as(
+                                "SELECT id, priority, run_at FROM taskq_tasks
+                                 WHERE state = 'pending' AND queue = ?
+                                   AND run_at <= UTC_TIMESTAMP(6)
+                                   AND (priority > ? OR (priority = ? AND run_at > ?)
+                                        OR (priority = ? AND run_at = ? AND id > ?))
+                                 ORDER BY priority, run_at, id LIMIT ?",
+                            )
+                            .bind(QUEUE)
+                            .bind(p)
+                            .bind(p)
+                            .bind(r)
+                            .bind(p)
+                            .bind(r)
+                            .bind(id)
+                            .bind(batch * 2)
+                            .fetch_all(&mut *tx)
+                            .await?,
+                        };
+                        let full = candidates.len() as u32 == batch * 2;
+                        let last = candidates.last().copied();
+                        let ids: Vec<u64> = candidates.iter().map(|c| c.0).collect();
+                        let rows = if ids.is_empty() {
                             Vec::new()
                         } else {
-                            let rows = sqlx::query(
+                            sqlx::query(
                                 "SELECT t.id, t.name, t.payload, t.attempt, t.max_attempts,
                                      t.lease_epoch
                                  FROM JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$')) AS j
@@ -406,17 +436,21 @@ async fn raw_claim_loop(
                                  WHERE t.state = 'pending' AND t.run_at <= UTC_TIMESTAMP(6)
                                  LIMIT ? FOR UPDATE SKIP LOCKED",
                             )
-                            .bind(serde_json::to_string(&candidates)?)
+                            .bind(serde_json::to_string(&ids)?)
                             .bind(batch)
                             .fetch_all(&mut *tx)
-                            .await?;
-                            if rows.is_empty() {
-                                // Every candidate was taken by another connection meanwhile.
-                                tx.commit().await?;
-                                continue;
-                            }
-                            rows
+                            .await?
+                        };
+                        if (rows.len() as u32) < batch && full {
+                            after = last;
                         }
+                        if rows.is_empty() && (after.is_some() || was_seek) {
+                            // Held by others, or the seek ran out: go on, from the head if
+                            // nothing is left past the candidates.
+                            tx.commit().await?;
+                            continue;
+                        }
+                        rows
                     }
                 };
                 if rows.is_empty() {
@@ -580,6 +614,58 @@ async fn drain_once(pool: &MySqlPool, concurrency: usize, n: u64, preloaded: boo
     })
 }
 
+/// A fleet draining one queue: `workers` workers at `concurrency` each, started together.
+#[derive(serde::Serialize)]
+struct FleetDrain {
+    workers: usize,
+    concurrency: usize,
+    tasks: u64,
+    tasks_per_s: f64,
+    statements_per_task: f64,
+    claim_queries: u64,
+    /// Tasks per claim transaction: low when claimers keep getting in each other's way.
+    tasks_per_claim: f64,
+}
+
+async fn drain_fleet(
+    pool: &MySqlPool,
+    workers: usize,
+    concurrency: usize,
+    n: u64,
+) -> Res<FleetDrain> {
+    reset(pool).await?;
+    preload(pool, n).await?;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let before = server_status(pool).await?;
+    let start = Instant::now();
+    let fleet: Vec<Running> = (0..workers)
+        .map(|_| start_worker(pool, concurrency))
+        .collect::<Res<_>>()?;
+    let deadline = Instant::now() + Duration::from_secs(3600);
+    while fleet.iter().map(Running::succeeded).sum::<u64>() < n {
+        if Instant::now() > deadline {
+            return Err("fleet drain timed out".into());
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let mut claims = 0;
+    for w in fleet {
+        claims += w.stop().await?.stats.claim_queries;
+    }
+    let after = server_status(pool).await?;
+    let d = status_delta(&before, &after);
+    Ok(FleetDrain {
+        workers,
+        concurrency,
+        tasks: n,
+        tasks_per_s: n as f64 / secs,
+        statements_per_task: d.get("Questions").copied().unwrap_or(0) as f64 / n as f64,
+        claim_queries: claims,
+        tasks_per_claim: n as f64 / claims.max(1) as f64,
+    })
+}
+
 #[derive(serde::Serialize)]
 struct Latency {
     wake: bool,
@@ -644,7 +730,7 @@ async fn latency(pool: &MySqlPool, wake: bool, n: u64, interval: Duration) -> Re
 async fn explain_claim(pool: &MySqlPool) -> Res<Vec<String>> {
     // The three reads of taskq's claim: candidates from the head of the queue, candidates
     // past a seek position (here: the first due row), and the locking read by primary key.
-    let first: (i16, sqlx::types::chrono::NaiveDateTime, u64) = sqlx::query_as(
+    let first: (i16, NaiveDateTime, u64) = sqlx::query_as(
         "SELECT priority, run_at, id FROM taskq_tasks
          WHERE state = 'pending' AND queue = 'bench' AND run_at <= UTC_TIMESTAMP(6)
          ORDER BY priority, run_at, id LIMIT 1",
@@ -950,6 +1036,11 @@ async fn targets_only(sz: &Sizes, pool: &MySqlPool) -> Res<()> {
         d.tasks_per_s,
         d.tasks_per_s / raw_loop
     );
+    let fleet = drain_fleet(pool, 4, 4, sz.drain).await?;
+    eprintln!(
+        "4 workers x concurrency 4: {:.0} tasks/s, {:.3} stmts/task, {:.1} tasks per claim",
+        fleet.tasks_per_s, fleet.statements_per_task, fleet.tasks_per_claim
+    );
     Ok(())
 }
 
@@ -1045,6 +1136,11 @@ async fn bench(opts: &Opts, pool: &MySqlPool) -> Res<()> {
         }
         drains.push(median_by_rate(runs));
     }
+    let fleet = drain_fleet(pool, 4, 4, sz.drain).await?;
+    eprintln!(
+        "  4 workers x concurrency 4: {:.0} tasks/s, {:.3} stmts/task, {:.1} tasks per claim",
+        fleet.tasks_per_s, fleet.statements_per_task, fleet.tasks_per_claim
+    );
 
     eprintln!("[5/7] pickup latency");
     let interval = Duration::from_millis(10);
@@ -1154,7 +1250,16 @@ async fn bench(opts: &Opts, pool: &MySqlPool) -> Res<()> {
         format!("{:.1}", d.peak_rss_kib as f64 / 1024.0)
     });
     out += &format!(
-        "\nenqueue_many: {} tasks/s (5,000 per transaction), {} tasks/s (1,000 per transaction), \
+        "\nfleet: {} workers at concurrency {} on one queue: {} tasks/s, {:.3} statements/task, \
+         {:.1} tasks per claim\n",
+        fleet.workers,
+        fleet.concurrency,
+        fmt_rate(fleet.tasks_per_s),
+        fleet.statements_per_task,
+        fleet.tasks_per_claim
+    );
+    out += &format!(
+        "enqueue_many: {} tasks/s (5,000 per transaction), {} tasks/s (1,000 per transaction), \
          {} tasks/s (100 per transaction)\n",
         fmt_rate(many_5000),
         fmt_rate(many_1000),
@@ -1296,6 +1401,7 @@ async fn bench(opts: &Opts, pool: &MySqlPool) -> Res<()> {
         "raw_batched_loop_rows_per_s": { "1": raw_loop[0], "4": raw_loop[1], "16": raw_loop[2] },
         "raw_two_step_loop_rows_per_s": { "1": raw_two[0], "4": raw_two[1], "16": raw_two[2] },
         "drain": drains,
+        "fleet_drain": fleet,
         "latency": [lat_wake, lat_poll, lat_sparse],
         "backlog": { "pending": sz.backlog, "due": due, "insert_secs": backlog_insert_s,
                      "drain": backlog, "explain": explain },

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::{Shared, WorkerStats, backoff_sleep, executor};
+use crate::store::ClaimFrom;
 use crate::wake;
 
 /// Handler slots held by one claimed task (its queue's and the worker's).
@@ -36,6 +37,8 @@ pub(crate) async fn run(shared: Arc<Shared>, queue: Arc<str>, concurrency: usize
     // (see `Store::task_claim`), and rescans from the head at least every `RESCAN_EVERY`.
     let mut seek = None;
     let mut last_head_scan = Instant::now();
+    // Set when others held every candidate of the last claim: the next one is a locking scan.
+    let mut locking_scan = false;
     while !shared.stopping() {
         // Register interest before looking, so a slot freed meanwhile is not missed.
         let slot_freed = shared.slot_freed.notified();
@@ -68,6 +71,12 @@ pub(crate) async fn run(shared: Arc<Shared>, queue: Arc<str>, concurrency: usize
         let after = seek
             .take()
             .filter(|_| last_head_scan.elapsed() < RESCAN_EVERY);
+        let from = match after {
+            Some(k) => ClaimFrom::After(k),
+            None if locking_scan => ClaimFrom::LockingScan,
+            None => ClaimFrom::Head,
+        };
+        locking_scan = false;
         if after.is_none() {
             last_head_scan = started;
         }
@@ -78,7 +87,7 @@ pub(crate) async fn run(shared: Arc<Shared>, queue: Arc<str>, concurrency: usize
                 &queue,
                 &shared.names_json,
                 wanted as u32,
-                after,
+                from,
                 shared.lease_us(),
                 &shared.worker_id,
             )
@@ -118,14 +127,18 @@ pub(crate) async fn run(shared: Arc<Shared>, queue: Arc<str>, concurrency: usize
             idle = shared.cfg.poll_min;
             continue; // probably more due: claim again as soon as slots allow
         }
-        if batch.contended {
-            // Other claimers locked some candidates first, so more are due: claim again at
-            // once, or after the shortest poll when this claim got nothing (do not spin on
-            // rows someone holds for long).
+        if let Some(past) = batch.contended_after {
+            // Other claimers held some candidates, so more may be due. If this claim got some,
+            // go on at once past the candidates (claimers leapfrog each other); if others held
+            // every candidate, claim once with a locking scan, which walks past held rows
+            // however many there are.
             idle = shared.cfg.poll_min;
             if got > 0 {
-                continue;
+                seek = Some(past);
+            } else {
+                locking_scan = true;
             }
+            continue;
         } else if after.is_some() {
             // The seek ran short, but rows sorting before its start may be due: rescan from
             // the head at once rather than going idle.
