@@ -288,6 +288,19 @@ pub(crate) enum ClaimFrom {
     LockingScan,
 }
 
+/// One claim: up to `limit` due tasks of `queue` whose name is in `names_json`, looked for
+/// `from` the head, a position or by locking scan, with `candidates` candidate ids read.
+pub(crate) struct ClaimRequest<'a> {
+    pub queue: &'a str,
+    /// JSON array of the task names the worker handles.
+    pub names_json: &'a str,
+    pub limit: u32,
+    pub candidates: u32,
+    pub from: ClaimFrom,
+    pub lease_us: i64,
+    pub worker_id: &'a str,
+}
+
 /// What one claim transaction took.
 pub(crate) struct ClaimBatch {
     /// The claimed tasks, in claim order.
@@ -299,10 +312,6 @@ pub(crate) struct ClaimBatch {
     /// candidate; the next claim goes on from there rather than reading the same candidates.
     pub contended_after: Option<ClaimKey>,
 }
-
-/// How many candidates the claim reads per task it wants: the spare ones stand in for
-/// candidates a concurrent claimer locks first.
-const CANDIDATES_PER_TASK: u32 = 2;
 
 /// A candidate row of a claim (non-locking read of `ix_taskq_claim`, which covers it).
 struct Candidate {
@@ -326,11 +335,11 @@ struct ClaimRow {
 }
 
 impl Store {
-    /// Claims up to `limit` due tasks of `queue` whose name is in `names`, in one short
+    /// Claims up to `limit` due tasks of `queue` whose name is in `names_json`, in one short
     /// transaction of three statements:
     ///
-    /// 1. a plain (non-locking) read of up to `2 × limit` candidate ids from `ix_taskq_claim`, in
-    ///    claim order;
+    /// 1. a plain (non-locking) read of up to `candidates` ids (a few times `limit`) from
+    ///    `ix_taskq_claim`, in claim order;
     /// 2. `SELECT … FOR UPDATE SKIP LOCKED` of those ids by primary key, re-checking that each
     ///    is still pending and due, stopping at `limit` rows: rows another claimer holds are
     ///    skipped, rows it already took no longer match;
@@ -357,15 +366,16 @@ impl Store {
     ///
     /// Run it on a READ COMMITTED connection: under REPEATABLE READ the reads would see an old
     /// snapshot and take gap locks.
-    pub(crate) async fn task_claim(
-        &self,
-        queue: &str,
-        names_json: &str,
-        limit: u32,
-        from: ClaimFrom,
-        lease_us: i64,
-        worker_id: &str,
-    ) -> sqlx::Result<ClaimBatch> {
+    pub(crate) async fn task_claim(&self, req: &ClaimRequest<'_>) -> sqlx::Result<ClaimBatch> {
+        let &ClaimRequest {
+            queue,
+            names_json,
+            limit,
+            candidates,
+            from,
+            lease_us,
+            worker_id,
+        } = req;
         let mut tx = self.pool.begin().await?;
         let (mut rows, contended_after) = match from {
             ClaimFrom::LockingScan => {
@@ -395,7 +405,7 @@ impl Store {
                     ClaimFrom::After(k) => Some(k),
                     _ => None,
                 };
-                claim_by_candidates(&mut tx, queue, names_json, limit, after).await?
+                claim_by_candidates(&mut tx, queue, names_json, limit, candidates, after).await?
             }
         };
         if rows.is_empty() {
@@ -456,9 +466,10 @@ async fn claim_by_candidates(
     queue: &str,
     names_json: &str,
     limit: u32,
+    wanted_candidates: u32,
     after: Option<ClaimKey>,
 ) -> sqlx::Result<(Vec<ClaimRow>, Option<ClaimKey>)> {
-    let wanted_candidates = limit.saturating_mul(CANDIDATES_PER_TASK);
+    let wanted_candidates = wanted_candidates.max(limit);
     let candidates = match after {
         None => {
             sqlx::query_as!(

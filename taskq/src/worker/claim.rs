@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::{Shared, WorkerStats, backoff_sleep, executor};
-use crate::store::ClaimFrom;
+use crate::store::{ClaimFrom, ClaimRequest};
 use crate::wake;
 
 /// Handler slots held by one claimed task (its queue's and the worker's).
@@ -39,6 +39,10 @@ pub(crate) async fn run(shared: Arc<Shared>, queue: Arc<str>, concurrency: usize
     let mut last_head_scan = Instant::now();
     // Set when others held every candidate of the last claim: the next one is a locking scan.
     let mut locking_scan = false;
+    // Candidates read per wanted task: doubled after a contended claim (several claimers
+    // reading the same head of the queue), halved after a short one that was not contended
+    // (the backlog is gone); full claims keep it.
+    let mut spread = MIN_SPREAD;
     while !shared.stopping() {
         // Register interest before looking, so a slot freed meanwhile is not missed.
         let slot_freed = shared.slot_freed.notified();
@@ -83,14 +87,15 @@ pub(crate) async fn run(shared: Arc<Shared>, queue: Arc<str>, concurrency: usize
         WorkerStats::add(&shared.stats.claim_queries, 1);
         let batch = shared
             .store
-            .task_claim(
-                &queue,
-                &shared.names_json,
-                wanted as u32,
+            .task_claim(&ClaimRequest {
+                queue: &queue,
+                names_json: &shared.names_json,
+                limit: wanted as u32,
+                candidates: (wanted * spread) as u32,
                 from,
-                shared.lease_us(),
-                &shared.worker_id,
-            )
+                lease_us: shared.lease_us(),
+                worker_id: &shared.worker_id,
+            })
             .await;
         let batch = match batch {
             Ok(b) => b,
@@ -127,12 +132,18 @@ pub(crate) async fn run(shared: Arc<Shared>, queue: Arc<str>, concurrency: usize
             idle = shared.cfg.poll_min;
             continue; // probably more due: claim again as soon as slots allow
         }
+        spread = if batch.contended_after.is_some() {
+            (spread * 2).min(MAX_SPREAD)
+        } else {
+            (spread / 2).max(MIN_SPREAD)
+        };
         if let Some(past) = batch.contended_after {
-            // Other claimers held some candidates, so more may be due. If this claim got some,
-            // go on at once past the candidates (claimers leapfrog each other); if others held
-            // every candidate, claim once with a locking scan, which walks past held rows
-            // however many there are.
+            // Other claimers held some candidates, so more may be due: treat it as a backlog
+            // (gather slots for a batch). If this claim got some, go on past the candidates
+            // (claimers leapfrog each other); if others held every candidate, claim once with
+            // a locking scan, which walks past held rows however many there are.
             idle = shared.cfg.poll_min;
+            backlog = true;
             if got > 0 {
                 seek = Some(past);
             } else {
@@ -162,6 +173,10 @@ pub(crate) async fn run(shared: Arc<Shared>, queue: Arc<str>, concurrency: usize
 /// position (a higher priority, an earlier `run_at`, a released or reaped task) waits for
 /// the loop to look at it.
 const RESCAN_EVERY: Duration = Duration::from_millis(100);
+
+/// Candidates a claim reads per task it wants, at least and at most (see `Store::task_claim`).
+const MIN_SPREAD: usize = 2;
+const MAX_SPREAD: usize = 8;
 
 /// Longest wait for the slots of a full batch once at least the low-water mark is free.
 const GATHER_LOW: Duration = Duration::from_millis(2);
