@@ -123,7 +123,7 @@ impl Sizes {
     fn new(quick: bool) -> Self {
         if quick {
             Sizes {
-                insert_secs: 0.5,
+                insert_secs: 2.0,
                 drain: 2_000,
                 reps: 1,
                 many: 5_000,
@@ -133,7 +133,7 @@ impl Sizes {
             }
         } else {
             Sizes {
-                insert_secs: 4.0,
+                insert_secs: 16.0,
                 drain: 20_000,
                 reps: 3,
                 many: 50_000,
@@ -275,23 +275,36 @@ async fn bulk_insert(pool: &MySqlPool, n: u64, due_every: u64) -> Res<()> {
 // ---------------------------------------------------------------------------------------------
 // Raw ceilings.
 
-/// Hand-written single-row INSERT + COMMIT (or `enqueue_tx` + COMMIT) on `conns` connections
-/// for `secs`; returns transactions per second.
-async fn insert_rate(pool: &MySqlPool, conns: usize, secs: f64, taskq: bool) -> Res<f64> {
+/// Length of one time slice of [`insert_rates`]: every connection switches between the raw
+/// INSERT and `enqueue_tx` at each slice boundary.
+const INSERT_SLICE: Duration = Duration::from_millis(100);
+
+/// Hand-written single-row INSERT + COMMIT and `enqueue_tx` + COMMIT on `conns` connections
+/// for `secs`, interleaved in 100 ms slices (even slices raw, odd slices taskq, on every
+/// connection at once), so that drift in the machine's speed over the run (other load, the
+/// disk's fsync latency) falls on both equally. Returns `(raw, taskq)` transactions per second,
+/// each over the half of the run it had.
+async fn insert_rates(pool: &MySqlPool, conns: usize, secs: f64) -> Res<(f64, f64)> {
     reset(pool).await?;
-    let deadline = Instant::now() + Duration::from_secs_f64(secs);
     let start = Instant::now();
+    let deadline = start + Duration::from_secs_f64(secs);
     let mut set = tokio::task::JoinSet::new();
     for c in 0..conns {
         let pool = pool.clone();
         set.spawn(async move {
             let mut conn = pool.acquire().await?;
-            let mut n = 0u64;
+            let (mut raw, mut tq) = (0u64, 0u64);
             let payload = serde_json::to_vec(&noop(0))?;
-            while Instant::now() < deadline {
+            loop {
+                let now = Instant::now();
+                if now >= deadline {
+                    break;
+                }
+                let slice = (now - start).as_nanos() / INSERT_SLICE.as_nanos();
+                let taskq = slice % 2 == 1;
                 let mut tx = conn.begin().await?;
                 if taskq {
-                    noop(c as u64 * 1_000_000 + n).enqueue_tx(&mut tx).await?;
+                    noop(c as u64 * 10_000_000 + tq).enqueue_tx(&mut tx).await?;
                 } else {
                     sqlx::query(
                         "INSERT INTO taskq_tasks (queue, name, payload, state, priority,
@@ -308,34 +321,23 @@ async fn insert_rate(pool: &MySqlPool, conns: usize, secs: f64, taskq: bool) -> 
                     .await?;
                 }
                 tx.commit().await?;
-                n += 1;
+                if taskq {
+                    tq += 1;
+                } else {
+                    raw += 1;
+                }
             }
-            Res::Ok(n)
+            Res::Ok((raw, tq))
         });
     }
-    let mut total = 0;
+    let (mut raw, mut tq) = (0, 0);
     while let Some(r) = set.join_next().await {
-        total += r??;
+        let (r, t) = r??;
+        raw += r;
+        tq += t;
     }
-    Ok(total as f64 / start.elapsed().as_secs_f64())
-}
-
-/// Raw INSERT+COMMIT and `enqueue_tx` + COMMIT at `conns` connections, `sz.reps + 1` runs of
-/// each, interleaved with the first of each pair alternating (raw/taskq, taskq/raw, ...) so
-/// drift on the machine does not fall on one side only; returns the best of each.
-async fn best_insert_rates(pool: &MySqlPool, conns: usize, sz: &Sizes) -> Res<(f64, f64)> {
-    let (mut raw, mut tq) = (0f64, 0f64);
-    for i in 0..=sz.reps {
-        for taskq in [i % 2 == 1, i % 2 == 0] {
-            let rate = insert_rate(pool, conns, sz.insert_secs, taskq).await?;
-            if taskq {
-                tq = tq.max(rate);
-            } else {
-                raw = raw.max(rate);
-            }
-        }
-    }
-    Ok((raw, tq))
+    let half = start.elapsed().as_secs_f64() / 2.0;
+    Ok((raw as f64 / half, tq as f64 / half))
 }
 
 /// How a hand-written claim finds and locks its rows.
@@ -1013,11 +1015,13 @@ fn median_by_rate(mut runs: Vec<Drain>) -> Drain {
 /// `--targets-only`: the two measurements whose ratio targets are tight at 16 connections,
 /// printed and not written anywhere. A tuning aid; the full run is the measurement.
 async fn targets_only(sz: &Sizes, pool: &MySqlPool) -> Res<()> {
-    let (raw, tq) = best_insert_rates(pool, 16, sz).await?;
-    eprintln!(
-        "16 conns: raw INSERT+COMMIT {raw:.0} tx/s, enqueue_tx {tq:.0} tx/s, ratio {:.3}",
-        tq / raw
-    );
+    for c in [1, 16] {
+        let (raw, tq) = insert_rates(pool, c, sz.insert_secs).await?;
+        eprintln!(
+            "{c} conns: raw INSERT+COMMIT {raw:.0} tx/s, enqueue_tx {tq:.0} tx/s, ratio {:.3}",
+            tq / raw
+        );
+    }
     let raw_loop = raw_claim_loop(pool, 16, sz.drain, 32, ClaimShape::LockingScan).await?;
     let raw_two = raw_claim_loop(pool, 16, sz.drain, 32, ClaimShape::TwoStep).await?;
     eprintln!("raw loop, two-step claim, 16 conns: {raw_two:.0} rows/s");
@@ -1090,7 +1094,7 @@ async fn bench(opts: &Opts, pool: &MySqlPool) -> Res<()> {
     let mut raw_insert = Vec::new();
     let mut enqueue_tx = Vec::new();
     for &c in &conns {
-        let (raw, tq) = best_insert_rates(pool, c, &sz).await?;
+        let (raw, tq) = insert_rates(pool, c, sz.insert_secs).await?;
         raw_insert.push(raw);
         enqueue_tx.push(tq);
         eprintln!(
