@@ -660,24 +660,46 @@ impl Store {
     }
 
     /// Reaps up to `limit` running tasks whose lease has expired: back to pending (due now), or to
-    /// dead when attempts are exhausted; epoch incremented either way. Returns the count.
-    pub(crate) async fn task_reap_expired(&self, limit: u32) -> sqlx::Result<u64> {
-        let done = sqlx::query!(
-            r#"UPDATE taskq_tasks
-               SET last_error = CONCAT('lease expired (worker ', COALESCE(worker_id, '?'),
-                                       ', attempt ', attempt, ')'),
-                   finished_at = IF(attempt >= max_attempts, UTC_TIMESTAMP(6), NULL),
-                   state = IF(attempt >= max_attempts, 'dead', 'pending'),
-                   lease_epoch = lease_epoch + 1, lease_until = NULL, run_at = UTC_TIMESTAMP(6),
-                   updated_at = UTC_TIMESTAMP(6)
+    /// dead when attempts are exhausted; epoch incremented either way. Returns how many expired
+    /// leases it found and how many it reaped (a lease renewed in between is left alone).
+    ///
+    /// Two statements, like the claim: a plain read of expired ids on `ix_taskq_lease`, then one
+    /// `UPDATE` by primary key in id order that re-checks the expiry. A single `UPDATE … WHERE
+    /// state = 'running' AND lease_until < now ORDER BY lease_until` locks `ix_taskq_lease`
+    /// entries before the rows (including, briefly, the first entry past the range: a lease
+    /// that is not expired), while a write-back holds the row and then needs that entry: the
+    /// no-fault reliability baseline counted such deadlocks. Now every statement that locks
+    /// running rows locks them by primary key first, in ascending id order.
+    pub(crate) async fn task_reap_expired(&self, limit: u32) -> sqlx::Result<(u64, u64)> {
+        let mut ids = sqlx::query_scalar!(
+            r#"SELECT id AS "id: u64" FROM taskq_tasks
                WHERE state = 'running' AND lease_until < UTC_TIMESTAMP(6)
                ORDER BY lease_until
                LIMIT ?"#,
             limit
         )
+        .fetch_all(&self.pool)
+        .await?;
+        if ids.is_empty() {
+            return Ok((0, 0));
+        }
+        ids.sort_unstable();
+        let ids_json = serde_json::to_string(&ids).expect("ids serialize");
+        let done = sqlx::query!(
+            r#"UPDATE JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$')) AS j
+                 STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id
+               SET t.last_error = CONCAT('lease expired (worker ', COALESCE(t.worker_id, '?'),
+                                         ', attempt ', t.attempt, ')'),
+                   t.finished_at = IF(t.attempt >= t.max_attempts, UTC_TIMESTAMP(6), NULL),
+                   t.state = IF(t.attempt >= t.max_attempts, 'dead', 'pending'),
+                   t.lease_epoch = t.lease_epoch + 1, t.lease_until = NULL,
+                   t.run_at = UTC_TIMESTAMP(6), t.updated_at = UTC_TIMESTAMP(6)
+               WHERE t.state = 'running' AND t.lease_until < UTC_TIMESTAMP(6)"#,
+            ids_json
+        )
         .execute(&self.pool)
         .await?;
-        Ok(done.rows_affected())
+        Ok((ids.len() as u64, done.rows_affected()))
     }
 
     /// Deletes up to `limit` tasks in terminal `state` that finished more than `age_secs` ago.

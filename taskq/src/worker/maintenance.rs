@@ -37,9 +37,9 @@ async fn reap(shared: &Shared) {
     let mut total = 0;
     loop {
         match shared.store.task_reap_expired(BATCH).await {
-            Ok(n) => {
-                total += n;
-                if n < u64::from(BATCH) {
+            Ok((found, reaped)) => {
+                total += reaped;
+                if found < u64::from(BATCH) {
                     break;
                 }
             }
