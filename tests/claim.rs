@@ -75,79 +75,65 @@ async fn ids_by_n(db: &TestDb) -> Vec<u64> {
         .unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn rows_held_by_another_transaction_are_skipped_not_waited_for() {
-    let db = TestDb::new().await;
-    let started = Started::default();
-    enqueue_steps(&db, 0..20, 0).await;
-    let ids = ids_by_n(&db).await;
-    // The first three candidates in claim order are locked elsewhere.
-    let mut holder = hold_rows(&db, &ids[..3]).await;
-    let w = RunningWorker::spawn(
+/// A worker at concurrency 4 (a claim reads 8 candidates) for `Step` tasks.
+fn spawn_worker(db: &TestDb, started: &Started) -> RunningWorker {
+    RunningWorker::spawn(
         fast_worker(&db.pool)
             .register::<Step>()
             .state(started.clone())
             .queue("default", 4),
-    );
+    )
+}
+
+async fn wait_succeeded(db: &TestDb, n: i64) {
     wait_until(
         Duration::from_secs(20),
-        "17 unlocked tasks done",
-        || async { db.count("state = 'succeeded'").await == 17 },
+        &format!("{n} tasks succeeded"),
+        || async { db.count("state = 'succeeded'").await == n },
     )
     .await;
-    // Skipped, not claimed, not waited for: still pending and untouched.
+}
+
+/// Enqueues `total` tasks and holds the first `held` in claim order in another transaction:
+/// the worker runs all the others meanwhile, skipping the held ones without waiting for or
+/// touching them, and runs those once they are released.
+async fn held_rows_are_skipped(total: u32, held: usize) {
+    let db = TestDb::new().await;
+    let started = Started::default();
+    enqueue_steps(&db, 0..total, 0).await;
+    let ids = ids_by_n(&db).await;
+    let mut holder = hold_rows(&db, &ids[..held]).await;
+    let w = spawn_worker(&db, &started);
+    let free = i64::from(total) - held as i64;
+    wait_succeeded(&db, free).await;
     assert_eq!(
         db.count("state = 'pending' AND attempt = 0 AND lease_epoch = 0")
             .await,
-        3
+        held as i64,
+        "the held rows are untouched"
     );
-    assert!(started.list().iter().all(|n| *n >= 3));
+    assert!(started.list().iter().all(|n| *n as usize >= held));
     sqlx::query("COMMIT").execute(&mut *holder).await.unwrap();
-    wait_until(Duration::from_secs(20), "all 20 done", || async {
-        db.count("state = 'succeeded'").await == 20
-    })
-    .await;
+    wait_succeeded(&db, i64::from(total)).await;
     let report = w.stop().await;
-    assert_eq!(report.stats.claimed, 20);
+    assert_eq!(report.stats.claimed, u64::from(total));
     assert_eq!(report.stats.db_errors, 0);
-    assert_eq!(db.count("attempt = 1 AND lease_epoch = 1").await, 20);
+    assert_eq!(
+        db.count("attempt = 1 AND lease_epoch = 1").await,
+        i64::from(total)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_held_by_another_transaction_are_skipped_not_waited_for() {
+    held_rows_are_skipped(20, 3).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rows_held_beyond_the_candidate_window_do_not_stop_the_worker() {
-    let db = TestDb::new().await;
-    let started = Started::default();
-    enqueue_steps(&db, 0..40, 0).await;
-    let ids = ids_by_n(&db).await;
-    // At concurrency 4 a claim reads 8 candidates: the first 20 rows in claim order, all held
-    // elsewhere, fill the candidate window several times over.
-    let mut holder = hold_rows(&db, &ids[..20]).await;
-    let w = RunningWorker::spawn(
-        fast_worker(&db.pool)
-            .register::<Step>()
-            .state(started.clone())
-            .queue("default", 4),
-    );
-    wait_until(
-        Duration::from_secs(20),
-        "the 20 free tasks done",
-        || async { db.count("state = 'succeeded'").await == 20 },
-    )
-    .await;
-    assert_eq!(
-        db.count("state = 'pending' AND attempt = 0").await,
-        20,
-        "the held rows are untouched"
-    );
-    assert!(started.list().iter().all(|n| *n >= 20));
-    sqlx::query("COMMIT").execute(&mut *holder).await.unwrap();
-    wait_until(Duration::from_secs(20), "all 40 done", || async {
-        db.count("state = 'succeeded'").await == 40
-    })
-    .await;
-    let report = w.stop().await;
-    assert_eq!(report.stats.claimed, 40);
-    assert_eq!(report.stats.db_errors, 0);
+    // 20 held rows fill the 8-candidate window several times over: only a claim that walks
+    // past them (the locking scan after an all-held candidate claim) reaches the free ones.
+    held_rows_are_skipped(40, 20).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -158,12 +144,7 @@ async fn held_candidates_do_not_make_the_claim_loop_spin() {
     let ids = ids_by_n(&db).await;
     // Every due task is held: each claim reads a full set of candidates and locks none.
     let mut holder = hold_rows(&db, &ids).await;
-    let w = RunningWorker::spawn(
-        fast_worker(&db.pool)
-            .register::<Step>()
-            .state(started.clone())
-            .queue("default", 4),
-    );
+    let w = spawn_worker(&db, &started);
     tokio::time::sleep(Duration::from_millis(1000)).await;
     let claims = w.stats.snapshot().claim_queries;
     // Each round is a candidate claim (every candidate held) and one locking scan (nothing
@@ -174,10 +155,7 @@ async fn held_candidates_do_not_make_the_claim_loop_spin() {
     );
     assert_eq!(db.count("state = 'pending' AND attempt = 0").await, 40);
     sqlx::query("COMMIT").execute(&mut *holder).await.unwrap();
-    wait_until(Duration::from_secs(20), "all 40 done", || async {
-        db.count("state = 'succeeded'").await == 40
-    })
-    .await;
+    wait_succeeded(&db, 40).await;
     let report = w.stop().await;
     assert_eq!(report.stats.claimed, 40);
     assert!(started.list().len() == 40);
@@ -190,12 +168,7 @@ async fn a_task_sorting_before_the_seek_position_is_not_left_for_the_end_of_a_ba
     let backlog = 600u32;
     // ~5 ms per task at concurrency 4: the backlog takes the better part of a second.
     enqueue_steps(&db, 0..backlog, 5).await;
-    let w = RunningWorker::spawn(
-        fast_worker(&db.pool)
-            .register::<Step>()
-            .state(started.clone())
-            .queue("default", 4),
-    );
+    let w = spawn_worker(&db, &started);
     wait_until(
         Duration::from_secs(20),
         "50 backlog tasks started",

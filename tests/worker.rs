@@ -542,6 +542,20 @@ async fn invalid_settings_are_typed_errors() {
     assert!(base().build().is_ok());
 }
 
+/// The worker's locking read: up to ten of `candidates` by primary key, skipping held rows.
+async fn lock_ten_candidates(conn: &mut sqlx::MySqlConnection, candidates: &[u64]) -> Vec<u64> {
+    sqlx::query_scalar(
+        "SELECT t.id FROM JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$')) AS j
+           STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id
+         WHERE t.state = 'pending' AND t.run_at <= UTC_TIMESTAMP(6)
+         LIMIT 10 FOR UPDATE SKIP LOCKED",
+    )
+    .bind(serde_json::to_string(candidates).unwrap())
+    .fetch_all(conn)
+    .await
+    .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_in_progress_never_blocks_producers() {
     let db = TestDb::new().await;
@@ -563,16 +577,7 @@ async fn a_claim_in_progress_never_blocks_producers() {
     .fetch_all(&mut *claimer)
     .await
     .unwrap();
-    let locked: Vec<u64> = sqlx::query_scalar(
-        "SELECT t.id FROM JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$')) AS j
-           STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id
-         WHERE t.state = 'pending' AND t.run_at <= UTC_TIMESTAMP(6)
-         LIMIT 10 FOR UPDATE SKIP LOCKED",
-    )
-    .bind(serde_json::to_string(&candidates).unwrap())
-    .fetch_all(&mut *claimer)
-    .await
-    .unwrap();
+    let locked = lock_ten_candidates(&mut claimer, &candidates).await;
     assert_eq!(locked.len(), 10);
     // A producer (default REPEATABLE READ) inserts new due tasks meanwhile, with a short lock wait.
     let mut producer = db.pool.acquire().await.unwrap();
@@ -595,16 +600,7 @@ async fn a_claim_in_progress_never_blocks_producers() {
     // And a second claimer, reading the same candidates, gets the ten unlocked ones without
     // waiting.
     let mut other = db.pool.acquire().await.unwrap();
-    let theirs: Vec<u64> = sqlx::query_scalar(
-        "SELECT t.id FROM JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$')) AS j
-           STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id
-         WHERE t.state = 'pending' AND t.run_at <= UTC_TIMESTAMP(6)
-         LIMIT 10 FOR UPDATE SKIP LOCKED",
-    )
-    .bind(serde_json::to_string(&candidates).unwrap())
-    .fetch_all(&mut *other)
-    .await
-    .unwrap();
+    let theirs = lock_ten_candidates(&mut other, &candidates).await;
     assert_eq!(
         theirs.len(),
         10,
