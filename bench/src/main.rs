@@ -600,20 +600,41 @@ async fn drain_once(pool: &MySqlPool, concurrency: usize, n: u64, preloaded: boo
     let cpu = cpu_secs() - cpu0;
     let report = w.stop().await?;
     let after = server_status(pool).await?;
-    let d = status_delta(&before, &after);
-    let per = |k: &str| d.get(k).copied().unwrap_or(0) as f64 / n as f64;
-    Ok(Drain {
+    Ok(Drain::new(
         concurrency,
-        tasks: n,
+        n,
         secs,
-        tasks_per_s: n as f64 / secs,
-        statements_per_task: per("Questions"),
-        com_per_task: COUNTERS.iter().map(|k| ((*k).to_owned(), per(k))).collect(),
-        cpu_ms_per_task: cpu * 1000.0 / n as f64,
-        peak_rss_kib: vm_kib("VmHWM:"),
-        claim_queries: report.stats.claim_queries,
-        ack_flushes: report.stats.ack_flushes,
-    })
+        cpu,
+        &report,
+        &status_delta(&before, &after),
+    ))
+}
+
+impl Drain {
+    /// The figures of a drain of `n` tasks that took `secs` and `cpu` seconds of CPU, from the
+    /// worker's shutdown report and the server's counter deltas.
+    fn new(
+        concurrency: usize,
+        n: u64,
+        secs: f64,
+        cpu: f64,
+        report: &taskq::ShutdownReport,
+        delta: &HashMap<String, i64>,
+    ) -> Self {
+        let per = |k: &str| delta.get(k).copied().unwrap_or(0) as f64 / n as f64;
+        Drain {
+            concurrency,
+            tasks: n,
+            secs,
+            tasks_per_s: n as f64 / secs,
+            statements_per_task: per("Questions"),
+            com_per_task: COUNTERS.iter().map(|k| ((*k).to_owned(), per(k))).collect(),
+            cpu_ms_per_task: cpu * 1000.0 / n as f64,
+            peak_rss_kib: vm_kib("VmHWM:"),
+            claim_queries: report.stats.claim_queries,
+            ack_flushes: report.stats.ack_flushes,
+        }
+    }
 }
 
 /// A fleet draining one queue: `workers` workers at `concurrency` each, started together.
@@ -855,23 +876,8 @@ async fn million_drain(pool: &MySqlPool, n: u64) -> Res<(Drain, Vec<MemSample>)>
     });
     let report = w.stop().await?;
     let after = server_status(pool).await?;
-    let d = status_delta(&before, &after);
-    let per = |k: &str| d.get(k).copied().unwrap_or(0) as f64 / n as f64;
-    Ok((
-        Drain {
-            concurrency: 16,
-            tasks: n,
-            secs,
-            tasks_per_s: n as f64 / secs,
-            statements_per_task: per("Questions"),
-            com_per_task: COUNTERS.iter().map(|k| ((*k).to_owned(), per(k))).collect(),
-            cpu_ms_per_task: cpu * 1000.0 / n as f64,
-            peak_rss_kib: vm_kib("VmHWM:"),
-            claim_queries: report.stats.claim_queries,
-            ack_flushes: report.stats.ack_flushes,
-        },
-        samples,
-    ))
+    let delta = status_delta(&before, &after);
+    Ok((Drain::new(16, n, secs, cpu, &report, &delta), samples))
 }
 
 // ---------------------------------------------------------------------------------------------

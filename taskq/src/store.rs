@@ -400,12 +400,11 @@ impl Store {
                 .await?;
                 (rows, None)
             }
-            ClaimFrom::Head | ClaimFrom::After(_) => {
-                let after = match from {
-                    ClaimFrom::After(k) => Some(k),
-                    _ => None,
-                };
-                claim_by_candidates(&mut tx, queue, names_json, limit, candidates, after).await?
+            ClaimFrom::Head => {
+                claim_by_candidates(&mut tx, queue, names_json, limit, candidates, None).await?
+            }
+            ClaimFrom::After(k) => {
+                claim_by_candidates(&mut tx, queue, names_json, limit, candidates, Some(k)).await?
             }
         };
         if rows.is_empty() {
