@@ -62,8 +62,15 @@ pub struct ShutdownReport {
 
 /// Runs a worker for every `#[task]` registered in this binary, with the default settings,
 /// until SIGINT or SIGTERM; then shuts down gracefully and returns.
+///
+/// `pool` is also registered as state, so handlers can take `State<MySqlPool>`.
 pub async fn run_registered(pool: MySqlPool) -> Result<ShutdownReport> {
-    Worker::builder(pool).register_all().build()?.run().await
+    Worker::builder(pool.clone())
+        .register_all()
+        .state(pool)
+        .build()?
+        .run()
+        .await
 }
 
 impl Worker {
