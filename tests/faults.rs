@@ -227,10 +227,11 @@ async fn sigkill_mid_handler_another_worker_completes_every_task() {
 /// timeout: the child releases the task (pending, epoch + 1, attempt not counted, no lease
 /// expiry) and reports it; the other worker starts it without waiting for the lease.
 ///
-/// Fails about one run in three today: `executor::run` decrements `executing` (and notifies)
-/// before it marks an aborted task `Phase::Abandoned`, and `Worker::run` releases only the
-/// tasks already marked, so a task can be neither released nor reported (`released` and
-/// `unacknowledged` both miss it) and waits for its lease to expire instead.
+/// Guards the shutdown race found by this scenario (`docs/reliability.md`, problem 1): an
+/// executor hands its outcome over, or marks its aborted task `Phase::Abandoned`, before it
+/// stops counting in `executing`, so when `Worker::run` sees `executing == 0` every aborted
+/// task is marked and `release_abandoned` releases (and reports) all of them; none is left to
+/// wait for its lease to expire.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_releases_running_tasks_to_another_worker() {
     let Some(db) = FaultDb::start_or_skip(&[]).await else {
@@ -575,9 +576,9 @@ async fn poison_pills_do_not_stop_their_queue() {
 /// set (a private server defaults to latin1; the task table itself is utf8mb4) must be kept
 /// intact in `last_error`.
 ///
-/// Fails today: `store::task_finish` reads the error through `JSON_TABLE(... error TEXT PATH
-/// '$.error')`, whose column takes the database default character set, so `🦀` is stored as
-/// `?`. Fix: declare it `error TEXT CHARACTER SET utf8mb4 PATH '$.error'`.
+/// `store::task_finish` reads the error through `JSON_TABLE(... error TEXT CHARACTER SET
+/// utf8mb4 PATH '$.error')`: without the explicit character set the column would take the
+/// database default, and `🦀` would be stored as `?` (`docs/reliability.md`, problem 2).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn errors_keep_characters_outside_the_database_default_charset() {
     use taskq::Task as _;
