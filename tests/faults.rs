@@ -614,3 +614,43 @@ async fn errors_keep_characters_outside_the_database_default_charset() {
         Some("always fails: 🦀 漢字 (attempts exhausted: 1/1)")
     );
 }
+
+/// Scenario 8: the heartbeat of a worker process is silently black-holed (the proxy swallows
+/// its statement, answers nothing, never resets). Its handlers, which ignore their cancel
+/// signal, are canceled before their lease ends on the database clock and aborted by its
+/// local end; each task runs once more (on whichever worker claims it first) only after that
+/// end; the partitioned worker writes nothing for them; once the proxy heals it renews a new
+/// lease again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_black_holed_heartbeat_stops_handlers_before_their_lease_ends() {
+    let Some(db) = FaultDb::start_or_skip(&[]).await else {
+        return;
+    };
+    let t = scenarios::black_hole_trial(&db, fault_worker_exe(), 2, 0).await;
+    for r in &t.rows {
+        assert_eq!(
+            (r.state.as_str(), r.attempt, r.lease_epoch),
+            ("succeeded", 2, 3),
+            "{r:?}"
+        );
+    }
+    assert!(t.reasons.iter().all(|r| r == "canceled:LeaseLost"), "{t:?}");
+    assert!(t.cancel_margin.iter().all(|m| *m > 0.0), "{t:?}");
+    assert_eq!(t.takeover.len(), 2, "{t:?}");
+    assert!(t.takeover.iter().all(|s| *s >= 0.0), "{t:?}");
+    assert!(t.recovered, "the healed worker renews leases again");
+    let stat = |k: &str| t.report.stats.get(k).copied().unwrap_or(0);
+    // Its successes are exactly the second attempts it ran itself after its reaper returned
+    // the tasks (its claims race the other worker's); none of the canceled attempts wrote.
+    let rerun_by_it = t
+        .rows
+        .iter()
+        .filter(|r| r.worker_id.as_deref() == Some("partitioned-0"))
+        .count() as u64;
+    assert_eq!(
+        (stat("lost_leases"), stat("fenced"), stat("succeeded")),
+        (2, 0, rerun_by_it),
+        "{t:?}"
+    );
+    assert!(stat("statement_timeouts") >= 1, "{t:?}");
+}

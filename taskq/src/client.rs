@@ -135,7 +135,8 @@ impl Client {
 
     /// Counts per queue and state.
     pub async fn stats(&self) -> Result<Vec<QueueStateCount>> {
-        Ok(self.store.task_stats().await?)
+        let mut conn = self.store.pool().acquire().await?;
+        Ok(self.store.task_stats(&mut conn).await?)
     }
 
     /// Cancels a task that has not started. Running and terminal tasks give
@@ -164,7 +165,8 @@ impl Client {
 
     /// Paused queues and when each was paused.
     pub async fn paused_queues(&self) -> Result<Vec<(String, DateTime<Utc>)>> {
-        Ok(self.store.queues_paused().await?)
+        let mut conn = self.store.pool().acquire().await?;
+        Ok(self.store.queues_paused(&mut conn).await?)
     }
 
     /// Moves a dead task back to pending with its attempts reset.
@@ -239,9 +241,13 @@ impl Client {
         };
         let age_secs = older_than.as_secs();
         let mut total = 0;
+        let mut conn = self.store.pool().acquire().await?;
         for s in states {
             loop {
-                let n = self.store.task_prune(s, age_secs, Self::BATCH).await?;
+                let n = self
+                    .store
+                    .task_prune(&mut conn, s, age_secs, Self::BATCH)
+                    .await?;
                 total += n;
                 if n < u64::from(Self::BATCH) {
                     break;

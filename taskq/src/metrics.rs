@@ -12,6 +12,7 @@
 //! | `taskq_canceled_total` | counter | — |
 //! | `taskq_lost_leases_total` | counter | queue, task |
 //! | `taskq_fenced_total` | counter | queue, task |
+//! | `taskq_writeback_rejected_total` | counter | queue, task (outcomes the database rejected for their own row) |
 //! | `taskq_panics_total` | counter | queue, task |
 //! | `taskq_timeouts_total` | counter | queue, task |
 //! | `taskq_reaped_total` | counter | — |
@@ -47,6 +48,11 @@ pub(crate) fn canceled() {
 
 pub(crate) fn lost_lease(queue: &str, task: &str) {
     counter!("taskq_lost_leases_total", "queue" => queue.to_owned(), "task" => task.to_owned())
+        .increment(1);
+}
+
+pub(crate) fn writeback_rejected(queue: &str, task: &str) {
+    counter!("taskq_writeback_rejected_total", "queue" => queue.to_owned(), "task" => task.to_owned())
         .increment(1);
 }
 

@@ -17,7 +17,7 @@
 
 use chrono::{DateTime, NaiveDateTime, Utc};
 use serde::Serialize;
-use sqlx::{MySqlConnection, MySqlPool};
+use sqlx::{Connection, MySqlConnection, MySqlPool};
 
 use crate::client::{QueueStateCount, TaskInfo};
 use crate::task::{TaskId, TaskState};
@@ -200,7 +200,10 @@ impl Store {
 
 impl Store {
     /// Counts by queue and state.
-    pub(crate) async fn task_stats(&self) -> sqlx::Result<Vec<QueueStateCount>> {
+    pub(crate) async fn task_stats(
+        &self,
+        conn: &mut MySqlConnection,
+    ) -> sqlx::Result<Vec<QueueStateCount>> {
         sqlx::query_as!(
             QueueStateCount,
             r#"SELECT queue, state AS "state!: TaskState", CAST(COUNT(*) AS UNSIGNED) AS "count!: u64",
@@ -208,7 +211,7 @@ impl Store {
                  MIN(lease_until) AS "earliest_lease_until: DateTime<Utc>"
                FROM taskq_tasks GROUP BY queue, state ORDER BY queue, state"#
         )
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *conn)
         .await
     }
 
@@ -366,7 +369,11 @@ impl Store {
     ///
     /// Run it on a READ COMMITTED connection: under REPEATABLE READ the reads would see an old
     /// snapshot and take gap locks.
-    pub(crate) async fn task_claim(&self, req: &ClaimRequest<'_>) -> sqlx::Result<ClaimBatch> {
+    pub(crate) async fn task_claim(
+        &self,
+        conn: &mut MySqlConnection,
+        req: &ClaimRequest<'_>,
+    ) -> sqlx::Result<ClaimBatch> {
         let &ClaimRequest {
             queue,
             names_json,
@@ -376,7 +383,7 @@ impl Store {
             lease_us,
             worker_id,
         } = req;
-        let mut tx = self.pool.begin().await?;
+        let mut tx = conn.begin().await?;
         let (mut rows, contended_after) = match from {
             ClaimFrom::LockingScan => {
                 let rows = sqlx::query_as!(
@@ -564,6 +571,7 @@ impl Store {
     /// to `now + lease_us`. Returns how many were renewed.
     pub(crate) async fn task_heartbeat(
         &self,
+        conn: &mut MySqlConnection,
         leases_json: &str,
         lease_us: i64,
     ) -> sqlx::Result<u64> {
@@ -576,23 +584,28 @@ impl Store {
             leases_json,
             lease_us
         )
-        .execute(&self.pool)
+        .execute(&mut *conn)
         .await?;
         Ok(done.rows_affected())
     }
 
     /// Of the leases `(id, epoch)`, those still held: running, same epoch, unexpired.
-    pub(crate) async fn task_leases_held(&self, leases_json: &str) -> sqlx::Result<Vec<u64>> {
-        sqlx::query_scalar!(
-            r#"SELECT t.id AS "id: u64"
+    pub(crate) async fn task_leases_held(
+        &self,
+        conn: &mut MySqlConnection,
+        leases_json: &str,
+    ) -> sqlx::Result<Vec<(u64, u64)>> {
+        let rows = sqlx::query!(
+            r#"SELECT t.id AS "id: u64", t.lease_epoch AS "lease_epoch: u64"
                FROM JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$[0]',
                                                  epoch BIGINT UNSIGNED PATH '$[1]')) AS j
                  STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id AND t.lease_epoch = j.epoch
                WHERE t.state = 'running' AND t.lease_until > UTC_TIMESTAMP(6)"#,
             leases_json
         )
-        .fetch_all(&self.pool)
-        .await
+        .fetch_all(&mut *conn)
+        .await?;
+        Ok(rows.into_iter().map(|r| (r.id, r.lease_epoch)).collect())
     }
 }
 
@@ -612,7 +625,11 @@ pub(crate) struct Finish {
 impl Store {
     /// Writes a batch of outcomes in one statement. Each row is written only if it is still
     /// running with the epoch its attempt claimed; returns how many rows were written.
-    pub(crate) async fn task_finish(&self, batch: &[Finish]) -> sqlx::Result<u64> {
+    pub(crate) async fn task_finish(
+        &self,
+        conn: &mut MySqlConnection,
+        batch: &[Finish],
+    ) -> sqlx::Result<u64> {
         // Sorted by id, like `leases_json`, so batches lock rows in one global order.
         let mut sorted: Vec<&Finish> = batch.iter().collect();
         sorted.sort_unstable_by_key(|f| f.id);
@@ -634,14 +651,18 @@ impl Store {
                WHERE t.state = 'running'"#,
             json
         )
-        .execute(&self.pool)
+        .execute(&mut *conn)
         .await?;
         Ok(done.rows_affected())
     }
 
     /// Gives running tasks back (shutdown): pending now, epoch incremented, the interrupted
     /// attempt not counted. Conditional on each `(id, epoch)`.
-    pub(crate) async fn task_release(&self, leases_json: &str) -> sqlx::Result<u64> {
+    pub(crate) async fn task_release(
+        &self,
+        conn: &mut MySqlConnection,
+        leases_json: &str,
+    ) -> sqlx::Result<u64> {
         let done = sqlx::query!(
             r#"UPDATE JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$[0]',
                                                    epoch BIGINT UNSIGNED PATH '$[1]')) AS j
@@ -653,7 +674,7 @@ impl Store {
                WHERE t.state = 'running'"#,
             leases_json
         )
-        .execute(&self.pool)
+        .execute(&mut *conn)
         .await?;
         Ok(done.rows_affected())
     }
@@ -669,7 +690,11 @@ impl Store {
     /// that is not expired), while a write-back holds the row and then needs that entry: the
     /// no-fault reliability baseline counted such deadlocks. Now every statement that locks
     /// running rows locks them by primary key first, in ascending id order.
-    pub(crate) async fn task_reap_expired(&self, limit: u32) -> sqlx::Result<(u64, u64)> {
+    pub(crate) async fn task_reap_expired(
+        &self,
+        conn: &mut MySqlConnection,
+        limit: u32,
+    ) -> sqlx::Result<(u64, u64)> {
         let mut ids = sqlx::query_scalar!(
             r#"SELECT id AS "id: u64" FROM taskq_tasks
                WHERE state = 'running' AND lease_until < UTC_TIMESTAMP(6)
@@ -677,7 +702,7 @@ impl Store {
                LIMIT ?"#,
             limit
         )
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *conn)
         .await?;
         if ids.is_empty() {
             return Ok((0, 0));
@@ -696,7 +721,7 @@ impl Store {
                WHERE t.state = 'running' AND t.lease_until < UTC_TIMESTAMP(6)"#,
             ids_json
         )
-        .execute(&self.pool)
+        .execute(&mut *conn)
         .await?;
         Ok((ids.len() as u64, done.rows_affected()))
     }
@@ -704,6 +729,7 @@ impl Store {
     /// Deletes up to `limit` tasks in terminal `state` that finished more than `age_secs` ago.
     pub(crate) async fn task_prune(
         &self,
+        conn: &mut MySqlConnection,
         state: TaskState,
         age_secs: u64,
         limit: u32,
@@ -717,30 +743,41 @@ impl Store {
             age_secs,
             limit
         )
-        .execute(&self.pool)
+        .execute(&mut *conn)
         .await?;
         Ok(done.rows_affected())
     }
 
     /// Current `(id, lease_epoch)` of the given ids (a JSON array); missing ids are absent.
-    pub(crate) async fn task_epochs(&self, ids_json: &str) -> sqlx::Result<Vec<(u64, u64)>> {
+    pub(crate) async fn task_epochs(
+        &self,
+        conn: &mut MySqlConnection,
+        ids_json: &str,
+    ) -> sqlx::Result<Vec<(u64, u64)>> {
         let rows = sqlx::query!(
             r#"SELECT t.id AS "id: u64", t.lease_epoch AS "lease_epoch: u64"
                FROM JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$')) AS j
                  STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id"#,
             ids_json
         )
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *conn)
         .await?;
         Ok(rows.into_iter().map(|r| (r.id, r.lease_epoch)).collect())
     }
 }
 
 /// Per-connection setup of the worker's own pool: READ COMMITTED, so claim scans take no gap
-/// locks that would make producers' inserts wait.
-pub(crate) async fn session_setup(conn: &mut MySqlConnection) -> sqlx::Result<()> {
+/// locks that would make producers' inserts wait; row-lock waits end after `lock_wait_secs`
+/// (the worker's statement deadline) instead of InnoDB's default 50 s.
+pub(crate) async fn session_setup(
+    conn: &mut MySqlConnection,
+    lock_wait_secs: u64,
+) -> sqlx::Result<()> {
     sqlx::query!("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
-        .execute(conn)
+        .execute(&mut *conn)
+        .await?;
+    sqlx::query!("SET SESSION innodb_lock_wait_timeout = ?", lock_wait_secs)
+        .execute(&mut *conn)
         .await?;
     Ok(())
 }
@@ -832,12 +869,15 @@ impl Store {
     }
 
     /// Paused queues with the time they were paused.
-    pub(crate) async fn queues_paused(&self) -> sqlx::Result<Vec<(String, DateTime<Utc>)>> {
+    pub(crate) async fn queues_paused(
+        &self,
+        conn: &mut MySqlConnection,
+    ) -> sqlx::Result<Vec<(String, DateTime<Utc>)>> {
         let rows = sqlx::query!(
             r#"SELECT queue, paused_at AS "paused_at!: DateTime<Utc>"
                FROM taskq_queues WHERE paused_at IS NOT NULL ORDER BY queue"#
         )
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *conn)
         .await?;
         Ok(rows.into_iter().map(|r| (r.queue, r.paused_at)).collect())
     }

@@ -4,7 +4,8 @@
 //! ```text
 //! cargo build --release -p taskq-tests --bins
 //! target/release/taskq-reliability all            # or: env | kill | graceful | pause |
-//!                                                 #     outage | chaos | tx | bad | poison
+//!                                                 #     outage | chaos | tx | bad | poison |
+//!                                                 #     blackhole
 //! ```
 //!
 //! Options (all optional): `--trials N` (kill: 20, graceful: 10, pause: 5), `--tasks N`
@@ -101,6 +102,9 @@ async fn main() {
     }
     if run("poison") {
         poison(&args).await;
+    }
+    if run("blackhole") {
+        black_hole(&args).await;
     }
 }
 
@@ -376,6 +380,61 @@ async fn tx(args: &Args) {
         run.elapsed.as_secs_f64(),
         total as f64 / run.elapsed.as_secs_f64()
     );
+}
+
+async fn black_hole(args: &Args) {
+    let trials = args.num("trials", 5) as usize;
+    let tasks = args.num("tasks-per-trial", 4) as usize;
+    let db = fresh_db().await;
+    let exe = exe();
+    let (mut margin, mut takeover) = (Vec::new(), Vec::new());
+    let (mut all_ok, mut recovered, mut reasons_ok, mut by_other) = (true, 0, true, 0);
+    let mut stats: HashMap<String, u64> = HashMap::new();
+    for trial in 0..trials {
+        let t = scenarios::black_hole_trial(&db, &exe, tasks, trial).await;
+        all_ok &= t
+            .rows
+            .iter()
+            .all(|r| r.state == "succeeded" && r.attempt == 2 && r.lease_epoch == 3);
+        reasons_ok &= t.reasons.iter().all(|r| r == "canceled:LeaseLost");
+        by_other += t
+            .rows
+            .iter()
+            .filter(|r| r.worker_id.as_deref() == Some(&format!("other-{trial}")))
+            .count();
+        recovered += usize::from(t.recovered);
+        margin.extend(t.cancel_margin);
+        takeover.extend(t.takeover);
+        for (k, v) in t.report.stats {
+            *stats.entry(k).or_default() += v;
+        }
+        eprintln!("trial {trial}: recovered {}", t.recovered);
+    }
+    let stat = |k: &str| stats.get(k).copied().unwrap_or(0);
+    println!(
+        "## Scenario 8: heartbeat black-holed, lease 2 s, heartbeat 500 ms, cancel grace 500 ms ({trials} trials × {tasks} tasks)\n"
+    );
+    println!("| measure (s) | min / median / max |\n|---|---|");
+    println!(
+        "| handler canceled → its lease end (database clock; > 0 = before) | {} |",
+        mmm(&margin)
+    );
+    println!(
+        "| lease end → other attempt's handler started | {} |",
+        mmm(&takeover)
+    );
+    println!(
+        "\nevery task finished once more, on attempt 2 / epoch 3: {all_ok} ({by_other} of {} by the other worker, the rest by the partitioned one after its reaper returned them); every cancel was LeaseLost: {reasons_ok}",
+        trials * tasks
+    );
+    println!(
+        "partitioned worker: lost leases {}, statements abandoned past the deadline {}, fenced {}, succeeded {}",
+        stat("lost_leases"),
+        stat("statement_timeouts"),
+        stat("fenced"),
+        stat("succeeded")
+    );
+    println!("healed worker kept a new lease for 3 lease lengths: {recovered} of {trials}\n");
 }
 
 async fn bad() {

@@ -201,11 +201,14 @@ async fn record_event(cx: &TaskContext, event: &str) -> Result<(), TaskError> {
     Ok(())
 }
 
-/// Scenarios 1 and 2. Records `started`; on its first claim (epoch 1) it then holds until
-/// canceled and records `canceled:<reason>`; any later claim returns at once.
+/// Scenarios 1, 2 and 8. Records `started`; on its first claim (epoch 1) it then holds until
+/// canceled and records `canceled:<reason>`, then returns (or, with `ignore_cancel`, holds
+/// until aborted); any later claim returns at once.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Hold {
     pub n: u32,
+    #[serde(default)]
+    pub ignore_cancel: bool,
 }
 
 impl Task for Hold {
@@ -221,6 +224,9 @@ impl Task for Hold {
                 _ = tokio::time::sleep(Duration::from_secs(120)) => "never".to_owned(),
             };
             record_event(&cx, &format!("canceled:{reason}")).await?;
+            if self.ignore_cancel {
+                std::future::pending::<()>().await;
+            }
         }
         Ok(())
     }

@@ -19,9 +19,17 @@ use super::*;
 
 /// Enqueues `n` [`Hold`] tasks; returns their ids.
 async fn enqueue_holds(pool: &MySqlPool, n: usize) -> Vec<u64> {
+    enqueue_holds_with(pool, n, false).await
+}
+
+async fn enqueue_holds_with(pool: &MySqlPool, n: usize, ignore_cancel: bool) -> Vec<u64> {
     let mut ids = Vec::new();
     for i in 0..n {
-        ids.push(Hold { n: i as u32 }.enqueue(pool).await.unwrap().id.0);
+        let hold = Hold {
+            n: i as u32,
+            ignore_cancel,
+        };
+        ids.push(hold.enqueue(pool).await.unwrap().id.0);
     }
     ids
 }
@@ -953,6 +961,112 @@ pub async fn poison(
         work,
         throughput: f64::from(tasks) / elapsed.as_secs_f64(),
         elapsed,
+        report,
+    }
+}
+
+/// A fragment only the heartbeat's statement contains (see `Store::task_heartbeat`): the
+/// proxy black-holes the connections that send it.
+pub const HEARTBEAT_SQL: &[u8] = b"INTERVAL ? MICROSECOND, t.updated_at";
+
+/// Result of one black-hole trial (scenario 8).
+#[derive(Debug)]
+pub struct BlackHoleTrial {
+    /// Final rows of the trial's tasks.
+    pub rows: Vec<Row>,
+    /// Per task: the child's lease end (database clock) minus the moment its handler saw the
+    /// cancel signal (s); positive = canceled before the lease could end.
+    pub cancel_margin: Vec<f64>,
+    /// Per task: the other worker's handler start minus the child's lease end (s).
+    pub takeover: Vec<f64>,
+    /// Cancel reasons the child's handlers recorded.
+    pub reasons: Vec<String>,
+    /// After heal: whether the child renewed a new task's lease past three lease lengths.
+    pub recovered: bool,
+    /// The child's report (SIGTERM at the end).
+    pub report: ChildReport,
+}
+
+/// Scenario 8: a child worker reaches the database through a proxy that black-holes its
+/// heartbeat statement (a silent partition: no answer, no reset); its `tasks` handlers hold
+/// until canceled. An in-process worker runs beside it. Then the proxy heals and the child
+/// must renew a new task's lease again.
+pub async fn black_hole_trial(
+    db: &FaultDb,
+    exe: &Path,
+    tasks: usize,
+    trial: usize,
+) -> BlackHoleTrial {
+    let proxy = ChaosProxy::start(db.server.addr()).await;
+    proxy.black_hole_matching(HEARTBEAT_SQL);
+    let url = format!("{}/faults", proxy.mysql_url());
+    // The child's cancel grace is 500 ms, a quarter of its 2 s lease: its handlers, which
+    // ignore the signal, are aborted by the local end of their lease.
+    let settings = ChildSettings::default();
+    let ids = enqueue_holds_with(&db.pool, tasks, true).await;
+    let a_id = format!("partitioned-{trial}");
+    let a = ChildWorker::spawn(exe, &url, &a_id, &settings).await;
+    wait_started_by(&db.pool, &ids, &a_id, Duration::from_secs(30)).await;
+    // The child's leases are never renewed: their ends stay what the claim set.
+    let list = ids.iter().map(u64::to_string).collect::<Vec<_>>().join(",");
+    let lease_ends: HashMap<u64, DateTime<Utc>> =
+        sqlx::query_as::<_, (u64, DateTime<Utc>)>(sqlx::AssertSqlSafe(format!(
+            "SELECT id, lease_until FROM taskq_tasks WHERE id IN ({list}) AND lease_epoch = 1"
+        )))
+        .fetch_all(&db.pool)
+        .await
+        .unwrap()
+        .into_iter()
+        .collect();
+    assert_eq!(lease_ends.len(), ids.len(), "every task held by the child");
+    let b_id = format!("other-{trial}");
+    let b = other_worker(db, &b_id, &settings);
+    wait_all_state(&db.pool, &ids, "succeeded", settings.lease * 10).await;
+    b.stop().await;
+    let mut cancel_margin = Vec::new();
+    let mut takeover = Vec::new();
+    let mut reasons = Vec::new();
+    for id in &ids {
+        let ev = events(&db.pool, *id).await;
+        let end = lease_ends[id];
+        let canceled = ev
+            .iter()
+            .find(|e| e.worker_id == a_id && e.event.starts_with("canceled:"))
+            .unwrap_or_else(|| panic!("task {id}: the child's handler was not canceled: {ev:?}"));
+        reasons.push(canceled.event.clone());
+        cancel_margin.push(secs(end - canceled.at));
+        if let Some(started) = ev
+            .iter()
+            .find(|e| e.event == "started" && e.lease_epoch > 1)
+        {
+            takeover.push(secs(started.at - end));
+        }
+    }
+    let rows = rows(&db.pool, &ids).await;
+
+    // Heal: the child's next task must keep its first lease for three lease lengths.
+    proxy.heal();
+    let probe = enqueue_holds(&db.pool, 1).await;
+    wait_started_by(&db.pool, &probe, &a_id, Duration::from_secs(30)).await;
+    tokio::time::sleep(settings.lease * 3).await;
+    let recovered = count(
+        &db.pool,
+        &format!(
+            "SELECT COUNT(*) FROM taskq_tasks WHERE id = {} AND state = 'running'
+               AND lease_epoch = 1 AND lease_until > UTC_TIMESTAMP(6)",
+            probe[0]
+        ),
+    )
+    .await
+        == 1;
+    a.signal("TERM");
+    let report = a.report(Duration::from_secs(30)).await;
+    BlackHoleTrial {
+        rows,
+        cancel_margin,
+        takeover,
+        reasons,
+        recovered,
         report,
     }
 }

@@ -1,5 +1,11 @@
 //! Batched write-back: outcomes of many handlers are gathered for `ack_delay` and written in
 //! one conditional statement (each row still guarded by its own lease epoch).
+//!
+//! A batch the database rejects for the data of one of its rows (a deterministic error: a
+//! trigger, a constraint) must not hold the others back: it is split in halves until the
+//! rejected rows are alone; each is logged, counted (`writeback_rejected`) and dropped, its
+//! lease left to expire so the reaper returns the task. Transient errors (connection,
+//! timeout, deadlock) retry the whole chunk.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -7,7 +13,9 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
-use super::{Shared, WorkerStats, backoff_sleep};
+use super::deadline::StmtError;
+use super::lease::AttemptKey;
+use super::{Shared, WorkerStats, backoff_sleep, within};
 use crate::metrics;
 use crate::store::Finish;
 use crate::task::TaskId;
@@ -67,50 +75,87 @@ pub(crate) async fn finish(shared: &Shared, acker: JoinHandle<()>) -> Vec<TaskId
     left
 }
 
-/// Writes `batch` in chunks, retrying database errors up to `tries` times per chunk (the
-/// heartbeat keeps the leases alive meanwhile). Returns ids left unwritten.
+/// Writes `batch` in chunks, retrying transient errors up to `tries` times per chunk (the
+/// heartbeat keeps the leases alive meanwhile) and isolating rows the database rejects.
+/// Returns ids left unwritten after transient errors.
 async fn flush_with_retries(shared: &Shared, batch: &mut Vec<Finish>, tries: u32) -> Vec<TaskId> {
     let mut left = Vec::new();
+    // Chunks still to write; a rejected chunk comes back as its two halves.
+    let mut pending: Vec<Vec<Finish>> = Vec::new();
     while !batch.is_empty() {
         let n = batch.len().min(MAX_BATCH);
-        let chunk: Vec<Finish> = batch.drain(..n).collect();
+        pending.push(batch.drain(..n).collect());
+    }
+    pending.reverse();
+    while let Some(mut chunk) = pending.pop() {
         let mut failures = 0u32;
         loop {
-            match flush(shared, &chunk).await {
+            let e = match flush(shared, &chunk).await {
                 Ok(()) => break,
-                Err(e) => {
-                    WorkerStats::add(&shared.stats.db_errors, 1);
-                    failures += 1;
-                    tracing::warn!(error = %e, tasks = chunk.len(), failures, "taskq: write-back failed; retrying");
-                    if failures >= tries {
-                        let mut inflight = shared.inflight();
-                        for f in &chunk {
-                            inflight.remove(&f.id);
-                            left.push(TaskId(f.id));
-                        }
-                        break;
-                    }
-                    if shared.stopping() {
-                        tokio::time::sleep(Duration::from_millis(200)).await;
-                    } else {
-                        backoff_sleep(shared, failures).await;
-                    }
+                Err(e) => e,
+            };
+            WorkerStats::add(&shared.stats.db_errors, 1);
+            if e.is_deterministic() {
+                if chunk.len() == 1 {
+                    reject(shared, &chunk[0], &e);
+                } else {
+                    tracing::warn!(error = %e, tasks = chunk.len(),
+                        "taskq: write-back rejected; splitting the batch to isolate the row");
+                    let second = chunk.split_off(chunk.len() / 2);
+                    pending.push(second);
+                    pending.push(chunk);
                 }
+                break;
+            }
+            failures += 1;
+            tracing::warn!(error = %e, tasks = chunk.len(), failures, "taskq: write-back failed; retrying");
+            if failures >= tries {
+                let mut inflight = shared.inflight();
+                for f in &chunk {
+                    inflight.remove(&key(f));
+                    left.push(TaskId(f.id));
+                }
+                break;
+            }
+            if shared.stopping() {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            } else {
+                backoff_sleep(shared, failures).await;
             }
         }
     }
     left
 }
 
-async fn flush(shared: &Shared, chunk: &[Finish]) -> sqlx::Result<()> {
+/// The lease-table key of an outcome's attempt.
+fn key(f: &Finish) -> AttemptKey {
+    AttemptKey {
+        id: f.id,
+        epoch: f.epoch,
+    }
+}
+
+/// Drops an outcome the database rejected for its own row: logged and counted; the lease is
+/// no longer renewed, so it expires and the reaper returns the task (attempt counted).
+fn reject(shared: &Shared, f: &Finish, e: &StmtError) {
+    let label = shared.inflight().remove(&key(f));
+    WorkerStats::add(&shared.stats.writeback_rejected, 1);
+    if let Some(l) = &label {
+        metrics::writeback_rejected(&l.queue, &l.name);
+    }
+    tracing::error!(task_id = f.id, lease_epoch = f.epoch, outcome = f.state, error = %e,
+        "taskq: the database rejected this outcome; not retried, the lease will expire and the reaper returns the task");
+}
+
+async fn flush(shared: &Shared, chunk: &[Finish]) -> Result<(), StmtError> {
     WorkerStats::add(&shared.stats.ack_flushes, 1);
-    let written = shared.store.task_finish(chunk).await?;
+    let written = within!(shared, |c| shared.store.task_finish(c, chunk)).await?;
     let mut fenced: Vec<&Finish> = Vec::new();
     if (written as usize) < chunk.len() {
         // Find which rows were rejected: their epoch moved (or the row is gone).
         let ids = serde_json::to_string(&chunk.iter().map(|f| f.id).collect::<Vec<_>>())
             .expect("ids serialize");
-        let epochs = shared.store.task_epochs(&ids).await?;
+        let epochs = within!(shared, |c| shared.store.task_epochs(c, &ids)).await?;
         fenced = chunk
             .iter()
             .filter(|f| !epochs.iter().any(|(id, ep)| *id == f.id && *ep == f.epoch))
@@ -119,7 +164,7 @@ async fn flush(shared: &Shared, chunk: &[Finish]) -> sqlx::Result<()> {
     let mut inflight = shared.inflight();
     let labels: Vec<_> = chunk
         .iter()
-        .map(|f| inflight.remove(&f.id).map(|e| (e.queue, e.name)))
+        .map(|f| inflight.remove(&key(f)).map(|e| (e.queue, e.name)))
         .collect();
     drop(inflight);
     let stats = &shared.stats;

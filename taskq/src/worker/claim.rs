@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use super::{Shared, WorkerStats, backoff_sleep, executor};
+use super::deadline::StmtError;
+use super::{Shared, WorkerStats, backoff_sleep, executor, within};
 use crate::store::{ClaimFrom, ClaimRequest};
 use crate::wake;
 
@@ -85,18 +86,16 @@ pub(crate) async fn run(shared: Arc<Shared>, queue: Arc<str>, concurrency: usize
             last_head_scan = started;
         }
         WorkerStats::add(&shared.stats.claim_queries, 1);
-        let batch = shared
-            .store
-            .task_claim(&ClaimRequest {
-                queue: &queue,
-                names_json: &shared.names_json,
-                limit: wanted as u32,
-                candidates: (wanted * spread) as u32,
-                from,
-                lease_us: shared.lease_us(),
-                worker_id: &shared.worker_id,
-            })
-            .await;
+        let request = ClaimRequest {
+            queue: &queue,
+            names_json: &shared.names_json,
+            limit: wanted as u32,
+            candidates: (wanted * spread) as u32,
+            from,
+            lease_us: shared.lease_us(),
+            worker_id: &shared.worker_id,
+        };
+        let batch = within!(shared, |c| shared.store.task_claim(c, &request)).await;
         let batch = match batch {
             Ok(b) => b,
             Err(e) => {
@@ -238,7 +237,7 @@ fn take_slots(shared: &Shared, queue_slots: &Arc<Semaphore>) -> Vec<Slot> {
     out
 }
 
-async fn on_error(shared: &Shared, queue: &str, e: &sqlx::Error, failures: &mut u32) {
+async fn on_error(shared: &Shared, queue: &str, e: &StmtError, failures: &mut u32) {
     WorkerStats::add(&shared.stats.db_errors, 1);
     tracing::warn!(queue, error = %e, failures = *failures, "taskq: claim failed; backing off");
     *failures += 1;

@@ -8,7 +8,7 @@ use std::time::Duration;
 use sqlx::MySqlPool;
 
 use crate::context::StateMap;
-use crate::enqueue::{MAX_QUEUE_LEN, validate_name};
+use crate::enqueue::{MAX_DELAY, MAX_QUEUE_LEN, validate_name};
 use crate::error::{Error, Result};
 use crate::registry::{self, Registration};
 use crate::task::Task;
@@ -64,6 +64,8 @@ pub(crate) struct Config {
     pub concurrency: usize,
     pub lease: Duration,
     pub heartbeat: Duration,
+    /// Deadline of every worker statement (half the lease); see `worker::deadline`.
+    pub statement_timeout: Duration,
     pub poll_min: Duration,
     pub poll_max: Duration,
     pub reaper_interval: Duration,
@@ -175,7 +177,9 @@ impl WorkerBuilder {
         self.concurrency = Some(n);
         self
     }
-    /// Lease length on the database clock (default 30 s).
+    /// Lease length on the database clock (default 30 s; 100 ms to [`MAX_DELAY`]). Every
+    /// statement the worker runs must answer within half of it, or its connection is
+    /// discarded and the statement retried.
     pub fn lease(mut self, d: Duration) -> Self {
         self.lease = d;
         self
@@ -285,8 +289,24 @@ impl WorkerBuilder {
         if concurrency == 0 {
             return cfg_err("concurrency must be at least 1".into());
         }
-        if self.lease < Duration::from_millis(100) {
-            return cfg_err(format!("lease of {:?} is shorter than 100 ms", self.lease));
+        if self.lease < Duration::from_millis(100) || self.lease > MAX_DELAY {
+            return cfg_err(format!(
+                "lease of {:?} is outside 100 ms ..= {} days",
+                self.lease,
+                MAX_DELAY.as_secs() / 86_400
+            ));
+        }
+        for (what, keep) in [
+            ("succeeded", self.retention.succeeded),
+            ("dead", self.retention.dead),
+            ("canceled", self.retention.canceled),
+        ] {
+            if keep.is_some_and(|k| k > MAX_DELAY) {
+                return cfg_err(format!(
+                    "retention of {what} tasks is longer than {} days (use None to keep them forever)",
+                    MAX_DELAY.as_secs() / 86_400
+                ));
+            }
         }
         let heartbeat = self.heartbeat.unwrap_or(self.lease / 3);
         if heartbeat.is_zero() || heartbeat >= self.lease {
@@ -328,6 +348,7 @@ impl WorkerBuilder {
                 concurrency,
                 lease: self.lease,
                 heartbeat,
+                statement_timeout: self.lease / 2,
                 poll_min: self.poll_min,
                 poll_max: self.poll_max,
                 reaper_interval: self.reaper_interval,

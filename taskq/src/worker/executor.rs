@@ -10,8 +10,10 @@ use tracing::Instrument;
 
 use super::acker::AckMsg;
 use super::claim::Slot;
-use super::{InFlight, Phase, Shared, WorkerStats};
+use super::lease::{self, AttemptKey, InFlight, Phase};
+use super::{Shared, WorkerStats};
 use crate::context::{CancelHandle, CancelReason, TaskContext};
+use crate::enqueue::MAX_DELAY;
 use crate::error::{TaskError, TaskErrorKind};
 use crate::metrics;
 use crate::store::{Claimed, Finish};
@@ -53,10 +55,10 @@ pub(crate) async fn run(
     let (cancel, signal) = CancelHandle::new();
     let cancel = Arc::new(cancel);
     let name: Arc<str> = task.name.as_str().into();
-    shared.inflight().insert(
-        id,
+    lease::insert(
+        &shared,
+        key(&task),
         InFlight {
-            epoch: task.lease_epoch,
             queue: queue.clone(),
             name: name.clone(),
             phase: Phase::Running,
@@ -89,6 +91,14 @@ pub(crate) async fn run(
     shared.slot_freed.notify_waiters();
 }
 
+/// The lease-table key of this attempt.
+fn key(task: &Claimed) -> AttemptKey {
+    AttemptKey {
+        id: task.id,
+        epoch: task.lease_epoch,
+    }
+}
+
 /// Turns the outcome into a write-back for the acker, or marks the task abandoned.
 fn hand_over(
     shared: &Shared,
@@ -97,19 +107,18 @@ fn hand_over(
     outcome: Outcome,
     started: Instant,
 ) {
-    let id = task.id;
-
+    let key = key(task);
     let _enter = span.enter();
     let elapsed_ms = started.elapsed().as_millis() as u64;
     let finish = match outcome {
         Outcome::Abandoned(reason) => {
             let mut inflight = shared.inflight();
             if reason == CancelReason::Shutdown {
-                if let Some(f) = inflight.get_mut(&id) {
+                if let Some(f) = inflight.get_mut(&key) {
                     f.phase = Phase::Abandoned;
                 }
             } else {
-                inflight.remove(&id);
+                inflight.remove(&key);
             }
             tracing::warn!(?reason, elapsed_ms, "attempt abandoned without a result");
             return;
@@ -158,11 +167,11 @@ fn hand_over(
             }
         }
     };
-    if let Some(f) = shared.inflight().get_mut(&id) {
+    if let Some(f) = shared.inflight().get_mut(&key) {
         f.phase = Phase::Acking;
     }
     if shared.acks.send(AckMsg::Finish(finish)).is_err() {
-        shared.inflight().remove(&id);
+        shared.inflight().remove(&key);
     }
 }
 
@@ -171,7 +180,9 @@ fn finish(task: &Claimed, state: &'static str, delay: Duration, error: Option<St
         id: task.id,
         epoch: task.lease_epoch,
         state,
-        delay_us: delay.as_micros().min(i64::MAX as u128) as i64,
+        // A retry delay is clamped to what the schema holds (`retry_after` and backoff
+        // ceilings are user input): `now + delay` must stay a valid DATETIME.
+        delay_us: delay.min(MAX_DELAY).as_micros() as i64,
         error: error.map(|e| truncate(e, MAX_ERROR_LEN)),
     }
 }
@@ -221,7 +232,7 @@ async fn attempt(
         }
     };
     let mut join = tokio::spawn(fut.in_current_span());
-    if let Some(f) = shared.inflight().get_mut(&task.id) {
+    if let Some(f) = shared.inflight().get_mut(&key(task)) {
         f.abort = Some(join.abort_handle());
     }
     let timeout = handler.timeout;
@@ -252,7 +263,19 @@ async fn attempt(
         join.abort();
     }
     match (interrupted, late) {
-        (CancelReason::Timeout, _) => Outcome::Failed(
+        // The handler came back within the grace after its timeout: its own result counts
+        // (a success is a success; an error keeps its kind and says it timed out first).
+        (CancelReason::Timeout, Ok(res)) => match joined(shared, queue, &task.name, res) {
+            Outcome::Failed(kind, e) => Outcome::Failed(
+                kind,
+                format!(
+                    "timed out after {:?}, then failed: {e}",
+                    timeout.unwrap_or_default()
+                ),
+            ),
+            other => other,
+        },
+        (CancelReason::Timeout, Err(_)) => Outcome::Failed(
             TaskErrorKind::Retry,
             format!("timed out after {:?}", timeout.unwrap_or_default()),
         ),

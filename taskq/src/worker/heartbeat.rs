@@ -1,12 +1,14 @@
 //! Lease renewal: one statement per beat renews every lease this worker holds. A lease that
-//! could not be renewed (epoch moved, lease expired) cancels its handler.
+//! could not be renewed (epoch moved, lease expired) cancels its handler. A beat that fails
+//! or does not answer within the statement deadline changes nothing: the watchdog
+//! (`lease::watchdog`) cancels handlers whose lease was not confirmed in time.
 
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::{Shared, WorkerStats};
-use crate::context::CancelReason;
+use super::lease::{self, AttemptKey, Phase};
+use super::{Shared, WorkerStats, within};
 use crate::store;
 
 pub(crate) async fn run(shared: Arc<Shared>) {
@@ -25,76 +27,46 @@ pub(crate) async fn beat(shared: &Shared) {
         .inflight()
         .iter()
         .filter(|(_, f)| !f.lost)
-        .map(|(id, f)| (*id, f.epoch))
+        .map(|(k, _)| (k.id, k.epoch))
         .collect();
     if leases.is_empty() {
         return;
     }
     let sent = Instant::now();
     let json = store::leases_json(&leases);
-    let renewed = match shared.store.task_heartbeat(&json, shared.lease_us()).await {
+    let lease_us = shared.lease_us();
+    let renewed = match within!(shared, |c| shared.store.task_heartbeat(c, &json, lease_us)).await {
         Ok(n) => n,
         Err(e) => {
             WorkerStats::add(&shared.stats.db_errors, 1);
             tracing::warn!(error = %e, leases = leases.len(), "taskq: heartbeat failed");
-            expire_locally(shared);
             return;
         }
     };
-    let held: HashSet<u64> = if renewed as usize == leases.len() {
-        leases.iter().map(|l| l.0).collect()
+    let held: HashSet<(u64, u64)> = if renewed as usize == leases.len() {
+        leases.iter().copied().collect()
     } else {
-        match shared.store.task_leases_held(&json).await {
-            Ok(ids) => ids.into_iter().collect(),
+        match within!(shared, |c| shared.store.task_leases_held(c, &json)).await {
+            Ok(held) => held.into_iter().collect(),
             Err(e) => {
                 WorkerStats::add(&shared.stats.db_errors, 1);
                 tracing::warn!(error = %e, "taskq: heartbeat check failed");
-                expire_locally(shared);
                 return;
             }
         }
     };
     let mut inflight = shared.inflight();
     for (id, epoch) in leases {
-        let Some(f) = inflight.get_mut(&id) else {
+        let key = AttemptKey { id, epoch };
+        let Some(f) = inflight.get_mut(&key) else {
             continue;
         };
-        if f.epoch != epoch {
-            continue;
-        }
-        if held.contains(&id) {
+        if held.contains(&(id, epoch)) {
             f.renewed_at = sent;
-        } else if f.phase != super::Phase::Acking {
+        } else if f.phase != Phase::Acking && !f.lost {
             // (An Acking task's outcome may simply have been written meanwhile; the write-back
             // itself reports it if it was fenced.)
-            mark_lost(shared, id, f);
+            lease::mark_lost(shared, key, f, "heartbeat found the lease gone");
         }
     }
-}
-
-/// Without a database answer, a lease whose last renewal is older than the lease length has
-/// certainly expired on the database clock: treat it as lost.
-fn expire_locally(shared: &Shared) {
-    let now = Instant::now();
-    let mut inflight = shared.inflight();
-    for (id, f) in inflight.iter_mut() {
-        if !f.lost
-            && f.phase != super::Phase::Acking
-            && now.duration_since(f.renewed_at) >= shared.cfg.lease
-        {
-            mark_lost(shared, *id, f);
-        }
-    }
-}
-
-fn mark_lost(shared: &Shared, id: u64, f: &mut super::InFlight) {
-    f.lost = true;
-    f.cancel.cancel(CancelReason::LeaseLost);
-    WorkerStats::add(&shared.stats.lost_leases, 1);
-    crate::metrics::lost_lease(&f.queue, &f.name);
-    tracing::warn!(
-        task_id = id,
-        lease_epoch = f.epoch,
-        "taskq: lease lost; handler canceled"
-    );
 }

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{Shared, WorkerStats};
+use super::{Shared, WorkerStats, within};
 use crate::task::TaskState;
 use crate::wake;
 
@@ -36,7 +36,7 @@ pub(crate) async fn run(shared: Arc<Shared>) {
 async fn reap(shared: &Shared) {
     let mut total = 0;
     loop {
-        match shared.store.task_reap_expired(BATCH).await {
+        match within!(shared, |c| shared.store.task_reap_expired(c, BATCH)).await {
             Ok((found, reaped)) => {
                 total += reaped;
                 if found < u64::from(BATCH) {
@@ -69,7 +69,8 @@ async fn prune(shared: &Shared) {
     ] {
         let Some(keep) = keep else { continue };
         loop {
-            match shared.store.task_prune(state, keep.as_secs(), BATCH).await {
+            let age = keep.as_secs();
+            match within!(shared, |c| shared.store.task_prune(c, state, age, BATCH)).await {
                 Ok(n) => {
                     WorkerStats::add(&shared.stats.pruned, n);
                     crate::metrics::pruned(n);
@@ -90,7 +91,7 @@ async fn prune(shared: &Shared) {
 
 /// Publishes the per queue × state backlog gauges (zero for states with no rows).
 async fn backlog(shared: &Shared) {
-    match shared.store.task_stats().await {
+    match within!(shared, |c| shared.store.task_stats(c)).await {
         Ok(rows) => {
             let mut queues: Vec<&str> = shared.cfg.queues.keys().map(String::as_str).collect();
             queues.extend(rows.iter().map(|r| r.queue.as_str()));
@@ -127,7 +128,7 @@ pub(crate) async fn watch_pauses(shared: Arc<Shared>) {
 
 /// Reads the paused queues once.
 pub(crate) async fn refresh_pauses(shared: &Shared) {
-    match shared.store.queues_paused().await {
+    match within!(shared, |c| shared.store.queues_paused(c)).await {
         Ok(rows) => {
             let now: std::collections::HashSet<String> = rows.into_iter().map(|r| r.0).collect();
             let resumed: Vec<String> = {

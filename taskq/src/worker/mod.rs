@@ -6,13 +6,19 @@
 //! - `executor`: one tokio task per claimed task (panics and timeouts are caught there);
 //! - `acker`: gathers outcomes for a few milliseconds and writes them in one statement;
 //! - `heartbeat`: renews every held lease with one statement per beat;
+//! - `lease`: the in-memory lease table (one record per attempt) and the watchdog that
+//!   cancels a handler whose lease was not confirmed in time;
 //! - `maintenance`: reaper of expired leases and retention.
+//!
+//! Every statement runs within a deadline (`deadline`).
 
 mod acker;
 mod claim;
 mod config;
+pub(crate) mod deadline;
 mod executor;
 mod heartbeat;
+mod lease;
 mod maintenance;
 mod stats;
 
@@ -24,17 +30,18 @@ use std::time::{Duration, Instant};
 use sqlx::MySqlPool;
 use sqlx::mysql::MySqlPoolOptions;
 use tokio::sync::{Notify, Semaphore, mpsc, watch};
-use tokio::task::AbortHandle;
 
 pub use config::{Retention, WorkerBuilder};
 pub use stats::{StatsSnapshot, WorkerStats};
 
-use crate::context::{CancelHandle, CancelReason, StateMap};
+use crate::context::{CancelReason, StateMap};
 use crate::error::Result;
 use crate::registry::Registration;
 use crate::store::{self, Store};
 use crate::task::TaskId;
 use config::{Config, ShutdownFuture, TraceLink};
+use deadline::within;
+use lease::{Leases, Phase};
 
 /// A configured worker; see [`Worker::builder`] and [`run_registered`].
 pub struct Worker {
@@ -133,6 +140,7 @@ impl Worker {
             loops.spawn(claim::run(shared.clone(), queue.as_str().into(), *n));
         }
         let heartbeat = tokio::spawn(heartbeat::run(shared.clone()));
+        let watchdog = tokio::spawn(lease::watchdog(shared.clone()));
         let maintenance = tokio::spawn(maintenance::run(shared.clone()));
         let controls = tokio::spawn(maintenance::watch_pauses(shared.clone()));
         let acker = tokio::spawn(acker::run(shared.clone(), ack_rx));
@@ -185,6 +193,7 @@ impl Worker {
         let unacked = acker::finish(&shared, acker).await;
         let released = release_abandoned(&shared).await;
         heartbeat.abort();
+        watchdog.abort();
         let mut unacknowledged = unacked;
         unacknowledged.extend(released.1);
         let report = ShutdownReport {
@@ -208,7 +217,7 @@ async fn release_abandoned(shared: &Shared) -> (Vec<TaskId>, Vec<TaskId>) {
         .inflight()
         .iter()
         .filter(|(_, f)| f.phase == Phase::Abandoned)
-        .map(|(id, f)| (*id, f.epoch))
+        .map(|(k, _)| (k.id, k.epoch))
         .collect();
     if leases.is_empty() {
         return (Vec::new(), Vec::new());
@@ -216,7 +225,7 @@ async fn release_abandoned(shared: &Shared) -> (Vec<TaskId>, Vec<TaskId>) {
     let ids: Vec<TaskId> = leases.iter().map(|l| TaskId(l.0)).collect();
     let json = store::leases_json(&leases);
     for attempt in 0..5 {
-        match shared.store.task_release(&json).await {
+        match within!(shared, |c| shared.store.task_release(c, &json)).await {
             Ok(n) => {
                 WorkerStats::add(&shared.stats.released, n);
                 return (ids, Vec::new());
@@ -256,12 +265,16 @@ async fn default_signal() {
 /// no ping before each use (a broken connection fails one statement, which is retried).
 fn worker_pool(user_pool: &MySqlPool, cfg: &Config) -> MySqlPool {
     let opts = (*user_pool.connect_options()).clone();
+    // Server-side lock waits end no later than the statement deadline (whole seconds).
+    let lock_wait_secs = cfg.statement_timeout.as_secs().max(1);
     MySqlPoolOptions::new()
         .max_connections(cfg.db_connections)
         .min_connections(0)
-        .acquire_timeout(Duration::from_secs(5))
+        .acquire_timeout(cfg.statement_timeout)
         .test_before_acquire(false)
-        .after_connect(|conn, _meta| Box::pin(async move { store::session_setup(conn).await }))
+        .after_connect(move |conn, _meta| {
+            Box::pin(async move { store::session_setup(conn, lock_wait_secs).await })
+        })
         .connect_lazy_with(opts)
 }
 
@@ -274,7 +287,8 @@ pub(crate) struct Shared {
     /// JSON array of the task names this worker handles.
     pub names_json: String,
     pub state: Arc<StateMap>,
-    pub inflight: Mutex<HashMap<u64, InFlight>>,
+    /// The lease table: one record per attempt this worker holds.
+    pub inflight: Mutex<Leases>,
     /// Executors currently running a handler.
     pub executing: AtomicUsize,
     /// Notified whenever a handler slot frees up.
@@ -289,7 +303,7 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    pub fn inflight(&self) -> MutexGuard<'_, HashMap<u64, InFlight>> {
+    pub fn inflight(&self) -> MutexGuard<'_, Leases> {
         self.inflight.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -313,31 +327,6 @@ impl Shared {
     pub fn lease_us(&self) -> i64 {
         self.cfg.lease.as_micros() as i64
     }
-}
-
-/// Where a claimed task is in this worker.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Phase {
-    /// Its handler runs.
-    Running,
-    /// Its outcome waits to be written.
-    Acking,
-    /// Aborted at shutdown; to be released.
-    Abandoned,
-}
-
-/// A task this worker holds a lease on.
-pub(crate) struct InFlight {
-    pub epoch: u64,
-    pub queue: Arc<str>,
-    pub name: Arc<str>,
-    pub phase: Phase,
-    pub cancel: Arc<CancelHandle>,
-    pub abort: Option<AbortHandle>,
-    /// When the last successful claim/renewal was sent (local monotonic clock): the lease
-    /// ends no earlier than this plus the lease length on the database clock.
-    pub renewed_at: Instant,
-    pub lost: bool,
 }
 
 /// Sleeps for an error backoff step, returning early when the worker stops.

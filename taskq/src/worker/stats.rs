@@ -20,6 +20,8 @@ pub struct WorkerStats {
     pub(crate) db_errors: AtomicU64,
     pub(crate) claim_queries: AtomicU64,
     pub(crate) ack_flushes: AtomicU64,
+    pub(crate) statement_timeouts: AtomicU64,
+    pub(crate) writeback_rejected: AtomicU64,
 }
 
 /// A point-in-time copy of [`WorkerStats`].
@@ -35,7 +37,8 @@ pub struct StatsSnapshot {
     pub dead: u64,
     /// Write-backs rejected because the lease epoch had moved (stale holder).
     pub fenced: u64,
-    /// Leases found lost by a heartbeat (the handler was canceled).
+    /// Attempts whose lease was lost (a heartbeat found it gone, it was not confirmed before
+    /// its local end, or this worker claimed the task again): the handler was canceled.
     pub lost_leases: u64,
     /// Handler panics (counted as failures).
     pub panics: u64,
@@ -53,6 +56,12 @@ pub struct StatsSnapshot {
     pub claim_queries: u64,
     /// Write-back statements issued.
     pub ack_flushes: u64,
+    /// Statements abandoned because they did not answer within the statement timeout (half
+    /// the lease); their connections were discarded.
+    pub statement_timeouts: u64,
+    /// Outcomes the database rejected for their own row (e.g. a trigger or constraint): not
+    /// retried; the task's lease is left to expire and the reaper returns it.
+    pub writeback_rejected: u64,
 }
 
 impl WorkerStats {
@@ -77,6 +86,8 @@ impl WorkerStats {
             db_errors: self.db_errors.load(Relaxed),
             claim_queries: self.claim_queries.load(Relaxed),
             ack_flushes: self.ack_flushes.load(Relaxed),
+            statement_timeouts: self.statement_timeouts.load(Relaxed),
+            writeback_rejected: self.writeback_rejected.load(Relaxed),
         }
     }
 }

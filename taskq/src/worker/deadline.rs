@@ -1,0 +1,85 @@
+//! Deadlines on the worker's statements.
+//!
+//! Every statement the worker runs (claim, heartbeat, write-back, reaper, retention, pause
+//! refresh, release) takes a connection from the worker's pool and must answer within the
+//! statement timeout (half the lease). One that does not — a connection silently
+//! black-holed by a network partition answers nothing and is never closed — is abandoned and
+//! its connection discarded without any further I/O, so it cannot pin a loop or a pool slot;
+//! the caller treats it like a database error and retries on a fresh connection. Server-side
+//! lock waits of the worker's sessions end at the same bound (`innodb_lock_wait_timeout`, see
+//! `store::session_setup`).
+//!
+//! A statement that timed out may still have been executed by the server: every worker
+//! statement is safe to repeat or to lose (claims are reaped when their lease expires,
+//! write-backs and renewals are fenced by the lease epoch).
+
+use std::fmt;
+use std::time::Duration;
+
+/// Why a worker statement did not complete.
+#[derive(Debug)]
+pub(crate) enum StmtError {
+    /// The database (or the connection) answered with an error.
+    Db(sqlx::Error),
+    /// No answer within the statement timeout: the connection was discarded.
+    Timeout(Duration),
+}
+
+impl fmt::Display for StmtError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StmtError::Db(e) => e.fmt(f),
+            StmtError::Timeout(d) => write!(f, "no answer within {d:?}; connection discarded"),
+        }
+    }
+}
+
+impl StmtError {
+    /// Whether retrying the same statement cannot help: the server rejected the data itself
+    /// (SQLSTATE class 22 data exception, 23 constraint violation, 42 syntax or access, 45
+    /// raised by a trigger or procedure). Connection errors, timeouts, deadlocks and lock
+    /// waits are worth retrying.
+    pub(crate) fn is_deterministic(&self) -> bool {
+        match self {
+            StmtError::Db(sqlx::Error::Database(db)) => db.code().is_some_and(|c| {
+                ["22", "23", "42", "45"]
+                    .iter()
+                    .any(|class| c.starts_with(class))
+            }),
+            _ => false,
+        }
+    }
+}
+
+/// Runs `$body` (an expression using `$conn: &mut MySqlConnection`) on a connection of the
+/// worker's pool, within the statement timeout counted from before the connection is taken.
+/// Evaluates to `Result<T, StmtError>`.
+macro_rules! within {
+    ($shared:expr, |$conn:ident| $body:expr) => {
+        async {
+            let shared: &$crate::worker::Shared = &$shared;
+            let limit = shared.cfg.statement_timeout;
+            let deadline = tokio::time::Instant::now() + limit;
+            let timed_out = || {
+                $crate::worker::WorkerStats::add(&shared.stats.statement_timeouts, 1);
+                $crate::worker::deadline::StmtError::Timeout(limit)
+            };
+            let mut pooled =
+                match tokio::time::timeout_at(deadline, shared.store.pool().acquire()).await {
+                    Ok(Ok(c)) => c,
+                    Ok(Err(e)) => return Err($crate::worker::deadline::StmtError::Db(e)),
+                    Err(_) => return Err(timed_out()),
+                };
+            let $conn: &mut sqlx::MySqlConnection = &mut pooled;
+            match tokio::time::timeout_at(deadline, $body).await {
+                Ok(r) => r.map_err($crate::worker::deadline::StmtError::Db),
+                Err(_) => {
+                    // Dropped without a goodbye: the socket closes, the server rolls back.
+                    drop(pooled.detach());
+                    Err(timed_out())
+                }
+            }
+        }
+    };
+}
+pub(crate) use within;
