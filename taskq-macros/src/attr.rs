@@ -299,8 +299,33 @@ fn timeout(value: &Expr) -> syn::Result<Duration> {
     Ok(d)
 }
 
+/// Longest delay the schema holds from now (`taskq::MAX_DELAY`, 10 × 366 days; the two must
+/// stay equal): `run_at = now + delay` must remain a valid `DATETIME`.
+const MAX_DELAY: Duration = Duration::from_secs(10 * 366 * 24 * 3600);
+
 fn backoff(value: &Expr) -> syn::Result<BackoffSpec> {
     let lit = string_value("backoff", value)?;
+    let spec = backoff_spec(&lit)?;
+    let longest = match spec {
+        BackoffSpec::Exponential { max, .. } => max,
+        BackoffSpec::Constant(d) => d,
+    };
+    if longest > MAX_DELAY {
+        return Err(syn::Error::new(
+            lit.span(),
+            format!(
+                "invalid `backoff` {:?}: its longest delay ({:.1} days) exceeds the maximum of {} \
+                 days that a retry can be scheduled ahead",
+                lit.value(),
+                longest.as_secs_f64() / 86_400.0,
+                MAX_DELAY.as_secs() / 86_400
+            ),
+        ));
+    }
+    Ok(spec)
+}
+
+fn backoff_spec(lit: &syn::LitStr) -> syn::Result<BackoffSpec> {
     parse_backoff(&lit.value()).map_err(|e| {
         let e = if e.contains(BACKOFF_HELP) {
             e

@@ -18,4 +18,16 @@ async fn send_fax(to: String) -> Result<(), TaskError> {
     Ok(())
 }
 
+#[taskq::task(backoff = "exponential(1s, 3661d)")]
+async fn send_letter(to: String) -> Result<(), TaskError> {
+    let _ = to;
+    Ok(())
+}
+
+#[taskq::task(backoff = "constant(4000d)")]
+async fn send_pigeon(to: String) -> Result<(), TaskError> {
+    let _ = to;
+    Ok(())
+}
+
 fn main() {}
