@@ -182,7 +182,7 @@ async fn a_task_sorting_before_the_seek_position_is_not_left_for_the_end_of_a_ba
         sleep_ms: 0,
     }
     .enqueue_options()
-    .priority(-1)
+    .with_priority(-1)
     .enqueue(&db.pool)
     .await
     .unwrap()

@@ -71,7 +71,7 @@ async fn list_and_count_filter_by_queue_state_and_name() {
     for i in 0..3 {
         Ping(i)
             .enqueue_options()
-            .queue("other")
+            .with_queue("other")
             .enqueue(&db.pool)
             .await
             .unwrap();
@@ -199,7 +199,7 @@ async fn retry_all_dead_moves_every_dead_task_in_batches() {
     for i in 0..3 {
         let id = Ping(i)
             .enqueue_options()
-            .queue("other")
+            .with_queue("other")
             .enqueue(&db.pool)
             .await
             .unwrap()
@@ -209,7 +209,7 @@ async fn retry_all_dead_moves_every_dead_task_in_batches() {
     // A dead task without finished_at (written by hand) is retried too.
     let bare = Ping(9)
         .enqueue_options()
-        .queue("other")
+        .with_queue("other")
         .enqueue(&db.pool)
         .await
         .unwrap()

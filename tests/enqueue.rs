@@ -161,10 +161,10 @@ async fn options_land_in_the_row() {
     let client = Client::new(db.pool.clone());
     let delayed = note("d")
         .enqueue_options()
-        .delay(Duration::from_secs(3600))
-        .priority(-5)
-        .queue("other")
-        .max_attempts(2)
+        .with_delay(Duration::from_secs(3600))
+        .with_priority(-5)
+        .with_queue("other")
+        .with_max_attempts(2)
         .enqueue(&db.pool)
         .await
         .unwrap();
@@ -184,7 +184,7 @@ async fn options_land_in_the_row() {
         .to_utc();
     let scheduled = note("s")
         .enqueue_options()
-        .run_at(at)
+        .with_run_at(at)
         .enqueue(&db.pool)
         .await
         .unwrap();
@@ -196,21 +196,21 @@ async fn duplicate_idempotency_key_returns_the_existing_task() {
     let db = TestDb::new().await;
     let first = note("a")
         .enqueue_options()
-        .idempotency_key("k1")
+        .with_idempotency_key("k1")
         .enqueue(&db.pool)
         .await
         .unwrap();
     let mut tx = db.pool.begin().await.unwrap();
     let again = note("b")
         .enqueue_options()
-        .idempotency_key("k1")
+        .with_idempotency_key("k1")
         .enqueue_tx(&mut tx)
         .await
         .unwrap();
     // The failed insert does not poison the caller's transaction.
     let other = note("c")
         .enqueue_options()
-        .idempotency_key("k2")
+        .with_idempotency_key("k2")
         .enqueue_tx(&mut tx)
         .await
         .unwrap();
@@ -242,7 +242,7 @@ async fn concurrent_duplicates_insert_one_row() {
                     text: i.to_string(),
                 }
                 .enqueue_options()
-                .idempotency_key(key)
+                .with_idempotency_key(key)
                 .enqueue_tx(&mut tx)
                 .await
                 .unwrap();
@@ -287,21 +287,21 @@ async fn bad_input_is_a_typed_error_and_writes_nothing() {
     let p = &db.pool;
     let e = note("x")
         .enqueue_options()
-        .queue("")
+        .with_queue("")
         .enqueue(p)
         .await
         .unwrap_err();
     assert!(matches!(e, Error::InvalidName { what: "queue", .. }), "{e}");
     let e = note("x")
         .enqueue_options()
-        .queue("q".repeat(65))
+        .with_queue("q".repeat(65))
         .enqueue(p)
         .await
         .unwrap_err();
     assert!(matches!(e, Error::InvalidName { what: "queue", .. }), "{e}");
     let e = note("x")
         .enqueue_options()
-        .queue("a\tb")
+        .with_queue("a\tb")
         .enqueue(p)
         .await
         .unwrap_err();
@@ -319,7 +319,7 @@ async fn bad_input_is_a_typed_error_and_writes_nothing() {
     );
     let e = note("x")
         .enqueue_options()
-        .idempotency_key("")
+        .with_idempotency_key("")
         .enqueue(p)
         .await
         .unwrap_err();
@@ -339,7 +339,7 @@ async fn bad_input_is_a_typed_error_and_writes_nothing() {
     let e = big
         .clone()
         .enqueue_options()
-        .payload_limit(1000)
+        .with_payload_limit(1000)
         .enqueue(p)
         .await
         .unwrap_err();
@@ -349,7 +349,7 @@ async fn bad_input_is_a_typed_error_and_writes_nothing() {
     );
     let e = big
         .enqueue_options()
-        .payload_limit(1000)
+        .with_payload_limit(1000)
         .enqueue(p)
         .await
         .unwrap_err();
@@ -359,21 +359,21 @@ async fn bad_input_is_a_typed_error_and_writes_nothing() {
     );
     let e = note("x")
         .enqueue_options()
-        .delay(Duration::from_secs(u64::MAX / 4))
+        .with_delay(Duration::from_secs(u64::MAX / 4))
         .enqueue(p)
         .await
         .unwrap_err();
     assert!(matches!(e, Error::InvalidSchedule(_)), "{e}");
     let e = note("x")
         .enqueue_options()
-        .run_at(chrono::DateTime::from_timestamp(253_402_300_000, 0).unwrap())
+        .with_run_at(chrono::DateTime::from_timestamp(253_402_300_000, 0).unwrap())
         .enqueue(p)
         .await
         .unwrap_err();
     assert!(matches!(e, Error::InvalidSchedule(_)), "{e}");
     let e = note("x")
         .enqueue_options()
-        .max_attempts(0)
+        .with_max_attempts(0)
         .enqueue(p)
         .await
         .unwrap_err();
@@ -399,7 +399,7 @@ async fn payload_at_the_limit_is_accepted() {
     };
     let out = exact
         .enqueue_options()
-        .payload_limit(1000)
+        .with_payload_limit(1000)
         .enqueue(&db.pool)
         .await
         .unwrap();

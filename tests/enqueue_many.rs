@@ -101,14 +101,14 @@ async fn per_task_options_are_applied() {
         Enqueue::new(note("plain")),
         note("delayed")
             .enqueue_options()
-            .delay(Duration::from_secs(3600)),
-        note("at").enqueue_options().run_at(at),
+            .with_delay(Duration::from_secs(3600)),
+        note("at").enqueue_options().with_run_at(at),
         note("opts")
             .enqueue_options()
-            .priority(-9)
-            .queue("other")
-            .max_attempts(2)
-            .trace_context("00-aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa-bbbbbbbbbbbbbbbb-01"),
+            .with_priority(-9)
+            .with_queue("other")
+            .with_max_attempts(2)
+            .with_trace_context("00-aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa-bbbbbbbbbbbbbbbb-01"),
     ];
     let mut conn = db.pool.acquire().await.unwrap();
     let out = taskq::enqueue_many(&mut conn, batch).await.unwrap();
@@ -162,24 +162,25 @@ async fn one_invalid_task_writes_nothing() {
     // On a plain (autocommit) connection, so a partial write would stay.
     let mut conn = db.pool.acquire().await.unwrap();
     let cases: Vec<Case> = vec![
-        (note("q").enqueue_options().queue(""), |e| {
+        (note("q").enqueue_options().with_queue(""), |e| {
             matches!(e, Error::InvalidName { what: "queue", .. })
         }),
-        (note("m").enqueue_options().max_attempts(0), |e| {
+        (note("m").enqueue_options().with_max_attempts(0), |e| {
             matches!(e, Error::InvalidOption(_))
         }),
-        (note("big").enqueue_options().payload_limit(4), |e| {
+        (note("big").enqueue_options().with_payload_limit(4), |e| {
             matches!(e, Error::PayloadTooLarge { .. })
         }),
         (
             note("d")
                 .enqueue_options()
-                .delay(taskq::MAX_DELAY + Duration::from_secs(1)),
+                .with_delay(taskq::MAX_DELAY + Duration::from_secs(1)),
             |e| matches!(e, Error::InvalidSchedule(_)),
         ),
-        (note("k").enqueue_options().idempotency_key(" k"), |e| {
-            matches!(e, Error::InvalidName { .. })
-        }),
+        (
+            note("k").enqueue_options().with_idempotency_key(" k"),
+            |e| matches!(e, Error::InvalidName { .. }),
+        ),
     ];
     for (bad, is_expected) in cases {
         let mut batch: Vec<Enqueue<Note>> =
@@ -196,16 +197,16 @@ async fn idempotency_keys_in_a_batch_deduplicate_per_row() {
     let db = TestDb::new().await;
     let existing = note("old")
         .enqueue_options()
-        .idempotency_key("k1")
+        .with_idempotency_key("k1")
         .enqueue(&db.pool)
         .await
         .unwrap();
     let batch = vec![
         Enqueue::new(note("a")),
-        note("b").enqueue_options().idempotency_key("k1"), // exists already
-        note("c").enqueue_options().idempotency_key("k2"), // new
+        note("b").enqueue_options().with_idempotency_key("k1"), // exists already
+        note("c").enqueue_options().with_idempotency_key("k2"), // new
         Enqueue::new(note("d")),
-        note("e").enqueue_options().idempotency_key("k2"), // repeats a key of this batch
+        note("e").enqueue_options().with_idempotency_key("k2"), // repeats a key of this batch
         Enqueue::new(note("f")),
     ];
     let mut tx = db.pool.begin().await.unwrap();

@@ -590,7 +590,7 @@ async fn errors_keep_characters_outside_the_database_default_charset() {
         repeat: 1,
     }
     .enqueue_options()
-    .max_attempts(1)
+    .with_max_attempts(1)
     .enqueue(&db.pool)
     .await
     .unwrap()

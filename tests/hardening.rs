@@ -133,13 +133,13 @@ async fn durations_beyond_the_schema_are_rejected_or_clamped() {
     // Enqueue: a delay or run_at past the bound is a typed error and inserts nothing.
     let too_far = taskq::MAX_DELAY + Duration::from_secs(1);
     let e = Enqueue::new(Edge { mode: Mode::Ok })
-        .delay(too_far)
+        .with_delay(too_far)
         .enqueue(&db.pool)
         .await
         .unwrap_err();
     assert!(matches!(e, Error::InvalidSchedule(_)), "{e:?}");
     let e = Enqueue::new(Edge { mode: Mode::Ok })
-        .delay(Duration::MAX)
+        .with_delay(Duration::MAX)
         .enqueue(&db.pool)
         .await
         .unwrap_err();
@@ -148,7 +148,7 @@ async fn durations_beyond_the_schema_are_rejected_or_clamped() {
         .unwrap()
         .to_utc();
     let e = Enqueue::new(Edge { mode: Mode::Ok })
-        .run_at(year_10000)
+        .with_run_at(year_10000)
         .enqueue(&db.pool)
         .await
         .unwrap_err();

@@ -337,8 +337,8 @@ async fn enqueue_helpers_apply_their_options() {
 
     let custom = PlainDefaults { n: 5 }
         .enqueue_options()
-        .queue("elsewhere")
-        .max_attempts(2)
+        .with_queue("elsewhere")
+        .with_max_attempts(2)
         .enqueue(&db.pool)
         .await
         .unwrap();

@@ -47,7 +47,7 @@ async fn trace_context_goes_from_the_request_to_the_handler() {
     let outside = Traced(2).enqueue(&db.pool).await.unwrap().id;
     let explicit = Traced(3)
         .enqueue_options()
-        .trace_context("00-aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa-bbbbbbbbbbbbbbbb-01")
+        .with_trace_context("00-aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa-bbbbbbbbbbbbbbbb-01")
         .enqueue(&db.pool)
         .await
         .unwrap()

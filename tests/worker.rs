@@ -208,7 +208,7 @@ async fn a_panic_is_a_failure_not_a_crash() {
         mode: Mode::Panic,
     }
     .enqueue_options()
-    .max_attempts(1)
+    .with_max_attempts(1)
     .enqueue(&db.pool)
     .await
     .unwrap()
@@ -591,7 +591,7 @@ async fn a_claim_in_progress_never_blocks_producers() {
     for n in 100..110 {
         Job { n, mode: Mode::Ok }
             .enqueue_options()
-            .priority(-1)
+            .with_priority(-1)
             .enqueue_tx(&mut tx)
             .await
             .unwrap();
@@ -627,7 +627,7 @@ async fn a_paused_queue_is_not_claimed_until_resumed() {
         mode: Mode::Ok,
     }
     .enqueue_options()
-    .queue("other")
+    .with_queue("other")
     .enqueue(&db.pool)
     .await
     .unwrap()

@@ -302,7 +302,7 @@ pub fn generate(f: &ItemFn, attrs: &TaskAttrs, h: &Handler) -> TokenStream {
 
             /// Runs no earlier than `delay` after the insert (database clock).
             pub fn with_delay(self, delay: ::core::time::Duration) -> ::taskq::Enqueue<Self> {
-                ::taskq::Enqueue::new(self).delay(delay)
+                ::taskq::Enqueue::new(self).with_delay(delay)
             }
 
             /// Runs no earlier than this UTC time.
@@ -310,12 +310,12 @@ pub fn generate(f: &ItemFn, attrs: &TaskAttrs, h: &Handler) -> TokenStream {
                 self,
                 at: ::taskq::__private::chrono::DateTime<::taskq::__private::chrono::Utc>,
             ) -> ::taskq::Enqueue<Self> {
-                ::taskq::Enqueue::new(self).run_at(at)
+                ::taskq::Enqueue::new(self).with_run_at(at)
             }
 
             /// Overrides the task's default priority (lower runs first).
             pub fn with_priority(self, priority: i16) -> ::taskq::Enqueue<Self> {
-                ::taskq::Enqueue::new(self).priority(priority)
+                ::taskq::Enqueue::new(self).with_priority(priority)
             }
 
             /// At most one task with this name and key exists while its row is kept; a
@@ -324,7 +324,33 @@ pub fn generate(f: &ItemFn, attrs: &TaskAttrs, h: &Handler) -> TokenStream {
                 self,
                 key: impl ::core::convert::Into<::std::string::String>,
             ) -> ::taskq::Enqueue<Self> {
-                ::taskq::Enqueue::new(self).idempotency_key(key)
+                ::taskq::Enqueue::new(self).with_idempotency_key(key)
+            }
+
+            /// Overrides the task's queue.
+            pub fn with_queue(
+                self,
+                queue: impl ::core::convert::Into<::std::string::String>,
+            ) -> ::taskq::Enqueue<Self> {
+                ::taskq::Enqueue::new(self).with_queue(queue)
+            }
+
+            /// Overrides the task's max attempts (at least 1).
+            pub fn with_max_attempts(self, n: u32) -> ::taskq::Enqueue<Self> {
+                ::taskq::Enqueue::new(self).with_max_attempts(n)
+            }
+
+            /// Records this trace context instead of asking the trace-context hook.
+            pub fn with_trace_context(
+                self,
+                context: impl ::core::convert::Into<::std::string::String>,
+            ) -> ::taskq::Enqueue<Self> {
+                ::taskq::Enqueue::new(self).with_trace_context(context)
+            }
+
+            /// Overrides the payload size limit for this enqueue.
+            pub fn with_payload_limit(self, bytes: usize) -> ::taskq::Enqueue<Self> {
+                ::taskq::Enqueue::new(self).with_payload_limit(bytes)
             }
         }
 

@@ -67,8 +67,21 @@ pub struct Enqueued {
     pub duplicate: bool,
 }
 
-/// A task plus per-enqueue options. Build one with [`Task::enqueue_options`] or the
-/// `with_*` helpers the `#[task]` macro generates.
+/// A task plus per-enqueue options. Start one from the task with any `with_*` option
+/// ([`Task::with_delay`], …, or the same methods the `#[task]` macro generates on its struct) or
+/// with [`Task::enqueue_options`]; chain the other `with_*` options in any order; finish with
+/// [`enqueue_tx`](Self::enqueue_tx) or [`enqueue`](Self::enqueue).
+///
+/// | option | meaning |
+/// |---|---|
+/// | `with_delay(Duration)` | runs no earlier than this long after the insert (database clock); replaces `with_run_at` |
+/// | `with_run_at(DateTime<Utc>)` | runs no earlier than this time; replaces `with_delay` |
+/// | `with_priority(i16)` | overrides the task's priority (lower runs first) |
+/// | `with_idempotency_key(impl Into<String>)` | one task per (name, key) while the row is kept; a duplicate returns the existing id |
+/// | `with_queue(impl Into<String>)` | overrides the task's queue |
+/// | `with_max_attempts(u32)` | overrides the task's max attempts (at least 1) |
+/// | `with_trace_context(impl Into<String>)` | records this trace context instead of asking the hook |
+/// | `with_payload_limit(usize)` | overrides the payload size limit for this enqueue |
 ///
 /// ```no_run
 /// # use std::time::Duration;
@@ -79,10 +92,9 @@ pub struct Enqueued {
 /// # async fn f(pool: sqlx::MySqlPool) -> taskq::Result<()> {
 /// let mut tx = pool.begin().await?;
 /// let done = Report { day: 3 }
-///     .enqueue_options()
-///     .delay(Duration::from_secs(60))
-///     .priority(-1)
-///     .idempotency_key("report-3")
+///     .with_delay(Duration::from_secs(60))
+///     .with_priority(-1)
+///     .with_idempotency_key("report-3")
 ///     .enqueue_tx(&mut tx)
 ///     .await?;
 /// tx.commit().await?;
@@ -119,45 +131,46 @@ impl<T: Task> Enqueue<T> {
         }
     }
     /// Runs no earlier than `delay` after the insert, on the database clock.
-    pub fn delay(mut self, delay: Duration) -> Self {
+    pub fn with_delay(mut self, delay: Duration) -> Self {
         self.delay = delay;
         self.run_at = None;
         self
     }
     /// Runs no earlier than this absolute UTC time.
-    pub fn run_at(mut self, at: DateTime<Utc>) -> Self {
+    pub fn with_run_at(mut self, at: DateTime<Utc>) -> Self {
         self.run_at = Some(at);
+        self.delay = Duration::ZERO;
         self
     }
     /// Overrides the task's default priority (lower runs first).
-    pub fn priority(mut self, priority: i16) -> Self {
+    pub fn with_priority(mut self, priority: i16) -> Self {
         self.priority = Some(priority);
         self
     }
     /// At most one task per (task name, key) exists while its row is kept; a duplicate enqueue
     /// returns the existing task's id with `duplicate = true`.
-    pub fn idempotency_key(mut self, key: impl Into<String>) -> Self {
+    pub fn with_idempotency_key(mut self, key: impl Into<String>) -> Self {
         self.idempotency_key = Some(key.into());
         self
     }
     /// Overrides the task's queue.
-    pub fn queue(mut self, queue: impl Into<String>) -> Self {
+    pub fn with_queue(mut self, queue: impl Into<String>) -> Self {
         self.queue = Some(queue.into());
         self
     }
     /// Overrides the task's max attempts (at least 1).
-    pub fn max_attempts(mut self, n: u32) -> Self {
+    pub fn with_max_attempts(mut self, n: u32) -> Self {
         self.max_attempts = Some(n);
         self
     }
     /// Records this trace context (e.g. a W3C `traceparent`) instead of asking the hook set
     /// with [`set_trace_context_hook`](crate::set_trace_context_hook).
-    pub fn trace_context(mut self, context: impl Into<String>) -> Self {
+    pub fn with_trace_context(mut self, context: impl Into<String>) -> Self {
         self.trace_context = Some(context.into());
         self
     }
     /// Overrides the payload size limit for this enqueue.
-    pub fn payload_limit(mut self, bytes: usize) -> Self {
+    pub fn with_payload_limit(mut self, bytes: usize) -> Self {
         self.payload_limit = Some(bytes);
         self
     }

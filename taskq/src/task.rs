@@ -60,9 +60,42 @@ pub trait Task: Serialize + DeserializeOwned + Send + Sync + 'static {
         Vec::new()
     }
 
-    /// Starts building an enqueue with options (delay, run-at, priority, idempotency key).
+    /// Starts building an enqueue with options; see [`Enqueue`] for the `with_*` options.
     fn enqueue_options(self) -> Enqueue<Self> {
         Enqueue::new(self)
+    }
+
+    /// [`Enqueue::with_delay`] on this task.
+    fn with_delay(self, delay: Duration) -> Enqueue<Self> {
+        Enqueue::new(self).with_delay(delay)
+    }
+    /// [`Enqueue::with_run_at`] on this task.
+    fn with_run_at(self, at: chrono::DateTime<chrono::Utc>) -> Enqueue<Self> {
+        Enqueue::new(self).with_run_at(at)
+    }
+    /// [`Enqueue::with_priority`] on this task.
+    fn with_priority(self, priority: i16) -> Enqueue<Self> {
+        Enqueue::new(self).with_priority(priority)
+    }
+    /// [`Enqueue::with_idempotency_key`] on this task.
+    fn with_idempotency_key(self, key: impl Into<String>) -> Enqueue<Self> {
+        Enqueue::new(self).with_idempotency_key(key)
+    }
+    /// [`Enqueue::with_queue`] on this task.
+    fn with_queue(self, queue: impl Into<String>) -> Enqueue<Self> {
+        Enqueue::new(self).with_queue(queue)
+    }
+    /// [`Enqueue::with_max_attempts`] on this task.
+    fn with_max_attempts(self, n: u32) -> Enqueue<Self> {
+        Enqueue::new(self).with_max_attempts(n)
+    }
+    /// [`Enqueue::with_trace_context`] on this task.
+    fn with_trace_context(self, context: impl Into<String>) -> Enqueue<Self> {
+        Enqueue::new(self).with_trace_context(context)
+    }
+    /// [`Enqueue::with_payload_limit`] on this task.
+    fn with_payload_limit(self, bytes: usize) -> Enqueue<Self> {
+        Enqueue::new(self).with_payload_limit(bytes)
     }
 
     /// Inserts the task on the caller's transaction or connection (never commits).

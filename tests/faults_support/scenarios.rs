@@ -768,7 +768,7 @@ pub async fn bad_data(db: &FaultDb, good: u32) -> BadRun {
                 repeat: 1,
             }
             .enqueue_options()
-            .max_attempts(1)
+            .with_max_attempts(1)
             .enqueue(pool)
             .await
             .unwrap()

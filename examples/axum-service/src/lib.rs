@@ -174,3 +174,14 @@ pub async fn serve(
         .await?;
     Ok(worker.await??)
 }
+
+/// The Rust snippets of README.md and docs/macro.md, compiled and run as doctests of this
+/// crate, which has every dependency they use (docs/getting-started.md is the
+/// `example-getting-started` crate itself).
+#[cfg(doctest)]
+pub mod doc_snippets {
+    #[doc = include_str!("../../../README.md")]
+    pub struct Readme;
+    #[doc = include_str!("../../../docs/macro.md")]
+    pub struct MacroGuide;
+}
