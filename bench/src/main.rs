@@ -192,12 +192,14 @@ const COUNTERS: &[&str] = &[
     "Com_begin",
     "Com_commit",
     "Com_stmt_execute",
+    "Handler_read_next",
 ];
 
 async fn server_status(pool: &MySqlPool) -> Res<HashMap<String, i64>> {
     let rows: Vec<(String, String)> = sqlx::query_as(
         "SHOW GLOBAL STATUS WHERE Variable_name IN ('Questions', 'Com_select', 'Com_insert', \
-         'Com_update', 'Com_delete', 'Com_begin', 'Com_commit', 'Com_stmt_execute')",
+         'Com_update', 'Com_delete', 'Com_begin', 'Com_commit', 'Com_stmt_execute', \
+         'Handler_read_next')",
     )
     .fetch_all(pool)
     .await?;
@@ -995,6 +997,10 @@ struct UnknownCase {
     drain: Drain,
     /// Claim transactions of that drain (`taskq_claim_duration_seconds`): p50 / p99 / max, ms.
     drain_claim_ms: (f64, f64, f64),
+    /// InnoDB buffer pool page requests per head candidate read (`Innodb_buffer_pool_read_requests`,
+    /// a global counter: median over the repetitions). A row the read steps over costs a
+    /// primary-key lookup (a few pages) unless the index covers the read.
+    head_read_pages: f64,
     /// Unknown tasks still pending and never attempted after the drains.
     unknown_untouched: u64,
     /// `EXPLAIN` of the head candidate read.
@@ -1027,6 +1033,15 @@ async fn insert_unknown(pool: &MySqlPool, n: u64) -> Res<()> {
     .execute(pool)
     .await?;
     Ok(())
+}
+
+/// The server's `Innodb_buffer_pool_read_requests` (global).
+async fn buffer_pool_requests(pool: &MySqlPool) -> Res<i64> {
+    let (_, v): (String, String) =
+        sqlx::query_as("SHOW GLOBAL STATUS LIKE 'Innodb_buffer_pool_read_requests'")
+            .fetch_one(pool)
+            .await?;
+    Ok(v.parse()?)
 }
 
 /// Times [`HEAD_READ`] (for the known name, 32 candidates) [`UNKNOWN_REPS`] times on `conn`,
@@ -1063,6 +1078,7 @@ async fn time_head_reads(conn: &mut sqlx::MySqlConnection, in_transaction: bool)
 struct UnknownRuns {
     idle: Vec<f64>,
     reads: Vec<f64>,
+    pages: Vec<f64>,
     claims: Vec<f64>,
     drains: Vec<Drain>,
     untouched: Option<u64>,
@@ -1091,22 +1107,38 @@ async fn unknown_rep(
         .execute(pool)
         .await?;
     if acc.explain.is_empty() {
-        let rows = sqlx::query(sqlx::AssertSqlSafe(format!("EXPLAIN {HEAD_READ}")))
-            .bind(QUEUE)
-            .bind(format!("[\"{TASK}\"]"))
-            .bind(32u32)
+        // As text with the values inlined (what `EXPLAIN` in a client shows): MariaDB 10.11
+        // prints the prepared form's plan as `range` without `Using index` even when the
+        // read is index-only, which the page requests below show.
+        let sql = HEAD_READ
+            .replacen('?', &format!("'{QUEUE}'"), 1)
+            .replacen('?', &format!("'[\"{TASK}\"]'"), 1)
+            .replacen('?', "32", 1);
+        let rows = sqlx::raw_sql(sqlx::AssertSqlSafe(format!("EXPLAIN {sql}")))
             .fetch_all(pool)
             .await?;
         acc.explain = explain_lines(&rows);
     }
+    let pages0 = buffer_pool_requests(pool).await?;
     acc.reads.extend(time_head_reads(conn, false).await?);
+    let pages = buffer_pool_requests(pool).await? - pages0;
+    acc.pages.push(pages as f64 / UNKNOWN_REPS as f64);
     CLAIMS.lock().unwrap().clear();
     CLAIMS_ON.store(true, Ordering::Relaxed);
     let d = drain_once(pool, 16, UNKNOWN_KNOWN, true).await;
     CLAIMS_ON.store(false, Ordering::Relaxed);
     let d = d?;
-    acc.claims
-        .extend(std::mem::take(&mut *CLAIMS.lock().unwrap()));
+    let took = std::mem::take(&mut *CLAIMS.lock().unwrap());
+    let mut sorted = took.clone();
+    sorted.sort_by(f64::total_cmp);
+    eprintln!(
+        "    claims: total {:.0} ms of {:.0} ms; slowest 40 {:.0} ms; over 5 ms: {}",
+        took.iter().sum::<f64>() * 1000.0,
+        d.secs * 1000.0,
+        sorted.iter().rev().take(40).sum::<f64>() * 1000.0,
+        took.iter().filter(|&&t| t > 0.005).count()
+    );
+    acc.claims.extend(took);
     let left: i64 = sqlx::query_scalar(
         "SELECT COUNT(*) FROM taskq_tasks WHERE name = ? AND state = 'pending' AND attempt = 0",
     )
@@ -1115,8 +1147,15 @@ async fn unknown_rep(
     .await?;
     acc.untouched = Some(acc.untouched.unwrap_or(u64::MAX).min(left as u64));
     eprintln!(
-        "  {unknown:>5} unknown: drain {:.0} tasks/s, {:.3} stmts/task, {} claims",
-        d.tasks_per_s, d.statements_per_task, d.claim_queries
+        "  {unknown:>5} unknown: drain {:.0} tasks/s, {:.3} stmts/task, {} claims, \
+         {:.1} index entries read per task",
+        d.tasks_per_s,
+        d.statements_per_task,
+        d.claim_queries,
+        d.com_per_task
+            .get("Handler_read_next")
+            .copied()
+            .unwrap_or(0.0)
     );
     acc.drains.push(d);
     Ok(())
@@ -1148,6 +1187,11 @@ async fn unknown_names(pool: &MySqlPool) -> Res<(Vec<UnknownCase>, String)> {
             idle_claim_ms: percentiles_ms(r.idle),
             drain: median_by_rate(r.drains),
             drain_claim_ms: percentiles_ms(r.claims),
+            head_read_pages: {
+                let mut p = r.pages;
+                p.sort_by(f64::total_cmp);
+                p[p.len() / 2]
+            },
             unknown_untouched: r.untouched.unwrap_or(0),
             explain: r.explain,
         })
@@ -1174,6 +1218,9 @@ async fn unknown_names(pool: &MySqlPool) -> Res<(Vec<UnknownCase>, String)> {
         "head candidate read (32 known rows), p50 / p99 / max, ms",
         &|c| ms(c.head_read_ms),
     );
+    out += &row("head candidate read: buffer pool page requests", &|c| {
+        format!("{:.0}", c.head_read_pages)
+    });
     out += &row(
         "idle head claim (finds nothing), p50 / p99 / max, ms",
         &|c| ms(c.idle_claim_ms),
