@@ -912,6 +912,51 @@ const HEAD_READ: &str = "SELECT id, priority, run_at
      ORDER BY priority, run_at, id
      LIMIT ?";
 
+/// taskq's candidate read past a position (`claim_by_candidates` with `after`).
+const SEEK_READ: &str = "SELECT id, priority, run_at
+     FROM taskq_tasks
+     WHERE state = 'pending' AND queue = ? AND run_at <= UTC_TIMESTAMP(6)
+       AND (priority > ?
+            OR (priority = ? AND run_at > ?)
+            OR (priority = ? AND run_at = ? AND id > ?))
+       AND JSON_CONTAINS(?, JSON_QUOTE(name))
+     ORDER BY priority, run_at, id
+     LIMIT ?";
+
+/// Times [`SEEK_READ`] past the 5,000th known task [`UNKNOWN_REPS`] times on `conn`; durations
+/// in seconds.
+async fn time_seek_reads(conn: &mut sqlx::MySqlConnection) -> Res<Vec<f64>> {
+    let (p, r, id): (i16, NaiveDateTime, u64) = sqlx::query_as(
+        "SELECT priority, run_at, id FROM taskq_tasks WHERE name = ?
+         ORDER BY priority, run_at, id LIMIT 1 OFFSET 5000",
+    )
+    .bind(TASK)
+    .fetch_one(&mut *conn)
+    .await?;
+    let names = format!("[\"{TASK}\"]");
+    let mut took = Vec::with_capacity(UNKNOWN_REPS);
+    for _ in 0..UNKNOWN_REPS {
+        let t = Instant::now();
+        let rows = sqlx::query(SEEK_READ)
+            .bind(QUEUE)
+            .bind(p)
+            .bind(p)
+            .bind(r)
+            .bind(p)
+            .bind(r)
+            .bind(id)
+            .bind(&names)
+            .bind(32u32)
+            .fetch_all(&mut *conn)
+            .await?;
+        took.push(t.elapsed().as_secs_f64());
+        if rows.len() != 32 {
+            return Err(format!("seek read returned {} rows", rows.len()).into());
+        }
+    }
+    Ok(took)
+}
+
 /// Claim transaction durations recorded while [`CLAIMS_ON`] is set, in seconds (from the
 /// worker's `taskq_claim_duration_seconds` histogram).
 static CLAIMS: Mutex<Vec<f64>> = Mutex::new(Vec::new());
@@ -997,6 +1042,9 @@ struct UnknownCase {
     drain: Drain,
     /// Claim transactions of that drain (`taskq_claim_duration_seconds`): p50 / p99 / max, ms.
     drain_claim_ms: (f64, f64, f64),
+    /// The candidate read past a position (the 5,000th known task), as a worker draining a
+    /// backlog issues it, on one connection: p50 / p99 / max, ms.
+    seek_read_ms: (f64, f64, f64),
     /// InnoDB buffer pool page requests per head candidate read (`Innodb_buffer_pool_read_requests`,
     /// a global counter: median over the repetitions). A row the read steps over costs a
     /// primary-key lookup (a few pages) unless the index covers the read.
@@ -1079,6 +1127,7 @@ struct UnknownRuns {
     idle: Vec<f64>,
     reads: Vec<f64>,
     pages: Vec<f64>,
+    seeks: Vec<f64>,
     claims: Vec<f64>,
     drains: Vec<Drain>,
     untouched: Option<u64>,
@@ -1123,6 +1172,7 @@ async fn unknown_rep(
     acc.reads.extend(time_head_reads(conn, false).await?);
     let pages = buffer_pool_requests(pool).await? - pages0;
     acc.pages.push(pages as f64 / UNKNOWN_REPS as f64);
+    acc.seeks.extend(time_seek_reads(conn).await?);
     CLAIMS.lock().unwrap().clear();
     CLAIMS_ON.store(true, Ordering::Relaxed);
     let d = drain_once(pool, 16, UNKNOWN_KNOWN, true).await;
@@ -1184,6 +1234,7 @@ async fn unknown_names(pool: &MySqlPool) -> Res<(Vec<UnknownCase>, String)> {
         .map(|(r, unknown)| UnknownCase {
             unknown,
             head_read_ms: percentiles_ms(r.reads),
+            seek_read_ms: percentiles_ms(r.seeks),
             idle_claim_ms: percentiles_ms(r.idle),
             drain: median_by_rate(r.drains),
             drain_claim_ms: percentiles_ms(r.claims),
@@ -1217,6 +1268,10 @@ async fn unknown_names(pool: &MySqlPool) -> Res<(Vec<UnknownCase>, String)> {
     out += &row(
         "head candidate read (32 known rows), p50 / p99 / max, ms",
         &|c| ms(c.head_read_ms),
+    );
+    out += &row(
+        "seek candidate read (past the 5,000th known task), p50 / p99 / max, ms",
+        &|c| ms(c.seek_read_ms),
     );
     out += &row("head candidate read: buffer pool page requests", &|c| {
         format!("{:.0}", c.head_read_pages)
