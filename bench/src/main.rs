@@ -924,8 +924,8 @@ const SEEK_READ: &str = "SELECT id, priority, run_at
      LIMIT ?";
 
 /// Times [`SEEK_READ`] past the 5,000th known task [`UNKNOWN_REPS`] times on `conn`; durations
-/// in seconds.
-async fn time_seek_reads(conn: &mut sqlx::MySqlConnection) -> Res<Vec<f64>> {
+/// in seconds, and the plan (`EXPLAIN` type and key length).
+async fn time_seek_reads(conn: &mut sqlx::MySqlConnection) -> Res<(Vec<f64>, String)> {
     let (p, r, id): (i16, NaiveDateTime, u64) = sqlx::query_as(
         "SELECT priority, run_at, id FROM taskq_tasks WHERE name = ?
          ORDER BY priority, run_at, id LIMIT 1 OFFSET 5000",
@@ -934,6 +934,24 @@ async fn time_seek_reads(conn: &mut sqlx::MySqlConnection) -> Res<Vec<f64>> {
     .fetch_one(&mut *conn)
     .await?;
     let names = format!("[\"{TASK}\"]");
+    // The plan of this execution, from `EXPLAIN` of the prepared statement with the same values.
+    let plan = sqlx::query(sqlx::AssertSqlSafe(format!("EXPLAIN {SEEK_READ}")))
+        .bind(QUEUE)
+        .bind(p)
+        .bind(p)
+        .bind(r)
+        .bind(p)
+        .bind(r)
+        .bind(id)
+        .bind(&names)
+        .bind(32u32)
+        .fetch_one(&mut *conn)
+        .await?;
+    let plan = format!(
+        "{} {}",
+        plan.try_get::<String, _>("type").unwrap_or_default(),
+        plan.try_get::<String, _>("key_len").unwrap_or_default()
+    );
     let mut took = Vec::with_capacity(UNKNOWN_REPS);
     for _ in 0..UNKNOWN_REPS {
         let t = Instant::now();
@@ -954,7 +972,7 @@ async fn time_seek_reads(conn: &mut sqlx::MySqlConnection) -> Res<Vec<f64>> {
             return Err(format!("seek read returned {} rows", rows.len()).into());
         }
     }
-    Ok(took)
+    Ok((took, plan))
 }
 
 /// Claim transaction durations recorded while [`CLAIMS_ON`] is set, in seconds (from the
@@ -1045,6 +1063,10 @@ struct UnknownCase {
     /// The candidate read past a position (the 5,000th known task), as a worker draining a
     /// backlog issues it, on one connection: p50 / p99 / max, ms.
     seek_read_ms: (f64, f64, f64),
+    /// The seek read's plan in each repetition (`EXPLAIN` of the prepared statement: type and
+    /// key length): `range 277` seeks on the whole key; `ref 259` walks from the head of the
+    /// queue, checking the seek position entry by entry.
+    seek_plans: Vec<String>,
     /// InnoDB buffer pool page requests per head candidate read (`Innodb_buffer_pool_read_requests`,
     /// a global counter: median over the repetitions). A row the read steps over costs a
     /// primary-key lookup (a few pages) unless the index covers the read.
@@ -1128,6 +1150,7 @@ struct UnknownRuns {
     reads: Vec<f64>,
     pages: Vec<f64>,
     seeks: Vec<f64>,
+    seek_plans: Vec<String>,
     claims: Vec<f64>,
     drains: Vec<Drain>,
     untouched: Option<u64>,
@@ -1172,7 +1195,9 @@ async fn unknown_rep(
     acc.reads.extend(time_head_reads(conn, false).await?);
     let pages = buffer_pool_requests(pool).await? - pages0;
     acc.pages.push(pages as f64 / UNKNOWN_REPS as f64);
-    acc.seeks.extend(time_seek_reads(conn).await?);
+    let (seeks, plan) = time_seek_reads(conn).await?;
+    acc.seeks.extend(seeks);
+    acc.seek_plans.push(plan);
     CLAIMS.lock().unwrap().clear();
     CLAIMS_ON.store(true, Ordering::Relaxed);
     let d = drain_once(pool, 16, UNKNOWN_KNOWN, true).await;
@@ -1235,6 +1260,7 @@ async fn unknown_names(pool: &MySqlPool) -> Res<(Vec<UnknownCase>, String)> {
             unknown,
             head_read_ms: percentiles_ms(r.reads),
             seek_read_ms: percentiles_ms(r.seeks),
+            seek_plans: r.seek_plans,
             idle_claim_ms: percentiles_ms(r.idle),
             drain: median_by_rate(r.drains),
             drain_claim_ms: percentiles_ms(r.claims),
@@ -1273,6 +1299,9 @@ async fn unknown_names(pool: &MySqlPool) -> Res<(Vec<UnknownCase>, String)> {
         "seek candidate read (past the 5,000th known task), p50 / p99 / max, ms",
         &|c| ms(c.seek_read_ms),
     );
+    out += &row("seek candidate read: plan in each repetition", &|c| {
+        c.seek_plans.join(", ")
+    });
     out += &row("head candidate read: buffer pool page requests", &|c| {
         format!("{:.0}", c.head_read_pages)
     });
