@@ -1,4 +1,5 @@
-//! taskq's migrations coexist with the application's own sqlx migrations on one database.
+//! taskq's migrations coexist with the application's own sqlx migrations on one database, and
+//! upgrade a database that already holds tasks.
 
 use sqlx::migrate::Migrator;
 use taskq_tests::TestDb;
@@ -114,4 +115,67 @@ async fn a_dirty_migration_is_detected() {
         .unwrap();
     let e = taskq::migrate(&db.pool).await.unwrap_err();
     assert!(e.to_string().contains("partially applied"), "{e}");
+}
+
+/// Columns of `ix_taskq_claim`, in key order.
+async fn claim_index_columns(db: &TestDb) -> Vec<String> {
+    sqlx::query_scalar(
+        "SELECT CAST(column_name AS CHAR) FROM information_schema.statistics
+         WHERE table_schema = DATABASE() AND table_name = 'taskq_tasks'
+           AND index_name = 'ix_taskq_claim'
+         ORDER BY seq_in_index",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migration_4_adds_name_to_the_claim_index_of_a_database_with_tasks() {
+    let db = TestDb::empty().await;
+    let all: Vec<i64> = taskq::migrator().iter().map(|m| m.version).collect();
+    // A database at schema v3 that already holds tasks.
+    taskq::migrator().run_to(all[2], &db.pool).await.unwrap();
+    assert_eq!(
+        claim_index_columns(&db).await,
+        ["state", "queue", "priority", "run_at", "id"]
+    );
+    for name in ["known", "nobody_handles_this", "known"] {
+        sqlx::query(
+            "INSERT INTO taskq_tasks (queue, name, payload, state, max_attempts, run_at, created_at, updated_at)
+             VALUES ('default', ?, '{}', 'pending', 5, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))",
+        )
+        .bind(name)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    }
+    taskq::migrate(&db.pool).await.unwrap();
+    assert_eq!(versions(&db, "_taskq_migrations").await, all);
+    assert_eq!(
+        claim_index_columns(&db).await,
+        ["state", "queue", "priority", "run_at", "id", "name"]
+    );
+    assert_eq!(db.count("state = 'pending'").await, 3);
+    // The claim's candidate read is now answered from the index alone.
+    let plan: Vec<(Option<String>, Option<String>)> = sqlx::raw_sql(
+        "EXPLAIN SELECT id, priority, run_at FROM taskq_tasks
+         WHERE state = 'pending' AND queue = 'default' AND run_at <= UTC_TIMESTAMP(6)
+           AND JSON_CONTAINS('[\"known\"]', JSON_QUOTE(name))
+         ORDER BY priority, run_at, id LIMIT 32",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap()
+    .iter()
+    .map(|r| {
+        use sqlx::Row;
+        (r.get("key"), r.get("Extra"))
+    })
+    .collect();
+    assert_eq!(plan.len(), 1, "{plan:?}");
+    assert_eq!(plan[0].0.as_deref(), Some("ix_taskq_claim"), "{plan:?}");
+    let extra = plan[0].1.clone().unwrap_or_default();
+    assert!(extra.contains("Using index"), "{plan:?}");
+    assert!(!extra.contains("filesort"), "{plan:?}");
 }

@@ -4,6 +4,7 @@
 //! ```text
 //! cargo run --release -p taskq-bench -- --database-url mysql://root@127.0.0.1:3306 [--quick]
 //!     [--out target/bench.json] [--svg docs/bench-throughput.svg] [--skip-million]
+//!     [--targets-only | --unknown-names]
 //! ```
 //!
 //! It creates a scratch database (`taskq_bench_<random>`), runs every measurement in it and
@@ -71,6 +72,9 @@ struct Opts {
     million: bool,
     /// Only the two ratio targets at 16 (enqueue_tx vs raw, drain vs raw loop), for tuning.
     targets_only: bool,
+    /// Only the unknown-names scenario (pending tasks no worker knows at the head of the
+    /// queue), printed.
+    unknown_only: bool,
 }
 
 fn parse_args() -> Res<Opts> {
@@ -82,6 +86,7 @@ fn parse_args() -> Res<Opts> {
         svg: "docs/bench-throughput.svg".into(),
         million: true,
         targets_only: false,
+        unknown_only: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -92,10 +97,14 @@ fn parse_args() -> Res<Opts> {
             "--svg" => o.svg = args.next().ok_or("--svg needs a value")?,
             "--skip-million" => o.million = false,
             "--targets-only" => o.targets_only = true,
+            "--unknown-names" => o.unknown_only = true,
             "-h" | "--help" => {
                 println!(
                     "usage: taskq-bench [--database-url URL] [--quick] [--out FILE.json] \
-                     [--svg FILE.svg] [--skip-million] [--targets-only]"
+                     [--svg FILE.svg] [--skip-million] [--targets-only | --unknown-names]\n\n\
+                     --targets-only   only the ratio measurements, printed (a tuning aid)\n\
+                     --unknown-names  only the claim with {UNKNOWN} pending tasks no worker \
+                     knows at the head of the queue vs none, printed"
                 );
                 std::process::exit(0);
             }
@@ -183,12 +192,14 @@ const COUNTERS: &[&str] = &[
     "Com_begin",
     "Com_commit",
     "Com_stmt_execute",
+    "Handler_read_next",
 ];
 
 async fn server_status(pool: &MySqlPool) -> Res<HashMap<String, i64>> {
     let rows: Vec<(String, String)> = sqlx::query_as(
         "SHOW GLOBAL STATUS WHERE Variable_name IN ('Questions', 'Com_select', 'Com_insert', \
-         'Com_update', 'Com_delete', 'Com_begin', 'Com_commit', 'Com_stmt_execute')",
+         'Com_update', 'Com_delete', 'Com_begin', 'Com_commit', 'Com_stmt_execute', \
+         'Handler_read_next')",
     )
     .fetch_all(pool)
     .await?;
@@ -881,6 +892,434 @@ async fn million_drain(pool: &MySqlPool, n: u64) -> Res<(Drain, Vec<MemSample>)>
 }
 
 // ---------------------------------------------------------------------------------------------
+// Unknown names: pending tasks whose name no worker handles, at the head of the queue.
+
+/// Pending tasks of a name no worker knows, put at the head of the queue.
+const UNKNOWN: u64 = 10_000;
+/// Known tasks drained behind them.
+const UNKNOWN_KNOWN: u64 = 10_000;
+/// Name of the tasks nobody handles.
+const UNKNOWN_TASK: &str = "bench_unknown";
+/// Timed repetitions of a single-connection read.
+const UNKNOWN_REPS: usize = 200;
+
+/// taskq's candidate read from the head of the queue, as in `taskq/src/store.rs`
+/// (`claim_by_candidates`), with 32 candidates: what a worker at concurrency 16 reads.
+const HEAD_READ: &str = "SELECT id, priority, run_at
+     FROM taskq_tasks
+     WHERE state = 'pending' AND queue = ? AND run_at <= UTC_TIMESTAMP(6)
+       AND JSON_CONTAINS(?, JSON_QUOTE(name))
+     ORDER BY priority, run_at, id
+     LIMIT ?";
+
+/// taskq's candidate read past a position (`claim_by_candidates` with `after`).
+const SEEK_READ: &str = "SELECT id, priority, run_at
+     FROM taskq_tasks
+     WHERE state = 'pending' AND queue = ? AND run_at <= UTC_TIMESTAMP(6)
+       AND (priority > ?
+            OR (priority = ? AND run_at > ?)
+            OR (priority = ? AND run_at = ? AND id > ?))
+       AND JSON_CONTAINS(?, JSON_QUOTE(name))
+     ORDER BY priority, run_at, id
+     LIMIT ?";
+
+/// Times [`SEEK_READ`] past the 5,000th known task [`UNKNOWN_REPS`] times on `conn`; durations
+/// in seconds, and the plan (`EXPLAIN` type and key length).
+async fn time_seek_reads(conn: &mut sqlx::MySqlConnection) -> Res<(Vec<f64>, String)> {
+    let (p, r, id): (i16, NaiveDateTime, u64) = sqlx::query_as(
+        "SELECT priority, run_at, id FROM taskq_tasks WHERE name = ?
+         ORDER BY priority, run_at, id LIMIT 1 OFFSET 5000",
+    )
+    .bind(TASK)
+    .fetch_one(&mut *conn)
+    .await?;
+    let names = format!("[\"{TASK}\"]");
+    // The plan of this execution, from `EXPLAIN` of the prepared statement with the same values.
+    let plan = sqlx::query(sqlx::AssertSqlSafe(format!("EXPLAIN {SEEK_READ}")))
+        .bind(QUEUE)
+        .bind(p)
+        .bind(p)
+        .bind(r)
+        .bind(p)
+        .bind(r)
+        .bind(id)
+        .bind(&names)
+        .bind(32u32)
+        .fetch_one(&mut *conn)
+        .await?;
+    let plan = format!(
+        "{} {}",
+        plan.try_get::<String, _>("type").unwrap_or_default(),
+        plan.try_get::<String, _>("key_len").unwrap_or_default()
+    );
+    let mut took = Vec::with_capacity(UNKNOWN_REPS);
+    for _ in 0..UNKNOWN_REPS {
+        let t = Instant::now();
+        let rows = sqlx::query(SEEK_READ)
+            .bind(QUEUE)
+            .bind(p)
+            .bind(p)
+            .bind(r)
+            .bind(p)
+            .bind(r)
+            .bind(id)
+            .bind(&names)
+            .bind(32u32)
+            .fetch_all(&mut *conn)
+            .await?;
+        took.push(t.elapsed().as_secs_f64());
+        if rows.len() != 32 {
+            return Err(format!("seek read returned {} rows", rows.len()).into());
+        }
+    }
+    Ok((took, plan))
+}
+
+/// Claim transaction durations recorded while [`CLAIMS_ON`] is set, in seconds (from the
+/// worker's `taskq_claim_duration_seconds` histogram).
+static CLAIMS: Mutex<Vec<f64>> = Mutex::new(Vec::new());
+static CLAIMS_ON: AtomicBool = AtomicBool::new(false);
+
+/// A `metrics` recorder that keeps `taskq_claim_duration_seconds` and drops everything else.
+struct ClaimRecorder;
+
+struct ClaimHistogram;
+
+impl metrics::HistogramFn for ClaimHistogram {
+    fn record(&self, value: f64) {
+        if CLAIMS_ON.load(Ordering::Relaxed) {
+            CLAIMS.lock().unwrap().push(value);
+        }
+    }
+}
+
+impl metrics::Recorder for ClaimRecorder {
+    fn describe_counter(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+    fn describe_gauge(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+    fn describe_histogram(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+    fn register_counter(&self, _: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Counter {
+        metrics::Counter::noop()
+    }
+    fn register_gauge(&self, _: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Gauge {
+        metrics::Gauge::noop()
+    }
+    fn register_histogram(
+        &self,
+        key: &metrics::Key,
+        _: &metrics::Metadata<'_>,
+    ) -> metrics::Histogram {
+        if key.name() == "taskq_claim_duration_seconds" {
+            metrics::Histogram::from_arc(Arc::new(ClaimHistogram))
+        } else {
+            metrics::Histogram::noop()
+        }
+    }
+}
+
+/// p50, p99 and max of `v`, in milliseconds (`v` in seconds).
+fn percentiles_ms(mut v: Vec<f64>) -> (f64, f64, f64) {
+    if v.is_empty() {
+        return (0.0, 0.0, 0.0);
+    }
+    v.sort_by(f64::total_cmp);
+    let q = |p: f64| v[((v.len() as f64 - 1.0) * p).round() as usize] * 1000.0;
+    (q(0.50), q(0.99), q(1.0))
+}
+
+/// One case of the unknown-names scenario: `unknown` pending tasks of [`UNKNOWN_TASK`] at the
+/// head of the queue (or none).
+#[derive(Clone, serde::Serialize)]
+struct UnknownCase {
+    unknown: u64,
+    /// The head candidate read with [`UNKNOWN_KNOWN`] known tasks behind the unknown ones, on
+    /// one connection (it returns 32 known rows): p50 / p99 / max, ms.
+    head_read_ms: (f64, f64, f64),
+    /// One head claim that finds nothing (only the unknown tasks are pending): `BEGIN`, the
+    /// candidate read, `COMMIT` on one READ COMMITTED connection, as a polling worker does it:
+    /// p50 / p99 / max, ms.
+    idle_claim_ms: (f64, f64, f64),
+    /// Drain of the known tasks by one worker at concurrency 16 (median of 3 by tasks/s).
+    drain: Drain,
+    /// Claim transactions of that drain (`taskq_claim_duration_seconds`): p50 / p99 / max, ms.
+    drain_claim_ms: (f64, f64, f64),
+    /// The candidate read past a position (the 5,000th known task), as a worker draining a
+    /// backlog issues it, on one connection: p50 / p99 / max, ms.
+    seek_read_ms: (f64, f64, f64),
+    /// The seek read's plan in each repetition (`EXPLAIN` of the prepared statement: type and
+    /// key length): `range 277` seeks on the whole key; `ref 259` walks from the head of the
+    /// queue, checking the seek position entry by entry.
+    seek_plans: Vec<String>,
+    /// InnoDB buffer pool page requests per head candidate read (`Innodb_buffer_pool_read_requests`,
+    /// a global counter: median over the repetitions). A row the read steps over costs a
+    /// primary-key lookup (a few pages) unless the index covers the read.
+    head_read_pages: f64,
+    /// Unknown tasks still pending and never attempted after the drains.
+    unknown_untouched: u64,
+    /// `EXPLAIN` of the head candidate read.
+    explain: Vec<String>,
+}
+
+/// Inserts `n` (at most 100,000) pending tasks named [`UNKNOWN_TASK`] in the bench queue, due an
+/// hour ago: they sort before anything enqueued now.
+async fn insert_unknown(pool: &MySqlPool, n: u64) -> Res<()> {
+    sqlx::query("CREATE TABLE IF NOT EXISTS bench_digits (d INT PRIMARY KEY)")
+        .execute(pool)
+        .await?;
+    sqlx::query("INSERT IGNORE INTO bench_digits VALUES (0),(1),(2),(3),(4),(5),(6),(7),(8),(9)")
+        .execute(pool)
+        .await?;
+    sqlx::query(
+        "INSERT INTO taskq_tasks (queue, name, payload, state, priority, max_attempts, run_at,
+             created_at, updated_at)
+         SELECT ?, ?, '{}', 'pending', 0, 20, UTC_TIMESTAMP(6) - INTERVAL 1 HOUR,
+             UTC_TIMESTAMP(6), UTC_TIMESTAMP(6)
+         FROM (SELECT a.d + 10 * b.d + 100 * c.d + 1000 * e.d + 10000 * f.d AS n
+               FROM bench_digits a, bench_digits b, bench_digits c, bench_digits e,
+                    bench_digits f) s
+         WHERE s.n < ?
+         ORDER BY s.n",
+    )
+    .bind(QUEUE)
+    .bind(UNKNOWN_TASK)
+    .bind(n)
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// The server's `Innodb_buffer_pool_read_requests` (global).
+async fn buffer_pool_requests(pool: &MySqlPool) -> Res<i64> {
+    let (_, v): (String, String) =
+        sqlx::query_as("SHOW GLOBAL STATUS LIKE 'Innodb_buffer_pool_read_requests'")
+            .fetch_one(pool)
+            .await?;
+    Ok(v.parse()?)
+}
+
+/// Times [`HEAD_READ`] (for the known name, 32 candidates) [`UNKNOWN_REPS`] times on `conn`,
+/// alone or as a whole empty claim (`BEGIN`, the read, `COMMIT`); durations in seconds.
+async fn time_head_reads(conn: &mut sqlx::MySqlConnection, in_transaction: bool) -> Res<Vec<f64>> {
+    let names = format!("[\"{TASK}\"]");
+    let mut took = Vec::with_capacity(UNKNOWN_REPS);
+    for _ in 0..UNKNOWN_REPS {
+        let t = Instant::now();
+        if in_transaction {
+            let mut tx = conn.begin().await?;
+            sqlx::query(HEAD_READ)
+                .bind(QUEUE)
+                .bind(&names)
+                .bind(32u32)
+                .fetch_all(&mut *tx)
+                .await?;
+            tx.commit().await?;
+        } else {
+            sqlx::query(HEAD_READ)
+                .bind(QUEUE)
+                .bind(&names)
+                .bind(32u32)
+                .fetch_all(&mut *conn)
+                .await?;
+        }
+        took.push(t.elapsed().as_secs_f64());
+    }
+    Ok(took)
+}
+
+/// Everything measured for one case of the unknown-names scenario, over its repetitions.
+#[derive(Default)]
+struct UnknownRuns {
+    idle: Vec<f64>,
+    reads: Vec<f64>,
+    pages: Vec<f64>,
+    seeks: Vec<f64>,
+    seek_plans: Vec<String>,
+    claims: Vec<f64>,
+    drains: Vec<Drain>,
+    untouched: Option<u64>,
+    explain: Vec<String>,
+}
+
+/// One repetition of one case: `unknown` pending tasks no worker knows at the head of the
+/// queue (or none). Idle head claims with only those pending, then the head candidate read
+/// over [`UNKNOWN_KNOWN`] known tasks behind them, then a drain of the known tasks at
+/// concurrency 16; `conn` is a READ COMMITTED connection.
+async fn unknown_rep(
+    pool: &MySqlPool,
+    conn: &mut sqlx::MySqlConnection,
+    unknown: u64,
+    acc: &mut UnknownRuns,
+) -> Res<()> {
+    reset(pool).await?;
+    insert_unknown(pool, unknown).await?;
+    sqlx::query("ANALYZE TABLE taskq_tasks")
+        .execute(pool)
+        .await?;
+    time_head_reads(conn, true).await?; // warm-up
+    acc.idle.extend(time_head_reads(conn, true).await?);
+    preload(pool, UNKNOWN_KNOWN).await?;
+    sqlx::query("ANALYZE TABLE taskq_tasks")
+        .execute(pool)
+        .await?;
+    if acc.explain.is_empty() {
+        // As text with the values inlined (what `EXPLAIN` in a client shows): MariaDB 10.11
+        // prints the prepared form's plan as `range` without `Using index` even when the
+        // read is index-only, which the page requests below show.
+        let sql = HEAD_READ
+            .replacen('?', &format!("'{QUEUE}'"), 1)
+            .replacen('?', &format!("'[\"{TASK}\"]'"), 1)
+            .replacen('?', "32", 1);
+        let rows = sqlx::raw_sql(sqlx::AssertSqlSafe(format!("EXPLAIN {sql}")))
+            .fetch_all(pool)
+            .await?;
+        acc.explain = explain_lines(&rows);
+    }
+    let pages0 = buffer_pool_requests(pool).await?;
+    acc.reads.extend(time_head_reads(conn, false).await?);
+    let pages = buffer_pool_requests(pool).await? - pages0;
+    acc.pages.push(pages as f64 / UNKNOWN_REPS as f64);
+    let (seeks, plan) = time_seek_reads(conn).await?;
+    acc.seeks.extend(seeks);
+    acc.seek_plans.push(plan);
+    CLAIMS.lock().unwrap().clear();
+    CLAIMS_ON.store(true, Ordering::Relaxed);
+    let d = drain_once(pool, 16, UNKNOWN_KNOWN, true).await;
+    CLAIMS_ON.store(false, Ordering::Relaxed);
+    let d = d?;
+    let took = std::mem::take(&mut *CLAIMS.lock().unwrap());
+    let mut sorted = took.clone();
+    sorted.sort_by(f64::total_cmp);
+    eprintln!(
+        "    claims: total {:.0} ms of {:.0} ms; slowest 40 {:.0} ms; over 5 ms: {}",
+        took.iter().sum::<f64>() * 1000.0,
+        d.secs * 1000.0,
+        sorted.iter().rev().take(40).sum::<f64>() * 1000.0,
+        took.iter().filter(|&&t| t > 0.005).count()
+    );
+    acc.claims.extend(took);
+    let left: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM taskq_tasks WHERE name = ? AND state = 'pending' AND attempt = 0",
+    )
+    .bind(UNKNOWN_TASK)
+    .fetch_one(pool)
+    .await?;
+    acc.untouched = Some(acc.untouched.unwrap_or(u64::MAX).min(left as u64));
+    eprintln!(
+        "  {unknown:>5} unknown: drain {:.0} tasks/s, {:.3} stmts/task, {} claims, \
+         {:.1} index entries read per task",
+        d.tasks_per_s,
+        d.statements_per_task,
+        d.claim_queries,
+        d.com_per_task
+            .get("Handler_read_next")
+            .copied()
+            .unwrap_or(0.0)
+    );
+    acc.drains.push(d);
+    Ok(())
+}
+
+/// The unknown-names scenario: the same measurements without and with [`UNKNOWN`] unknown
+/// tasks at the head of the queue. Returns both cases and a printable summary.
+async fn unknown_names(pool: &MySqlPool) -> Res<(Vec<UnknownCase>, String)> {
+    // Installed once; it only keeps values while CLAIMS_ON is set.
+    let _ = metrics::set_global_recorder(ClaimRecorder);
+    let mut conn = pool.acquire().await?;
+    sqlx::query("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+        .execute(&mut *conn)
+        .await?;
+    // The two cases alternate, so that drift in the machine's speed falls on both.
+    let sizes = [0, UNKNOWN];
+    let mut runs: [UnknownRuns; 2] = Default::default();
+    for _ in 0..3 {
+        for (acc, &unknown) in runs.iter_mut().zip(&sizes) {
+            unknown_rep(pool, &mut conn, unknown, acc).await?;
+        }
+    }
+    let cases: Vec<UnknownCase> = runs
+        .into_iter()
+        .zip(sizes)
+        .map(|(r, unknown)| UnknownCase {
+            unknown,
+            head_read_ms: percentiles_ms(r.reads),
+            seek_read_ms: percentiles_ms(r.seeks),
+            seek_plans: r.seek_plans,
+            idle_claim_ms: percentiles_ms(r.idle),
+            drain: median_by_rate(r.drains),
+            drain_claim_ms: percentiles_ms(r.claims),
+            head_read_pages: {
+                let mut p = r.pages;
+                p.sort_by(f64::total_cmp);
+                p[p.len() / 2]
+            },
+            unknown_untouched: r.untouched.unwrap_or(0),
+            explain: r.explain,
+        })
+        .collect();
+    let ms = |t: (f64, f64, f64)| format!("{:.2} / {:.2} / {:.2}", t.0, t.1, t.2);
+    let mut out = format!(
+        "\nunknown names: {UNKNOWN} pending tasks no worker knows at the head of the queue, \
+         {UNKNOWN_KNOWN} known tasks behind them\n\n\
+         | measurement | no unknown tasks | {UNKNOWN} unknown tasks |\n|---|---|---|\n"
+    );
+    let row = |name: &str, f: &dyn Fn(&UnknownCase) -> String| {
+        format!("| {name} | {} | {} |\n", f(&cases[0]), f(&cases[1]))
+    };
+    out += &row("drain at concurrency 16, tasks/s (median of 3)", &|c| {
+        fmt_rate(c.drain.tasks_per_s)
+    });
+    out += &row("drain: SQL statements per task", &|c| {
+        format!("{:.3}", c.drain.statements_per_task)
+    });
+    out += &row("drain: claim transaction p50 / p99 / max, ms", &|c| {
+        ms(c.drain_claim_ms)
+    });
+    out += &row(
+        "head candidate read (32 known rows), p50 / p99 / max, ms",
+        &|c| ms(c.head_read_ms),
+    );
+    out += &row(
+        "seek candidate read (past the 5,000th known task), p50 / p99 / max, ms",
+        &|c| ms(c.seek_read_ms),
+    );
+    out += &row("seek candidate read: plan in each repetition", &|c| {
+        c.seek_plans.join(", ")
+    });
+    out += &row("head candidate read: buffer pool page requests", &|c| {
+        format!("{:.0}", c.head_read_pages)
+    });
+    out += &row(
+        "idle head claim (finds nothing), p50 / p99 / max, ms",
+        &|c| ms(c.idle_claim_ms),
+    );
+    out += &row("unknown tasks left pending, never attempted", &|c| {
+        c.unknown_untouched.to_string()
+    });
+    out += "\nEXPLAIN of the head candidate read, with the unknown tasks:\n";
+    for l in &cases[1].explain {
+        out += &format!("    {l}\n");
+    }
+    Ok((cases, out))
+}
+
+// ---------------------------------------------------------------------------------------------
 // Report.
 
 fn machine() -> Value {
@@ -1091,12 +1530,17 @@ async fn bench(opts: &Opts, pool: &MySqlPool) -> Res<()> {
     if opts.targets_only {
         return targets_only(&sz, pool).await;
     }
+    if opts.unknown_only {
+        let (_, out) = unknown_names(pool).await?;
+        println!("{out}");
+        return Ok(());
+    }
     let conns = [1usize, 4, 16];
     let machine = machine();
     let settings = server_settings(pool).await?;
     eprintln!("machine: {machine}\nserver: {settings}");
 
-    eprintln!("[1/7] raw INSERT+COMMIT and enqueue_tx");
+    eprintln!("[1/8] raw INSERT+COMMIT and enqueue_tx");
     let mut raw_insert = Vec::new();
     let mut enqueue_tx = Vec::new();
     for &c in &conns {
@@ -1110,13 +1554,13 @@ async fn bench(opts: &Opts, pool: &MySqlPool) -> Res<()> {
         );
     }
 
-    eprintln!("[2/7] enqueue_many");
+    eprintln!("[2/8] enqueue_many");
     let many_5000 = enqueue_many_rate(pool, sz.many, 5000).await?;
     let many_1000 = enqueue_many_rate(pool, sz.many, 1000).await?;
     let many_100 = enqueue_many_rate(pool, sz.many / 5, 100).await?;
     eprintln!("  5000/tx: {many_5000:.0}, 1000/tx: {many_1000:.0}, 100/tx: {many_100:.0} tasks/s");
 
-    eprintln!("[3/7] raw batched SKIP LOCKED loops (32 rows per claim)");
+    eprintln!("[3/8] raw batched SKIP LOCKED loops (32 rows per claim)");
     let mut raw_loop = Vec::new();
     let mut raw_two = Vec::new();
     for &c in &conns {
@@ -1129,7 +1573,7 @@ async fn bench(opts: &Opts, pool: &MySqlPool) -> Res<()> {
         );
     }
 
-    eprintln!("[4/7] drain {} tasks, median of {}", sz.drain, sz.reps);
+    eprintln!("[4/8] drain {} tasks, median of {}", sz.drain, sz.reps);
     let mut drains = Vec::new();
     for c in [1usize, 4, 16, 32] {
         let mut runs = Vec::new();
@@ -1152,7 +1596,7 @@ async fn bench(opts: &Opts, pool: &MySqlPool) -> Res<()> {
         fleet.tasks_per_s, fleet.statements_per_task, fleet.tasks_per_claim
     );
 
-    eprintln!("[5/7] pickup latency");
+    eprintln!("[5/8] pickup latency");
     let interval = Duration::from_millis(10);
     let lat_wake = latency(pool, true, sz.latency_tasks, interval).await?;
     let lat_poll = latency(pool, false, sz.latency_tasks, interval).await?;
@@ -1170,7 +1614,7 @@ async fn bench(opts: &Opts, pool: &MySqlPool) -> Res<()> {
         );
     }
 
-    eprintln!("[6/7] backlog: {} pending, 1% due", sz.backlog);
+    eprintln!("[6/8] backlog: {} pending, 1% due", sz.backlog);
     reset(pool).await?;
     let t = Instant::now();
     bulk_insert(pool, sz.backlog, 100).await?;
@@ -1190,7 +1634,7 @@ async fn bench(opts: &Opts, pool: &MySqlPool) -> Res<()> {
     );
 
     let million = if opts.million {
-        eprintln!("[7/7] memory over a {}-task drain", sz.million);
+        eprintln!("[7/8] memory over a {}-task drain", sz.million);
         let (d, samples) = million_drain(pool, sz.million).await?;
         eprintln!(
             "  {:.0} tasks/s, {:.3} stmts/task, RSS samples: {}",
@@ -1200,9 +1644,12 @@ async fn bench(opts: &Opts, pool: &MySqlPool) -> Res<()> {
         );
         Some((d, samples))
     } else {
-        eprintln!("[7/7] memory drain skipped (--skip-million)");
+        eprintln!("[7/8] memory drain skipped (--skip-million)");
         None
     };
+
+    eprintln!("[8/8] unknown names: {UNKNOWN} pending tasks no worker knows at the head");
+    let (unknown, unknown_out) = unknown_names(pool).await?;
 
     // ---- table
     let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
@@ -1326,6 +1773,7 @@ async fn bench(opts: &Opts, pool: &MySqlPool) -> Res<()> {
             "rss_at_10pct_kib": early, "first_half_max_kib": first_half_max,
             "second_half_max_kib": late_max });
     }
+    out += &unknown_out;
     out += "\nclaim EXPLAIN (backlog):\n";
     for l in &explain {
         out += &format!("    {l}\n");
@@ -1416,6 +1864,7 @@ async fn bench(opts: &Opts, pool: &MySqlPool) -> Res<()> {
         "backlog": { "pending": sz.backlog, "due": due, "insert_secs": backlog_insert_s,
                      "drain": backlog, "explain": explain },
         "memory": mem_json,
+        "unknown_names": unknown,
         "summary": out,
     });
     if let Some(dir) = std::path::Path::new(&opts.out).parent() {

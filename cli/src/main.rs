@@ -1,6 +1,6 @@
 //! `taskq`: the operator command-line tool for a taskq database.
 //!
-//! Shows queue statistics, lists and shows tasks, retries dead tasks, cancels pending ones,
+//! Shows queue statistics and pending tasks per name, lists and shows tasks, retries dead tasks, cancels pending ones,
 //! purges old terminal tasks and applies migrations, without writing SQL. Human-readable
 //! tables by default, `--json` for scripts. Exit codes: 0 success, 1 other error, 2 bad
 //! input, 3 task not found or in the wrong state, 4 database unreachable.
@@ -17,7 +17,7 @@ use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
 use serde::Serialize;
 use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
 use sqlx::{ConnectOptions, Connection, MySqlPool};
-use taskq::{Client, ListFilter, QueueStateCount, TaskId, TaskInfo, TaskState};
+use taskq::{Client, ListFilter, PendingNameCount, QueueStateCount, TaskId, TaskInfo, TaskState};
 
 use crate::duration::{format_duration, parse_duration};
 
@@ -66,6 +66,13 @@ enum Command {
     Migrate,
     /// Task counts per queue and state, oldest pending age, earliest lease expiry
     Stats,
+    /// Pending tasks per queue and task name: count, due count, age of the oldest due one (a
+    /// name no running worker handles shows as due tasks that only get older)
+    Names {
+        /// Only this queue
+        #[arg(long)]
+        queue: Option<String>,
+    },
     /// List tasks, oldest id first (paged: pass the last id shown as --after-id)
     List(ListArgs),
     /// Show every field of one task, its last error and its payload
@@ -287,6 +294,7 @@ async fn run(cli: &Cli, url: &str) -> Result<(), Failure> {
     let result = match &cli.command {
         Command::Migrate => migrate(&pool, cli.json).await,
         Command::Stats => stats(&client, cli.json).await,
+        Command::Names { queue } => names(&client, queue.as_deref(), cli.json).await,
         Command::List(args) => list(&client, args, cli.json).await,
         Command::Show { id } => show(&client, TaskId(*id), cli.json).await,
         Command::Retry { id, queue, .. } => match id {
@@ -387,6 +395,56 @@ async fn stats(client: &Client, json: bool) -> Result<(), Failure> {
         ],
         rows,
     );
+    Ok(())
+}
+
+/// One line of `names --json`: the counts plus the age of the oldest due task.
+#[derive(Serialize)]
+struct NameLine<'a> {
+    #[serde(flatten)]
+    counts: &'a PendingNameCount,
+    /// Seconds since the oldest due task became due; absent when none is due yet.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    oldest_due_age_secs: Option<f64>,
+}
+
+async fn names(client: &Client, queue: Option<&str>, json: bool) -> Result<(), Failure> {
+    let counts = client.pending_by_name(queue).await?;
+    let now = client.db_now().await?;
+    let due_age = |c: &PendingNameCount| (c.due > 0).then(|| now - c.oldest_run_at);
+    if json {
+        let lines: Vec<NameLine<'_>> = counts
+            .iter()
+            .map(|c| NameLine {
+                counts: c,
+                oldest_due_age_secs: due_age(c).map(secs_f64),
+            })
+            .collect();
+        print_json(&serde_json::json!({ "now": now, "names": lines }));
+        return Ok(());
+    }
+    println!("database clock: {}", fmt_time(now));
+    if counts.is_empty() {
+        println!("no pending tasks");
+        return Ok(());
+    }
+    let rows = counts
+        .iter()
+        .map(|c| {
+            let oldest = match due_age(c) {
+                Some(age) => fmt_delta(age),
+                None => format!("due in {}", fmt_delta(c.oldest_run_at - now)),
+            };
+            vec![
+                c.queue.clone(),
+                c.name.clone(),
+                c.pending.to_string(),
+                c.due.to_string(),
+                oldest,
+            ]
+        })
+        .collect();
+    print_table(&["QUEUE", "NAME", ">PENDING", ">DUE", "OLDEST DUE"], rows);
     Ok(())
 }
 

@@ -178,6 +178,105 @@ async fn stats_shows_counts_ages_and_leases() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn names_shows_pending_tasks_per_name_so_an_unhandled_one_stands_out() {
+    let db = TestDb::new().await;
+    let u = || Some(url(&db));
+    let empty = taskq(u(), &["names"]).await;
+    assert_eq!(empty.code, 0, "{empty:?}");
+    assert!(empty.stdout.contains("no pending tasks"), "{empty:?}");
+
+    // ping: 3 due, 1 scheduled, 1 running and 1 dead (neither counted).
+    for n in 0..3 {
+        ping(&db, n).await;
+    }
+    let later = ping(&db, 3).await;
+    exec(
+        &db,
+        "UPDATE taskq_tasks SET run_at = UTC_TIMESTAMP(6) + INTERVAL 1 HOUR WHERE id = ?",
+        later,
+    )
+    .await;
+    make_running(&db, ping(&db, 4).await).await;
+    make_dead(&db, ping(&db, 5).await).await;
+    Pong(1).enqueue(&db.pool).await.unwrap();
+    // Two tasks of a name no worker handles, due for two hours.
+    for _ in 0..2 {
+        sqlx::query(
+            "INSERT INTO taskq_tasks (queue, name, payload, state, max_attempts, run_at, created_at, updated_at)
+             VALUES ('default', 'nobody_handles_this', '{}', 'pending', 5,
+                     UTC_TIMESTAMP(6) - INTERVAL 2 HOUR, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))",
+        )
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    }
+    // Only scheduled tasks of this name: nothing due yet.
+    let scheduled = Pong(2).enqueue(&db.pool).await.unwrap().id;
+    exec(
+        &db,
+        "UPDATE taskq_tasks SET name = 'report', run_at = UTC_TIMESTAMP(6) + INTERVAL 3 HOUR WHERE id = ?",
+        scheduled,
+    )
+    .await;
+
+    let out = taskq(u(), &["names"]).await;
+    assert_eq!(out.code, 0, "{out:?}");
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert!(lines[0].starts_with("database clock: "), "{}", out.stdout);
+    assert_eq!(
+        lines[1].split_whitespace().collect::<Vec<_>>(),
+        ["QUEUE", "NAME", "PENDING", "DUE", "OLDEST", "DUE"],
+        "{}",
+        out.stdout
+    );
+    assert_eq!(lines.len(), 6, "{}", out.stdout); // clock, header, 4 rows
+    let unhandled = row(&out.stdout, &["default", "nobody_handles_this", "2", "2"])
+        .unwrap_or_else(|| panic!("{}", out.stdout));
+    assert!(unhandled.ends_with("2h0m"), "{unhandled}");
+    let pings = row(&out.stdout, &["default", "ping", "4", "3"])
+        .unwrap_or_else(|| panic!("{}", out.stdout));
+    assert!(pings.ends_with('s'), "{pings}"); // seconds old
+    assert!(
+        row(&out.stdout, &["other", "pong", "1", "1"]).is_some(),
+        "{}",
+        out.stdout
+    );
+    let report = row(&out.stdout, &["other", "report", "1", "0"])
+        .unwrap_or_else(|| panic!("{}", out.stdout));
+    assert!(
+        report.contains("due in 2h5") || report.contains("due in 3h0m"),
+        "{report}"
+    );
+
+    let other = taskq(u(), &["names", "--queue", "other"]).await;
+    assert_eq!(other.code, 0, "{other:?}");
+    assert_eq!(other.stdout.lines().count(), 4, "{}", other.stdout);
+    assert!(
+        row(&other.stdout, &["default"]).is_none(),
+        "{}",
+        other.stdout
+    );
+
+    let json = taskq(u(), &["names", "--json"]).await;
+    assert_eq!(json.code, 0, "{json:?}");
+    let v = json.json();
+    assert!(v["now"].is_string());
+    let names = v["names"].as_array().unwrap();
+    assert_eq!(names.len(), 4, "{v}");
+    let first = &names[0];
+    assert_eq!(first["queue"], "default");
+    assert_eq!(first["name"], "nobody_handles_this");
+    assert_eq!(first["pending"], 2);
+    assert_eq!(first["due"], 2);
+    assert!(first["oldest_run_at"].is_string());
+    let age = first["oldest_due_age_secs"].as_f64().unwrap();
+    assert!((7_200.0..7_260.0).contains(&age), "{age}");
+    let report = names.iter().find(|n| n["name"] == "report").unwrap();
+    assert_eq!(report["due"], 0);
+    assert!(report.get("oldest_due_age_secs").is_none(), "{report}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn list_filters_and_pages() {
     let db = TestDb::new().await;
     let mut ids = Vec::new();
@@ -544,7 +643,7 @@ async fn database_url_flag_and_connection_errors() {
     let help = taskq(None, &["--help"]).await;
     assert_eq!(help.code, 0);
     for cmd in [
-        "migrate", "stats", "list", "show", "retry", "cancel", "purge",
+        "migrate", "stats", "names", "list", "show", "retry", "cancel", "purge",
     ] {
         assert!(help.stdout.contains(cmd), "{cmd} missing in help");
     }

@@ -1,4 +1,5 @@
-//! [`Client`]: inspect and manage tasks (get, list, count, cancel, retry dead tasks).
+//! [`Client`]: inspect and manage tasks (get, list, count, pending tasks per name, cancel, retry
+//! dead tasks).
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -103,6 +104,25 @@ pub struct QueueStateCount {
     pub earliest_lease_until: Option<DateTime<Utc>>,
 }
 
+/// Pending tasks of one task name in one queue: how many, how many are due, and the earliest
+/// due time. Workers claim only the names they have a handler for, so the tasks of a name no
+/// running worker handles stay pending: their due count and age only grow while the rest of
+/// the queue moves.
+#[derive(Debug, Clone, Serialize)]
+pub struct PendingNameCount {
+    /// Queue name.
+    pub queue: String,
+    /// Stable task name.
+    pub name: String,
+    /// Pending tasks (due or scheduled).
+    pub pending: u64,
+    /// Pending tasks that are due (`run_at` not after the database clock).
+    pub due: u64,
+    /// Earliest `run_at` among them: when the oldest due task became due, if `due > 0`;
+    /// otherwise when the next one becomes due.
+    pub oldest_run_at: DateTime<Utc>,
+}
+
 impl Client {
     /// A client on `pool`.
     pub fn new(pool: MySqlPool) -> Self {
@@ -137,6 +157,14 @@ impl Client {
     pub async fn stats(&self) -> Result<Vec<QueueStateCount>> {
         let mut conn = self.store.pool().acquire().await?;
         Ok(self.store.task_stats(&mut conn).await?)
+    }
+
+    /// Pending tasks per queue and task name (of `queue` only, when given), ordered by queue and
+    /// name: the way to spot tasks whose name no running worker handles (they stay pending).
+    /// Reads every pending row's index entry (one covering scan), so it costs in proportion to
+    /// the pending backlog.
+    pub async fn pending_by_name(&self, queue: Option<&str>) -> Result<Vec<PendingNameCount>> {
+        Ok(self.store.task_pending_by_name(queue).await?)
     }
 
     /// Cancels a task that has not started. Running and terminal tasks give
