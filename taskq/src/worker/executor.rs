@@ -69,7 +69,8 @@ pub(crate) async fn run(
             lost: false,
         },
     );
-    let span = tracing::info_span!("taskq.task", task_id = id, task = %task.name, queue = %queue,
+    // At WARN level, so that a `warn` filter keeps it: failure events then say which task.
+    let span = tracing::warn_span!("taskq.task", task_id = id, task = %task.name, queue = %queue,
         attempt = task.attempt, lease_epoch = task.lease_epoch, worker_id = %shared.worker_id,
         queue_wait_ms = task.wait_us / 1000, trace_context = task.trace_context.as_deref());
     if let (Some(link), Some(ctx)) = (&shared.trace_link, &task.trace_context) {
@@ -129,7 +130,7 @@ fn hand_over(
             finish(task, "succeeded", Duration::ZERO, None)
         }
         Outcome::Undecodable(e) => {
-            tracing::error!(error = %e, "payload does not decode; task is dead");
+            tracing::error!(error = %e, elapsed_ms, "payload does not decode; task is dead");
             finish(task, "dead", Duration::ZERO, Some(e))
         }
         Outcome::Failed(kind, e) => {
@@ -141,21 +142,21 @@ fn hand_over(
             let exhausted = task.attempt >= task.max_attempts;
             match kind {
                 TaskErrorKind::Permanent => {
-                    tracing::warn!(error = %e, elapsed_ms, "attempt failed permanently; task is dead");
+                    tracing::error!(error = %e, elapsed_ms, "attempt failed permanently; task is dead");
                     finish(task, "dead", Duration::ZERO, Some(e))
                 }
                 _ if exhausted => {
-                    tracing::warn!(error = %e, elapsed_ms, "attempt failed; attempts exhausted, task is dead");
+                    tracing::error!(error = %e, elapsed_ms, "attempt failed; attempts exhausted, task is dead");
                     let error = with_exhausted_note(e, task.attempt, task.max_attempts);
                     finish(task, "dead", Duration::ZERO, Some(error))
                 }
                 TaskErrorKind::RetryAfter(d) => {
-                    tracing::info!(error = %e, retry_in_ms = d.as_millis() as u64, "attempt failed; retry requested");
+                    tracing::warn!(error = %e, elapsed_ms, retry_in_ms = d.as_millis() as u64, "attempt failed; retry requested");
                     finish(task, "pending", d, Some(e))
                 }
                 _ => {
                     let d = backoff.delay_random(task.attempt);
-                    tracing::info!(error = %e, retry_in_ms = d.as_millis() as u64, "attempt failed; will retry");
+                    tracing::warn!(error = %e, elapsed_ms, retry_in_ms = d.as_millis() as u64, "attempt failed; will retry");
                     finish(task, "pending", d, Some(e))
                 }
             }
