@@ -325,3 +325,55 @@ async fn purge_deletes_old_terminal_tasks_only() {
     );
     assert_eq!(db.count("1 = 1").await, 2);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_database_is_named_with_what_to_check() {
+    let pool = sqlx::mysql::MySqlPoolOptions::new()
+        .acquire_timeout(std::time::Duration::from_secs(1))
+        .connect_lazy("mysql://root@127.0.0.1:1/x")
+        .unwrap();
+    // The client knows the pool's address and looks for the cause behind the pool's timeout.
+    let e = Client::new(pool.clone()).stats().await.unwrap_err();
+    assert!(matches!(e, Error::Connect { .. }), "{e:#?}");
+    assert_eq!(
+        e.to_string(),
+        "cannot connect to the database at 127.0.0.1:1 (connection refused): is the server \
+         running, and are the host and port in the database URL right?"
+    );
+    // Enqueueing through the pool only sees the pool's timeout: both explanations are named.
+    let e = Ping(1).enqueue(&pool).await.unwrap_err();
+    assert!(
+        matches!(e, Error::Database(sqlx::Error::PoolTimedOut)),
+        "{e:#?}"
+    );
+    assert!(
+        e.to_string().starts_with(
+            "timed out waiting for a database connection from the pool: either the server \
+             cannot be reached (is it running? are the host and port in the database URL \
+             right?) or every connection of the pool is busy"
+        ),
+        "{e}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_without_taskq_tables_says_to_migrate() {
+    let db = TestDb::empty().await;
+    let e = Client::new(db.pool.clone())
+        .get(TaskId(1))
+        .await
+        .unwrap_err();
+    let text = e.to_string();
+    assert!(
+        text.starts_with("database error: 1146 (42S02): Table '"),
+        "{text}"
+    );
+    assert!(
+        text.ends_with(
+            "taskq_tasks' doesn't exist (taskq's tables are missing: run taskq::migrate(&pool) \
+             at start-up, or `taskq migrate`)"
+        ),
+        "{text}"
+    );
+    assert_eq!(format!("{e:?}"), text, "Debug repeats nothing");
+}

@@ -179,3 +179,82 @@ async fn migration_4_adds_name_to_the_claim_index_of_a_database_with_tasks() {
     assert!(extra.contains("Using index"), "{plan:?}");
     assert!(!extra.contains("filesort"), "{plan:?}");
 }
+
+/// A pool that connects only when used, giving up after one second.
+fn lazy_pool(options: sqlx::mysql::MySqlConnectOptions) -> sqlx::MySqlPool {
+    sqlx::mysql::MySqlPoolOptions::new()
+        .acquire_timeout(std::time::Duration::from_secs(1))
+        .connect_lazy_with(options)
+}
+
+fn server_options() -> sqlx::mysql::MySqlConnectOptions {
+    taskq_tests::server_url().parse().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migrate_against_a_closed_port_says_what_to_do() {
+    let pool = lazy_pool("mysql://root@127.0.0.1:1/x".parse().unwrap());
+    let e = taskq::migrate(&pool).await.unwrap_err();
+    let sentence = "cannot connect to the database at 127.0.0.1:1 (connection refused): is the \
+                    server running, and are the host and port in the database URL right?";
+    assert_eq!(e.to_string(), sentence);
+    // What `main` prints for `Err(e)` returned through `?`: the sentence, then sqlx's error.
+    let debug = format!("{e:?}");
+    assert!(
+        debug.starts_with(&format!(
+            "{sentence}\n\nCaused by:\n    error communicating with database: "
+        )),
+        "{debug}"
+    );
+    assert!(debug.contains("Connection refused"), "{debug}");
+    assert!(!debug.contains("Os {"), "{debug}");
+    match &e {
+        taskq::Error::Connect { target, source } => {
+            assert_eq!(target, "127.0.0.1:1");
+            assert!(matches!(source, sqlx::Error::Io(_)), "{source:?}");
+        }
+        other => panic!("expected Error::Connect, got {other:#?}"),
+    }
+    let source = std::error::Error::source(&e).expect("the sqlx error is the source");
+    assert!(source.downcast_ref::<sqlx::Error>().is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migrate_names_an_unknown_database_and_a_refused_login() {
+    let opts = server_options();
+    let target = format!("{}:{}", opts.get_host(), opts.get_port());
+
+    let pool = lazy_pool(opts.clone().database("taskq_no_such_database"));
+    let e = taskq::migrate(&pool).await.unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "cannot connect to the database at {target} (1049 (42000): Unknown database \
+             'taskq_no_such_database'): create it (CREATE DATABASE), or fix the database name \
+             at the end of the URL"
+        )
+    );
+    assert!(matches!(e, taskq::Error::Connect { .. }), "{e:#?}");
+    assert_eq!(format!("{e:?}"), e.to_string());
+
+    let pool = lazy_pool(
+        opts.username("taskq_no_such_user")
+            .password("wrong")
+            .database("x"),
+    );
+    let e = taskq::migrate(&pool).await.unwrap_err();
+    let text = e.to_string();
+    assert!(
+        text.starts_with(&format!(
+            "cannot connect to the database at {target} (1045 (28000): Access denied for user \
+             'taskq_no_such_user'@"
+        )),
+        "{text}"
+    );
+    assert!(
+        text.ends_with("): check the user name and password in the database URL"),
+        "{text}"
+    );
+    // Debug adds nothing: sqlx's error would only repeat the text.
+    assert_eq!(format!("{e:?}"), text);
+}

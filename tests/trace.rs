@@ -1,5 +1,5 @@
 //! Trace context travels from the enqueuing request, through the row, to the handler and the
-//! worker's span-link hook.
+//! worker's span-link hook. (Log levels are checked in `logs.rs`.)
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

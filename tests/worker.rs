@@ -5,7 +5,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use taskq::{Backoff, Client, Error, Task, TaskContext, TaskError, TaskId, TaskState};
+use taskq::{
+    Backoff, Client, DeadReason, Error, ResultExt, Task, TaskContext, TaskError, TaskId, TaskState,
+};
 use taskq_tests::{RunningWorker, TestDb, fast_worker, wait_until};
 
 /// Execution counts by task number, shared with handlers as worker state.
@@ -32,6 +34,8 @@ enum Mode {
     Panic,
     Sleep(u64),
     RetryAfterMs(u64),
+    /// Query a table that does not exist; the error is permanent.
+    MissingTable,
     /// Wait for the cancel signal, then record it and return Ok.
     WaitCancel,
 }
@@ -68,6 +72,16 @@ impl Task for Job {
                 Duration::from_millis(ms),
                 std::io::Error::other("not yet"),
             )),
+            Mode::MissingTable => {
+                let pool = cx
+                    .state::<sqlx::MySqlPool>()
+                    .expect("pool state registered");
+                sqlx::query("SELECT 1 FROM no_such_table")
+                    .execute(&pool)
+                    .await
+                    .permanent()?;
+                Ok(())
+            }
             Mode::WaitCancel => {
                 let reason = cx.cancel_signal().canceled().await;
                 runs.0.lock().unwrap().insert(1000 + self.n, reason as u32);
@@ -116,6 +130,7 @@ fn worker(db: &TestDb, runs: &Runs) -> taskq::WorkerBuilder {
         .register::<Job>()
         .register::<Slow>()
         .state(runs.clone())
+        .state(db.pool.clone())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -153,6 +168,7 @@ async fn failures_retry_with_backoff_then_succeed_or_go_dead() {
     let flaky = job(&db, 1, Mode::FailTimes(2)).await;
     let hopeless = job(&db, 2, Mode::FailTimes(99)).await;
     let permanent = job(&db, 3, Mode::Permanent).await;
+    let missing_table = job(&db, 4, Mode::MissingTable).await;
     let w = RunningWorker::spawn(worker(&db, &runs));
     let t = wait_state(&db, flaky, TaskState::Succeeded).await;
     assert_eq!(t.attempt, 3);
@@ -167,11 +183,27 @@ async fn failures_retry_with_backoff_then_succeed_or_go_dead() {
         t.last_error.as_deref(),
         Some("failure 3 (attempts exhausted: 3/3)")
     );
+    assert_eq!(
+        t.dead_reason(),
+        Some(DeadReason::AttemptsExhausted {
+            attempts: 3,
+            max_attempts: 3
+        })
+    );
     let t = wait_state(&db, permanent, TaskState::Dead).await;
     assert_eq!((t.attempt, runs.get(3)), (1, 1));
     assert_eq!(t.last_error.as_deref(), Some("bad input"));
+    assert_eq!(t.dead_reason(), Some(DeadReason::Permanent));
+    // sqlx's error includes its source's text: stored once, not "X: X".
+    let t = wait_state(&db, missing_table, TaskState::Dead).await;
+    let e = t.last_error.unwrap();
+    assert!(
+        e.starts_with("error returned from database: 1146 (42S02): Table '"),
+        "{e}"
+    );
+    assert_eq!(e.matches("doesn't exist").count(), 1, "{e}");
     let stats = w.stop().await.stats;
-    assert_eq!((stats.retried, stats.dead, stats.succeeded), (4, 2, 1));
+    assert_eq!((stats.retried, stats.dead, stats.succeeded), (4, 3, 1));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -271,14 +303,27 @@ async fn undecodable_payloads_and_unknown_names() {
             .fetch_all(&db.pool)
             .await
             .unwrap();
+    // The type is named as code writes it, without its module path.
     assert!(
-        errors[0].contains("payload does not decode as worker::Job"),
+        errors[0].starts_with("payload does not decode as Job: "),
         "{}",
         errors[0]
     );
     assert!(errors.iter().all(|e| e.contains("payload does not decode")));
     // Exactly one attempt each: undecodable payloads are never retried.
     assert_eq!(db.count("state = 'dead' AND attempt = 1").await, 2);
+    let dead = Client::new(db.pool.clone())
+        .list(&taskq::ListFilter {
+            state: Some(TaskState::Dead),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert!(
+        dead.iter()
+            .all(|t| t.dead_reason() == Some(DeadReason::Undecodable)),
+        "{dead:?}"
+    );
     // Unknown names stay pending and untouched.
     assert_eq!(
         db.count("name = 'nobody_handles_this' AND state = 'pending' AND attempt = 0")
@@ -314,6 +359,10 @@ async fn the_reaper_requeues_expired_leases_and_buries_exhausted_ones() {
     );
     let t = wait_state(&db, exhausted, TaskState::Dead).await;
     assert_eq!((t.lease_epoch, t.attempt, runs.get(2)), (8, 3, 0));
+    assert_eq!(
+        t.dead_reason().map(|r| r.to_string()).as_deref(),
+        Some("attempts exhausted (3/3)")
+    );
     assert!(w.stop().await.stats.reaped >= 2);
 }
 

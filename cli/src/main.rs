@@ -13,7 +13,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
-use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde::Serialize;
 use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
 use sqlx::{ConnectOptions, Connection, MySqlPool};
@@ -23,7 +23,7 @@ use crate::duration::{format_duration, parse_duration};
 
 /// Exit code: anything else failed (e.g. a query error).
 const EXIT_OTHER: u8 = 1;
-/// Exit code: bad input (clap's usage errors use the same code).
+/// Exit code: bad input, including no database URL (clap's usage errors use the same code).
 const EXIT_USAGE: u8 = 2;
 /// Exit code: the task does not exist or is in the wrong state for the operation.
 const EXIT_TASK: u8 = 3;
@@ -75,7 +75,7 @@ enum Command {
     },
     /// List tasks, oldest id first (paged: pass the last id shown as --after-id)
     List(ListArgs),
-    /// Show every field of one task, its last error and its payload
+    /// Show every field of one task, its last error, its payload and why a dead task died
     Show {
         /// Task id
         id: u64,
@@ -194,10 +194,13 @@ impl Failure {
 }
 
 impl From<taskq::Error> for Failure {
+    /// The message is the error's `Display` alone: taskq's errors already include their cause
+    /// (`database error: 1146 (42S02): …`), so printing the source chain too would repeat it.
     fn from(e: taskq::Error) -> Self {
         let code = match &e {
             taskq::Error::NotFound(_) | taskq::Error::WrongState { .. } => EXIT_TASK,
             taskq::Error::InvalidName { .. } | taskq::Error::InvalidOption(_) => EXIT_USAGE,
+            taskq::Error::Connect { .. } => EXIT_UNREACHABLE,
             taskq::Error::Database(db) if is_connection_error(db) => EXIT_UNREACHABLE,
             _ => EXIT_OTHER,
         };
@@ -220,12 +223,11 @@ fn is_connection_error(e: &sqlx::Error) -> bool {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let Some(url) = cli.database_url.clone() else {
-        Cli::command()
-            .error(
-                clap::error::ErrorKind::MissingRequiredArgument,
-                "no database: set DATABASE_URL or pass --database-url <URL>",
-            )
-            .exit();
+        eprintln!(
+            "taskq: error: no database: set DATABASE_URL or pass --database-url \
+             mysql://user:password@host:3306/database"
+        );
+        return ExitCode::from(EXIT_USAGE);
     };
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -260,11 +262,12 @@ async fn connect(url: &str) -> Result<MySqlPool, Failure> {
         Some(socket) => socket.display().to_string(),
         None => format!("{}:{}", options.get_host(), options.get_port()),
     };
-    let unreachable = |e: &dyn std::fmt::Display| {
-        Failure::new(
-            EXIT_UNREACHABLE,
-            format!("cannot connect to the database at {target}: {e}"),
-        )
+    // taskq's sentence for the failure: what went wrong and what to check.
+    let unreachable = |e: sqlx::Error| {
+        Failure::from(taskq::Error::Connect {
+            target: target.clone(),
+            source: e,
+        })
     };
     // One direct connection first: a pool would retry until its timeout and then report only
     // "pool timed out", hiding the cause (connection refused, unknown host, access denied...).
@@ -272,12 +275,16 @@ async fn connect(url: &str) -> Result<MySqlPool, Failure> {
         Ok(Ok(conn)) => {
             let _ = conn.close().await;
         }
-        Ok(Err(e)) => return Err(unreachable(&e)),
+        Ok(Err(e)) => return Err(unreachable(e)),
         Err(_) => {
-            return Err(unreachable(&format!(
-                "no answer within {}s",
-                CONNECT_TIMEOUT.as_secs()
-            )));
+            return Err(Failure::new(
+                EXIT_UNREACHABLE,
+                format!(
+                    "cannot connect to the database at {target} (no answer within {}s): is the \
+                     host reachable from here (firewall, VPN, container port mapping)?",
+                    CONNECT_TIMEOUT.as_secs()
+                ),
+            ));
         }
     }
     MySqlPoolOptions::new()
@@ -285,7 +292,7 @@ async fn connect(url: &str) -> Result<MySqlPool, Failure> {
         .acquire_timeout(CONNECT_TIMEOUT)
         .connect_with(options)
         .await
-        .map_err(|e| unreachable(&e))
+        .map_err(unreachable)
 }
 
 async fn run(cli: &Cli, url: &str) -> Result<(), Failure> {
@@ -509,13 +516,16 @@ async fn show(client: &Client, id: TaskId, json: bool) -> Result<(), Failure> {
             .map_err(|e| Failure::new(EXIT_OTHER, format!("cannot encode the task: {e}")))?;
         if let Some(obj) = value.as_object_mut() {
             obj.insert("payload".into(), payload);
+            if let Some(reason) = task.dead_reason() {
+                obj.insert("dead_reason".into(), reason.to_string().into());
+            }
         }
         print_json(&value);
         return Ok(());
     }
     let opt_time = |t: Option<DateTime<Utc>>| t.map_or_else(|| "-".into(), fmt_time);
     let opt = |s: &Option<String>| s.clone().unwrap_or_else(|| "-".into());
-    let fields = [
+    let mut fields = vec![
         ("id", task.id.to_string()),
         ("queue", task.queue.clone()),
         ("name", task.name.clone()),
@@ -535,6 +545,10 @@ async fn show(client: &Client, id: TaskId, json: bool) -> Result<(), Failure> {
         ("finished_at", opt_time(task.finished_at)),
         ("last_error", opt(&task.last_error)),
     ];
+    // Why a dead task died, derived from the row (see `TaskInfo::dead_reason`).
+    if let Some(reason) = task.dead_reason() {
+        fields.insert(4, ("dead", reason.to_string()));
+    }
     for (k, v) in fields {
         println!("{:<16} {v}", format!("{k}:"));
     }
@@ -739,6 +753,7 @@ fn plural(n: u64) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::CommandFactory;
 
     #[test]
     fn cli_definition_is_consistent() {

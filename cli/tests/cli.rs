@@ -403,6 +403,13 @@ async fn show_prints_every_field_the_error_and_the_payload() {
         out.stdout
             .contains("last_error:      boom: upstream said no")
     );
+    // Attempt 3 of 20 and no exhausted note: the handler's error was permanent.
+    assert!(
+        out.stdout
+            .contains("state:           dead\ndead:            permanent error\n"),
+        "{}",
+        out.stdout
+    );
     // Pretty-printed payload: one field per line.
     assert!(out.stdout.contains("\n    \"n\": 7,\n"), "{}", out.stdout);
     assert!(out.stdout.contains("\"tag\": \"t7\""), "{}", out.stdout);
@@ -414,6 +421,7 @@ async fn show_prints_every_field_the_error_and_the_payload() {
     assert_eq!(v["state"], "dead");
     assert_eq!(v["lease_epoch"], 3);
     assert_eq!(v["payload"], serde_json::json!({ "n": 7, "tag": "t7" }));
+    assert_eq!(v["dead_reason"], "permanent error");
 
     let missing = taskq(Some(url(&db)), &["show", "987654321"]).await;
     assert_eq!(missing.code, 3, "{missing:?}");
@@ -618,10 +626,10 @@ async fn database_url_flag_and_connection_errors() {
     )
     .await;
     assert_eq!(unreachable.code, 4, "{unreachable:?}");
-    assert!(
-        unreachable
-            .stderr
-            .contains("cannot connect to the database at 127.0.0.1:1"),
+    assert_eq!(
+        unreachable.stderr,
+        "taskq: error: cannot connect to the database at 127.0.0.1:1 (connection refused): is \
+         the server running, and are the host and port in the database URL right?\n",
         "{unreachable:?}"
     );
     assert!(unreachable.stdout.is_empty());
@@ -630,7 +638,14 @@ async fn database_url_flag_and_connection_errors() {
 
     let missing = taskq(None, &["stats"]).await;
     assert_eq!(missing.code, 2, "{missing:?}");
-    assert!(missing.stderr.contains("DATABASE_URL"), "{missing:?}");
+    // One line in the documented form, no usage text.
+    assert_eq!(
+        missing.stderr,
+        "taskq: error: no database: set DATABASE_URL or pass --database-url \
+         mysql://user:password@host:3306/database\n",
+        "{missing:?}"
+    );
+    assert!(missing.stdout.is_empty());
     let bad_url = taskq(Some("postgres://nope".into()), &["stats"]).await;
     assert_eq!(bad_url.code, 2, "{bad_url:?}");
     assert!(
@@ -667,4 +682,102 @@ async fn pause_and_resume_a_queue() {
     let bad = taskq(Some(url(&db)), &["pause", ""]).await;
     assert_eq!(bad.code, 2, "{bad:?}");
     assert!(bad.stderr.contains("invalid queue"), "{bad:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_without_taskq_tables_is_reported_once_with_the_fix() {
+    let db = TestDb::empty().await;
+    for args in [
+        &["show", "1"][..],
+        &["stats"],
+        &["list"],
+        &["retry", "--dead"],
+    ] {
+        let out = taskq(Some(url(&db)), args).await;
+        assert_eq!(out.code, 1, "{args:?}: {out:?}");
+        assert!(out.stdout.is_empty(), "{args:?}: {out:?}");
+        assert_eq!(out.stderr.lines().count(), 1, "{args:?}: {out:?}");
+        assert!(
+            out.stderr
+                .starts_with("taskq: error: database error: 1146 (42S02): Table '"),
+            "{args:?}: {out:?}"
+        );
+        assert_eq!(
+            out.stderr.matches("doesn't exist").count(),
+            1,
+            "{args:?}: {out:?}"
+        );
+        assert!(
+            out.stderr.ends_with(
+                "(taskq's tables are missing: run taskq::migrate(&pool) at start-up, or `taskq \
+                 migrate`)\n"
+            ),
+            "{args:?}: {out:?}"
+        );
+    }
+    let unknown_db = taskq(
+        Some(format!(
+            "{}/taskq_no_such_database",
+            taskq_tests::server_url()
+        )),
+        &["stats"],
+    )
+    .await;
+    assert_eq!(unknown_db.code, 4, "{unknown_db:?}");
+    assert!(
+        unknown_db.stderr.contains(
+            "(1049 (42000): Unknown database 'taskq_no_such_database'): create it (CREATE \
+             DATABASE), or fix the database name at the end of the URL"
+        ),
+        "{unknown_db:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn show_says_why_a_dead_task_died() {
+    let db = TestDb::new().await;
+    let dead = |attempt: u32, max: u32, error: &str| {
+        let sql = format!(
+            "UPDATE taskq_tasks SET state = 'dead', attempt = {attempt}, max_attempts = {max},
+               last_error = '{error}', finished_at = UTC_TIMESTAMP(6) WHERE id = ?"
+        );
+        let db = &db;
+        async move {
+            let id = ping(db, attempt).await;
+            exec(db, &sql, id).await;
+            id
+        }
+    };
+    for (id, line) in [
+        (
+            dead(5, 5, "HTTP 503 (attempts exhausted: 5/5)").await,
+            "dead:            attempts exhausted (5/5)",
+        ),
+        (
+            dead(5, 5, "order 7 does not exist").await,
+            "dead:            permanent error",
+        ),
+        (
+            dead(1, 5, "payload does not decode as Ping: missing field `tag`").await,
+            "dead:            payload does not decode",
+        ),
+        (
+            dead(3, 3, "lease expired (worker w-1, attempt 3)").await,
+            "dead:            attempts exhausted (3/3)",
+        ),
+    ] {
+        let out = taskq(Some(url(&db)), &["show", &id.to_string()]).await;
+        assert_eq!(out.code, 0, "{out:?}");
+        assert!(
+            out.stdout.lines().any(|l| l == line),
+            "{line:?} missing in\n{}",
+            out.stdout
+        );
+    }
+    // Only dead tasks get the line.
+    let pending = ping(&db, 1).await;
+    let out = taskq(Some(url(&db)), &["show", &pending.to_string()]).await;
+    assert!(!out.stdout.contains("dead:"), "{}", out.stdout);
+    let json = taskq(Some(url(&db)), &["show", "--json", &pending.to_string()]).await;
+    assert_eq!(json.json().get("dead_reason"), None);
 }

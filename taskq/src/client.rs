@@ -62,6 +62,101 @@ impl TaskInfo {
     pub fn payload_json(&self) -> std::result::Result<serde_json::Value, serde_json::Error> {
         serde_json::from_slice(&self.payload)
     }
+
+    /// Why a `dead` task died (`None` for any other state), derived from the row: the worker
+    /// records no reason column, but it writes `last_error` in recognizable forms.
+    ///
+    /// The rule, in order:
+    /// 1. `last_error` ends with `(attempts exhausted: n/m)` (the worker's note when a
+    ///    retryable failure used the last attempt) → [`DeadReason::AttemptsExhausted`];
+    /// 2. `last_error` starts with `lease expired (` and `attempt >= max_attempts` (the reaper
+    ///    took back the last attempt of a worker that crashed or stalled) →
+    ///    [`DeadReason::AttemptsExhausted`];
+    /// 3. `last_error` starts with `payload does not decode` → [`DeadReason::Undecodable`];
+    /// 4. any other `last_error` → [`DeadReason::Permanent`] (the handler returned
+    ///    [`TaskError::permanent`](crate::TaskError::permanent), possibly on its last attempt:
+    ///    a permanent failure never carries the exhausted note);
+    /// 5. no `last_error` (a row changed by hand) → [`DeadReason::Unknown`].
+    pub fn dead_reason(&self) -> Option<DeadReason> {
+        if self.state != TaskState::Dead {
+            return None;
+        }
+        let Some(error) = self.last_error.as_deref() else {
+            return Some(DeadReason::Unknown);
+        };
+        if let Some((attempts, max_attempts)) = parse_exhausted_note(error) {
+            return Some(DeadReason::AttemptsExhausted {
+                attempts,
+                max_attempts,
+            });
+        }
+        if error.starts_with(LEASE_EXPIRED_PREFIX) && self.attempt >= self.max_attempts {
+            return Some(DeadReason::AttemptsExhausted {
+                attempts: self.attempt,
+                max_attempts: self.max_attempts,
+            });
+        }
+        if error.starts_with(UNDECODABLE_PREFIX) {
+            return Some(DeadReason::Undecodable);
+        }
+        Some(DeadReason::Permanent)
+    }
+}
+
+/// Why a task is `dead`; see [`TaskInfo::dead_reason`] for how it is derived.
+///
+/// `Display` is a short phrase: `permanent error`, `attempts exhausted (5/5)`,
+/// `payload does not decode`, `reason not recorded`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DeadReason {
+    /// The handler returned a permanent error: retrying could not fix it.
+    Permanent,
+    /// Every allowed attempt failed (the last one with a retryable error, a timeout, a panic
+    /// or an expired lease).
+    AttemptsExhausted {
+        /// Attempts made.
+        attempts: u32,
+        /// Attempts allowed.
+        max_attempts: u32,
+    },
+    /// The payload does not decode as the task's type (e.g. the payload struct changed
+    /// incompatibly); never retried.
+    Undecodable,
+    /// No error was recorded (the row was changed by hand).
+    Unknown,
+}
+
+impl std::fmt::Display for DeadReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DeadReason::Permanent => f.write_str("permanent error"),
+            DeadReason::AttemptsExhausted {
+                attempts,
+                max_attempts,
+            } => write!(f, "attempts exhausted ({attempts}/{max_attempts})"),
+            DeadReason::Undecodable => f.write_str("payload does not decode"),
+            DeadReason::Unknown => f.write_str("reason not recorded"),
+        }
+    }
+}
+
+/// How the worker's error text of an undecodable payload starts.
+pub(crate) const UNDECODABLE_PREFIX: &str = "payload does not decode";
+/// How the reaper's error text starts (written by SQL in `store::task_reap_expired`).
+const LEASE_EXPIRED_PREFIX: &str = "lease expired (";
+
+/// The note the worker appends to the error of a task whose last attempt failed.
+pub(crate) fn exhausted_note(attempts: u32, max_attempts: u32) -> String {
+    format!(" (attempts exhausted: {attempts}/{max_attempts})")
+}
+
+/// The `(attempts, max_attempts)` of an [`exhausted_note`] ending `error`.
+fn parse_exhausted_note(error: &str) -> Option<(u32, u32)> {
+    let rest = error.strip_suffix(')')?;
+    let (_, counts) = rest.rsplit_once(" (attempts exhausted: ")?;
+    let (n, m) = counts.split_once('/')?;
+    Some((n.parse().ok()?, m.parse().ok()?))
 }
 
 /// Which tasks [`Client::list`] and [`Client::count`] look at; empty fields match everything.
@@ -138,25 +233,28 @@ impl Client {
 
     /// A task by id; [`Error::NotFound`] when it does not exist (or was pruned).
     pub async fn get(&self, id: TaskId) -> Result<TaskInfo> {
-        self.store.task_get(id).await?.ok_or(Error::NotFound(id))
+        self.db(self.store.task_get(id).await)
+            .await?
+            .ok_or(Error::NotFound(id))
     }
 
     /// Tasks matching `filter`, ordered by id.
     pub async fn list(&self, filter: &ListFilter) -> Result<Vec<TaskInfo>> {
         let limit = filter.limit.unwrap_or(100).clamp(1, 10_000);
         let after = filter.after_id.map_or(0, |i| i.0);
-        Ok(self.store.task_list(&filter.store(), after, limit).await?)
+        self.db(self.store.task_list(&filter.store(), after, limit).await)
+            .await
     }
 
     /// Number of tasks matching `filter` (`after_id` and `limit` are ignored).
     pub async fn count(&self, filter: &ListFilter) -> Result<u64> {
-        Ok(self.store.task_count(&filter.store()).await?)
+        self.db(self.store.task_count(&filter.store()).await).await
     }
 
     /// Counts per queue and state.
     pub async fn stats(&self) -> Result<Vec<QueueStateCount>> {
-        let mut conn = self.store.pool().acquire().await?;
-        Ok(self.store.task_stats(&mut conn).await?)
+        let mut conn = self.db(self.store.pool().acquire().await).await?;
+        self.db(self.store.task_stats(&mut conn).await).await
     }
 
     /// Pending tasks per queue and task name (of `queue` only, when given), ordered by queue and
@@ -170,7 +268,7 @@ impl Client {
     /// Cancels a task that has not started. Running and terminal tasks give
     /// [`Error::WrongState`], unknown ids [`Error::NotFound`].
     pub async fn cancel(&self, id: TaskId) -> Result<()> {
-        if self.store.task_cancel(id).await? {
+        if self.db(self.store.task_cancel(id).await).await? {
             crate::metrics::canceled();
             return Ok(());
         }
@@ -181,25 +279,25 @@ impl Client {
     /// finish normally; enqueues still work). Idempotent.
     pub async fn pause_queue(&self, queue: &str) -> Result<()> {
         crate::enqueue::validate_name("queue", queue, crate::enqueue::MAX_QUEUE_LEN)?;
-        Ok(self.store.queue_pause(queue).await?)
+        self.db(self.store.queue_pause(queue).await).await
     }
 
     /// Resumes a paused queue; returns whether it was paused.
     pub async fn resume_queue(&self, queue: &str) -> Result<bool> {
-        let was_paused = self.store.queue_resume(queue).await?;
+        let was_paused = self.db(self.store.queue_resume(queue).await).await?;
         crate::wake::notify(queue);
         Ok(was_paused)
     }
 
     /// Paused queues and when each was paused.
     pub async fn paused_queues(&self) -> Result<Vec<(String, DateTime<Utc>)>> {
-        let mut conn = self.store.pool().acquire().await?;
-        Ok(self.store.queues_paused(&mut conn).await?)
+        let mut conn = self.db(self.store.pool().acquire().await).await?;
+        self.db(self.store.queues_paused(&mut conn).await).await
     }
 
     /// Moves a dead task back to pending with its attempts reset.
     pub async fn retry_dead(&self, id: TaskId) -> Result<()> {
-        if self.store.task_retry_dead(id).await? {
+        if self.db(self.store.task_retry_dead(id).await).await? {
             return Ok(());
         }
         Err(self.state_error(id, "dead").await)
@@ -213,7 +311,15 @@ impl Client {
                 state,
                 expected,
             },
-            Err(e) => e.into(),
+            Err(e) => crate::error::db_error(self.store.pool(), e).await,
+        }
+    }
+
+    /// A database result with its error made readable (see [`Error::Connect`]).
+    async fn db<T>(&self, r: sqlx::Result<T>) -> Result<T> {
+        match r {
+            Ok(v) => Ok(v),
+            Err(e) => Err(crate::error::db_error(self.store.pool(), e).await),
         }
     }
 
@@ -224,7 +330,7 @@ impl Client {
     /// The database clock now (`UTC_TIMESTAMP(6)`): the clock every stored time comes from,
     /// so ages and lease expiries should be computed against it, not the local clock.
     pub async fn db_now(&self) -> Result<DateTime<Utc>> {
-        Ok(self.store.db_now().await?)
+        self.db(self.store.db_now().await).await
     }
 
     /// Moves every dead task (of `queue`, or of all queues when `None`) back to pending with
@@ -232,12 +338,14 @@ impl Client {
     /// (one short statement each). Tasks that die again while this runs are left dead.
     /// Returns how many tasks were moved.
     pub async fn retry_all_dead(&self, queue: Option<&str>) -> Result<u64> {
-        let started = self.store.db_now().await?;
+        let started = self.db(self.store.db_now().await).await?;
         let mut total = 0;
         loop {
             let n = self
-                .store
-                .task_retry_dead_batch(queue, started, Self::BATCH)
+                .db(self
+                    .store
+                    .task_retry_dead_batch(queue, started, Self::BATCH)
+                    .await)
                 .await?;
             total += n;
             if n < u64::from(Self::BATCH) {
@@ -269,12 +377,14 @@ impl Client {
         };
         let age_secs = older_than.as_secs();
         let mut total = 0;
-        let mut conn = self.store.pool().acquire().await?;
+        let mut conn = self.db(self.store.pool().acquire().await).await?;
         for s in states {
             loop {
                 let n = self
-                    .store
-                    .task_prune(&mut conn, s, age_secs, Self::BATCH)
+                    .db(self
+                        .store
+                        .task_prune(&mut conn, s, age_secs, Self::BATCH)
+                        .await)
                     .await?;
                 total += n;
                 if n < u64::from(Self::BATCH) {
@@ -283,5 +393,76 @@ impl Client {
             }
         }
         Ok(total)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dead(attempt: u32, max_attempts: u32, last_error: Option<&str>) -> TaskInfo {
+        let now = Utc::now();
+        TaskInfo {
+            id: TaskId(1),
+            queue: "default".into(),
+            name: "t".into(),
+            payload: b"{}".to_vec(),
+            state: TaskState::Dead,
+            priority: 0,
+            attempt,
+            max_attempts,
+            run_at: now,
+            lease_until: None,
+            lease_epoch: attempt.into(),
+            worker_id: None,
+            idempotency_key: None,
+            trace_context: None,
+            last_error: last_error.map(str::to_owned),
+            created_at: now,
+            updated_at: now,
+            finished_at: Some(now),
+        }
+    }
+
+    #[test]
+    fn dead_reasons_come_from_the_row() {
+        let reason = |t: TaskInfo| t.dead_reason().map(|r| r.to_string());
+        let exhausted = format!("HTTP 503{}", exhausted_note(5, 5));
+        assert_eq!(
+            reason(dead(5, 5, Some(&exhausted))).as_deref(),
+            Some("attempts exhausted (5/5)")
+        );
+        // A permanent error on the last attempt carries no note.
+        assert_eq!(
+            reason(dead(5, 5, Some("bad input"))).as_deref(),
+            Some("permanent error")
+        );
+        assert_eq!(
+            dead(1, 5, Some("bad input")).dead_reason(),
+            Some(DeadReason::Permanent)
+        );
+        assert_eq!(
+            dead(3, 3, Some("lease expired (worker w-1, attempt 3)")).dead_reason(),
+            Some(DeadReason::AttemptsExhausted {
+                attempts: 3,
+                max_attempts: 3
+            })
+        );
+        assert_eq!(
+            reason(dead(
+                1,
+                5,
+                Some("payload does not decode as Ping: missing field `n`")
+            ))
+            .as_deref(),
+            Some("payload does not decode")
+        );
+        assert_eq!(
+            reason(dead(2, 5, None)).as_deref(),
+            Some("reason not recorded")
+        );
+        let mut pending = dead(1, 5, Some(&exhausted));
+        pending.state = TaskState::Pending;
+        assert_eq!(pending.dead_reason(), None);
     }
 }

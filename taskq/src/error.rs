@@ -9,7 +9,14 @@ use crate::task::{TaskId, TaskState};
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Everything a taskq operation (enqueue, client call, migration, worker start) can fail with.
-#[derive(Debug, thiserror::Error)]
+///
+/// `Display` is one sentence that includes the cause, and `Debug` (what `main` prints when it
+/// returns `Err` through `?`) is the same sentence followed by a `Caused by:` list of the
+/// underlying errors whose text it does not already contain. `{:#?}` gives the structure
+/// (variant and fields) instead. Rust type names are shown the way code writes them
+/// (`Pool<MySql>`, not `sqlx_core::pool::Pool<sqlx_mysql::database::MySql>`); the fields keep
+/// the full names.
+#[derive(thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// A queue or task name is empty, too long or contains control characters.
@@ -56,31 +63,357 @@ pub enum Error {
     #[error("invalid worker configuration: {0}")]
     Config(String),
     /// Two registered tasks use the same stable name.
-    #[error("task name {name:?} is registered twice: by {first} and by {second}")]
+    ///
+    /// The message names both types by their last path segment, or by their full paths when
+    /// those segments are equal.
+    #[error("task name {name:?} is registered twice: by {} and by {}", type_pair(first, second).0, type_pair(first, second).1)]
     DuplicateTaskName {
         /// The clashing name.
         name: String,
-        /// Rust type of the first registration.
+        /// Rust type of the first registration (full path, from `std::any::type_name`).
         first: &'static str,
-        /// Rust type of the second registration.
+        /// Rust type of the second registration (full path, from `std::any::type_name`).
         second: &'static str,
     },
     /// A task needs application state that was not registered on the worker.
     #[error(
-        "task {task:?} needs state of type {ty}, which was not registered on the worker (use WorkerBuilder::state)"
+        "task {task:?} needs state of type {}, which was not registered on the worker (register a value of that type with WorkerBuilder::state before build)",
+        short_type_name(ty)
     )]
     MissingState {
         /// Task name.
         task: &'static str,
-        /// Rust type name of the missing state.
+        /// Rust type name of the missing state (full path, from `std::any::type_name`).
         ty: &'static str,
     },
-    /// A database error.
-    #[error("database error: {0}")]
+    /// The database server at `target` could not be reached or refused the session: connection
+    /// refused, unknown host, no answer, TLS failure, access denied, unknown database, too many
+    /// connections. The message says which, and what to check.
+    ///
+    /// Returned by [`migrate`](crate::migrate) and the [`Client`](crate::Client) methods, which
+    /// know the pool's address; when a pool only reports a timeout they open one direct
+    /// connection (bounded by 5 s) to find the cause.
+    #[error("{}", connect_sentence(Some(target.as_str()), source))]
+    Connect {
+        /// Where the connection went: `host:port`, or the Unix socket path.
+        target: String,
+        /// The error from sqlx (the underlying cause).
+        source: sqlx::Error,
+    },
+    /// A database error. Connection failures read like [`Error::Connect`] without the address;
+    /// a missing taskq table says to run the migrations.
+    #[error("{}", database_sentence(.0))]
     Database(#[from] sqlx::Error),
     /// Applying taskq's migrations failed.
     #[error("migration error: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
+}
+
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if f.alternate() {
+            return self.fmt_structure(f);
+        }
+        write_report(f, self)
+    }
+}
+
+impl Error {
+    /// The derived-`Debug`-like form, for `{:#?}`.
+    fn fmt_structure(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::InvalidName {
+                what,
+                value,
+                reason,
+            } => f
+                .debug_struct("InvalidName")
+                .field("what", what)
+                .field("value", value)
+                .field("reason", reason)
+                .finish(),
+            Error::PayloadTooLarge { size, limit } => f
+                .debug_struct("PayloadTooLarge")
+                .field("size", size)
+                .field("limit", limit)
+                .finish(),
+            Error::Serialize(e) => f.debug_tuple("Serialize").field(e).finish(),
+            Error::InvalidSchedule(m) => f.debug_tuple("InvalidSchedule").field(m).finish(),
+            Error::InvalidOption(m) => f.debug_tuple("InvalidOption").field(m).finish(),
+            Error::NotFound(id) => f.debug_tuple("NotFound").field(id).finish(),
+            Error::WrongState {
+                id,
+                state,
+                expected,
+            } => f
+                .debug_struct("WrongState")
+                .field("id", id)
+                .field("state", state)
+                .field("expected", expected)
+                .finish(),
+            Error::Config(m) => f.debug_tuple("Config").field(m).finish(),
+            Error::DuplicateTaskName {
+                name,
+                first,
+                second,
+            } => f
+                .debug_struct("DuplicateTaskName")
+                .field("name", name)
+                .field("first", first)
+                .field("second", second)
+                .finish(),
+            Error::MissingState { task, ty } => f
+                .debug_struct("MissingState")
+                .field("task", task)
+                .field("ty", ty)
+                .finish(),
+            Error::Connect { target, source } => f
+                .debug_struct("Connect")
+                .field("target", target)
+                .field("source", source)
+                .finish(),
+            Error::Database(e) => f.debug_tuple("Database").field(e).finish(),
+            Error::Migrate(e) => f.debug_tuple("Migrate").field(e).finish(),
+        }
+    }
+}
+
+/// Writes `e` the way a user should read it: its `Display`, then (on following lines, after
+/// `Caused by:`) the messages of its sources that the text does not already contain.
+fn write_report(f: &mut fmt::Formatter<'_>, e: &dyn std::error::Error) -> fmt::Result {
+    let messages = chain_messages(e.to_string(), e.source());
+    let (first, causes) = messages.split_first().expect("at least the error itself");
+    f.write_str(first)?;
+    match causes {
+        [] => Ok(()),
+        [only] => write!(f, "\n\nCaused by:\n    {only}"),
+        many => {
+            f.write_str("\n\nCaused by:")?;
+            for (i, m) in many.iter().enumerate() {
+                write!(f, "\n    {i}: {m}")?;
+            }
+            Ok(())
+        }
+    }
+}
+
+/// `top` followed by the messages of the error chain starting at `next`, each distinct piece
+/// of text once: a source is left out when its message is already contained in one shown
+/// (a wrapper whose `Display` includes its source, like `sqlx::Error`), or when it only wraps
+/// a source whose message is already shown (it would add nothing but its label).
+pub(crate) fn chain_messages(
+    top: String,
+    mut next: Option<&(dyn std::error::Error + 'static)>,
+) -> Vec<String> {
+    let mut shown = vec![top];
+    while let Some(e) = next {
+        let msg = e.to_string();
+        let inner = e.source();
+        let covered = |m: &str| shown.iter().any(|s| s.contains(m));
+        let only_wraps_shown = inner.is_some_and(|i| {
+            let im = i.to_string();
+            !im.is_empty() && msg.ends_with(&im) && covered(&im)
+        });
+        if !msg.is_empty() && !covered(&msg) && !only_wraps_shown {
+            shown.push(msg);
+        }
+        next = inner;
+    }
+    shown
+}
+
+/// A Rust type name as code writes it: the module path of every segment dropped, generics
+/// included (`sqlx_core::pool::Pool<sqlx_mysql::database::MySql>` → `Pool<MySql>`,
+/// `alloc::string::String` → `String`). For names from [`std::any::type_name`].
+pub(crate) fn short_type_name(full: &str) -> String {
+    fn flush(path: &mut String, out: &mut String) {
+        match path.rfind("::") {
+            // `<T as Trait>::Assoc`: the path starts with `::`; keep it.
+            Some(0) => out.push_str(path),
+            Some(i) if path.starts_with("::") => {
+                out.push_str("::");
+                out.push_str(&path[i + 2..]);
+            }
+            Some(i) => out.push_str(&path[i + 2..]),
+            None => out.push_str(path),
+        }
+        path.clear();
+    }
+    let mut out = String::with_capacity(full.len());
+    let mut path = String::new();
+    for c in full.chars() {
+        if c.is_alphanumeric() || matches!(c, '_' | ':' | '{' | '}') {
+            path.push(c);
+        } else {
+            flush(&mut path, &mut out);
+            out.push(c);
+        }
+    }
+    flush(&mut path, &mut out);
+    out
+}
+
+/// The two type names of a [`Error::DuplicateTaskName`]: short, unless that makes them equal.
+fn type_pair(first: &str, second: &str) -> (String, String) {
+    let (a, b) = (short_type_name(first), short_type_name(second));
+    if a == b {
+        (first.to_owned(), second.to_owned())
+    } else {
+        (a, b)
+    }
+}
+
+/// MySQL / MariaDB error numbers of failures while opening a session.
+mod er {
+    /// Too many connections.
+    pub const CON_COUNT: u16 = 1040;
+    /// Access denied for user to database.
+    pub const DBACCESS_DENIED: u16 = 1044;
+    /// Access denied for user (wrong user or password).
+    pub const ACCESS_DENIED: u16 = 1045;
+    /// Unknown database.
+    pub const BAD_DB: u16 = 1049;
+    /// Access denied, no password given (MariaDB's unix_socket authentication for root).
+    pub const ACCESS_DENIED_NO_PASSWORD: u16 = 1698;
+    /// Table doesn't exist.
+    pub const NO_SUCH_TABLE: u16 = 1146;
+}
+
+/// The MySQL error number of a database error, if it is one.
+fn error_number(e: &sqlx::Error) -> Option<u16> {
+    match e {
+        sqlx::Error::Database(db) => db
+            .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
+            .map(|m| m.number()),
+        _ => None,
+    }
+}
+
+/// For an error that means the database could not be reached or refused the session: what
+/// happened (short, for parentheses) and what to check. `None` for any other error.
+pub(crate) fn connect_problem(e: &sqlx::Error) -> Option<(String, &'static str)> {
+    use std::io::ErrorKind;
+    const CHECK_SERVER: &str =
+        "is the server running, and are the host and port in the database URL right?";
+    let problem = match e {
+        sqlx::Error::Io(io) => match io.kind() {
+            ErrorKind::ConnectionRefused => ("connection refused".to_owned(), CHECK_SERVER),
+            ErrorKind::TimedOut => (
+                "no answer".to_owned(),
+                "is the host reachable from here (firewall, VPN, container port mapping)?",
+            ),
+            _ => (io.to_string(), CHECK_SERVER),
+        },
+        sqlx::Error::Tls(tls) => (
+            format!("TLS failed: {tls}"),
+            "check the URL's ssl-mode and the server's TLS settings",
+        ),
+        sqlx::Error::PoolTimedOut => (
+            "no answer".to_owned(),
+            "is the server running and reachable from here (firewall, VPN, container port mapping)?",
+        ),
+        sqlx::Error::Database(db) => {
+            let advice = match error_number(e)? {
+                er::ACCESS_DENIED | er::ACCESS_DENIED_NO_PASSWORD => {
+                    "check the user name and password in the database URL"
+                }
+                er::DBACCESS_DENIED => {
+                    "grant this user access to the database, or fix the database name in the URL"
+                }
+                er::BAD_DB => {
+                    "create it (CREATE DATABASE), or fix the database name at the end of the URL"
+                }
+                er::CON_COUNT => {
+                    "the server's max_connections is reached: use smaller pools or raise the limit"
+                }
+                _ => return None,
+            };
+            // With its number, like every other database error taskq shows; this also keeps
+            // `Debug` from repeating sqlx's text (which is "error returned from database: " and
+            // this) under `Caused by:`.
+            (db.to_string(), advice)
+        }
+        _ => return None,
+    };
+    Some(problem)
+}
+
+/// The message of a connection failure, with the server's address when known.
+fn connect_sentence(target: Option<&str>, e: &sqlx::Error) -> String {
+    let at = target.map_or_else(String::new, |t| format!(" at {t}"));
+    match connect_problem(e) {
+        Some((problem, advice)) => {
+            format!("cannot connect to the database{at} ({problem}): {advice}")
+        }
+        None => format!("cannot connect to the database{at}: {e}"),
+    }
+}
+
+/// The message of [`Error::Database`].
+fn database_sentence(e: &sqlx::Error) -> String {
+    match e {
+        sqlx::Error::PoolTimedOut => "timed out waiting for a database connection from the pool: \
+             either the server cannot be reached (is it running? are the host and port in the \
+             database URL right?) or every connection of the pool is busy (raise the pool's \
+             max_connections or acquire_timeout)"
+            .to_owned(),
+        e if connect_problem(e).is_some() => connect_sentence(None, e),
+        sqlx::Error::Database(db)
+            if error_number(e) == Some(er::NO_SUCH_TABLE) && db.message().contains("taskq_") =>
+        {
+            format!(
+                "database error: {db} (taskq's tables are missing: run taskq::migrate(&pool) \
+                 at start-up, or `taskq migrate`)"
+            )
+        }
+        sqlx::Error::Database(db) => format!("database error: {db}"),
+        e => format!("database error: {e}"),
+    }
+}
+
+/// How long [`db_error`] waits for its diagnostic connection.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Where `pool` connects: `host:port`, or the socket path.
+pub(crate) fn target_of(pool: &sqlx::MySqlPool) -> String {
+    let opts = pool.connect_options();
+    match opts.get_socket() {
+        Some(socket) => socket.display().to_string(),
+        None => format!("{}:{}", opts.get_host(), opts.get_port()),
+    }
+}
+
+/// Turns an error of a call on `pool` into the error users see: a connection failure becomes
+/// [`Error::Connect`] naming the server. A pool only says it timed out (it retries a refused
+/// connection until its acquire timeout), so then one direct connection, bounded by
+/// [`PROBE_TIMEOUT`], finds the cause; if that connection works, the pool was just busy.
+pub(crate) async fn db_error(pool: &sqlx::MySqlPool, e: sqlx::Error) -> Error {
+    use sqlx::{ConnectOptions, Connection};
+    match e {
+        sqlx::Error::PoolTimedOut => {
+            let options = pool.connect_options();
+            match tokio::time::timeout(PROBE_TIMEOUT, options.connect()).await {
+                Ok(Ok(conn)) => {
+                    let _ = conn.close().await;
+                    Error::Database(sqlx::Error::PoolTimedOut)
+                }
+                Ok(Err(cause)) if connect_problem(&cause).is_some() => Error::Connect {
+                    target: target_of(pool),
+                    source: cause,
+                },
+                Ok(Err(_)) => Error::Database(sqlx::Error::PoolTimedOut),
+                Err(_) => Error::Connect {
+                    target: target_of(pool),
+                    source: sqlx::Error::PoolTimedOut,
+                },
+            }
+        }
+        e if connect_problem(&e).is_some() => Error::Connect {
+            target: target_of(pool),
+            source: e,
+        },
+        e => Error::Database(e),
+    }
 }
 
 type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
@@ -151,25 +484,31 @@ impl TaskError {
     pub fn source(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
         &*self.source
     }
-    /// The error and its source chain as one line, as stored in `last_error`.
+    /// The error and its source chain as one line, as stored in `last_error`: the messages
+    /// joined by `": "`, each piece of text once (a source whose message the text already
+    /// contains, as with `sqlx::Error` and most wrappers, is not repeated).
     pub fn to_chain_string(&self) -> String {
-        let mut out = self.source.to_string();
-        let mut cur = self.source.source();
-        while let Some(e) = cur {
-            out.push_str(": ");
-            out.push_str(&e.to_string());
-            cur = e.source();
-        }
-        out
+        chain_messages(self.source.to_string(), self.source.source()).join(": ")
     }
 }
 
+/// `{:?}` is what [`TaskError::kind`] the worker sees and the one-line chain
+/// (`permanent: invalid digit found in string`); `{:#?}` the structure.
 impl fmt::Debug for TaskError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("TaskError")
-            .field("kind", &self.kind)
-            .field("source", &self.source)
-            .finish()
+        if f.alternate() {
+            return f
+                .debug_struct("TaskError")
+                .field("kind", &self.kind)
+                .field("source", &self.source)
+                .finish();
+        }
+        match self.kind {
+            TaskErrorKind::Retry => f.write_str("retry: ")?,
+            TaskErrorKind::RetryAfter(d) => write!(f, "retry after {d:?}: ")?,
+            TaskErrorKind::Permanent => f.write_str("permanent: ")?,
+        }
+        f.write_str(&self.to_chain_string())
     }
 }
 
@@ -236,5 +575,201 @@ mod tests {
             .unwrap_err();
         assert_eq!(e.kind(), TaskErrorKind::RetryAfter(Duration::from_secs(3)));
         assert_eq!(TaskError::msg("boom").to_string(), "boom");
+    }
+
+    const POOL: &str = "sqlx_core::pool::Pool<sqlx_mysql::database::MySql>";
+
+    #[test]
+    fn type_names_lose_their_module_paths() {
+        assert_eq!(short_type_name(POOL), "Pool<MySql>");
+        assert_eq!(short_type_name("alloc::string::String"), "String");
+        assert_eq!(short_type_name("u32"), "u32");
+        assert_eq!(
+            short_type_name("core::option::Option<alloc::vec::Vec<(u8, alloc::string::String)>>"),
+            "Option<Vec<(u8, String)>>"
+        );
+        assert_eq!(short_type_name("&dyn core::fmt::Debug"), "&dyn Debug");
+        assert_eq!(short_type_name("[my_app::Id; 4]"), "[Id; 4]");
+        assert_eq!(
+            short_type_name("<alloc::vec::Vec<u8> as core::iter::IntoIterator>::Item"),
+            "<Vec<u8> as IntoIterator>::Item"
+        );
+        assert_eq!(short_type_name("my_app::main::{{closure}}"), "{{closure}}");
+    }
+
+    #[test]
+    fn missing_state_reads_the_same_in_display_and_debug() {
+        let e = Error::MissingState {
+            task: "send_mail",
+            ty: POOL,
+        };
+        let sentence = "task \"send_mail\" needs state of type Pool<MySql>, which was not \
+            registered on the worker (register a value of that type with WorkerBuilder::state \
+            before build)";
+        assert_eq!(e.to_string(), sentence);
+        assert_eq!(format!("{e:?}"), sentence);
+        // `{:#?}` keeps the structure, with the full type name.
+        let structure = format!("{e:#?}");
+        assert!(structure.starts_with("MissingState {"), "{structure}");
+        assert!(structure.contains(POOL), "{structure}");
+    }
+
+    #[test]
+    fn duplicate_names_are_short_unless_that_makes_them_equal() {
+        let e = Error::DuplicateTaskName {
+            name: "send".into(),
+            first: "app::mail::SendMail",
+            second: "app::sms::SendSms",
+        };
+        assert_eq!(
+            e.to_string(),
+            "task name \"send\" is registered twice: by SendMail and by SendSms"
+        );
+        assert_eq!(format!("{e:?}"), e.to_string());
+        let e = Error::DuplicateTaskName {
+            name: "send".into(),
+            first: "app::mail::Send",
+            second: "app::sms::Send",
+        };
+        assert_eq!(
+            e.to_string(),
+            "task name \"send\" is registered twice: by app::mail::Send and by app::sms::Send"
+        );
+    }
+
+    /// What sqlx reports for a closed port on Linux.
+    fn refused() -> sqlx::Error {
+        sqlx::Error::Io(std::io::Error::new(
+            std::io::ErrorKind::ConnectionRefused,
+            "Connection refused (os error 111)",
+        ))
+    }
+
+    #[test]
+    fn a_refused_connection_says_what_to_check() {
+        let e = Error::Connect {
+            target: "127.0.0.1:3306".into(),
+            source: refused(),
+        };
+        let sentence = "cannot connect to the database at 127.0.0.1:3306 (connection refused): \
+            is the server running, and are the host and port in the database URL right?";
+        assert_eq!(e.to_string(), sentence);
+        // Debug: the sentence, then sqlx's error once (its io::Error is part of its text).
+        assert_eq!(
+            format!("{e:?}"),
+            format!(
+                "{sentence}\n\nCaused by:\n    \
+                 error communicating with database: Connection refused (os error 111)"
+            )
+        );
+        let source = std::error::Error::source(&e).expect("the sqlx error is the source");
+        assert!(matches!(
+            source.downcast_ref::<sqlx::Error>(),
+            Some(sqlx::Error::Io(_))
+        ));
+        assert!(format!("{e:#?}").starts_with("Connect {"));
+
+        // Without a known address (e.g. from `enqueue(&pool)`): the same sentence.
+        let e = Error::Database(refused());
+        assert_eq!(
+            e.to_string(),
+            "cannot connect to the database (connection refused): is the server running, and \
+             are the host and port in the database URL right?"
+        );
+        // Through `?` into `Box<dyn Error>`, which `main` prints with Debug.
+        let boxed: Box<dyn std::error::Error> = e.into();
+        assert!(format!("{boxed:?}").starts_with("cannot connect to the database ("));
+    }
+
+    #[test]
+    fn a_pool_timeout_names_both_explanations() {
+        let e = Error::Database(sqlx::Error::PoolTimedOut);
+        let text = e.to_string();
+        assert!(
+            text.starts_with("timed out waiting for a database connection from the pool: either"),
+            "{text}"
+        );
+        assert!(
+            text.contains("is it running?") && text.contains("busy"),
+            "{text}"
+        );
+        let e = Error::Connect {
+            target: "db:3306".into(),
+            source: sqlx::Error::PoolTimedOut,
+        };
+        assert!(
+            e.to_string()
+                .starts_with("cannot connect to the database at db:3306 (no answer): "),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn other_database_errors_keep_sqlx_text_once() {
+        let e = Error::Database(sqlx::Error::Protocol("bad packet".into()));
+        assert_eq!(
+            e.to_string(),
+            "database error: encountered unexpected or invalid data: bad packet"
+        );
+        assert_eq!(format!("{e:?}"), e.to_string());
+    }
+
+    /// An error whose `Display` includes its source, like `sqlx::Error` and `anyhow`'s context.
+    #[derive(Debug)]
+    struct Including(std::num::ParseIntError);
+    impl fmt::Display for Including {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            write!(f, "bad count: {}", self.0)
+        }
+    }
+    impl std::error::Error for Including {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    /// An error whose `Display` leaves its source out.
+    #[derive(Debug)]
+    struct Excluding(std::num::ParseIntError);
+    impl fmt::Display for Excluding {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("bad count")
+        }
+    }
+    impl std::error::Error for Excluding {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    #[test]
+    fn chains_show_each_message_once() {
+        let parse = || "x".parse::<u32>().unwrap_err();
+        let e = TaskError::from(Including(parse()));
+        assert_eq!(
+            e.to_chain_string(),
+            "bad count: invalid digit found in string"
+        );
+        let e = TaskError::from(Excluding(parse()));
+        assert_eq!(
+            e.to_chain_string(),
+            "bad count: invalid digit found in string"
+        );
+        // sqlx's own wrapper: its text already contains the io error.
+        let e = TaskError::permanent(refused());
+        assert_eq!(
+            e.to_chain_string(),
+            "error communicating with database: Connection refused (os error 111)"
+        );
+        assert_eq!(
+            format!("{e:?}"),
+            "permanent: error communicating with database: Connection refused (os error 111)"
+        );
+        let e = TaskError::retry_after(Duration::from_secs(3), Excluding(parse()));
+        assert_eq!(
+            format!("{e:?}"),
+            "retry after 3s: bad count: invalid digit found in string"
+        );
+        assert!(format!("{e:#?}").starts_with("TaskError {"));
     }
 }

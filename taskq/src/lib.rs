@@ -46,7 +46,7 @@ mod trace;
 mod wake;
 mod worker;
 
-pub use client::{Client, ListFilter, PendingNameCount, QueueStateCount, TaskInfo};
+pub use client::{Client, DeadReason, ListFilter, PendingNameCount, QueueStateCount, TaskInfo};
 pub use context::{
     CancelReason, CancelSignal, FromTaskContext, State, StateMap, StateRequirement, TaskContext,
 };

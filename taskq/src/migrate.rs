@@ -26,8 +26,15 @@ pub fn migrator() -> Migrator {
 /// sqlx's own migration lock is `GET_LOCK(name, -1)`, which MariaDB answers with `NULL` at
 /// once instead of waiting (measured on MariaDB 10.11), so on MariaDB it does not serialize
 /// anything; this function takes a lock that does.
+///
+/// A database that cannot be reached gives [`Error::Connect`], whose message names the server
+/// and what to check (e.g. `cannot connect to the database at 127.0.0.1:3306 (connection
+/// refused): is the server running, and are the host and port in the database URL right?`).
 pub async fn migrate(pool: &MySqlPool) -> Result<()> {
-    let mut conn = pool.acquire().await?;
+    let mut conn = match pool.acquire().await {
+        Ok(conn) => conn,
+        Err(e) => return Err(crate::error::db_error(pool, e).await),
+    };
     let mut waited = 0;
     while !store::migration_lock(&mut conn).await? {
         waited += 1;

@@ -181,10 +181,21 @@ impl fmt::Display for TaskState {
     }
 }
 
-/// Error parsing a [`TaskState`] from text.
-#[derive(Debug, Clone, thiserror::Error)]
+/// Error parsing a [`TaskState`] from text. `Debug` prints the same sentence as `Display`
+/// (`{:#?}` the structure).
+#[derive(Clone, thiserror::Error)]
 #[error("unknown task state {0:?} (expected pending, running, succeeded, dead or canceled)")]
 pub struct ParseStateError(pub String);
+
+impl fmt::Debug for ParseStateError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if f.alternate() {
+            f.debug_tuple("ParseStateError").field(&self.0).finish()
+        } else {
+            fmt::Display::fmt(self, f)
+        }
+    }
+}
 
 impl FromStr for TaskState {
     type Err = ParseStateError;
@@ -239,5 +250,15 @@ mod tests {
         }
         assert!("done".parse::<TaskState>().is_err());
         assert!(TaskState::Dead.is_terminal() && !TaskState::Running.is_terminal());
+    }
+
+    #[test]
+    fn parse_error_debug_is_the_sentence() {
+        let e = "done".parse::<TaskState>().unwrap_err();
+        let sentence =
+            "unknown task state \"done\" (expected pending, running, succeeded, dead or canceled)";
+        assert_eq!(e.to_string(), sentence);
+        assert_eq!(format!("{e:?}"), sentence);
+        assert_eq!(format!("{e:#?}"), "ParseStateError(\n    \"done\",\n)");
     }
 }

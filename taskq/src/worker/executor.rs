@@ -12,9 +12,10 @@ use super::acker::AckMsg;
 use super::claim::Slot;
 use super::lease::{self, AttemptKey, InFlight, Phase};
 use super::{Shared, WorkerStats};
+use crate::client::{UNDECODABLE_PREFIX, exhausted_note};
 use crate::context::{CancelHandle, CancelReason, TaskContext};
 use crate::enqueue::MAX_DELAY;
-use crate::error::{TaskError, TaskErrorKind};
+use crate::error::{TaskError, TaskErrorKind, short_type_name};
 use crate::metrics;
 use crate::store::{Claimed, Finish};
 use crate::task::TaskId;
@@ -68,7 +69,8 @@ pub(crate) async fn run(
             lost: false,
         },
     );
-    let span = tracing::info_span!("taskq.task", task_id = id, task = %task.name, queue = %queue,
+    // At WARN level, so that a `warn` filter keeps it: failure events then say which task.
+    let span = tracing::warn_span!("taskq.task", task_id = id, task = %task.name, queue = %queue,
         attempt = task.attempt, lease_epoch = task.lease_epoch, worker_id = %shared.worker_id,
         queue_wait_ms = task.wait_us / 1000, trace_context = task.trace_context.as_deref());
     if let (Some(link), Some(ctx)) = (&shared.trace_link, &task.trace_context) {
@@ -128,7 +130,7 @@ fn hand_over(
             finish(task, "succeeded", Duration::ZERO, None)
         }
         Outcome::Undecodable(e) => {
-            tracing::error!(error = %e, "payload does not decode; task is dead");
+            tracing::error!(error = %e, elapsed_ms, "payload does not decode; task is dead");
             finish(task, "dead", Duration::ZERO, Some(e))
         }
         Outcome::Failed(kind, e) => {
@@ -140,28 +142,21 @@ fn hand_over(
             let exhausted = task.attempt >= task.max_attempts;
             match kind {
                 TaskErrorKind::Permanent => {
-                    tracing::warn!(error = %e, elapsed_ms, "attempt failed permanently; task is dead");
+                    tracing::error!(error = %e, elapsed_ms, "attempt failed permanently; task is dead");
                     finish(task, "dead", Duration::ZERO, Some(e))
                 }
                 _ if exhausted => {
-                    tracing::warn!(error = %e, elapsed_ms, "attempt failed; attempts exhausted, task is dead");
-                    finish(
-                        task,
-                        "dead",
-                        Duration::ZERO,
-                        Some(format!(
-                            "{e} (attempts exhausted: {}/{})",
-                            task.attempt, task.max_attempts
-                        )),
-                    )
+                    tracing::error!(error = %e, elapsed_ms, "attempt failed; attempts exhausted, task is dead");
+                    let error = with_exhausted_note(e, task.attempt, task.max_attempts);
+                    finish(task, "dead", Duration::ZERO, Some(error))
                 }
                 TaskErrorKind::RetryAfter(d) => {
-                    tracing::info!(error = %e, retry_in_ms = d.as_millis() as u64, "attempt failed; retry requested");
+                    tracing::warn!(error = %e, elapsed_ms, retry_in_ms = d.as_millis() as u64, "attempt failed; retry requested");
                     finish(task, "pending", d, Some(e))
                 }
                 _ => {
                     let d = backoff.delay_random(task.attempt);
-                    tracing::info!(error = %e, retry_in_ms = d.as_millis() as u64, "attempt failed; will retry");
+                    tracing::warn!(error = %e, elapsed_ms, retry_in_ms = d.as_millis() as u64, "attempt failed; will retry");
                     finish(task, "pending", d, Some(e))
                 }
             }
@@ -185,6 +180,15 @@ fn finish(task: &Claimed, state: &'static str, delay: Duration, error: Option<St
         delay_us: delay.min(MAX_DELAY).as_micros() as i64,
         error: error.map(|e| truncate(e, MAX_ERROR_LEN)),
     }
+}
+
+/// The stored error of a task whose last attempt failed: the error, cut so that the note
+/// always fits within [`MAX_ERROR_LEN`] (`TaskInfo::dead_reason` reads the note back).
+fn with_exhausted_note(e: String, attempt: u32, max_attempts: u32) -> String {
+    let note = exhausted_note(attempt, max_attempts);
+    let mut error = truncate(e, MAX_ERROR_LEN - note.len() - '…'.len_utf8());
+    error.push_str(&note);
+    error
 }
 
 fn truncate(mut s: String, max: usize) -> String {
@@ -226,8 +230,8 @@ async fn attempt(
         Ok(f) => f,
         Err(e) => {
             return Outcome::Undecodable(format!(
-                "payload does not decode as {}: {e}",
-                handler.type_name()
+                "{UNDECODABLE_PREFIX} as {}: {e}",
+                short_type_name(handler.type_name())
             ));
         }
     };
@@ -313,5 +317,21 @@ fn panic_message(p: Box<dyn Any + Send>) -> String {
         s.clone()
     } else {
         "non-string panic payload".to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_exhausted_note_survives_truncation() {
+        let short = with_exhausted_note("boom".into(), 5, 5);
+        assert_eq!(short, "boom (attempts exhausted: 5/5)");
+        let long = with_exhausted_note("é".repeat(MAX_ERROR_LEN), 20, 20);
+        assert!(long.len() <= MAX_ERROR_LEN, "{}", long.len());
+        assert!(long.ends_with("é… (attempts exhausted: 20/20)"), "{long}");
+        // What `finish` stores is unchanged by its own truncation.
+        assert_eq!(truncate(long.clone(), MAX_ERROR_LEN), long);
     }
 }
