@@ -175,8 +175,8 @@ pub async fn serve(
     Ok(worker.await??)
 }
 
-/// The Rust snippets of README.md and docs/macro.md, compiled and run as doctests of this
-/// crate, which has every dependency they use (docs/getting-started.md is the
+/// The Rust snippets of README.md, docs/macro.md and docs/operations.md, compiled and run as
+/// doctests of this crate, which has every dependency they use (docs/getting-started.md is the
 /// `example-getting-started` crate itself).
 #[cfg(doctest)]
 pub mod doc_snippets {
@@ -184,4 +184,6 @@ pub mod doc_snippets {
     pub struct Readme;
     #[doc = include_str!("../../../docs/macro.md")]
     pub struct MacroGuide;
+    #[doc = include_str!("../../../docs/operations.md")]
+    pub struct Operations;
 }
