@@ -16,12 +16,9 @@ use chrono::NaiveDateTime;
 use sqlx::MySqlPool;
 use sqlx::mysql::MySqlPoolOptions;
 use taskq::{CancelReason, Client, Task, TaskContext, TaskError, TaskState};
-use taskq_tests::proxy::ChaosProxy;
+use taskq_tests::proxy::{ChaosProxy, HEARTBEAT_SQL};
 use taskq_tests::{RunningWorker, TestDb, fast_worker, wait_until};
 use tokio::sync::Semaphore;
-
-/// A fragment only the heartbeat's statement contains (see `Store::task_heartbeat`).
-const HEARTBEAT_SQL: &[u8] = b"INTERVAL ? MICROSECOND, t.updated_at";
 
 /// What a handler saw, in order.
 #[derive(Debug, Clone, PartialEq)]
@@ -151,24 +148,46 @@ async fn proxy_for(db: &TestDb) -> ChaosProxy {
     ChaosProxy::start(upstream).await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_black_holed_heartbeat_cancels_the_handler_before_its_lease_ends() {
-    let db = TestDb::new().await;
-    let client = Client::new(db.pool.clone());
-    let ctl = Ctl::new(db.pool.clone());
-    let proxy = proxy_for(&db).await;
-    proxy.black_hole_matching(HEARTBEAT_SQL);
-    let lease = Duration::from_secs(1);
+/// A test database, its handlers' state and a proxy that black-holes the heartbeat.
+struct Partition {
+    db: TestDb,
+    client: Client,
+    ctl: Ctl,
+    proxy: ChaosProxy,
+}
 
-    // Worker A reaches the database through the proxy: its heartbeat never answers.
-    let a = RunningWorker::spawn(
-        fast_worker(&pool_through(&db, &proxy))
+/// Lease of the partitioned worker.
+const LEASE: Duration = Duration::from_secs(1);
+
+impl Partition {
+    async fn new() -> Self {
+        let db = TestDb::new().await;
+        let proxy = proxy_for(&db).await;
+        proxy.black_hole_matching(HEARTBEAT_SQL);
+        Self {
+            client: Client::new(db.pool.clone()),
+            ctl: Ctl::new(db.pool.clone()),
+            db,
+            proxy,
+        }
+    }
+
+    /// Worker "A", reaching the database through the proxy: its heartbeat never answers.
+    fn worker_a(&self, cancel_grace: Duration) -> taskq::WorkerBuilder {
+        fast_worker(&pool_through(&self.db, &self.proxy))
             .worker_id("A")
             .register::<Partitioned>()
-            .state(ctl.clone())
-            .lease(lease)
-            .cancel_grace(Duration::from_millis(200)),
-    );
+            .state(self.ctl.clone())
+            .lease(LEASE)
+            .cancel_grace(cancel_grace)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_black_holed_heartbeat_cancels_the_handler_before_its_lease_ends() {
+    let p = Partition::new().await;
+    let (db, client, ctl, proxy, lease) = (&p.db, &p.client, &p.ctl, &p.proxy, LEASE);
+    let a = RunningWorker::spawn(p.worker_a(Duration::from_millis(200)));
     let id = Partitioned {
         first_waits_for_gate: false,
         stall_first: true,
@@ -268,24 +287,11 @@ async fn a_black_holed_heartbeat_cancels_the_handler_before_its_lease_ends() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_claimed_again_by_its_own_worker_keeps_one_lease_per_attempt() {
-    let db = TestDb::new().await;
-    let client = Client::new(db.pool.clone());
-    let ctl = Ctl::new(db.pool.clone());
-    let proxy = proxy_for(&db).await;
-    proxy.black_hole_matching(HEARTBEAT_SQL);
-    let lease = Duration::from_secs(1);
-
+    let p = Partition::new().await;
+    let (db, client, ctl, proxy, lease) = (&p.db, &p.client, &p.ctl, &p.proxy, LEASE);
     // One worker with several slots; a cancel grace long enough that the first handler is
     // still running (ignoring its signal) when the worker claims the task again.
-    let a = RunningWorker::spawn(
-        fast_worker(&pool_through(&db, &proxy))
-            .worker_id("A")
-            .queue("default", 4)
-            .register::<Partitioned>()
-            .state(ctl.clone())
-            .lease(lease)
-            .cancel_grace(Duration::from_secs(30)),
-    );
+    let a = RunningWorker::spawn(p.worker_a(Duration::from_secs(30)).queue("default", 4));
     let id = Partitioned {
         first_waits_for_gate: true,
         stall_first: true,

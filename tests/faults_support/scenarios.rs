@@ -12,7 +12,7 @@ use chrono::{DateTime, Utc};
 use sqlx::MySqlPool;
 use sqlx::mysql::MySqlPoolOptions;
 use taskq::{StatsSnapshot, Task};
-use taskq_tests::proxy::ChaosProxy;
+use taskq_tests::proxy::{ChaosProxy, HEARTBEAT_SQL};
 use taskq_tests::{RunningWorker, fast_worker};
 
 use super::*;
@@ -964,10 +964,6 @@ pub async fn poison(
         report,
     }
 }
-
-/// A fragment only the heartbeat's statement contains (see `Store::task_heartbeat`): the
-/// proxy black-holes the connections that send it.
-pub const HEARTBEAT_SQL: &[u8] = b"INTERVAL ? MICROSECOND, t.updated_at";
 
 /// Result of one black-hole trial (scenario 8).
 #[derive(Debug)]

@@ -45,6 +45,10 @@ use tokio::task::{AbortHandle, JoinHandle};
 /// Size of the forwarding buffers (one per direction and connection).
 const BUF_SIZE: usize = 16 * 1024;
 
+/// A fragment of SQL only taskq's heartbeat statement contains (`Store::task_heartbeat`), for
+/// [`ChaosProxy::black_hole_matching`]: stalls a worker's lease renewals and nothing else.
+pub const HEARTBEAT_SQL: &[u8] = b"INTERVAL ? MICROSECOND, t.updated_at";
+
 /// Counters of a [`ChaosProxy`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ProxyStats {
