@@ -40,13 +40,14 @@ mod metrics;
 mod migrate;
 mod registry;
 mod retry;
+mod schedule;
 mod store;
 mod task;
 mod trace;
 mod wake;
 mod worker;
 
-pub use client::{Client, ListFilter, PendingNameCount, QueueStateCount, TaskInfo};
+pub use client::{Client, ListFilter, PendingNameCount, QueueStateCount, ScheduleInfo, TaskInfo};
 pub use context::{
     CancelReason, CancelSignal, FromTaskContext, State, StateMap, StateRequirement, TaskContext,
 };
@@ -59,6 +60,10 @@ pub use error::{Error, Result, ResultExt, TaskError, TaskErrorKind};
 pub use migrate::{MIGRATIONS_TABLE, migrate, migrator};
 pub use registry::{Registration, registered};
 pub use retry::Backoff;
+pub use schedule::{
+    MAX_CATCH_UP_TICKS, MAX_EXPRESSION_LEN, MAX_SCHEDULE_NAME_LEN, MISSED_TICK_GRACE, MissedTicks,
+    Schedule, schedule_tick_key,
+};
 pub use task::{DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, ParseStateError, Task, TaskId, TaskState};
 pub use trace::{MAX_TRACE_CONTEXT_LEN, set_trace_context_hook};
 pub use wake::notify;
