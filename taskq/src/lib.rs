@@ -82,7 +82,10 @@ pub use worker::{
 /// Attributes (all optional): `name` (stable name stored in the row; default: the fn's name),
 /// `queue` (default `"default"`), `max_attempts` (default [`DEFAULT_MAX_ATTEMPTS`]), `priority`
 /// (default 0, lower runs first), `timeout` (e.g. `"30s"`; default none) and `backoff`
-/// (`"exponential(1s, 10m)"` or `"constant(5s)"`; default [`Backoff::DEFAULT`]).
+/// (`"exponential(1s, 10m)"` or `"constant(5s)"`; default [`Backoff::DEFAULT`]). For a recurring
+/// task without payload parameters: `cron` (`"0 3 * * *"`, or 6 fields with seconds first; see
+/// [`Schedule`]), `timezone` (default `"UTC"`) and `missed_ticks` (`"latest"`, the default,
+/// `"skip"` or `"all(N)"`; see [`MissedTicks`]).
 ///
 /// Parameters of type [`TaskContext`], [`CancelSignal`] or [`State<T>`](State), or marked
 /// `#[inject]`, are injected by the worker; every other parameter is payload.

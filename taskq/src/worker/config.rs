@@ -262,7 +262,9 @@ impl WorkerBuilder {
         self.ack_delay = d;
         self
     }
-    /// Size of the worker's own connection pool (default: queues + 4: a claim loop per queue, heartbeat, write-back, maintenance, pause watcher).
+    /// Size of the worker's own connection pool (default: queues + 4: a claim loop per queue,
+    /// heartbeat, write-back, maintenance, pause watcher; + 1 for the scheduler when the worker
+    /// has recurring schedules).
     pub fn db_connections(mut self, n: u32) -> Self {
         self.db_connections = Some(n);
         self
