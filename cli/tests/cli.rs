@@ -745,7 +745,6 @@ async fn schedules_lists_next_ticks_and_overdue_ones() {
             "*",
             "Europe/Paris",
             "latest",
-            "-",
         ],
     )
     .unwrap_or_else(|| panic!("{}", out.stdout));
