@@ -1,7 +1,8 @@
 //! `taskq`: the operator command-line tool for a taskq database.
 //!
 //! Shows queue statistics and pending tasks per name, lists and shows tasks, retries dead tasks, cancels pending ones,
-//! purges old terminal tasks and applies migrations, without writing SQL. Human-readable
+//! purges old terminal tasks, lists recurring schedules and applies migrations, without
+//! writing SQL. Human-readable
 //! tables by default, `--json` for scripts. Exit codes: 0 success, 1 other error, 2 bad
 //! input, 3 task not found or in the wrong state, 4 database unreachable.
 //! See `docs/operations.md`.
@@ -17,7 +18,10 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde::Serialize;
 use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
 use sqlx::{ConnectOptions, Connection, MySqlPool};
-use taskq::{Client, ListFilter, PendingNameCount, QueueStateCount, TaskId, TaskInfo, TaskState};
+use taskq::{
+    Client, ListFilter, PendingNameCount, QueueStateCount, ScheduleInfo, TaskId, TaskInfo,
+    TaskState,
+};
 
 use crate::duration::{format_duration, parse_duration};
 
@@ -38,8 +42,8 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
     name = "taskq",
     version,
     about = "Inspect and manage a taskq database",
-    after_help = "Exit codes: 0 ok, 1 other error, 2 bad input, 3 task not found or in the \
-                  wrong state, 4 database unreachable."
+    after_help = "Exit codes: 0 ok, 1 other error, 2 bad input, 3 task (or schedule) not found \
+                  or in the wrong state, 4 database unreachable."
 )]
 struct Cli {
     /// Database URL, e.g. mysql://user:password@host:3306/app
@@ -118,6 +122,23 @@ enum Command {
     },
     /// List paused queues
     Paused,
+    /// Recurring (cron) schedules: expression, time zone, last and next tick (database clock).
+    /// A schedule whose next tick is well past is not being fired: no running worker declares
+    /// it (stopped, or removed from the code)
+    Schedules {
+        #[command(subcommand)]
+        action: Option<SchedulesAction>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum SchedulesAction {
+    /// Delete a schedule's row (one removed from the code); a worker that still declares it
+    /// writes it again, its ticks starting afresh
+    Delete {
+        /// Schedule name
+        name: String,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -312,6 +333,10 @@ async fn run(cli: &Cli, url: &str) -> Result<(), Failure> {
         Command::Pause { queue } => pause(&client, queue, true, cli.json).await,
         Command::Resume { queue } => pause(&client, queue, false, cli.json).await,
         Command::Paused => paused(&client, cli.json).await,
+        Command::Schedules { action: None } => schedules(&client, cli.json).await,
+        Command::Schedules {
+            action: Some(SchedulesAction::Delete { name }),
+        } => delete_schedule(&client, name, cli.json).await,
         Command::Purge { older_than, state } => {
             purge(&client, state.map(Into::into), *older_than, cli.json).await
         }
@@ -638,6 +663,108 @@ async fn paused(client: &Client, json: bool) -> Result<(), Failure> {
             println!("{q}\tpaused since {}", at.format("%Y-%m-%d %H:%M:%S UTC"));
         }
     }
+    Ok(())
+}
+
+/// How long past its next tick a schedule must be before it is shown as overdue: the
+/// workers' missed-tick grace (a tick reached later than that counts as missed).
+const OVERDUE_AFTER: TimeDelta = TimeDelta::seconds(taskq::MISSED_TICK_GRACE.as_secs() as i64);
+
+/// One line of `schedules --json`: the row plus what it means on the database clock.
+#[derive(Serialize)]
+struct ScheduleLine<'a> {
+    #[serde(flatten)]
+    info: &'a ScheduleInfo,
+    /// Seconds until the next tick (negative: past).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next_tick_in_secs: Option<f64>,
+    /// The next tick is more than the missed-tick grace past: no worker is firing it.
+    overdue: bool,
+}
+
+fn overdue(s: &ScheduleInfo, now: DateTime<Utc>) -> bool {
+    s.next_tick.is_some_and(|t| now - t > OVERDUE_AFTER)
+}
+
+async fn schedules(client: &Client, json: bool) -> Result<(), Failure> {
+    let rows = client.schedules().await?;
+    let now = client.db_now().await?;
+    if json {
+        let lines: Vec<ScheduleLine<'_>> = rows
+            .iter()
+            .map(|s| ScheduleLine {
+                info: s,
+                next_tick_in_secs: s.next_tick.map(|t| secs_f64(t - now)),
+                overdue: overdue(s, now),
+            })
+            .collect();
+        print_json(&serde_json::json!({ "now": now, "schedules": lines }));
+        return Ok(());
+    }
+    println!("database clock: {}", fmt_time(now));
+    if rows.is_empty() {
+        println!("no schedules (workers record theirs when they start)");
+        return Ok(());
+    }
+    let table = rows
+        .iter()
+        .map(|s| {
+            let last = s.last_tick.map_or_else(|| "-".into(), fmt_time);
+            let next = match s.next_tick {
+                None => "-".into(),
+                Some(t) if overdue(s, now) => {
+                    format!("{} (OVERDUE {} ago)", fmt_time(t), fmt_delta(now - t))
+                }
+                Some(t) if t >= now => format!("{} (in {})", fmt_time(t), fmt_delta(t - now)),
+                Some(t) => format!("{} ({} ago)", fmt_time(t), fmt_delta(now - t)),
+            };
+            vec![
+                s.name.clone(),
+                s.queue.clone(),
+                s.task_name.clone(),
+                s.expression.clone(),
+                s.timezone.clone(),
+                s.missed_ticks.clone(),
+                last,
+                next,
+            ]
+        })
+        .collect();
+    print_table(
+        &[
+            "NAME",
+            "QUEUE",
+            "TASK",
+            "EXPRESSION",
+            "TIMEZONE",
+            "MISSED",
+            "LAST TICK",
+            "NEXT TICK",
+        ],
+        table,
+    );
+    if rows.iter().any(|s| overdue(s, now)) {
+        eprintln!(
+            "(OVERDUE: no running worker fires it — all its workers are stopped, or it was \
+             removed from the code: `taskq schedules delete NAME` removes its row)"
+        );
+    }
+    Ok(())
+}
+
+async fn delete_schedule(client: &Client, name: &str, json: bool) -> Result<(), Failure> {
+    let deleted = client.delete_schedule(name).await?;
+    if json {
+        print_json(&serde_json::json!({ "name": name, "deleted": deleted }));
+        return Ok(());
+    }
+    if !deleted {
+        return Err(Failure::new(
+            EXIT_TASK,
+            format!("no schedule named {name:?}"),
+        ));
+    }
+    println!("schedule {name}: deleted");
     Ok(())
 }
 

@@ -2,7 +2,7 @@
 
 use std::process::Command;
 
-use taskq::{Client, Task, TaskContext, TaskError, TaskId, TaskState};
+use taskq::{Client, Schedule, Task, TaskContext, TaskError, TaskId, TaskState};
 use taskq_tests::TestDb;
 
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
@@ -658,7 +658,15 @@ async fn database_url_flag_and_connection_errors() {
     let help = taskq(None, &["--help"]).await;
     assert_eq!(help.code, 0);
     for cmd in [
-        "migrate", "stats", "names", "list", "show", "retry", "cancel", "purge",
+        "migrate",
+        "stats",
+        "names",
+        "list",
+        "show",
+        "retry",
+        "cancel",
+        "purge",
+        "schedules",
     ] {
         assert!(help.stdout.contains(cmd), "{cmd} missing in help");
     }
@@ -780,4 +788,129 @@ async fn show_says_why_a_dead_task_died() {
     assert!(!out.stdout.contains("dead:"), "{}", out.stdout);
     let json = taskq(Some(url(&db)), &["show", "--json", &pending.to_string()]).await;
     assert_eq!(json.json().get("dead_reason"), None);
+}
+
+/// `taskq schedules`: a schedule declared by a real worker shows its expression, time zone and
+/// next tick (ahead); the row a removed schedule left behind shows as overdue and can be
+/// deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schedules_lists_next_ticks_and_overdue_ones() {
+    let db = TestDb::new().await;
+    let client = Client::new(db.pool.clone());
+    let empty = taskq(Some(url(&db)), &["schedules"]).await;
+    assert_eq!(empty.code, 0, "{empty:?}");
+    assert!(empty.stdout.contains("no schedules"), "{empty:?}");
+
+    let ping = Ping {
+        n: 1,
+        tag: "hourly".into(),
+    };
+    let w = taskq_tests::RunningWorker::spawn(
+        taskq_tests::fast_worker(&db.pool).schedule(
+            Schedule::new("0 * * * *", ping)
+                .name("hourly_ping")
+                .timezone("Europe/Paris"),
+        ),
+    );
+    taskq_tests::wait_until(
+        std::time::Duration::from_secs(10),
+        "the schedule is declared",
+        || async { client.schedules().await.unwrap().len() == 1 },
+    )
+    .await;
+    w.stop().await;
+    sqlx::query(
+        "INSERT INTO taskq_schedules (name, task_name, queue, expression, timezone,
+           missed_ticks, watermark, last_tick, last_worker_id, next_tick, declared_at,
+           created_at, updated_at)
+         VALUES ('retired', 'pong', 'other', '*/5 * * * *', 'UTC', 'skip',
+           UTC_TIMESTAMP() - INTERVAL 1 DAY, UTC_TIMESTAMP() - INTERVAL 1 DAY, 'w-old',
+           UTC_TIMESTAMP() - INTERVAL 1 DAY + INTERVAL 5 MINUTE, UTC_TIMESTAMP() - INTERVAL 2 DAY,
+           UTC_TIMESTAMP() - INTERVAL 2 DAY, UTC_TIMESTAMP() - INTERVAL 1 DAY)",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+
+    let out = taskq(Some(url(&db)), &["schedules"]).await;
+    assert_eq!(out.code, 0, "{out:?}");
+    for header in [
+        "NAME",
+        "QUEUE",
+        "TASK",
+        "EXPRESSION",
+        "TIMEZONE",
+        "LAST TICK",
+        "NEXT TICK",
+    ] {
+        assert!(out.stdout.contains(header), "{header}: {}", out.stdout);
+    }
+    let hourly = row(
+        &out.stdout,
+        &[
+            "hourly_ping",
+            "default",
+            "ping",
+            "0",
+            "*",
+            "*",
+            "*",
+            "*",
+            "Europe/Paris",
+            "latest",
+        ],
+    )
+    .unwrap_or_else(|| panic!("{}", out.stdout));
+    assert!(hourly.contains("(in "), "{hourly}");
+    let retired = row(&out.stdout, &["retired", "other", "pong", "*/5"])
+        .unwrap_or_else(|| panic!("{}", out.stdout));
+    assert!(retired.contains("OVERDUE"), "{retired}");
+    assert!(
+        out.stderr.contains("taskq schedules delete NAME"),
+        "{out:?}"
+    );
+
+    let json = taskq(Some(url(&db)), &["schedules", "--json"]).await.json();
+    let list = json["schedules"].as_array().unwrap();
+    assert_eq!(list.len(), 2, "{json}");
+    assert_eq!(
+        (
+            &list[0]["name"],
+            &list[0]["expression"],
+            &list[0]["timezone"],
+            &list[0]["overdue"]
+        ),
+        (
+            &serde_json::json!("hourly_ping"),
+            &serde_json::json!("0 * * * *"),
+            &serde_json::json!("Europe/Paris"),
+            &serde_json::json!(false)
+        )
+    );
+    let next_in = list[0]["next_tick_in_secs"].as_f64().unwrap();
+    assert!(next_in > 0.0 && next_in <= 3600.0, "{json}");
+    let next: chrono::DateTime<chrono::Utc> =
+        serde_json::from_value(list[0]["next_tick"].clone()).unwrap();
+    assert_eq!(next.timestamp() % 3600, 0, "the next full hour: {next}");
+    assert_eq!(list[1]["name"], "retired");
+    assert_eq!(list[1]["overdue"], true);
+    assert_eq!(list[1]["last_worker_id"], "w-old");
+
+    let del = taskq(Some(url(&db)), &["schedules", "delete", "retired"]).await;
+    assert_eq!(del.code, 0, "{del:?}");
+    assert!(del.stdout.contains("schedule retired: deleted"), "{del:?}");
+    let again = taskq(Some(url(&db)), &["schedules", "delete", "retired"]).await;
+    assert_eq!(again.code, 3, "{again:?}");
+    assert!(
+        again.stderr.contains("no schedule named \"retired\""),
+        "{again:?}"
+    );
+    let names: Vec<String> = client
+        .schedules()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| s.name)
+        .collect();
+    assert_eq!(names, ["hourly_ping"]);
 }

@@ -8,6 +8,7 @@ use syn::parse::{ParseStream, Parser};
 use syn::spanned::Spanned;
 use syn::{Expr, Ident, Lit, LitStr, Token, UnOp};
 
+use crate::cron::{Missed, check_expression, check_timezone, parse_missed};
 use crate::duration::{BACKOFF_HELP, BackoffSpec, DURATION_HELP, parse_backoff, parse_duration};
 
 /// Longest queue name in bytes (the column is `VARCHAR(64)`; matches `taskq::MAX_QUEUE_LEN`).
@@ -23,6 +24,9 @@ pub const KEYS: &[(&str, &str)] = &[
     ("priority", "priority = -1"),
     ("timeout", "timeout = \"30s\""),
     ("backoff", "backoff = \"exponential(1s, 10m)\""),
+    ("cron", "cron = \"0 */5 * * * *\""),
+    ("timezone", "timezone = \"Europe/Paris\""),
+    ("missed_ticks", "missed_ticks = \"latest\""),
 ];
 
 /// The validated attribute arguments; `None` means "use the `Task` trait's default".
@@ -40,6 +44,12 @@ pub struct TaskAttrs {
     pub timeout: Option<Duration>,
     /// Retry backoff.
     pub backoff: Option<BackoffSpec>,
+    /// Recurring schedule: a validated cron expression (trimmed).
+    pub cron: Option<String>,
+    /// Time zone of `cron`.
+    pub timezone: Option<String>,
+    /// Missed-tick policy of `cron`.
+    pub missed_ticks: Option<Missed>,
 }
 
 /// Parses and validates the tokens inside `#[task(...)]`.
@@ -50,6 +60,7 @@ pub fn parse_attrs(tokens: TokenStream) -> syn::Result<TaskAttrs> {
     let entries = parse_entries.parse2(tokens)?;
     let mut attrs = TaskAttrs::default();
     let mut seen: Vec<String> = Vec::new();
+    let mut only_with_cron: Vec<Ident> = Vec::new();
     let mut errors: Option<syn::Error> = None;
     let mut push = |e: syn::Error| match &mut errors {
         Some(all) => all.combine(e),
@@ -80,10 +91,30 @@ pub fn parse_attrs(tokens: TokenStream) -> syn::Result<TaskAttrs> {
             "priority" => priority(&value).map(|v| attrs.priority = Some(v)),
             "timeout" => timeout(&value).map(|v| attrs.timeout = Some(v)),
             "backoff" => backoff(&value).map(|v| attrs.backoff = Some(v)),
+            "cron" => cron(&value).map(|v| attrs.cron = Some(v)),
+            "timezone" => {
+                only_with_cron.push(key.clone());
+                timezone(&value).map(|v| attrs.timezone = Some(v))
+            }
+            "missed_ticks" => {
+                only_with_cron.push(key.clone());
+                missed_ticks(&value).map(|v| attrs.missed_ticks = Some(v))
+            }
             _ => unreachable!("every key of KEYS is handled"),
         };
         if let Err(e) = result {
             push(e);
+        }
+    }
+    if !seen.iter().any(|k| k == "cron") {
+        for key in only_with_cron {
+            push(syn::Error::new(
+                key.span(),
+                format!(
+                    "`{}` only applies to a recurring task: add `cron = \"...\"`, e.g. `cron = \"0 3 * * *\"`",
+                    key.unraw()
+                ),
+            ));
         }
     }
     match errors {
@@ -325,6 +356,25 @@ fn backoff(value: &Expr) -> syn::Result<BackoffSpec> {
     Ok(spec)
 }
 
+fn cron(value: &Expr) -> syn::Result<String> {
+    let lit = string_value("cron", value)?;
+    check_expression(&lit.value())
+        .map_err(|e| syn::Error::new(lit.span(), format!("invalid `cron` {:?}: {e}", lit.value())))
+}
+
+fn timezone(value: &Expr) -> syn::Result<String> {
+    let lit = string_value("timezone", value)?;
+    check_timezone(&lit.value())
+        .map(|()| lit.value().trim().to_owned())
+        .map_err(|e| syn::Error::new(lit.span(), format!("invalid `timezone`: {e}")))
+}
+
+fn missed_ticks(value: &Expr) -> syn::Result<Missed> {
+    let lit = string_value("missed_ticks", value)?;
+    parse_missed(&lit.value())
+        .map_err(|e| syn::Error::new(lit.span(), format!("invalid `missed_ticks`: {e}")))
+}
+
 fn backoff_spec(lit: &syn::LitStr) -> syn::Result<BackoffSpec> {
     parse_backoff(&lit.value()).map_err(|e| {
         let e = if e.contains(BACKOFF_HELP) {
@@ -381,8 +431,33 @@ mod tests {
                 priority: Some(-3),
                 timeout: Some(Duration::from_secs(90)),
                 backoff: Some(BackoffSpec::Constant(Duration::from_secs(5))),
+                ..TaskAttrs::default()
             }
         );
+    }
+
+    #[test]
+    fn cron_keys() {
+        let a = parse_attrs(quote!(
+            cron = " 0 */5 * * * * ",
+            timezone = "Europe/Paris",
+            missed_ticks = "all(3)"
+        ))
+        .unwrap();
+        assert_eq!(a.cron.as_deref(), Some("0 */5 * * * *"));
+        assert_eq!(a.timezone.as_deref(), Some("Europe/Paris"));
+        assert_eq!(a.missed_ticks, Some(Missed::All(3)));
+        assert!(err(quote!(cron = "0 25 * * *")).contains("invalid `cron` \"0 25 * * *\""));
+        assert!(err(quote!(cron = 5)).contains("`cron` expects a string literal"));
+        assert!(
+            err(quote!(cron = "@daily", timezone = "Mars/Olympus"))
+                .contains("unknown time zone \"Mars/Olympus\"")
+        );
+        assert!(
+            err(quote!(timezone = "UTC")).contains("`timezone` only applies to a recurring task")
+        );
+        assert!(err(quote!(missed_ticks = "skip")).contains("`missed_ticks` only applies"));
+        assert!(err(quote!(cron = "@daily", missed_ticks = "never")).contains("unknown policy"));
     }
 
     #[test]

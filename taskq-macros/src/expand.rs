@@ -7,6 +7,7 @@ use syn::spanned::Spanned;
 use syn::{Attribute, Ident, Item, ItemFn};
 
 use crate::attr::{TaskAttrs, parse_attrs};
+use crate::cron::Missed;
 use crate::duration::BackoffSpec;
 use crate::sig::{Handler, ParamKind, analyze, strip_param_attrs};
 
@@ -46,13 +47,48 @@ pub fn expand(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> 
     let consumed = strip_param_attrs(&mut f);
     let handler = analyze(&f, &consumed);
     match (attrs, handler) {
-        (Ok(attrs), Ok(handler)) => Ok(generate(&f, &attrs, &handler)),
+        (Ok(attrs), Ok(handler)) => {
+            check_cron_payload(&f, &attrs, &handler)?;
+            Ok(generate(&f, &attrs, &handler))
+        }
         (Err(mut a), Err(h)) => {
             a.combine(h);
             Err(a)
         }
         (Err(e), _) | (_, Err(e)) => Err(e),
     }
+}
+
+/// A `cron` task is enqueued by the scheduler with no arguments, so it cannot take payload
+/// parameters; the error points at the first one and names them all.
+fn check_cron_payload(f: &ItemFn, attrs: &TaskAttrs, h: &Handler) -> syn::Result<()> {
+    if attrs.cron.is_none() {
+        return Ok(());
+    }
+    let payload: Vec<(&Ident, &syn::Type)> = h.payload().map(|(i, t, _)| (i, t)).collect();
+    let Some((first, first_ty)) = payload.first() else {
+        return Ok(());
+    };
+    let names = payload
+        .iter()
+        .map(|(i, _)| format!("`{}`", i.unraw()))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let span = first
+        .span()
+        .join(first_ty.span())
+        .unwrap_or_else(|| first.span());
+    Err(syn::Error::new(
+        span,
+        format!(
+            "a `cron` task is enqueued by the scheduler without arguments, so it cannot take payload \
+             parameters, but `{}` has {names}; inject what it needs (`TaskContext`, `State<T>`, \
+             `#[inject]`), or schedule a task with a payload on the worker: \
+             `WorkerBuilder::cron(\"<expression>\", {} {{ .. }})`",
+            f.sig.ident.unraw(),
+            pascal_case(&f.sig.ident.unraw().to_string()),
+        ),
+    ))
 }
 
 fn item_keyword_span(item: &Item) -> proc_macro2::Span {
@@ -150,6 +186,28 @@ pub fn generate(f: &ItemFn, attrs: &TaskAttrs, h: &Handler) -> TokenStream {
             }
         };
         quote!(const BACKOFF: ::taskq::Backoff = #b;)
+    });
+
+    let schedule = attrs.cron.as_ref().map(|expr| {
+        let tz = attrs.timezone.as_ref().map(|tz| quote!(.timezone(#tz)));
+        let missed = attrs.missed_ticks.map(|m| {
+            let m = match m {
+                Missed::Latest => quote!(::taskq::MissedTicks::Latest),
+                Missed::Skip => quote!(::taskq::MissedTicks::Skip),
+                Missed::All(n) => {
+                    let n = Literal::u32_suffixed(n);
+                    quote!(::taskq::MissedTicks::All(#n))
+                }
+            };
+            quote!(.missed_ticks(#m))
+        });
+        quote! {
+            fn schedule() -> ::core::option::Option<::taskq::Schedule<Self>> {
+                ::core::option::Option::Some(
+                    ::taskq::Schedule::new(#expr, Self {}) #tz #missed
+                )
+            }
+        }
     });
 
     let mut extract = Vec::new();
@@ -272,6 +330,7 @@ pub fn generate(f: &ItemFn, attrs: &TaskAttrs, h: &Handler) -> TokenStream {
             }
 
             #required_state
+            #schedule
         }
 
         #(#cfgs)*
@@ -451,6 +510,57 @@ mod tests {
         }
         // private fn → private struct and fields
         assert!(out.contains("struct OrderExport { # [doc = \"Payload parameter `id` of `order_export`.\"] id : i64 , }"), "{out}");
+    }
+
+    #[test]
+    fn cron_generates_a_schedule_and_rejects_payload() {
+        let out = expand_str(
+            quote!(
+                cron = "0 3 * * *",
+                timezone = "Europe/Paris",
+                missed_ticks = "all(5)"
+            ),
+            quote!(
+                async fn nightly(cx: TaskContext) -> Result<(), E> {
+                    Ok(())
+                }
+            ),
+        );
+        assert!(
+            out.contains(
+                "fn schedule () -> :: core :: option :: Option < :: taskq :: Schedule < Self >>"
+            ),
+            "{out}"
+        );
+        assert!(
+            out.contains(":: taskq :: Schedule :: new (\"0 3 * * *\" , Self { }) . timezone (\"Europe/Paris\") . missed_ticks (:: taskq :: MissedTicks :: All (5u32))"),
+            "{out}"
+        );
+        let plain = expand_str(
+            quote!(),
+            quote!(
+                async fn t() -> Result<(), E> {
+                    Ok(())
+                }
+            ),
+        );
+        assert!(!plain.contains("fn schedule"), "{plain}");
+        let e = expand(
+            quote!(cron = "@daily"),
+            quote!(
+                async fn report(day: u32, region: String) -> Result<(), E> {
+                    Ok(())
+                }
+            ),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("cannot take payload parameters"), "{e}");
+        assert!(e.contains("`day`, `region`"), "{e}");
+        assert!(
+            e.contains("WorkerBuilder::cron(\"<expression>\", Report { .. })"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -9,6 +9,7 @@
 use proc_macro::TokenStream;
 
 mod attr;
+mod cron;
 mod duration;
 mod expand;
 mod sig;

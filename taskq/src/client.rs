@@ -218,6 +218,41 @@ pub struct PendingNameCount {
     pub oldest_run_at: DateTime<Utc>,
 }
 
+/// A recurring schedule as recorded in `taskq_schedules` by the workers that declare it.
+///
+/// The row stays after the schedule is removed from the code (or while no worker that declares
+/// it runs): its `next_tick` then falls behind the database clock, which is how `taskq
+/// schedules` shows it as overdue. [`Client::delete_schedule`] removes such a row.
+#[derive(Debug, Clone, Serialize)]
+pub struct ScheduleInfo {
+    /// The schedule's name (by default the task's name).
+    pub name: String,
+    /// The task it enqueues.
+    pub task_name: String,
+    /// The queue it enqueues on.
+    pub queue: String,
+    /// The cron expression.
+    pub expression: String,
+    /// The time zone the expression is read in (`UTC`, `+02:00`, `Europe/Paris`).
+    pub timezone: String,
+    /// The missed-tick policy (`latest`, `skip`, `all(N)`).
+    pub missed_ticks: String,
+    /// Every tick at or before this time has been handled (enqueued or skipped).
+    pub watermark: DateTime<Utc>,
+    /// The latest tick enqueued, if any.
+    pub last_tick: Option<DateTime<Utc>>,
+    /// The worker that enqueued it.
+    pub last_worker_id: Option<String>,
+    /// The next tick, as computed by the worker that last wrote the row.
+    pub next_tick: Option<DateTime<Utc>>,
+    /// When a worker last started with this definition.
+    pub declared_at: DateTime<Utc>,
+    /// When the row was created.
+    pub created_at: DateTime<Utc>,
+    /// Last change.
+    pub updated_at: DateTime<Utc>,
+}
+
 impl Client {
     /// A client on `pool`.
     pub fn new(pool: MySqlPool) -> Self {
@@ -293,6 +328,18 @@ impl Client {
     pub async fn paused_queues(&self) -> Result<Vec<(String, DateTime<Utc>)>> {
         let mut conn = self.db(self.store.pool().acquire().await).await?;
         self.db(self.store.queues_paused(&mut conn).await).await
+    }
+
+    /// Every recurring schedule recorded in the database, by name.
+    pub async fn schedules(&self) -> Result<Vec<ScheduleInfo>> {
+        Ok(self.store.schedule_list().await?)
+    }
+
+    /// Deletes a schedule's row (e.g. one removed from the code, whose row stays behind);
+    /// returns whether it existed. A worker that still declares the schedule writes it again
+    /// within its next wake-up, with its ticks starting afresh from then.
+    pub async fn delete_schedule(&self, name: &str) -> Result<bool> {
+        Ok(self.store.schedule_delete(name).await?)
     }
 
     /// Moves a dead task back to pending with its attempts reset.

@@ -192,6 +192,33 @@ impl<T: Task> Enqueue<T> {
     }
 
     fn prepare(self) -> Result<Prepared> {
+        self.prepare_with(crate::trace::capture)
+    }
+
+    /// Validates the task for a schedule (`schedule` names it in errors): the scheduler sets
+    /// `run_at` and the idempotency key of every tick, so neither a delay, a run-at nor a key
+    /// may be set, and no trace context is captured (only an explicit one is kept).
+    pub(crate) fn prepare_for_schedule(self, schedule: &str) -> Result<Prepared> {
+        let set = [
+            ("with_delay", !self.delay.is_zero()),
+            ("with_run_at", self.run_at.is_some()),
+            ("with_idempotency_key", self.idempotency_key.is_some()),
+        ];
+        if let Some((what, _)) = set.iter().find(|(_, on)| *on) {
+            return Err(Error::InvalidCron {
+                schedule: schedule.to_owned(),
+                reason: format!(
+                    "{what} cannot be used on a scheduled task: the scheduler sets run_at and the idempotency key of every tick"
+                ),
+            });
+        }
+        self.prepare_with(|explicit| explicit.and_then(|c| crate::trace::capture(Some(c))))
+    }
+
+    fn prepare_with(
+        self,
+        trace: impl FnOnce(Option<String>) -> Option<String>,
+    ) -> Result<Prepared> {
         let queue = self.queue.unwrap_or_else(|| T::QUEUE.to_owned());
         validate_name("queue", &queue, MAX_QUEUE_LEN)?;
         validate_name("task name", T::NAME, MAX_NAME_LEN)?;
@@ -222,22 +249,22 @@ impl<T: Task> Enqueue<T> {
             delay_us,
             run_at: self.run_at,
             idempotency_key: self.idempotency_key,
-            trace_context: crate::trace::capture(self.trace_context),
+            trace_context: trace(self.trace_context),
         })
     }
 }
 
 /// A validated task ready to insert.
-struct Prepared {
-    queue: String,
+pub(crate) struct Prepared {
+    pub(crate) queue: String,
     name: &'static str,
-    payload: Vec<u8>,
-    priority: i16,
-    max_attempts: u32,
+    pub(crate) payload: Vec<u8>,
+    pub(crate) priority: i16,
+    pub(crate) max_attempts: u32,
     delay_us: i64,
     run_at: Option<DateTime<Utc>>,
     idempotency_key: Option<String>,
-    trace_context: Option<String>,
+    pub(crate) trace_context: Option<String>,
 }
 
 impl Prepared {

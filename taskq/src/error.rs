@@ -43,6 +43,15 @@ pub enum Error {
     /// A delay or run-at time is outside the accepted range.
     #[error("invalid schedule: {0}")]
     InvalidSchedule(String),
+    /// A recurring schedule is invalid: a cron expression that does not parse or never fires,
+    /// an unknown time zone, an option the scheduler sets itself, a duplicate schedule name.
+    #[error("invalid schedule {schedule:?}: {reason}")]
+    InvalidCron {
+        /// The schedule's name.
+        schedule: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// An option such as `max_attempts` is out of range.
     #[error("invalid option: {0}")]
     InvalidOption(String),
@@ -139,6 +148,11 @@ impl Error {
                 .finish(),
             Error::Serialize(e) => f.debug_tuple("Serialize").field(e).finish(),
             Error::InvalidSchedule(m) => f.debug_tuple("InvalidSchedule").field(m).finish(),
+            Error::InvalidCron { schedule, reason } => f
+                .debug_struct("InvalidCron")
+                .field("schedule", schedule)
+                .field("reason", reason)
+                .finish(),
             Error::InvalidOption(m) => f.debug_tuple("InvalidOption").field(m).finish(),
             Error::NotFound(id) => f.debug_tuple("NotFound").field(id).finish(),
             Error::WrongState {

@@ -40,13 +40,16 @@ mod metrics;
 mod migrate;
 mod registry;
 mod retry;
+mod schedule;
 mod store;
 mod task;
 mod trace;
 mod wake;
 mod worker;
 
-pub use client::{Client, DeadReason, ListFilter, PendingNameCount, QueueStateCount, TaskInfo};
+pub use client::{
+    Client, DeadReason, ListFilter, PendingNameCount, QueueStateCount, ScheduleInfo, TaskInfo,
+};
 pub use context::{
     CancelReason, CancelSignal, FromTaskContext, State, StateMap, StateRequirement, TaskContext,
 };
@@ -59,6 +62,10 @@ pub use error::{Error, Result, ResultExt, TaskError, TaskErrorKind};
 pub use migrate::{MIGRATIONS_TABLE, migrate, migrator};
 pub use registry::{Registration, registered};
 pub use retry::Backoff;
+pub use schedule::{
+    MAX_CATCH_UP_TICKS, MAX_EXPRESSION_LEN, MAX_SCHEDULE_NAME_LEN, MISSED_TICK_GRACE, MissedTicks,
+    Schedule, schedule_tick_key,
+};
 pub use task::{DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, ParseStateError, Task, TaskId, TaskState};
 pub use trace::{MAX_TRACE_CONTEXT_LEN, set_trace_context_hook};
 pub use wake::notify;
@@ -77,7 +84,10 @@ pub use worker::{
 /// Attributes (all optional): `name` (stable name stored in the row; default: the fn's name),
 /// `queue` (default `"default"`), `max_attempts` (default [`DEFAULT_MAX_ATTEMPTS`]), `priority`
 /// (default 0, lower runs first), `timeout` (e.g. `"30s"`; default none) and `backoff`
-/// (`"exponential(1s, 10m)"` or `"constant(5s)"`; default [`Backoff::DEFAULT`]).
+/// (`"exponential(1s, 10m)"` or `"constant(5s)"`; default [`Backoff::DEFAULT`]). For a recurring
+/// task without payload parameters: `cron` (`"0 3 * * *"`, or 6 fields with seconds first; see
+/// [`Schedule`]), `timezone` (default `"UTC"`) and `missed_ticks` (`"latest"`, the default,
+/// `"skip"` or `"all(N)"`; see [`MissedTicks`]).
 ///
 /// Parameters of type [`TaskContext`], [`CancelSignal`] or [`State<T>`](State), or marked
 /// `#[inject]`, are injected by the worker; every other parameter is payload.

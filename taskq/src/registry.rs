@@ -9,6 +9,7 @@ use std::time::Duration;
 use crate::context::{StateRequirement, TaskContext};
 use crate::error::{Error, Result, TaskError};
 use crate::retry::Backoff;
+use crate::schedule::{Declared, ScheduleDef};
 use crate::task::Task;
 
 /// A boxed handler future.
@@ -27,6 +28,8 @@ pub struct Registration {
     pub(crate) backoff: Backoff,
     pub(crate) required_state: fn() -> Vec<StateRequirement>,
     pub(crate) run: fn(&[u8], TaskContext) -> std::result::Result<BoxFuture, serde_json::Error>,
+    /// The schedule declared with the task ([`Task::schedule`]), validated.
+    pub(crate) schedule: fn() -> Option<Result<ScheduleDef>>,
 }
 
 impl std::fmt::Debug for Registration {
@@ -47,6 +50,10 @@ fn run_erased<T: Task>(
     Ok(Box::pin(task.run(cx)))
 }
 
+fn schedule_erased<T: Task>() -> Option<Result<ScheduleDef>> {
+    T::schedule().map(|s| s.into_def(Declared::Task))
+}
+
 impl Registration {
     /// The registration of `T` (usable in `const` and `inventory::submit!`).
     pub const fn of<T: Task>() -> Self {
@@ -58,6 +65,7 @@ impl Registration {
             backoff: T::BACKOFF,
             required_state: T::required_state,
             run: run_erased::<T>,
+            schedule: schedule_erased::<T>,
         }
     }
     /// The stable task name.

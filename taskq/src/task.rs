@@ -11,6 +11,7 @@ use crate::context::{StateRequirement, TaskContext};
 use crate::enqueue::{AsConnection, Enqueue, Enqueued};
 use crate::error::{Result, TaskError};
 use crate::retry::Backoff;
+use crate::schedule::Schedule;
 
 /// Default number of attempts (first run included) before a failing task goes to `dead`.
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 20;
@@ -58,6 +59,15 @@ pub trait Task: Serialize + DeserializeOwned + Send + Sync + 'static {
     /// Application state this task extracts from its context, checked at worker start-up.
     fn required_state() -> Vec<StateRequirement> {
         Vec::new()
+    }
+
+    /// A recurring schedule declared with the task: the workers that register it (and work its
+    /// queue) enqueue the returned value at every tick. `None` (the default) declares none;
+    /// `#[taskq::task(cron = "..")]` generates it for a task without payload parameters. To
+    /// schedule a task with a payload, or several times, use
+    /// [`WorkerBuilder::cron`](crate::WorkerBuilder::cron) instead.
+    fn schedule() -> Option<Schedule<Self>> {
+        None
     }
 
     /// Starts building an enqueue with options; see [`Enqueue`] for the `with_*` options.

@@ -1,6 +1,6 @@
 //! [`WorkerBuilder`]: every worker setting, validated at [`WorkerBuilder::build`].
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
@@ -8,9 +8,10 @@ use std::time::Duration;
 use sqlx::MySqlPool;
 
 use crate::context::StateMap;
-use crate::enqueue::{MAX_DELAY, MAX_QUEUE_LEN, validate_name};
+use crate::enqueue::{IntoEnqueue, MAX_DELAY, MAX_QUEUE_LEN, validate_name};
 use crate::error::{Error, Result};
 use crate::registry::{self, Registration};
+use crate::schedule::{Declared, Schedule, ScheduleDef};
 use crate::task::Task;
 
 use super::Worker;
@@ -76,6 +77,8 @@ pub(crate) struct Config {
     pub ack_delay: Duration,
     pub db_connections: u32,
     pub backlog_interval: Option<Duration>,
+    /// Recurring schedules this worker fires, by name.
+    pub schedules: Vec<ScheduleDef>,
 }
 
 /// Builds a [`Worker`]. Defaults: every registered queue at concurrency 10, lease 30 s,
@@ -122,6 +125,7 @@ pub struct WorkerBuilder {
     state: StateMap,
     shutdown: Option<ShutdownFuture>,
     trace_link: Option<TraceLink>,
+    schedules: Vec<Result<ScheduleDef>>,
 }
 
 impl WorkerBuilder {
@@ -148,6 +152,7 @@ impl WorkerBuilder {
             state: StateMap::new(),
             shutdown: None,
             trace_link: None,
+            schedules: Vec::new(),
         }
     }
 
@@ -159,6 +164,37 @@ impl WorkerBuilder {
     /// Handles task `T` (a hand-written [`Task`] impl or a `#[task]` one).
     pub fn register<T: Task>(mut self) -> Self {
         self.registrations.push(Registration::of::<T>());
+        self
+    }
+    /// Enqueues `task` (a task, or a task with `with_*` options such as a queue or a
+    /// priority) at every tick of the cron `expression`, read in UTC, and handles the task
+    /// like [`register`](Self::register). The schedule is named after the task; use
+    /// [`schedule`](Self::schedule) for a name, a time zone or a [`MissedTicks`](crate::MissedTicks) policy.
+    /// A bad expression is an [`Error::InvalidCron`] at [`build`](Self::build).
+    ///
+    /// ```no_run
+    /// # use taskq::{Task, TaskContext, TaskError};
+    /// # #[derive(serde::Serialize, serde::Deserialize)] struct NightlyReport { region: String }
+    /// # impl Task for NightlyReport { const NAME: &'static str = "nightly_report";
+    /// #   async fn run(self, _: TaskContext) -> Result<(), TaskError> { Ok(()) } }
+    /// # async fn f(pool: sqlx::MySqlPool) -> taskq::Result<()> {
+    /// taskq::Worker::builder(pool)
+    ///     .cron("0 3 * * *", NightlyReport { region: "eu".into() })
+    ///     .build()?
+    ///     .run()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn cron<I: IntoEnqueue>(self, expression: impl Into<String>, task: I) -> Self {
+        self.schedule(Schedule::new(expression, task))
+    }
+    /// Adds a recurring [`Schedule`] (with its name, time zone and missed-tick policy) and
+    /// handles its task like [`register`](Self::register). Every worker that declares a
+    /// schedule takes part in firing it; each tick is enqueued once however many run. The
+    /// schedule's queue must be one this worker works.
+    pub fn schedule<T: Task>(mut self, schedule: Schedule<T>) -> Self {
+        self.registrations.push(Registration::of::<T>());
+        self.schedules.push(schedule.into_def(Declared::Builder));
         self
     }
     /// Works `queue` with at most `concurrency` handlers at once. Once any queue is given,
@@ -226,7 +262,9 @@ impl WorkerBuilder {
         self.ack_delay = d;
         self
     }
-    /// Size of the worker's own connection pool (default: queues + 4: a claim loop per queue, heartbeat, write-back, maintenance, pause watcher).
+    /// Size of the worker's own connection pool (default: queues + 4: a claim loop per queue,
+    /// heartbeat, write-back, maintenance, pause watcher; + 1 for the scheduler when the worker
+    /// has recurring schedules).
     pub fn db_connections(mut self, n: u32) -> Self {
         self.db_connections = Some(n);
         self
@@ -334,12 +372,15 @@ impl WorkerBuilder {
                 }
             }
         }
+        let schedules = collect_schedules(&handlers, self.schedules, &queues)?;
         let worker_id = match self.worker_id {
             Some(id) => id,
             None => default_worker_id(),
         };
         validate_name("worker id", &worker_id, 128)?;
-        let db_connections = self.db_connections.unwrap_or(queues.len() as u32 + 4);
+        let db_connections = self
+            .db_connections
+            .unwrap_or(queues.len() as u32 + 4 + u32::from(!schedules.is_empty()));
         Ok(Worker {
             user_pool: self.pool,
             cfg: Config {
@@ -359,6 +400,7 @@ impl WorkerBuilder {
                 ack_delay: self.ack_delay,
                 db_connections: db_connections.max(2),
                 backlog_interval: self.backlog_interval.filter(|d| !d.is_zero()),
+                schedules,
             },
             handlers,
             state: self.state,
@@ -367,6 +409,49 @@ impl WorkerBuilder {
             stats: Default::default(),
         })
     }
+}
+
+/// The schedules a worker fires: those declared on its tasks (skipped when the worker does
+/// not work the task's queue) and those given to the builder (an error then), sorted by name;
+/// a name declared twice is an error.
+fn collect_schedules(
+    handlers: &HashMap<&'static str, Registration>,
+    from_builder: Vec<Result<ScheduleDef>>,
+    queues: &BTreeMap<String, usize>,
+) -> Result<Vec<ScheduleDef>> {
+    let mut out: Vec<ScheduleDef> = Vec::new();
+    let mut declared: Vec<Result<ScheduleDef>> =
+        handlers.values().filter_map(|r| (r.schedule)()).collect();
+    declared.extend(from_builder);
+    for def in declared {
+        let def = def?;
+        if !queues.contains_key(&def.queue) {
+            if def.declared_on == Declared::Builder {
+                return Err(Error::InvalidCron {
+                    schedule: def.name,
+                    reason: format!(
+                        "it enqueues on queue {:?}, which this worker does not work (add it with WorkerBuilder::queue)",
+                        def.queue
+                    ),
+                });
+            }
+            tracing::debug!(schedule = %def.name, queue = %def.queue,
+                "taskq: schedule of a queue this worker does not work: not fired here");
+            continue;
+        }
+        if let Some(prev) = out.iter().find(|p| p.name == def.name) {
+            return Err(Error::InvalidCron {
+                schedule: def.name.clone(),
+                reason: format!(
+                    "the name is declared twice (for task {:?} and for task {:?}); give each schedule its own name with Schedule::name",
+                    prev.task_name, def.task_name
+                ),
+            });
+        }
+        out.push(def);
+    }
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(out)
 }
 
 fn default_worker_id() -> String {

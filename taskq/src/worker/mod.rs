@@ -8,7 +8,8 @@
 //! - `heartbeat`: renews every held lease with one statement per beat;
 //! - `lease`: the in-memory lease table (one record per attempt) and the watchdog that
 //!   cancels a handler whose lease was not confirmed in time;
-//! - `maintenance`: reaper of expired leases and retention.
+//! - `maintenance`: reaper of expired leases and retention;
+//! - `schedule`: the scheduler, which enqueues the ticks of recurring (cron) schedules.
 //!
 //! Every statement runs within a deadline (`deadline`).
 
@@ -20,6 +21,7 @@ mod executor;
 mod heartbeat;
 mod lease;
 mod maintenance;
+mod schedule;
 mod stats;
 
 use std::collections::HashMap;
@@ -143,6 +145,7 @@ impl Worker {
         let watchdog = tokio::spawn(lease::watchdog(shared.clone()));
         let maintenance = tokio::spawn(maintenance::run(shared.clone()));
         let controls = tokio::spawn(maintenance::watch_pauses(shared.clone()));
+        let scheduler = tokio::spawn(schedule::run(shared.clone()));
         let acker = tokio::spawn(acker::run(shared.clone(), ack_rx));
 
         match shutdown {
@@ -154,6 +157,8 @@ impl Worker {
         while loops.join_next().await.is_some() {}
         maintenance.abort();
         controls.abort();
+        // A step cut short rolls back: the tick stays due for the other workers.
+        scheduler.abort();
 
         // Grace period for handlers in flight.
         let deadline = Instant::now() + shared.cfg.shutdown_timeout;

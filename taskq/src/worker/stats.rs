@@ -22,6 +22,7 @@ pub struct WorkerStats {
     pub(crate) ack_flushes: AtomicU64,
     pub(crate) statement_timeouts: AtomicU64,
     pub(crate) writeback_rejected: AtomicU64,
+    pub(crate) scheduled: AtomicU64,
 }
 
 /// A point-in-time copy of [`WorkerStats`].
@@ -62,6 +63,8 @@ pub struct StatsSnapshot {
     /// Outcomes the database rejected for their own row (e.g. a trigger or constraint): not
     /// retried; the task's lease is left to expire and the reaper returns it.
     pub writeback_rejected: u64,
+    /// Tasks this worker enqueued for the ticks of recurring schedules.
+    pub scheduled: u64,
 }
 
 impl WorkerStats {
@@ -88,6 +91,7 @@ impl WorkerStats {
             ack_flushes: self.ack_flushes.load(Relaxed),
             statement_timeouts: self.statement_timeouts.load(Relaxed),
             writeback_rejected: self.writeback_rejected.load(Relaxed),
+            scheduled: self.scheduled.load(Relaxed),
         }
     }
 }

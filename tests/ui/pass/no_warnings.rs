@@ -43,6 +43,23 @@ async fn private_task(n: u32) -> Result<(), std::io::Error> {
     Ok(())
 }
 
+/// A recurring task, public, with every cron attribute and an injected context.
+#[taskq::task(
+    cron = "0 */5 * * * *",
+    timezone = "Europe/Paris",
+    missed_ticks = "all(3)",
+    queue = "reports"
+)]
+pub async fn refresh_reports(cx: TaskContext) -> Result<(), TaskError> {
+    let _ = cx.id();
+    Ok(())
+}
+
+#[taskq::task(cron = "@daily")]
+async fn private_nightly() -> Result<(), TaskError> {
+    Ok(())
+}
+
 type Outcome = Result<(), TaskError>;
 
 #[taskq::task]
@@ -59,4 +76,6 @@ fn main() {
     let _ = PrivateTask { n: 1 }.with_priority(3);
     let _ = AliasedResult {}.enqueue_options();
     let _ = taskq::registered();
+    let _ = <RefreshReports as taskq::Task>::schedule();
+    let _ = <PrivateNightly as taskq::Task>::schedule();
 }
