@@ -59,7 +59,10 @@ pub use error::{Error, Result, ResultExt, TaskError, TaskErrorKind};
 pub use migrate::{MIGRATIONS_TABLE, migrate, migrator};
 pub use registry::{Registration, registered};
 pub use retry::Backoff;
-pub use task::{DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, ParseStateError, Task, TaskId, TaskState};
+pub use task::{
+    DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_SNOOZES, DEFAULT_QUEUE, ParseStateError, Task, TaskId,
+    TaskState,
+};
 pub use trace::{MAX_TRACE_CONTEXT_LEN, set_trace_context_hook};
 pub use wake::notify;
 pub use worker::{
@@ -70,14 +73,16 @@ pub use worker::{
 ///
 /// The function stays callable as written. The macro adds a payload struct named in
 /// PascalCase (one field per payload parameter), its [`Task`] impl, inherent enqueue helpers
-/// (`enqueue_tx`, `enqueue`, `enqueue_options`, `with_delay`, `with_run_at`, `with_priority`,
-/// `with_idempotency_key`) and a registration found by [`WorkerBuilder::register_all`] and
-/// [`run_registered`].
+/// (`enqueue_tx`, `enqueue`, `enqueue_options` and every `with_*` option of [`Enqueue`]) and a
+/// registration found by [`WorkerBuilder::register_all`] and [`run_registered`].
 ///
 /// Attributes (all optional): `name` (stable name stored in the row; default: the fn's name),
 /// `queue` (default `"default"`), `max_attempts` (default [`DEFAULT_MAX_ATTEMPTS`]), `priority`
-/// (default 0, lower runs first), `timeout` (e.g. `"30s"`; default none) and `backoff`
-/// (`"exponential(1s, 10m)"` or `"constant(5s)"`; default [`Backoff::DEFAULT`]).
+/// (default 0, lower runs first), `timeout` (e.g. `"30s"`; default none), `backoff`
+/// (`"exponential(1s, 10m)"` or `"constant(5s)"`; default [`Backoff::DEFAULT`]), `max_snoozes`
+/// (snoozes that do not count as an attempt, see [`TaskError::snooze`]; default
+/// [`DEFAULT_MAX_SNOOZES`]) and `ttl` (e.g. `"1h"`: a task not started within it after its
+/// enqueue ends `expired`, never run; default none).
 ///
 /// Parameters of type [`TaskContext`], [`CancelSignal`] or [`State<T>`](State), or marked
 /// `#[inject]`, are injected by the worker; every other parameter is payload.
