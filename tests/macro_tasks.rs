@@ -78,7 +78,9 @@ async fn plain_defaults(n: i32) -> Result<(), TaskError> {
     max_attempts = 3,
     priority = -7,
     timeout = "2s",
-    backoff = "exponential(500ms, 1m)"
+    backoff = "exponential(500ms, 1m)",
+    max_snoozes = 3,
+    ttl = "1h"
 )]
 async fn with_attrs(n: i32) -> Result<(), TaskError> {
     let _ = n;
@@ -265,6 +267,12 @@ async fn defaults_and_attributes_land_in_the_row() {
     assert_eq!(t.state, TaskState::Pending);
     assert_eq!(<PlainDefaults as Task>::TIMEOUT, None);
     assert_eq!(<PlainDefaults as Task>::BACKOFF, Backoff::DEFAULT);
+    assert_eq!(
+        <PlainDefaults as Task>::MAX_SNOOZES,
+        taskq::DEFAULT_MAX_SNOOZES
+    );
+    assert_eq!(<PlainDefaults as Task>::TTL, None);
+    assert_eq!((t.snoozes, t.deadline), (0, None));
 
     let mut tx = db.pool.begin().await.unwrap();
     let attrs = WithAttrs { n: 2 }.enqueue_tx(&mut tx).await.unwrap();
@@ -279,6 +287,10 @@ async fn defaults_and_attributes_land_in_the_row() {
         <WithAttrs as Task>::BACKOFF,
         Backoff::exponential(Duration::from_millis(500), Duration::from_secs(60))
     );
+    assert_eq!(<WithAttrs as Task>::MAX_SNOOZES, 3);
+    assert_eq!(<WithAttrs as Task>::TTL, Some(Duration::from_secs(3600)));
+    // The ttl becomes the row's deadline, an hour after the insert on the database clock.
+    assert_eq!(t.deadline, Some(t.created_at + chrono::Duration::hours(1)));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -344,6 +356,28 @@ async fn enqueue_helpers_apply_their_options() {
         .unwrap();
     let t = row(&db, custom.id).await;
     assert_eq!((t.queue.as_str(), t.max_attempts), ("elsewhere", 2));
+
+    let ttl = PlainDefaults { n: 6 }
+        .with_ttl(Duration::from_secs(90))
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+    let t = row(&db, ttl.id).await;
+    assert_eq!(
+        t.deadline,
+        Some(t.created_at + chrono::Duration::seconds(90))
+    );
+    let until = chrono::DateTime::parse_from_rfc3339("2030-01-01T00:00:00Z")
+        .unwrap()
+        .with_timezone(&chrono::Utc);
+    let deadline = PlainDefaults { n: 7 }
+        .with_deadline(until)
+        .with_priority(2)
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+    let t = row(&db, deadline.id).await;
+    assert_eq!((t.deadline, t.priority), (Some(until), 2));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -468,6 +468,7 @@ async fn retention_prunes_old_terminal_tasks_only() {
         succeeded: Some(Duration::from_secs(3600)),
         dead: None,
         canceled: Some(Duration::from_secs(3600)),
+        expired: Some(Duration::from_secs(3600)),
         interval: Duration::from_millis(100),
     };
     let w = RunningWorker::spawn(worker(&db, &runs).retention(keep_dead));

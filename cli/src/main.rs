@@ -1,8 +1,8 @@
 //! `taskq`: the operator command-line tool for a taskq database.
 //!
-//! Shows queue statistics and pending tasks per name, lists and shows tasks, retries dead tasks, cancels pending ones,
-//! purges old terminal tasks, lists recurring schedules and applies migrations, without
-//! writing SQL. Human-readable
+//! Shows queue statistics and pending tasks per name, lists and shows tasks, retries dead tasks,
+//! cancels, reschedules and reprioritizes pending ones, purges old terminal tasks, lists
+//! recurring schedules and applies migrations, without writing SQL. Human-readable
 //! tables by default, `--json` for scripts. Exit codes: 0 success, 1 other error, 2 bad
 //! input, 3 task not found or in the wrong state, 4 database unreachable.
 //! See `docs/operations.md`.
@@ -101,12 +101,34 @@ enum Command {
         /// Task id
         id: u64,
     },
-    /// Delete terminal tasks (succeeded, dead, canceled) that finished more than a given age ago
+    /// Move the due time of a pending task (running and finished tasks are refused)
+    #[command(group = clap::ArgGroup::new("when").required(true).args(["delay", "at"]))]
+    Reschedule {
+        /// Task id
+        id: u64,
+        /// Due this long from now (database clock), e.g. 10m, 2h, 0s for now
+        #[arg(long = "in", value_name = "DELAY", value_parser = parse_duration)]
+        delay: Option<Duration>,
+        /// Due at this time, RFC 3339, e.g. 2025-03-14T09:30:00Z
+        #[arg(long, value_name = "TIME", value_parser = parse_time)]
+        at: Option<DateTime<Utc>>,
+    },
+    /// Set the priority of a pending task (lower runs first; running and finished tasks are
+    /// refused)
+    Priority {
+        /// Task id
+        id: u64,
+        /// New priority, -32768..=32767
+        #[arg(allow_negative_numbers = true)]
+        priority: i16,
+    },
+    /// Delete terminal tasks (succeeded, dead, canceled, expired) that finished more than a given
+    /// age ago
     Purge {
         /// Minimum age since the task finished, e.g. 7d, 12h, 30m, 45s
         #[arg(long, value_name = "AGE", value_parser = parse_duration)]
         older_than: Duration,
-        /// Only this terminal state (default: all three)
+        /// Only this terminal state (default: all four)
         #[arg(long, value_enum)]
         state: Option<TerminalState>,
     },
@@ -167,6 +189,7 @@ enum StateArg {
     Succeeded,
     Dead,
     Canceled,
+    Expired,
 }
 
 impl From<StateArg> for TaskState {
@@ -177,6 +200,7 @@ impl From<StateArg> for TaskState {
             StateArg::Succeeded => TaskState::Succeeded,
             StateArg::Dead => TaskState::Dead,
             StateArg::Canceled => TaskState::Canceled,
+            StateArg::Expired => TaskState::Expired,
         }
     }
 }
@@ -186,6 +210,7 @@ enum TerminalState {
     Succeeded,
     Dead,
     Canceled,
+    Expired,
 }
 
 impl From<TerminalState> for TaskState {
@@ -194,6 +219,7 @@ impl From<TerminalState> for TaskState {
             TerminalState::Succeeded => TaskState::Succeeded,
             TerminalState::Dead => TaskState::Dead,
             TerminalState::Canceled => TaskState::Canceled,
+            TerminalState::Expired => TaskState::Expired,
         }
     }
 }
@@ -220,7 +246,9 @@ impl From<taskq::Error> for Failure {
     fn from(e: taskq::Error) -> Self {
         let code = match &e {
             taskq::Error::NotFound(_) | taskq::Error::WrongState { .. } => EXIT_TASK,
-            taskq::Error::InvalidName { .. } | taskq::Error::InvalidOption(_) => EXIT_USAGE,
+            taskq::Error::InvalidName { .. }
+            | taskq::Error::InvalidOption(_)
+            | taskq::Error::InvalidSchedule(_) => EXIT_USAGE,
             taskq::Error::Connect { .. } => EXIT_UNREACHABLE,
             taskq::Error::Database(db) if is_connection_error(db) => EXIT_UNREACHABLE,
             _ => EXIT_OTHER,
@@ -330,6 +358,12 @@ async fn run(cli: &Cli, url: &str) -> Result<(), Failure> {
             None => retry_dead(&client, queue.as_deref(), cli.json).await,
         },
         Command::Cancel { id } => cancel(&client, TaskId(*id), cli.json).await,
+        Command::Reschedule { id, delay, at } => {
+            reschedule(&client, TaskId(*id), *delay, *at, cli.json).await
+        }
+        Command::Priority { id, priority } => {
+            set_priority(&client, TaskId(*id), *priority, cli.json).await
+        }
         Command::Pause { queue } => pause(&client, queue, true, cli.json).await,
         Command::Resume { queue } => pause(&client, queue, false, cli.json).await,
         Command::Paused => paused(&client, cli.json).await,
@@ -506,6 +540,7 @@ async fn list(client: &Client, args: &ListArgs, json: bool) -> Result<(), Failur
                 t.name.clone(),
                 t.state.to_string(),
                 format!("{}/{}", t.attempt, t.max_attempts),
+                t.snoozes.to_string(),
                 fmt_time(t.run_at),
                 fmt_time(t.updated_at),
                 t.last_error
@@ -521,6 +556,7 @@ async fn list(client: &Client, args: &ListArgs, json: bool) -> Result<(), Failur
             "NAME",
             "STATE",
             ">ATTEMPT",
+            ">SNOOZES",
             "RUN AT",
             "UPDATED",
             "LAST ERROR",
@@ -560,7 +596,9 @@ async fn show(client: &Client, id: TaskId, json: bool) -> Result<(), Failure> {
             "attempt",
             format!("{} of {}", task.attempt, task.max_attempts),
         ),
+        ("snoozes", task.snoozes.to_string()),
         ("run_at", fmt_time(task.run_at)),
+        ("deadline", opt_time(task.deadline)),
         ("lease_until", opt_time(task.lease_until)),
         ("lease_epoch", task.lease_epoch.to_string()),
         ("worker_id", opt(&task.worker_id)),
@@ -624,6 +662,42 @@ async fn cancel(client: &Client, id: TaskId, json: bool) -> Result<(), Failure> 
         print_json(&serde_json::json!({ "id": id, "state": TaskState::Canceled }));
     } else {
         println!("task {id}: canceled");
+    }
+    Ok(())
+}
+
+async fn reschedule(
+    client: &Client,
+    id: TaskId,
+    delay: Option<Duration>,
+    at: Option<DateTime<Utc>>,
+    json: bool,
+) -> Result<(), Failure> {
+    match (delay, at) {
+        (_, Some(at)) => client.reschedule_at(id, at).await?,
+        (Some(delay), None) => client.reschedule(id, delay).await?,
+        (None, None) => unreachable!("clap requires --in or --at"),
+    }
+    let task = client.get(id).await?;
+    if json {
+        print_json(&serde_json::json!({ "id": id, "state": task.state, "run_at": task.run_at }));
+    } else {
+        println!("task {id}: due at {}", fmt_time(task.run_at));
+    }
+    Ok(())
+}
+
+async fn set_priority(
+    client: &Client,
+    id: TaskId,
+    priority: i16,
+    json: bool,
+) -> Result<(), Failure> {
+    client.set_priority(id, priority).await?;
+    if json {
+        print_json(&serde_json::json!({ "id": id, "priority": priority }));
+    } else {
+        println!("task {id}: priority {priority}");
     }
     Ok(())
 }
@@ -788,6 +862,15 @@ async fn purge(
     Ok(())
 }
 
+/// An RFC 3339 time (`2025-03-14T09:30:00Z`, any offset), as UTC. Used as a clap value parser.
+fn parse_time(input: &str) -> Result<DateTime<Utc>, String> {
+    DateTime::parse_from_rfc3339(input.trim())
+        .map(|t| t.with_timezone(&Utc))
+        .map_err(|e| {
+            format!("invalid time {input:?}: {e} (expected RFC 3339, e.g. 2025-03-14T09:30:00Z)")
+        })
+}
+
 fn print_json<T: Serialize + ?Sized>(value: &T) {
     match serde_json::to_string_pretty(value) {
         Ok(s) => println!("{s}"),
@@ -898,6 +981,14 @@ mod tests {
             "3d4h"
         );
         assert_eq!(fmt_delta(TimeDelta::seconds(-5)), "0.0s");
+    }
+
+    #[test]
+    fn times_are_rfc3339() {
+        let t = parse_time("2025-03-14T10:30:00+01:00").unwrap();
+        assert_eq!(fmt_time(t), "2025-03-14 09:30:00.000Z");
+        let e = parse_time("tomorrow").unwrap_err();
+        assert!(e.contains("expected RFC 3339"), "{e}");
     }
 
     #[test]

@@ -372,7 +372,9 @@ async fn show_prints_every_field_the_error_and_the_payload() {
         "state:",
         "priority:",
         "attempt:",
+        "snoozes:",
         "run_at:",
+        "deadline:",
         "lease_until:",
         "lease_epoch:",
         "worker_id:",
@@ -665,6 +667,8 @@ async fn database_url_flag_and_connection_errors() {
         "show",
         "retry",
         "cancel",
+        "reschedule",
+        "priority",
         "purge",
         "schedules",
     ] {
@@ -913,4 +917,190 @@ async fn schedules_lists_next_ticks_and_overdue_ones() {
         .map(|s| s.name)
         .collect();
     assert_eq!(names, ["hourly_ping"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reschedule_and_priority_of_a_pending_task() {
+    let db = TestDb::new().await;
+    let client = Client::new(db.pool.clone());
+    let id = ping(&db, 1).await;
+    let sid = id.to_string();
+    let u = || Some(url(&db));
+
+    let out = taskq(u(), &["reschedule", &sid, "--in", "10m"]).await;
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(
+        out.stdout.starts_with(&format!("task {id}: due at ")),
+        "{out:?}"
+    );
+    let now = client.db_now().await.unwrap();
+    let ahead = (client.get(id).await.unwrap().run_at - now).num_seconds();
+    assert!((595..=600).contains(&ahead), "{ahead}");
+
+    let out = taskq(
+        u(),
+        &[
+            "--json",
+            "reschedule",
+            &sid,
+            "--at",
+            "2031-05-06T09:08:09+02:00",
+        ],
+    )
+    .await;
+    assert_eq!(out.code, 0, "{out:?}");
+    let v = out.json();
+    assert_eq!(
+        (v["id"].as_u64(), &v["state"]),
+        (Some(id.0), &serde_json::json!("pending"))
+    );
+    assert_eq!(v["run_at"], "2031-05-06T07:08:09Z");
+    assert_eq!(
+        client.get(id).await.unwrap().run_at.to_rfc3339(),
+        "2031-05-06T07:08:09+00:00"
+    );
+    let out = taskq(u(), &["reschedule", &sid, "--in", "0s"]).await;
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(client.get(id).await.unwrap().run_at <= client.db_now().await.unwrap());
+
+    let out = taskq(u(), &["priority", &sid, "-5"]).await;
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(out.stdout.trim(), format!("task {id}: priority -5"));
+    let out = taskq(u(), &["priority", "--json", &sid, "12"]).await;
+    assert_eq!(
+        out.json(),
+        serde_json::json!({ "id": id.0, "priority": 12 })
+    );
+    assert_eq!(client.get(id).await.unwrap().priority, 12);
+
+    // Bad input: exit 2, nothing changed.
+    let before = client.get(id).await.unwrap();
+    for bad in [
+        &["reschedule", &sid][..],
+        &[
+            "reschedule",
+            &sid,
+            "--in",
+            "1m",
+            "--at",
+            "2031-05-06T07:08:09Z",
+        ],
+        &["reschedule", &sid, "--in", "7"],
+        &["reschedule", &sid, "--at", "tomorrow"],
+        &["reschedule", &sid, "--in", "600w"], // beyond 10 years
+        &["reschedule", &sid, "--at", "2999-01-01T00:00:00Z"],
+        &["priority", &sid, "40000"],
+        &["priority", &sid],
+    ] {
+        let out = taskq(u(), bad).await;
+        assert_eq!(out.code, 2, "{bad:?}: {out:?}");
+        assert!(out.stdout.is_empty(), "{bad:?}: {out:?}");
+    }
+    let after = client.get(id).await.unwrap();
+    assert_eq!(
+        (after.run_at, after.priority),
+        (before.run_at, before.priority)
+    );
+
+    // Not pending, or unknown: exit 3.
+    let running = ping(&db, 2).await;
+    make_running(&db, running).await;
+    for args in [
+        &["reschedule", &running.to_string(), "--in", "1m"][..],
+        &["priority", &running.to_string(), "1"],
+    ] {
+        let out = taskq(u(), args).await;
+        assert_eq!(out.code, 3, "{out:?}");
+        assert!(
+            out.stderr.contains("is running, expected pending"),
+            "{out:?}"
+        );
+    }
+    let missing = taskq(u(), &["priority", "987654321", "1"]).await;
+    assert_eq!(missing.code, 3, "{missing:?}");
+    assert!(missing.stderr.contains("not found"), "{missing:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_and_snoozed_tasks_are_visible() {
+    let db = TestDb::new().await;
+    let expired = ping(&db, 1).await;
+    exec(
+        &db,
+        "UPDATE taskq_tasks SET state = 'expired', snoozes = 3,
+           deadline = UTC_TIMESTAMP(6) - INTERVAL 1 HOUR,
+           finished_at = UTC_TIMESTAMP(6) - INTERVAL 30 MINUTE WHERE id = ?",
+        expired,
+    )
+    .await;
+    let pending = ping(&db, 2).await;
+    let u = || Some(url(&db));
+
+    let list = taskq(u(), &["list", "--state", "expired"]).await;
+    assert_eq!(list.code, 0, "{list:?}");
+    assert!(
+        list.stdout.lines().next().unwrap().contains("SNOOZES"),
+        "{list:?}"
+    );
+    assert!(
+        row(
+            &list.stdout,
+            &[
+                &expired.to_string(),
+                "default",
+                "ping",
+                "expired",
+                "0/20",
+                "3"
+            ]
+        )
+        .is_some(),
+        "{}",
+        list.stdout
+    );
+    assert_eq!(list.stdout.lines().count(), 2, "{}", list.stdout);
+
+    let show = taskq(u(), &["show", &expired.to_string()]).await;
+    assert!(
+        show.stdout.contains("state:           expired"),
+        "{}",
+        show.stdout
+    );
+    assert!(
+        show.stdout.contains("snoozes:         3"),
+        "{}",
+        show.stdout
+    );
+    let deadline = show
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("deadline:"))
+        .unwrap();
+    assert!(deadline.ends_with('Z'), "{deadline}");
+    let none = taskq(u(), &["show", &pending.to_string()]).await;
+    assert!(
+        none.stdout.contains("deadline:        -"),
+        "{}",
+        none.stdout
+    );
+    let json = taskq(u(), &["show", "--json", &expired.to_string()])
+        .await
+        .json();
+    assert_eq!(
+        (json["state"].as_str(), json["snoozes"].as_u64()),
+        (Some("expired"), Some(3))
+    );
+    assert!(json["deadline"].is_string(), "{json}");
+
+    let stats = taskq(u(), &["stats"]).await;
+    assert!(
+        row(&stats.stdout, &["default", "expired", "1"]).is_some(),
+        "{}",
+        stats.stdout
+    );
+
+    let purge = taskq(u(), &["purge", "--older-than", "10m", "--state", "expired"]).await;
+    assert_eq!(purge.code, 0, "{purge:?}");
+    assert!(purge.stdout.contains("purged 1 expired task"), "{purge:?}");
+    assert_eq!(db.count("1 = 1").await, 1);
 }

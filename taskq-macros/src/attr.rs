@@ -27,6 +27,8 @@ pub const KEYS: &[(&str, &str)] = &[
     ("cron", "cron = \"0 */5 * * * *\""),
     ("timezone", "timezone = \"Europe/Paris\""),
     ("missed_ticks", "missed_ticks = \"latest\""),
+    ("max_snoozes", "max_snoozes = 10"),
+    ("ttl", "ttl = \"1h\""),
 ];
 
 /// The validated attribute arguments; `None` means "use the `Task` trait's default".
@@ -50,6 +52,10 @@ pub struct TaskAttrs {
     pub timezone: Option<String>,
     /// Missed-tick policy of `cron`.
     pub missed_ticks: Option<Missed>,
+    /// Snoozes that do not count as an attempt.
+    pub max_snoozes: Option<u32>,
+    /// Time to live from enqueue (non-zero, at most `MAX_DELAY`).
+    pub ttl: Option<Duration>,
 }
 
 /// Parses and validates the tokens inside `#[task(...)]`.
@@ -100,6 +106,8 @@ pub fn parse_attrs(tokens: TokenStream) -> syn::Result<TaskAttrs> {
                 only_with_cron.push(key.clone());
                 missed_ticks(&value).map(|v| attrs.missed_ticks = Some(v))
             }
+            "max_snoozes" => max_snoozes(&value).map(|v| attrs.max_snoozes = Some(v)),
+            "ttl" => ttl(&value).map(|v| attrs.ttl = Some(v)),
             _ => unreachable!("every key of KEYS is handled"),
         };
         if let Err(e) = result {
@@ -330,6 +338,46 @@ fn timeout(value: &Expr) -> syn::Result<Duration> {
     Ok(d)
 }
 
+fn max_snoozes(value: &Expr) -> syn::Result<u32> {
+    let (n, span) = int_value("max_snoozes", value)?;
+    u32::try_from(n).map_err(|_| {
+        syn::Error::new(
+            span,
+            format!(
+                "`max_snoozes` must be between 0 and {}: the number of snoozes that do not count as an attempt (0: every snooze counts)",
+                u32::MAX
+            ),
+        )
+    })
+}
+
+fn ttl(value: &Expr) -> syn::Result<Duration> {
+    let lit = string_value("ttl", value)?;
+    let d = parse_duration(&lit.value()).map_err(|e| {
+        syn::Error::new(
+            lit.span(),
+            format!("invalid `ttl` {:?}: {e}; {DURATION_HELP}", lit.value()),
+        )
+    })?;
+    if d.is_zero() {
+        return Err(syn::Error::new(
+            lit.span(),
+            "`ttl` must be greater than zero; leave `ttl` out for tasks without a deadline",
+        ));
+    }
+    if d > MAX_DELAY {
+        return Err(syn::Error::new(
+            lit.span(),
+            format!(
+                "invalid `ttl` {:?}: it exceeds the maximum of {} days that a deadline can be set ahead",
+                lit.value(),
+                MAX_DELAY.as_secs() / 86_400
+            ),
+        ));
+    }
+    Ok(d)
+}
+
 /// Longest delay the schema holds from now (`taskq::MAX_DELAY`, 10 × 366 days; the two must
 /// stay equal): `run_at = now + delay` must remain a valid `DATETIME`.
 const MAX_DELAY: Duration = Duration::from_secs(10 * 366 * 24 * 3600);
@@ -420,6 +468,8 @@ mod tests {
             priority = -3,
             timeout = "1m30s",
             backoff = "constant(5s)",
+            max_snoozes = 0,
+            ttl = "2h",
         ))
         .unwrap();
         assert_eq!(
@@ -431,6 +481,8 @@ mod tests {
                 priority: Some(-3),
                 timeout: Some(Duration::from_secs(90)),
                 backoff: Some(BackoffSpec::Constant(Duration::from_secs(5))),
+                max_snoozes: Some(0),
+                ttl: Some(Duration::from_secs(7200)),
                 ..TaskAttrs::default()
             }
         );
@@ -516,6 +568,13 @@ mod tests {
         assert!(err(quote!(timeout = "0s")).contains("greater than zero"));
         assert!(err(quote!(timeout = "30")).contains("`30` has no unit"));
         assert!(err(quote!(backoff = "linear(1s)")).contains("unknown backoff kind"));
+        assert!(err(quote!(max_snoozes = -1)).contains("between 0 and"));
+        assert!(err(quote!(max_snoozes = 4294967296)).contains("between 0 and"));
+        assert!(err(quote!(max_snoozes = "5")).contains("expects an integer literal"));
+        assert!(err(quote!(ttl = "0s")).contains("`ttl` must be greater than zero"));
+        assert!(err(quote!(ttl = 60)).contains("`ttl` expects a string literal"));
+        assert!(err(quote!(ttl = "4000d")).contains("exceeds the maximum of 3660 days"));
+        assert!(err(quote!(ttl = "1 hour")).contains("invalid `ttl`"));
     }
 
     #[test]

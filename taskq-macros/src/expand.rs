@@ -174,6 +174,14 @@ pub fn generate(f: &ItemFn, attrs: &TaskAttrs, h: &Handler) -> TokenStream {
         let d = duration_tokens(d);
         quote!(const TIMEOUT: ::core::option::Option<::core::time::Duration> = ::core::option::Option::Some(#d);)
     });
+    let max_snoozes = attrs.max_snoozes.map(|n| {
+        let n = Literal::u32_suffixed(n);
+        quote!(const MAX_SNOOZES: u32 = #n;)
+    });
+    let ttl = attrs.ttl.map(|d| {
+        let d = duration_tokens(d);
+        quote!(const TTL: ::core::option::Option<::core::time::Duration> = ::core::option::Option::Some(#d);)
+    });
     let backoff = attrs.backoff.map(|b| {
         let b = match b {
             BackoffSpec::Exponential { base, max } => {
@@ -304,6 +312,8 @@ pub fn generate(f: &ItemFn, attrs: &TaskAttrs, h: &Handler) -> TokenStream {
             #priority
             #timeout
             #backoff
+            #max_snoozes
+            #ttl
 
             #run_sig {
                 #[diagnostic::on_unimplemented(
@@ -354,7 +364,7 @@ pub fn generate(f: &ItemFn, attrs: &TaskAttrs, h: &Handler) -> TokenStream {
             }
 
             /// Starts an enqueue with options (delay, run-at, priority, idempotency key, queue,
-            /// max attempts).
+            /// max attempts, deadline).
             pub fn enqueue_options(self) -> ::taskq::Enqueue<Self> {
                 ::taskq::Enqueue::new(self)
             }
@@ -397,6 +407,21 @@ pub fn generate(f: &ItemFn, attrs: &TaskAttrs, h: &Handler) -> TokenStream {
             /// Overrides the task's max attempts (at least 1).
             pub fn with_max_attempts(self, n: u32) -> ::taskq::Enqueue<Self> {
                 ::taskq::Enqueue::new(self).with_max_attempts(n)
+            }
+
+            /// No attempt starts at or after this time: a task not started by then ends
+            /// `expired`, never run (replaces `with_ttl` and the task's `ttl`).
+            pub fn with_deadline(
+                self,
+                deadline: ::taskq::__private::chrono::DateTime<::taskq::__private::chrono::Utc>,
+            ) -> ::taskq::Enqueue<Self> {
+                ::taskq::Enqueue::new(self).with_deadline(deadline)
+            }
+
+            /// The deadline as a time to live from the insert (database clock; replaces
+            /// `with_deadline` and the task's `ttl`).
+            pub fn with_ttl(self, ttl: ::core::time::Duration) -> ::taskq::Enqueue<Self> {
+                ::taskq::Enqueue::new(self).with_ttl(ttl)
             }
 
             /// Records this trace context instead of asking the trace-context hook.
@@ -452,7 +477,9 @@ mod tests {
                 max_attempts = 5,
                 priority = -2,
                 timeout = "30s",
-                backoff = "exponential(1s, 10m)"
+                backoff = "exponential(1s, 10m)",
+                max_snoozes = 7,
+                ttl = "1h"
             ),
             quote! {
                 /// Exports an order.
@@ -478,6 +505,10 @@ mod tests {
             "Registration :: of :: < OrderExport > ()",
             "pub fn with_delay",
             "pub fn with_idempotency_key",
+            "const MAX_SNOOZES : u32 = 7u32",
+            "const TTL : :: core :: option :: Option < :: core :: time :: Duration > = :: core :: option :: Option :: Some (:: core :: time :: Duration :: from_millis (3600000u64))",
+            "pub fn with_deadline",
+            "pub fn with_ttl",
             "# [doc = r\" Exports an order.\"]",
         ] {
             assert!(out.contains(needle), "missing {needle:?} in\n{out}");
@@ -504,6 +535,8 @@ mod tests {
             "const PRIORITY",
             "const TIMEOUT",
             "const BACKOFF",
+            "const MAX_SNOOZES",
+            "const TTL",
             "fn required_state",
         ] {
             assert!(!out.contains(absent), "unexpected {absent:?} in\n{out}");

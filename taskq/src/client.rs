@@ -1,5 +1,5 @@
-//! [`Client`]: inspect and manage tasks (get, list, count, pending tasks per name, cancel, retry
-//! dead tasks).
+//! [`Client`]: inspect and manage tasks (get, list, count, pending tasks per name, cancel,
+//! reschedule and reprioritize pending tasks, retry dead tasks).
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -55,6 +55,12 @@ pub struct TaskInfo {
     pub updated_at: DateTime<Utc>,
     /// When it reached a terminal state.
     pub finished_at: Option<DateTime<Utc>>,
+    /// Times a handler snoozed it ([`TaskError::snooze`](crate::TaskError::snooze)): runs that
+    /// did not count as an attempt.
+    pub snoozes: u32,
+    /// No attempt starts at or after this time (database clock); past it the task ends
+    /// `expired`. `None`: no deadline.
+    pub deadline: Option<DateTime<Utc>>,
 }
 
 impl TaskInfo {
@@ -310,6 +316,39 @@ impl Client {
         Err(self.state_error(id, "pending").await)
     }
 
+    /// Moves the due time of a task that has not started to `delay` from now (database clock):
+    /// [`Duration::ZERO`](std::time::Duration::ZERO) makes it due at once. Nothing else
+    /// changes (attempts, priority, deadline: a task rescheduled past its deadline expires
+    /// when it comes due). A delay over [`MAX_DELAY`](crate::MAX_DELAY) is
+    /// [`Error::InvalidSchedule`]; running and terminal tasks give [`Error::WrongState`],
+    /// unknown ids [`Error::NotFound`]. Workers see the change at their next poll.
+    pub async fn reschedule(&self, id: TaskId, delay: std::time::Duration) -> Result<()> {
+        let delay_us = crate::enqueue::validate_schedule(delay, None)?;
+        if self.store.task_reschedule(id, None, delay_us).await? {
+            return Ok(());
+        }
+        Err(self.state_error(id, "pending").await)
+    }
+
+    /// Like [`reschedule`](Self::reschedule), to an absolute time (between 1970 and 10 years
+    /// ahead, else [`Error::InvalidSchedule`]); a time in the past makes the task due at once.
+    pub async fn reschedule_at(&self, id: TaskId, at: DateTime<Utc>) -> Result<()> {
+        crate::enqueue::validate_schedule(std::time::Duration::ZERO, Some(at))?;
+        if self.store.task_reschedule(id, Some(at), 0).await? {
+            return Ok(());
+        }
+        Err(self.state_error(id, "pending").await)
+    }
+
+    /// Sets the priority of a task that has not started (lower runs first). Running and
+    /// terminal tasks give [`Error::WrongState`], unknown ids [`Error::NotFound`].
+    pub async fn set_priority(&self, id: TaskId, priority: i16) -> Result<()> {
+        if self.store.task_set_priority(id, priority).await? {
+            return Ok(());
+        }
+        Err(self.state_error(id, "pending").await)
+    }
+
     /// Pauses `queue`: workers stop claiming from it within about a second (running tasks
     /// finish normally; enqueues still work). Idempotent.
     pub async fn pause_queue(&self, queue: &str) -> Result<()> {
@@ -401,7 +440,7 @@ impl Client {
         }
     }
 
-    /// Deletes terminal tasks (`succeeded`, `dead`, `canceled`; only `state` when given) that
+    /// Deletes terminal tasks (`succeeded`, `dead`, `canceled`, `expired`; only `state` when given) that
     /// finished more than `older_than` ago (whole seconds, database clock), in batches of
     /// [`Client::BATCH`] rows. A non-terminal `state` gives [`Error::InvalidOption`]. Returns
     /// how many tasks were deleted.
@@ -413,7 +452,7 @@ impl Client {
         let states: Vec<TaskState> = match state {
             Some(s) if !s.is_terminal() => {
                 return Err(Error::InvalidOption(format!(
-                    "cannot purge {s} tasks: only terminal states (succeeded, dead, canceled)"
+                    "cannot purge {s} tasks: only terminal states (succeeded, dead, canceled, expired)"
                 )));
             }
             Some(s) => vec![s],
@@ -465,6 +504,8 @@ mod tests {
             idempotency_key: None,
             trace_context: None,
             last_error: last_error.map(str::to_owned),
+            snoozes: 0,
+            deadline: None,
             created_at: now,
             updated_at: now,
             finished_at: Some(now),

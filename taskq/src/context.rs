@@ -18,6 +18,7 @@ pub struct TaskContext {
     pub(crate) queue: Arc<str>,
     pub(crate) attempt: u32,
     pub(crate) max_attempts: u32,
+    pub(crate) snoozes: u32,
     pub(crate) lease_epoch: u64,
     pub(crate) worker_id: Arc<str>,
     pub(crate) cancel: CancelSignal,
@@ -45,6 +46,11 @@ impl TaskContext {
     /// Attempts allowed before the task goes to `dead`.
     pub fn max_attempts(&self) -> u32 {
         self.max_attempts
+    }
+    /// How many times the task snoozed before this run ([`TaskError::snooze`]; those runs
+    /// did not count as attempts).
+    pub fn snoozes(&self) -> u32 {
+        self.snoozes
     }
     /// The fencing token this attempt holds; every write-back is conditional on it.
     pub fn lease_epoch(&self) -> u64 {
@@ -75,6 +81,7 @@ impl TaskContext {
             queue: "test".into(),
             attempt: 1,
             max_attempts: 1,
+            snoozes: 0,
             lease_epoch: 1,
             worker_id: "test".into(),
             cancel: CancelSignal::never(),

@@ -80,6 +80,8 @@ pub struct Enqueued {
 /// | `with_idempotency_key(impl Into<String>)` | one task per (name, key) while the row is kept; a duplicate returns the existing id |
 /// | `with_queue(impl Into<String>)` | overrides the task's queue |
 /// | `with_max_attempts(u32)` | overrides the task's max attempts (at least 1) |
+/// | `with_deadline(DateTime<Utc>)` | no attempt starts at or after this time: a task not started by then ends `expired`, never run; replaces `with_ttl` and the task's `TTL` |
+/// | `with_ttl(Duration)` | the same, as a time to live from the insert (database clock); replaces `with_deadline` and the task's `TTL` |
 /// | `with_trace_context(impl Into<String>)` | records this trace context instead of asking the hook |
 /// | `with_payload_limit(usize)` | overrides the payload size limit for this enqueue |
 ///
@@ -113,6 +115,14 @@ pub struct Enqueue<T> {
     max_attempts: Option<u32>,
     payload_limit: Option<usize>,
     trace_context: Option<String>,
+    expiry: Option<Expiry>,
+}
+
+/// A deadline as given to [`Enqueue`]: absolute, or relative to the insert.
+#[derive(Debug, Clone, Copy)]
+enum Expiry {
+    At(DateTime<Utc>),
+    Ttl(Duration),
 }
 
 impl<T: Task> Enqueue<T> {
@@ -128,6 +138,7 @@ impl<T: Task> Enqueue<T> {
             max_attempts: None,
             payload_limit: None,
             trace_context: None,
+            expiry: None,
         }
     }
     /// Runs no earlier than `delay` after the insert, on the database clock.
@@ -161,6 +172,25 @@ impl<T: Task> Enqueue<T> {
     /// Overrides the task's max attempts (at least 1).
     pub fn with_max_attempts(mut self, n: u32) -> Self {
         self.max_attempts = Some(n);
+        self
+    }
+    /// No attempt of this task starts at or after `deadline` (compared with the database
+    /// clock): a task still pending then — not yet due, waiting behind others, or waiting
+    /// for a retry — is not run and ends `expired` when a worker next finds it due. An attempt
+    /// already running when the deadline passes is not interrupted (that is what the task's
+    /// `timeout` is for). Replaces [`with_ttl`](Self::with_ttl) and the task's
+    /// [`TTL`](Task::TTL). Must lie between 1970 and 10 years ahead, and after a
+    /// [`with_run_at`](Self::with_run_at) time.
+    pub fn with_deadline(mut self, deadline: DateTime<Utc>) -> Self {
+        self.expiry = Some(Expiry::At(deadline));
+        self
+    }
+    /// The deadline as a time to live: `insert time + ttl` on the database clock (see
+    /// [`with_deadline`](Self::with_deadline)). Replaces `with_deadline` and the task's
+    /// [`TTL`](Task::TTL). Must be non-zero, at most [`MAX_DELAY`], and longer than a
+    /// [`with_delay`](Self::with_delay).
+    pub fn with_ttl(mut self, ttl: Duration) -> Self {
+        self.expiry = Some(Expiry::Ttl(ttl));
         self
     }
     /// Records this trace context (e.g. a W3C `traceparent`) instead of asking the hook set
@@ -232,6 +262,8 @@ impl<T: Task> Enqueue<T> {
             ));
         }
         let delay_us = validate_schedule(self.delay, self.run_at)?;
+        let expiry = self.expiry.or(T::TTL.map(Expiry::Ttl));
+        let (deadline, ttl_us) = validate_expiry(expiry, self.delay, self.run_at)?;
         let payload = serde_json::to_vec(&self.task).map_err(Error::Serialize)?;
         let limit = self.payload_limit.unwrap_or_else(payload_limit);
         if payload.len() > limit {
@@ -248,6 +280,8 @@ impl<T: Task> Enqueue<T> {
             max_attempts,
             delay_us,
             run_at: self.run_at,
+            deadline,
+            ttl_us,
             idempotency_key: self.idempotency_key,
             trace_context: trace(self.trace_context),
         })
@@ -263,6 +297,9 @@ pub(crate) struct Prepared {
     pub(crate) max_attempts: u32,
     delay_us: i64,
     run_at: Option<DateTime<Utc>>,
+    pub(crate) deadline: Option<DateTime<Utc>>,
+    /// Time to live from the insert (µs), when the deadline is relative.
+    pub(crate) ttl_us: Option<i64>,
     idempotency_key: Option<String>,
     pub(crate) trace_context: Option<String>,
 }
@@ -277,6 +314,8 @@ impl Prepared {
             max_attempts: self.max_attempts,
             delay_us: self.delay_us,
             run_at: self.run_at,
+            deadline: self.deadline,
+            ttl_us: self.ttl_us,
             idempotency_key: self.idempotency_key.as_deref(),
             trace_context: self.trace_context.as_deref(),
         };
@@ -422,9 +461,9 @@ async fn insert_many(conn: &mut MySqlConnection, rows: &[Prepared]) -> Result<Ve
                     priority: r.priority,
                     max_attempts: r.max_attempts,
                     delay_us: r.delay_us,
-                    run_at: r
-                        .run_at
-                        .map(|d| d.naive_utc().format("%Y-%m-%d %H:%M:%S%.6f").to_string()),
+                    run_at: r.run_at.map(datetime_text),
+                    deadline: r.deadline.map(datetime_text),
+                    ttl_us: r.ttl_us,
                     trace_context: r.trace_context.as_deref(),
                 };
                 json.push_str(&serde_json::to_string(&row).map_err(Error::Serialize)?);
@@ -449,6 +488,11 @@ async fn insert_many(conn: &mut MySqlConnection, rows: &[Prepared]) -> Result<Ve
         }
     }
     Ok(out)
+}
+
+/// `YYYY-MM-DD HH:MM:SS.ffffff` (UTC), as `JSON_TABLE` reads a `DATETIME(6)`.
+fn datetime_text(d: DateTime<Utc>) -> String {
+    d.naive_utc().format("%Y-%m-%d %H:%M:%S%.6f").to_string()
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -485,7 +529,7 @@ pub(crate) fn validate_name(what: &'static str, value: &str, max: usize) -> Resu
 }
 
 /// Checks a delay / run-at and returns the delay in microseconds.
-fn validate_schedule(delay: Duration, run_at: Option<DateTime<Utc>>) -> Result<i64> {
+pub(crate) fn validate_schedule(delay: Duration, run_at: Option<DateTime<Utc>>) -> Result<i64> {
     if delay > MAX_DELAY {
         return Err(Error::InvalidSchedule(format!(
             "delay of {delay:?} exceeds the maximum of {} days",
@@ -502,6 +546,51 @@ fn validate_schedule(delay: Duration, run_at: Option<DateTime<Utc>>) -> Result<i
         }
     }
     Ok(delay.as_micros() as i64)
+}
+
+/// Checks a deadline or time to live against the schedule; returns the absolute deadline or
+/// the time to live in microseconds (at most one is set). A task that could only become due at
+/// or after its deadline is refused (it could never run); that is checked where both are on
+/// the same footing (two durations from the insert, or two absolute times), since the client
+/// clock is not the database's.
+fn validate_expiry(
+    expiry: Option<Expiry>,
+    delay: Duration,
+    run_at: Option<DateTime<Utc>>,
+) -> Result<(Option<DateTime<Utc>>, Option<i64>)> {
+    match expiry {
+        None => Ok((None, None)),
+        Some(Expiry::Ttl(ttl)) => {
+            if ttl.is_zero() || ttl > MAX_DELAY {
+                return Err(Error::InvalidSchedule(format!(
+                    "ttl of {ttl:?} is outside (0, {} days]",
+                    MAX_DELAY.as_secs() / 86_400
+                )));
+            }
+            if run_at.is_none() && delay >= ttl {
+                return Err(Error::InvalidSchedule(format!(
+                    "ttl of {ttl:?} ends before the delay of {delay:?}: the task would expire before it is due"
+                )));
+            }
+            Ok((None, Some(ttl.as_micros() as i64)))
+        }
+        Some(Expiry::At(at)) => {
+            let max = Utc::now() + MAX_DELAY;
+            if at < DateTime::<Utc>::UNIX_EPOCH || at > max {
+                return Err(Error::InvalidSchedule(format!(
+                    "deadline {at} is outside 1970-01-01 ..= now + 10 years"
+                )));
+            }
+            if let Some(due) = run_at
+                && due >= at
+            {
+                return Err(Error::InvalidSchedule(format!(
+                    "deadline {at} is not after run_at {due}: the task would expire before it is due"
+                )));
+            }
+            Ok((Some(at), None))
+        }
+    }
 }
 
 #[cfg(test)]
@@ -537,5 +626,40 @@ mod tests {
         assert!(validate_schedule(Duration::ZERO, Some(far)).is_err());
         let past = DateTime::<Utc>::from_timestamp(-10, 0).unwrap();
         assert!(validate_schedule(Duration::ZERO, Some(past)).is_err());
+    }
+
+    #[test]
+    fn deadlines_are_checked() {
+        let s = Duration::from_secs;
+        let ok = |e, d, r| validate_expiry(Some(e), d, r);
+        assert_eq!(
+            ok(Expiry::Ttl(s(60)), s(59), None).unwrap(),
+            (None, Some(60_000_000))
+        );
+        for (ttl, delay) in [
+            (s(0), s(0)),
+            (s(60), s(60)),
+            (s(60), s(61)),
+            (MAX_DELAY + s(1), s(0)),
+        ] {
+            let e = ok(Expiry::Ttl(ttl), delay, None).unwrap_err();
+            assert!(matches!(e, Error::InvalidSchedule(_)), "{ttl:?} {delay:?}");
+        }
+        let now = Utc::now();
+        let at = now + chrono::Duration::minutes(5);
+        assert_eq!(
+            ok(Expiry::At(at), s(0), Some(now)).unwrap(),
+            (Some(at), None)
+        );
+        // An absolute deadline is not compared with a relative delay (different clocks).
+        assert!(ok(Expiry::At(at), s(3600), None).is_ok());
+        assert!(ok(Expiry::At(at), s(0), Some(at)).is_err());
+        let far = now + chrono::Duration::days(365 * 11);
+        assert!(ok(Expiry::At(far), s(0), None).is_err());
+        let past = DateTime::<Utc>::from_timestamp(-10, 0).unwrap();
+        assert!(ok(Expiry::At(past), s(0), None).is_err());
+        // A deadline already in the past (client clock) is accepted: the task expires.
+        assert!(ok(Expiry::At(now - chrono::Duration::minutes(1)), s(0), None).is_ok());
+        assert_eq!(validate_expiry(None, s(5), None).unwrap(), (None, None));
     }
 }

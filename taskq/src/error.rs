@@ -437,7 +437,8 @@ type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 /// Any `std::error::Error + Send + Sync + 'static` converts into a retryable `TaskError`, so `?`
 /// works with your own error types. Use [`TaskError::permanent`] for failures that retrying
 /// cannot fix (the task goes straight to `dead`) and [`TaskError::retry_after`] to choose the
-/// delay before the next attempt.
+/// delay before the next attempt. [`TaskError::snooze`] is not a failure: the task runs again
+/// later without the attempt being counted.
 ///
 /// `TaskError` deliberately does not implement `std::error::Error` (like `anyhow::Error`), which
 /// is what makes the blanket `From` possible.
@@ -456,6 +457,9 @@ pub enum TaskErrorKind {
     RetryAfter(Duration),
     /// Do not retry: the task goes to `dead` with this error.
     Permanent,
+    /// Not a failure: run again after this delay, without counting the attempt (up to the
+    /// task's [`MAX_SNOOZES`](crate::Task::MAX_SNOOZES); see [`TaskError::snooze`]).
+    Snooze(Duration),
 }
 
 #[derive(Debug)]
@@ -485,6 +489,35 @@ impl TaskError {
     /// Retry after `delay` instead of the backoff (counts as an attempt).
     pub fn retry_after(delay: Duration, source: impl Into<BoxError>) -> Self {
         Self::new(TaskErrorKind::RetryAfter(delay), source)
+    }
+    /// Not a failure: asks to run the task again after `delay` **without counting this
+    /// attempt** (the task goes back to `pending` with `run_at = now + delay` on the database
+    /// clock, `attempt` unchanged, `snoozes` + 1, `last_error` untouched). For a handler that
+    /// finds it is too early (a resource not ready yet, a rate limit of its own), unlike
+    /// [`TaskError::retry_after`], which records a failure and uses up an attempt.
+    ///
+    /// Bounded: once the task has snoozed [`Task::MAX_SNOOZES`](crate::Task::MAX_SNOOZES)
+    /// times (default 100), a further snooze counts as a failed attempt (retried after
+    /// `delay`, `dead` when attempts are exhausted), with the reason in `last_error`. The delay
+    /// is clamped to [`MAX_DELAY`](crate::MAX_DELAY).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use taskq::TaskError;
+    /// # fn report_ready() -> bool { false }
+    /// fn handler_body() -> Result<(), TaskError> {
+    ///     if !report_ready() {
+    ///         return Err(TaskError::snooze(Duration::from_secs(30)));
+    ///     }
+    ///     Ok(())
+    /// }
+    /// # assert!(handler_body().is_err());
+    /// ```
+    pub fn snooze(delay: Duration) -> Self {
+        Self::new(
+            TaskErrorKind::Snooze(delay),
+            Message(format!("snoozed for {delay:?}")),
+        )
     }
     /// A retryable error from a plain message.
     pub fn msg(message: impl fmt::Display) -> Self {
@@ -521,6 +554,7 @@ impl fmt::Debug for TaskError {
             TaskErrorKind::Retry => f.write_str("retry: ")?,
             TaskErrorKind::RetryAfter(d) => write!(f, "retry after {d:?}: ")?,
             TaskErrorKind::Permanent => f.write_str("permanent: ")?,
+            TaskErrorKind::Snooze(d) => write!(f, "snooze {d:?}: ")?,
         }
         f.write_str(&self.to_chain_string())
     }
@@ -785,5 +819,12 @@ mod tests {
             "retry after 3s: bad count: invalid digit found in string"
         );
         assert!(format!("{e:#?}").starts_with("TaskError {"));
+    }
+
+    #[test]
+    fn snooze_carries_its_delay() {
+        let e = TaskError::snooze(Duration::from_millis(1500));
+        assert_eq!(e.kind(), TaskErrorKind::Snooze(Duration::from_millis(1500)));
+        assert_eq!(e.to_string(), "snoozed for 1.5s");
     }
 }

@@ -66,7 +66,10 @@ pub use schedule::{
     MAX_CATCH_UP_TICKS, MAX_EXPRESSION_LEN, MAX_SCHEDULE_NAME_LEN, MISSED_TICK_GRACE, MissedTicks,
     Schedule, schedule_tick_key,
 };
-pub use task::{DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, ParseStateError, Task, TaskId, TaskState};
+pub use task::{
+    DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_SNOOZES, DEFAULT_QUEUE, ParseStateError, Task, TaskId,
+    TaskState,
+};
 pub use trace::{MAX_TRACE_CONTEXT_LEN, set_trace_context_hook};
 pub use wake::notify;
 pub use worker::{
@@ -77,17 +80,19 @@ pub use worker::{
 ///
 /// The function stays callable as written. The macro adds a payload struct named in
 /// PascalCase (one field per payload parameter), its [`Task`] impl, inherent enqueue helpers
-/// (`enqueue_tx`, `enqueue`, `enqueue_options`, `with_delay`, `with_run_at`, `with_priority`,
-/// `with_idempotency_key`) and a registration found by [`WorkerBuilder::register_all`] and
-/// [`run_registered`].
+/// (`enqueue_tx`, `enqueue`, `enqueue_options` and every `with_*` option of [`Enqueue`]) and a
+/// registration found by [`WorkerBuilder::register_all`] and [`run_registered`].
 ///
 /// Attributes (all optional): `name` (stable name stored in the row; default: the fn's name),
 /// `queue` (default `"default"`), `max_attempts` (default [`DEFAULT_MAX_ATTEMPTS`]), `priority`
-/// (default 0, lower runs first), `timeout` (e.g. `"30s"`; default none) and `backoff`
-/// (`"exponential(1s, 10m)"` or `"constant(5s)"`; default [`Backoff::DEFAULT`]). For a recurring
-/// task without payload parameters: `cron` (`"0 3 * * *"`, or 6 fields with seconds first; see
-/// [`Schedule`]), `timezone` (default `"UTC"`) and `missed_ticks` (`"latest"`, the default,
-/// `"skip"` or `"all(N)"`; see [`MissedTicks`]).
+/// (default 0, lower runs first), `timeout` (e.g. `"30s"`; default none), `backoff`
+/// (`"exponential(1s, 10m)"` or `"constant(5s)"`; default [`Backoff::DEFAULT`]), `max_snoozes`
+/// (snoozes that do not count as an attempt, see [`TaskError::snooze`]; default
+/// [`DEFAULT_MAX_SNOOZES`]) and `ttl` (e.g. `"1h"`: a task not started within it after its
+/// enqueue ends `expired`, never run; default none). For a recurring task without payload
+/// parameters: `cron` (`"0 3 * * *"`, or 6 fields with seconds first; see [`Schedule`]),
+/// `timezone` (default `"UTC"`) and `missed_ticks` (`"latest"`, the default, `"skip"` or
+/// `"all(N)"`; see [`MissedTicks`]).
 ///
 /// Parameters of type [`TaskContext`], [`CancelSignal`] or [`State<T>`](State), or marked
 /// `#[inject]`, are injected by the worker; every other parameter is payload.

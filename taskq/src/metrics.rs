@@ -9,6 +9,8 @@
 //! | `taskq_enqueued_total` | counter | queue, task |
 //! | `taskq_claimed_total` | counter | queue |
 //! | `taskq_completed_total` | counter | queue, task, outcome = succeeded / retried / dead |
+//! | `taskq_snoozed_total` | counter | queue, task (snoozes written back; not in `taskq_completed_total`) |
+//! | `taskq_expired_total` | counter | queue, task (due tasks found past their deadline: not run) |
 //! | `taskq_canceled_total` | counter | — |
 //! | `taskq_lost_leases_total` | counter | queue, task |
 //! | `taskq_fenced_total` | counter | queue, task |
@@ -39,6 +41,16 @@ pub(crate) fn claimed(queue: &str, n: usize, took: Duration) {
 
 pub(crate) fn completed(queue: &str, task: &str, outcome: &'static str) {
     counter!("taskq_completed_total", "queue" => queue.to_owned(), "task" => task.to_owned(), "outcome" => outcome)
+        .increment(1);
+}
+
+pub(crate) fn snoozed(queue: &str, task: &str) {
+    counter!("taskq_snoozed_total", "queue" => queue.to_owned(), "task" => task.to_owned())
+        .increment(1);
+}
+
+pub(crate) fn expired(queue: &str, task: &str) {
+    counter!("taskq_expired_total", "queue" => queue.to_owned(), "task" => task.to_owned())
         .increment(1);
 }
 

@@ -26,6 +26,7 @@ pub struct Registration {
     pub(crate) type_name: fn() -> &'static str,
     pub(crate) timeout: Option<Duration>,
     pub(crate) backoff: Backoff,
+    pub(crate) max_snoozes: u32,
     pub(crate) required_state: fn() -> Vec<StateRequirement>,
     pub(crate) run: fn(&[u8], TaskContext) -> std::result::Result<BoxFuture, serde_json::Error>,
     /// The schedule declared with the task ([`Task::schedule`]), validated.
@@ -63,6 +64,7 @@ impl Registration {
             type_name: std::any::type_name::<T>,
             timeout: T::TIMEOUT,
             backoff: T::BACKOFF,
+            max_snoozes: T::MAX_SNOOZES,
             required_state: T::required_state,
             run: run_erased::<T>,
             schedule: schedule_erased::<T>,

@@ -197,6 +197,8 @@ impl<T: Task> Schedule<T> {
             queue: prepared.queue,
             priority: prepared.priority,
             max_attempts: prepared.max_attempts,
+            deadline: prepared.deadline,
+            ttl_us: prepared.ttl_us,
             payload: prepared.payload,
             trace_context: prepared.trace_context,
             expression,
@@ -478,6 +480,9 @@ pub(crate) struct ScheduleDef {
     pub queue: String,
     pub priority: i16,
     pub max_attempts: u32,
+    /// The task's deadline (absolute, or a time to live from each tick's insert).
+    pub deadline: Option<DateTime<Utc>>,
+    pub ttl_us: Option<i64>,
     pub payload: Vec<u8>,
     pub trace_context: Option<String>,
     /// The expression as stored (trimmed).

@@ -57,6 +57,10 @@ pub(crate) struct NewTask<'a> {
     /// Microseconds from the database's now; ignored when `run_at` is set.
     pub delay_us: i64,
     pub run_at: Option<DateTime<Utc>>,
+    /// Absolute deadline; at most one of `deadline` and `ttl_us` is set.
+    pub deadline: Option<DateTime<Utc>>,
+    /// Deadline as microseconds from the database's now.
+    pub ttl_us: Option<i64>,
     pub idempotency_key: Option<&'a str>,
     pub trace_context: Option<&'a str>,
 }
@@ -75,9 +79,10 @@ pub(crate) async fn task_insert(
 ) -> sqlx::Result<Inserted> {
     let res = sqlx::query!(
         r#"INSERT INTO taskq_tasks
-            (queue, name, payload, state, priority, max_attempts, run_at, idempotency_key,
-             trace_context, created_at, updated_at)
+            (queue, name, payload, state, priority, max_attempts, run_at, deadline,
+             idempotency_key, trace_context, created_at, updated_at)
            VALUES (?, ?, ?, 'pending', ?, ?,
+             COALESCE(?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND),
              COALESCE(?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND), ?, ?,
              UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))"#,
         t.queue,
@@ -87,6 +92,8 @@ pub(crate) async fn task_insert(
         t.max_attempts,
         t.run_at.map(|d| d.naive_utc()),
         t.delay_us,
+        t.deadline.map(|d| d.naive_utc()),
+        t.ttl_us,
         t.idempotency_key,
         t.trace_context,
     )
@@ -128,7 +135,8 @@ impl Store {
                  run_at AS "run_at: DateTime<Utc>", lease_until AS "lease_until: DateTime<Utc>",
                  lease_epoch AS "lease_epoch: u64", worker_id, idempotency_key, trace_context, last_error,
                  created_at AS "created_at: DateTime<Utc>", updated_at AS "updated_at: DateTime<Utc>",
-                 finished_at AS "finished_at: DateTime<Utc>"
+                 finished_at AS "finished_at: DateTime<Utc>", snoozes AS "snoozes: u32",
+                 deadline AS "deadline: DateTime<Utc>"
                FROM taskq_tasks WHERE id = ?"#,
             id.0
         )
@@ -161,7 +169,8 @@ impl Store {
                  run_at AS "run_at: DateTime<Utc>", lease_until AS "lease_until: DateTime<Utc>",
                  lease_epoch AS "lease_epoch: u64", worker_id, idempotency_key, trace_context, last_error,
                  created_at AS "created_at: DateTime<Utc>", updated_at AS "updated_at: DateTime<Utc>",
-                 finished_at AS "finished_at: DateTime<Utc>"
+                 finished_at AS "finished_at: DateTime<Utc>", snoozes AS "snoozes: u32",
+                 deadline AS "deadline: DateTime<Utc>"
                FROM taskq_tasks
                WHERE id > ? AND (? IS NULL OR queue = ?) AND (? IS NULL OR state = ?)
                  AND (? IS NULL OR name = ?)
@@ -250,6 +259,41 @@ impl Store {
         Ok(done.rows_affected() == 1)
     }
 
+    /// Moves a pending task's due time to `at`, or to `delay_us` from the database's now when
+    /// `at` is `None`; returns whether a row matched.
+    pub(crate) async fn task_reschedule(
+        &self,
+        id: TaskId,
+        at: Option<DateTime<Utc>>,
+        delay_us: i64,
+    ) -> sqlx::Result<bool> {
+        let done = sqlx::query!(
+            r#"UPDATE taskq_tasks
+               SET run_at = COALESCE(?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND),
+                   updated_at = UTC_TIMESTAMP(6)
+               WHERE id = ? AND state = 'pending'"#,
+            at.map(|d| d.naive_utc()),
+            delay_us,
+            id.0
+        )
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Sets a pending task's priority; returns whether a row matched.
+    pub(crate) async fn task_set_priority(&self, id: TaskId, priority: i16) -> sqlx::Result<bool> {
+        let done = sqlx::query!(
+            r#"UPDATE taskq_tasks SET priority = ?, updated_at = UTC_TIMESTAMP(6)
+               WHERE id = ? AND state = 'pending'"#,
+            priority,
+            id.0
+        )
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
     /// Moves a dead task back to pending with attempts reset and its epoch incremented.
     pub(crate) async fn task_retry_dead(&self, id: TaskId) -> sqlx::Result<bool> {
         let done = sqlx::query!(
@@ -283,6 +327,8 @@ pub(crate) struct Claimed {
     /// Attempt number of this run (already incremented).
     pub attempt: u32,
     pub max_attempts: u32,
+    /// Snoozes so far (before this run).
+    pub snoozes: u32,
     /// Fencing token of this run (already incremented).
     pub lease_epoch: u64,
     /// How long the task waited after it was due, on the database clock (µs).
@@ -326,10 +372,20 @@ pub(crate) struct ClaimRequest<'a> {
     pub worker_id: &'a str,
 }
 
+/// A due task the claim found past its deadline and moved to `expired` instead of running.
+pub(crate) struct ExpiredTask {
+    pub id: u64,
+    pub name: String,
+    /// How long ago its deadline passed, on the database clock (µs).
+    pub late_us: i64,
+}
+
 /// What one claim transaction took.
 pub(crate) struct ClaimBatch {
     /// The claimed tasks, in claim order.
     pub tasks: Vec<Claimed>,
+    /// Tasks the claim locked but found past their deadline: moved to `expired`, not run.
+    pub expired: Vec<ExpiredTask>,
     /// Position of the last claimed row (`None` when nothing was claimed).
     pub last: Option<ClaimKey>,
     /// Set when fewer tasks than asked for were claimed although the candidate read was full:
@@ -357,6 +413,15 @@ struct ClaimRow {
     lease_epoch: u64,
     wait_us: i64,
     trace_context: Option<String>,
+    snoozes: u32,
+    /// Time until the deadline on the database clock (µs; zero or less: passed), if any.
+    deadline_in_us: Option<i64>,
+}
+
+impl ClaimRow {
+    fn is_expired(&self) -> bool {
+        self.deadline_in_us.is_some_and(|us| us <= 0)
+    }
 }
 
 impl Store {
@@ -370,6 +435,11 @@ impl Store {
     ///    skipped, rows it already took no longer match;
     /// 3. one `UPDATE` that marks the locked rows running with a lease of `lease_us` and
     ///    increments attempt and epoch.
+    ///
+    /// The locking read also reads each row's `deadline` against the database clock: a row
+    /// past it is not started but moved to `expired` by one more `UPDATE` in the same
+    /// transaction, issued only when the batch has such rows (tasks without a deadline cost
+    /// nothing more). Expired rows count towards `limit`.
     ///
     /// Concurrent claimers read the same candidates; when this one locks fewer than `limit`
     /// although the candidate read was full, the batch says so (`contended_after`) and the
@@ -414,7 +484,8 @@ impl Store {
                          attempt AS "attempt: u32", max_attempts AS "max_attempts: u32",
                          lease_epoch AS "lease_epoch: u64",
                          TIMESTAMPDIFF(MICROSECOND, run_at, UTC_TIMESTAMP(6)) AS "wait_us!: i64",
-                         trace_context
+                         trace_context, snoozes AS "snoozes: u32",
+                         TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), deadline) AS "deadline_in_us: i64"
                        FROM taskq_tasks
                        WHERE state = 'pending' AND queue = ? AND run_at <= UTC_TIMESTAMP(6)
                          AND JSON_CONTAINS(?, JSON_QUOTE(name))
@@ -440,31 +511,51 @@ impl Store {
             tx.commit().await?;
             return Ok(ClaimBatch {
                 tasks: Vec::new(),
+                expired: Vec::new(),
                 last: None,
                 contended_after,
             });
         }
         rows.sort_by_key(|r| (r.priority, r.run_at, r.id));
-        let ids = serde_json::to_string(&rows.iter().map(|r| r.id).collect::<Vec<_>>())
-            .expect("ids serialize");
-        sqlx::query!(
-            r#"UPDATE JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$')) AS j
-                 STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id
-               SET t.state = 'running', t.attempt = t.attempt + 1, t.lease_epoch = t.lease_epoch + 1,
-                   t.lease_until = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, t.worker_id = ?,
-                   t.updated_at = UTC_TIMESTAMP(6)"#,
-            ids,
-            lease_us,
-            worker_id
-        )
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
         let last = rows.last().map(|r| ClaimKey {
             priority: r.priority,
             run_at: r.run_at,
             id: r.id,
         });
+        // Rows past their deadline are never started: they end `expired` in this transaction,
+        // with one more statement only when there are some.
+        let (expired, rows): (Vec<ClaimRow>, Vec<ClaimRow>) =
+            rows.into_iter().partition(ClaimRow::is_expired);
+        if !expired.is_empty() {
+            let ids = serde_json::to_string(&expired.iter().map(|r| r.id).collect::<Vec<_>>())
+                .expect("ids serialize");
+            sqlx::query!(
+                r#"UPDATE JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$')) AS j
+                     STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id
+                   SET t.state = 'expired', t.finished_at = UTC_TIMESTAMP(6), t.updated_at = UTC_TIMESTAMP(6)
+                   WHERE t.state = 'pending'"#,
+                ids
+            )
+            .execute(&mut *tx)
+            .await?;
+        }
+        if !rows.is_empty() {
+            let ids = serde_json::to_string(&rows.iter().map(|r| r.id).collect::<Vec<_>>())
+                .expect("ids serialize");
+            sqlx::query!(
+                r#"UPDATE JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$')) AS j
+                     STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id
+                   SET t.state = 'running', t.attempt = t.attempt + 1, t.lease_epoch = t.lease_epoch + 1,
+                       t.lease_until = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, t.worker_id = ?,
+                       t.updated_at = UTC_TIMESTAMP(6)"#,
+                ids,
+                lease_us,
+                worker_id
+            )
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
         let tasks = rows
             .into_iter()
             .map(|r| Claimed {
@@ -473,13 +564,23 @@ impl Store {
                 payload: r.payload,
                 attempt: r.attempt + 1,
                 max_attempts: r.max_attempts,
+                snoozes: r.snoozes,
                 lease_epoch: r.lease_epoch + 1,
                 wait_us: r.wait_us,
                 trace_context: r.trace_context,
             })
             .collect();
+        let expired = expired
+            .into_iter()
+            .map(|r| ExpiredTask {
+                id: r.id,
+                name: r.name,
+                late_us: -r.deadline_in_us.unwrap_or(0),
+            })
+            .collect();
         Ok(ClaimBatch {
             tasks,
+            expired,
             last,
             contended_after,
         })
@@ -564,7 +665,8 @@ async fn claim_by_candidates(
              t.attempt AS "attempt: u32", t.max_attempts AS "max_attempts: u32",
              t.lease_epoch AS "lease_epoch: u64",
              TIMESTAMPDIFF(MICROSECOND, t.run_at, UTC_TIMESTAMP(6)) AS "wait_us!: i64",
-             t.trace_context
+             t.trace_context, t.snoozes AS "snoozes: u32",
+             TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), t.deadline) AS "deadline_in_us: i64"
            FROM JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$')) AS j
              STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id
            WHERE t.state = 'pending' AND t.run_at <= UTC_TIMESTAMP(6)
@@ -636,9 +738,10 @@ impl Store {
 pub(crate) struct Finish {
     pub id: u64,
     pub epoch: u64,
-    /// `succeeded`, `pending` (retry) or `dead`.
+    /// `succeeded`, `pending` (retry), `dead`, or `snoozed`: written as `pending` with the
+    /// attempt given back and `snoozes` + 1.
     pub state: &'static str,
-    /// Retry delay from the database's now, for `pending`.
+    /// Delay from the database's now of the next run, for `pending` and `snoozed`.
     pub delay_us: i64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -646,7 +749,9 @@ pub(crate) struct Finish {
 
 impl Store {
     /// Writes a batch of outcomes in one statement. Each row is written only if it is still
-    /// running with the epoch its attempt claimed; returns how many rows were written.
+    /// running with the epoch its attempt claimed; returns how many rows were written. A
+    /// snooze is a retry that gives its attempt back (`attempt - 1`, like a release) and
+    /// counts itself in `snoozes`; for the other outcomes those two columns keep their value.
     pub(crate) async fn task_finish(
         &self,
         conn: &mut MySqlConnection,
@@ -664,9 +769,12 @@ impl Store {
                      delay_us BIGINT PATH '$.delay_us',
                      error TEXT CHARACTER SET utf8mb4 PATH '$.error')) AS j
                  STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id AND t.lease_epoch = j.epoch
-               SET t.state = j.state,
-                   t.run_at = IF(j.state = 'pending', UTC_TIMESTAMP(6) + INTERVAL j.delay_us MICROSECOND, t.run_at),
-                   t.finished_at = IF(j.state = 'pending', NULL, UTC_TIMESTAMP(6)),
+               SET t.state = IF(j.state = 'snoozed', 'pending', j.state),
+                   t.run_at = IF(j.state IN ('pending', 'snoozed'),
+                                 UTC_TIMESTAMP(6) + INTERVAL j.delay_us MICROSECOND, t.run_at),
+                   t.finished_at = IF(j.state IN ('pending', 'snoozed'), NULL, UTC_TIMESTAMP(6)),
+                   t.attempt = IF(j.state = 'snoozed' AND t.attempt > 0, t.attempt - 1, t.attempt),
+                   t.snoozes = IF(j.state = 'snoozed', t.snoozes + 1, t.snoozes),
                    t.last_error = IF(j.error IS NULL, t.last_error, j.error),
                    t.lease_until = NULL,
                    t.updated_at = UTC_TIMESTAMP(6)
@@ -937,6 +1045,12 @@ pub(crate) struct BatchRow<'a> {
     /// `YYYY-MM-DD HH:MM:SS.ffffff` (UTC); absent means "now + delay".
     #[serde(rename = "r", skip_serializing_if = "Option::is_none")]
     pub run_at: Option<String>,
+    /// Absolute deadline, `YYYY-MM-DD HH:MM:SS.ffffff` (UTC); absent means none or `ttl_us`.
+    #[serde(rename = "dl", skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<String>,
+    /// Deadline as microseconds from the database's now; absent means none or `deadline`.
+    #[serde(rename = "tl", skip_serializing_if = "Option::is_none")]
+    pub ttl_us: Option<i64>,
     #[serde(rename = "t", skip_serializing_if = "Option::is_none")]
     pub trace_context: Option<&'a str>,
 }
@@ -974,10 +1088,11 @@ pub(crate) async fn task_insert_batch(
 ) -> sqlx::Result<(u64, u64)> {
     let done = sqlx::query!(
         r#"INSERT INTO taskq_tasks
-            (queue, name, payload, state, priority, max_attempts, run_at, idempotency_key,
-             trace_context, created_at, updated_at)
+            (queue, name, payload, state, priority, max_attempts, run_at, deadline,
+             idempotency_key, trace_context, created_at, updated_at)
            SELECT j.queue, j.name, UNHEX(j.payload), 'pending', j.priority, j.max_attempts,
-             COALESCE(j.run_at, UTC_TIMESTAMP(6) + INTERVAL j.delay_us MICROSECOND), NULL,
+             COALESCE(j.run_at, UTC_TIMESTAMP(6) + INTERVAL j.delay_us MICROSECOND),
+             COALESCE(j.deadline, UTC_TIMESTAMP(6) + INTERVAL j.ttl_us MICROSECOND), NULL,
              j.trace_context, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6)
            FROM JSON_TABLE(?, '$[*]' COLUMNS (
                  ord FOR ORDINALITY,
@@ -988,6 +1103,8 @@ pub(crate) async fn task_insert_batch(
                  max_attempts INT UNSIGNED PATH '$.m',
                  delay_us BIGINT PATH '$.d',
                  run_at DATETIME(6) PATH '$.r',
+                 deadline DATETIME(6) PATH '$.dl',
+                 ttl_us BIGINT PATH '$.tl',
                  trace_context VARCHAR(512) PATH '$.t')) AS j
            ORDER BY j.ord"#,
         rows_json

@@ -17,6 +17,9 @@ use crate::schedule::Schedule;
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 20;
 /// Default queue name.
 pub const DEFAULT_QUEUE: &str = "default";
+/// Default number of snoozes (`TaskError::snooze`) that do not count as an attempt; see
+/// [`Task::MAX_SNOOZES`].
+pub const DEFAULT_MAX_SNOOZES: u32 = 100;
 
 /// A kind of background task: a serializable payload plus the handler that runs it.
 ///
@@ -52,6 +55,14 @@ pub trait Task: Serialize + DeserializeOwned + Send + Sync + 'static {
     const TIMEOUT: Option<Duration> = None;
     /// Delay between failed attempts.
     const BACKOFF: Backoff = Backoff::DEFAULT;
+    /// Snoozes ([`TaskError::snooze`]) that do not count as an attempt. Once a task has
+    /// snoozed this many times, each further snooze counts as a failed attempt (retried after
+    /// the snooze delay, `dead` when attempts are exhausted). Default [`DEFAULT_MAX_SNOOZES`].
+    const MAX_SNOOZES: u32 = DEFAULT_MAX_SNOOZES;
+    /// Time to live from enqueue: a task not started within it is never run and ends
+    /// `expired` (see [`Enqueue::with_ttl`]). `None` (the default): no deadline. An enqueue
+    /// with [`Enqueue::with_deadline`] or [`Enqueue::with_ttl`] overrides it.
+    const TTL: Option<Duration> = None;
 
     /// Runs one attempt. Must be idempotent: at-least-once delivery may run it again.
     fn run(self, cx: TaskContext) -> impl Future<Output = Result<(), TaskError>> + Send;
@@ -99,6 +110,14 @@ pub trait Task: Serialize + DeserializeOwned + Send + Sync + 'static {
     fn with_max_attempts(self, n: u32) -> Enqueue<Self> {
         Enqueue::new(self).with_max_attempts(n)
     }
+    /// [`Enqueue::with_deadline`] on this task.
+    fn with_deadline(self, deadline: chrono::DateTime<chrono::Utc>) -> Enqueue<Self> {
+        Enqueue::new(self).with_deadline(deadline)
+    }
+    /// [`Enqueue::with_ttl`] on this task.
+    fn with_ttl(self, ttl: Duration) -> Enqueue<Self> {
+        Enqueue::new(self).with_ttl(ttl)
+    }
     /// [`Enqueue::with_trace_context`] on this task.
     fn with_trace_context(self, context: impl Into<String>) -> Enqueue<Self> {
         Enqueue::new(self).with_trace_context(context)
@@ -145,8 +164,8 @@ impl From<u64> for TaskId {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum TaskState {
-    /// Waiting for `run_at` or for a worker. Entered by enqueue, retry, reaping an expired
-    /// lease, release at shutdown and manual retry of a dead task.
+    /// Waiting for `run_at` or for a worker. Entered by enqueue, retry, snooze, reaping an
+    /// expired lease, release at shutdown and manual retry of a dead task.
     Pending,
     /// Claimed by a worker that holds a lease (`lease_until`, `lease_epoch`).
     Running,
@@ -156,16 +175,20 @@ pub enum TaskState {
     Dead,
     /// Canceled before it started (terminal).
     Canceled,
+    /// Its deadline passed before an attempt could start, so it was not (or not again) run
+    /// (terminal). Set by the claim that finds it due past its deadline.
+    Expired,
 }
 
 impl TaskState {
     /// All states, in lifecycle order.
-    pub const ALL: [TaskState; 5] = [
+    pub const ALL: [TaskState; 6] = [
         Self::Pending,
         Self::Running,
         Self::Succeeded,
         Self::Dead,
         Self::Canceled,
+        Self::Expired,
     ];
 
     /// The value stored in the database.
@@ -176,12 +199,16 @@ impl TaskState {
             Self::Succeeded => "succeeded",
             Self::Dead => "dead",
             Self::Canceled => "canceled",
+            Self::Expired => "expired",
         }
     }
 
     /// Whether the task will never run again on its own.
     pub const fn is_terminal(self) -> bool {
-        matches!(self, Self::Succeeded | Self::Dead | Self::Canceled)
+        matches!(
+            self,
+            Self::Succeeded | Self::Dead | Self::Canceled | Self::Expired
+        )
     }
 }
 
@@ -194,7 +221,9 @@ impl fmt::Display for TaskState {
 /// Error parsing a [`TaskState`] from text. `Debug` prints the same sentence as `Display`
 /// (`{:#?}` the structure).
 #[derive(Clone, thiserror::Error)]
-#[error("unknown task state {0:?} (expected pending, running, succeeded, dead or canceled)")]
+#[error(
+    "unknown task state {0:?} (expected pending, running, succeeded, dead, canceled or expired)"
+)]
 pub struct ParseStateError(pub String);
 
 impl fmt::Debug for ParseStateError {
@@ -260,6 +289,8 @@ mod tests {
         }
         assert!("done".parse::<TaskState>().is_err());
         assert!(TaskState::Dead.is_terminal() && !TaskState::Running.is_terminal());
+        assert!(TaskState::Expired.is_terminal());
+        assert_eq!("expired".parse::<TaskState>().unwrap(), TaskState::Expired);
     }
 
     #[test]

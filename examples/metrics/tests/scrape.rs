@@ -3,7 +3,23 @@
 use std::time::Duration;
 
 use example_metrics::{BuildReport, install_exporter, scrape};
+use taskq::{Task, TaskContext, TaskError};
 use taskq_tests::{RunningWorker, TestDb, fast_worker, wait_until};
+
+/// Snoozes on its first run, succeeds on the second.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct Nap;
+
+impl Task for Nap {
+    const NAME: &'static str = "nap";
+    const QUEUE: &'static str = "naps";
+    async fn run(self, cx: TaskContext) -> Result<(), TaskError> {
+        if cx.snoozes() == 0 {
+            return Err(TaskError::snooze(Duration::from_millis(20)));
+        }
+        Ok(())
+    }
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prometheus_scrape_shows_task_outcomes() {
@@ -28,13 +44,24 @@ async fn prometheus_scrape_shows_task_outcomes() {
             .id,
         );
     }
+    // Past its deadline before any worker runs: expires instead of running.
+    BuildReport {
+        day: 7,
+        fail_first: false,
+    }
+    .with_deadline(chrono::Utc::now() - chrono::Duration::hours(1))
+    .enqueue(&db.pool)
+    .await
+    .unwrap();
+    Nap.enqueue(&db.pool).await.unwrap();
     let w = RunningWorker::spawn(
         fast_worker(&db.pool)
             .register::<BuildReport>()
+            .register::<Nap>()
             .backlog_metrics(Duration::from_millis(100)),
     );
     wait_until(Duration::from_secs(20), "all succeeded", || async {
-        db.count("state = 'succeeded'").await == 6
+        db.count("state = 'succeeded'").await == 7 && db.count("state = 'expired'").await == 1
     })
     .await;
     tokio::time::sleep(Duration::from_millis(300)).await; // a backlog refresh
@@ -52,7 +79,20 @@ async fn prometheus_scrape_shows_task_outcomes() {
     };
     assert_eq!(
         line(r#"taskq_enqueued_total{queue="reports",task="build_report"}"#),
-        6.0
+        7.0
+    );
+    assert_eq!(
+        line(r#"taskq_expired_total{queue="reports",task="build_report"}"#),
+        1.0
+    );
+    assert_eq!(line(r#"taskq_snoozed_total{queue="naps",task="nap"}"#), 1.0);
+    assert_eq!(
+        line(r#"taskq_completed_total{queue="naps",task="nap",outcome="succeeded"}"#),
+        1.0
+    );
+    assert_eq!(
+        line(r#"taskq_backlog{queue="reports",state="expired"}"#),
+        1.0
     );
     assert_eq!(
         line(r#"taskq_completed_total{queue="reports",task="build_report",outcome="succeeded"}"#),

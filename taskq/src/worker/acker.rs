@@ -174,19 +174,21 @@ async fn flush(shared: &Shared, chunk: &[Finish]) -> Result<(), StmtError> {
             _ if is_fenced => "fenced",
             "succeeded" => "succeeded",
             "pending" => "retried",
+            "snoozed" => "snoozed",
             _ => "dead",
         };
         match outcome {
             "fenced" => {}
             "succeeded" => WorkerStats::add(&stats.succeeded, 1),
             "retried" => WorkerStats::add(&stats.retried, 1),
+            "snoozed" => WorkerStats::add(&stats.snoozed, 1),
             _ => WorkerStats::add(&stats.dead, 1),
         }
         if let Some((queue, name)) = label {
-            if is_fenced {
-                metrics::fenced(queue, name);
-            } else {
-                metrics::completed(queue, name, outcome);
+            match outcome {
+                "fenced" => metrics::fenced(queue, name),
+                "snoozed" => metrics::snoozed(queue, name),
+                _ => metrics::completed(queue, name, outcome),
             }
         }
     }

@@ -105,6 +105,15 @@ pub(crate) async fn run(shared: Arc<Shared>, queue: Arc<str>, concurrency: usize
             }
         };
         failures = 0;
+        let expired = batch.expired.len();
+        if expired > 0 {
+            WorkerStats::add(&shared.stats.expired, expired as u64);
+            for t in &batch.expired {
+                crate::metrics::expired(&queue, &t.name);
+                tracing::info!(queue = %queue, task_id = t.id, task = %t.name,
+                    late_ms = t.late_us / 1000, "task expired: its deadline passed before it started; not run");
+            }
+        }
         let claimed = batch.tasks;
         let got = claimed.len();
         WorkerStats::add(&shared.stats.claimed, got as u64);
@@ -125,7 +134,8 @@ pub(crate) async fn run(shared: Arc<Shared>, queue: Arc<str>, concurrency: usize
             ));
         }
         drop(slots);
-        backlog = got == wanted;
+        // Expired rows took places in the batch: with them it was full, so more may be due.
+        backlog = got + expired == wanted;
         if backlog {
             seek = batch.last;
             idle = shared.cfg.poll_min;

@@ -29,6 +29,9 @@ pub struct Retention {
     pub dead: Option<Duration>,
     /// Keep canceled tasks this long (default 1 day).
     pub canceled: Option<Duration>,
+    /// Keep expired tasks (deadline passed before they started) this long (default 7 days,
+    /// like dead ones: both are work that did not get done).
+    pub expired: Option<Duration>,
     /// How often to look (default 60 s).
     pub interval: Duration,
 }
@@ -39,6 +42,7 @@ impl Default for Retention {
             succeeded: Some(Duration::from_secs(86_400)),
             dead: Some(Duration::from_secs(7 * 86_400)),
             canceled: Some(Duration::from_secs(86_400)),
+            expired: Some(Duration::from_secs(7 * 86_400)),
             interval: Duration::from_secs(60),
         }
     }
@@ -51,6 +55,7 @@ impl Retention {
             succeeded: None,
             dead: None,
             canceled: None,
+            expired: None,
             ..Self::default()
         }
     }
@@ -338,6 +343,7 @@ impl WorkerBuilder {
             ("succeeded", self.retention.succeeded),
             ("dead", self.retention.dead),
             ("canceled", self.retention.canceled),
+            ("expired", self.retention.expired),
         ] {
             if keep.is_some_and(|k| k > MAX_DELAY) {
                 return cfg_err(format!(

@@ -27,6 +27,8 @@ const MAX_ERROR_LEN: usize = 8_000;
 #[derive(Debug)]
 pub(crate) enum Outcome {
     Succeeded,
+    /// The handler asked to run again after this delay without counting the attempt.
+    Snoozed(Duration),
     Failed(TaskErrorKind, String),
     /// The payload does not decode for this task: never retried.
     Undecodable(String),
@@ -39,6 +41,7 @@ impl Outcome {
     fn label(&self) -> &'static str {
         match self {
             Outcome::Succeeded => "succeeded",
+            Outcome::Snoozed(_) => "snoozed",
             Outcome::Failed(..) | Outcome::Undecodable(_) => "failed",
             Outcome::Abandoned(_) => "abandoned",
         }
@@ -112,6 +115,19 @@ fn hand_over(
     let key = key(task);
     let _enter = span.enter();
     let elapsed_ms = started.elapsed().as_millis() as u64;
+    let handler = shared.handlers.get(task.name.as_str());
+    // A snooze beyond the task's bound is a failed attempt that retries after the snooze delay.
+    let max_snoozes = handler.map_or(crate::task::DEFAULT_MAX_SNOOZES, |h| h.max_snoozes);
+    let outcome = match outcome {
+        Outcome::Snoozed(d) if task.snoozes >= max_snoozes => Outcome::Failed(
+            TaskErrorKind::RetryAfter(d),
+            format!(
+                "snoozed {} times, the limit (max_snoozes = {max_snoozes}); this snooze counts as a failed attempt",
+                task.snoozes
+            ),
+        ),
+        other => other,
+    };
     let finish = match outcome {
         Outcome::Abandoned(reason) => {
             let mut inflight = shared.inflight();
@@ -129,16 +145,21 @@ fn hand_over(
             tracing::debug!(elapsed_ms, "attempt succeeded");
             finish(task, "succeeded", Duration::ZERO, None)
         }
+        Outcome::Snoozed(d) => {
+            tracing::info!(
+                elapsed_ms,
+                snooze_ms = d.as_millis() as u64,
+                snoozes = task.snoozes + 1,
+                "attempt snoozed; it does not count as an attempt"
+            );
+            finish(task, "snoozed", d, None)
+        }
         Outcome::Undecodable(e) => {
             tracing::error!(error = %e, elapsed_ms, "payload does not decode; task is dead");
             finish(task, "dead", Duration::ZERO, Some(e))
         }
         Outcome::Failed(kind, e) => {
-            let backoff = shared
-                .handlers
-                .get(task.name.as_str())
-                .map(|h| h.backoff)
-                .unwrap_or_default();
+            let backoff = handler.map(|h| h.backoff).unwrap_or_default();
             let exhausted = task.attempt >= task.max_attempts;
             match kind {
                 TaskErrorKind::Permanent => {
@@ -220,6 +241,7 @@ async fn attempt(
         queue: queue.clone(),
         attempt: task.attempt,
         max_attempts: task.max_attempts,
+        snoozes: task.snoozes,
         lease_epoch: task.lease_epoch,
         worker_id: shared.worker_id.clone(),
         cancel: signal.clone(),
@@ -297,7 +319,10 @@ fn joined(
 ) -> Outcome {
     match res {
         Ok(Ok(())) => Outcome::Succeeded,
-        Ok(Err(e)) => Outcome::Failed(e.kind(), e.to_chain_string()),
+        Ok(Err(e)) => match e.kind() {
+            TaskErrorKind::Snooze(d) => Outcome::Snoozed(d),
+            kind => Outcome::Failed(kind, e.to_chain_string()),
+        },
         Err(e) if e.is_panic() => {
             WorkerStats::add(&shared.stats.panics, 1);
             metrics::panicked(queue, name);

@@ -66,6 +66,7 @@ async fn prune(shared: &Shared) {
         (TaskState::Succeeded, r.succeeded),
         (TaskState::Dead, r.dead),
         (TaskState::Canceled, r.canceled),
+        (TaskState::Expired, r.expired),
     ] {
         let Some(keep) = keep else { continue };
         loop {

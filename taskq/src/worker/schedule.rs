@@ -191,6 +191,8 @@ async fn step(
             max_attempts: def.max_attempts,
             delay_us: 0,
             run_at: Some(*tick),
+            deadline: def.deadline,
+            ttl_us: def.ttl_us,
             idempotency_key: Some(key),
             trace_context: def.trace_context.as_deref(),
         })

@@ -10,6 +10,8 @@ pub struct WorkerStats {
     pub(crate) succeeded: AtomicU64,
     pub(crate) retried: AtomicU64,
     pub(crate) dead: AtomicU64,
+    pub(crate) snoozed: AtomicU64,
+    pub(crate) expired: AtomicU64,
     pub(crate) fenced: AtomicU64,
     pub(crate) lost_leases: AtomicU64,
     pub(crate) panics: AtomicU64,
@@ -36,6 +38,12 @@ pub struct StatsSnapshot {
     pub retried: u64,
     /// Attempts written back as dead.
     pub dead: u64,
+    /// Snoozes written back: the task is pending again and the attempt was not counted
+    /// (snoozes beyond the task's `MAX_SNOOZES` count as `retried` or `dead` instead).
+    pub snoozed: u64,
+    /// Due tasks this worker's claims found past their deadline and moved to `expired`
+    /// instead of running them.
+    pub expired: u64,
     /// Write-backs rejected because the lease epoch had moved (stale holder).
     pub fenced: u64,
     /// Attempts whose lease was lost (a heartbeat found it gone, it was not confirmed before
@@ -79,6 +87,8 @@ impl WorkerStats {
             succeeded: self.succeeded.load(Relaxed),
             retried: self.retried.load(Relaxed),
             dead: self.dead.load(Relaxed),
+            snoozed: self.snoozed.load(Relaxed),
+            expired: self.expired.load(Relaxed),
             fenced: self.fenced.load(Relaxed),
             lost_leases: self.lost_leases.load(Relaxed),
             panics: self.panics.load(Relaxed),

@@ -23,7 +23,9 @@ pub mod tasks {
         max_attempts = 5,
         priority = -1,
         timeout = "30s",
-        backoff = "exponential(1s, 10m)"
+        backoff = "exponential(1s, 10m)",
+        max_snoozes = 5,
+        ttl = "1h"
     )]
     pub async fn send_email(
         cx: TaskContext,
