@@ -196,7 +196,9 @@ impl Failure {
 impl From<taskq::Error> for Failure {
     fn from(e: taskq::Error) -> Self {
         let code = match &e {
-            taskq::Error::NotFound(_) | taskq::Error::WrongState { .. } => EXIT_TASK,
+            taskq::Error::NotFound(_)
+            | taskq::Error::WrongState { .. }
+            | taskq::Error::UniqueHeld { .. } => EXIT_TASK,
             taskq::Error::InvalidName { .. } | taskq::Error::InvalidOption(_) => EXIT_USAGE,
             taskq::Error::Database(db) if is_connection_error(db) => EXIT_UNREACHABLE,
             _ => EXIT_OTHER,
@@ -530,6 +532,14 @@ async fn show(client: &Client, id: TaskId, json: bool) -> Result<(), Failure> {
         ("lease_epoch", task.lease_epoch.to_string()),
         ("worker_id", opt(&task.worker_id)),
         ("idempotency_key", opt(&task.idempotency_key)),
+        (
+            "unique_key",
+            match &task.unique_key {
+                Some(k) if task.unique_held => format!("{k} (held)"),
+                Some(k) => format!("{k} (not held)"),
+                None => "-".into(),
+            },
+        ),
         ("created_at", fmt_time(task.created_at)),
         ("updated_at", fmt_time(task.updated_at)),
         ("finished_at", opt_time(task.finished_at)),

@@ -43,6 +43,7 @@ mod retry;
 mod store;
 mod task;
 mod trace;
+mod unique;
 mod wake;
 mod worker;
 
@@ -61,6 +62,7 @@ pub use registry::{Registration, registered};
 pub use retry::Backoff;
 pub use task::{DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, ParseStateError, Task, TaskId, TaskState};
 pub use trace::{MAX_TRACE_CONTEXT_LEN, set_trace_context_hook};
+pub use unique::{Unique, UniqueBy, UniqueHold};
 pub use wake::notify;
 pub use worker::{
     Retention, ShutdownReport, StatsSnapshot, Worker, WorkerBuilder, WorkerStats, run_registered,
@@ -70,14 +72,15 @@ pub use worker::{
 ///
 /// The function stays callable as written. The macro adds a payload struct named in
 /// PascalCase (one field per payload parameter), its [`Task`] impl, inherent enqueue helpers
-/// (`enqueue_tx`, `enqueue`, `enqueue_options`, `with_delay`, `with_run_at`, `with_priority`,
-/// `with_idempotency_key`) and a registration found by [`WorkerBuilder::register_all`] and
-/// [`run_registered`].
+/// (`enqueue_tx`, `enqueue`, `enqueue_options` and every `with_*` option of [`Enqueue`]) and a
+/// registration found by [`WorkerBuilder::register_all`] and [`run_registered`].
 ///
 /// Attributes (all optional): `name` (stable name stored in the row; default: the fn's name),
 /// `queue` (default `"default"`), `max_attempts` (default [`DEFAULT_MAX_ATTEMPTS`]), `priority`
-/// (default 0, lower runs first), `timeout` (e.g. `"30s"`; default none) and `backoff`
-/// (`"exponential(1s, 10m)"` or `"constant(5s)"`; default [`Backoff::DEFAULT`]).
+/// (default 0, lower runs first), `timeout` (e.g. `"30s"`; default none), `backoff`
+/// (`"exponential(1s, 10m)"` or `"constant(5s)"`; default [`Backoff::DEFAULT`]) and `unique`
+/// (at most one live task per identity: `unique`, or `unique(by = [field, ..], while =
+/// "pending" | "running", period = "10m")`; see [`Unique`] and `docs/macro.md`).
 ///
 /// Parameters of type [`TaskContext`], [`CancelSignal`] or [`State<T>`](State), or marked
 /// `#[inject]`, are injected by the worker; every other parameter is payload.

@@ -11,6 +11,7 @@ use crate::context::{StateRequirement, TaskContext};
 use crate::enqueue::{AsConnection, Enqueue, Enqueued};
 use crate::error::{Result, TaskError};
 use crate::retry::Backoff;
+use crate::unique::Unique;
 
 /// Default number of attempts (first run included) before a failing task goes to `dead`.
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 20;
@@ -51,6 +52,10 @@ pub trait Task: Serialize + DeserializeOwned + Send + Sync + 'static {
     const TIMEOUT: Option<Duration> = None;
     /// Delay between failed attempts.
     const BACKOFF: Backoff = Backoff::DEFAULT;
+    /// Makes every enqueue of this task unique (at most one live task per identity; see
+    /// [`Unique`]); `None` (the default) for none. An enqueue can replace it with
+    /// [`Enqueue::with_unique`].
+    const UNIQUE: Option<Unique> = None;
 
     /// Runs one attempt. Must be idempotent: at-least-once delivery may run it again.
     fn run(self, cx: TaskContext) -> impl Future<Output = Result<(), TaskError>> + Send;
@@ -80,6 +85,10 @@ pub trait Task: Serialize + DeserializeOwned + Send + Sync + 'static {
     /// [`Enqueue::with_idempotency_key`] on this task.
     fn with_idempotency_key(self, key: impl Into<String>) -> Enqueue<Self> {
         Enqueue::new(self).with_idempotency_key(key)
+    }
+    /// [`Enqueue::with_unique`] on this task.
+    fn with_unique(self, unique: impl Into<Option<Unique>>) -> Enqueue<Self> {
+        Enqueue::new(self).with_unique(unique)
     }
     /// [`Enqueue::with_queue`] on this task.
     fn with_queue(self, queue: impl Into<String>) -> Enqueue<Self> {

@@ -22,6 +22,7 @@ pub struct WorkerStats {
     pub(crate) ack_flushes: AtomicU64,
     pub(crate) statement_timeouts: AtomicU64,
     pub(crate) writeback_rejected: AtomicU64,
+    pub(crate) unique_deferred: AtomicU64,
 }
 
 /// A point-in-time copy of [`WorkerStats`].
@@ -62,6 +63,10 @@ pub struct StatsSnapshot {
     /// Outcomes the database rejected for their own row (e.g. a trigger or constraint): not
     /// retried; the task's lease is left to expire and the reaper returns it.
     pub writeback_rejected: u64,
+    /// Outcomes whose write-back was put off because a producer's open transaction held the
+    /// unique identity they free (its enqueue was a duplicate of the task); each is written
+    /// once that transaction ends. Counted per deferral.
+    pub unique_deferred: u64,
 }
 
 impl WorkerStats {
@@ -88,6 +93,7 @@ impl WorkerStats {
             ack_flushes: self.ack_flushes.load(Relaxed),
             statement_timeouts: self.statement_timeouts.load(Relaxed),
             writeback_rejected: self.writeback_rejected.load(Relaxed),
+            unique_deferred: self.unique_deferred.load(Relaxed),
         }
     }
 }
