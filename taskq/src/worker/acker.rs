@@ -207,10 +207,8 @@ fn reject(shared: &Shared, f: &Finish, e: &StmtError) {
 async fn flush(shared: &Shared, chunk: &[Finish]) -> Result<Vec<Finish>, StmtError> {
     WorkerStats::add(&shared.stats.ack_flushes, 1);
     let done = within!(shared, |c| shared.store.task_finish(c, chunk)).await?;
-    let (later, chunk): (Vec<Finish>, Vec<Finish>) = chunk
-        .iter()
-        .cloned()
-        .partition(|f| done.deferred.contains(&f.id));
+    let (later, chunk): (Vec<&Finish>, Vec<&Finish>) =
+        chunk.iter().partition(|f| done.deferred.contains(&f.id));
     if !later.is_empty() {
         WorkerStats::add(&shared.stats.unique_deferred, later.len() as u64);
         tracing::debug!(
@@ -226,6 +224,7 @@ async fn flush(shared: &Shared, chunk: &[Finish]) -> Result<Vec<Finish>, StmtErr
         let epochs = within!(shared, |c| shared.store.task_epochs(c, &ids)).await?;
         fenced = chunk
             .iter()
+            .copied()
             .filter(|f| !epochs.iter().any(|(id, ep)| *id == f.id && *ep == f.epoch))
             .collect();
     }
@@ -267,5 +266,5 @@ async fn flush(shared: &Shared, chunk: &[Finish]) -> Result<Vec<Finish>, StmtErr
             "taskq: stale write-back rejected (lease epoch moved; another worker owns the task)"
         );
     }
-    Ok(later)
+    Ok(later.into_iter().cloned().collect())
 }
