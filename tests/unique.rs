@@ -1051,3 +1051,68 @@ async fn an_open_duplicate_blocks_no_other_enqueue() {
     }
     assert_eq!(db.count("1=1").await, 20 + 20 + 40);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_unique_enqueue_leaves_no_identity_behind() {
+    let db = TestDb::new().await;
+    // The task row's insert fails (as a constraint or trigger of the application's own would
+    // make it), after the identity was reserved.
+    sqlx::raw_sql(
+        "CREATE TRIGGER reject_boom BEFORE INSERT ON taskq_tasks FOR EACH ROW
+         IF NEW.payload LIKE '%boom%' THEN
+           SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'rejected by the test trigger';
+         END IF",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let by_account = Unique::fields(&["account"]);
+    // On its own (autocommit): the enqueue runs in a transaction of its own.
+    let e = plain(1, "boom")
+        .with_unique(by_account)
+        .enqueue(&db.pool)
+        .await
+        .unwrap_err();
+    assert!(
+        e.to_string().contains("rejected by the test trigger"),
+        "{e}"
+    );
+    new(&plain(1, "ok")
+        .with_unique(by_account)
+        .enqueue(&db.pool)
+        .await
+        .unwrap());
+    // A plain connection (no sqlx transaction) is the same.
+    let mut conn = db.pool.acquire().await.unwrap();
+    plain(2, "boom")
+        .with_unique(by_account)
+        .enqueue_tx(&mut conn)
+        .await
+        .unwrap_err();
+    new(&plain(2, "ok")
+        .with_unique(by_account)
+        .enqueue_tx(&mut conn)
+        .await
+        .unwrap());
+    // In the caller's transaction, which commits anyway: what was written is undone.
+    let mut tx = db.pool.begin().await.unwrap();
+    plain(3, "boom")
+        .with_unique(by_account)
+        .enqueue_tx(&mut tx)
+        .await
+        .unwrap_err();
+    tx.commit().await.unwrap();
+    new(&plain(3, "ok")
+        .with_unique(by_account)
+        .enqueue(&db.pool)
+        .await
+        .unwrap());
+    let (identities, reservations): (i64, i64) = sqlx::query_as(
+        "SELECT COUNT(*), CAST(COALESCE(SUM(task_id = 0), 0) AS SIGNED) FROM taskq_unique",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!((identities, reservations), (3, 0));
+    assert_eq!(db.count("1=1").await, 3);
+}

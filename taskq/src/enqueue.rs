@@ -35,7 +35,11 @@ pub fn payload_limit() -> usize {
 }
 
 /// Something `enqueue_tx` can write on: a `Transaction`, a `MySqlConnection` or a pooled
-/// connection. taskq issues its statements on it and never begins, commits or rolls back.
+/// connection. taskq issues its statements on it and never begins, commits or rolls back the
+/// caller's transaction. (A unique enqueue is several statements that belong together: on a
+/// connection that is not in a transaction it runs them in a short transaction of its own.
+/// sqlx only knows about transactions begun through it, with `begin()`: do not pass a
+/// connection on which a raw `BEGIN` statement opened one.)
 pub trait AsConnection: Send {
     /// The underlying connection.
     fn as_connection(&mut self) -> &mut MySqlConnection;

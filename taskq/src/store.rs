@@ -85,7 +85,10 @@ pub(crate) enum Inserted {
 /// writes nothing to `taskq_tasks`; a new one then inserts the task and records its id in the
 /// reservation (three statements). With an idempotency key as well, the task is inserted
 /// first so that a taken key is reported before a taken identity; if the identity then turns
-/// out to be taken, the row just inserted is deleted again.
+/// out to be taken, the row just inserted is deleted again. Those statements belong together:
+/// on a connection that is not in a transaction (sqlx's `Connection::is_in_transaction`) they
+/// run in a short one of their own; in the caller's transaction, an error after the first
+/// undoes what was written, so that committing anyway leaves no half-enqueued task.
 pub(crate) async fn task_insert(
     conn: &mut MySqlConnection,
     t: &NewTask<'_>,
@@ -96,12 +99,31 @@ pub(crate) async fn task_insert(
             Err(holder) => Inserted::Duplicate(holder),
         });
     };
+    if conn.is_in_transaction() {
+        return insert_unique(conn, t, key).await;
+    }
+    let mut tx = conn.begin().await?;
+    let out = insert_unique(&mut tx, t, key).await?;
+    tx.commit().await?;
+    Ok(out)
+}
+
+/// The statements of [`task_insert`] for a unique task, on a transaction.
+async fn insert_unique(
+    conn: &mut MySqlConnection,
+    t: &NewTask<'_>,
+    key: &[u8],
+) -> sqlx::Result<Inserted> {
     if t.idempotency_key.is_some() {
         let id = match insert_row(conn, t).await? {
             Ok(id) => id,
             Err(holder) => return Ok(Inserted::Duplicate(holder)),
         };
-        if let Some(holder) = identity_reserve(conn, key, id.0, t.unique_expires_us).await? {
+        let taken = match identity_reserve(conn, key, id.0, t.unique_expires_us).await {
+            Ok(taken) => taken,
+            Err(e) => return Err(undo(conn, Some(id), None, e).await),
+        };
+        if let Some(holder) = taken {
             sqlx::query!("DELETE FROM taskq_tasks WHERE id = ?", id.0)
                 .execute(&mut *conn)
                 .await?;
@@ -112,18 +134,48 @@ pub(crate) async fn task_insert(
     if let Some(holder) = identity_reserve(conn, key, 0, t.unique_expires_us).await? {
         return Ok(Inserted::Duplicate(holder));
     }
-    let id = match insert_row(conn, t).await? {
-        Ok(id) => id,
-        Err(holder) => return Ok(Inserted::Duplicate(holder)),
+    let id = match insert_row(conn, t).await {
+        Ok(Ok(id)) => id,
+        Ok(Err(holder)) => return Ok(Inserted::Duplicate(holder)),
+        Err(e) => return Err(undo(conn, None, Some(key), e).await),
     };
-    sqlx::query!(
+    let done = sqlx::query!(
         "UPDATE taskq_unique SET task_id = ? WHERE unique_key = ?",
         id.0,
         key
     )
     .execute(&mut *conn)
-    .await?;
-    Ok(Inserted::New(id))
+    .await;
+    match done {
+        Ok(_) => Ok(Inserted::New(id)),
+        Err(e) => Err(undo(conn, Some(id), Some(key), e).await),
+    }
+}
+
+/// After `e` in the middle of a unique enqueue on the caller's transaction, deletes the task
+/// row and the reservation written so far (best effort: if the connection is gone, so is the
+/// transaction) and returns `e`.
+async fn undo(
+    conn: &mut MySqlConnection,
+    task: Option<TaskId>,
+    reservation: Option<&[u8]>,
+    e: sqlx::Error,
+) -> sqlx::Error {
+    if let Some(id) = task {
+        let _ = sqlx::query!("DELETE FROM taskq_tasks WHERE id = ?", id.0)
+            .execute(&mut *conn)
+            .await;
+    }
+    if let Some(key) = reservation {
+        let _ = sqlx::query!(
+            "DELETE FROM taskq_unique WHERE unique_key = ? AND task_id IN (0, ?)",
+            key,
+            task.map_or(0, |t| t.0)
+        )
+        .execute(&mut *conn)
+        .await;
+    }
+    e
 }
 
 /// The task row's `INSERT`: the new id, or the holder of its idempotency key.
