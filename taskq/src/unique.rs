@@ -125,7 +125,7 @@ impl Unique {
     pub(crate) fn prepare(&self, name: &str, payload: &[u8]) -> Result<PreparedUnique> {
         let window_us = match self.hold {
             UniqueHold::Window(p) => {
-                if p.is_zero() || p > MAX_DELAY {
+                if p.as_micros() == 0 || p > MAX_DELAY {
                     return Err(Error::InvalidOption(format!(
                         "unique period must be between 1µs and {} days, got {p:?}",
                         MAX_DELAY.as_secs() / 86_400
