@@ -46,7 +46,8 @@ async fn taskq_then_app_then_both_again_with_a_later_app_migration() {
             "app_orders",
             "app_users",
             "taskq_queues",
-            "taskq_tasks"
+            "taskq_tasks",
+            "taskq_unique"
         ]
     );
     assert_eq!(
@@ -257,4 +258,36 @@ async fn migrate_names_an_unknown_database_and_a_refused_login() {
     );
     // Debug adds nothing: sqlx's error would only repeat the text.
     assert_eq!(format!("{e:?}"), text);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migration_5_adds_unique_tasks_to_a_database_with_tasks() {
+    let db = TestDb::empty().await;
+    let all: Vec<i64> = taskq::migrator().iter().map(|m| m.version).collect();
+    // A database at schema v4 that already holds tasks, one of them running.
+    taskq::migrator().run_to(all[3], &db.pool).await.unwrap();
+    for state in ["pending", "running", "succeeded"] {
+        sqlx::query(
+            "INSERT INTO taskq_tasks (queue, name, payload, state, max_attempts, run_at, created_at, updated_at)
+             VALUES ('default', 'old', '{}', ?, 5, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))",
+        )
+        .bind(state)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    }
+    taskq::migrate(&db.pool).await.unwrap();
+    assert_eq!(versions(&db, "_taskq_migrations").await, all);
+    assert!(tables(&db).await.contains(&"taskq_unique".to_owned()));
+    // Existing tasks are not unique and hold nothing.
+    assert_eq!(
+        db.count("unique_key IS NULL AND unique_while IS NULL")
+            .await,
+        3
+    );
+    let held: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM taskq_unique")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(held, 0);
 }

@@ -245,7 +245,9 @@ impl From<taskq::Error> for Failure {
     /// (`database error: 1146 (42S02): …`), so printing the source chain too would repeat it.
     fn from(e: taskq::Error) -> Self {
         let code = match &e {
-            taskq::Error::NotFound(_) | taskq::Error::WrongState { .. } => EXIT_TASK,
+            taskq::Error::NotFound(_)
+            | taskq::Error::WrongState { .. }
+            | taskq::Error::UniqueHeld { .. } => EXIT_TASK,
             taskq::Error::InvalidName { .. }
             | taskq::Error::InvalidOption(_)
             | taskq::Error::InvalidSchedule(_) => EXIT_USAGE,
@@ -603,6 +605,14 @@ async fn show(client: &Client, id: TaskId, json: bool) -> Result<(), Failure> {
         ("lease_epoch", task.lease_epoch.to_string()),
         ("worker_id", opt(&task.worker_id)),
         ("idempotency_key", opt(&task.idempotency_key)),
+        (
+            "unique_key",
+            match &task.unique_key {
+                Some(k) if task.unique_held => format!("{k} (held)"),
+                Some(k) => format!("{k} (not held)"),
+                None => "-".into(),
+            },
+        ),
         ("created_at", fmt_time(task.created_at)),
         ("updated_at", fmt_time(task.updated_at)),
         ("finished_at", opt_time(task.finished_at)),

@@ -2,7 +2,7 @@
 
 use std::process::Command;
 
-use taskq::{Client, Schedule, Task, TaskContext, TaskError, TaskId, TaskState};
+use taskq::{Client, Schedule, Task, TaskContext, TaskError, TaskId, TaskState, Unique};
 use taskq_tests::TestDb;
 
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
@@ -379,6 +379,7 @@ async fn show_prints_every_field_the_error_and_the_payload() {
         "lease_epoch:",
         "worker_id:",
         "idempotency_key:",
+        "unique_key:",
         "created_at:",
         "updated_at:",
         "finished_at:",
@@ -433,6 +434,54 @@ async fn show_prints_every_field_the_error_and_the_payload() {
     );
     assert_eq!(taskq(Some(url(&db)), &["show", "abc"]).await.code, 2);
     assert_eq!(taskq(Some(url(&db)), &["show"]).await.code, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn show_and_retry_of_a_unique_task() {
+    let db = TestDb::new().await;
+    let by_n = Unique::fields(&["n"]).while_running();
+    let enqueue = |tag: &str| {
+        Ping {
+            n: 1,
+            tag: tag.into(),
+        }
+        .with_unique(by_n)
+        .enqueue(&db.pool)
+    };
+    let first = enqueue("a").await.unwrap().id;
+    let out = taskq(Some(url(&db)), &["show", &first.to_string()]).await;
+    let line = out
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("unique_key:"))
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        line.ends_with(" (held)") && line.len() > 64,
+        "{}",
+        out.stdout
+    );
+    // It dies (freeing its identity, as the worker's write-back does) and a new one takes it.
+    make_dead(&db, first).await;
+    exec(&db, "DELETE FROM taskq_unique WHERE task_id = ?", first).await;
+    let second = enqueue("b").await.unwrap();
+    assert!(!second.duplicate);
+    let out = taskq(Some(url(&db)), &["retry", &first.to_string()]).await;
+    assert_eq!(out.code, 3, "{out:?}");
+    assert!(
+        out.stderr.contains(&format!(
+            "task {first} cannot be retried: its unique identity is held by task {}",
+            second.id
+        )),
+        "{out:?}"
+    );
+    let out = taskq(Some(url(&db)), &["show", &first.to_string()]).await;
+    assert!(out.stdout.contains("(not held)"), "{}", out.stdout);
+    assert!(
+        out.stdout.contains("state:           dead"),
+        "{}",
+        out.stdout
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

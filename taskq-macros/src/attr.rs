@@ -7,6 +7,7 @@ use syn::ext::IdentExt;
 use syn::parse::{ParseStream, Parser};
 use syn::spanned::Spanned;
 use syn::{Expr, Ident, Lit, LitStr, Token, UnOp};
+use syn::{bracketed, parenthesized};
 
 use crate::cron::{Missed, check_expression, check_timezone, parse_missed};
 use crate::duration::{BACKOFF_HELP, BackoffSpec, DURATION_HELP, parse_backoff, parse_duration};
@@ -29,7 +30,40 @@ pub const KEYS: &[(&str, &str)] = &[
     ("missed_ticks", "missed_ticks = \"latest\""),
     ("max_snoozes", "max_snoozes = 10"),
     ("ttl", "ttl = \"1h\""),
+    ("unique", "unique(by = [order_id], while = \"running\")"),
 ];
+
+/// The grammar of `unique`, for error messages.
+pub const UNIQUE_HELP: &str = "write `unique` (every payload field, held while pending) or \
+    `unique(by = [field, ..], while = \"pending\" | \"running\", period = \"10m\")`, each option optional";
+
+/// Options of `unique(...)`, with an example each.
+const UNIQUE_KEYS: &[(&str, &str)] = &[
+    ("by", "by = [order_id]"),
+    ("while", "while = \"running\""),
+    ("period", "period = \"10m\""),
+];
+
+/// How long a unique task holds its identity (`taskq::UniqueHold`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HoldSpec {
+    /// `while = "pending"` (the default).
+    #[default]
+    Pending,
+    /// `while = "running"`.
+    Running,
+    /// `period = "10m"`.
+    Window(Duration),
+}
+
+/// `unique` / `unique(...)`.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct UniqueSpec {
+    /// `by = [..]`: payload parameter names; `None` means every payload field.
+    pub by: Option<Vec<Ident>>,
+    /// `while` / `period`.
+    pub hold: HoldSpec,
+}
 
 /// The validated attribute arguments; `None` means "use the `Task` trait's default".
 #[derive(Debug, Default, Clone, PartialEq)]
@@ -56,6 +90,15 @@ pub struct TaskAttrs {
     pub max_snoozes: Option<u32>,
     /// Time to live from enqueue (non-zero, at most `MAX_DELAY`).
     pub ttl: Option<Duration>,
+    /// Unique task declaration (the `by` names are checked against the signature later).
+    pub unique: Option<UniqueSpec>,
+}
+
+/// What follows a key: `= value`, nothing, or a parenthesized list.
+enum Value {
+    Expr(Expr),
+    Bare,
+    List(TokenStream),
 }
 
 /// Parses and validates the tokens inside `#[task(...)]`.
@@ -86,6 +129,34 @@ pub fn parse_attrs(tokens: TokenStream) -> syn::Result<TaskAttrs> {
             continue;
         }
         seen.push(k.clone());
+        let value = match (k.as_str(), value) {
+            ("unique", Value::Bare) => {
+                attrs.unique = Some(UniqueSpec::default());
+                continue;
+            }
+            ("unique", Value::List(tokens)) => {
+                match unique_options.parse2(tokens) {
+                    Ok(u) => attrs.unique = Some(u),
+                    Err(e) => push(e),
+                }
+                continue;
+            }
+            ("unique", Value::Expr(_)) => {
+                push(syn::Error::new(
+                    key.span(),
+                    format!("`unique` is not `key = value`: {UNIQUE_HELP}"),
+                ));
+                continue;
+            }
+            (_, Value::Expr(e)) => e,
+            (_, _) => {
+                push(syn::Error::new(
+                    key.span(),
+                    format!("`{k}` needs a value: `{}`", example(&k)),
+                ));
+                continue;
+            }
+        };
         let result = match k.as_str() {
             "name" => string_value(&k, &value).and_then(|s| {
                 check_name(&s, "task name", MAX_NAME_LEN).map(|v| attrs.name = Some(v))
@@ -131,8 +202,9 @@ pub fn parse_attrs(tokens: TokenStream) -> syn::Result<TaskAttrs> {
     }
 }
 
-/// `key = value` pairs separated by commas (a trailing comma is fine).
-fn parse_entries(input: ParseStream<'_>) -> syn::Result<Vec<(Ident, Expr)>> {
+/// `key = value` pairs, bare keys and `key(...)` lists, separated by commas (a trailing comma
+/// is fine).
+fn parse_entries(input: ParseStream<'_>) -> syn::Result<Vec<(Ident, Value)>> {
     let mut out = Vec::new();
     while !input.is_empty() {
         if !input.peek(Ident::peek_any) {
@@ -142,16 +214,22 @@ fn parse_entries(input: ParseStream<'_>) -> syn::Result<Vec<(Ident, Expr)>> {
             )));
         }
         let key = input.call(Ident::parse_any)?;
-        if !input.peek(Token![=]) {
-            let k = key.unraw().to_string();
-            let msg = match KEYS.iter().find(|(known, _)| *known == k) {
-                Some((_, example)) => format!("`{k}` needs a value: `{example}`"),
-                None => return Err(unknown_key(&key, &k)),
-            };
-            return Err(syn::Error::new(key.span(), msg));
-        }
-        input.parse::<Token![=]>()?;
-        let value: Expr = input.parse()?;
+        let k = key.unraw().to_string();
+        let value = if input.peek(Token![=]) {
+            input.parse::<Token![=]>()?;
+            Value::Expr(input.parse()?)
+        } else if input.peek(syn::token::Paren) {
+            let inner;
+            parenthesized!(inner in input);
+            Value::List(inner.parse()?)
+        } else if input.is_empty() || input.peek(Token![,]) {
+            if !KEYS.iter().any(|(known, _)| *known == k) {
+                return Err(unknown_key(&key, &k));
+            }
+            Value::Bare
+        } else {
+            return Err(input.error(format!("expected `=`, `,` or `(...)` after `{k}`")));
+        };
         out.push((key, value));
         if input.is_empty() {
             break;
@@ -159,6 +237,137 @@ fn parse_entries(input: ParseStream<'_>) -> syn::Result<Vec<(Ident, Expr)>> {
         input.parse::<Token![,]>()?;
     }
     Ok(out)
+}
+
+/// The options inside `unique(...)`.
+fn unique_options(input: ParseStream<'_>) -> syn::Result<UniqueSpec> {
+    let mut spec = UniqueSpec::default();
+    let mut seen: Vec<String> = Vec::new();
+    let mut while_span = None;
+    let mut period_span = None;
+    while !input.is_empty() {
+        if !input.peek(Ident::peek_any) {
+            return Err(input.error(format!("expected a `unique` option; {UNIQUE_HELP}")));
+        }
+        let key = input.call(Ident::parse_any)?;
+        let k = key.unraw().to_string();
+        if !UNIQUE_KEYS.iter().any(|(known, _)| *known == k) {
+            let suggestion = closest(&k, UNIQUE_KEYS.iter().map(|(known, _)| *known));
+            return Err(syn::Error::new(
+                key.span(),
+                format!(
+                    "unknown `unique` option `{k}`; {suggestion}expected `by`, `while` or `period`"
+                ),
+            ));
+        }
+        if seen.contains(&k) {
+            return Err(syn::Error::new(
+                key.span(),
+                format!("duplicate `{k}` in `unique(...)`: give each option at most once"),
+            ));
+        }
+        seen.push(k.clone());
+        if !input.peek(Token![=]) {
+            let example = UNIQUE_KEYS
+                .iter()
+                .find(|(known, _)| *known == k)
+                .map(|(_, e)| *e);
+            return Err(syn::Error::new(
+                key.span(),
+                format!("`{k}` needs a value: `{}`", example.unwrap_or_default()),
+            ));
+        }
+        input.parse::<Token![=]>()?;
+        match k.as_str() {
+            "by" => {
+                if !input.peek(syn::token::Bracket) {
+                    return Err(input.error(
+                        "`by` expects a list of payload parameter names, e.g. `by = [order_id, kind]` (`by = []`: the task name alone)",
+                    ));
+                }
+                let inner;
+                bracketed!(inner in input);
+                let names = inner.parse_terminated(Ident::parse_any, Token![,]).map_err(|e| {
+                    syn::Error::new(
+                        e.span(),
+                        "`by` lists payload parameter names (identifiers, not strings), e.g. `by = [order_id, kind]`",
+                    )
+                })?;
+                spec.by = Some(names.into_iter().collect());
+            }
+            "while" => {
+                let lit: LitStr = input.parse().map_err(|e| {
+                    syn::Error::new(e.span(), "`while` expects a string literal: `while = \"pending\"` or `while = \"running\"`")
+                })?;
+                spec.hold = match lit.value().as_str() {
+                    "pending" => HoldSpec::Pending,
+                    "running" => HoldSpec::Running,
+                    other => {
+                        return Err(syn::Error::new(
+                            lit.span(),
+                            format!(
+                                "invalid `while` {other:?}: use \"pending\" (the default: the identity is free again once a worker starts the task) or \"running\" (free again once it finishes); for a time window use `period`"
+                            ),
+                        ));
+                    }
+                };
+                while_span = Some(key.span());
+            }
+            "period" => {
+                let lit: LitStr = input.parse().map_err(|e| {
+                    syn::Error::new(
+                        e.span(),
+                        "`period` expects a duration string, e.g. `period = \"10m\"`",
+                    )
+                })?;
+                let d = parse_duration(&lit.value()).map_err(|e| {
+                    syn::Error::new(
+                        lit.span(),
+                        format!("invalid `period` {:?}: {e}; {DURATION_HELP}", lit.value()),
+                    )
+                })?;
+                if d.is_zero() {
+                    return Err(syn::Error::new(
+                        lit.span(),
+                        "`period` must be greater than zero",
+                    ));
+                }
+                if d > MAX_DELAY {
+                    return Err(syn::Error::new(
+                        lit.span(),
+                        format!(
+                            "`period` must be at most {} days",
+                            MAX_DELAY.as_secs() / 86_400
+                        ),
+                    ));
+                }
+                spec.hold = HoldSpec::Window(d);
+                period_span = Some(lit.span());
+            }
+            _ => unreachable!("every key of UNIQUE_KEYS is handled"),
+        }
+        if input.is_empty() {
+            break;
+        }
+        input.parse::<Token![,]>()?;
+    }
+    if let (Some(span), Some(_)) = (while_span, period_span) {
+        return Err(syn::Error::new(
+            span,
+            "`while` and `period` cannot be combined: with a `period` the identity is held for its whole window (by pending, running and succeeded tasks)",
+        ));
+    }
+    Ok(spec)
+}
+
+/// "did you mean `x`? " for the known name closest to `k`, if close enough.
+fn closest<'a>(k: &str, known: impl Iterator<Item = &'a str>) -> String {
+    known
+        .map(|name| (name, edit_distance(k, name)))
+        .filter(|(_, d)| *d <= 2)
+        .min_by_key(|(_, d)| *d)
+        .map(|(name, _)| format!("did you mean `{name}`? "))
+        .unwrap_or_default()
 }
 
 fn key_list() -> String {
@@ -169,13 +378,7 @@ fn key_list() -> String {
 }
 
 fn unknown_key(key: &Ident, k: &str) -> syn::Error {
-    let suggestion = KEYS
-        .iter()
-        .map(|(known, _)| (*known, edit_distance(k, known)))
-        .filter(|(_, d)| *d <= 2)
-        .min_by_key(|(_, d)| *d)
-        .map(|(known, _)| format!("did you mean `{known}`? "))
-        .unwrap_or_default();
+    let suggestion = closest(k, KEYS.iter().map(|(known, _)| *known));
     syn::Error::new(
         key.span(),
         format!(
@@ -186,7 +389,7 @@ fn unknown_key(key: &Ident, k: &str) -> syn::Error {
 }
 
 /// Levenshtein distance, for "did you mean".
-fn edit_distance(a: &str, b: &str) -> usize {
+pub(crate) fn edit_distance(a: &str, b: &str) -> usize {
     let b: Vec<char> = b.chars().collect();
     let mut prev: Vec<usize> = (0..=b.len()).collect();
     for (i, ca) in a.chars().enumerate() {
@@ -483,9 +686,84 @@ mod tests {
                 backoff: Some(BackoffSpec::Constant(Duration::from_secs(5))),
                 max_snoozes: Some(0),
                 ttl: Some(Duration::from_secs(7200)),
+                unique: None,
                 ..TaskAttrs::default()
             }
         );
+    }
+
+    fn names(by: &Option<Vec<Ident>>) -> Option<Vec<String>> {
+        by.as_ref()
+            .map(|v| v.iter().map(|i| i.unraw().to_string()).collect())
+    }
+
+    #[test]
+    fn unique_forms() {
+        let u = parse_attrs(quote!(unique)).unwrap().unique.unwrap();
+        assert_eq!((names(&u.by), u.hold), (None, HoldSpec::Pending));
+        let u = parse_attrs(quote!(unique())).unwrap().unique.unwrap();
+        assert_eq!((names(&u.by), u.hold), (None, HoldSpec::Pending));
+        let u = parse_attrs(quote!(queue = "q", unique(by = [a, r#type], while = "running"),))
+            .unwrap()
+            .unique
+            .unwrap();
+        assert_eq!(
+            (names(&u.by), u.hold),
+            (Some(vec!["a".into(), "type".into()]), HoldSpec::Running)
+        );
+        let u = parse_attrs(quote!(unique(by = [], period = "10m")))
+            .unwrap()
+            .unique
+            .unwrap();
+        assert_eq!(
+            (names(&u.by), u.hold),
+            (Some(vec![]), HoldSpec::Window(Duration::from_secs(600)))
+        );
+        let u = parse_attrs(quote!(unique(while = "pending",)))
+            .unwrap()
+            .unique
+            .unwrap();
+        assert_eq!(u.hold, HoldSpec::Pending);
+    }
+
+    #[test]
+    fn unique_misuse() {
+        let e = err(quote!(unique(bye = [a])));
+        assert!(
+            e.contains("unknown `unique` option `bye`; did you mean `by`?"),
+            "{e}"
+        );
+        let e = err(quote!(unique(while = "finished")));
+        assert!(e.contains("invalid `while` \"finished\""), "{e}");
+        let e = err(quote!(unique(while = running)));
+        assert!(e.contains("`while` expects a string literal"), "{e}");
+        let e = err(quote!(unique(period = "10")));
+        assert!(
+            e.contains("invalid `period` \"10\": `10` has no unit"),
+            "{e}"
+        );
+        let e = err(quote!(unique(period = "0s")));
+        assert!(e.contains("greater than zero"), "{e}");
+        let e = err(quote!(unique(period = "4000d")));
+        assert!(e.contains("at most 3660 days"), "{e}");
+        let e = err(quote!(unique(while = "running", period = "1m")));
+        assert!(e.contains("cannot be combined"), "{e}");
+        let e = err(quote!(unique(by = ["a"])));
+        assert!(e.contains("identifiers, not strings"), "{e}");
+        let e = err(quote!(unique(by = a)));
+        assert!(e.contains("`by` expects a list"), "{e}");
+        let e = err(quote!(unique(by = [a], by = [b])));
+        assert!(e.contains("duplicate `by`"), "{e}");
+        let e = err(quote!(unique(by)));
+        assert!(e.contains("`by` needs a value"), "{e}");
+        let e = err(quote!(unique = true));
+        assert!(e.contains("`unique` is not `key = value`"), "{e}");
+        let e = err(quote!(unique, unique));
+        assert!(e.contains("duplicate `unique`"), "{e}");
+        let e = err(quote!(queue("x")));
+        assert!(e.contains("`queue` needs a value"), "{e}");
+        let e = err(quote!(uniq));
+        assert!(e.contains("did you mean `unique`?"), "{e}");
     }
 
     #[test]

@@ -6,7 +6,7 @@ use syn::ext::IdentExt;
 use syn::spanned::Spanned;
 use syn::{Attribute, Ident, Item, ItemFn};
 
-use crate::attr::{TaskAttrs, parse_attrs};
+use crate::attr::{HoldSpec, TaskAttrs, UniqueSpec, parse_attrs};
 use crate::cron::Missed;
 use crate::duration::BackoffSpec;
 use crate::sig::{Handler, ParamKind, analyze, strip_param_attrs};
@@ -49,7 +49,11 @@ pub fn expand(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> 
     match (attrs, handler) {
         (Ok(attrs), Ok(handler)) => {
             check_cron_payload(&f, &attrs, &handler)?;
-            Ok(generate(&f, &attrs, &handler))
+            let unique = match &attrs.unique {
+                Some(spec) => Some(unique_fields(&f, spec, &handler)?),
+                None => None,
+            };
+            Ok(generate(&f, &attrs, &handler, unique.as_ref()))
         }
         (Err(mut a), Err(h)) => {
             a.combine(h);
@@ -123,9 +127,167 @@ fn filter_attrs<'a>(attrs: &'a [Attribute], name: &'a str) -> impl Iterator<Item
     attrs.iter().filter(move |a| a.path().is_ident(name))
 }
 
+/// The JSON names of the payload fields of `unique(by = [..])` (`None`: the whole payload),
+/// each checked against the handler's parameters.
+pub fn unique_fields(
+    f: &ItemFn,
+    spec: &UniqueSpec,
+    h: &Handler,
+) -> syn::Result<Option<Vec<String>>> {
+    let Some(by) = &spec.by else {
+        return Ok(None);
+    };
+    let fn_name = f.sig.ident.unraw().to_string();
+    let payload: Vec<(String, &[Attribute])> = h
+        .payload()
+        .map(|(ident, _, serde_attrs)| (ident.unraw().to_string(), serde_attrs))
+        .collect();
+    let listed = || {
+        if payload.is_empty() {
+            format!(
+                "`{fn_name}` has no payload parameters (`by = []` makes the task name alone the identity)"
+            )
+        } else {
+            let names: Vec<String> = payload.iter().map(|(n, _)| format!("`{n}`")).collect();
+            format!("payload parameters of `{fn_name}`: {}", names.join(", "))
+        }
+    };
+    let mut errors: Option<syn::Error> = None;
+    let mut push = |e: syn::Error| match &mut errors {
+        Some(all) => all.combine(e),
+        None => errors = Some(e),
+    };
+    let mut out: Vec<String> = Vec::new();
+    let mut seen: Vec<String> = Vec::new();
+    for ident in by {
+        let name = ident.unraw().to_string();
+        if seen.contains(&name) {
+            push(syn::Error::new(
+                ident.span(),
+                format!("`{name}` is listed twice in `by`"),
+            ));
+            continue;
+        }
+        seen.push(name.clone());
+        let Some((_, serde_attrs)) = payload.iter().find(|(n, _)| *n == name) else {
+            let injected = f.sig.inputs.iter().any(|arg| match arg {
+                syn::FnArg::Typed(t) => {
+                    matches!(&*t.pat, syn::Pat::Ident(p) if p.ident.unraw() == name)
+                }
+                syn::FnArg::Receiver(_) => false,
+            });
+            let msg = if injected {
+                format!(
+                    "`{name}` is injected by the worker, not part of the payload, so it cannot be part of a unique identity; {}",
+                    listed()
+                )
+            } else {
+                let suggestion = payload
+                    .iter()
+                    .map(|(n, _)| (n, crate::attr::edit_distance(&name, n)))
+                    .filter(|(_, d)| *d <= 2)
+                    .min_by_key(|(_, d)| *d)
+                    .map(|(n, _)| format!("did you mean `{n}`? "))
+                    .unwrap_or_default();
+                format!(
+                    "`by` names `{name}`, which is not a parameter of `{fn_name}`; {suggestion}{}",
+                    listed()
+                )
+            };
+            push(syn::Error::new(ident.span(), msg));
+            continue;
+        };
+        match json_name(&name, serde_attrs) {
+            Ok(json) => out.push(json),
+            Err(reason) => push(syn::Error::new(
+                ident.span(),
+                format!("`{name}` cannot be part of a unique identity: {reason}"),
+            )),
+        }
+    }
+    match errors {
+        Some(e) => Err(e),
+        None => Ok(Some(out)),
+    }
+}
+
+/// The JSON name of a payload field given its `#[serde(...)]` attributes, or why it is not
+/// always serialized under one name.
+fn json_name(name: &str, serde_attrs: &[Attribute]) -> Result<String, String> {
+    let mut json = name.to_owned();
+    for attr in serde_attrs {
+        let mut problem = None;
+        let _ = attr.parse_nested_meta(|meta| {
+            let path = meta
+                .path
+                .get_ident()
+                .map(|i| i.to_string())
+                .unwrap_or_default();
+            match path.as_str() {
+                "rename" => {
+                    if meta.input.peek(syn::Token![=]) {
+                        let lit: syn::LitStr = meta.value()?.parse()?;
+                        json = lit.value();
+                    } else {
+                        meta.parse_nested_meta(|inner| {
+                            let lit: syn::LitStr = inner.value()?.parse()?;
+                            if inner.path.is_ident("serialize") {
+                                json = lit.value();
+                            }
+                            Ok(())
+                        })?;
+                    }
+                }
+                "flatten" | "skip" | "skip_serializing" | "skip_serializing_if" => {
+                    problem = Some(format!(
+                        "it is `#[serde({path})]`, so it is not always serialized as one field"
+                    ));
+                    if meta.input.peek(syn::Token![=]) {
+                        let _: syn::Expr = meta.value()?.parse()?;
+                    }
+                }
+                _ => {
+                    if meta.input.peek(syn::Token![=]) {
+                        let _: syn::Expr = meta.value()?.parse()?;
+                    } else if meta.input.peek(syn::token::Paren) {
+                        let _g: proc_macro2::Group = meta.input.parse()?;
+                    }
+                }
+            }
+            Ok(())
+        });
+        if let Some(p) = problem {
+            return Err(p);
+        }
+    }
+    Ok(json)
+}
+
+/// The `Task::UNIQUE` value for `spec`, with the JSON names of its `by` fields.
+fn unique_tokens(spec: &UniqueSpec, fields: Option<&Vec<String>>) -> TokenStream {
+    let base = match fields {
+        None => quote!(::taskq::Unique::payload()),
+        Some(names) => quote!(::taskq::Unique::fields(&[#(#names),*])),
+    };
+    let hold = match spec.hold {
+        HoldSpec::Pending => quote!(),
+        HoldSpec::Running => quote!(.while_running()),
+        HoldSpec::Window(d) => {
+            let d = duration_tokens(d);
+            quote!(.period(#d))
+        }
+    };
+    quote!(const UNIQUE: ::core::option::Option<::taskq::Unique> = ::core::option::Option::Some(#base #hold);)
+}
+
 /// Generates the function, the payload struct, its `Task` impl, the inherent enqueue helpers
 /// and the inventory registration.
-pub fn generate(f: &ItemFn, attrs: &TaskAttrs, h: &Handler) -> TokenStream {
+pub fn generate(
+    f: &ItemFn,
+    attrs: &TaskAttrs,
+    h: &Handler,
+    unique_fields: Option<&Option<Vec<String>>>,
+) -> TokenStream {
     let fn_ident = &f.sig.ident;
     let fn_name = fn_ident.unraw().to_string();
     let vis = &f.vis;
@@ -170,6 +332,10 @@ pub fn generate(f: &ItemFn, attrs: &TaskAttrs, h: &Handler) -> TokenStream {
         let n = Literal::i16_suffixed(n);
         quote!(const PRIORITY: i16 = #n;)
     });
+    let unique = attrs
+        .unique
+        .as_ref()
+        .map(|spec| unique_tokens(spec, unique_fields.and_then(Option::as_ref)));
     let timeout = attrs.timeout.map(|d| {
         let d = duration_tokens(d);
         quote!(const TIMEOUT: ::core::option::Option<::core::time::Duration> = ::core::option::Option::Some(#d);)
@@ -314,6 +480,7 @@ pub fn generate(f: &ItemFn, attrs: &TaskAttrs, h: &Handler) -> TokenStream {
             #backoff
             #max_snoozes
             #ttl
+            #unique
 
             #run_sig {
                 #[diagnostic::on_unimplemented(
@@ -363,8 +530,8 @@ pub fn generate(f: &ItemFn, attrs: &TaskAttrs, h: &Handler) -> TokenStream {
                 ::taskq::Enqueue::new(self).enqueue(pool).await
             }
 
-            /// Starts an enqueue with options (delay, run-at, priority, idempotency key, queue,
-            /// max attempts, deadline).
+            /// Starts an enqueue with options (delay, run-at, priority, idempotency key, unique,
+            /// queue, max attempts, deadline).
             pub fn enqueue_options(self) -> ::taskq::Enqueue<Self> {
                 ::taskq::Enqueue::new(self)
             }
@@ -394,6 +561,15 @@ pub fn generate(f: &ItemFn, attrs: &TaskAttrs, h: &Handler) -> TokenStream {
                 key: impl ::core::convert::Into<::std::string::String>,
             ) -> ::taskq::Enqueue<Self> {
                 ::taskq::Enqueue::new(self).with_idempotency_key(key)
+            }
+
+            /// Makes this enqueue unique (or, with `None`, not unique), replacing the task's
+            /// `unique` declaration; see `taskq::Unique`.
+            pub fn with_unique(
+                self,
+                unique: impl ::core::convert::Into<::core::option::Option<::taskq::Unique>>,
+            ) -> ::taskq::Enqueue<Self> {
+                ::taskq::Enqueue::new(self).with_unique(unique)
             }
 
             /// Overrides the task's queue.
@@ -516,6 +692,73 @@ mod tests {
     }
 
     #[test]
+    fn unique_declarations() {
+        let f = quote!(
+            async fn t(
+                a: u32,
+                #[serde(rename = "bee")] b: String,
+                cx: TaskContext,
+            ) -> Result<(), E> {
+                Ok(())
+            }
+        );
+        let out = expand_str(quote!(unique), f.clone());
+        assert!(
+            out.contains("const UNIQUE : :: core :: option :: Option < :: taskq :: Unique > = :: core :: option :: Option :: Some (:: taskq :: Unique :: payload ())"),
+            "{out}"
+        );
+        assert!(out.contains("pub fn with_unique"), "{out}");
+        let out = expand_str(quote!(unique(by = [b, a], while = "running")), f.clone());
+        assert!(
+            out.contains(":: taskq :: Unique :: fields (& [\"bee\" , \"a\"]) . while_running ()"),
+            "{out}"
+        );
+        let out = expand_str(quote!(unique(by = [], period = "1h")), f.clone());
+        assert!(
+            out.contains(":: taskq :: Unique :: fields (& []) . period (:: core :: time :: Duration :: from_millis (3600000u64))"),
+            "{out}"
+        );
+        let errors = |attr: TokenStream, f: TokenStream| -> Vec<String> {
+            expand(attr, f)
+                .unwrap_err()
+                .into_iter()
+                .map(|e| e.to_string())
+                .collect()
+        };
+        let e = errors(quote!(unique(by = [aa, cx, a, a, zzz])), f.clone());
+        assert_eq!(e.len(), 4, "{e:?}");
+        assert!(e[0].contains("`by` names `aa`, which is not a parameter of `t`; did you mean `a`? payload parameters of `t`: `a`, `b`"), "{e:?}");
+        assert!(e[1].contains("`cx` is injected by the worker"), "{e:?}");
+        assert!(e[2].contains("`a` is listed twice"), "{e:?}");
+        assert!(!e[3].contains("did you mean"), "{e:?}");
+        let e = errors(
+            quote!(unique(by = [a])),
+            quote!(
+                async fn t(
+                    #[serde(skip_serializing_if = "Option::is_none")] a: Option<u32>,
+                ) -> Result<(), E> {
+                    Ok(())
+                }
+            ),
+        );
+        assert!(
+            e[0].contains(
+                "`a` cannot be part of a unique identity: it is `#[serde(skip_serializing_if)]`"
+            ),
+            "{e:?}"
+        );
+        let e = errors(
+            quote!(unique(by = [a])),
+            quote!(
+                async fn t() -> Result<(), E> {
+                    Ok(())
+                }
+            ),
+        );
+        assert!(e[0].contains("`t` has no payload parameters"), "{e:?}");
+    }
+
+    #[test]
     fn defaults_leave_trait_defaults_and_name_overrides() {
         let out = expand_str(
             quote!(name = "exports.v1"),
@@ -537,6 +780,7 @@ mod tests {
             "const BACKOFF",
             "const MAX_SNOOZES",
             "const TTL",
+            "const UNIQUE",
             "fn required_state",
         ] {
             assert!(!out.contains(absent), "unexpected {absent:?} in\n{out}");

@@ -6,7 +6,7 @@ use serde::Serialize;
 use sqlx::MySqlPool;
 
 use crate::error::{Error, Result};
-use crate::store::{Store, TaskFilter};
+use crate::store::{RetryDead, Store, TaskFilter};
 use crate::task::{TaskId, TaskState};
 
 /// Read and manage tasks in the database. Cheap to clone (it holds a pool handle).
@@ -47,6 +47,10 @@ pub struct TaskInfo {
     pub idempotency_key: Option<String>,
     /// Trace context of the enqueuing request (e.g. a W3C `traceparent`), if recorded.
     pub trace_context: Option<String>,
+    /// A unique task's identity (hex SHA-256; see [`Unique`](crate::Unique)).
+    pub unique_key: Option<String>,
+    /// Whether the task holds its unique identity now (keeping out enqueues of the same one).
+    pub unique_held: bool,
     /// The latest error (kept after a later success).
     pub last_error: Option<String>,
     /// Insert time.
@@ -306,8 +310,8 @@ impl Client {
         Ok(self.store.task_pending_by_name(queue).await?)
     }
 
-    /// Cancels a task that has not started. Running and terminal tasks give
-    /// [`Error::WrongState`], unknown ids [`Error::NotFound`].
+    /// Cancels a task that has not started (a unique task frees its identity). Running and
+    /// terminal tasks give [`Error::WrongState`], unknown ids [`Error::NotFound`].
     pub async fn cancel(&self, id: TaskId) -> Result<()> {
         if self.db(self.store.task_cancel(id).await).await? {
             crate::metrics::canceled();
@@ -381,12 +385,15 @@ impl Client {
         Ok(self.store.schedule_delete(name).await?)
     }
 
-    /// Moves a dead task back to pending with its attempts reset.
+    /// Moves a dead task back to pending with its attempts reset. A unique task takes its
+    /// identity back; if another task holds it (enqueued after this one died), nothing changes
+    /// and the error is [`Error::UniqueHeld`] naming that task.
     pub async fn retry_dead(&self, id: TaskId) -> Result<()> {
-        if self.db(self.store.task_retry_dead(id).await).await? {
-            return Ok(());
+        match self.db(self.store.task_retry_dead(id).await).await? {
+            RetryDead::Retried => Ok(()),
+            RetryDead::IdentityHeld(holder) => Err(Error::UniqueHeld { id, holder }),
+            RetryDead::NotDead => Err(self.state_error(id, "dead").await),
         }
-        Err(self.state_error(id, "dead").await)
     }
 
     async fn state_error(&self, id: TaskId, expected: &'static str) -> Error {
@@ -421,8 +428,9 @@ impl Client {
 
     /// Moves every dead task (of `queue`, or of all queues when `None`) back to pending with
     /// its attempts reset and its epoch incremented, in batches of [`Client::BATCH`] rows
-    /// (one short statement each). Tasks that die again while this runs are left dead.
-    /// Returns how many tasks were moved.
+    /// (one short statement each). Tasks that die again while this runs are left dead. Unique
+    /// tasks are retried one statement each, like [`Client::retry_dead`]; one whose identity
+    /// another task holds now is left dead (and logged). Returns how many tasks were moved.
     pub async fn retry_all_dead(&self, queue: Option<&str>) -> Result<u64> {
         let started = self.db(self.store.db_now().await).await?;
         let mut total = 0;
@@ -435,7 +443,28 @@ impl Client {
                 .await?;
             total += n;
             if n < u64::from(Self::BATCH) {
-                return Ok(total);
+                break;
+            }
+        }
+        let mut after = 0;
+        loop {
+            let ids = self
+                .store
+                .task_dead_unique_ids(queue, started, after, Self::BATCH)
+                .await?;
+            for &id in &ids {
+                match self.store.task_retry_dead(id).await? {
+                    RetryDead::Retried => total += 1,
+                    RetryDead::NotDead => {}
+                    RetryDead::IdentityHeld(holder) => tracing::warn!(
+                        task_id = %id, holder = %holder,
+                        "taskq: dead task left dead: its unique identity is held by a newer task"
+                    ),
+                }
+            }
+            match ids.last() {
+                Some(last) if ids.len() == Self::BATCH as usize => after = last.0,
+                _ => return Ok(total),
             }
         }
     }
@@ -506,6 +535,8 @@ mod tests {
             last_error: last_error.map(str::to_owned),
             snoozes: 0,
             deadline: None,
+            unique_key: None,
+            unique_held: false,
             created_at: now,
             updated_at: now,
             finished_at: Some(now),

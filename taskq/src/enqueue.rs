@@ -9,6 +9,7 @@ use sqlx::{MySql, MySqlConnection, MySqlPool, Transaction, pool::PoolConnection}
 use crate::error::{Error, Result};
 use crate::store::{self, BatchRow, Inserted, NewTask};
 use crate::task::{Task, TaskId};
+use crate::unique::{PreparedUnique, Unique};
 use crate::wake;
 
 /// Longest queue name, in bytes (the column is `VARCHAR(64)`).
@@ -34,7 +35,11 @@ pub fn payload_limit() -> usize {
 }
 
 /// Something `enqueue_tx` can write on: a `Transaction`, a `MySqlConnection` or a pooled
-/// connection. taskq issues its statements on it and never begins, commits or rolls back.
+/// connection. taskq issues its statements on it and never begins, commits or rolls back the
+/// caller's transaction. (A unique enqueue is several statements that belong together: on a
+/// connection that is not in a transaction it runs them in a short transaction of its own.
+/// sqlx only knows about transactions begun through it, with `begin()`: do not pass a
+/// connection on which a raw `BEGIN` statement opened one.)
 pub trait AsConnection: Send {
     /// The underlying connection.
     fn as_connection(&mut self) -> &mut MySqlConnection;
@@ -63,7 +68,8 @@ impl AsConnection for PoolConnection<MySql> {
 pub struct Enqueued {
     /// The task's id (the existing task's id for a duplicate).
     pub id: TaskId,
-    /// `true` when the idempotency key matched an existing task and nothing was inserted.
+    /// `true` when nothing was inserted because an existing task holds the idempotency key or
+    /// the unique identity ([`Enqueue::with_unique`]); `id` is that task's.
     pub duplicate: bool,
 }
 
@@ -78,6 +84,7 @@ pub struct Enqueued {
 /// | `with_run_at(DateTime<Utc>)` | runs no earlier than this time; replaces `with_delay` |
 /// | `with_priority(i16)` | overrides the task's priority (lower runs first) |
 /// | `with_idempotency_key(impl Into<String>)` | one task per (name, key) while the row is kept; a duplicate returns the existing id |
+/// | `with_unique(impl Into<Option<Unique>>)` | one live task per identity ([`Unique`]); replaces the task's declaration, `None` turns it off; a duplicate returns the live task's id |
 /// | `with_queue(impl Into<String>)` | overrides the task's queue |
 /// | `with_max_attempts(u32)` | overrides the task's max attempts (at least 1) |
 /// | `with_deadline(DateTime<Utc>)` | no attempt starts at or after this time: a task not started by then ends `expired`, never run; replaces `with_ttl` and the task's `TTL` |
@@ -116,6 +123,8 @@ pub struct Enqueue<T> {
     payload_limit: Option<usize>,
     trace_context: Option<String>,
     expiry: Option<Expiry>,
+    /// `None`: the task's declaration (`T::UNIQUE`).
+    unique: Option<Option<Unique>>,
 }
 
 /// A deadline as given to [`Enqueue`]: absolute, or relative to the insert.
@@ -139,6 +148,7 @@ impl<T: Task> Enqueue<T> {
             payload_limit: None,
             trace_context: None,
             expiry: None,
+            unique: None,
         }
     }
     /// Runs no earlier than `delay` after the insert, on the database clock.
@@ -162,6 +172,14 @@ impl<T: Task> Enqueue<T> {
     /// returns the existing task's id with `duplicate = true`.
     pub fn with_idempotency_key(mut self, key: impl Into<String>) -> Self {
         self.idempotency_key = Some(key.into());
+        self
+    }
+    /// Makes this enqueue unique: nothing is inserted while another task holds the same
+    /// identity (task name plus the payload fields of `unique`), and the result is that task's
+    /// id with `duplicate = true`. Replaces the task's own declaration ([`Task::UNIQUE`],
+    /// `#[taskq::task(unique)]`); `None` makes this enqueue not unique. See [`Unique`].
+    pub fn with_unique(mut self, unique: impl Into<Option<Unique>>) -> Self {
+        self.unique = Some(unique.into());
         self
     }
     /// Overrides the task's queue.
@@ -209,14 +227,14 @@ impl<T: Task> Enqueue<T> {
     /// rolls back. The task becomes visible to workers when the caller commits.
     pub async fn enqueue_tx<C: AsConnection + ?Sized>(self, conn: &mut C) -> Result<Enqueued> {
         let prepared = self.prepare()?;
-        prepared.insert(conn.as_connection()).await
+        prepared.insert(conn.as_connection(), &mut None).await
     }
 
     /// Inserts the task on its own (autocommit) and wakes this process's workers for its queue.
     pub async fn enqueue(self, pool: &MySqlPool) -> Result<Enqueued> {
         let prepared = self.prepare()?;
         let mut conn = pool.acquire().await?;
-        let out = prepared.insert(&mut conn).await?;
+        let out = prepared.insert(&mut conn, &mut None).await?;
         wake::notify(&prepared.queue);
         Ok(out)
     }
@@ -272,6 +290,10 @@ impl<T: Task> Enqueue<T> {
                 limit,
             });
         }
+        let unique = match self.unique.unwrap_or(T::UNIQUE) {
+            Some(u) => Some(u.prepare(T::NAME, &payload)?),
+            None => None,
+        };
         Ok(Prepared {
             queue,
             name: T::NAME,
@@ -284,6 +306,7 @@ impl<T: Task> Enqueue<T> {
             ttl_us,
             idempotency_key: self.idempotency_key,
             trace_context: trace(self.trace_context),
+            unique,
         })
     }
 }
@@ -302,10 +325,31 @@ pub(crate) struct Prepared {
     pub(crate) ttl_us: Option<i64>,
     idempotency_key: Option<String>,
     pub(crate) trace_context: Option<String>,
+    unique: Option<PreparedUnique>,
 }
 
 impl Prepared {
-    async fn insert(&self, conn: &mut MySqlConnection) -> Result<Enqueued> {
+    /// Whether this row must be inserted on its own (a duplicate is possible).
+    fn keyed(&self) -> bool {
+        self.idempotency_key.is_some() || self.unique.is_some()
+    }
+
+    /// Inserts the row. `clock` caches the database clock (µs since the epoch) for windowed
+    /// identities: read on first need, reused by the rest of an `enqueue_many` call.
+    async fn insert(
+        &self,
+        conn: &mut MySqlConnection,
+        clock: &mut Option<i64>,
+    ) -> Result<Enqueued> {
+        let (unique_key, unique_expires_us) = match &self.unique {
+            Some(u) => {
+                if u.needs_clock() && clock.is_none() {
+                    *clock = Some(store::db_clock_us(conn).await?);
+                }
+                (Some(u.key(*clock)), u.window_end_us(*clock))
+            }
+            None => (None, None),
+        };
         let row = NewTask {
             queue: &self.queue,
             name: self.name,
@@ -318,6 +362,9 @@ impl Prepared {
             ttl_us: self.ttl_us,
             idempotency_key: self.idempotency_key.as_deref(),
             trace_context: self.trace_context.as_deref(),
+            unique_key: unique_key.as_ref().map(|k| k.as_slice()),
+            unique_while: self.unique.as_ref().map(PreparedUnique::while_value),
+            unique_expires_us,
         };
         let out = match store::task_insert(conn, &row).await? {
             Inserted::New(id) => Enqueued {
@@ -380,9 +427,13 @@ const BATCH_BYTES: usize = 2 << 20;
 ///   call, and the inserted row count is verified). Under lock mode 2 (the MySQL 8 default)
 ///   those rows are inserted one statement per row instead, so the ids stay exact; set
 ///   `innodb_autoinc_lock_mode=1` to get the batched path there.
-/// - **Rows with an idempotency key** are inserted one statement per row, exactly like
-///   [`Enqueue::enqueue_tx`]: a key that already exists (including one used earlier in the same
-///   batch) returns the existing id with `duplicate = true`.
+/// - **Rows with an idempotency key or a unique identity** ([`Enqueue::with_unique`],
+///   [`Task::UNIQUE`]) are inserted one statement per row, exactly like
+///   [`Enqueue::enqueue_tx`]: a key or identity that is taken (including by a row earlier in
+///   the same batch) inserts nothing for that input and returns the holder's id with
+///   `duplicate = true`, so each identity yields one task and every input learns which. The
+///   window of a windowed identity is computed from one reading of the database clock per
+///   call.
 /// - New rows get ascending ids in input order.
 /// - Like `enqueue_tx`, this does not wake local workers; call [`crate::notify`] for the
 ///   queue after committing to skip the poll delay.
@@ -418,16 +469,17 @@ async fn insert_many(conn: &mut MySqlConnection, rows: &[Prepared]) -> Result<Ve
     let mut out = Vec::with_capacity(rows.len());
     // Decided on first need: can a multi-row insert's ids be derived?
     let mut consecutive: Option<Option<u64>> = None;
+    let mut clock = None;
     let mut i = 0;
     while i < rows.len() {
-        if rows[i].idempotency_key.is_some() {
-            out.push(rows[i].insert(conn).await?);
+        if rows[i].keyed() {
+            out.push(rows[i].insert(conn, &mut clock).await?);
             i += 1;
             continue;
         }
         // A run of rows without a key.
         let mut end = i;
-        while end < rows.len() && rows[end].idempotency_key.is_none() {
+        while end < rows.len() && !rows[end].keyed() {
             end += 1;
         }
         let step = match consecutive {
@@ -441,7 +493,7 @@ async fn insert_many(conn: &mut MySqlConnection, rows: &[Prepared]) -> Result<Ve
         };
         let Some(step) = step else {
             for row in &rows[i..end] {
-                out.push(row.insert(conn).await?);
+                out.push(row.insert(conn, &mut clock).await?);
             }
             i = end;
             continue;
@@ -495,7 +547,7 @@ fn datetime_text(d: DateTime<Utc>) -> String {
     d.naive_utc().format("%Y-%m-%d %H:%M:%S%.6f").to_string()
 }
 
-fn hex(bytes: &[u8]) -> String {
+pub(crate) fn hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut s = String::with_capacity(bytes.len() * 2);
     for b in bytes {

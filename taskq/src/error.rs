@@ -68,6 +68,17 @@ pub enum Error {
         /// What the operation needed.
         expected: &'static str,
     },
+    /// A dead unique task cannot be retried: another task holds its identity now (it was
+    /// enqueued after this one died). The dead task is left as it was.
+    #[error(
+        "task {id} cannot be retried: its unique identity is held by task {holder}, enqueued since it died"
+    )]
+    UniqueHeld {
+        /// The dead task.
+        id: TaskId,
+        /// The task that holds the identity.
+        holder: TaskId,
+    },
     /// Invalid worker configuration (zero concurrency, heartbeat not shorter than the lease...).
     #[error("invalid worker configuration: {0}")]
     Config(String),
@@ -164,6 +175,11 @@ impl Error {
                 .field("id", id)
                 .field("state", state)
                 .field("expected", expected)
+                .finish(),
+            Error::UniqueHeld { id, holder } => f
+                .debug_struct("UniqueHeld")
+                .field("id", id)
+                .field("holder", holder)
                 .finish(),
             Error::Config(m) => f.debug_tuple("Config").field(m).finish(),
             Error::DuplicateTaskName {

@@ -44,6 +44,7 @@ mod schedule;
 mod store;
 mod task;
 mod trace;
+mod unique;
 mod wake;
 mod worker;
 
@@ -71,6 +72,7 @@ pub use task::{
     TaskState,
 };
 pub use trace::{MAX_TRACE_CONTEXT_LEN, set_trace_context_hook};
+pub use unique::{Unique, UniqueBy, UniqueHold};
 pub use wake::notify;
 pub use worker::{
     Retention, ShutdownReport, StatsSnapshot, Worker, WorkerBuilder, WorkerStats, run_registered,
@@ -88,8 +90,10 @@ pub use worker::{
 /// (default 0, lower runs first), `timeout` (e.g. `"30s"`; default none), `backoff`
 /// (`"exponential(1s, 10m)"` or `"constant(5s)"`; default [`Backoff::DEFAULT`]), `max_snoozes`
 /// (snoozes that do not count as an attempt, see [`TaskError::snooze`]; default
-/// [`DEFAULT_MAX_SNOOZES`]) and `ttl` (e.g. `"1h"`: a task not started within it after its
-/// enqueue ends `expired`, never run; default none). For a recurring task without payload
+/// [`DEFAULT_MAX_SNOOZES`]), `ttl` (e.g. `"1h"`: a task not started within it after its
+/// enqueue ends `expired`, never run; default none) and `unique` (at most one live task per
+/// identity: `unique`, or `unique(by = [field, ..], while = "pending" | "running", period =
+/// "10m")`; see [`Unique`] and `docs/macro.md`). For a recurring task without payload
 /// parameters: `cron` (`"0 3 * * *"`, or 6 fields with seconds first; see [`Schedule`]),
 /// `timezone` (default `"UTC"`) and `missed_ticks` (`"latest"`, the default, `"skip"` or
 /// `"all(N)"`; see [`MissedTicks`]).

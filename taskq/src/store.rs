@@ -63,6 +63,12 @@ pub(crate) struct NewTask<'a> {
     pub ttl_us: Option<i64>,
     pub idempotency_key: Option<&'a str>,
     pub trace_context: Option<&'a str>,
+    /// The unique identity, if any (`unique_key`, and the key of its `taskq_unique` row).
+    pub unique_key: Option<&'a [u8]>,
+    /// `unique_while`: `pending`, `running` or `window`; set with `unique_key`.
+    pub unique_while: Option<&'static str>,
+    /// For a window: its end, in microseconds since the Unix epoch on the database clock.
+    pub unique_expires_us: Option<i64>,
 }
 
 /// Outcome of [`task_insert`].
@@ -71,19 +77,123 @@ pub(crate) enum Inserted {
     Duplicate(TaskId),
 }
 
-/// Inserts a task on `conn` (the caller's transaction, if any). A duplicate idempotency key
-/// returns the existing row's id instead of failing.
+/// Inserts a task on `conn` (the caller's transaction, if any). A duplicate idempotency key, or
+/// a unique identity another task holds, returns the holder's id instead of failing.
+///
+/// Every `INSERT` is attempted plainly: a duplicate key error rolls back only the statement,
+/// not the caller's transaction, and leaves a shared lock on the row it collided with, so the
+/// holder found by the locking read that follows keeps its key (or identity) until the
+/// caller's transaction ends.
+///
+/// A unique task first reserves its identity (`INSERT INTO taskq_unique`), so a duplicate
+/// writes nothing to `taskq_tasks`; a new one then inserts the task and records its id in the
+/// reservation (three statements). With an idempotency key as well, the task is inserted
+/// first so that a taken key is reported before a taken identity; if the identity then turns
+/// out to be taken, the row just inserted is deleted again. Those statements belong together:
+/// on a connection that is not in a transaction (sqlx's `Connection::is_in_transaction`) they
+/// run in a short one of their own; in the caller's transaction, an error after the first
+/// undoes what was written, so that committing anyway leaves no half-enqueued task.
 pub(crate) async fn task_insert(
     conn: &mut MySqlConnection,
     t: &NewTask<'_>,
 ) -> sqlx::Result<Inserted> {
+    let Some(key) = t.unique_key else {
+        return Ok(match insert_row(conn, t).await? {
+            Ok(id) => Inserted::New(id),
+            Err(holder) => Inserted::Duplicate(holder),
+        });
+    };
+    if conn.is_in_transaction() {
+        return insert_unique(conn, t, key).await;
+    }
+    let mut tx = conn.begin().await?;
+    let out = insert_unique(&mut tx, t, key).await?;
+    tx.commit().await?;
+    Ok(out)
+}
+
+/// The statements of [`task_insert`] for a unique task, on a transaction.
+async fn insert_unique(
+    conn: &mut MySqlConnection,
+    t: &NewTask<'_>,
+    key: &[u8],
+) -> sqlx::Result<Inserted> {
+    if t.idempotency_key.is_some() {
+        let id = match insert_row(conn, t).await? {
+            Ok(id) => id,
+            Err(holder) => return Ok(Inserted::Duplicate(holder)),
+        };
+        let taken = match identity_reserve(conn, key, id.0, t.unique_expires_us).await {
+            Ok(taken) => taken,
+            Err(e) => return Err(undo(conn, Some(id), None, e).await),
+        };
+        if let Some(holder) = taken {
+            sqlx::query!("DELETE FROM taskq_tasks WHERE id = ?", id.0)
+                .execute(&mut *conn)
+                .await?;
+            return Ok(Inserted::Duplicate(holder));
+        }
+        return Ok(Inserted::New(id));
+    }
+    if let Some(holder) = identity_reserve(conn, key, 0, t.unique_expires_us).await? {
+        return Ok(Inserted::Duplicate(holder));
+    }
+    let id = match insert_row(conn, t).await {
+        Ok(Ok(id)) => id,
+        Ok(Err(holder)) => return Ok(Inserted::Duplicate(holder)),
+        Err(e) => return Err(undo(conn, None, Some(key), e).await),
+    };
+    let done = sqlx::query!(
+        "UPDATE taskq_unique SET task_id = ? WHERE unique_key = ?",
+        id.0,
+        key
+    )
+    .execute(&mut *conn)
+    .await;
+    match done {
+        Ok(_) => Ok(Inserted::New(id)),
+        Err(e) => Err(undo(conn, Some(id), Some(key), e).await),
+    }
+}
+
+/// After `e` in the middle of a unique enqueue on the caller's transaction, deletes the task
+/// row and the reservation written so far (best effort: if the connection is gone, so is the
+/// transaction) and returns `e`.
+async fn undo(
+    conn: &mut MySqlConnection,
+    task: Option<TaskId>,
+    reservation: Option<&[u8]>,
+    e: sqlx::Error,
+) -> sqlx::Error {
+    if let Some(id) = task {
+        let _ = sqlx::query!("DELETE FROM taskq_tasks WHERE id = ?", id.0)
+            .execute(&mut *conn)
+            .await;
+    }
+    if let Some(key) = reservation {
+        let _ = sqlx::query!(
+            "DELETE FROM taskq_unique WHERE unique_key = ? AND task_id IN (0, ?)",
+            key,
+            task.map_or(0, |t| t.0)
+        )
+        .execute(&mut *conn)
+        .await;
+    }
+    e
+}
+
+/// The task row's `INSERT`: the new id, or the holder of its idempotency key.
+async fn insert_row(
+    conn: &mut MySqlConnection,
+    t: &NewTask<'_>,
+) -> sqlx::Result<Result<TaskId, TaskId>> {
     let res = sqlx::query!(
         r#"INSERT INTO taskq_tasks
             (queue, name, payload, state, priority, max_attempts, run_at, deadline,
-             idempotency_key, trace_context, created_at, updated_at)
+             idempotency_key, trace_context, unique_key, unique_while, created_at, updated_at)
            VALUES (?, ?, ?, 'pending', ?, ?,
              COALESCE(?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND),
-             COALESCE(?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND), ?, ?,
+             COALESCE(?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND), ?, ?, ?, ?,
              UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))"#,
         t.queue,
         t.name,
@@ -96,13 +206,15 @@ pub(crate) async fn task_insert(
         t.ttl_us,
         t.idempotency_key,
         t.trace_context,
+        t.unique_key,
+        t.unique_while,
     )
     .execute(&mut *conn)
     .await;
     match res {
-        Ok(done) => Ok(Inserted::New(TaskId(done.last_insert_id()))),
+        Ok(done) => Ok(Ok(TaskId(done.last_insert_id()))),
         Err(sqlx::Error::Database(e))
-            if is_idempotency_conflict(&*e) && t.idempotency_key.is_some() =>
+            if is_conflict_on(&*e, IDEMPOTENCY_INDEX) && t.idempotency_key.is_some() =>
         {
             // A locking read sees the latest committed row even inside the caller's
             // REPEATABLE READ snapshot; it reads the unique index only.
@@ -114,15 +226,70 @@ pub(crate) async fn task_insert(
             )
             .fetch_one(&mut *conn)
             .await?;
-            Ok(Inserted::Duplicate(TaskId(id)))
+            Ok(Err(TaskId(id)))
         }
         Err(e) => Err(e),
     }
 }
 
-fn is_idempotency_conflict(e: &dyn sqlx::error::DatabaseError) -> bool {
+/// Takes the identity `key` for `task_id` (0: the id follows), or returns the task holding it.
+async fn identity_reserve(
+    conn: &mut MySqlConnection,
+    key: &[u8],
+    task_id: u64,
+    expires_us: Option<i64>,
+) -> sqlx::Result<Option<TaskId>> {
+    // The holder of a conflicting identity cannot let go while the failed insert's lock is
+    // held, so the lookup finds it; a retry covers the impossible case instead of an error.
+    for _ in 0..3 {
+        let res = sqlx::query!(
+            r#"INSERT INTO taskq_unique (unique_key, task_id, expires_at)
+               VALUES (?, ?, TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00'))"#,
+            key,
+            task_id,
+            expires_us,
+        )
+        .execute(&mut *conn)
+        .await;
+        match res {
+            Ok(_) => return Ok(None),
+            // `taskq_unique` has no other unique index than its primary key, the identity.
+            Err(sqlx::Error::Database(e)) if is_conflict_on(&*e, "") => {
+                // A primary-key read: it locks the identity's row only, never the holder's
+                // task row (a worker may be renewing its lease).
+                let holder = sqlx::query_scalar!(
+                    r#"SELECT task_id AS "id: u64" FROM taskq_unique
+                       WHERE unique_key = ? LOCK IN SHARE MODE"#,
+                    key,
+                )
+                .fetch_optional(&mut *conn)
+                .await?;
+                if let Some(id) = holder {
+                    return Ok(Some(TaskId(id)));
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Err(sqlx::Error::Protocol(
+        "unique identity conflicted but its holder was not found three times".into(),
+    ))
+}
+
+/// The database clock in microseconds since the Unix epoch (no time zone involved), for the
+/// window of a unique task.
+pub(crate) async fn db_clock_us(conn: &mut MySqlConnection) -> sqlx::Result<i64> {
+    sqlx::query_scalar!(
+        r#"SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) AS "us!: i64""#
+    )
+    .fetch_one(conn)
+    .await
+}
+
+/// Whether `e` is a duplicate key error on the unique index `index` (any index for `""`).
+fn is_conflict_on(e: &dyn sqlx::error::DatabaseError, index: &str) -> bool {
     let mysql = e.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>();
-    mysql.is_some_and(|m| m.number() == ER_DUP_ENTRY) && e.message().contains(IDEMPOTENCY_INDEX)
+    mysql.is_some_and(|m| m.number() == ER_DUP_ENTRY) && e.message().contains(index)
 }
 
 impl Store {
@@ -134,6 +301,9 @@ impl Store {
                  attempt AS "attempt: u32", max_attempts AS "max_attempts: u32",
                  run_at AS "run_at: DateTime<Utc>", lease_until AS "lease_until: DateTime<Utc>",
                  lease_epoch AS "lease_epoch: u64", worker_id, idempotency_key, trace_context, last_error,
+                 LOWER(HEX(unique_key)) AS "unique_key: String",
+                 EXISTS (SELECT 1 FROM taskq_unique u WHERE u.unique_key = taskq_tasks.unique_key
+                           AND u.task_id = taskq_tasks.id) AS "unique_held!: bool",
                  created_at AS "created_at: DateTime<Utc>", updated_at AS "updated_at: DateTime<Utc>",
                  finished_at AS "finished_at: DateTime<Utc>", snoozes AS "snoozes: u32",
                  deadline AS "deadline: DateTime<Utc>"
@@ -168,6 +338,9 @@ impl Store {
                  attempt AS "attempt: u32", max_attempts AS "max_attempts: u32",
                  run_at AS "run_at: DateTime<Utc>", lease_until AS "lease_until: DateTime<Utc>",
                  lease_epoch AS "lease_epoch: u64", worker_id, idempotency_key, trace_context, last_error,
+                 LOWER(HEX(unique_key)) AS "unique_key: String",
+                 EXISTS (SELECT 1 FROM taskq_unique u WHERE u.unique_key = taskq_tasks.unique_key
+                           AND u.task_id = taskq_tasks.id) AS "unique_held!: bool",
                  created_at AS "created_at: DateTime<Utc>", updated_at AS "updated_at: DateTime<Utc>",
                  finished_at AS "finished_at: DateTime<Utc>", snoozes AS "snoozes: u32",
                  deadline AS "deadline: DateTime<Utc>"
@@ -246,16 +419,29 @@ impl Store {
         .await
     }
 
-    /// Cancels a pending task; returns whether a row changed.
+    /// Cancels a pending task (freeing the unique identity it holds); returns whether a row
+    /// changed.
     pub(crate) async fn task_cancel(&self, id: TaskId) -> sqlx::Result<bool> {
+        let mut tx = self.pool.begin().await?;
         let done = sqlx::query!(
             r#"UPDATE taskq_tasks
                SET state = 'canceled', finished_at = UTC_TIMESTAMP(6), updated_at = UTC_TIMESTAMP(6)
                WHERE id = ? AND state = 'pending'"#,
             id.0
         )
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await?;
+        if done.rows_affected() == 1 {
+            sqlx::query!(
+                r#"DELETE u FROM taskq_tasks t
+                     STRAIGHT_JOIN taskq_unique u FORCE INDEX (PRIMARY) ON u.unique_key = t.unique_key
+                   WHERE t.id = ? AND u.task_id = t.id"#,
+                id.0
+            )
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
         Ok(done.rows_affected() == 1)
     }
 
@@ -294,20 +480,42 @@ impl Store {
         Ok(done.rows_affected() == 1)
     }
 
-    /// Moves a dead task back to pending with attempts reset and its epoch incremented.
-    pub(crate) async fn task_retry_dead(&self, id: TaskId) -> sqlx::Result<bool> {
-        let done = sqlx::query!(
+    /// Moves a dead task back to pending with attempts reset and its epoch incremented. A task
+    /// unique while pending or running takes its identity back, which fails (and changes
+    /// nothing) when another task holds it meanwhile; a windowed one does not (see
+    /// `docs/semantics.md`).
+    pub(crate) async fn task_retry_dead(&self, id: TaskId) -> sqlx::Result<RetryDead> {
+        let mut tx = self.pool.begin().await?;
+        let row = sqlx::query!(
+            r#"SELECT unique_key AS "unique_key: Vec<u8>", unique_while FROM taskq_tasks
+               WHERE id = ? AND state = 'dead' FOR UPDATE"#,
+            id.0
+        )
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(row) = row else {
+            return Ok(RetryDead::NotDead);
+        };
+        let retake = row
+            .unique_key
+            .filter(|_| row.unique_while.as_deref() != Some("window"));
+        if let Some(key) = retake
+            && let Some(holder) = identity_reserve(&mut tx, &key, id.0, None).await?
+        {
+            return Ok(RetryDead::IdentityHeld(holder));
+        }
+        sqlx::query!(
             r#"UPDATE taskq_tasks
                SET state = 'pending', attempt = 0, lease_epoch = lease_epoch + 1, run_at = UTC_TIMESTAMP(6),
                    finished_at = NULL, lease_until = NULL, updated_at = UTC_TIMESTAMP(6)
                WHERE id = ? AND state = 'dead'"#,
             id.0
         )
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await?;
-        Ok(done.rows_affected() == 1)
+        tx.commit().await?;
+        Ok(RetryDead::Retried)
     }
-
     /// The state of one task, or `None` when the id does not exist.
     pub(crate) async fn task_state(&self, id: TaskId) -> sqlx::Result<Option<TaskState>> {
         sqlx::query_scalar!(
@@ -317,6 +525,16 @@ impl Store {
         .fetch_optional(&self.pool)
         .await
     }
+}
+
+/// Outcome of [`Store::task_retry_dead`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RetryDead {
+    Retried,
+    /// The task does not exist or is not dead.
+    NotDead,
+    /// Another task holds the dead task's unique identity.
+    IdentityHeld(TaskId),
 }
 
 /// A task as claimed by a worker (values after the claim).
@@ -335,6 +553,10 @@ pub(crate) struct Claimed {
     pub wait_us: i64,
     /// Trace context of the enqueuing request, if recorded.
     pub trace_context: Option<String>,
+    /// The task's unique identity, if it is unique.
+    pub unique_key: Option<Vec<u8>>,
+    /// Its `unique_while` (`pending`, `running` or `window`).
+    pub unique_while: Option<String>,
 }
 
 /// A row's position in claim order, `(priority, run_at, id)`: the order of `ix_taskq_claim`
@@ -416,11 +638,26 @@ struct ClaimRow {
     snoozes: u32,
     /// Time until the deadline on the database clock (µs; zero or less: passed), if any.
     deadline_in_us: Option<i64>,
+    unique_key: Option<Vec<u8>>,
+    unique_while: Option<String>,
 }
 
 impl ClaimRow {
+    /// Whether the deadline has passed (on the database clock, at the claim).
     fn is_expired(&self) -> bool {
         self.deadline_in_us.is_some_and(|us| us <= 0)
+    }
+
+    /// The identity this claim frees if the task holds it: a task unique while pending (it
+    /// starts now), or any unique task the claim finds past its deadline (it ends `expired`,
+    /// like a cancel).
+    fn frees_at_claim(&self) -> Option<&[u8]> {
+        let frees = match self.unique_while.as_deref() {
+            Some("pending") => true,
+            Some(_) => self.is_expired(),
+            None => false,
+        };
+        self.unique_key.as_deref().filter(|_| frees)
     }
 }
 
@@ -476,7 +713,7 @@ impl Store {
             worker_id,
         } = req;
         let mut tx = conn.begin().await?;
-        let (mut rows, contended_after) = match from {
+        let (mut rows, freed, contended_after) = match from {
             ClaimFrom::LockingScan => {
                 let rows = sqlx::query_as!(
                     ClaimRow,
@@ -485,7 +722,8 @@ impl Store {
                          lease_epoch AS "lease_epoch: u64",
                          TIMESTAMPDIFF(MICROSECOND, run_at, UTC_TIMESTAMP(6)) AS "wait_us!: i64",
                          trace_context, snoozes AS "snoozes: u32",
-                         TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), deadline) AS "deadline_in_us: i64"
+                         TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), deadline) AS "deadline_in_us: i64",
+                         unique_key AS "unique_key: Vec<u8>", unique_while
                        FROM taskq_tasks
                        WHERE state = 'pending' AND queue = ? AND run_at <= UTC_TIMESTAMP(6)
                          AND JSON_CONTAINS(?, JSON_QUOTE(name))
@@ -498,7 +736,10 @@ impl Store {
                 )
                 .fetch_all(&mut *tx)
                 .await?;
-                (rows, None)
+                let mut rows = rows;
+                let mut freed = Vec::new();
+                drop_identities_held_elsewhere(&mut tx, &mut rows, 0, &mut freed).await?;
+                (rows, freed, None)
             }
             ClaimFrom::Head => {
                 claim_by_candidates(&mut tx, queue, names_json, limit, candidates, None).await?
@@ -555,6 +796,24 @@ impl Store {
             .execute(&mut *tx)
             .await?;
         }
+        if !freed.is_empty() {
+            // The identities this claim frees (tasks unique while pending, and unique tasks
+            // that expired): ours, locked above.
+            let pairs: Vec<(String, u64)> = freed
+                .iter()
+                .map(|(k, id)| (crate::enqueue::hex(k), *id))
+                .collect();
+            let json = serde_json::to_string(&pairs).expect("pairs serialize");
+            sqlx::query!(
+                r#"DELETE u FROM JSON_TABLE(?, '$[*]' COLUMNS (k VARCHAR(64) PATH '$[0]',
+                                                              id BIGINT UNSIGNED PATH '$[1]')) AS j
+                     STRAIGHT_JOIN taskq_unique u FORCE INDEX (PRIMARY)
+                       ON u.unique_key = UNHEX(j.k) AND u.task_id = j.id"#,
+                json
+            )
+            .execute(&mut *tx)
+            .await?;
+        }
         tx.commit().await?;
         let tasks = rows
             .into_iter()
@@ -568,6 +827,8 @@ impl Store {
                 lease_epoch: r.lease_epoch + 1,
                 wait_us: r.wait_us,
                 trace_context: r.trace_context,
+                unique_key: r.unique_key,
+                unique_while: r.unique_while,
             })
             .collect();
         let expired = expired
@@ -597,7 +858,7 @@ async fn claim_by_candidates(
     limit: u32,
     wanted_candidates: u32,
     after: Option<ClaimKey>,
-) -> sqlx::Result<(Vec<ClaimRow>, Option<ClaimKey>)> {
+) -> sqlx::Result<(Vec<ClaimRow>, Vec<(Vec<u8>, u64)>, Option<ClaimKey>)> {
     let wanted_candidates = wanted_candidates.max(limit);
     let candidates = match after {
         None => {
@@ -645,7 +906,7 @@ async fn claim_by_candidates(
         }
     };
     if candidates.is_empty() {
-        return Ok((Vec::new(), None));
+        return Ok((Vec::new(), Vec::new(), None));
     }
     let last_candidate = candidates
         .last()
@@ -655,30 +916,186 @@ async fn claim_by_candidates(
             run_at: c.run_at,
             id: c.id,
         });
-    let candidate_ids = serde_json::to_string(&candidates.iter().map(|c| c.id).collect::<Vec<_>>())
-        .expect("ids serialize");
+    let candidate_ids: Vec<u64> = candidates.iter().map(|c| c.id).collect();
+    let mut rows = lock_candidates(tx, &candidate_ids, limit).await?;
+    let contended_after = last_candidate.filter(|_| (rows.len() as u32) < limit);
+    // Rows whose unique identity a producer's open transaction holds are given up (see
+    // `drop_identities_held_elsewhere`); the candidates after the last row locked replace them.
+    let mut freed = Vec::new();
+    let mut searched = 0;
+    let mut checked = 0;
+    while rows[checked..].iter().any(|r| r.frees_at_claim().is_some()) {
+        searched = rows
+            .iter()
+            .filter_map(|r| candidate_ids.iter().position(|&c| c == r.id))
+            .max()
+            .map_or(searched, |p| p + 1)
+            .max(searched);
+        let dropped = drop_identities_held_elsewhere(tx, &mut rows, checked, &mut freed).await?;
+        checked = rows.len();
+        let wanted = limit.saturating_sub(rows.len() as u32);
+        if dropped == 0 || wanted == 0 || searched >= candidate_ids.len() {
+            break;
+        }
+        let more = lock_candidates(tx, &candidate_ids[searched..], wanted).await?;
+        if more.is_empty() {
+            break;
+        }
+        rows.extend(more);
+    }
+    Ok((rows, freed, contended_after))
+}
+
+/// Step 2 of the claim: locks up to `limit` of `ids` (candidates, in claim order) that are
+/// still pending and due, by primary key, skipping rows others hold.
+async fn lock_candidates(
+    tx: &mut sqlx::Transaction<'_, sqlx::MySql>,
+    ids: &[u64],
+    limit: u32,
+) -> sqlx::Result<Vec<ClaimRow>> {
+    let ids_json = serde_json::to_string(ids).expect("ids serialize");
     // Driven from the JSON side, so rows are visited (and locked) in claim order and the scan
     // stops at `limit` locked rows.
-    let rows = sqlx::query_as!(
+    sqlx::query_as!(
         ClaimRow,
         r#"SELECT t.id AS "id: u64", t.name, t.payload, t.priority, t.run_at,
              t.attempt AS "attempt: u32", t.max_attempts AS "max_attempts: u32",
              t.lease_epoch AS "lease_epoch: u64",
              TIMESTAMPDIFF(MICROSECOND, t.run_at, UTC_TIMESTAMP(6)) AS "wait_us!: i64",
              t.trace_context, t.snoozes AS "snoozes: u32",
-             TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), t.deadline) AS "deadline_in_us: i64"
+             TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), t.deadline) AS "deadline_in_us: i64",
+             t.unique_key AS "unique_key: Vec<u8>", t.unique_while
            FROM JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$')) AS j
              STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id
            WHERE t.state = 'pending' AND t.run_at <= UTC_TIMESTAMP(6)
            LIMIT ?
            FOR UPDATE SKIP LOCKED"#,
-        candidate_ids,
+        ids_json,
         limit
     )
     .fetch_all(&mut **tx)
+    .await
+}
+
+/// Of the rows a claim locked (from index `from` on), those unique while pending free their
+/// identity: the ones holding it are added to `freed` (their `taskq_unique` rows, now locked,
+/// are deleted with the claim), except those whose identity another transaction holds: a
+/// producer whose enqueue was a duplicate of the task and has not committed yet. Deleting
+/// that row would wait for that transaction; instead the task is dropped from the claim and
+/// stays pending until the transaction ends, so it starts after the producer's writes are
+/// visible. Returns how many rows were dropped. No statement when no row frees an identity.
+async fn drop_identities_held_elsewhere(
+    tx: &mut sqlx::Transaction<'_, sqlx::MySql>,
+    rows: &mut Vec<ClaimRow>,
+    from: usize,
+    freed: &mut Vec<(Vec<u8>, u64)>,
+) -> sqlx::Result<usize> {
+    let wanted: Vec<(&[u8], u64)> = rows[from..]
+        .iter()
+        .filter_map(|r| r.frees_at_claim().map(|k| (k, r.id)))
+        .collect();
+    if wanted.is_empty() {
+        return Ok(0);
+    }
+    let taken = identities_take(tx, &wanted).await?;
+    freed.extend(taken.ours.iter().cloned());
+    let before = rows.len();
+    let mut i = 0;
+    rows.retain(|r| {
+        i += 1;
+        i <= from || !taken.held_elsewhere.contains(&r.id)
+    });
+    Ok(before - rows.len())
+}
+
+/// What [`identities_take`] found.
+struct Taken {
+    /// `(identity, task)` pairs the task holds, now locked by this transaction.
+    ours: Vec<(Vec<u8>, u64)>,
+    /// Tasks that hold their identity while another transaction has its row locked.
+    held_elsewhere: Vec<u64>,
+}
+
+/// For `(identity, task)` pairs about to be freed, locks the `taskq_unique` rows that no
+/// other transaction holds (`FOR UPDATE SKIP LOCKED`: it never waits, so the order does not
+/// matter for deadlocks) and sorts the pairs out: held by that task and now locked here, held
+/// by that task but locked elsewhere (a plain read tells, only for rows the lock skipped), or
+/// not held by that task at all (nothing to free).
+async fn identities_take(
+    conn: &mut MySqlConnection,
+    wanted: &[(&[u8], u64)],
+) -> sqlx::Result<Taken> {
+    let mut hex_keys: Vec<String> = wanted.iter().map(|(k, _)| crate::enqueue::hex(k)).collect();
+    hex_keys.sort_unstable();
+    hex_keys.dedup();
+    let json = serde_json::to_string(&hex_keys).expect("keys serialize");
+    let locked = sqlx::query!(
+        r#"SELECT u.unique_key AS "unique_key: Vec<u8>", u.task_id AS "task_id: u64"
+           FROM JSON_TABLE(?, '$[*]' COLUMNS (k VARCHAR(64) PATH '$')) AS j
+             STRAIGHT_JOIN taskq_unique u FORCE INDEX (PRIMARY) ON u.unique_key = UNHEX(j.k)
+           FOR UPDATE SKIP LOCKED"#,
+        json
+    )
+    .fetch_all(&mut *conn)
     .await?;
-    let contended_after = last_candidate.filter(|_| (rows.len() as u32) < limit);
-    Ok((rows, contended_after))
+    let mut taken = Taken {
+        ours: Vec::new(),
+        held_elsewhere: Vec::new(),
+    };
+    let mut skipped: Vec<String> = Vec::new();
+    for (k, id) in wanted {
+        match locked.iter().find(|l| l.unique_key == *k) {
+            Some(l) if l.task_id == *id => taken.ours.push((k.to_vec(), *id)),
+            Some(_) => {}
+            None => skipped.push(crate::enqueue::hex(k)),
+        }
+    }
+    if !skipped.is_empty() {
+        let json = serde_json::to_string(&skipped).expect("keys serialize");
+        let rows = sqlx::query!(
+            r#"SELECT u.unique_key AS "unique_key: Vec<u8>", u.task_id AS "task_id: u64"
+               FROM JSON_TABLE(?, '$[*]' COLUMNS (k VARCHAR(64) PATH '$')) AS j
+                 STRAIGHT_JOIN taskq_unique u FORCE INDEX (PRIMARY) ON u.unique_key = UNHEX(j.k)"#,
+            json
+        )
+        .fetch_all(&mut *conn)
+        .await?;
+        for (k, id) in wanted {
+            if rows.iter().any(|r| r.unique_key == *k && r.task_id == *id)
+                && !locked.iter().any(|l| l.unique_key == *k)
+            {
+                taken.held_elsewhere.push(*id);
+            }
+        }
+    }
+    Ok(taken)
+}
+
+/// Deletes the `taskq_unique` rows of `(identity, task, epoch, state)` whose task row has that
+/// epoch and state: the rows written by the write-back (or reap) just before in the same
+/// transaction, not those it was fenced from.
+async fn identities_free_written(
+    conn: &mut MySqlConnection,
+    rows: &[(String, u64, u64, &str)],
+) -> sqlx::Result<()> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let json = serde_json::to_string(rows).expect("rows serialize");
+    sqlx::query!(
+        r#"DELETE u FROM JSON_TABLE(?, '$[*]' COLUMNS (k VARCHAR(64) PATH '$[0]',
+                                                      id BIGINT UNSIGNED PATH '$[1]',
+                                                      epoch BIGINT UNSIGNED PATH '$[2]',
+                                                      state VARCHAR(16) PATH '$[3]')) AS j
+             STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY)
+               ON t.id = j.id AND t.lease_epoch = j.epoch AND t.state = j.state
+             STRAIGHT_JOIN taskq_unique u FORCE INDEX (PRIMARY)
+               ON u.unique_key = UNHEX(j.k) AND u.task_id = j.id"#,
+        json
+    )
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
 }
 
 /// `(id, epoch)` pairs as a JSON array of arrays, sorted by id: every batch statement locks
@@ -745,45 +1162,64 @@ pub(crate) struct Finish {
     pub delay_us: i64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The unique identity this outcome frees if the task holds it (`running`: a success or
+    /// death; `window`: death).
+    #[serde(skip)]
+    pub frees: Option<Vec<u8>>,
+}
+
+/// What [`Store::task_finish`] did with a batch.
+#[derive(Debug, Default)]
+pub(crate) struct Finished {
+    /// Rows written.
+    pub written: u64,
+    /// Ids not written because another transaction holds the unique identity their outcome
+    /// would free (a producer that got `duplicate = true` for this task and has not ended):
+    /// to be written later, their leases still renewed.
+    pub deferred: Vec<u64>,
 }
 
 impl Store {
-    /// Writes a batch of outcomes in one statement. Each row is written only if it is still
-    /// running with the epoch its attempt claimed; returns how many rows were written. A
-    /// snooze is a retry that gives its attempt back (`attempt - 1`, like a release) and
-    /// counts itself in `snoozes`; for the other outcomes those two columns keep their value.
+    /// Writes a batch of outcomes. Each row is written only if it is still running with the
+    /// epoch its attempt claimed. A snooze is a retry that gives its attempt back (`attempt - 1`,
+    /// like a release) and counts itself in `snoozes`. One statement, unless some outcomes free
+    /// a unique identity: then one short transaction that locks those identities `SKIP LOCKED`,
+    /// writes the outcomes, and deletes the identities of the rows it wrote. An outcome whose
+    /// identity another transaction holds (a producer that got `duplicate = true` for this task
+    /// and has not ended) is deferred, see [`Finished::deferred`]: deleting the identity would
+    /// wait for that transaction while holding the batch's rows, on which the heartbeat of every
+    /// lease in the batch would then wait too.
     pub(crate) async fn task_finish(
         &self,
         conn: &mut MySqlConnection,
         batch: &[Finish],
-    ) -> sqlx::Result<u64> {
-        // Sorted by id, like `leases_json`, so batches lock rows in one global order.
-        let mut sorted: Vec<&Finish> = batch.iter().collect();
-        sorted.sort_unstable_by_key(|f| f.id);
-        let json = serde_json::to_string(&sorted).expect("finish batch serializes");
-        let done = sqlx::query!(
-            r#"UPDATE JSON_TABLE(?, '$[*]' COLUMNS (
-                     id BIGINT UNSIGNED PATH '$.id',
-                     epoch BIGINT UNSIGNED PATH '$.epoch',
-                     state VARCHAR(16) PATH '$.state',
-                     delay_us BIGINT PATH '$.delay_us',
-                     error TEXT CHARACTER SET utf8mb4 PATH '$.error')) AS j
-                 STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id AND t.lease_epoch = j.epoch
-               SET t.state = IF(j.state = 'snoozed', 'pending', j.state),
-                   t.run_at = IF(j.state IN ('pending', 'snoozed'),
-                                 UTC_TIMESTAMP(6) + INTERVAL j.delay_us MICROSECOND, t.run_at),
-                   t.finished_at = IF(j.state IN ('pending', 'snoozed'), NULL, UTC_TIMESTAMP(6)),
-                   t.attempt = IF(j.state = 'snoozed' AND t.attempt > 0, t.attempt - 1, t.attempt),
-                   t.snoozes = IF(j.state = 'snoozed', t.snoozes + 1, t.snoozes),
-                   t.last_error = IF(j.error IS NULL, t.last_error, j.error),
-                   t.lease_until = NULL,
-                   t.updated_at = UTC_TIMESTAMP(6)
-               WHERE t.state = 'running'"#,
-            json
-        )
-        .execute(&mut *conn)
-        .await?;
-        Ok(done.rows_affected())
+    ) -> sqlx::Result<Finished> {
+        let wanted: Vec<(&[u8], u64)> = batch
+            .iter()
+            .filter_map(|f| f.frees.as_deref().map(|k| (k, f.id)))
+            .collect();
+        if wanted.is_empty() {
+            return Ok(Finished {
+                written: finish_rows(conn, batch.iter()).await?,
+                deferred: Vec::new(),
+            });
+        }
+        let mut tx = conn.begin().await?;
+        let taken = identities_take(&mut tx, &wanted).await?;
+        let deferred = taken.held_elsewhere;
+        let written =
+            finish_rows(&mut tx, batch.iter().filter(|f| !deferred.contains(&f.id))).await?;
+        let free: Vec<(String, u64, u64, &str)> = batch
+            .iter()
+            .filter(|f| taken.ours.iter().any(|(_, id)| *id == f.id))
+            .filter_map(|f| {
+                let k = f.frees.as_deref()?;
+                Some((crate::enqueue::hex(k), f.id, f.epoch, f.state))
+            })
+            .collect();
+        identities_free_written(&mut tx, &free).await?;
+        tx.commit().await?;
+        Ok(Finished { written, deferred })
     }
 
     /// Gives running tasks back (shutdown): pending now, epoch incremented, the interrupted
@@ -820,13 +1256,21 @@ impl Store {
     /// that is not expired), while a write-back holds the row and then needs that entry: the
     /// no-fault reliability baseline counted such deadlocks. Now every statement that locks
     /// running rows locks them by primary key first, in ascending id order.
+    ///
+    /// A task that goes dead frees the unique identity it holds. When some do, the `UPDATE`
+    /// runs in a transaction that first locks those identities `SKIP LOCKED` and then deletes
+    /// them, and it leaves for a later round the tasks whose identity a producer's open
+    /// transaction holds, like the write-back.
     pub(crate) async fn task_reap_expired(
         &self,
         conn: &mut MySqlConnection,
         limit: u32,
     ) -> sqlx::Result<(u64, u64)> {
-        let mut ids = sqlx::query_scalar!(
-            r#"SELECT id AS "id: u64" FROM taskq_tasks
+        let expired = sqlx::query!(
+            r#"SELECT id AS "id: u64", lease_epoch AS "lease_epoch: u64",
+                 IF(attempt >= max_attempts AND unique_while IN ('running', 'window'), unique_key, NULL)
+                   AS "frees: Vec<u8>"
+               FROM taskq_tasks
                WHERE state = 'running' AND lease_until < UTC_TIMESTAMP(6)
                ORDER BY lease_until
                LIMIT ?"#,
@@ -834,26 +1278,57 @@ impl Store {
         )
         .fetch_all(&mut *conn)
         .await?;
-        if ids.is_empty() {
+        if expired.is_empty() {
             return Ok((0, 0));
         }
-        ids.sort_unstable();
-        let ids_json = serde_json::to_string(&ids).expect("ids serialize");
+        let found = expired.len() as u64;
+        let wanted: Vec<(&[u8], u64)> = expired
+            .iter()
+            .filter_map(|r| r.frees.as_deref().map(|k| (k, r.id)))
+            .collect();
+        if wanted.is_empty() {
+            let reaped = reap_rows(conn, expired.iter().map(|r| r.id).collect()).await?;
+            return Ok((found, reaped));
+        }
+        let mut tx = conn.begin().await?;
+        let taken = identities_take(&mut tx, &wanted).await?;
+        let ids = expired
+            .iter()
+            .map(|r| r.id)
+            .filter(|id| !taken.held_elsewhere.contains(id))
+            .collect();
+        let reaped = reap_rows(&mut tx, ids).await?;
+        // Those reaped to dead, with the epoch the reap gave them.
+        let free: Vec<(String, u64, u64, &str)> = expired
+            .iter()
+            .filter(|r| taken.ours.iter().any(|(_, id)| *id == r.id))
+            .filter_map(|r| {
+                let k = r.frees.as_deref()?;
+                Some((crate::enqueue::hex(k), r.id, r.lease_epoch + 1, "dead"))
+            })
+            .collect();
+        identities_free_written(&mut tx, &free).await?;
+        tx.commit().await?;
+        Ok((found, reaped))
+    }
+
+    /// Deletes up to `limit` identities of windows that have ended (`expires_at` passed):
+    /// whatever task held one, its window is over. Returns the count.
+    pub(crate) async fn unique_prune_expired(
+        &self,
+        conn: &mut MySqlConnection,
+        limit: u32,
+    ) -> sqlx::Result<u64> {
         let done = sqlx::query!(
-            r#"UPDATE JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$')) AS j
-                 STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id
-               SET t.last_error = CONCAT('lease expired (worker ', COALESCE(t.worker_id, '?'),
-                                         ', attempt ', t.attempt, ')'),
-                   t.finished_at = IF(t.attempt >= t.max_attempts, UTC_TIMESTAMP(6), NULL),
-                   t.state = IF(t.attempt >= t.max_attempts, 'dead', 'pending'),
-                   t.lease_epoch = t.lease_epoch + 1, t.lease_until = NULL,
-                   t.run_at = UTC_TIMESTAMP(6), t.updated_at = UTC_TIMESTAMP(6)
-               WHERE t.state = 'running' AND t.lease_until < UTC_TIMESTAMP(6)"#,
-            ids_json
+            r#"DELETE FROM taskq_unique
+               WHERE expires_at < UTC_TIMESTAMP(6)
+               ORDER BY expires_at
+               LIMIT ?"#,
+            limit
         )
         .execute(&mut *conn)
         .await?;
-        Ok((ids.len() as u64, done.rows_affected()))
+        Ok(done.rows_affected())
     }
 
     /// Deletes up to `limit` tasks in terminal `state` that finished more than `age_secs` ago.
@@ -894,6 +1369,68 @@ impl Store {
         .await?;
         Ok(rows.into_iter().map(|r| (r.id, r.lease_epoch)).collect())
     }
+}
+
+/// The `UPDATE` of [`Store::task_reap_expired`], on `ids` (locked in ascending order).
+async fn reap_rows(conn: &mut MySqlConnection, mut ids: Vec<u64>) -> sqlx::Result<u64> {
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    ids.sort_unstable();
+    let ids_json = serde_json::to_string(&ids).expect("ids serialize");
+    let done = sqlx::query!(
+        r#"UPDATE JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$')) AS j
+             STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id
+           SET t.last_error = CONCAT('lease expired (worker ', COALESCE(t.worker_id, '?'),
+                                     ', attempt ', t.attempt, ')'),
+               t.finished_at = IF(t.attempt >= t.max_attempts, UTC_TIMESTAMP(6), NULL),
+               t.state = IF(t.attempt >= t.max_attempts, 'dead', 'pending'),
+               t.lease_epoch = t.lease_epoch + 1, t.lease_until = NULL,
+               t.run_at = UTC_TIMESTAMP(6), t.updated_at = UTC_TIMESTAMP(6)
+           WHERE t.state = 'running' AND t.lease_until < UTC_TIMESTAMP(6)"#,
+        ids_json
+    )
+    .execute(&mut *conn)
+    .await?;
+    Ok(done.rows_affected())
+}
+
+/// The write-back statement of [`Store::task_finish`]: one `UPDATE` for every outcome, each row
+/// written only while running with the epoch its attempt claimed.
+async fn finish_rows<'f>(
+    conn: &mut MySqlConnection,
+    batch: impl Iterator<Item = &'f Finish>,
+) -> sqlx::Result<u64> {
+    // Sorted by id, like `leases_json`, so batches lock rows in one global order.
+    let mut sorted: Vec<&Finish> = batch.collect();
+    if sorted.is_empty() {
+        return Ok(0);
+    }
+    sorted.sort_unstable_by_key(|f| f.id);
+    let json = serde_json::to_string(&sorted).expect("finish batch serializes");
+    let done = sqlx::query!(
+        r#"UPDATE JSON_TABLE(?, '$[*]' COLUMNS (
+                 id BIGINT UNSIGNED PATH '$.id',
+                 epoch BIGINT UNSIGNED PATH '$.epoch',
+                 state VARCHAR(16) PATH '$.state',
+                 delay_us BIGINT PATH '$.delay_us',
+                 error TEXT CHARACTER SET utf8mb4 PATH '$.error')) AS j
+             STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id AND t.lease_epoch = j.epoch
+           SET t.state = IF(j.state = 'snoozed', 'pending', j.state),
+               t.run_at = IF(j.state IN ('pending', 'snoozed'),
+                             UTC_TIMESTAMP(6) + INTERVAL j.delay_us MICROSECOND, t.run_at),
+               t.finished_at = IF(j.state IN ('pending', 'snoozed'), NULL, UTC_TIMESTAMP(6)),
+               t.attempt = IF(j.state = 'snoozed' AND t.attempt > 0, t.attempt - 1, t.attempt),
+               t.snoozes = IF(j.state = 'snoozed', t.snoozes + 1, t.snoozes),
+               t.last_error = IF(j.error IS NULL, t.last_error, j.error),
+               t.lease_until = NULL,
+               t.updated_at = UTC_TIMESTAMP(6)
+           WHERE t.state = 'running'"#,
+        json
+    )
+    .execute(&mut *conn)
+    .await?;
+    Ok(done.rows_affected())
 }
 
 /// Per-connection setup of the worker's own pool: READ COMMITTED, so claim scans take no gap
@@ -950,10 +1487,12 @@ impl Store {
             .await
     }
 
-    /// Moves up to `limit` dead tasks (of `queue`, or of every queue) that died at or before
-    /// `died_before` back to pending, with attempts reset and epochs incremented, like
-    /// [`task_retry_dead`]. Walks `ix_taskq_finished`; the `died_before` bound keeps a bulk retry
-    /// from picking up tasks that die again while it runs. Returns the count.
+    /// Moves up to `limit` dead tasks that take no identity back (not unique, or windowed; of
+    /// `queue`, or of every queue) that died at or before `died_before` back to pending, with attempts reset and epochs
+    /// incremented, like [`task_retry_dead`]. Walks `ix_taskq_finished`; the `died_before` bound
+    /// keeps a bulk retry from picking up tasks that die again while it runs. Returns the count.
+    /// (Unique tasks go one by one, see [`Store::task_dead_unique_ids`]: one identity taken
+    /// meanwhile must not fail the whole statement.)
     pub(crate) async fn task_retry_dead_batch(
         &self,
         queue: Option<&str>,
@@ -965,7 +1504,7 @@ impl Store {
                SET state = 'pending', attempt = 0, lease_epoch = lease_epoch + 1, run_at = UTC_TIMESTAMP(6),
                    finished_at = NULL, lease_until = NULL, updated_at = UTC_TIMESTAMP(6)
                WHERE state = 'dead' AND (finished_at IS NULL OR finished_at <= ?)
-                 AND (? IS NULL OR queue = ?)
+                 AND (? IS NULL OR queue = ?) AND (unique_key IS NULL OR unique_while = 'window')
                ORDER BY finished_at, id
                LIMIT ?"#,
             died_before.naive_utc(),
@@ -976,6 +1515,32 @@ impl Store {
         .execute(&self.pool)
         .await?;
         Ok(done.rows_affected())
+    }
+
+    /// Up to `limit` ids above `after_id` of dead tasks unique while pending or running (of
+    /// `queue`, or of every queue) that died at or before `died_before`, ascending.
+    pub(crate) async fn task_dead_unique_ids(
+        &self,
+        queue: Option<&str>,
+        died_before: DateTime<Utc>,
+        after_id: u64,
+        limit: u32,
+    ) -> sqlx::Result<Vec<TaskId>> {
+        sqlx::query_scalar!(
+            r#"SELECT id AS "id: TaskId" FROM taskq_tasks
+               WHERE state = 'dead' AND (finished_at IS NULL OR finished_at <= ?)
+                 AND (? IS NULL OR queue = ?) AND unique_key IS NOT NULL AND unique_while <> 'window'
+                 AND id > ?
+               ORDER BY id
+               LIMIT ?"#,
+            died_before.naive_utc(),
+            queue,
+            queue,
+            after_id,
+            limit
+        )
+        .fetch_all(&self.pool)
+        .await
     }
 }
 

@@ -12,6 +12,7 @@ use crate::enqueue::{AsConnection, Enqueue, Enqueued};
 use crate::error::{Result, TaskError};
 use crate::retry::Backoff;
 use crate::schedule::Schedule;
+use crate::unique::Unique;
 
 /// Default number of attempts (first run included) before a failing task goes to `dead`.
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 20;
@@ -63,6 +64,10 @@ pub trait Task: Serialize + DeserializeOwned + Send + Sync + 'static {
     /// `expired` (see [`Enqueue::with_ttl`]). `None` (the default): no deadline. An enqueue
     /// with [`Enqueue::with_deadline`] or [`Enqueue::with_ttl`] overrides it.
     const TTL: Option<Duration> = None;
+    /// Makes every enqueue of this task unique (at most one live task per identity; see
+    /// [`Unique`]); `None` (the default) for none. An enqueue can replace it with
+    /// [`Enqueue::with_unique`].
+    const UNIQUE: Option<Unique> = None;
 
     /// Runs one attempt. Must be idempotent: at-least-once delivery may run it again.
     fn run(self, cx: TaskContext) -> impl Future<Output = Result<(), TaskError>> + Send;
@@ -101,6 +106,10 @@ pub trait Task: Serialize + DeserializeOwned + Send + Sync + 'static {
     /// [`Enqueue::with_idempotency_key`] on this task.
     fn with_idempotency_key(self, key: impl Into<String>) -> Enqueue<Self> {
         Enqueue::new(self).with_idempotency_key(key)
+    }
+    /// [`Enqueue::with_unique`] on this task.
+    fn with_unique(self, unique: impl Into<Option<Unique>>) -> Enqueue<Self> {
+        Enqueue::new(self).with_unique(unique)
     }
     /// [`Enqueue::with_queue`] on this task.
     fn with_queue(self, queue: impl Into<String>) -> Enqueue<Self> {

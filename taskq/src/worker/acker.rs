@@ -6,6 +6,11 @@
 //! rejected rows are alone; each is logged, counted (`writeback_rejected`) and dropped, its
 //! lease left to expire so the reaper returns the task. Transient errors (connection,
 //! timeout, deadlock) retry the whole chunk.
+//!
+//! An outcome that would free a unique identity which a producer's open transaction holds
+//! (that producer's enqueue was a duplicate of this task) is deferred rather than waited for:
+//! it is written by a later flush, at least every [`DEFER_RETRY`], once that transaction has
+//! ended; its lease is renewed meanwhile like any other.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,6 +28,13 @@ use crate::task::TaskId;
 /// Most outcomes per write-back statement.
 const MAX_BATCH: usize = 512;
 
+/// How often deferred outcomes are tried again while nothing else is written.
+const DEFER_RETRY: Duration = Duration::from_millis(50);
+
+/// At shutdown, how many more times (every 200 ms) deferred outcomes are tried before they are
+/// reported as not written.
+const SHUTDOWN_DEFER_TRIES: u32 = 10;
+
 pub(crate) enum AckMsg {
     Finish(Finish),
     /// Flush everything, then stop and report what could not be written.
@@ -31,14 +43,28 @@ pub(crate) enum AckMsg {
 
 pub(crate) async fn run(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<AckMsg>) {
     let mut batch: Vec<Finish> = Vec::new();
+    // Outcomes whose unique identity another transaction holds: tried again with every flush.
+    let mut deferred: Vec<Finish> = Vec::new();
     loop {
-        let Some(first) = rx.recv().await else { return };
+        let first = if deferred.is_empty() {
+            match rx.recv().await {
+                Some(m) => Some(m),
+                None => return,
+            }
+        } else {
+            match tokio::time::timeout(DEFER_RETRY, rx.recv()).await {
+                Ok(Some(m)) => Some(m),
+                Ok(None) => return,
+                Err(_) => None,
+            }
+        };
         let mut reply = None;
         match first {
-            AckMsg::Finish(f) => batch.push(f),
-            AckMsg::Shutdown(tx) => reply = Some(tx),
+            Some(AckMsg::Finish(f)) => batch.push(f),
+            Some(AckMsg::Shutdown(tx)) => reply = Some(tx),
+            None => {}
         }
-        if reply.is_none() {
+        if reply.is_none() && !batch.is_empty() {
             // Gather what else completes within the ack delay.
             let deadline = tokio::time::Instant::now() + shared.cfg.ack_delay;
             while batch.len() < MAX_BATCH {
@@ -52,15 +78,36 @@ pub(crate) async fn run(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Ack
                 }
             }
         }
+        batch.append(&mut deferred);
         if let Some(tx) = reply {
             while let Ok(AckMsg::Finish(f)) = rx.try_recv() {
                 batch.push(f);
             }
-            let left = flush_with_retries(&shared, &mut batch, 10).await;
+            let mut left = flush_with_retries(&shared, &mut batch, 10, &mut deferred).await;
+            for _ in 0..SHUTDOWN_DEFER_TRIES {
+                if deferred.is_empty() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                batch.append(&mut deferred);
+                left.extend(flush_with_retries(&shared, &mut batch, 10, &mut deferred).await);
+            }
+            let mut inflight = shared.inflight();
+            for f in deferred.drain(..) {
+                tracing::warn!(
+                    task_id = f.id,
+                    lease_epoch = f.epoch,
+                    outcome = f.state,
+                    "taskq: outcome not written at shutdown: a transaction still holds the task's unique identity; the lease will expire and the task run again"
+                );
+                inflight.remove(&key(&f));
+                left.push(TaskId(f.id));
+            }
+            drop(inflight);
             let _ = tx.send(left);
             return;
         }
-        flush_with_retries(&shared, &mut batch, u32::MAX).await;
+        flush_with_retries(&shared, &mut batch, u32::MAX, &mut deferred).await;
     }
 }
 
@@ -77,8 +124,14 @@ pub(crate) async fn finish(shared: &Shared, acker: JoinHandle<()>) -> Vec<TaskId
 
 /// Writes `batch` in chunks, retrying transient errors up to `tries` times per chunk (the
 /// heartbeat keeps the leases alive meanwhile) and isolating rows the database rejects.
-/// Returns ids left unwritten after transient errors.
-async fn flush_with_retries(shared: &Shared, batch: &mut Vec<Finish>, tries: u32) -> Vec<TaskId> {
+/// Returns ids left unwritten after transient errors; outcomes deferred because a transaction
+/// holds the unique identity they would free are appended to `deferred`.
+async fn flush_with_retries(
+    shared: &Shared,
+    batch: &mut Vec<Finish>,
+    tries: u32,
+    deferred: &mut Vec<Finish>,
+) -> Vec<TaskId> {
     let mut left = Vec::new();
     // Chunks still to write; a rejected chunk comes back as its two halves.
     let mut pending: Vec<Vec<Finish>> = Vec::new();
@@ -91,7 +144,10 @@ async fn flush_with_retries(shared: &Shared, batch: &mut Vec<Finish>, tries: u32
         let mut failures = 0u32;
         loop {
             let e = match flush(shared, &chunk).await {
-                Ok(()) => break,
+                Ok(later) => {
+                    deferred.extend(later);
+                    break;
+                }
                 Err(e) => e,
             };
             WorkerStats::add(&shared.stats.db_errors, 1);
@@ -147,17 +203,28 @@ fn reject(shared: &Shared, f: &Finish, e: &StmtError) {
         "taskq: the database rejected this outcome; not retried, the lease will expire and the reaper returns the task");
 }
 
-async fn flush(shared: &Shared, chunk: &[Finish]) -> Result<(), StmtError> {
+/// Writes one chunk; returns the outcomes deferred (see the module docs).
+async fn flush(shared: &Shared, chunk: &[Finish]) -> Result<Vec<Finish>, StmtError> {
     WorkerStats::add(&shared.stats.ack_flushes, 1);
-    let written = within!(shared, |c| shared.store.task_finish(c, chunk)).await?;
+    let done = within!(shared, |c| shared.store.task_finish(c, chunk)).await?;
+    let (later, chunk): (Vec<&Finish>, Vec<&Finish>) =
+        chunk.iter().partition(|f| done.deferred.contains(&f.id));
+    if !later.is_empty() {
+        WorkerStats::add(&shared.stats.unique_deferred, later.len() as u64);
+        tracing::debug!(
+            tasks = later.len(),
+            "taskq: outcomes deferred: a transaction holds their unique identity"
+        );
+    }
     let mut fenced: Vec<&Finish> = Vec::new();
-    if (written as usize) < chunk.len() {
+    if (done.written as usize) < chunk.len() {
         // Find which rows were rejected: their epoch moved (or the row is gone).
         let ids = serde_json::to_string(&chunk.iter().map(|f| f.id).collect::<Vec<_>>())
             .expect("ids serialize");
         let epochs = within!(shared, |c| shared.store.task_epochs(c, &ids)).await?;
         fenced = chunk
             .iter()
+            .copied()
             .filter(|f| !epochs.iter().any(|(id, ep)| *id == f.id && *ep == f.epoch))
             .collect();
     }
@@ -201,5 +268,5 @@ async fn flush(shared: &Shared, chunk: &[Finish]) -> Result<(), StmtError> {
             "taskq: stale write-back rejected (lease epoch moved; another worker owns the task)"
         );
     }
-    Ok(())
+    Ok(later.into_iter().cloned().collect())
 }

@@ -200,6 +200,14 @@ fn finish(task: &Claimed, state: &'static str, delay: Duration, error: Option<St
         // ceilings are user input): `now + delay` must stay a valid DATETIME.
         delay_us: delay.min(MAX_DELAY).as_micros() as i64,
         error: error.map(|e| truncate(e, MAX_ERROR_LEN)),
+        // An identity held while running is freed by a success or death, a window's by death
+        // only; a retry keeps it. One held while pending was freed by the claim.
+        frees: match (task.unique_while.as_deref(), state) {
+            (Some("running"), "succeeded" | "dead") | (Some("window"), "dead") => {
+                task.unique_key.clone()
+            }
+            _ => None,
+        },
     }
 }
 

@@ -1,5 +1,6 @@
 //! Maintenance inside every worker: the reaper (expired leases back to pending, or to dead
-//! when attempts are exhausted) and retention (deleting old terminal tasks in small batches).
+//! when attempts are exhausted) and retention (deleting old terminal tasks in small batches,
+//! and the identities of unique windows that have ended).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -61,6 +62,19 @@ async fn reap(shared: &Shared) {
 }
 
 async fn prune(shared: &Shared) {
+    // Identities of ended windows: not task retention (their tasks may be kept much longer),
+    // but the end of what they stand for; always pruned.
+    loop {
+        match within!(shared, |c| shared.store.unique_prune_expired(c, BATCH)).await {
+            Ok(n) if n < u64::from(BATCH) || shared.stopping() => break,
+            Ok(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+            Err(e) => {
+                WorkerStats::add(&shared.stats.db_errors, 1);
+                tracing::warn!(error = %e, "taskq: pruning ended unique windows failed");
+                break;
+            }
+        }
+    }
     let r = shared.cfg.retention;
     for (state, keep) in [
         (TaskState::Succeeded, r.succeeded),

@@ -193,6 +193,10 @@ async fn step(
             run_at: Some(*tick),
             deadline: def.deadline,
             ttl_us: def.ttl_us,
+            // A tick is made unique by its idempotency key, not by `Task::UNIQUE`.
+            unique_key: None,
+            unique_while: None,
+            unique_expires_us: None,
             idempotency_key: Some(key),
             trace_context: def.trace_context.as_deref(),
         })

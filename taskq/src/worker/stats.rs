@@ -25,6 +25,7 @@ pub struct WorkerStats {
     pub(crate) statement_timeouts: AtomicU64,
     pub(crate) writeback_rejected: AtomicU64,
     pub(crate) scheduled: AtomicU64,
+    pub(crate) unique_deferred: AtomicU64,
 }
 
 /// A point-in-time copy of [`WorkerStats`].
@@ -73,6 +74,10 @@ pub struct StatsSnapshot {
     pub writeback_rejected: u64,
     /// Tasks this worker enqueued for the ticks of recurring schedules.
     pub scheduled: u64,
+    /// Outcomes whose write-back was put off because a producer's open transaction held the
+    /// unique identity they free (its enqueue was a duplicate of the task); each is written
+    /// once that transaction ends. Counted per deferral.
+    pub unique_deferred: u64,
 }
 
 impl WorkerStats {
@@ -102,6 +107,7 @@ impl WorkerStats {
             statement_timeouts: self.statement_timeouts.load(Relaxed),
             writeback_rejected: self.writeback_rejected.load(Relaxed),
             scheduled: self.scheduled.load(Relaxed),
+            unique_deferred: self.unique_deferred.load(Relaxed),
         }
     }
 }

@@ -69,6 +69,24 @@ async fn aliased_result() -> Outcome {
     Ok(())
 }
 
+#[taskq::task(unique)]
+async fn unique_payload(n: u32) -> Outcome {
+    let _ = n;
+    Ok(())
+}
+
+#[taskq::task(unique(by = [r#type, account], while = "running"))]
+async fn unique_fields(account: u64, #[serde(rename = "kind")] r#type: String, note: String) -> Outcome {
+    let _ = (account, r#type, note);
+    Ok(())
+}
+
+#[taskq::task(unique(by = [], period = "10m"))]
+async fn unique_window(cx: TaskContext) -> Outcome {
+    let _ = cx;
+    Ok(())
+}
+
 fn main() {
     let email = tasks::SendEmail {
         to: "a@example.com".into(),
@@ -77,6 +95,14 @@ fn main() {
     let _ = email.with_delay(Duration::from_secs(1));
     let _ = PrivateTask { n: 1 }.with_priority(3);
     let _ = AliasedResult {}.enqueue_options();
+    let _ = UniquePayload { n: 1 }.with_unique(None);
+    let _ = UniqueFields {
+        account: 1,
+        r#type: "a".into(),
+        note: String::new(),
+    }
+    .with_unique(taskq::Unique::payload());
+    let _ = UniqueWindow {}.enqueue_options();
     let _ = taskq::registered();
     let _ = <RefreshReports as taskq::Task>::schedule();
     let _ = <PrivateNightly as taskq::Task>::schedule();
