@@ -1116,3 +1116,47 @@ async fn a_failed_unique_enqueue_leaves_no_identity_behind() {
     assert_eq!((identities, reservations), (3, 0));
     assert_eq!(db.count("1=1").await, 3);
 }
+
+/// A unique task that expires before any worker starts it frees its identity in the claim that
+/// expires it, whatever its hold: the next enqueue is a new task, not a duplicate of a task
+/// that will never run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_task_frees_its_identity() {
+    let db = TestDb::new().await;
+    let gate = Gate::new(true);
+    let short = |reason: &str| {
+        Rebuild {
+            account: 9,
+            reason: reason.into(),
+        }
+        .with_ttl(Duration::from_millis(50))
+    };
+    let first = new(&short("late").enqueue(&db.pool).await.unwrap());
+    dup_of(&short("again").enqueue(&db.pool).await.unwrap(), first);
+    let window = new(&Digest { account: 9 }
+        .with_ttl(Duration::from_millis(50))
+        .enqueue(&db.pool)
+        .await
+        .unwrap());
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let w = RunningWorker::spawn(worker(&db, &gate));
+    let expired = wait_state(&db, first, TaskState::Expired).await;
+    assert!(!expired.unique_held, "{expired:?}");
+    let expired_window = wait_state(&db, window, TaskState::Expired).await;
+    assert!(!expired_window.unique_held, "{expired_window:?}");
+    // Never run, and the identities are free again.
+    assert_eq!(gate.runs("rebuild 9 late"), 0);
+    let second = new(&Rebuild {
+        account: 9,
+        reason: "fresh".into(),
+    }
+    .enqueue(&db.pool)
+    .await
+    .unwrap());
+    assert_ne!(second, first);
+    wait_state(&db, second, TaskState::Succeeded).await;
+    assert_eq!(gate.runs("rebuild 9 fresh"), 1);
+    let next_digest = new(&Digest { account: 9 }.enqueue(&db.pool).await.unwrap());
+    assert_ne!(next_digest, window);
+    w.stop().await;
+}

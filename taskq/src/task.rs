@@ -305,8 +305,8 @@ mod tests {
     #[test]
     fn parse_error_debug_is_the_sentence() {
         let e = "done".parse::<TaskState>().unwrap_err();
-        let sentence =
-            "unknown task state \"done\" (expected pending, running, succeeded, dead or canceled)";
+        let sentence = "unknown task state \"done\" (expected pending, running, succeeded, dead, \
+                        canceled or expired)";
         assert_eq!(e.to_string(), sentence);
         assert_eq!(format!("{e:?}"), sentence);
         assert_eq!(format!("{e:#?}"), "ParseStateError(\n    \"done\",\n)");
