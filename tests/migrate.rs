@@ -48,7 +48,8 @@ async fn taskq_then_app_then_both_again_with_a_later_app_migration() {
             "taskq_queues",
             "taskq_schedules",
             "taskq_tasks",
-            "taskq_unique"
+            "taskq_unique",
+            "taskq_workers"
         ]
     );
     assert_eq!(

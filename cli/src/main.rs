@@ -2,7 +2,7 @@
 //!
 //! Shows queue statistics and pending tasks per name, lists and shows tasks, retries dead tasks,
 //! cancels, reschedules and reprioritizes pending ones, purges old terminal tasks, lists
-//! recurring schedules and applies migrations, without writing SQL. Human-readable
+//! recurring schedules and live workers, and applies migrations, without writing SQL. Human-readable
 //! tables by default, `--json` for scripts. Exit codes: 0 success, 1 other error, 2 bad
 //! input, 3 task not found or in the wrong state, 4 database unreachable.
 //! See `docs/operations.md`.
@@ -20,7 +20,7 @@ use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
 use sqlx::{ConnectOptions, Connection, MySqlPool};
 use taskq::{
     Client, ListFilter, PendingNameCount, QueueStateCount, ScheduleInfo, TaskId, TaskInfo,
-    TaskState,
+    TaskState, WorkerInfo,
 };
 
 use crate::duration::{format_duration, parse_duration};
@@ -144,6 +144,14 @@ enum Command {
     },
     /// List paused queues
     Paused,
+    /// Live workers: id, host, pid, queues, how many tasks each is running, when it started
+    /// and was last seen (database clock). `--all` adds stopped workers and those gone
+    /// without a goodbye (not seen within their lease), kept for a day
+    Workers {
+        /// Also list stopped and gone workers
+        #[arg(long)]
+        all: bool,
+    },
     /// Recurring (cron) schedules: expression, time zone, last and next tick (database clock).
     /// A schedule whose next tick is well past is not being fired: no running worker declares
     /// it (stopped, or removed from the code)
@@ -369,6 +377,7 @@ async fn run(cli: &Cli, url: &str) -> Result<(), Failure> {
         Command::Pause { queue } => pause(&client, queue, true, cli.json).await,
         Command::Resume { queue } => pause(&client, queue, false, cli.json).await,
         Command::Paused => paused(&client, cli.json).await,
+        Command::Workers { all } => workers(&client, *all, cli.json).await,
         Command::Schedules { action: None } => schedules(&client, cli.json).await,
         Command::Schedules {
             action: Some(SchedulesAction::Delete { name }),
@@ -753,6 +762,96 @@ async fn paused(client: &Client, json: bool) -> Result<(), Failure> {
 /// How long past its next tick a schedule must be before it is shown as overdue: the
 /// workers' missed-tick grace (a tick reached later than that counts as missed).
 const OVERDUE_AFTER: TimeDelta = TimeDelta::seconds(taskq::MISSED_TICK_GRACE.as_secs() as i64);
+
+/// One line of `workers --json`: the row plus ages on the database clock.
+#[derive(Serialize)]
+struct WorkerLine<'a> {
+    #[serde(flatten)]
+    info: &'a WorkerInfo,
+    /// Seconds since it was last seen.
+    last_seen_secs_ago: f64,
+    /// Seconds since it started.
+    uptime_secs: f64,
+}
+
+async fn workers(client: &Client, all: bool, json: bool) -> Result<(), Failure> {
+    let mut rows = client.workers().await?;
+    let now = client.db_now().await?;
+    if !all {
+        rows.retain(|w| w.alive);
+    }
+    if json {
+        let lines: Vec<WorkerLine<'_>> = rows
+            .iter()
+            .map(|w| WorkerLine {
+                info: w,
+                last_seen_secs_ago: secs_f64(now - w.last_seen_at),
+                uptime_secs: secs_f64(now - w.started_at),
+            })
+            .collect();
+        print_json(&serde_json::json!({ "now": now, "workers": lines }));
+        return Ok(());
+    }
+    println!("database clock: {}", fmt_time(now));
+    if rows.is_empty() {
+        println!(
+            "{}",
+            if all {
+                "no workers recorded"
+            } else {
+                "no live workers (`taskq workers --all` lists stopped and gone ones)"
+            }
+        );
+        return Ok(());
+    }
+    let table = rows
+        .iter()
+        .map(|w| {
+            let status = if w.alive {
+                "alive".to_owned()
+            } else if let Some(t) = w.stopped_at {
+                format!("stopped {} ago", fmt_delta(now - t))
+            } else {
+                "GONE".to_owned()
+            };
+            let queues = w
+                .queues
+                .iter()
+                .map(|(q, n)| format!("{q}:{n}"))
+                .collect::<Vec<_>>()
+                .join(",");
+            vec![
+                w.id.clone(),
+                w.host.clone(),
+                w.pid.to_string(),
+                queues,
+                format!("{}/{}", w.running, w.concurrency),
+                fmt_time(w.started_at),
+                format!("{} ago", fmt_delta(now - w.last_seen_at)),
+                status,
+            ]
+        })
+        .collect();
+    print_table(
+        &[
+            "WORKER",
+            "HOST",
+            ">PID",
+            "QUEUES",
+            ">RUNNING",
+            "STARTED",
+            "LAST SEEN",
+            "STATUS",
+        ],
+        table,
+    );
+    if rows.iter().any(|w| !w.alive && w.stopped_at.is_none()) {
+        eprintln!(
+            "(GONE: not seen within its lease and never said goodbye — crashed, killed or cut              off from the database; its running tasks return to pending when their leases expire)"
+        );
+    }
+    Ok(())
+}
 
 /// One line of `schedules --json`: the row plus what it means on the database clock.
 #[derive(Serialize)]

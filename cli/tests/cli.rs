@@ -1153,3 +1153,89 @@ async fn expired_and_snoozed_tasks_are_visible() {
     assert!(purge.stdout.contains("purged 1 expired task"), "{purge:?}");
     assert_eq!(db.count("1 = 1").await, 1);
 }
+
+/// `taskq workers`: the live workers with their queues and running tasks; `--all` adds the
+/// stopped and gone ones; `--json` gives every field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_lists_live_workers_with_their_running_tasks() {
+    let db = TestDb::new().await;
+    let empty = taskq(Some(url(&db)), &["workers"]).await;
+    assert_eq!(empty.code, 0, "{empty:?}");
+    assert!(empty.stdout.contains("no live workers"), "{empty:?}");
+
+    let add = |id: &'static str, seen_ago_secs: u32, stopped: bool| {
+        let pool = db.pool.clone();
+        async move {
+            sqlx::query(
+                "INSERT INTO taskq_workers (worker_id, host, pid, queues, concurrency, lease_us,
+                   heartbeat_us, started_at, last_seen_at, stopped_at)
+                 VALUES (?, 'box-1', 4242, '{\"default\":4,\"mail\":2}', 6, 30000000, 10000000,
+                   UTC_TIMESTAMP(6) - INTERVAL 3600 SECOND,
+                   UTC_TIMESTAMP(6) - INTERVAL ? SECOND,
+                   IF(?, UTC_TIMESTAMP(6) - INTERVAL ? SECOND, NULL))",
+            )
+            .bind(id)
+            .bind(seen_ago_secs)
+            .bind(stopped)
+            .bind(seen_ago_secs)
+            .execute(&pool)
+            .await
+            .unwrap();
+        }
+    };
+    add("w-1", 2, false).await;
+    add("w-gone", 300, false).await;
+    add("w-stopped", 60, true).await;
+    for n in 0..3 {
+        let id = ping(&db, n).await;
+        make_running(&db, id).await; // worker_id = 'w-1'
+    }
+
+    let out = taskq(Some(url(&db)), &["workers"]).await;
+    assert_eq!(out.code, 0, "{out:?}");
+    let line = row(
+        &out.stdout,
+        &["w-1", "box-1", "4242", "default:4,mail:2", "3/6"],
+    )
+    .unwrap_or_else(|| panic!("{}", out.stdout));
+    assert!(line.ends_with("alive"), "{line}");
+    assert!(!out.stdout.contains("w-gone") && !out.stdout.contains("w-stopped"));
+
+    let all = taskq(Some(url(&db)), &["workers", "--all"]).await;
+    assert_eq!(all.code, 0, "{all:?}");
+    let gone = row(&all.stdout, &["w-gone", "box-1", "4242"]).unwrap();
+    assert!(gone.contains("5m") && gone.ends_with("GONE"), "{gone}");
+    let stopped = row(&all.stdout, &["w-stopped"]).unwrap();
+    assert!(stopped.contains("stopped 1m"), "{stopped}");
+    assert!(
+        all.stderr.contains("GONE: not seen within its lease"),
+        "{all:?}"
+    );
+
+    let json = taskq(Some(url(&db)), &["workers", "--all", "--json"])
+        .await
+        .json();
+    let list = json["workers"].as_array().unwrap();
+    assert_eq!(list.len(), 3, "{json}");
+    let w1 = list.iter().find(|w| w["id"] == "w-1").unwrap();
+    assert_eq!(w1["host"], "box-1");
+    assert_eq!(w1["pid"], 4242);
+    assert_eq!(w1["queues"], serde_json::json!({"default": 4, "mail": 2}));
+    assert_eq!(w1["concurrency"], 6);
+    assert_eq!(w1["running"], 3);
+    assert_eq!(w1["alive"], true);
+    assert_eq!(w1["lease_ms"], 30000);
+    assert_eq!(w1["heartbeat_ms"], 10000);
+    assert!(w1["stopped_at"].is_null());
+    let ago = w1["last_seen_secs_ago"].as_f64().unwrap();
+    assert!((1.5..30.0).contains(&ago), "{ago}");
+    assert!(w1["uptime_secs"].as_f64().unwrap() >= 3599.0);
+    let gone = list.iter().find(|w| w["id"] == "w-gone").unwrap();
+    assert_eq!(gone["alive"], false);
+    assert_eq!(gone["running"], 0);
+    let stopped = list.iter().find(|w| w["id"] == "w-stopped").unwrap();
+    assert_eq!(stopped["alive"], false);
+    assert!(stopped["stopped_at"].is_string());
+    let live_only = taskq(Some(url(&db)), &["workers", "--json"]).await.json();
+    assert_eq!(live_only["workers"].as_array().unwrap().len(), 1);
+}

@@ -263,6 +263,47 @@ pub struct ScheduleInfo {
     pub updated_at: DateTime<Utc>,
 }
 
+/// A worker process as recorded in `taskq_workers` (see [`Client::workers`]).
+#[derive(Debug, Clone, Serialize)]
+pub struct WorkerInfo {
+    /// The worker id (as recorded on the tasks it claims).
+    pub id: String,
+    /// Host name of the machine it runs on.
+    pub host: String,
+    /// Its process id on that host.
+    pub pid: u32,
+    /// The queues it works, with the concurrency of each.
+    pub queues: std::collections::BTreeMap<String, usize>,
+    /// Handlers it runs at once over all its queues.
+    pub concurrency: u32,
+    /// Its lease: it is alive while it was seen within this.
+    #[serde(rename = "lease_ms", serialize_with = "duration_ms")]
+    pub lease: std::time::Duration,
+    /// How often it records itself (its heartbeat interval).
+    #[serde(rename = "heartbeat_ms", serialize_with = "duration_ms")]
+    pub heartbeat: std::time::Duration,
+    /// When it started (database clock).
+    pub started_at: DateTime<Utc>,
+    /// When it last recorded itself (database clock): once per heartbeat interval while it
+    /// runs; at shutdown for a stopped worker.
+    pub last_seen_at: DateTime<Utc>,
+    /// When it shut down gracefully (`None`: running, or gone without a goodbye).
+    pub stopped_at: Option<DateTime<Utc>>,
+    /// Not stopped, and seen within its lease (on the database clock). A worker that is not
+    /// alive and not stopped crashed, was killed or lost the database; its running tasks
+    /// return to pending once their leases expire.
+    pub alive: bool,
+    /// Tasks in state `running` claimed under this worker's id.
+    pub running: u64,
+}
+
+fn duration_ms<S: serde::Serializer>(
+    d: &std::time::Duration,
+    s: S,
+) -> std::result::Result<S::Ok, S::Error> {
+    s.serialize_u64(d.as_millis() as u64)
+}
+
 impl Client {
     /// A client on `pool`.
     pub fn new(pool: MySqlPool) -> Self {
@@ -371,6 +412,31 @@ impl Client {
     pub async fn paused_queues(&self) -> Result<Vec<(String, DateTime<Utc>)>> {
         let mut conn = self.db(self.store.pool().acquire().await).await?;
         self.db(self.store.queues_paused(&mut conn).await).await
+    }
+
+    /// The workers recorded in the database, oldest start first: the live ones (see
+    /// [`WorkerInfo::alive`]) and those stopped or gone within
+    /// [`WORKER_ROW_RETENTION`](crate::WORKER_ROW_RETENTION), each with the number of tasks it
+    /// is running. One statement (a `GROUP BY` over the running tasks).
+    pub async fn workers(&self) -> Result<Vec<WorkerInfo>> {
+        let rows = self.db(self.store.worker_list().await).await?;
+        Ok(rows
+            .into_iter()
+            .map(|r| WorkerInfo {
+                queues: serde_json::from_str(&r.queues).unwrap_or_default(),
+                id: r.worker_id,
+                host: r.host,
+                pid: r.pid,
+                concurrency: r.concurrency,
+                lease: std::time::Duration::from_micros(r.lease_us),
+                heartbeat: std::time::Duration::from_micros(r.heartbeat_us),
+                started_at: r.started_at,
+                last_seen_at: r.last_seen_at,
+                stopped_at: r.stopped_at,
+                alive: r.alive,
+                running: r.running.max(0) as u64,
+            })
+            .collect())
     }
 
     /// Every recurring schedule recorded in the database, by name.

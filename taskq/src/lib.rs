@@ -50,6 +50,7 @@ mod worker;
 
 pub use client::{
     Client, DeadReason, ListFilter, PendingNameCount, QueueStateCount, ScheduleInfo, TaskInfo,
+    WorkerInfo,
 };
 pub use context::{
     CancelReason, CancelSignal, FromTaskContext, State, StateMap, StateRequirement, TaskContext,
@@ -75,7 +76,8 @@ pub use trace::{MAX_TRACE_CONTEXT_LEN, set_trace_context_hook};
 pub use unique::{Unique, UniqueBy, UniqueHold};
 pub use wake::notify;
 pub use worker::{
-    Retention, ShutdownReport, StatsSnapshot, Worker, WorkerBuilder, WorkerStats, run_registered,
+    HealthStatus, Retention, ShutdownReport, StatsSnapshot, WORKER_ROW_RETENTION, Worker,
+    WorkerBuilder, WorkerHealth, WorkerPhase, WorkerStats, run_registered,
 };
 
 /// Marks an `async fn` as a task handler; see the crate docs and `docs/macro.md`.

@@ -1855,3 +1855,158 @@ impl Store {
         Ok(done.rows_affected() == 1)
     }
 }
+
+// --- live workers ---
+
+/// A worker's own row in `taskq_workers`, as it writes it.
+pub(crate) struct WorkerRow<'a> {
+    pub worker_id: &'a str,
+    pub host: &'a str,
+    pub pid: u32,
+    /// JSON object: queue → concurrency.
+    pub queues_json: &'a str,
+    pub concurrency: u32,
+    pub lease_us: u64,
+    pub heartbeat_us: u64,
+}
+
+/// A row of `taskq_workers` with the count of running tasks claimed under its id.
+pub(crate) struct WorkerListRow {
+    pub worker_id: String,
+    pub host: String,
+    pub pid: u32,
+    pub queues: String,
+    pub concurrency: u32,
+    pub lease_us: u64,
+    pub heartbeat_us: u64,
+    pub started_at: DateTime<Utc>,
+    pub last_seen_at: DateTime<Utc>,
+    pub stopped_at: Option<DateTime<Utc>>,
+    pub alive: bool,
+    pub running: i64,
+}
+
+impl Store {
+    /// Records a starting worker: inserts its row, or (a worker id used again) overwrites it
+    /// with `started_at = last_seen_at = now` and `stopped_at = NULL`.
+    pub(crate) async fn worker_start(
+        &self,
+        conn: &mut MySqlConnection,
+        w: &WorkerRow<'_>,
+    ) -> sqlx::Result<()> {
+        sqlx::query!(
+            r#"INSERT INTO taskq_workers (worker_id, host, pid, queues, concurrency, lease_us,
+                 heartbeat_us, started_at, last_seen_at, stopped_at)
+               VALUES (?, ?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), NULL)
+               ON DUPLICATE KEY UPDATE host = ?, pid = ?, queues = ?, concurrency = ?,
+                 lease_us = ?, heartbeat_us = ?,
+                 started_at = UTC_TIMESTAMP(6), last_seen_at = UTC_TIMESTAMP(6), stopped_at = NULL"#,
+            w.worker_id,
+            w.host,
+            w.pid,
+            w.queues_json,
+            w.concurrency,
+            w.lease_us,
+            w.heartbeat_us,
+            w.host,
+            w.pid,
+            w.queues_json,
+            w.concurrency,
+            w.lease_us,
+            w.heartbeat_us,
+        )
+        .execute(&mut *conn)
+        .await?;
+        Ok(())
+    }
+
+    /// A running worker's beat: `last_seen_at = now` (one primary-key upsert). The row is
+    /// inserted again if it is missing (the start's insert failed, or cleanup deleted it
+    /// during a long partition); a row marked stopped is left alone (a beat that was under way
+    /// at shutdown must not bring its worker back to life).
+    pub(crate) async fn worker_seen(
+        &self,
+        conn: &mut MySqlConnection,
+        w: &WorkerRow<'_>,
+    ) -> sqlx::Result<()> {
+        sqlx::query!(
+            r#"INSERT INTO taskq_workers (worker_id, host, pid, queues, concurrency, lease_us,
+                 heartbeat_us, started_at, last_seen_at, stopped_at)
+               VALUES (?, ?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), NULL)
+               ON DUPLICATE KEY UPDATE
+                 last_seen_at = IF(stopped_at IS NULL, UTC_TIMESTAMP(6), last_seen_at)"#,
+            w.worker_id,
+            w.host,
+            w.pid,
+            w.queues_json,
+            w.concurrency,
+            w.lease_us,
+            w.heartbeat_us,
+        )
+        .execute(&mut *conn)
+        .await?;
+        Ok(())
+    }
+
+    /// Marks a worker stopped (graceful shutdown): `stopped_at = last_seen_at = now`.
+    pub(crate) async fn worker_stop(
+        &self,
+        conn: &mut MySqlConnection,
+        worker_id: &str,
+    ) -> sqlx::Result<bool> {
+        let done = sqlx::query!(
+            r#"UPDATE taskq_workers SET stopped_at = UTC_TIMESTAMP(6), last_seen_at = UTC_TIMESTAMP(6)
+               WHERE worker_id = ?"#,
+            worker_id
+        )
+        .execute(&mut *conn)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Deletes up to `limit` rows of workers not seen for `age_secs` (stopped or gone).
+    pub(crate) async fn worker_prune(
+        &self,
+        conn: &mut MySqlConnection,
+        age_secs: u64,
+        limit: u32,
+    ) -> sqlx::Result<u64> {
+        let done = sqlx::query!(
+            r#"DELETE FROM taskq_workers
+               WHERE last_seen_at < UTC_TIMESTAMP(6) - INTERVAL ? SECOND
+               ORDER BY last_seen_at
+               LIMIT ?"#,
+            age_secs,
+            limit
+        )
+        .execute(&mut *conn)
+        .await?;
+        Ok(done.rows_affected())
+    }
+
+    /// Every worker row, oldest start first, with whether it is alive (not stopped, seen
+    /// within its lease, on the database clock) and how many running tasks carry its id (one
+    /// `GROUP BY` over the running rows, read through `ix_taskq_lease`).
+    pub(crate) async fn worker_list(&self) -> sqlx::Result<Vec<WorkerListRow>> {
+        sqlx::query_as!(
+            WorkerListRow,
+            r#"SELECT w.worker_id, w.host, w.pid AS "pid: u32", w.queues,
+                 w.concurrency AS "concurrency: u32", w.lease_us AS "lease_us: u64",
+                 w.heartbeat_us AS "heartbeat_us: u64",
+                 w.started_at AS "started_at: DateTime<Utc>",
+                 w.last_seen_at AS "last_seen_at: DateTime<Utc>",
+                 w.stopped_at AS "stopped_at: DateTime<Utc>",
+                 (w.stopped_at IS NULL
+                  AND w.last_seen_at >= UTC_TIMESTAMP(6) - INTERVAL w.lease_us MICROSECOND)
+                   AS "alive!: bool",
+                 CAST(COALESCE(r.running, 0) AS SIGNED) AS "running!: i64"
+               FROM taskq_workers w
+                 LEFT JOIN (SELECT worker_id, COUNT(*) AS running FROM taskq_tasks
+                            WHERE state = 'running' GROUP BY worker_id) r
+                   ON r.worker_id = w.worker_id
+               ORDER BY w.started_at, w.worker_id"#
+        )
+        .fetch_all(&self.pool)
+        .await
+    }
+}

@@ -9,6 +9,9 @@
 //!   runs without anything else; it de-duplicates by `Idempotency-Key`, as real providers do.
 //! - One shutdown signal stops both: axum stops accepting and drains requests, the worker stops
 //!   claiming and finishes in-flight handlers (or releases them after its timeout).
+//! - `GET /healthz` is the probe an orchestrator polls: `200` with the worker's
+//!   [`HealthStatus`](taskq::HealthStatus) as JSON while the worker runs and its last database
+//!   round trip is recent, `503` (same body) otherwise.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -16,10 +19,10 @@ use std::time::Duration;
 
 use axum::extract::State as AxumState;
 use axum::http::{HeaderMap, StatusCode};
-use axum::routing::post;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use sqlx::MySqlPool;
-use taskq::{ShutdownReport, State, TaskContext, TaskError, Worker};
+use taskq::{ShutdownReport, State, TaskContext, TaskError, Worker, WorkerHealth};
 use tokio::sync::watch;
 
 /// Where the mail API lives (injected into handlers next to the HTTP client).
@@ -120,6 +123,31 @@ async fn provider_messages(
     StatusCode::ACCEPTED
 }
 
+/// The readiness probe: `200` when the in-process worker is ready (running, and its last
+/// database round trip is younger than its lease), `503` otherwise; the body is the worker's
+/// health as JSON either way, e.g.
+/// `{"worker_id":"web-1-4242-0a1b","phase":"running","live":true,"ready":true,
+/// "last_db_ok_ms_ago":112,"max_db_age_ms":30000}`.
+async fn healthz(
+    AxumState(health): AxumState<WorkerHealth>,
+) -> (StatusCode, Json<taskq::HealthStatus>) {
+    let status = health.status();
+    let code = if status.ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (code, Json(status))
+}
+
+/// The probe route alone, `GET /healthz`, for `health` (take it with [`Worker::health`]
+/// before running the worker); merge it into the service's router.
+pub fn health_routes(health: WorkerHealth) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .with_state(health)
+}
+
 #[derive(Clone)]
 struct App {
     pool: MySqlPool,
@@ -164,11 +192,14 @@ pub async fn serve(
         .shutdown_timeout(Duration::from_secs(10))
         .shutdown_signal(wait(shutdown.clone()))
         .build()?;
+    // Taken before `run`: a cheap handle the probe route reads.
+    let health = worker.health();
     let worker = tokio::spawn(worker.run());
     let app = Router::new()
         .route("/signups", post(signup))
         .route("/provider/messages", post(provider_messages))
-        .with_state(App { pool, outbox });
+        .with_state(App { pool, outbox })
+        .merge(health_routes(health));
     axum::serve(listener, app)
         .with_graceful_shutdown(wait(shutdown))
         .await?;

@@ -267,9 +267,9 @@ impl WorkerBuilder {
         self.ack_delay = d;
         self
     }
-    /// Size of the worker's own connection pool (default: queues + 4: a claim loop per queue,
-    /// heartbeat, write-back, maintenance, pause watcher; + 1 for the scheduler when the worker
-    /// has recurring schedules).
+    /// Size of the worker's own connection pool (default: queues + 5: a claim loop per queue,
+    /// heartbeat, presence beat, write-back, maintenance, pause watcher; + 1 for the scheduler
+    /// when the worker has recurring schedules).
     pub fn db_connections(mut self, n: u32) -> Self {
         self.db_connections = Some(n);
         self
@@ -386,7 +386,11 @@ impl WorkerBuilder {
         validate_name("worker id", &worker_id, 128)?;
         let db_connections = self
             .db_connections
-            .unwrap_or(queues.len() as u32 + 4 + u32::from(!schedules.is_empty()));
+            .unwrap_or(queues.len() as u32 + 5 + u32::from(!schedules.is_empty()));
+        let health = std::sync::Arc::new(super::health::HealthInner::new(
+            worker_id.clone(),
+            self.lease,
+        ));
         Ok(Worker {
             user_pool: self.pool,
             cfg: Config {
@@ -413,6 +417,7 @@ impl WorkerBuilder {
             shutdown: self.shutdown,
             trace_link: self.trace_link,
             stats: Default::default(),
+            health,
         })
     }
 }
@@ -460,12 +465,16 @@ fn collect_schedules(
     Ok(out)
 }
 
-fn default_worker_id() -> String {
-    let host = std::env::var("HOSTNAME")
+/// This machine's host name (`HOSTNAME`, else `/etc/hostname`), at most 64 characters.
+pub(crate) fn hostname() -> Option<String> {
+    std::env::var("HOSTNAME")
         .ok()
         .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
         .map(|h| h.trim().chars().take(64).collect::<String>())
         .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "worker".into());
+}
+
+fn default_worker_id() -> String {
+    let host = hostname().unwrap_or_else(|| "worker".into());
     format!("{host}-{}-{:04x}", std::process::id(), fastrand::u16(..))
 }

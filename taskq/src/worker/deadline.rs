@@ -1,7 +1,7 @@
 //! Deadlines on the worker's statements.
 //!
 //! Every statement the worker runs (claim, heartbeat, write-back, reaper, retention, pause
-//! refresh, release) takes a connection from the worker's pool and must answer within the
+//! refresh, release, presence) takes a connection from the worker's pool and must answer within the
 //! statement timeout (half the lease). One that does not — a connection silently
 //! black-holed by a network partition answers nothing and is never closed — is abandoned and
 //! its connection discarded without any further I/O, so it cannot pin a loop or a pool slot;
@@ -72,7 +72,13 @@ macro_rules! within {
                 };
             let $conn: &mut sqlx::MySqlConnection = &mut pooled;
             match tokio::time::timeout_at(deadline, $body).await {
-                Ok(r) => r.map_err($crate::worker::deadline::StmtError::Db),
+                Ok(r) => {
+                    if r.is_ok() {
+                        // The probe's "last database round trip" (see `worker::health`).
+                        shared.health.db_ok();
+                    }
+                    r.map_err($crate::worker::deadline::StmtError::Db)
+                }
                 Err(_) => {
                     // Dropped without a goodbye: the socket closes, the server rolls back.
                     drop(pooled.detach());

@@ -2,14 +2,97 @@
 //! could not be renewed (epoch moved, lease expired) cancels its handler. A beat that fails
 //! or does not answer within the statement deadline changes nothing: the watchdog
 //! (`lease::watchdog`) cancels handlers whose lease was not confirmed in time.
+//!
+//! Presence: the worker's row in `taskq_workers` — inserted when its loop starts
+//! (`register`), its `last_seen_at` refreshed once per heartbeat interval (`presence`: one
+//! primary-key upsert per worker, whatever the number of tasks), marked stopped at graceful
+//! shutdown (`deregister`). It runs on its own timer and connection, so a presence statement
+//! that does not answer can never delay a lease renewal.
 
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Instant;
 
+use super::config::Config;
 use super::lease::{self, AttemptKey, Phase};
 use super::{Shared, WorkerStats, within};
-use crate::store;
+use crate::store::{self, WorkerRow};
+
+/// What a worker records about itself in `taskq_workers`.
+pub(crate) struct Presence {
+    host: String,
+    pid: u32,
+    queues_json: String,
+    concurrency: u32,
+    lease_us: u64,
+    heartbeat_us: u64,
+}
+
+impl Presence {
+    pub(crate) fn new(cfg: &Config) -> Self {
+        Self {
+            host: super::config::hostname().unwrap_or_else(|| "unknown".into()),
+            pid: std::process::id(),
+            queues_json: serde_json::to_string(&cfg.queues).expect("queues serialize"),
+            concurrency: u32::try_from(cfg.concurrency).unwrap_or(u32::MAX),
+            lease_us: cfg.lease.as_micros() as u64,
+            heartbeat_us: cfg.heartbeat.as_micros() as u64,
+        }
+    }
+
+    fn row<'a>(&'a self, worker_id: &'a str) -> WorkerRow<'a> {
+        WorkerRow {
+            worker_id,
+            host: &self.host,
+            pid: self.pid,
+            queues_json: &self.queues_json,
+            concurrency: self.concurrency,
+            lease_us: self.lease_us,
+            heartbeat_us: self.heartbeat_us,
+        }
+    }
+}
+
+/// Records the starting worker (a failure is logged: the first presence beat inserts the
+/// row instead).
+async fn register(shared: &Shared) {
+    let row = shared.presence.row(&shared.worker_id);
+    if let Err(e) = within!(shared, |c| shared.store.worker_start(c, &row)).await {
+        WorkerStats::add(&shared.stats.db_errors, 1);
+        tracing::warn!(error = %e, "taskq: recording the worker in taskq_workers failed");
+    }
+}
+
+/// The presence loop: records the worker at start (on this loop, so a database that does not
+/// answer delays no other loop), then `last_seen_at = now` once per heartbeat interval.
+pub(crate) async fn presence(shared: Arc<Shared>) {
+    let mut tick = tokio::time::interval(shared.cfg.heartbeat);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    register(&shared).await;
+    loop {
+        tick.tick().await;
+        let row = shared.presence.row(&shared.worker_id);
+        if let Err(e) = within!(shared, |c| shared.store.worker_seen(c, &row)).await {
+            WorkerStats::add(&shared.stats.db_errors, 1);
+            tracing::warn!(error = %e, "taskq: worker presence beat failed");
+        }
+    }
+}
+
+/// Marks the worker stopped at graceful shutdown (a few tries; a worker that cannot say
+/// goodbye stops being alive once its lease has passed without a beat).
+pub(crate) async fn deregister(shared: &Shared) {
+    for attempt in 0..3 {
+        match within!(shared, |c| shared.store.worker_stop(c, &shared.worker_id)).await {
+            Ok(_) => return,
+            Err(e) => {
+                tracing::warn!(error = %e, attempt, "taskq: marking the worker stopped failed");
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            }
+        }
+    }
+}
 
 pub(crate) async fn run(shared: Arc<Shared>) {
     let mut tick = tokio::time::interval(shared.cfg.heartbeat);

@@ -1,6 +1,7 @@
 //! Maintenance inside every worker: the reaper (expired leases back to pending, or to dead
 //! when attempts are exhausted) and retention (deleting old terminal tasks in small batches,
-//! and the identities of unique windows that have ended).
+//! the identities of unique windows that have ended, and the `taskq_workers` rows of workers
+//! not seen for [`WORKER_ROW_RETENTION`](super::WORKER_ROW_RETENTION)).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -71,6 +72,19 @@ async fn prune(shared: &Shared) {
             Err(e) => {
                 WorkerStats::add(&shared.stats.db_errors, 1);
                 tracing::warn!(error = %e, "taskq: pruning ended unique windows failed");
+                break;
+            }
+        }
+    }
+    // Rows of workers not seen for a day (stopped, or gone without a goodbye).
+    loop {
+        let age = super::WORKER_ROW_RETENTION.as_secs();
+        match within!(shared, |c| shared.store.worker_prune(c, age, BATCH)).await {
+            Ok(n) if n < u64::from(BATCH) || shared.stopping() => break,
+            Ok(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+            Err(e) => {
+                WorkerStats::add(&shared.stats.db_errors, 1);
+                tracing::warn!(error = %e, "taskq: pruning old worker rows failed");
                 break;
             }
         }

@@ -5,19 +5,22 @@
 //! - `claim`: one loop per queue, claiming batches sized by free handler slots;
 //! - `executor`: one tokio task per claimed task (panics and timeouts are caught there);
 //! - `acker`: gathers outcomes for a few milliseconds and writes them in one statement;
-//! - `heartbeat`: renews every held lease with one statement per beat;
+//! - `heartbeat`: renews every held lease with one statement per beat, and records the worker
+//!   as alive in `taskq_workers` (one statement per heartbeat interval);
 //! - `lease`: the in-memory lease table (one record per attempt) and the watchdog that
 //!   cancels a handler whose lease was not confirmed in time;
 //! - `maintenance`: reaper of expired leases and retention;
 //! - `schedule`: the scheduler, which enqueues the ticks of recurring (cron) schedules.
 //!
-//! Every statement runs within a deadline (`deadline`).
+//! Every statement runs within a deadline (`deadline`); each one that succeeds refreshes the
+//! worker's probe (`health`).
 
 mod acker;
 mod claim;
 mod config;
 pub(crate) mod deadline;
 mod executor;
+mod health;
 mod heartbeat;
 mod lease;
 mod maintenance;
@@ -34,6 +37,7 @@ use sqlx::mysql::MySqlPoolOptions;
 use tokio::sync::{Notify, Semaphore, mpsc, watch};
 
 pub use config::{Retention, WorkerBuilder};
+pub use health::{HealthStatus, WorkerHealth, WorkerPhase};
 pub use stats::{StatsSnapshot, WorkerStats};
 
 use crate::context::{CancelReason, StateMap};
@@ -54,7 +58,12 @@ pub struct Worker {
     shutdown: Option<ShutdownFuture>,
     trace_link: Option<TraceLink>,
     stats: Arc<WorkerStats>,
+    health: Arc<health::HealthInner>,
 }
+
+/// Rows of `taskq_workers` not seen for this long (stopped, or gone without a goodbye) are
+/// deleted by any worker's maintenance (at the retention interval).
+pub const WORKER_ROW_RETENTION: Duration = Duration::from_secs(86_400);
 
 /// What happened at shutdown.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -99,6 +108,12 @@ impl Worker {
         self.stats.clone()
     }
 
+    /// A handle on this worker's health, for a readiness or liveness probe; see
+    /// [`WorkerHealth`]. Take it before calling [`run`](Self::run).
+    pub fn health(&self) -> WorkerHealth {
+        WorkerHealth::new(self.health.clone())
+    }
+
     /// Runs until the shutdown signal (the one given to the builder, else SIGINT/SIGTERM),
     /// then stops claiming, waits up to the shutdown timeout for running handlers, releases
     /// what is still running, and returns a report.
@@ -111,12 +126,15 @@ impl Worker {
             shutdown,
             trace_link,
             stats,
+            health,
         } = self;
+        let _stopped = health::StoppedOnDrop(health.clone());
         let store = Store::new(worker_pool(&user_pool, &cfg));
         let (stop_tx, stop_rx) = watch::channel(false);
         let (ack_tx, ack_rx) = mpsc::unbounded_channel();
         let names_json =
             serde_json::to_string(&handlers.keys().collect::<Vec<_>>()).expect("names serialize");
+        let presence = heartbeat::Presence::new(&cfg);
         let shared = Arc::new(Shared {
             store,
             worker_id: cfg.worker_id.as_str().into(),
@@ -133,15 +151,19 @@ impl Worker {
             acks: ack_tx,
             trace_link,
             paused: Mutex::default(),
+            presence,
+            health,
         });
         tracing::info!(worker_id = %shared.worker_id, queues = ?shared.cfg.queues, "taskq worker started");
 
         maintenance::refresh_pauses(&shared).await;
+        shared.health.set_phase(WorkerPhase::Running);
         let mut loops = tokio::task::JoinSet::new();
         for (queue, n) in &shared.cfg.queues {
             loops.spawn(claim::run(shared.clone(), queue.as_str().into(), *n));
         }
         let heartbeat = tokio::spawn(heartbeat::run(shared.clone()));
+        let presence = tokio::spawn(heartbeat::presence(shared.clone()));
         let watchdog = tokio::spawn(lease::watchdog(shared.clone()));
         let maintenance = tokio::spawn(maintenance::run(shared.clone()));
         let controls = tokio::spawn(maintenance::watch_pauses(shared.clone()));
@@ -153,6 +175,7 @@ impl Worker {
             None => default_signal().await,
         }
         tracing::info!(worker_id = %shared.worker_id, "taskq worker stopping: no new claims");
+        shared.health.set_phase(WorkerPhase::Stopping);
         let _ = stop_tx.send(true);
         while loops.join_next().await.is_some() {}
         maintenance.abort();
@@ -198,7 +221,9 @@ impl Worker {
         let unacked = acker::finish(&shared, acker).await;
         let released = release_abandoned(&shared).await;
         heartbeat.abort();
+        presence.abort();
         watchdog.abort();
+        heartbeat::deregister(&shared).await;
         let mut unacknowledged = unacked;
         unacknowledged.extend(released.1);
         let report = ShutdownReport {
@@ -305,6 +330,10 @@ pub(crate) struct Shared {
     pub trace_link: Option<TraceLink>,
     /// Queues paused in the database (refreshed every `poll_max`).
     pub paused: Mutex<std::collections::HashSet<String>>,
+    /// What this worker records about itself in `taskq_workers`.
+    pub presence: heartbeat::Presence,
+    /// The probe's state; `within!` records each successful statement in it.
+    pub health: Arc<health::HealthInner>,
 }
 
 impl Shared {
