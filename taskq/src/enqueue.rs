@@ -24,7 +24,7 @@ pub const DEFAULT_PAYLOAD_LIMIT: usize = 1 << 20;
 static PAYLOAD_LIMIT: AtomicUsize = AtomicUsize::new(DEFAULT_PAYLOAD_LIMIT);
 
 /// Sets the process-wide payload size limit in bytes (default [`DEFAULT_PAYLOAD_LIMIT`]).
-/// [`Enqueue::payload_limit`] overrides it for one enqueue.
+/// [`Enqueue::with_payload_limit`] overrides it for one enqueue.
 pub fn set_payload_limit(bytes: usize) {
     PAYLOAD_LIMIT.store(bytes, Ordering::Relaxed);
 }

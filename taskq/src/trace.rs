@@ -3,7 +3,7 @@
 //! taskq does not depend on OpenTelemetry. Instead, the producer side records a trace context
 //! string (normally a W3C `traceparent`) in the task row, and the worker hands it back:
 //! - at enqueue, [`set_trace_context_hook`] is asked for the current context (or pass one
-//!   with [`Enqueue::trace_context`](crate::Enqueue::trace_context));
+//!   with [`Enqueue::with_trace_context`](crate::Enqueue::with_trace_context));
 //! - in the worker, the `taskq.task` span records it as the `trace_context` field, the handler
 //!   reads it with [`TaskContext::trace_context`](crate::TaskContext::trace_context), and
 //!   [`WorkerBuilder::trace_link`](crate::WorkerBuilder::trace_link) lets you link the span to
