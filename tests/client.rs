@@ -23,32 +23,27 @@ async fn set_state(db: &TestDb, id: TaskId, state: &str) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cancel_only_touches_pending_tasks() {
+async fn cancel_cancels_pending_tasks_and_requests_running_ones() {
     let db = TestDb::new().await;
     let client = Client::new(db.pool.clone());
     let a = Ping(1).enqueue(&db.pool).await.unwrap().id;
-    client.cancel(a).await.unwrap();
+    assert_eq!(client.cancel(a).await.unwrap(), taskq::Canceled::Now);
     let info = client.get(a).await.unwrap();
     assert_eq!(info.state, TaskState::Canceled);
     assert!(info.finished_at.is_some());
 
     let b = Ping(2).enqueue(&db.pool).await.unwrap().id;
     set_state(&db, b, "running").await;
-    match client.cancel(b).await {
+    // A running task: the request is recorded, the row stays running.
+    assert_eq!(client.cancel(b).await.unwrap(), taskq::Canceled::Requested);
+    match client.cancel(a).await {
         Err(Error::WrongState {
             id,
-            state: TaskState::Running,
-            expected: "pending",
-        }) => assert_eq!(id, b),
+            state: TaskState::Canceled,
+            expected: "pending or running",
+        }) => assert_eq!(id, a),
         other => panic!("{other:?}"),
     }
-    assert!(matches!(
-        client.cancel(a).await,
-        Err(Error::WrongState {
-            state: TaskState::Canceled,
-            ..
-        })
-    ));
     assert!(matches!(
         client.cancel(TaskId(999_999)).await,
         Err(Error::NotFound(TaskId(999_999)))

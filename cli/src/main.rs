@@ -96,7 +96,8 @@ enum Command {
         #[arg(long, requires = "dead", conflicts_with = "id")]
         queue: Option<String>,
     },
-    /// Cancel a pending task (running and finished tasks cannot be canceled)
+    /// Cancel a task: a pending one at once; a running one is asked to stop (its worker
+    /// cancels it at its next heartbeat). Finished tasks cannot be canceled
     Cancel {
         /// Task id
         id: u64,
@@ -676,11 +677,17 @@ async fn retry_dead(client: &Client, queue: Option<&str>, json: bool) -> Result<
 }
 
 async fn cancel(client: &Client, id: TaskId, json: bool) -> Result<(), Failure> {
-    client.cancel(id).await?;
-    if json {
-        print_json(&serde_json::json!({ "id": id, "state": TaskState::Canceled }));
-    } else {
-        println!("task {id}: canceled");
+    match client.cancel(id).await? {
+        taskq::Canceled::Now if json => {
+            print_json(&serde_json::json!({ "id": id, "state": TaskState::Canceled }));
+        }
+        taskq::Canceled::Now => println!("task {id}: canceled"),
+        taskq::Canceled::Requested if json => print_json(&serde_json::json!({
+            "id": id, "state": TaskState::Running, "cancel_requested": true
+        })),
+        taskq::Canceled::Requested => println!(
+            "task {id}: running; cancel requested (its worker stops it at its next heartbeat)"
+        ),
     }
     Ok(())
 }

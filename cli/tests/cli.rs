@@ -549,7 +549,7 @@ async fn retry_moves_dead_tasks_back_to_pending() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cancel_pending_but_not_running() {
+async fn cancel_pending_now_and_running_by_request() {
     let db = TestDb::new().await;
     let client = Client::new(db.pool.clone());
     let pending = ping(&db, 1).await;
@@ -563,13 +563,27 @@ async fn cancel_pending_but_not_running() {
     assert_eq!(t.state, TaskState::Canceled);
     assert!(t.finished_at.is_some());
 
-    let refused = taskq(Some(url(&db)), &["cancel", &running.to_string()]).await;
-    assert_eq!(refused.code, 3, "{refused:?}");
+    let requested = taskq(Some(url(&db)), &["cancel", &running.to_string()]).await;
+    assert_eq!(requested.code, 0, "{requested:?}");
     assert!(
-        refused.stderr.contains("is running, expected pending"),
-        "{refused:?}"
+        requested.stdout.contains("running; cancel requested"),
+        "{requested:?}"
     );
     assert_eq!(client.get(running).await.unwrap().state, TaskState::Running);
+    let again = taskq(Some(url(&db)), &["--json", "cancel", &running.to_string()]).await;
+    assert_eq!(
+        again.json(),
+        serde_json::json!({ "id": running.0, "state": "running", "cancel_requested": true })
+    );
+
+    let refused = taskq(Some(url(&db)), &["cancel", &pending.to_string()]).await;
+    assert_eq!(refused.code, 3, "{refused:?}");
+    assert!(
+        refused
+            .stderr
+            .contains("is canceled, expected pending or running"),
+        "{refused:?}"
+    );
 
     let missing = taskq(Some(url(&db)), &["--json", "cancel", "987654321"]).await;
     assert_eq!(missing.code, 3, "{missing:?}");

@@ -9,6 +9,17 @@ use crate::error::{Error, Result};
 use crate::store::{RetryDead, Store, TaskFilter};
 use crate::task::{TaskId, TaskState};
 
+/// What [`Client::cancel`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Canceled {
+    /// The task was pending: it is `canceled` now.
+    Now,
+    /// The task was running: a cancel request is recorded; the worker holding it stops it at
+    /// its next heartbeat at the latest, and the task ends `canceled` (or `succeeded`, if the
+    /// handler completed successfully within the cancel grace).
+    Requested,
+}
+
 /// Read and manage tasks in the database. Cheap to clone (it holds a pool handle).
 #[derive(Debug, Clone)]
 pub struct Client {
@@ -351,14 +362,30 @@ impl Client {
         Ok(self.store.task_pending_by_name(queue).await?)
     }
 
-    /// Cancels a task that has not started (a unique task frees its identity). Running and
-    /// terminal tasks give [`Error::WrongState`], unknown ids [`Error::NotFound`].
-    pub async fn cancel(&self, id: TaskId) -> Result<()> {
+    /// Cancels a task.
+    ///
+    /// * Pending: canceled at once (a unique task frees its identity): [`Canceled::Now`].
+    /// * Running: a cancel request is recorded: [`Canceled::Requested`]. The worker holding the
+    ///   task learns of it at its next heartbeat, fires the handler's
+    ///   [`CancelSignal`](crate::CancelSignal) with [`CancelReason::Canceled`](crate::CancelReason::Canceled),
+    ///   aborts it after the cancel grace, and writes `canceled` (fenced by the lease epoch,
+    ///   freeing a unique identity). A handler that returns an error or snoozes within the
+    ///   grace still ends `canceled`; one that *succeeds* within the grace is recorded
+    ///   `succeeded` (its work is done). If the worker dies meanwhile, the reaper turns the
+    ///   expired lease into `canceled`, never `pending`. If the attempt's outcome was a retry
+    ///   written just before the worker saw the request, the request stays on the row and the
+    ///   next attempt is canceled at its first heartbeat.
+    ///
+    /// Terminal tasks give [`Error::WrongState`], unknown ids [`Error::NotFound`].
+    pub async fn cancel(&self, id: TaskId) -> Result<Canceled> {
         if self.db(self.store.task_cancel(id).await).await? {
             crate::metrics::canceled();
-            return Ok(());
+            return Ok(Canceled::Now);
         }
-        Err(self.state_error(id, "pending").await)
+        if self.db(self.store.task_request_cancel(id).await).await? {
+            return Ok(Canceled::Requested);
+        }
+        Err(self.state_error(id, "pending or running").await)
     }
 
     /// Moves the due time of a task that has not started to `delay` from now (database clock):

@@ -60,7 +60,8 @@ impl TaskContext {
     pub fn worker_id(&self) -> &str {
         &self.worker_id
     }
-    /// Fires when this attempt should stop: lease lost, timeout, or shutdown grace elapsed.
+    /// Fires when this attempt should stop: lease lost, timeout, shutdown grace elapsed, or
+    /// the task canceled ([`CancelReason`]).
     pub fn cancel_signal(&self) -> &CancelSignal {
         &self.cancel
     }
@@ -100,6 +101,11 @@ pub enum CancelReason {
     Timeout,
     /// The worker is shutting down and the grace period elapsed.
     Shutdown,
+    /// The task was canceled (`Client::cancel` / `taskq cancel` on the running task); the
+    /// worker learns of it at its next heartbeat. The task ends `canceled` whatever the handler
+    /// returns within the cancel grace, except a success (recorded as `succeeded`); a handler
+    /// still running after the grace is aborted.
+    Canceled,
 }
 
 /// A signal the handler can poll or await to stop early; see [`TaskContext::cancel_signal`].
@@ -114,6 +120,10 @@ impl CancelHandle {
     pub(crate) fn new() -> (Self, CancelSignal) {
         let (tx, rx) = watch::channel(None);
         (Self(tx), CancelSignal(rx))
+    }
+    /// Why the attempt was canceled, if it was.
+    pub(crate) fn reason(&self) -> Option<CancelReason> {
+        *self.0.borrow()
     }
     pub(crate) fn cancel(&self, reason: CancelReason) {
         self.0.send_if_modified(|cur| {

@@ -49,8 +49,8 @@ mod wake;
 mod worker;
 
 pub use client::{
-    Client, DeadReason, ListFilter, PendingNameCount, QueueStateCount, ScheduleInfo, TaskInfo,
-    WorkerInfo,
+    Canceled, Client, DeadReason, ListFilter, PendingNameCount, QueueStateCount, ScheduleInfo,
+    TaskInfo, WorkerInfo,
 };
 pub use context::{
     CancelReason, CancelSignal, FromTaskContext, State, StateMap, StateRequirement, TaskContext,

@@ -419,6 +419,21 @@ impl Store {
         .await
     }
 
+    /// Records a cancel request on a running task (kept from the first request); returns
+    /// whether the task was running.
+    pub(crate) async fn task_request_cancel(&self, id: TaskId) -> sqlx::Result<bool> {
+        let done = sqlx::query!(
+            r#"UPDATE taskq_tasks
+               SET cancel_requested_at = COALESCE(cancel_requested_at, UTC_TIMESTAMP(6)),
+                   updated_at = UTC_TIMESTAMP(6)
+               WHERE id = ? AND state = 'running'"#,
+            id.0
+        )
+        .execute(self.pool())
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
     /// Cancels a pending task (freeing the unique identity it holds); returns whether a row
     /// changed.
     pub(crate) async fn task_cancel(&self, id: TaskId) -> sqlx::Result<bool> {
@@ -1109,7 +1124,9 @@ pub(crate) fn leases_json(leases: &[(u64, u64)]) -> String {
 
 impl Store {
     /// Renews the leases `(id, epoch)` that are still held (running, same epoch, not expired)
-    /// to `now + lease_us`. Returns how many were renewed.
+    /// and carry no cancel request to `now + lease_us`. Returns how many were renewed: fewer
+    /// than sent makes the worker read [`task_leases_held`](Self::task_leases_held), which
+    /// also reports the cancel requests (so a beat with none costs one statement).
     pub(crate) async fn task_heartbeat(
         &self,
         conn: &mut MySqlConnection,
@@ -1121,7 +1138,8 @@ impl Store {
                                                    epoch BIGINT UNSIGNED PATH '$[1]')) AS j
                  STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id AND t.lease_epoch = j.epoch
                SET t.lease_until = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, t.updated_at = UTC_TIMESTAMP(6)
-               WHERE t.state = 'running' AND t.lease_until > UTC_TIMESTAMP(6)"#,
+               WHERE t.state = 'running' AND t.lease_until > UTC_TIMESTAMP(6)
+                 AND t.cancel_requested_at IS NULL"#,
             leases_json,
             lease_us
         )
@@ -1130,14 +1148,16 @@ impl Store {
         Ok(done.rows_affected())
     }
 
-    /// Of the leases `(id, epoch)`, those still held: running, same epoch, unexpired.
+    /// Of the leases `(id, epoch)`, those still held: running, same epoch, unexpired; with
+    /// whether a cancel was requested (`Client::cancel` on the running task).
     pub(crate) async fn task_leases_held(
         &self,
         conn: &mut MySqlConnection,
         leases_json: &str,
-    ) -> sqlx::Result<Vec<(u64, u64)>> {
+    ) -> sqlx::Result<Vec<(u64, u64, bool)>> {
         let rows = sqlx::query!(
-            r#"SELECT t.id AS "id: u64", t.lease_epoch AS "lease_epoch: u64"
+            r#"SELECT t.id AS "id: u64", t.lease_epoch AS "lease_epoch: u64",
+                 (t.cancel_requested_at IS NOT NULL) AS "cancel_requested!: bool"
                FROM JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$[0]',
                                                  epoch BIGINT UNSIGNED PATH '$[1]')) AS j
                  STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id AND t.lease_epoch = j.epoch
@@ -1146,7 +1166,10 @@ impl Store {
         )
         .fetch_all(&mut *conn)
         .await?;
-        Ok(rows.into_iter().map(|r| (r.id, r.lease_epoch)).collect())
+        Ok(rows
+            .into_iter()
+            .map(|r| (r.id, r.lease_epoch, r.cancel_requested))
+            .collect())
     }
 }
 
@@ -1155,8 +1178,8 @@ impl Store {
 pub(crate) struct Finish {
     pub id: u64,
     pub epoch: u64,
-    /// `succeeded`, `pending` (retry), `dead`, or `snoozed`: written as `pending` with the
-    /// attempt given back and `snoozes` + 1.
+    /// `succeeded`, `pending` (retry), `dead`, `canceled` (a cancel request honoured), or
+    /// `snoozed`: written as `pending` with the attempt given back and `snoozes` + 1.
     pub state: &'static str,
     /// Delay from the database's now of the next run, for `pending` and `snoozed`.
     pub delay_us: i64,
@@ -1245,8 +1268,9 @@ impl Store {
         Ok(done.rows_affected())
     }
 
-    /// Reaps up to `limit` running tasks whose lease has expired: back to pending (due now), or to
-    /// dead when attempts are exhausted; epoch incremented either way. Returns how many expired
+    /// Reaps up to `limit` running tasks whose lease has expired: back to pending (due now), to
+    /// dead when attempts are exhausted, or to canceled when a cancel was requested (a reclaim
+    /// never resurrects a canceled task); epoch incremented either way. Returns how many expired
     /// leases it found and how many it reaped (a lease renewed in between is left alone).
     ///
     /// Two statements, like the claim: a plain read of expired ids on `ix_taskq_lease`, then one
@@ -1257,7 +1281,7 @@ impl Store {
     /// no-fault reliability baseline counted such deadlocks. Now every statement that locks
     /// running rows locks them by primary key first, in ascending id order.
     ///
-    /// A task that goes dead frees the unique identity it holds. When some do, the `UPDATE`
+    /// A task that goes dead or canceled frees the unique identity it holds. When some do, the `UPDATE`
     /// runs in a transaction that first locks those identities `SKIP LOCKED` and then deletes
     /// them, and it leaves for a later round the tasks whose identity a producer's open
     /// transaction holds, like the write-back.
@@ -1268,8 +1292,10 @@ impl Store {
     ) -> sqlx::Result<(u64, u64)> {
         let expired = sqlx::query!(
             r#"SELECT id AS "id: u64", lease_epoch AS "lease_epoch: u64",
-                 IF(attempt >= max_attempts AND unique_while IN ('running', 'window'), unique_key, NULL)
-                   AS "frees: Vec<u8>"
+                 IF((attempt >= max_attempts OR cancel_requested_at IS NOT NULL)
+                      AND unique_while IN ('running', 'window'), unique_key, NULL)
+                   AS "frees: Vec<u8>",
+                 (cancel_requested_at IS NOT NULL) AS "canceled!: bool"
                FROM taskq_tasks
                WHERE state = 'running' AND lease_until < UTC_TIMESTAMP(6)
                ORDER BY lease_until
@@ -1304,7 +1330,8 @@ impl Store {
             .filter(|r| taken.ours.iter().any(|(_, id)| *id == r.id))
             .filter_map(|r| {
                 let k = r.frees.as_deref()?;
-                Some((crate::enqueue::hex(k), r.id, r.lease_epoch + 1, "dead"))
+                let state = if r.canceled { "canceled" } else { "dead" };
+                Some((crate::enqueue::hex(k), r.id, r.lease_epoch + 1, state))
             })
             .collect();
         identities_free_written(&mut tx, &free).await?;
@@ -1383,8 +1410,10 @@ async fn reap_rows(conn: &mut MySqlConnection, mut ids: Vec<u64>) -> sqlx::Resul
              STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id
            SET t.last_error = CONCAT('lease expired (worker ', COALESCE(t.worker_id, '?'),
                                      ', attempt ', t.attempt, ')'),
-               t.finished_at = IF(t.attempt >= t.max_attempts, UTC_TIMESTAMP(6), NULL),
-               t.state = IF(t.attempt >= t.max_attempts, 'dead', 'pending'),
+               t.finished_at = IF(t.attempt >= t.max_attempts OR t.cancel_requested_at IS NOT NULL,
+                                  UTC_TIMESTAMP(6), NULL),
+               t.state = IF(t.cancel_requested_at IS NOT NULL, 'canceled',
+                            IF(t.attempt >= t.max_attempts, 'dead', 'pending')),
                t.lease_epoch = t.lease_epoch + 1, t.lease_until = NULL,
                t.run_at = UTC_TIMESTAMP(6), t.updated_at = UTC_TIMESTAMP(6)
            WHERE t.state = 'running' AND t.lease_until < UTC_TIMESTAMP(6)"#,
@@ -1423,6 +1452,7 @@ async fn finish_rows<'f>(
                t.attempt = IF(j.state = 'snoozed' AND t.attempt > 0, t.attempt - 1, t.attempt),
                t.snoozes = IF(j.state = 'snoozed', t.snoozes + 1, t.snoozes),
                t.last_error = IF(j.error IS NULL, t.last_error, j.error),
+               t.cancel_requested_at = IF(j.state IN ('succeeded', 'dead'), NULL, t.cancel_requested_at),
                t.lease_until = NULL,
                t.updated_at = UTC_TIMESTAMP(6)
            WHERE t.state = 'running'"#,

@@ -242,6 +242,7 @@ async fn flush(shared: &Shared, chunk: &[Finish]) -> Result<Vec<Finish>, StmtErr
             "succeeded" => "succeeded",
             "pending" => "retried",
             "snoozed" => "snoozed",
+            "canceled" => "canceled",
             _ => "dead",
         };
         match outcome {
@@ -249,6 +250,7 @@ async fn flush(shared: &Shared, chunk: &[Finish]) -> Result<Vec<Finish>, StmtErr
             "succeeded" => WorkerStats::add(&stats.succeeded, 1),
             "retried" => WorkerStats::add(&stats.retried, 1),
             "snoozed" => WorkerStats::add(&stats.snoozed, 1),
+            "canceled" => WorkerStats::add(&stats.canceled, 1),
             _ => WorkerStats::add(&stats.dead, 1),
         }
         if let Some((queue, name)) = label {

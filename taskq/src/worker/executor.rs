@@ -34,6 +34,8 @@ pub(crate) enum Outcome {
     Undecodable(String),
     /// Aborted without a result (lease lost, or shutdown): nothing is written.
     Abandoned(CancelReason),
+    /// A cancel was requested and the handler did not succeed: written as `canceled`.
+    Canceled,
 }
 
 impl Outcome {
@@ -44,6 +46,7 @@ impl Outcome {
             Outcome::Snoozed(_) => "snoozed",
             Outcome::Failed(..) | Outcome::Undecodable(_) => "failed",
             Outcome::Abandoned(_) => "abandoned",
+            Outcome::Canceled => "canceled",
         }
     }
 }
@@ -141,6 +144,10 @@ fn hand_over(
             tracing::warn!(?reason, elapsed_ms, "attempt abandoned without a result");
             return;
         }
+        Outcome::Canceled => {
+            tracing::info!(elapsed_ms, "attempt canceled on request");
+            finish(task, "canceled", Duration::ZERO, None)
+        }
         Outcome::Succeeded => {
             tracing::debug!(elapsed_ms, "attempt succeeded");
             finish(task, "succeeded", Duration::ZERO, None)
@@ -206,6 +213,8 @@ fn finish(task: &Claimed, state: &'static str, delay: Duration, error: Option<St
             (Some("running"), "succeeded" | "dead") | (Some("window"), "dead") => {
                 task.unique_key.clone()
             }
+            // Like `Client::cancel` of a pending task: a canceled task frees its identity.
+            (Some(_), "canceled") => task.unique_key.clone(),
             _ => None,
         },
     }
@@ -277,7 +286,14 @@ async fn attempt(
         }
     };
     let interrupted = tokio::select! {
-        res = &mut join => return joined(shared, queue, &task.name, res),
+        res = &mut join => {
+            let outcome = joined(shared, queue, &task.name, res);
+            // A handler that returned on its cancel signal before this select saw it.
+            if cancel.reason() == Some(CancelReason::Canceled) {
+                return on_cancel(outcome);
+            }
+            return outcome;
+        }
         _ = sleep => {
             WorkerStats::add(&shared.stats.timeouts, 1);
             metrics::timed_out(queue, &task.name);
@@ -313,9 +329,22 @@ async fn attempt(
             TaskErrorKind::Retry,
             format!("timed out after {:?}", timeout.unwrap_or_default()),
         ),
+        // Canceled on request: a success that completed within the grace is recorded as such;
+        // anything else (an error, a snooze, an abort after the grace) ends `canceled`.
+        (CancelReason::Canceled, Ok(res)) => on_cancel(joined(shared, queue, &task.name, res)),
+        (CancelReason::Canceled, Err(_)) => Outcome::Canceled,
         // Lease lost but the handler finished: write its result; fencing will reject it.
         (_, Ok(res)) => joined(shared, queue, &task.name, res),
         (reason, Err(_)) => Outcome::Abandoned(reason),
+    }
+}
+
+/// The outcome of a handler that returned after a cancel request: a success stands (its work
+/// is done); anything else (an error, a snooze, a panic) ends `canceled`.
+fn on_cancel(outcome: Outcome) -> Outcome {
+    match outcome {
+        Outcome::Succeeded => Outcome::Succeeded,
+        _ => Outcome::Canceled,
     }
 }
 

@@ -1,5 +1,7 @@
 //! Lease renewal: one statement per beat renews every lease this worker holds. A lease that
-//! could not be renewed (epoch moved, lease expired) cancels its handler. A beat that fails
+//! could not be renewed (epoch moved, lease expired) cancels its handler. A lease whose task
+//! has a cancel request is not renewed either; the follow-up read (only when fewer leases were
+//! renewed than sent) says so, and its handler gets [`CancelReason::Canceled`]. A beat that fails
 //! or does not answer within the statement deadline changes nothing: the watchdog
 //! (`lease::watchdog`) cancels handlers whose lease was not confirmed in time.
 //!
@@ -16,6 +18,7 @@ use std::time::Instant;
 use super::config::Config;
 use super::lease::{self, AttemptKey, Phase};
 use super::{Shared, WorkerStats, within};
+use crate::context::CancelReason;
 use crate::store::{self, WorkerRow};
 
 /// What a worker records about itself in `taskq_workers`.
@@ -126,11 +129,21 @@ pub(crate) async fn beat(shared: &Shared) {
             return;
         }
     };
+    // Leases with a cancel request are held but not renewed (the heartbeat skips them).
+    let mut cancel_requested: HashSet<(u64, u64)> = HashSet::new();
     let held: HashSet<(u64, u64)> = if renewed as usize == leases.len() {
         leases.iter().copied().collect()
     } else {
         match within!(shared, |c| shared.store.task_leases_held(c, &json)).await {
-            Ok(held) => held.into_iter().collect(),
+            Ok(held) => held
+                .into_iter()
+                .map(|(id, epoch, cancel)| {
+                    if cancel {
+                        cancel_requested.insert((id, epoch));
+                    }
+                    (id, epoch)
+                })
+                .collect(),
             Err(e) => {
                 WorkerStats::add(&shared.stats.db_errors, 1);
                 tracing::warn!(error = %e, "taskq: heartbeat check failed");
@@ -144,7 +157,18 @@ pub(crate) async fn beat(shared: &Shared) {
         let Some(f) = inflight.get_mut(&key) else {
             continue;
         };
-        if held.contains(&(id, epoch)) {
+        if cancel_requested.contains(&(id, epoch)) {
+            // Not renewed: the lease runs out on its own, and the reaper then cancels the task
+            // if this worker has not written `canceled` first.
+            if f.phase == Phase::Running && f.cancel.reason().is_none() {
+                f.cancel.cancel(CancelReason::Canceled);
+                tracing::info!(
+                    task_id = id,
+                    lease_epoch = epoch,
+                    "taskq: cancel requested; handler signaled"
+                );
+            }
+        } else if held.contains(&(id, epoch)) {
             f.renewed_at = sent;
         } else if f.phase != Phase::Acking && !f.lost {
             // (An Acking task's outcome may simply have been written meanwhile; the write-back

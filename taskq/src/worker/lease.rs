@@ -90,7 +90,10 @@ pub(crate) fn expire_locally(shared: &Shared) -> Option<Instant> {
     let mut next: Option<Instant> = None;
     let mut leases = shared.inflight();
     for (key, f) in leases.iter_mut() {
-        if f.lost || f.phase != Phase::Running {
+        // A canceled attempt's lease is no longer renewed on purpose: the task ends canceled
+        // (by this worker's write-back or the reaper), never run elsewhere.
+        if f.lost || f.phase != Phase::Running || f.cancel.reason() == Some(CancelReason::Canceled)
+        {
             continue;
         }
         let cancel_at = f.renewed_at + ahead;

@@ -11,6 +11,7 @@ pub struct WorkerStats {
     pub(crate) retried: AtomicU64,
     pub(crate) dead: AtomicU64,
     pub(crate) snoozed: AtomicU64,
+    pub(crate) canceled: AtomicU64,
     pub(crate) expired: AtomicU64,
     pub(crate) fenced: AtomicU64,
     pub(crate) lost_leases: AtomicU64,
@@ -42,6 +43,9 @@ pub struct StatsSnapshot {
     /// Snoozes written back: the task is pending again and the attempt was not counted
     /// (snoozes beyond the task's `MAX_SNOOZES` count as `retried` or `dead` instead).
     pub snoozed: u64,
+    /// Attempts written back as canceled (a cancel request, `Client::cancel` on the running
+    /// task, honoured).
+    pub canceled: u64,
     /// Due tasks this worker's claims found past their deadline and moved to `expired`
     /// instead of running them.
     pub expired: u64,
@@ -93,6 +97,7 @@ impl WorkerStats {
             retried: self.retried.load(Relaxed),
             dead: self.dead.load(Relaxed),
             snoozed: self.snoozed.load(Relaxed),
+            canceled: self.canceled.load(Relaxed),
             expired: self.expired.load(Relaxed),
             fenced: self.fenced.load(Relaxed),
             lost_leases: self.lost_leases.load(Relaxed),

@@ -1,0 +1,354 @@
+//! Cancelling running tasks: `Client::cancel` records a request, the worker learns of it at
+//! its next heartbeat, signals the handler with `CancelReason::Canceled`, aborts it after the
+//! cancel grace and writes `canceled` (fenced by the epoch); the reaper turns an expired lease
+//! of a cancel-requested task into `canceled`, never `pending`.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use taskq::{
+    CancelReason, Canceled, Client, Task, TaskContext, TaskError, TaskId, TaskState, Unique,
+};
+use taskq_tests::{RunningWorker, TestDb, fast_worker, wait_until};
+
+/// What the handlers saw.
+#[derive(Clone, Default)]
+struct Seen {
+    reason: Arc<Mutex<Option<CancelReason>>>,
+    started: Arc<std::sync::atomic::AtomicBool>,
+    dropped: Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// How the handler reacts to its cancel signal.
+#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
+enum React {
+    /// Returns an error once signaled.
+    Fail,
+    /// Returns Ok once signaled (a success within the grace).
+    Succeed,
+    /// Ignores the signal: runs until aborted.
+    Ignore,
+}
+
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct Long(React);
+
+/// Sets `dropped` when the handler's future is dropped (aborted or returned).
+struct OnDrop(Arc<std::sync::atomic::AtomicBool>);
+impl Drop for OnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Task for Long {
+    const NAME: &'static str = "long";
+    const MAX_ATTEMPTS: u32 = 5;
+    async fn run(self, cx: TaskContext) -> Result<(), TaskError> {
+        let seen = cx.state::<Seen>().unwrap();
+        let _guard = OnDrop(seen.dropped.clone());
+        seen.started
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        if let React::Ignore = self.0 {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            return Ok(());
+        }
+        let reason = cx.cancel_signal().canceled().await;
+        *seen.reason.lock().unwrap() = Some(reason);
+        match self.0 {
+            React::Fail => Err(TaskError::msg("stopped: canceled")),
+            _ => Ok(()),
+        }
+    }
+}
+
+fn worker(db: &TestDb, seen: &Seen, grace: Duration) -> RunningWorker {
+    RunningWorker::spawn(
+        fast_worker(&db.pool)
+            .register::<Long>()
+            .state(seen.clone())
+            .lease(Duration::from_secs(3))
+            .heartbeat(Duration::from_millis(200))
+            .cancel_grace(grace),
+    )
+}
+
+async fn started(client: &Client, seen: &Seen, id: TaskId) {
+    wait_until(Duration::from_secs(10), "the handler runs", || async {
+        seen.started.load(std::sync::atomic::Ordering::SeqCst)
+            && client.get(id).await.unwrap().state == TaskState::Running
+    })
+    .await;
+}
+
+async fn cancel_requested(db: &TestDb, id: TaskId) -> bool {
+    let (set,): (bool,) =
+        sqlx::query_as("SELECT cancel_requested_at IS NOT NULL FROM taskq_tasks WHERE id = ?")
+            .bind(id.0)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    set
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cooperative_handler_that_fails_is_recorded_canceled() {
+    let db = TestDb::new().await;
+    let client = Client::new(db.pool.clone());
+    let seen = Seen::default();
+    let id = Long(React::Fail).enqueue(&db.pool).await.unwrap().id;
+    let w = worker(&db, &seen, Duration::from_secs(5));
+    started(&client, &seen, id).await;
+
+    let asked = Instant::now();
+    assert_eq!(client.cancel(id).await.unwrap(), Canceled::Requested);
+    assert!(cancel_requested(&db, id).await);
+    // A second request changes nothing.
+    assert_eq!(client.cancel(id).await.unwrap(), Canceled::Requested);
+    wait_until(Duration::from_secs(10), "the task is canceled", || async {
+        client.get(id).await.unwrap().state == TaskState::Canceled
+    })
+    .await;
+    // Learned at the next heartbeat (200 ms), well before the lease (3 s) could run out.
+    assert!(
+        asked.elapsed() < Duration::from_millis(2500),
+        "{:?}",
+        asked.elapsed()
+    );
+    assert_eq!(*seen.reason.lock().unwrap(), Some(CancelReason::Canceled));
+    let t = client.get(id).await.unwrap();
+    assert_eq!(t.attempt, 1);
+    assert_eq!(t.lease_epoch, 1, "written by the attempt's own epoch");
+    assert!(t.finished_at.is_some());
+    assert!(t.lease_until.is_none());
+    let stats = w.stats.snapshot();
+    assert_eq!((stats.canceled, stats.lost_leases, stats.fenced), (1, 0, 0));
+    w.stop().await;
+    assert_eq!(client.get(id).await.unwrap().state, TaskState::Canceled);
+    assert_eq!(db.count("state = 'pending'").await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_success_within_the_grace_is_recorded_succeeded() {
+    let db = TestDb::new().await;
+    let client = Client::new(db.pool.clone());
+    let seen = Seen::default();
+    let id = Long(React::Succeed).enqueue(&db.pool).await.unwrap().id;
+    let w = worker(&db, &seen, Duration::from_secs(5));
+    started(&client, &seen, id).await;
+    assert_eq!(client.cancel(id).await.unwrap(), Canceled::Requested);
+    wait_until(Duration::from_secs(10), "the task finished", || async {
+        client.get(id).await.unwrap().state.is_terminal()
+    })
+    .await;
+    assert_eq!(*seen.reason.lock().unwrap(), Some(CancelReason::Canceled));
+    assert_eq!(client.get(id).await.unwrap().state, TaskState::Succeeded);
+    assert!(
+        !cancel_requested(&db, id).await,
+        "a terminal outcome clears the request"
+    );
+    w.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_that_ignores_the_signal_is_aborted_after_the_grace() {
+    let db = TestDb::new().await;
+    let client = Client::new(db.pool.clone());
+    let seen = Seen::default();
+    let id = Long(React::Ignore).enqueue(&db.pool).await.unwrap().id;
+    let grace = Duration::from_millis(400);
+    let w = worker(&db, &seen, grace);
+    started(&client, &seen, id).await;
+    let asked = Instant::now();
+    assert_eq!(client.cancel(id).await.unwrap(), Canceled::Requested);
+    wait_until(Duration::from_secs(10), "the task is canceled", || async {
+        client.get(id).await.unwrap().state == TaskState::Canceled
+    })
+    .await;
+    let took = asked.elapsed();
+    assert!(
+        seen.dropped.load(std::sync::atomic::Ordering::SeqCst),
+        "handler aborted"
+    );
+    assert!(took >= grace, "not before the grace: {took:?}");
+    assert!(took < Duration::from_millis(2500), "{took:?}");
+    let t = client.get(id).await.unwrap();
+    assert_eq!((t.attempt, t.lease_epoch), (1, 1));
+    w.stop().await;
+    assert_eq!(client.get(id).await.unwrap().state, TaskState::Canceled);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reaper_cancels_an_expired_cancel_requested_task() {
+    let db = TestDb::new().await;
+    let client = Client::new(db.pool.clone());
+    let id = Long(React::Ignore).enqueue(&db.pool).await.unwrap().id;
+    // A worker claimed it and died (attempts left, so without the request it would go back
+    // to pending).
+    sqlx::query(
+        "UPDATE taskq_tasks SET state = 'running', attempt = 1, lease_epoch = 1, worker_id = 'gone',
+           lease_until = UTC_TIMESTAMP(6) + INTERVAL 1 HOUR WHERE id = ?",
+    )
+    .bind(id.0)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(client.cancel(id).await.unwrap(), Canceled::Requested);
+    sqlx::query(
+        "UPDATE taskq_tasks SET lease_until = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE id = ?",
+    )
+    .bind(id.0)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let seen = Seen::default();
+    let w = worker(&db, &seen, Duration::from_secs(1));
+    wait_until(
+        Duration::from_secs(10),
+        "the reaper canceled it",
+        || async { client.get(id).await.unwrap().state == TaskState::Canceled },
+    )
+    .await;
+    let t = client.get(id).await.unwrap();
+    assert_eq!(
+        t.lease_epoch, 2,
+        "the reap fences the dead worker's attempt"
+    );
+    assert!(t.finished_at.is_some());
+    // Never resurrected: the worker's claim loop does not run it again.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!seen.started.load(std::sync::atomic::Ordering::SeqCst));
+    assert_eq!(client.get(id).await.unwrap().state, TaskState::Canceled);
+    // The dead worker's late write-back is fenced.
+    let late = sqlx::query(
+        "UPDATE taskq_tasks SET state = 'succeeded' WHERE id = ? AND lease_epoch = 1 AND state = 'running'",
+    )
+    .bind(id.0)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(late.rows_affected(), 0);
+    w.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_written_before_the_request_was_seen_cancels_the_next_attempt() {
+    let db = TestDb::new().await;
+    let client = Client::new(db.pool.clone());
+    let id = Long(React::Fail).enqueue(&db.pool).await.unwrap().id;
+    // Requested on a running attempt whose outcome (a retry) then won the race.
+    sqlx::query(
+        "UPDATE taskq_tasks SET state = 'running', attempt = 1, lease_epoch = 1 WHERE id = ?",
+    )
+    .bind(id.0)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(client.cancel(id).await.unwrap(), Canceled::Requested);
+    sqlx::query("UPDATE taskq_tasks SET state = 'pending', run_at = UTC_TIMESTAMP(6) WHERE id = ?")
+        .bind(id.0)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let seen = Seen::default();
+    let w = worker(&db, &seen, Duration::from_secs(5));
+    wait_until(
+        Duration::from_secs(10),
+        "the next attempt is canceled",
+        || async { client.get(id).await.unwrap().state == TaskState::Canceled },
+    )
+    .await;
+    assert_eq!(*seen.reason.lock().unwrap(), Some(CancelReason::Canceled));
+    assert_eq!(client.get(id).await.unwrap().attempt, 2);
+    w.stop().await;
+}
+
+/// Unique while running; waits for its cancel signal, then fails.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct Solo {
+    account: u64,
+}
+
+impl Task for Solo {
+    const NAME: &'static str = "solo";
+    const MAX_ATTEMPTS: u32 = 5;
+    const UNIQUE: Option<Unique> = Some(Unique::fields(&["account"]).while_running());
+    async fn run(self, cx: TaskContext) -> Result<(), TaskError> {
+        cx.cancel_signal().canceled().await;
+        Err(TaskError::msg("canceled"))
+    }
+}
+
+async fn identities(db: &TestDb) -> i64 {
+    sqlx::query_scalar("SELECT COUNT(*) FROM taskq_unique")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_canceled_running_unique_task_frees_its_identity() {
+    let db = TestDb::new().await;
+    let client = Client::new(db.pool.clone());
+    let id = Solo { account: 7 }.enqueue(&db.pool).await.unwrap().id;
+    let w = RunningWorker::spawn(
+        fast_worker(&db.pool)
+            .register::<Solo>()
+            .lease(Duration::from_secs(3))
+            .heartbeat(Duration::from_millis(200)),
+    );
+    wait_until(Duration::from_secs(10), "running", || async {
+        client.get(id).await.unwrap().state == TaskState::Running
+    })
+    .await;
+    assert_eq!(identities(&db).await, 1);
+    assert_eq!(client.cancel(id).await.unwrap(), Canceled::Requested);
+    wait_until(Duration::from_secs(10), "canceled", || async {
+        client.get(id).await.unwrap().state == TaskState::Canceled
+    })
+    .await;
+    assert_eq!(identities(&db).await, 0);
+    let again = Solo { account: 7 }.enqueue(&db.pool).await.unwrap();
+    assert!(!again.duplicate);
+    w.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reaper_frees_the_identity_of_a_canceled_unique_task() {
+    let db = TestDb::new().await;
+    let client = Client::new(db.pool.clone());
+    let id = Solo { account: 8 }.enqueue(&db.pool).await.unwrap().id;
+    // Claimed by a worker that then died: running, lease in the future, identity held.
+    let w = RunningWorker::spawn(
+        fast_worker(&db.pool)
+            .register::<Solo>()
+            .lease(Duration::from_secs(60))
+            .heartbeat(Duration::from_secs(50))
+            .reaper_interval(Duration::from_secs(3600))
+            .cancel_grace(Duration::from_secs(60)),
+    );
+    wait_until(Duration::from_secs(10), "running", || async {
+        client.get(id).await.unwrap().state == TaskState::Running
+    })
+    .await;
+    assert_eq!(client.cancel(id).await.unwrap(), Canceled::Requested);
+    sqlx::query(
+        "UPDATE taskq_tasks SET lease_until = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE id = ?",
+    )
+    .bind(id.0)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let reaper = RunningWorker::spawn(fast_worker(&db.pool).register::<Long>());
+    wait_until(Duration::from_secs(10), "reaped to canceled", || async {
+        client.get(id).await.unwrap().state == TaskState::Canceled
+    })
+    .await;
+    assert_eq!(identities(&db).await, 0);
+    assert_eq!(client.get(id).await.unwrap().lease_epoch, 2);
+    assert_eq!(reaper.stop().await.stats.reaped, 1);
+    // The first worker never learned (its heartbeat is 50 s away); its shutdown release is
+    // fenced by the epoch: the task stays canceled.
+    w.stop().await;
+    assert_eq!(client.get(id).await.unwrap().state, TaskState::Canceled);
+}
