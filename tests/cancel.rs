@@ -352,3 +352,189 @@ async fn the_reaper_frees_the_identity_of_a_canceled_unique_task() {
     w.stop().await;
     assert_eq!(client.get(id).await.unwrap().state, TaskState::Canceled);
 }
+
+async fn states(db: &TestDb) -> Vec<(String, String, i64)> {
+    sqlx::query_as(
+        "SELECT name, CAST(state AS CHAR), COUNT(*) FROM taskq_tasks GROUP BY name, state ORDER BY name, 2",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap()
+}
+
+fn row(name: &str, state: &str, n: i64) -> (String, String, i64) {
+    (name.into(), state.into(), n)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_where_counts_in_a_dry_run_and_cancels_in_batches() {
+    let db = TestDb::new().await;
+    let client = Client::new(db.pool.clone());
+    // 1,100 pending `long` tasks (more than two batches of 500), one of them running, one
+    // enqueued two hours ago; and a pending unique `solo` task.
+    let mut conn = db.pool.acquire().await.unwrap();
+    let ids: Vec<TaskId> = taskq::enqueue_many(&mut *conn, (0..1100).map(|_| Long(React::Fail)))
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.id)
+        .collect();
+    drop(conn);
+    let solo = Solo { account: 1 }.enqueue(&db.pool).await.unwrap().id;
+    sqlx::query("UPDATE taskq_tasks SET state = 'running', attempt = 1, lease_epoch = 1, lease_until = UTC_TIMESTAMP(6) + INTERVAL 1 HOUR WHERE id = ?")
+        .bind(ids[0].0)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    sqlx::query(
+        "UPDATE taskq_tasks SET created_at = UTC_TIMESTAMP(6) - INTERVAL 2 HOUR WHERE id = ?",
+    )
+    .bind(ids[1].0)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+
+    let by_name = |name: &str| taskq::BulkFilter {
+        name: Some(name.into()),
+        ..Default::default()
+    };
+    // Dry runs count and change nothing.
+    let dry = client.cancel_where(&by_name("long"), true).await.unwrap();
+    assert_eq!((dry.canceled, dry.requested), (1099, 1));
+    let old = taskq::BulkFilter {
+        older_than: Some(Duration::from_secs(3600)),
+        ..Default::default()
+    };
+    assert_eq!(
+        client.cancel_where(&old, true).await.unwrap(),
+        taskq::BulkCanceled {
+            canceled: 1,
+            requested: 0
+        }
+    );
+    assert_eq!(
+        states(&db).await,
+        vec![
+            row("long", "pending", 1099),
+            row("long", "running", 1),
+            row("solo", "pending", 1)
+        ]
+    );
+    // Filters that match nothing, and states that cannot be canceled.
+    let other_queue = taskq::BulkFilter {
+        queue: Some("other".into()),
+        ..Default::default()
+    };
+    assert_eq!(
+        client.cancel_where(&other_queue, false).await.unwrap(),
+        taskq::BulkCanceled::default()
+    );
+    let dead = taskq::BulkFilter {
+        state: Some(TaskState::Dead),
+        ..Default::default()
+    };
+    assert!(matches!(
+        client.cancel_where(&dead, false).await,
+        Err(taskq::Error::InvalidOption(_))
+    ));
+
+    // Age first: only the old one.
+    assert_eq!(client.cancel_where(&old, false).await.unwrap().canceled, 1);
+    assert_eq!(client.get(ids[1]).await.unwrap().state, TaskState::Canceled);
+    // Then every `long` task: pending ones canceled, the running one asked to stop.
+    let done = client.cancel_where(&by_name("long"), false).await.unwrap();
+    assert_eq!((done.canceled, done.requested), (1098, 1));
+    assert_eq!(
+        states(&db).await,
+        vec![
+            row("long", "canceled", 1099),
+            row("long", "running", 1),
+            row("solo", "pending", 1)
+        ]
+    );
+    assert!(cancel_requested(&db, ids[0]).await);
+    // A pending unique task frees its identity.
+    assert_eq!(identities(&db).await, 1);
+    let solo_only = taskq::BulkFilter {
+        name: Some("solo".into()),
+        state: Some(TaskState::Pending),
+        ..Default::default()
+    };
+    assert_eq!(
+        client
+            .cancel_where(&solo_only, false)
+            .await
+            .unwrap()
+            .canceled,
+        1
+    );
+    assert_eq!(client.get(solo).await.unwrap().state, TaskState::Canceled);
+    assert_eq!(identities(&db).await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_where_counts_in_a_dry_run_and_retries_matching_dead_tasks() {
+    let db = TestDb::new().await;
+    let client = Client::new(db.pool.clone());
+    let mut ids = Vec::new();
+    for _ in 0..4 {
+        ids.push(Long(React::Fail).enqueue(&db.pool).await.unwrap().id);
+    }
+    let solo = Solo { account: 2 }.enqueue(&db.pool).await.unwrap().id;
+    sqlx::query("UPDATE taskq_tasks SET state = 'dead', attempt = 5, lease_epoch = 3, finished_at = UTC_TIMESTAMP(6) WHERE id <> ?")
+        .bind(ids[3].0)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    sqlx::query(
+        "UPDATE taskq_tasks SET created_at = UTC_TIMESTAMP(6) - INTERVAL 2 HOUR WHERE id = ?",
+    )
+    .bind(ids[0].0)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    // The dead unique task gave its identity up when it died.
+    sqlx::query("DELETE FROM taskq_unique")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+
+    let all = taskq::BulkFilter::default();
+    assert_eq!(client.retry_where(&all, true).await.unwrap(), 4);
+    let old = taskq::BulkFilter {
+        older_than: Some(Duration::from_secs(3600)),
+        ..Default::default()
+    };
+    assert_eq!(client.retry_where(&old, true).await.unwrap(), 1);
+    assert_eq!(
+        db.count("state = 'dead'").await,
+        4,
+        "a dry run changes nothing"
+    );
+    let pending = taskq::BulkFilter {
+        state: Some(TaskState::Pending),
+        ..Default::default()
+    };
+    assert!(matches!(
+        client.retry_where(&pending, true).await,
+        Err(taskq::Error::InvalidOption(_))
+    ));
+
+    assert_eq!(client.retry_where(&old, false).await.unwrap(), 1);
+    let t = client.get(ids[0]).await.unwrap();
+    assert_eq!(
+        (t.state, t.attempt, t.lease_epoch),
+        (TaskState::Pending, 0, 4)
+    );
+    let long = taskq::BulkFilter {
+        name: Some("long".into()),
+        ..Default::default()
+    };
+    assert_eq!(client.retry_where(&long, false).await.unwrap(), 2);
+    assert_eq!(client.get(solo).await.unwrap().state, TaskState::Dead);
+    // The unique one is retried one row at a time and takes its identity back.
+    assert_eq!(client.retry_where(&all, false).await.unwrap(), 1);
+    assert_eq!(client.get(solo).await.unwrap().state, TaskState::Pending);
+    assert_eq!(identities(&db).await, 1);
+    assert_eq!(db.count("state = 'pending'").await, 5);
+}

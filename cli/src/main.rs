@@ -95,12 +95,39 @@ enum Command {
         /// With --dead: only this queue
         #[arg(long, requires = "dead", conflicts_with = "id")]
         queue: Option<String>,
+        /// With --dead: only this task name
+        #[arg(long, requires = "dead", conflicts_with = "id")]
+        name: Option<String>,
+        /// With --dead: only tasks enqueued at least this long ago, e.g. 1h, 7d
+        #[arg(long, value_name = "AGE", value_parser = parse_duration, requires = "dead", conflicts_with = "id")]
+        older_than: Option<Duration>,
+        /// With --dead: only count the tasks that would be retried
+        #[arg(long, requires = "dead", conflicts_with = "id")]
+        dry_run: bool,
     },
     /// Cancel a task: a pending one at once; a running one is asked to stop (its worker
-    /// cancels it at its next heartbeat). Finished tasks cannot be canceled
+    /// cancels it at its next heartbeat). Finished tasks cannot be canceled. Without an id,
+    /// cancels every task matching the filters (at least one), 500 rows per statement
+    #[command(group = clap::ArgGroup::new("target").required(true).multiple(true)
+        .args(["id", "queue", "name", "state", "older_than"]))]
     Cancel {
         /// Task id
-        id: u64,
+        id: Option<u64>,
+        /// Bulk: only this queue
+        #[arg(long, conflicts_with = "id")]
+        queue: Option<String>,
+        /// Bulk: only this task name
+        #[arg(long, conflicts_with = "id")]
+        name: Option<String>,
+        /// Bulk: only this state (default: pending and running)
+        #[arg(long, value_enum, conflicts_with = "id")]
+        state: Option<CancelState>,
+        /// Bulk: only tasks enqueued at least this long ago, e.g. 1h, 7d
+        #[arg(long, value_name = "AGE", value_parser = parse_duration, conflicts_with = "id")]
+        older_than: Option<Duration>,
+        /// Bulk: only count the tasks that would be canceled
+        #[arg(long, conflicts_with = "id")]
+        dry_run: bool,
     },
     /// Move the due time of a pending task (running and finished tasks are refused)
     #[command(group = clap::ArgGroup::new("when").required(true).args(["delay", "at"]))]
@@ -212,6 +239,12 @@ impl From<StateArg> for TaskState {
             StateArg::Expired => TaskState::Expired,
         }
     }
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum CancelState {
+    Pending,
+    Running,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -364,11 +397,50 @@ async fn run(cli: &Cli, url: &str) -> Result<(), Failure> {
         Command::Names { queue } => names(&client, queue.as_deref(), cli.json).await,
         Command::List(args) => list(&client, args, cli.json).await,
         Command::Show { id } => show(&client, TaskId(*id), cli.json).await,
-        Command::Retry { id, queue, .. } => match id {
+        Command::Retry {
+            id,
+            queue,
+            name,
+            older_than,
+            dry_run,
+            ..
+        } => match id {
             Some(id) => retry_one(&client, TaskId(*id), cli.json).await,
-            None => retry_dead(&client, queue.as_deref(), cli.json).await,
+            None if name.is_none() && older_than.is_none() && !dry_run => {
+                retry_dead(&client, queue.as_deref(), cli.json).await
+            }
+            None => {
+                let filter = taskq::BulkFilter {
+                    queue: queue.clone(),
+                    name: name.clone(),
+                    state: None,
+                    older_than: *older_than,
+                };
+                retry_where(&client, &filter, *dry_run, cli.json).await
+            }
         },
-        Command::Cancel { id } => cancel(&client, TaskId(*id), cli.json).await,
+        Command::Cancel {
+            id,
+            queue,
+            name,
+            state,
+            older_than,
+            dry_run,
+        } => match id {
+            Some(id) => cancel(&client, TaskId(*id), cli.json).await,
+            None => {
+                let filter = taskq::BulkFilter {
+                    queue: queue.clone(),
+                    name: name.clone(),
+                    state: state.map(|s| match s {
+                        CancelState::Pending => TaskState::Pending,
+                        CancelState::Running => TaskState::Running,
+                    }),
+                    older_than: *older_than,
+                };
+                cancel_where(&client, &filter, *dry_run, cli.json).await
+            }
+        },
         Command::Reschedule { id, delay, at } => {
             reschedule(&client, TaskId(*id), *delay, *at, cli.json).await
         }
@@ -672,6 +744,54 @@ async fn retry_dead(client: &Client, queue: Option<&str>, json: bool) -> Result<
     } else {
         let scope = queue.map_or_else(String::new, |q| format!(" in queue {q}"));
         println!("retried {n} dead task{}{scope}", plural(n));
+    }
+    Ok(())
+}
+
+async fn retry_where(
+    client: &Client,
+    filter: &taskq::BulkFilter,
+    dry_run: bool,
+    json: bool,
+) -> Result<(), Failure> {
+    let n = client.retry_where(filter, dry_run).await?;
+    if json {
+        print_json(&serde_json::json!({ "retried": n, "dry_run": dry_run }));
+    } else if dry_run {
+        println!("dry run: would retry {n} dead task{}", plural(n));
+    } else {
+        println!("retried {n} dead task{}", plural(n));
+    }
+    Ok(())
+}
+
+async fn cancel_where(
+    client: &Client,
+    filter: &taskq::BulkFilter,
+    dry_run: bool,
+    json: bool,
+) -> Result<(), Failure> {
+    let c = client.cancel_where(filter, dry_run).await?;
+    if json {
+        print_json(&serde_json::json!({
+            "canceled": c.canceled, "cancel_requested": c.requested, "dry_run": dry_run
+        }));
+    } else if dry_run {
+        println!(
+            "dry run: would cancel {} pending task{} and request the cancel of {} running task{}",
+            c.canceled,
+            plural(c.canceled),
+            c.requested,
+            plural(c.requested)
+        );
+    } else {
+        println!(
+            "canceled {} pending task{}; requested the cancel of {} running task{}",
+            c.canceled,
+            plural(c.canceled),
+            c.requested,
+            plural(c.requested)
+        );
     }
     Ok(())
 }

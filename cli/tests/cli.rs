@@ -1253,3 +1253,101 @@ async fn workers_lists_live_workers_with_their_running_tasks() {
     let live_only = taskq(Some(url(&db)), &["workers", "--json"]).await.json();
     assert_eq!(live_only["workers"].as_array().unwrap().len(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bulk_cancel_and_retry_by_filter_with_dry_runs() {
+    let db = TestDb::new().await;
+    let client = Client::new(db.pool.clone());
+    let u = || Some(url(&db));
+    let pending: Vec<TaskId> = [ping(&db, 1).await, ping(&db, 2).await].into();
+    let running = ping(&db, 3).await;
+    make_running(&db, running).await;
+    let pong = Pong(1).enqueue(&db.pool).await.unwrap().id;
+    exec(
+        &db,
+        "UPDATE taskq_tasks SET created_at = UTC_TIMESTAMP(6) - INTERVAL 2 HOUR WHERE id = ?",
+        pending[0],
+    )
+    .await;
+
+    let dry = taskq(u(), &["cancel", "--name", "ping", "--dry-run"]).await;
+    assert_eq!(dry.code, 0, "{dry:?}");
+    assert!(
+        dry.stdout.contains(
+            "dry run: would cancel 2 pending tasks and request the cancel of 1 running task"
+        ),
+        "{dry:?}"
+    );
+    assert_eq!(
+        db.count("state = 'pending'").await,
+        3,
+        "a dry run changes nothing"
+    );
+    let old = taskq(
+        u(),
+        &[
+            "--json",
+            "cancel",
+            "--state",
+            "pending",
+            "--older-than",
+            "1h",
+        ],
+    )
+    .await;
+    assert_eq!(
+        old.json(),
+        serde_json::json!({ "canceled": 1, "cancel_requested": 0, "dry_run": false })
+    );
+    assert_eq!(
+        client.get(pending[0]).await.unwrap().state,
+        TaskState::Canceled
+    );
+    let by_name = taskq(u(), &["cancel", "--name", "ping"]).await;
+    assert!(
+        by_name
+            .stdout
+            .contains("canceled 1 pending task; requested the cancel of 1 running task"),
+        "{by_name:?}"
+    );
+    assert_eq!(
+        client.get(pending[1]).await.unwrap().state,
+        TaskState::Canceled
+    );
+    assert_eq!(client.get(running).await.unwrap().state, TaskState::Running);
+    assert_eq!(client.get(pong).await.unwrap().state, TaskState::Pending);
+    for bad in [
+        &["cancel"][..],
+        &["cancel", "1", "--queue", "q"],
+        &["cancel", "--state", "dead"],
+        &["cancel", "--dry-run"],
+    ] {
+        assert_eq!(taskq(u(), bad).await.code, 2, "{bad:?}");
+    }
+
+    // Retry by filter.
+    make_dead(&db, pong).await;
+    for &id in &pending {
+        make_dead(&db, id).await;
+    }
+    let dry = taskq(u(), &["retry", "--dead", "--name", "ping", "--dry-run"]).await;
+    assert!(
+        dry.stdout.contains("dry run: would retry 2 dead tasks"),
+        "{dry:?}"
+    );
+    assert_eq!(db.count("state = 'dead'").await, 3);
+    let old = taskq(u(), &["--json", "retry", "--dead", "--older-than", "1h"]).await;
+    assert_eq!(
+        old.json(),
+        serde_json::json!({ "retried": 1, "dry_run": false })
+    );
+    assert_eq!(
+        client.get(pending[0]).await.unwrap().state,
+        TaskState::Pending
+    );
+    let named = taskq(u(), &["retry", "--dead", "--name", "pong"]).await;
+    assert!(named.stdout.contains("retried 1 dead task"), "{named:?}");
+    assert_eq!(client.get(pong).await.unwrap().state, TaskState::Pending);
+    assert_eq!(db.count("state = 'dead'").await, 1);
+    assert_eq!(taskq(u(), &["retry", "--name", "ping"]).await.code, 2);
+}

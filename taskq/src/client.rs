@@ -20,6 +20,47 @@ pub enum Canceled {
     Requested,
 }
 
+/// Which tasks a bulk operation ([`Client::cancel_where`], [`Client::retry_where`]) touches:
+/// every field given must match (`None`: any).
+#[derive(Debug, Clone, Default)]
+pub struct BulkFilter {
+    /// Only this queue.
+    pub queue: Option<String>,
+    /// Only this task name.
+    pub name: Option<String>,
+    /// Only this state (`cancel_where`: `pending` or `running`, default both; `retry_where`:
+    /// `dead`, the default). Another state is [`Error::InvalidOption`].
+    pub state: Option<TaskState>,
+    /// Only tasks enqueued (`created_at`) at least this long ago, database clock (capped at
+    /// 100 years).
+    pub older_than: Option<std::time::Duration>,
+}
+
+impl BulkFilter {
+    fn store(&self, state: TaskState) -> TaskFilter<'_> {
+        TaskFilter {
+            queue: self.queue.as_deref(),
+            state: Some(state),
+            name: self.name.as_deref(),
+        }
+    }
+    fn age_us(&self) -> i64 {
+        const CAP_US: u128 = 100 * 366 * 86_400 * 1_000_000;
+        self.older_than
+            .map_or(0, |d| d.as_micros().min(CAP_US) as i64)
+    }
+}
+
+/// What [`Client::cancel_where`] did (in a dry run: what it would do, as counts of matching
+/// tasks).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct BulkCanceled {
+    /// Pending tasks canceled at once.
+    pub canceled: u64,
+    /// Running tasks whose cancel was requested (their workers stop them at the next beat).
+    pub requested: u64,
+}
+
 /// Read and manage tasks in the database. Cheap to clone (it holds a pool handle).
 #[derive(Debug, Clone)]
 pub struct Client {
@@ -557,6 +598,120 @@ impl Client {
             }
             match ids.last() {
                 Some(last) if ids.len() == Self::BATCH as usize => after = last.0,
+                _ => return Ok(total),
+            }
+        }
+    }
+
+    /// Cancels every task matching `filter`, in batches of [`Client::BATCH`] rows (one short
+    /// statement, or transaction, each): pending ones at once (freeing unique identities, like
+    /// [`Client::cancel`]), running ones by a cancel request (see [`Client::cancel`]). With
+    /// `dry_run`, changes nothing and returns how many tasks match. A `state` other than
+    /// `pending`/`running` is [`Error::InvalidOption`]. Tasks enqueued while it runs may or
+    /// may not be included.
+    pub async fn cancel_where(&self, filter: &BulkFilter, dry_run: bool) -> Result<BulkCanceled> {
+        let states: &[TaskState] = match filter.state {
+            None => &[TaskState::Pending, TaskState::Running],
+            Some(TaskState::Pending) => &[TaskState::Pending],
+            Some(TaskState::Running) => &[TaskState::Running],
+            Some(s) => {
+                return Err(Error::InvalidOption(format!(
+                    "cannot cancel {s} tasks: only pending or running ones"
+                )));
+            }
+        };
+        let age_us = filter.age_us();
+        let mut out = BulkCanceled::default();
+        for &state in states {
+            let f = filter.store(state);
+            let n = if dry_run {
+                self.db(self.store.task_bulk_count(&f, age_us).await)
+                    .await?
+            } else {
+                let mut n = 0;
+                let mut after = 0;
+                loop {
+                    let batch = self
+                        .db(self
+                            .store
+                            .task_bulk_ids(&f, age_us, after, Self::BATCH)
+                            .await)
+                        .await?;
+                    let ids: Vec<u64> = batch.iter().map(|(id, _)| *id).collect();
+                    if let Some(&last) = ids.last() {
+                        n += if state == TaskState::Pending {
+                            self.db(self.store.task_cancel_batch(&ids).await).await?
+                        } else {
+                            self.db(self.store.task_request_cancel_batch(&ids).await)
+                                .await?
+                        };
+                        after = last;
+                    }
+                    if ids.len() < Self::BATCH as usize {
+                        break;
+                    }
+                }
+                n
+            };
+            if state == TaskState::Pending {
+                out.canceled = n;
+            } else {
+                out.requested = n;
+            }
+        }
+        if !dry_run {
+            crate::metrics::canceled_n(out.canceled);
+        }
+        Ok(out)
+    }
+
+    /// Moves every dead task matching `filter` back to pending (attempts reset, epoch
+    /// incremented), in batches of [`Client::BATCH`] rows; a unique task is retried one
+    /// statement each like [`Client::retry_dead`] and left dead (logged) when its identity is
+    /// held by another task. With `dry_run`, changes nothing and returns how many dead tasks
+    /// match. A `state` other than `dead` is [`Error::InvalidOption`]. Returns how many tasks
+    /// were moved.
+    pub async fn retry_where(&self, filter: &BulkFilter, dry_run: bool) -> Result<u64> {
+        if let Some(s) = filter.state.filter(|s| *s != TaskState::Dead) {
+            return Err(Error::InvalidOption(format!(
+                "cannot retry {s} tasks: only dead ones"
+            )));
+        }
+        let f = filter.store(TaskState::Dead);
+        let age_us = filter.age_us();
+        if dry_run {
+            return self.db(self.store.task_bulk_count(&f, age_us).await).await;
+        }
+        let mut total = 0;
+        let mut after = 0;
+        loop {
+            let batch = self
+                .db(self
+                    .store
+                    .task_bulk_ids(&f, age_us, after, Self::BATCH)
+                    .await)
+                .await?;
+            let plain: Vec<u64> = batch.iter().filter(|b| !b.1).map(|b| b.0).collect();
+            if !plain.is_empty() {
+                total += self
+                    .db(self.store.task_retry_dead_ids(&plain).await)
+                    .await?;
+            }
+            for &(id, _) in batch.iter().filter(|b| b.1) {
+                match self
+                    .db(self.store.task_retry_dead(TaskId(id)).await)
+                    .await?
+                {
+                    RetryDead::Retried => total += 1,
+                    RetryDead::NotDead => {}
+                    RetryDead::IdentityHeld(holder) => tracing::warn!(
+                        task_id = id, holder = %holder,
+                        "taskq: dead task left dead: its unique identity is held by a newer task"
+                    ),
+                }
+            }
+            match batch.last() {
+                Some(&(last, _)) if batch.len() == Self::BATCH as usize => after = last,
                 _ => return Ok(total),
             }
         }

@@ -49,8 +49,8 @@ mod wake;
 mod worker;
 
 pub use client::{
-    Canceled, Client, DeadReason, ListFilter, PendingNameCount, QueueStateCount, ScheduleInfo,
-    TaskInfo, WorkerInfo,
+    BulkCanceled, BulkFilter, Canceled, Client, DeadReason, ListFilter, PendingNameCount,
+    QueueStateCount, ScheduleInfo, TaskInfo, WorkerInfo,
 };
 pub use context::{
     CancelReason, CancelSignal, FromTaskContext, State, StateMap, StateRequirement, TaskContext,

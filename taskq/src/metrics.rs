@@ -55,7 +55,11 @@ pub(crate) fn expired(queue: &str, task: &str) {
 }
 
 pub(crate) fn canceled() {
-    counter!("taskq_canceled_total").increment(1);
+    canceled_n(1);
+}
+
+pub(crate) fn canceled_n(n: u64) {
+    counter!("taskq_canceled_total").increment(n);
 }
 
 pub(crate) fn lost_lease(queue: &str, task: &str) {

@@ -419,6 +419,126 @@ impl Store {
         .await
     }
 
+    /// Ids (ascending, `> after_id`, at most `limit`) of tasks in `state` matching the bulk
+    /// filter, created at least `age_us` ago (database clock); with whether the task holds a
+    /// unique identity that only a one-row retry can take back (see `task_retry_dead`).
+    pub(crate) async fn task_bulk_ids(
+        &self,
+        f: &TaskFilter<'_>,
+        age_us: i64,
+        after_id: u64,
+        limit: u32,
+    ) -> sqlx::Result<Vec<(u64, bool)>> {
+        let state = f.state.map(TaskState::as_str);
+        let rows = sqlx::query!(
+            r#"SELECT id AS "id: u64",
+                 (unique_key IS NOT NULL AND unique_while <> 'window') AS "held!: bool"
+               FROM taskq_tasks
+               WHERE state = ? AND (? IS NULL OR queue = ?) AND (? IS NULL OR name = ?)
+                 AND created_at <= UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND AND id > ?
+               ORDER BY id
+               LIMIT ?"#,
+            state,
+            f.queue,
+            f.queue,
+            f.name,
+            f.name,
+            age_us,
+            after_id,
+            limit
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.into_iter().map(|r| (r.id, r.held)).collect())
+    }
+
+    /// How many tasks in `state` match the bulk filter (the dry run of a bulk operation).
+    pub(crate) async fn task_bulk_count(
+        &self,
+        f: &TaskFilter<'_>,
+        age_us: i64,
+    ) -> sqlx::Result<u64> {
+        let state = f.state.map(TaskState::as_str);
+        let n = sqlx::query_scalar!(
+            r#"SELECT COUNT(*) AS "n: i64" FROM taskq_tasks
+               WHERE state = ? AND (? IS NULL OR queue = ?) AND (? IS NULL OR name = ?)
+                 AND created_at <= UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND"#,
+            state,
+            f.queue,
+            f.queue,
+            f.name,
+            f.name,
+            age_us
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(n.max(0) as u64)
+    }
+
+    /// Cancels the pending tasks among `ids` (freeing their unique identities), in one short
+    /// transaction; returns how many.
+    pub(crate) async fn task_cancel_batch(&self, ids: &[u64]) -> sqlx::Result<u64> {
+        let json = serde_json::to_string(ids).expect("ids serialize");
+        let mut tx = self.pool.begin().await?;
+        let done = sqlx::query!(
+            r#"UPDATE JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$')) AS j
+                 STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id
+               SET t.state = 'canceled', t.finished_at = UTC_TIMESTAMP(6), t.updated_at = UTC_TIMESTAMP(6)
+               WHERE t.state = 'pending'"#,
+            json
+        )
+        .execute(&mut *tx)
+        .await?;
+        if done.rows_affected() > 0 {
+            sqlx::query!(
+                r#"DELETE u FROM JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$')) AS j
+                     STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id
+                     STRAIGHT_JOIN taskq_unique u FORCE INDEX (PRIMARY) ON u.unique_key = t.unique_key
+                   WHERE t.state = 'canceled' AND u.task_id = t.id"#,
+                json
+            )
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(done.rows_affected())
+    }
+
+    /// Records a cancel request on the running tasks among `ids`; returns how many were
+    /// running.
+    pub(crate) async fn task_request_cancel_batch(&self, ids: &[u64]) -> sqlx::Result<u64> {
+        let json = serde_json::to_string(ids).expect("ids serialize");
+        let done = sqlx::query!(
+            r#"UPDATE JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$')) AS j
+                 STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id
+               SET t.cancel_requested_at = COALESCE(t.cancel_requested_at, UTC_TIMESTAMP(6)),
+                   t.updated_at = UTC_TIMESTAMP(6)
+               WHERE t.state = 'running'"#,
+            json
+        )
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected())
+    }
+
+    /// Retries the dead tasks among `ids` that hold no identity to take back (not unique, or
+    /// unique per window, like `task_retry_dead_batch`); returns how many.
+    pub(crate) async fn task_retry_dead_ids(&self, ids: &[u64]) -> sqlx::Result<u64> {
+        let json = serde_json::to_string(ids).expect("ids serialize");
+        let done = sqlx::query!(
+            r#"UPDATE JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$')) AS j
+                 STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id
+               SET t.state = 'pending', t.attempt = 0, t.lease_epoch = t.lease_epoch + 1,
+                   t.run_at = UTC_TIMESTAMP(6), t.finished_at = NULL, t.lease_until = NULL,
+                   t.updated_at = UTC_TIMESTAMP(6)
+               WHERE t.state = 'dead' AND (t.unique_key IS NULL OR t.unique_while = 'window')"#,
+            json
+        )
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected())
+    }
+
     /// Records a cancel request on a running task (kept from the first request); returns
     /// whether the task was running.
     pub(crate) async fn task_request_cancel(&self, id: TaskId) -> sqlx::Result<bool> {
