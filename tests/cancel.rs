@@ -538,3 +538,49 @@ async fn retry_where_counts_in_a_dry_run_and_retries_matching_dead_tasks() {
     assert_eq!(identities(&db).await, 1);
     assert_eq!(db.count("state = 'pending'").await, 5);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grace_longer_than_the_lease_lets_the_reaper_cancel_and_fences_the_late_write_back() {
+    let db = TestDb::new().await;
+    let client = Client::new(db.pool.clone());
+    let seen = Seen::default();
+    let id = Long(React::Ignore).enqueue(&db.pool).await.unwrap().id;
+    // The lease (1 s) runs out long before the grace (3 s): the worker's own reaper cancels
+    // the task while the handler is still within its grace.
+    let w = RunningWorker::spawn(
+        fast_worker(&db.pool)
+            .register::<Long>()
+            .state(seen.clone())
+            .lease(Duration::from_secs(1))
+            .heartbeat(Duration::from_millis(200))
+            .cancel_grace(Duration::from_secs(3)),
+    );
+    started(&client, &seen, id).await;
+    assert_eq!(client.cancel(id).await.unwrap(), Canceled::Requested);
+    wait_until(Duration::from_secs(10), "reaped to canceled", || async {
+        client.get(id).await.unwrap().state == TaskState::Canceled
+    })
+    .await;
+    assert_eq!(client.get(id).await.unwrap().lease_epoch, 2);
+    assert!(
+        !seen.dropped.load(std::sync::atomic::Ordering::SeqCst),
+        "still in its grace"
+    );
+    wait_until(Duration::from_secs(10), "the late write-back", || async {
+        w.stats.snapshot().fenced == 1
+    })
+    .await;
+    assert!(
+        seen.dropped.load(std::sync::atomic::Ordering::SeqCst),
+        "aborted"
+    );
+    let stats = w.stats.snapshot();
+    assert_eq!((stats.reaped, stats.lost_leases, stats.canceled), (1, 0, 0));
+    let t = client.get(id).await.unwrap();
+    assert_eq!(
+        (t.state, t.lease_epoch, t.attempt),
+        (TaskState::Canceled, 2, 1)
+    );
+    w.stop().await;
+    assert_eq!(client.get(id).await.unwrap().state, TaskState::Canceled);
+}
