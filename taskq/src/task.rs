@@ -182,7 +182,8 @@ pub enum TaskState {
     Succeeded,
     /// Permanent error, undecodable payload or attempts exhausted (terminal, retryable by hand).
     Dead,
-    /// Canceled before it started (terminal).
+    /// Canceled (terminal): while pending by `Client::cancel`, or while running by a cancel
+    /// request its worker (or the reaper, once the lease expired) honoured.
     Canceled,
     /// Its deadline passed before an attempt could start, so it was not (or not again) run
     /// (terminal). Set by the claim that finds it due past its deadline.
