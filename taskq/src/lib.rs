@@ -33,6 +33,7 @@
 //! See `docs/` in the repository for the semantics, design and operations guides.
 
 mod client;
+mod history;
 mod context;
 mod enqueue;
 mod error;
@@ -61,6 +62,10 @@ pub use enqueue::{
 };
 pub use enqueue::{IntoEnqueue, enqueue_many};
 pub use error::{Error, Result, ResultExt, TaskError, TaskErrorKind};
+pub use history::{
+    Attempt, AttemptOutcome, AuditEntry, AuditFilter, DEFAULT_ACTOR, MAX_ACTOR_LEN,
+    MAX_ATTEMPT_ENTRIES, MAX_ATTEMPT_ERROR_CHARS,
+};
 pub use migrate::{MIGRATIONS_TABLE, migrate, migrator};
 pub use registry::{Registration, registered};
 pub use retry::Backoff;
