@@ -621,7 +621,10 @@ impl Client {
     /// and the error is [`Error::UniqueHeld`] naming that task.
     pub async fn retry_dead(&self, id: TaskId) -> Result<()> {
         let mut tx = self.db(self.store.pool().begin().await).await?;
-        match self.db(self.store.task_retry_dead(&mut tx, id).await).await? {
+        match self
+            .db(self.store.task_retry_dead(&mut tx, id).await)
+            .await?
+        {
             RetryDead::Retried => {
                 self.commit_audited(tx, &Action::task("retry", id, None))
                     .await
@@ -764,7 +767,9 @@ impl Client {
             }
         };
         let mut out = BulkCanceled::default();
-        let res = self.cancel_where_run(filter, states, dry_run, &mut out).await;
+        let res = self
+            .cancel_where_run(filter, states, dry_run, &mut out)
+            .await;
         if !dry_run {
             crate::metrics::canceled_n(out.canceled);
             let mut detail = filter.detail();
@@ -858,7 +863,12 @@ impl Client {
     }
 
     /// The statements of [`Client::retry_where`], counting into `total`.
-    async fn retry_where_run(&self, f: &TaskFilter<'_>, age_us: i64, total: &mut u64) -> Result<()> {
+    async fn retry_where_run(
+        &self,
+        f: &TaskFilter<'_>,
+        age_us: i64,
+        total: &mut u64,
+    ) -> Result<()> {
         let mut after = 0;
         loop {
             let batch = self

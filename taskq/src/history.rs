@@ -226,7 +226,11 @@ pub(crate) struct Action {
 }
 
 impl Action {
-    pub(crate) fn task(action: &'static str, id: TaskId, detail: Option<serde_json::Value>) -> Self {
+    pub(crate) fn task(
+        action: &'static str,
+        id: TaskId,
+        detail: Option<serde_json::Value>,
+    ) -> Self {
         Self {
             action,
             task: Some(id),
@@ -235,7 +239,11 @@ impl Action {
         }
     }
 
-    pub(crate) fn queue(action: &'static str, queue: Option<&str>, detail: serde_json::Value) -> Self {
+    pub(crate) fn queue(
+        action: &'static str,
+        queue: Option<&str>,
+        detail: serde_json::Value,
+    ) -> Self {
         Self {
             action,
             task: None,
@@ -280,8 +288,9 @@ impl Client {
         match row {
             None => Err(Error::NotFound(id)),
             Some(None) => Ok(Vec::new()),
-            Some(Some(json)) => parse_attempts(&json)
-                .map_err(|e| Error::Database(sqlx::Error::Decode(e.into()))),
+            Some(Some(json)) => {
+                parse_attempts(&json).map_err(|e| Error::Database(sqlx::Error::Decode(e.into())))
+            }
         }
     }
 
@@ -312,9 +321,7 @@ impl Client {
                 detail: r
                     .detail
                     .as_deref()
-                    .map(|d| {
-                        serde_json::from_str(d).unwrap_or_else(|_| serde_json::Value::from(d))
-                    })
+                    .map(|d| serde_json::from_str(d).unwrap_or_else(|_| serde_json::Value::from(d)))
                     .unwrap_or(serde_json::Value::Null),
             })
             .collect())
@@ -387,7 +394,10 @@ mod tests {
             AttemptOutcome::from_name("exploded"),
             AttemptOutcome::Other("exploded".into())
         );
-        assert_eq!(AttemptOutcome::from_name("exploded").to_string(), "exploded");
+        assert_eq!(
+            AttemptOutcome::from_name("exploded").to_string(),
+            "exploded"
+        );
     }
 
     #[test]
@@ -401,7 +411,10 @@ mod tests {
         assert_eq!(a.len(), 2);
         assert_eq!(a[0].outcome, AttemptOutcome::TimedOut);
         assert_eq!(a[0].worker_id.as_deref(), Some("w-1"));
-        assert_eq!(a[0].duration(), Some(std::time::Duration::from_millis(1500)));
+        assert_eq!(
+            a[0].duration(),
+            Some(std::time::Duration::from_millis(1500))
+        );
         assert_eq!(a[1].started_at, None);
         assert_eq!(a[1].duration(), None);
         assert_eq!(a[1].outcome, AttemptOutcome::Other("new_kind".into()));

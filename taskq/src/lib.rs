@@ -33,10 +33,10 @@
 //! See `docs/` in the repository for the semantics, design and operations guides.
 
 mod client;
-mod history;
 mod context;
 mod enqueue;
 mod error;
+mod history;
 mod metrics;
 mod migrate;
 mod registry;

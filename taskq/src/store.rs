@@ -2245,7 +2245,10 @@ pub(crate) struct AuditRow<'a> {
 
 /// Inserts an audit row on `conn` (normally the transaction of the action it records), at the
 /// database clock. One statement: the task's queue is read by primary key inside it.
-pub(crate) async fn audit_insert(conn: &mut MySqlConnection, a: &AuditRow<'_>) -> sqlx::Result<u64> {
+pub(crate) async fn audit_insert(
+    conn: &mut MySqlConnection,
+    a: &AuditRow<'_>,
+) -> sqlx::Result<u64> {
     let done = sqlx::query!(
         r#"INSERT INTO taskq_audit (at, actor, action, task_id, queue, detail)
            VALUES (UTC_TIMESTAMP(6), ?, ?, ?,
@@ -2266,12 +2269,9 @@ impl Store {
     /// A task's attempt history (the JSON array, `None` when empty); `None` when the task
     /// does not exist.
     pub(crate) async fn task_attempts(&self, id: TaskId) -> sqlx::Result<Option<Option<String>>> {
-        let row = sqlx::query!(
-            r#"SELECT attempts FROM taskq_tasks WHERE id = ?"#,
-            id.0
-        )
-        .fetch_optional(&self.pool)
-        .await?;
+        let row = sqlx::query!(r#"SELECT attempts FROM taskq_tasks WHERE id = ?"#, id.0)
+            .fetch_optional(&self.pool)
+            .await?;
         Ok(row.map(|r| r.attempts))
     }
 
