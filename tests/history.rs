@@ -314,6 +314,30 @@ async fn the_reaper_records_canceled_for_a_cancel_requested_lease() {
     assert!(took >= Duration::from_secs(60), "{took:?}");
 }
 
+/// A task claimed before migration 10 (no `attempted_at`) gets an entry without a start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attempt_started_before_the_upgrade_has_no_start() {
+    let db = TestDb::new().await;
+    let client = Client::new(db.pool.clone());
+    let id = Quick.enqueue(&db.pool).await.unwrap().id;
+    exec(
+        &db,
+        "UPDATE taskq_tasks SET state = 'running', attempt = 1, lease_epoch = 1, worker_id = 'old',
+           lease_until = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE id = ?",
+        id,
+    )
+    .await;
+    let w = RunningWorker::spawn(fast_worker(&db.pool).register::<Flaky>());
+    wait_state(&client, id, TaskState::Pending).await;
+    w.stop().await;
+    let attempts = client.attempts(id).await.unwrap();
+    assert_eq!(summary(&attempts), vec![(1, 1, AttemptOutcome::LeaseLost)]);
+    assert_eq!(
+        (attempts[0].started_at, attempts[0].duration()),
+        (None, None)
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_given_back_at_shutdown_is_recorded_released() {
     let db = TestDb::new().await;
