@@ -747,6 +747,7 @@ pub(crate) struct LimitHit {
 struct QueueLimits {
     concurrency_limit: Option<u32>,
     rate_limit: Option<u32>,
+    rate_period_us: Option<i64>,
     /// Claims already counted in the current rate window.
     rate_used: i64,
     /// Microseconds until the current rate window ends.
@@ -891,7 +892,7 @@ impl Store {
                 by_running = by_running.min((i64::from(max) - running).clamp(0, 1 << 31) as u32);
             }
             let mut by_rate = limit;
-            if let Some(max) = l.rate_limit {
+            if let Some(max) = l.rate_limit.filter(|_| l.rate_period_us.is_some_and(|p| p > 0)) {
                 rate_limited = true;
                 by_rate = by_rate.min((i64::from(max) - l.rate_used).clamp(0, 1 << 31) as u32);
             }
@@ -1084,11 +1085,11 @@ async fn queue_limits_lock(
     sqlx::query_as!(
         QueueLimits,
         r#"SELECT concurrency_limit AS "concurrency_limit: u32",
-             IF(rate_period_us > 0, rate_limit, NULL) AS "rate_limit: u32",
-             IF(rate_window_start = CAST('1970-01-01' AS DATETIME(6))
-                  + INTERVAL (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6))
-                              DIV rate_period_us * rate_period_us) MICROSECOND,
-                rate_window_count, 0) AS "rate_used!: i64",
+             rate_limit AS "rate_limit: u32", rate_period_us,
+             CAST(IF(rate_window_start = CAST('1970-01-01' AS DATETIME(6))
+                       + INTERVAL (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6))
+                                   DIV rate_period_us * rate_period_us) MICROSECOND,
+                     rate_window_count, 0) AS SIGNED) AS "rate_used!: i64",
              TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), CAST('1970-01-01' AS DATETIME(6))
                   + INTERVAL ((TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6))
                                DIV rate_period_us + 1) * rate_period_us) MICROSECOND)
@@ -1955,10 +1956,10 @@ impl Store {
             r#"SELECT queue, paused_at AS "paused_at: DateTime<Utc>",
                  concurrency_limit AS "concurrency_limit: u32",
                  rate_limit AS "rate_limit: u32", rate_period_us,
-                 IF(rate_window_start = CAST('1970-01-01' AS DATETIME(6))
-                      + INTERVAL (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6))
-                                  DIV rate_period_us * rate_period_us) MICROSECOND,
-                    rate_window_count, 0) AS "rate_used!: i64"
+                 CAST(IF(rate_window_start = CAST('1970-01-01' AS DATETIME(6))
+                           + INTERVAL (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6))
+                                       DIV rate_period_us * rate_period_us) MICROSECOND,
+                         rate_window_count, 0) AS SIGNED) AS "rate_used!: i64"
                FROM taskq_queues ORDER BY queue"#
         )
         .fetch_all(&mut *conn)
