@@ -36,7 +36,14 @@ struct FleetWorker {
 impl FleetWorker {
     async fn start(url: &str, id: String) -> Self {
         let mut child = Command::new(limit_worker_exe())
-            .args(["--url", url, "--id", &id, "--concurrency", &SLOTS.to_string()])
+            .args([
+                "--url",
+                url,
+                "--id",
+                &id,
+                "--concurrency",
+                &SLOTS.to_string(),
+            ])
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -206,11 +213,7 @@ async fn four_processes_never_run_more_than_the_limit_and_scale_up_when_it_is_ra
         "running count exceeded the limit of 3: max {max1}"
     );
     assert!(at_limit >= 1, "the limit of 3 was never reached");
-    assert!(
-        samples1.len() >= 20,
-        "too few samples: {}",
-        samples1.len()
-    );
+    assert!(samples1.len() >= 20, "too few samples: {}", samples1.len());
     assert!(
         max2 >= 12,
         "raising the limit to 32 did not raise the concurrency: max {max2}"
@@ -267,7 +270,9 @@ async fn a_rate_limit_holds_per_window_across_workers() {
         .collect();
     const N: u32 = 20;
     let mut tx = db.pool.begin().await.unwrap();
-    taskq::enqueue_many(&mut tx, (0..N).map(Quick)).await.unwrap();
+    taskq::enqueue_many(&mut tx, (0..N).map(Quick))
+        .await
+        .unwrap();
     tx.commit().await.unwrap();
     wait_until(Duration::from_secs(60), "all rated tasks done", || async {
         succeeded(&db, "rated").await == i64::from(N)
@@ -346,7 +351,10 @@ async fn invalid_limits_are_rejected_and_write_nothing() {
     assert!(msg.contains("period"), "{msg}");
     invalid(
         client
-            .set_queue_rate_limit("q", Some((5, taskq::MAX_RATE_PERIOD + Duration::from_secs(1))))
+            .set_queue_rate_limit(
+                "q",
+                Some((5, taskq::MAX_RATE_PERIOD + Duration::from_secs(1))),
+            )
             .await
             .unwrap_err(),
     );
@@ -411,9 +419,11 @@ async fn a_limit_set_live_holds_and_clearing_it_lifts_it() {
         "more than 2 running: {limited:?}"
     );
     client.set_queue_limit(QUEUE, None).await.unwrap();
-    wait_until(Duration::from_secs(30), "slots filled once cleared", || async {
-        running(&db.pool, QUEUE).await >= 4
-    })
+    wait_until(
+        Duration::from_secs(30),
+        "slots filled once cleared",
+        || async { running(&db.pool, QUEUE).await >= 4 },
+    )
     .await;
     wait_until(Duration::from_secs(30), "all done", || async {
         succeeded(&db, QUEUE).await == 12
@@ -458,7 +468,10 @@ async fn lowering_a_limit_lets_running_tasks_finish_and_starts_nothing_above_it(
         samples[under..].iter().all(|&n| n <= 1),
         "more than 1 running after the limit was lowered: {samples:?}"
     );
-    assert!(samples[0] >= 2, "the running tasks were not stopped: {samples:?}");
+    assert!(
+        samples[0] >= 2,
+        "the running tasks were not stopped: {samples:?}"
+    );
     let _ = worker.stop().await;
 }
 
@@ -491,8 +504,12 @@ async fn only_limited_queues_take_the_queue_row_lock() {
     client.set_queue_limit("free", None).await.unwrap();
     client.set_queue_limit("capped", Some(5)).await.unwrap();
     let mut tx = db.pool.begin().await.unwrap();
-    taskq::enqueue_many(&mut tx, (0..20).map(Free)).await.unwrap();
-    taskq::enqueue_many(&mut tx, (0..20).map(Capped)).await.unwrap();
+    taskq::enqueue_many(&mut tx, (0..20).map(Free))
+        .await
+        .unwrap();
+    taskq::enqueue_many(&mut tx, (0..20).map(Capped))
+        .await
+        .unwrap();
     tx.commit().await.unwrap();
 
     let mut holder = db.pool.begin().await.unwrap();
@@ -513,9 +530,11 @@ async fn only_limited_queues_take_the_queue_row_lock() {
             .lease(Duration::from_secs(4))
             .heartbeat(Duration::from_secs(1)),
     );
-    wait_until(Duration::from_secs(10), "free drained under the lock", || async {
-        succeeded(&db, "free").await == 20
-    })
+    wait_until(
+        Duration::from_secs(10),
+        "free drained under the lock",
+        || async { succeeded(&db, "free").await == 20 },
+    )
     .await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(

@@ -1380,9 +1380,16 @@ mod tests {
         assert_eq!(parse_rate("10/1m").unwrap(), (10, Duration::from_secs(60)));
         assert_eq!(parse_rate("10/m").unwrap(), (10, Duration::from_secs(60)));
         assert_eq!(parse_rate("5/30s").unwrap(), (5, Duration::from_secs(30)));
-        assert_eq!(parse_rate("1000/1h").unwrap(), (1000, Duration::from_secs(3600)));
+        assert_eq!(
+            parse_rate("1000/1h").unwrap(),
+            (1000, Duration::from_secs(3600))
+        );
         assert!(parse_rate("10").unwrap_err().contains("expected N/PERIOD"));
-        assert!(parse_rate("x/1m").unwrap_err().contains("not a whole number"));
+        assert!(
+            parse_rate("x/1m")
+                .unwrap_err()
+                .contains("not a whole number")
+        );
         assert!(parse_rate("10/1y").unwrap_err().contains("unknown unit"));
         assert_eq!(
             fmt_rate(&taskq::RateLimit {

@@ -768,7 +768,11 @@ async fn limit_rate_limit_and_queues() {
     make_running(&db, running).await;
     let out = taskq(Some(url(&db)), &["limit", "default", "3"]).await;
     assert_eq!(out.code, 0, "{out:?}");
-    assert!(out.stdout.contains("queue default: at most 3 running at once"), "{out:?}");
+    assert!(
+        out.stdout
+            .contains("queue default: at most 3 running at once"),
+        "{out:?}"
+    );
     let out = taskq(Some(url(&db)), &["rate-limit", "default", "10/1m"]).await;
     assert_eq!(out.code, 0, "{out:?}");
     assert!(out.stdout.contains("at most 10 starts per 1m"), "{out:?}");
@@ -786,10 +790,17 @@ async fn limit_rate_limit_and_queues() {
     let table = taskq(Some(url(&db)), &["queues"]).await;
     assert_eq!(table.code, 0, "{table:?}");
     assert!(
-        row(&table.stdout, &["default", "active", "3", "10/1m", "(0", "used)", "1/3", "1"]).is_some(),
+        row(
+            &table.stdout,
+            &["default", "active", "3", "10/1m", "(0", "used)", "1/3", "1"]
+        )
+        .is_some(),
         "{table:?}"
     );
-    assert!(row(&table.stdout, &["mail", "paused", "since"]).is_some(), "{table:?}");
+    assert!(
+        row(&table.stdout, &["mail", "paused", "since"]).is_some(),
+        "{table:?}"
+    );
     let json = taskq(Some(url(&db)), &["queues", "--json"]).await.json();
     let default = json
         .as_array()
@@ -806,11 +817,18 @@ async fn limit_rate_limit_and_queues() {
     let out = taskq(Some(url(&db)), &["limit", "default", "--clear"]).await;
     assert_eq!(out.code, 0, "{out:?}");
     assert!(out.stdout.contains("no concurrency limit"), "{out:?}");
-    let out = taskq(Some(url(&db)), &["rate-limit", "default", "--clear", "--json"]).await;
+    let out = taskq(
+        Some(url(&db)),
+        &["rate-limit", "default", "--clear", "--json"],
+    )
+    .await;
     assert_eq!(out.json()["rate_limit"], serde_json::Value::Null);
     let info = client.queues().await.unwrap();
     let default = info.iter().find(|q| q.queue == "default").unwrap();
-    assert_eq!((default.concurrency_limit, default.rate_limit), (None, None));
+    assert_eq!(
+        (default.concurrency_limit, default.rate_limit),
+        (None, None)
+    );
 
     // Bad input: exit code 2, nothing written.
     for args in [
@@ -826,7 +844,10 @@ async fn limit_rate_limit_and_queues() {
     }
     let info = client.queues().await.unwrap();
     let default = info.iter().find(|q| q.queue == "default").unwrap();
-    assert_eq!((default.concurrency_limit, default.rate_limit), (None, None));
+    assert_eq!(
+        (default.concurrency_limit, default.rate_limit),
+        (None, None)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

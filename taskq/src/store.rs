@@ -892,7 +892,10 @@ impl Store {
                 by_running = by_running.min((i64::from(max) - running).clamp(0, 1 << 31) as u32);
             }
             let mut by_rate = limit;
-            if let Some(max) = l.rate_limit.filter(|_| l.rate_period_us.is_some_and(|p| p > 0)) {
+            if let Some(max) = l
+                .rate_limit
+                .filter(|_| l.rate_period_us.is_some_and(|p| p > 0))
+            {
                 rate_limited = true;
                 by_rate = by_rate.min((i64::from(max) - l.rate_used).clamp(0, 1 << 31) as u32);
             }
