@@ -53,6 +53,7 @@ pub use client::{
     BulkCanceled, BulkFilter, Canceled, Client, DeadReason, ListFilter, PendingNameCount,
     QueueStateCount, ScheduleInfo, TaskInfo, WorkerInfo,
 };
+pub use client::{MAX_QUEUE_LIMIT, MAX_RATE_PERIOD, MIN_RATE_PERIOD, QueueInfo, RateLimit};
 pub use context::{
     CancelReason, CancelSignal, FromTaskContext, State, StateMap, StateRequirement, TaskContext,
 };

@@ -22,6 +22,7 @@
 //! | `taskq_handler_duration_seconds` | histogram | queue, task, outcome |
 //! | `taskq_queue_wait_seconds` | histogram | queue, task (due time → claim, database clock) |
 //! | `taskq_claim_duration_seconds` | histogram | queue |
+//! | `taskq_claims_limited_total` | counter | queue (claims a queue's concurrency or rate limit cut short) |
 //! | `taskq_in_flight` | gauge | queue |
 //! | `taskq_backlog` | gauge | queue, state (only with `WorkerBuilder::backlog_metrics`) |
 
@@ -37,6 +38,10 @@ pub(crate) fn claimed(queue: &str, n: usize, took: Duration) {
     counter!("taskq_claimed_total", "queue" => queue.to_owned()).increment(n as u64);
     histogram!("taskq_claim_duration_seconds", "queue" => queue.to_owned())
         .record(took.as_secs_f64());
+}
+
+pub(crate) fn claim_limited(queue: &str) {
+    counter!("taskq_claims_limited_total", "queue" => queue.to_owned()).increment(1);
 }
 
 pub(crate) fn completed(queue: &str, task: &str, outcome: &'static str) {

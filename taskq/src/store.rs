@@ -742,6 +742,31 @@ pub(crate) struct ClaimRequest<'a> {
     pub from: ClaimFrom,
     pub lease_us: i64,
     pub worker_id: &'a str,
+    /// The worker saw the queue as limited (a concurrency or rate limit in `taskq_queues`):
+    /// the claim locks the queue's row first and claims no more than the limits allow (see
+    /// [`Store::task_claim`]). Unlimited queues never touch that row.
+    pub limited: bool,
+}
+
+/// Why a claim of a limited queue took fewer tasks than it asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LimitHit {
+    /// How many the limits allowed this claim (fewer than asked for; may be zero).
+    pub allowed: u32,
+    /// The rate limit was the binding one: its window has no starts left after this claim;
+    /// the next window opens in this many microseconds (database clock).
+    pub rate_resets_in_us: Option<i64>,
+}
+
+/// The limits of a queue as the claim reads them, its row locked.
+struct QueueLimits {
+    concurrency_limit: Option<u32>,
+    rate_limit: Option<u32>,
+    rate_period_us: Option<i64>,
+    /// Claims already counted in the current rate window.
+    rate_used: i64,
+    /// Microseconds until the current rate window ends.
+    rate_resets_in_us: Option<i64>,
 }
 
 /// A due task the claim found past its deadline and moved to `expired` instead of running.
@@ -764,6 +789,8 @@ pub(crate) struct ClaimBatch {
     /// other claimers held some candidates, so more may be due. It is the position of the last
     /// candidate; the next claim goes on from there rather than reading the same candidates.
     pub contended_after: Option<ClaimKey>,
+    /// Set when the queue's limits allowed fewer tasks than asked for.
+    pub limited: Option<LimitHit>,
 }
 
 /// A candidate row of a claim (non-locking read of `ix_taskq_claim`, which covers it).
@@ -861,8 +888,52 @@ impl Store {
             from,
             lease_us,
             worker_id,
+            limited,
         } = req;
         let mut tx = conn.begin().await?;
+        let mut hit = None;
+        let mut rate_limited = false;
+        let mut limit = limit;
+        if limited && let Some(l) = queue_limits_lock(&mut tx, queue).await? {
+            let mut by_running = limit;
+            if let Some(max) = l.concurrency_limit {
+                let running = sqlx::query_scalar!(
+                    r#"SELECT COUNT(*) AS "n!: i64" FROM taskq_tasks
+                       WHERE state = 'running' AND queue = ?"#,
+                    queue
+                )
+                .fetch_one(&mut *tx)
+                .await?;
+                by_running = by_running.min((i64::from(max) - running).clamp(0, 1 << 31) as u32);
+            }
+            let mut by_rate = limit;
+            if let Some(max) = l
+                .rate_limit
+                .filter(|_| l.rate_period_us.is_some_and(|p| p > 0))
+            {
+                rate_limited = true;
+                by_rate = by_rate.min((i64::from(max) - l.rate_used).clamp(0, 1 << 31) as u32);
+            }
+            let allowed = by_running.min(by_rate);
+            if allowed < limit {
+                hit = Some(LimitHit {
+                    allowed,
+                    // The rate is what binds: the window is used up once this claim is full.
+                    rate_resets_in_us: l.rate_resets_in_us.filter(|_| by_rate <= by_running),
+                });
+            }
+            limit = allowed;
+            if limit == 0 {
+                tx.commit().await?;
+                return Ok(ClaimBatch {
+                    tasks: Vec::new(),
+                    expired: Vec::new(),
+                    last: None,
+                    contended_after: None,
+                    limited: hit,
+                });
+            }
+        }
         let (mut rows, freed, contended_after) = match from {
             ClaimFrom::LockingScan => {
                 let rows = sqlx::query_as!(
@@ -905,6 +976,7 @@ impl Store {
                 expired: Vec::new(),
                 last: None,
                 contended_after,
+                limited: hit,
             });
         }
         rows.sort_by_key(|r| (r.priority, r.run_at, r.id));
@@ -942,6 +1014,27 @@ impl Store {
                 ids,
                 lease_us,
                 worker_id
+            )
+            .execute(&mut *tx)
+            .await?;
+        }
+        if rate_limited && !rows.is_empty() {
+            // Counted in the window of this statement's clock, not the lock's: a claim that
+            // straddles a window boundary counts in the window its tasks' claim time (the
+            // `UPDATE` above) falls in, so no window holds more claims than the limit.
+            sqlx::query!(
+                r#"UPDATE taskq_queues
+                   SET rate_window_count = IF(rate_window_start = CAST('1970-01-01' AS DATETIME(6))
+                         + INTERVAL (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6))
+                                     DIV rate_period_us * rate_period_us) MICROSECOND,
+                         rate_window_count + ?, ?),
+                       rate_window_start = CAST('1970-01-01' AS DATETIME(6))
+                         + INTERVAL (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6))
+                                     DIV rate_period_us * rate_period_us) MICROSECOND
+                   WHERE queue = ? AND rate_period_us > 0"#,
+                rows.len() as u32,
+                rows.len() as u32,
+                queue
             )
             .execute(&mut *tx)
             .await?;
@@ -994,8 +1087,37 @@ impl Store {
             expired,
             last,
             contended_after,
+            limited: hit,
         })
     }
+}
+
+/// First step of a claim of a limited queue: locks the queue's row in `taskq_queues` (claims
+/// of this queue serialize here until the claim commits) and reads its limits, with the
+/// claims already counted in the current rate window (windows are multiples of the period
+/// since 1970 on the database clock). `None` when the queue has no row.
+async fn queue_limits_lock(
+    tx: &mut sqlx::Transaction<'_, sqlx::MySql>,
+    queue: &str,
+) -> sqlx::Result<Option<QueueLimits>> {
+    sqlx::query_as!(
+        QueueLimits,
+        r#"SELECT concurrency_limit AS "concurrency_limit: u32",
+             rate_limit AS "rate_limit: u32", rate_period_us,
+             CAST(IF(rate_window_start = CAST('1970-01-01' AS DATETIME(6))
+                       + INTERVAL (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6))
+                                   DIV rate_period_us * rate_period_us) MICROSECOND,
+                     rate_window_count, 0) AS SIGNED) AS "rate_used!: i64",
+             TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), CAST('1970-01-01' AS DATETIME(6))
+                  + INTERVAL ((TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6))
+                               DIV rate_period_us + 1) * rate_period_us) MICROSECOND)
+               AS "rate_resets_in_us: i64"
+           FROM taskq_queues WHERE queue = ?
+           FOR UPDATE"#,
+        queue
+    )
+    .fetch_optional(&mut **tx)
+    .await
 }
 
 /// Steps 1 and 2 of [`Store::task_claim`]: candidates (from the head, or past `after`), then
@@ -1790,6 +1912,179 @@ impl Store {
         .await?;
         Ok(rows.into_iter().map(|r| (r.queue, r.paused_at)).collect())
     }
+
+    /// What a worker needs to know about its queues, in one read per refresh: the queues that
+    /// are paused, and those with a concurrency or rate limit (whose claims take the limited
+    /// path of [`Store::task_claim`]).
+    pub(crate) async fn queue_controls(
+        &self,
+        conn: &mut MySqlConnection,
+    ) -> sqlx::Result<Vec<QueueControl>> {
+        sqlx::query_as!(
+            QueueControl,
+            r#"SELECT queue, paused_at IS NOT NULL AS "paused!: bool",
+                 (concurrency_limit IS NOT NULL OR rate_limit IS NOT NULL) AS "limited!: bool"
+               FROM taskq_queues
+               WHERE paused_at IS NOT NULL OR concurrency_limit IS NOT NULL OR rate_limit IS NOT NULL"#
+        )
+        .fetch_all(&mut *conn)
+        .await
+    }
+
+    /// Sets (or, with `None`, clears) the concurrency limit of `queue`. Clearing a queue that
+    /// has no row writes nothing.
+    pub(crate) async fn queue_set_limit(
+        &self,
+        queue: &str,
+        limit: Option<u32>,
+    ) -> sqlx::Result<()> {
+        match limit {
+            Some(n) => {
+                sqlx::query!(
+                    r#"INSERT INTO taskq_queues (queue, concurrency_limit, updated_at)
+                       VALUES (?, ?, UTC_TIMESTAMP(6))
+                       ON DUPLICATE KEY UPDATE concurrency_limit = ?, updated_at = UTC_TIMESTAMP(6)"#,
+                    queue,
+                    n,
+                    n
+                )
+                .execute(&self.pool)
+                .await?;
+            }
+            None => {
+                sqlx::query!(
+                    r#"UPDATE taskq_queues SET concurrency_limit = NULL, updated_at = UTC_TIMESTAMP(6)
+                       WHERE queue = ?"#,
+                    queue
+                )
+                .execute(&self.pool)
+                .await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Sets (or, with `None`, clears) the rate limit of `queue`: `max` claims per window of
+    /// `period_us`. The current window's count is kept (it restarts when the period changes,
+    /// since the windows move). Clearing a queue that has no row writes nothing.
+    pub(crate) async fn queue_set_rate_limit(
+        &self,
+        queue: &str,
+        rate: Option<(u32, i64)>,
+    ) -> sqlx::Result<()> {
+        match rate {
+            Some((max, period_us)) => {
+                sqlx::query!(
+                    r#"INSERT INTO taskq_queues (queue, rate_limit, rate_period_us, updated_at)
+                       VALUES (?, ?, ?, UTC_TIMESTAMP(6))
+                       ON DUPLICATE KEY UPDATE rate_limit = ?, rate_period_us = ?,
+                                               updated_at = UTC_TIMESTAMP(6)"#,
+                    queue,
+                    max,
+                    period_us,
+                    max,
+                    period_us
+                )
+                .execute(&self.pool)
+                .await?;
+            }
+            None => {
+                sqlx::query!(
+                    r#"UPDATE taskq_queues
+                       SET rate_limit = NULL, rate_period_us = NULL, rate_window_start = NULL,
+                           rate_window_count = 0, updated_at = UTC_TIMESTAMP(6)
+                       WHERE queue = ?"#,
+                    queue
+                )
+                .execute(&self.pool)
+                .await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Every queue that has tasks pending or running, or a row in `taskq_queues` (paused or
+    /// limited, now or before), by name, with its controls and its pending and running
+    /// counts. Two statements: the controls, and one covering read of `ix_taskq_claim`'s
+    /// pending and running ranges.
+    pub(crate) async fn queue_list(&self) -> sqlx::Result<Vec<QueueRow>> {
+        let mut conn = self.pool.acquire().await?;
+        let controls = sqlx::query!(
+            r#"SELECT queue, paused_at AS "paused_at: DateTime<Utc>",
+                 concurrency_limit AS "concurrency_limit: u32",
+                 rate_limit AS "rate_limit: u32", rate_period_us,
+                 CAST(IF(rate_window_start = CAST('1970-01-01' AS DATETIME(6))
+                           + INTERVAL (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6))
+                                       DIV rate_period_us * rate_period_us) MICROSECOND,
+                         rate_window_count, 0) AS SIGNED) AS "rate_used!: i64"
+               FROM taskq_queues ORDER BY queue"#
+        )
+        .fetch_all(&mut *conn)
+        .await?;
+        let counts = sqlx::query!(
+            r#"SELECT queue, CAST(SUM(state = 'pending') AS SIGNED) AS "pending!: i64",
+                 CAST(SUM(state = 'running') AS SIGNED) AS "running!: i64"
+               FROM taskq_tasks WHERE state IN ('pending', 'running')
+               GROUP BY queue ORDER BY queue"#
+        )
+        .fetch_all(&mut *conn)
+        .await?;
+        let mut out: Vec<QueueRow> = controls
+            .into_iter()
+            .map(|c| QueueRow {
+                queue: c.queue,
+                paused_at: c.paused_at,
+                concurrency_limit: c.concurrency_limit,
+                rate: c.rate_limit.zip(c.rate_period_us.filter(|&p| p > 0)),
+                rate_used: c.rate_used.max(0) as u64,
+                pending: 0,
+                running: 0,
+            })
+            .collect();
+        for c in counts {
+            let i = match out.binary_search_by(|r| r.queue.as_str().cmp(&c.queue)) {
+                Ok(i) => i,
+                Err(i) => {
+                    out.insert(
+                        i,
+                        QueueRow {
+                            queue: c.queue,
+                            paused_at: None,
+                            concurrency_limit: None,
+                            rate: None,
+                            rate_used: 0,
+                            pending: 0,
+                            running: 0,
+                        },
+                    );
+                    i
+                }
+            };
+            out[i].pending = c.pending.max(0) as u64;
+            out[i].running = c.running.max(0) as u64;
+        }
+        Ok(out)
+    }
+}
+
+/// One row of [`Store::queue_controls`].
+pub(crate) struct QueueControl {
+    pub queue: String,
+    pub paused: bool,
+    pub limited: bool,
+}
+
+/// One queue of [`Store::queue_list`].
+pub(crate) struct QueueRow {
+    pub queue: String,
+    pub paused_at: Option<DateTime<Utc>>,
+    pub concurrency_limit: Option<u32>,
+    /// `(max, period in µs)`.
+    pub rate: Option<(u32, i64)>,
+    /// Claims counted in the current rate window.
+    pub rate_used: u64,
+    pub pending: u64,
+    pub running: u64,
 }
 
 // --- batch enqueue ---

@@ -234,6 +234,17 @@ async fn flush(shared: &Shared, chunk: &[Finish]) -> Result<Vec<Finish>, StmtErr
         .map(|f| inflight.remove(&key(f)).map(|e| (e.queue, e.name)))
         .collect();
     drop(inflight);
+    // A claim loop waiting at its queue's concurrency limit tries again now that these
+    // tasks no longer count as running.
+    let mut last: Option<&str> = None;
+    for (queue, _) in labels.iter().flatten() {
+        if last != Some(&**queue) {
+            last = Some(queue);
+            if let Some(n) = shared.written.get(&**queue) {
+                n.notify_waiters();
+            }
+        }
+    }
     let stats = &shared.stats;
     for (f, label) in chunk.iter().zip(&labels) {
         let is_fenced = fenced.iter().any(|x| x.id == f.id);

@@ -230,7 +230,9 @@ impl WorkerBuilder {
         self.heartbeat = Some(d);
         self
     }
-    /// Adaptive polling bounds: `min` while work is found, growing to `max` when idle.
+    /// Adaptive polling bounds: `min` while work is found, growing to `max` when idle. `max`
+    /// is also how often the worker re-reads which queues are paused or limited
+    /// ([`Client::set_queue_limit`](crate::Client::set_queue_limit)).
     pub fn poll_interval(mut self, min: Duration, max: Duration) -> Self {
         self.poll_min = min;
         self.poll_max = max;

@@ -4,6 +4,7 @@
 //! not seen for [`WORKER_ROW_RETENTION`](super::WORKER_ROW_RETENTION), and audit rows older
 //! than the longest terminal-task retention).
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -163,40 +164,68 @@ async fn backlog(shared: &Shared) {
     }
 }
 
-/// Keeps `Shared::paused` in step with `taskq_queues` (one query per `poll_max`); wakes the
-/// claim loop of a queue that was resumed.
-pub(crate) async fn watch_pauses(shared: Arc<Shared>) {
+/// Keeps `Shared::paused` and `Shared::limited` in step with `taskq_queues` (one query per
+/// `poll_max`); wakes the claim loop of a queue that was resumed or whose limits were cleared.
+pub(crate) async fn watch_controls(shared: Arc<Shared>) {
     loop {
         tokio::select! {
             _ = tokio::time::sleep(shared.cfg.poll_max) => {}
             _ = shared.stopped() => return,
         }
-        refresh_pauses(&shared).await;
+        refresh_controls(&shared).await;
     }
 }
 
-/// Reads the paused queues once.
-pub(crate) async fn refresh_pauses(shared: &Shared) {
-    match within!(shared, |c| shared.store.queues_paused(c)).await {
+/// Reads the paused and limited queues once.
+pub(crate) async fn refresh_controls(shared: &Shared) {
+    match within!(shared, |c| shared.store.queue_controls(c)).await {
         Ok(rows) => {
-            let now: std::collections::HashSet<String> = rows.into_iter().map(|r| r.0).collect();
+            let paused_now: HashSet<String> = rows
+                .iter()
+                .filter(|r| r.paused)
+                .map(|r| r.queue.clone())
+                .collect();
+            let limited_now: HashSet<String> = rows
+                .iter()
+                .filter(|r| r.limited)
+                .map(|r| r.queue.clone())
+                .collect();
             let resumed: Vec<String> = {
                 let mut paused = shared.paused.lock().unwrap_or_else(|e| e.into_inner());
-                let resumed = paused.difference(&now).cloned().collect();
-                for q in now.difference(&paused) {
+                let resumed = paused.difference(&paused_now).cloned().collect();
+                for q in paused_now.difference(&paused) {
                     tracing::info!(queue = %q, "taskq: queue paused");
                 }
-                *paused = now;
+                *paused = paused_now;
                 resumed
+            };
+            let unlimited: Vec<String> = {
+                let mut limited = shared.limited.lock().unwrap_or_else(|e| e.into_inner());
+                let unlimited = limited.difference(&limited_now).cloned().collect();
+                for q in limited_now.difference(&limited) {
+                    if shared.cfg.queues.contains_key(q) {
+                        tracing::info!(queue = %q, "taskq: queue limited: its claims now go through the limit");
+                    }
+                }
+                *limited = limited_now;
+                unlimited
             };
             for q in resumed {
                 tracing::info!(queue = %q, "taskq: queue resumed");
                 wake::notify(&q);
             }
+            for q in unlimited {
+                if shared.cfg.queues.contains_key(&q) {
+                    tracing::info!(queue = %q, "taskq: queue limits cleared");
+                }
+                if let Some(n) = shared.written.get(&q) {
+                    n.notify_waiters();
+                }
+            }
         }
         Err(e) => {
             WorkerStats::add(&shared.stats.db_errors, 1);
-            tracing::warn!(error = %e, "taskq: reading paused queues failed");
+            tracing::warn!(error = %e, "taskq: reading paused and limited queues failed");
         }
     }
 }

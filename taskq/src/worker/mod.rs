@@ -135,6 +135,7 @@ impl Worker {
         let names_json =
             serde_json::to_string(&handlers.keys().collect::<Vec<_>>()).expect("names serialize");
         let presence = heartbeat::Presence::new(&cfg);
+        let cfg_queues: Vec<String> = cfg.queues.keys().cloned().collect();
         let shared = Arc::new(Shared {
             store,
             worker_id: cfg.worker_id.as_str().into(),
@@ -151,12 +152,14 @@ impl Worker {
             acks: ack_tx,
             trace_link,
             paused: Mutex::default(),
+            limited: Mutex::default(),
+            written: cfg_queues_notifiers(&cfg_queues),
             presence,
             health,
         });
         tracing::info!(worker_id = %shared.worker_id, queues = ?shared.cfg.queues, "taskq worker started");
 
-        maintenance::refresh_pauses(&shared).await;
+        maintenance::refresh_controls(&shared).await;
         shared.health.set_phase(WorkerPhase::Running);
         let mut loops = tokio::task::JoinSet::new();
         for (queue, n) in &shared.cfg.queues {
@@ -166,7 +169,7 @@ impl Worker {
         let presence = tokio::spawn(heartbeat::presence(shared.clone()));
         let watchdog = tokio::spawn(lease::watchdog(shared.clone()));
         let maintenance = tokio::spawn(maintenance::run(shared.clone()));
-        let controls = tokio::spawn(maintenance::watch_pauses(shared.clone()));
+        let controls = tokio::spawn(maintenance::watch_controls(shared.clone()));
         let scheduler = tokio::spawn(schedule::run(shared.clone()));
         let acker = tokio::spawn(acker::run(shared.clone(), ack_rx));
 
@@ -330,6 +333,12 @@ pub(crate) struct Shared {
     pub trace_link: Option<TraceLink>,
     /// Queues paused in the database (refreshed every `poll_max`).
     pub paused: Mutex<std::collections::HashSet<String>>,
+    /// Queues with a concurrency or rate limit in the database (refreshed with `paused`):
+    /// their claims take the limited path (see `Store::task_claim`).
+    pub limited: Mutex<std::collections::HashSet<String>>,
+    /// Per queue of this worker: notified after a write-back of some of its tasks committed
+    /// (a claim loop waiting at its queue's concurrency limit tries again).
+    pub written: HashMap<String, Notify>,
     /// What this worker records about itself in `taskq_workers`.
     pub presence: heartbeat::Presence,
     /// The probe's state; `within!` records each successful statement in it.
@@ -358,9 +367,20 @@ impl Shared {
             .contains(queue)
     }
 
+    pub fn is_limited(&self, queue: &str) -> bool {
+        self.limited
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(queue)
+    }
+
     pub fn lease_us(&self) -> i64 {
         self.cfg.lease.as_micros() as i64
     }
+}
+
+fn cfg_queues_notifiers(queues: &[String]) -> HashMap<String, Notify> {
+    queues.iter().map(|q| (q.clone(), Notify::new())).collect()
 }
 
 /// Sleeps for an error backoff step, returning early when the worker stops.

@@ -27,6 +27,7 @@ pub struct WorkerStats {
     pub(crate) writeback_rejected: AtomicU64,
     pub(crate) scheduled: AtomicU64,
     pub(crate) unique_deferred: AtomicU64,
+    pub(crate) claims_limited: AtomicU64,
 }
 
 /// A point-in-time copy of [`WorkerStats`].
@@ -82,6 +83,9 @@ pub struct StatsSnapshot {
     /// unique identity they free (its enqueue was a duplicate of the task); each is written
     /// once that transaction ends. Counted per deferral.
     pub unique_deferred: u64,
+    /// Claims of a queue with a concurrency or rate limit that the limit cut short (it allowed
+    /// fewer tasks than there were free slots, possibly none).
+    pub claims_limited: u64,
 }
 
 impl WorkerStats {
@@ -113,6 +117,7 @@ impl WorkerStats {
             writeback_rejected: self.writeback_rejected.load(Relaxed),
             scheduled: self.scheduled.load(Relaxed),
             unique_deferred: self.unique_deferred.load(Relaxed),
+            claims_limited: self.claims_limited.load(Relaxed),
         }
     }
 }
