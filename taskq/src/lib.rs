@@ -78,8 +78,9 @@ pub use trace::{MAX_TRACE_CONTEXT_LEN, set_trace_context_hook};
 pub use unique::{Unique, UniqueBy, UniqueHold};
 pub use wake::notify;
 pub use worker::{
-    HealthStatus, OutcomeEvent, Retention, ShutdownReport, TaskOutcome, StatsSnapshot, WORKER_ROW_RETENTION, Worker,
-    WorkerBuilder, WorkerHealth, WorkerPhase, WorkerStats, run_registered,
+    HealthStatus, OutcomeEvent, Retention, ShutdownReport, StatsSnapshot, TaskOutcome,
+    WORKER_ROW_RETENTION, Worker, WorkerBuilder, WorkerHealth, WorkerPhase, WorkerStats,
+    run_registered,
 };
 
 /// Marks an `async fn` as a task handler; see the crate docs and `docs/macro.md`.

@@ -9,9 +9,9 @@ use serde::{Serialize, de::DeserializeOwned};
 
 use crate::context::{StateRequirement, TaskContext};
 use crate::enqueue::{AsConnection, Enqueue, Enqueued};
+use crate::error::{Result, TaskError};
 #[cfg(doc)]
 use crate::followup::FollowUp;
-use crate::error::{Result, TaskError};
 use crate::followup::{OnDead, OnSuccess};
 use crate::retry::Backoff;
 use crate::schedule::Schedule;

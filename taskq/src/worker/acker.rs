@@ -287,7 +287,11 @@ async fn flush(shared: &Shared, chunk: &[Finish]) -> Result<Vec<Finish>, StmtErr
         let followed = done.followed.contains(&f.id);
         if followed {
             WorkerStats::add(&stats.follow_ups, 1);
-            let kind = if f.state == "dead" { "on_dead" } else { "on_success" };
+            let kind = if f.state == "dead" {
+                "on_dead"
+            } else {
+                "on_success"
+            };
             metrics::follow_up(&f.name, kind);
         }
         observe::emit(shared, || event(f, observed, followed));

@@ -91,8 +91,11 @@ pub(crate) fn emit(shared: &Shared, ev: impl FnOnce() -> OutcomeEvent) {
     for obs in &shared.observers {
         if catch_unwind(AssertUnwindSafe(|| obs(&ev))).is_err() {
             WorkerStats::add(&shared.stats.observer_panics, 1);
-            tracing::error!(task_id = ev.task_id.0, outcome = ev.outcome.as_str(),
-                "taskq: an outcome observer panicked; the worker goes on");
+            tracing::error!(
+                task_id = ev.task_id.0,
+                outcome = ev.outcome.as_str(),
+                "taskq: an outcome observer panicked; the worker goes on"
+            );
         }
     }
 }
