@@ -162,8 +162,11 @@ struct Row {
     payload: Value,
 }
 
+/// `(queue, priority, max_attempts, state, idempotency_key, payload)`.
+type RawRow = (String, i16, u32, String, Option<String>, Vec<u8>);
+
 async fn rows(db: &TestDb, name: &str) -> Vec<Row> {
-    let rows: Vec<(String, i16, u32, String, Option<String>, Vec<u8>)> = sqlx::query_as(
+    let rows: Vec<RawRow> = sqlx::query_as(
         "SELECT queue, priority, max_attempts, CAST(state AS CHAR), idempotency_key, payload
          FROM taskq_tasks WHERE name = ? ORDER BY id",
     )

@@ -98,7 +98,10 @@ pub use worker::{
 /// [`DEFAULT_MAX_SNOOZES`]), `ttl` (e.g. `"1h"`: a task not started within it after its
 /// enqueue ends `expired`, never run; default none) and `unique` (at most one live task per
 /// identity: `unique`, or `unique(by = [field, ..], while = "pending" | "running", period =
-/// "10m")`; see [`Unique`] and `docs/macro.md`). For a recurring task without payload
+/// "10m")`; see [`Unique`] and `docs/macro.md`), `on_dead` and `on_success` (the path of another
+/// `#[task]` fn whose only payload parameter is a [`DeadTask`], resp. [`SucceededTask`],
+/// enqueued in the transaction that records this task's death, resp. success; see
+/// [`Task::ON_DEAD`]). For a recurring task without payload
 /// parameters: `cron` (`"0 3 * * *"`, or 6 fields with seconds first; see [`Schedule`]),
 /// `timezone` (default `"UTC"`) and `missed_ticks` (`"latest"`, the default, `"skip"` or
 /// `"all(N)"`; see [`MissedTicks`]).

@@ -249,13 +249,15 @@ impl Worker {
 
 /// Gives the abandoned tasks back; returns (released, not released).
 async fn release_abandoned(shared: &Shared) -> (Vec<TaskId>, Vec<TaskId>) {
-    let abandoned: Vec<(u64, u64, Arc<str>, Arc<str>, u32)> = shared
+    // (lease, name, queue, attempt) of each abandoned attempt.
+    type Abandoned = ((u64, u64), Arc<str>, Arc<str>, u32);
+    let abandoned: Vec<Abandoned> = shared
         .inflight()
         .iter()
         .filter(|(_, f)| f.phase == Phase::Abandoned)
-        .map(|(k, f)| (k.id, k.epoch, f.name.clone(), f.queue.clone(), f.attempt))
+        .map(|(k, f)| ((k.id, k.epoch), f.name.clone(), f.queue.clone(), f.attempt))
         .collect();
-    let leases: Vec<(u64, u64)> = abandoned.iter().map(|a| (a.0, a.1)).collect();
+    let leases: Vec<(u64, u64)> = abandoned.iter().map(|a| a.0).collect();
     if leases.is_empty() {
         return (Vec::new(), Vec::new());
     }
@@ -267,7 +269,7 @@ async fn release_abandoned(shared: &Shared) -> (Vec<TaskId>, Vec<TaskId>) {
                 WorkerStats::add(&shared.stats.released, n);
                 // Best-effort, like every observation: a lease given back here that another
                 // worker had already reaped is reported released too.
-                for (id, _, name, queue, attempt) in abandoned {
+                for ((id, _), name, queue, attempt) in abandoned {
                     observe::emit(shared, || OutcomeEvent {
                         task_id: TaskId(id),
                         name,
