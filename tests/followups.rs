@@ -90,6 +90,13 @@ async fn gated_retry(n: i64, gate: State<Gate>) -> Result<(), TaskError> {
     Err(TaskError::msg(format!("gated_retry {n} failed")))
 }
 
+/// Unique while running: its death frees its identity in the same transaction as the
+/// follow-up is inserted.
+#[taskq::task(unique(while = "running"), max_attempts = 1, on_dead = notify_ops)]
+async fn unique_export(order_id: i64) -> Result<(), TaskError> {
+    Err(TaskError::msg(format!("order {order_id} failed")))
+}
+
 /// A task the worker of a reaper test registers instead of the dying task.
 #[taskq::task]
 async fn unrelated() -> Result<(), TaskError> {
@@ -621,4 +628,44 @@ async fn observers_see_every_outcome_and_a_panicking_one_does_not_stop_the_worke
         stats.observer_panics, 7,
         "the broken observer was called for each"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_unique_tasks_death_frees_its_identity_and_enqueues_its_follow_up_together() {
+    let db = TestDb::new().await;
+    let client = Client::new(db.pool.clone());
+    let seen = Seen::default();
+    let id = UniqueExport { order_id: 3 }
+        .enqueue(&db.pool)
+        .await
+        .unwrap()
+        .id;
+    let w = RunningWorker::spawn(
+        fast_worker(&db.pool)
+            .register::<UniqueExport>()
+            .register::<NotifyOps>()
+            .state(seen.clone()),
+    );
+    wait_until(Duration::from_secs(10), "notify_ops ran", || async {
+        !seen.of("notify_ops").is_empty()
+    })
+    .await;
+    let stats = w.stop().await.stats;
+    assert_eq!(client.get(id).await.unwrap().state, TaskState::Dead);
+    assert_eq!((stats.dead, stats.follow_ups), (1, 1));
+    let held: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM taskq_unique")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(held, 0, "the identity was freed");
+    assert_eq!(rows(&db, "notify_ops").await.len(), 1);
+    assert_eq!(
+        seen.of("notify_ops")[0]["last_error"],
+        json!("order 3 failed (attempts exhausted: 1/1)")
+    );
+    let again = UniqueExport { order_id: 3 }
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+    assert!(!again.duplicate);
 }
