@@ -18,6 +18,8 @@
 //! | `taskq_panics_total` | counter | queue, task |
 //! | `taskq_timeouts_total` | counter | queue, task |
 //! | `taskq_reaped_total` | counter | — |
+//! | `taskq_follow_ups_total` | counter | task (the task that ended), kind = on_dead / on_success |
+//! | `taskq_follow_up_errors_total` | counter | task, kind (follow-ups that could not be built: the task ended without one) |
 //! | `taskq_pruned_total` | counter | — |
 //! | `taskq_handler_duration_seconds` | histogram | queue, task, outcome |
 //! | `taskq_queue_wait_seconds` | histogram | queue, task (due time → claim, database clock) |
@@ -94,6 +96,15 @@ pub(crate) fn timed_out(queue: &str, task: &str) {
 
 pub(crate) fn reaped(n: u64) {
     counter!("taskq_reaped_total").increment(n);
+}
+
+pub(crate) fn follow_up(task: &str, kind: &'static str) {
+    counter!("taskq_follow_ups_total", "task" => task.to_owned(), "kind" => kind).increment(1);
+}
+
+pub(crate) fn follow_up_error(task: &str, kind: &'static str) {
+    counter!("taskq_follow_up_errors_total", "task" => task.to_owned(), "kind" => kind)
+        .increment(1);
 }
 
 pub(crate) fn pruned(n: u64) {

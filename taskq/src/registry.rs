@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use crate::context::{StateRequirement, TaskContext};
 use crate::error::{Error, Result, TaskError};
+use crate::followup::{OnDead, OnSuccess};
 use crate::retry::Backoff;
 use crate::schedule::{Declared, ScheduleDef};
 use crate::task::Task;
@@ -31,6 +32,10 @@ pub struct Registration {
     pub(crate) run: fn(&[u8], TaskContext) -> std::result::Result<BoxFuture, serde_json::Error>,
     /// The schedule declared with the task ([`Task::schedule`]), validated.
     pub(crate) schedule: fn() -> Option<Result<ScheduleDef>>,
+    /// [`Task::ON_DEAD`].
+    pub(crate) on_dead: Option<OnDead>,
+    /// [`Task::ON_SUCCESS`].
+    pub(crate) on_success: Option<OnSuccess>,
 }
 
 impl std::fmt::Debug for Registration {
@@ -68,6 +73,8 @@ impl Registration {
             required_state: T::required_state,
             run: run_erased::<T>,
             schedule: schedule_erased::<T>,
+            on_dead: T::ON_DEAD,
+            on_success: T::ON_SUCCESS,
         }
     }
     /// The stable task name.

@@ -1281,6 +1281,7 @@ async fn drop_identities_held_elsewhere(
 }
 
 /// What [`identities_take`] found.
+#[derive(Default)]
 struct Taken {
     /// `(identity, task)` pairs the task holds, now locked by this transaction.
     ours: Vec<(Vec<u8>, u64)>,
@@ -1430,6 +1431,53 @@ impl Store {
     }
 }
 
+/// An expired lease as [`Store::task_expired`] reads it.
+pub(crate) struct ExpiredRow {
+    pub id: u64,
+    pub lease_epoch: u64,
+    pub name: String,
+    pub queue: String,
+    pub attempt: u32,
+    pub max_attempts: u32,
+    pub worker_id: Option<String>,
+    /// The unique identity the reap frees (the task goes dead or canceled), if it holds one.
+    pub frees: Option<Vec<u8>>,
+    /// A cancel was requested: the reap cancels the task.
+    pub canceled: bool,
+    /// The payload, read only for a task the reap moves to dead.
+    pub payload: Option<Vec<u8>>,
+    pub trace_context: Option<String>,
+}
+
+impl ExpiredRow {
+    /// Whether the reap moves the task to dead (attempts exhausted, no cancel requested).
+    pub(crate) fn goes_dead(&self) -> bool {
+        !self.canceled && self.attempt >= self.max_attempts
+    }
+}
+
+/// One expired lease to reap ([`Store::task_reap`]).
+pub(crate) struct ReapRow {
+    pub id: u64,
+    /// The epoch read: the row is reaped only if it still has it.
+    pub epoch: u64,
+    pub frees: Option<Vec<u8>>,
+    pub canceled: bool,
+    /// The `on_dead` follow-up, inserted if the reap moves the task to dead.
+    pub follow_up: Option<Box<FollowUpRow>>,
+}
+
+/// What [`Store::task_reap`] did.
+#[derive(Debug, Default)]
+pub(crate) struct Reaped {
+    pub reaped: u64,
+    /// `(id, new state)` of each row reaped, when the reap locked the rows first (`exact`, or
+    /// follow-ups to insert); empty otherwise.
+    pub rows: Vec<(u64, TaskState)>,
+    /// Ids reaped to dead together with their follow-up.
+    pub followed: Vec<u64>,
+}
+
 /// The outcome of one attempt, written back by [`task_finish`].
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct Finish {
@@ -1451,6 +1499,41 @@ pub(crate) struct Finish {
     /// death; `window`: death).
     #[serde(skip)]
     pub frees: Option<Vec<u8>>,
+    /// The follow-up to insert if this outcome is written (`on_dead` / `on_success`).
+    #[serde(skip)]
+    pub follow_up: Option<Box<FollowUpRow>>,
+    /// For outcome observers: the attempt's task name, queue and handler run time.
+    #[serde(skip)]
+    pub name: std::sync::Arc<str>,
+    #[serde(skip)]
+    pub queue: std::sync::Arc<str>,
+    #[serde(skip)]
+    pub ran: std::time::Duration,
+}
+
+/// A follow-up task to insert with the end of another ([`Store::task_finish`],
+/// [`Store::task_reap`]), as sent inside a JSON array.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct FollowUpRow {
+    #[serde(rename = "q")]
+    pub queue: &'static str,
+    #[serde(rename = "n")]
+    pub name: &'static str,
+    /// The payload bytes, hex-encoded.
+    #[serde(rename = "p")]
+    pub payload_hex: String,
+    #[serde(rename = "pr")]
+    pub priority: i16,
+    #[serde(rename = "m")]
+    pub max_attempts: u32,
+    /// Deadline as microseconds from the database's now; absent means none.
+    #[serde(rename = "tl", skip_serializing_if = "Option::is_none")]
+    pub ttl_us: Option<i64>,
+    /// Idempotency key naming the attempt that ended: `taskq:on_dead:<id>:<epoch>`.
+    #[serde(rename = "k")]
+    pub key: String,
+    #[serde(rename = "t", skip_serializing_if = "Option::is_none")]
+    pub trace_context: Option<String>,
 }
 
 /// What [`Store::task_finish`] did with a batch.
@@ -1462,6 +1545,8 @@ pub(crate) struct Finished {
     /// would free (a producer that got `duplicate = true` for this task and has not ended):
     /// to be written later, their leases still renewed.
     pub deferred: Vec<u64>,
+    /// Ids whose outcome was written together with its follow-up.
+    pub followed: Vec<u64>,
 }
 
 impl Store {
@@ -1474,6 +1559,12 @@ impl Store {
     /// and has not ended) is deferred, see [`Finished::deferred`]: deleting the identity would
     /// wait for that transaction while holding the batch's rows, on which the heartbeat of every
     /// lease in the batch would then wait too.
+    ///
+    /// Outcomes carrying a follow-up (`on_dead` / `on_success`) make it a transaction as well:
+    /// a locking read of the batch's rows by primary key (ascending id) tells which are still
+    /// running with their attempt's epoch, the `UPDATE` writes exactly those, and one `INSERT`
+    /// adds the follow-ups of those among them, before the commit. A fenced outcome inserts
+    /// nothing; a batch without follow-ups keeps the single statement.
     pub(crate) async fn task_finish(
         &self,
         conn: &mut MySqlConnection,
@@ -1483,18 +1574,43 @@ impl Store {
             .iter()
             .filter_map(|f| f.frees.as_deref().map(|k| (k, f.id)))
             .collect();
-        if wanted.is_empty() {
+        let follow = batch.iter().any(|f| f.follow_up.is_some());
+        if wanted.is_empty() && !follow {
             return Ok(Finished {
                 written: finish_rows(conn, batch.iter()).await?,
-                deferred: Vec::new(),
+                ..Finished::default()
             });
         }
         let mut tx = conn.begin().await?;
-        let taken = identities_take(&mut tx, &wanted).await?;
+        let taken = if wanted.is_empty() {
+            Taken::default()
+        } else {
+            identities_take(&mut tx, &wanted).await?
+        };
         let deferred = taken.held_elsewhere;
-        let written =
-            finish_rows(&mut tx, batch.iter().filter(|f| !deferred.contains(&f.id))).await?;
-        let free: Vec<(String, u64, u64, &str)> = batch
+        let rows: Vec<&Finish> = batch.iter().filter(|f| !deferred.contains(&f.id)).collect();
+        // With follow-ups, first lock the batch's rows (ascending id, like every batch
+        // statement) and learn which are still running with their attempt's epoch: exactly
+        // those the `UPDATE` writes, so exactly their follow-ups are inserted.
+        let written_ids = if rows.iter().any(|f| f.follow_up.is_some()) {
+            let leases: Vec<(u64, u64)> = rows.iter().map(|f| (f.id, f.epoch)).collect();
+            Some(lock_running(&mut tx, &leases_json(&leases)).await?)
+        } else {
+            None
+        };
+        let written = finish_rows(&mut tx, rows.iter().copied()).await?;
+        let mut followed = Vec::new();
+        if let Some(ids) = written_ids {
+            let mut inserts: Vec<&FollowUpRow> = Vec::new();
+            for f in rows.iter().filter(|f| ids.contains(&f.id)) {
+                if let Some(row) = f.follow_up.as_deref() {
+                    inserts.push(row);
+                    followed.push(f.id);
+                }
+            }
+            follow_ups_insert(&mut tx, &inserts).await?;
+        }
+        let free: Vec<(String, u64, u64, &str)> = rows
             .iter()
             .filter(|f| taken.ours.iter().any(|(_, id)| *id == f.id))
             .filter_map(|f| {
@@ -1504,7 +1620,11 @@ impl Store {
             .collect();
         identities_free_written(&mut tx, &free).await?;
         tx.commit().await?;
-        Ok(Finished { written, deferred })
+        Ok(Finished {
+            written,
+            deferred,
+            followed,
+        })
     }
 
     /// Gives running tasks back (shutdown): pending now, epoch incremented, the interrupted
@@ -1537,75 +1657,141 @@ impl Store {
         Ok(done.rows_affected())
     }
 
-    /// Reaps up to `limit` running tasks whose lease has expired: back to pending (due now), to
-    /// dead when attempts are exhausted, or to canceled when a cancel was requested (a reclaim
-    /// never resurrects a canceled task); epoch incremented either way. Returns how many expired
-    /// leases it found and how many it reaped (a lease renewed in between is left alone).
-    ///
-    /// Two statements, like the claim: a plain read of expired ids on `ix_taskq_lease`, then one
-    /// `UPDATE` by primary key in id order that re-checks the expiry. A single `UPDATE … WHERE
-    /// state = 'running' AND lease_until < now ORDER BY lease_until` locks `ix_taskq_lease`
-    /// entries before the rows (including, briefly, the first entry past the range: a lease
-    /// that is not expired), while a write-back holds the row and then needs that entry: the
-    /// no-fault reliability baseline counted such deadlocks. Now every statement that locks
-    /// running rows locks them by primary key first, in ascending id order.
-    ///
-    /// A task that goes dead or canceled frees the unique identity it holds. When some do, the `UPDATE`
-    /// runs in a transaction that first locks those identities `SKIP LOCKED` and then deletes
-    /// them, and it leaves for a later round the tasks whose identity a producer's open
-    /// transaction holds, like the write-back.
-    pub(crate) async fn task_reap_expired(
+    /// Up to `limit` running tasks whose lease has expired, oldest lease first: a plain read of
+    /// `ix_taskq_lease`, the first half of a reap ([`task_reap`](Self::task_reap) is the
+    /// second). A task whose reap would move it to `dead` is read only if its name is in
+    /// `names_json` (the names this worker registers), since only such a worker knows its
+    /// `on_dead` follow-up; such a task's payload and trace context are read too.
+    pub(crate) async fn task_expired(
         &self,
         conn: &mut MySqlConnection,
+        names_json: &str,
         limit: u32,
-    ) -> sqlx::Result<(u64, u64)> {
-        let expired = sqlx::query!(
-            r#"SELECT id AS "id: u64", lease_epoch AS "lease_epoch: u64",
+    ) -> sqlx::Result<Vec<ExpiredRow>> {
+        sqlx::query_as!(
+            ExpiredRow,
+            r#"SELECT id AS "id: u64", lease_epoch AS "lease_epoch: u64", name, queue,
+                 attempt AS "attempt: u32", max_attempts AS "max_attempts: u32", worker_id,
                  IF((attempt >= max_attempts OR cancel_requested_at IS NOT NULL)
                       AND unique_while IN ('running', 'window'), unique_key, NULL)
                    AS "frees: Vec<u8>",
-                 (cancel_requested_at IS NOT NULL) AS "canceled!: bool"
+                 (cancel_requested_at IS NOT NULL) AS "canceled!: bool",
+                 IF(attempt >= max_attempts AND cancel_requested_at IS NULL, payload, NULL)
+                   AS "payload: Vec<u8>",
+                 trace_context
                FROM taskq_tasks
                WHERE state = 'running' AND lease_until < UTC_TIMESTAMP(6)
+                 AND (attempt < max_attempts OR cancel_requested_at IS NOT NULL
+                      OR JSON_CONTAINS(?, JSON_QUOTE(name)))
                ORDER BY lease_until
                LIMIT ?"#,
+            names_json,
             limit
         )
         .fetch_all(&mut *conn)
-        .await?;
-        if expired.is_empty() {
-            return Ok((0, 0));
+        .await
+    }
+
+    /// Reaps expired leases read by [`task_expired`](Self::task_expired): back to pending (due
+    /// now), to dead when attempts are exhausted, or to canceled when a cancel was requested (a
+    /// reclaim never resurrects a canceled task); epoch incremented either way. Each row is
+    /// reaped only if it is still running with the epoch read and its lease still expired (a
+    /// late write-back may have landed in between). Returns how many were reaped and, when
+    /// `exact` is set or follow-ups were inserted, which rows (and their new state).
+    ///
+    /// Two statements in all, like the claim: the plain read of expired ids on
+    /// `ix_taskq_lease`, then one `UPDATE` by primary key in id order that re-checks the
+    /// expiry. A single `UPDATE … WHERE state = 'running' AND lease_until < now ORDER BY
+    /// lease_until` locks `ix_taskq_lease` entries before the rows (including, briefly, the
+    /// first entry past the range: a lease that is not expired), while a write-back holds the
+    /// row and then needs that entry: the no-fault reliability baseline counted such deadlocks.
+    /// Now every statement that locks running rows locks them by primary key first, in
+    /// ascending id order.
+    ///
+    /// A task that goes dead or canceled frees the unique identity it holds. When some do, the
+    /// `UPDATE` runs in a transaction that first locks those identities `SKIP LOCKED` and then
+    /// deletes them, and it leaves for a later round the tasks whose identity a producer's open
+    /// transaction holds, like the write-back. When a row carries a follow-up (or `exact` is
+    /// asked), the transaction first locks the rows by primary key (ascending id) and reads
+    /// which are still expired and whether each goes dead; the follow-ups of exactly the rows
+    /// it moves to dead are inserted before it commits.
+    pub(crate) async fn task_reap(
+        &self,
+        conn: &mut MySqlConnection,
+        rows: &[ReapRow],
+        exact: bool,
+    ) -> sqlx::Result<Reaped> {
+        if rows.is_empty() {
+            return Ok(Reaped::default());
         }
-        let found = expired.len() as u64;
-        let wanted: Vec<(&[u8], u64)> = expired
+        let wanted: Vec<(&[u8], u64)> = rows
             .iter()
             .filter_map(|r| r.frees.as_deref().map(|k| (k, r.id)))
             .collect();
-        if wanted.is_empty() {
-            let reaped = reap_rows(conn, expired.iter().map(|r| r.id).collect()).await?;
-            return Ok((found, reaped));
+        let follow = rows.iter().any(|r| r.follow_up.is_some());
+        if wanted.is_empty() && !follow && !exact {
+            let leases: Vec<(u64, u64)> = rows.iter().map(|r| (r.id, r.epoch)).collect();
+            let reaped = reap_rows(conn, &leases_json(&leases)).await?;
+            return Ok(Reaped {
+                reaped,
+                ..Reaped::default()
+            });
         }
         let mut tx = conn.begin().await?;
-        let taken = identities_take(&mut tx, &wanted).await?;
-        let ids = expired
+        let taken = if wanted.is_empty() {
+            Taken::default()
+        } else {
+            identities_take(&mut tx, &wanted).await?
+        };
+        let leases: Vec<(u64, u64)> = rows
             .iter()
-            .map(|r| r.id)
-            .filter(|id| !taken.held_elsewhere.contains(id))
+            .filter(|r| !taken.held_elsewhere.contains(&r.id))
+            .map(|r| (r.id, r.epoch))
             .collect();
-        let reaped = reap_rows(&mut tx, ids).await?;
-        // Those reaped to dead, with the epoch the reap gave them.
-        let free: Vec<(String, u64, u64, &str)> = expired
+        let (json, locked) = if follow || exact {
+            let locked = lock_expired(&mut tx, &leases_json(&leases)).await?;
+            let leases: Vec<(u64, u64)> = locked.iter().map(|l| (l.id, l.epoch)).collect();
+            (leases_json(&leases), Some(locked))
+        } else {
+            (leases_json(&leases), None)
+        };
+        let reaped = reap_rows(&mut tx, &json).await?;
+        let mut out = Reaped {
+            reaped,
+            ..Reaped::default()
+        };
+        if let Some(locked) = &locked {
+            let mut inserts = Vec::new();
+            for l in locked {
+                let state = match (l.canceled, l.goes_dead) {
+                    (true, _) => TaskState::Canceled,
+                    (false, true) => TaskState::Dead,
+                    (false, false) => TaskState::Pending,
+                };
+                out.rows.push((l.id, state));
+                let row = rows.iter().find(|r| r.id == l.id);
+                if let Some(f) = row.and_then(|r| r.follow_up.as_deref())
+                    && state == TaskState::Dead
+                {
+                    inserts.push(f);
+                    out.followed.push(l.id);
+                }
+            }
+            follow_ups_insert(&mut tx, &inserts).await?;
+        }
+        // Those reaped to dead or canceled, with the epoch the reap gave them.
+        let free: Vec<(String, u64, u64, &str)> = rows
             .iter()
             .filter(|r| taken.ours.iter().any(|(_, id)| *id == r.id))
             .filter_map(|r| {
                 let k = r.frees.as_deref()?;
                 let state = if r.canceled { "canceled" } else { "dead" };
-                Some((crate::enqueue::hex(k), r.id, r.lease_epoch + 1, state))
+                Some((crate::enqueue::hex(k), r.id, r.epoch + 1, state))
             })
             .collect();
         identities_free_written(&mut tx, &free).await?;
         tx.commit().await?;
-        Ok((found, reaped))
+        Ok(out)
     }
 
     /// Deletes up to `limit` identities of windows that have ended (`expires_at` passed):
@@ -1667,16 +1853,13 @@ impl Store {
     }
 }
 
-/// The `UPDATE` of [`Store::task_reap_expired`], on `ids` (locked in ascending order).
-async fn reap_rows(conn: &mut MySqlConnection, mut ids: Vec<u64>) -> sqlx::Result<u64> {
-    if ids.is_empty() {
-        return Ok(0);
-    }
-    ids.sort_unstable();
-    let ids_json = serde_json::to_string(&ids).expect("ids serialize");
+/// The `UPDATE` of [`Store::task_reap`], on the leases `(id, epoch)` of `leases_json`
+/// (sorted by id: locked in ascending order).
+async fn reap_rows(conn: &mut MySqlConnection, leases_json: &str) -> sqlx::Result<u64> {
     let done = sqlx::query!(
-        r#"UPDATE JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$')) AS j
-             STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id
+        r#"UPDATE JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$[0]',
+                                               epoch BIGINT UNSIGNED PATH '$[1]')) AS j
+             STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id AND t.lease_epoch = j.epoch
            SET t.attempts = JSON_ARRAY_APPEND(
                  IF(JSON_LENGTH(COALESCE(t.attempts, '[]')) >= 100, JSON_REMOVE(t.attempts, '$[0]'),
                     COALESCE(t.attempts, '[]')), '$',
@@ -1695,7 +1878,90 @@ async fn reap_rows(conn: &mut MySqlConnection, mut ids: Vec<u64>) -> sqlx::Resul
                t.lease_epoch = t.lease_epoch + 1, t.lease_until = NULL,
                t.run_at = UTC_TIMESTAMP(6), t.updated_at = UTC_TIMESTAMP(6)
            WHERE t.state = 'running' AND t.lease_until < UTC_TIMESTAMP(6)"#,
-        ids_json
+        leases_json
+    )
+    .execute(&mut *conn)
+    .await?;
+    Ok(done.rows_affected())
+}
+
+/// Locks the rows of the leases `(id, epoch)` in `leases_json` (sorted by id) and returns the
+/// ids of those still running with that epoch: the rows a write-back in the same transaction
+/// writes.
+async fn lock_running(conn: &mut MySqlConnection, leases_json: &str) -> sqlx::Result<Vec<u64>> {
+    sqlx::query_scalar!(
+        r#"SELECT t.id AS "id: u64"
+           FROM JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$[0]',
+                                             epoch BIGINT UNSIGNED PATH '$[1]')) AS j
+             STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id AND t.lease_epoch = j.epoch
+           WHERE t.state = 'running'
+           FOR UPDATE"#,
+        leases_json
+    )
+    .fetch_all(&mut *conn)
+    .await
+}
+
+/// A row [`lock_expired`] locked.
+struct LockedExpired {
+    id: u64,
+    epoch: u64,
+    goes_dead: bool,
+    canceled: bool,
+}
+
+/// Locks the rows of the leases `(id, epoch)` in `leases_json` (sorted by id) and returns
+/// those still running with that epoch and an expired lease, with where the reap sends each:
+/// the rows [`reap_rows`] in the same transaction writes.
+async fn lock_expired(
+    conn: &mut MySqlConnection,
+    leases_json: &str,
+) -> sqlx::Result<Vec<LockedExpired>> {
+    sqlx::query_as!(
+        LockedExpired,
+        r#"SELECT t.id AS "id: u64", t.lease_epoch AS "epoch: u64",
+             (t.attempt >= t.max_attempts AND t.cancel_requested_at IS NULL) AS "goes_dead!: bool",
+             (t.cancel_requested_at IS NOT NULL) AS "canceled!: bool"
+           FROM JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$[0]',
+                                             epoch BIGINT UNSIGNED PATH '$[1]')) AS j
+             STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id AND t.lease_epoch = j.epoch
+           WHERE t.state = 'running' AND t.lease_until < UTC_TIMESTAMP(6)
+           FOR UPDATE"#,
+        leases_json
+    )
+    .fetch_all(&mut *conn)
+    .await
+}
+
+/// Inserts follow-up tasks (one statement, none when `rows` is empty), pending and due now.
+/// Each carries the idempotency key of the end it follows; one already there (which the
+/// locking of the write-back makes impossible) is left as it is rather than failing the
+/// write-back.
+async fn follow_ups_insert(conn: &mut MySqlConnection, rows: &[&FollowUpRow]) -> sqlx::Result<u64> {
+    if rows.is_empty() {
+        return Ok(0);
+    }
+    let json = serde_json::to_string(rows).expect("follow-ups serialize");
+    let done = sqlx::query!(
+        r#"INSERT INTO taskq_tasks
+            (queue, name, payload, state, priority, max_attempts, run_at, deadline,
+             idempotency_key, trace_context, created_at, updated_at)
+           SELECT j.queue, j.name, UNHEX(j.payload), 'pending', j.priority, j.max_attempts,
+             UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL j.ttl_us MICROSECOND, j.k,
+             j.trace_context, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6)
+           FROM JSON_TABLE(?, '$[*]' COLUMNS (
+                 ord FOR ORDINALITY,
+                 queue VARCHAR(64) PATH '$.q',
+                 name VARCHAR(255) PATH '$.n',
+                 payload LONGTEXT PATH '$.p',
+                 priority SMALLINT PATH '$.pr',
+                 max_attempts INT UNSIGNED PATH '$.m',
+                 ttl_us BIGINT PATH '$.tl',
+                 k VARCHAR(255) PATH '$.k',
+                 trace_context VARCHAR(512) PATH '$.t')) AS j
+           ORDER BY j.ord
+           ON DUPLICATE KEY UPDATE taskq_tasks.updated_at = taskq_tasks.updated_at"#,
+        json
     )
     .execute(&mut *conn)
     .await?;

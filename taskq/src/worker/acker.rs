@@ -20,6 +20,7 @@ use tokio::task::JoinHandle;
 
 use super::deadline::StmtError;
 use super::lease::AttemptKey;
+use super::observe::{self, OutcomeEvent, TaskOutcome};
 use super::{Shared, WorkerStats, backoff_sleep, within};
 use crate::metrics;
 use crate::store::Finish;
@@ -201,6 +202,21 @@ fn reject(shared: &Shared, f: &Finish, e: &StmtError) {
     }
     tracing::error!(task_id = f.id, lease_epoch = f.epoch, outcome = f.state, error = %e,
         "taskq: the database rejected this outcome; not retried, the lease will expire and the reaper returns the task");
+    observe::emit(shared, || event(f, TaskOutcome::Rejected, false));
+}
+
+/// The observers' view of a written (or rejected) outcome.
+fn event(f: &Finish, outcome: TaskOutcome, follow_up: bool) -> OutcomeEvent {
+    OutcomeEvent {
+        task_id: TaskId(f.id),
+        name: f.name.clone(),
+        queue: f.queue.clone(),
+        attempt: f.attempt,
+        outcome,
+        error: f.error.clone(),
+        duration: Some(f.ran),
+        follow_up,
+    }
 }
 
 /// Writes one chunk; returns the outcomes deferred (see the module docs).
@@ -256,14 +272,40 @@ async fn flush(shared: &Shared, chunk: &[Finish]) -> Result<Vec<Finish>, StmtErr
             "canceled" => "canceled",
             _ => "dead",
         };
-        match outcome {
-            "fenced" => {}
-            "succeeded" => WorkerStats::add(&stats.succeeded, 1),
-            "retried" => WorkerStats::add(&stats.retried, 1),
-            "snoozed" => WorkerStats::add(&stats.snoozed, 1),
-            "canceled" => WorkerStats::add(&stats.canceled, 1),
-            _ => WorkerStats::add(&stats.dead, 1),
+        let observed = match outcome {
+            "fenced" => TaskOutcome::Fenced,
+            "succeeded" => {
+                WorkerStats::add(&stats.succeeded, 1);
+                TaskOutcome::Succeeded
+            }
+            "retried" => {
+                WorkerStats::add(&stats.retried, 1);
+                TaskOutcome::Retried
+            }
+            "snoozed" => {
+                WorkerStats::add(&stats.snoozed, 1);
+                TaskOutcome::Snoozed
+            }
+            "canceled" => {
+                WorkerStats::add(&stats.canceled, 1);
+                TaskOutcome::Canceled
+            }
+            _ => {
+                WorkerStats::add(&stats.dead, 1);
+                TaskOutcome::Dead
+            }
+        };
+        let followed = done.followed.contains(&f.id);
+        if followed {
+            WorkerStats::add(&stats.follow_ups, 1);
+            let kind = if f.state == "dead" {
+                "on_dead"
+            } else {
+                "on_success"
+            };
+            metrics::follow_up(&f.name, kind);
         }
+        observe::emit(shared, || event(f, observed, followed));
         if let Some((queue, name)) = label {
             match outcome {
                 "fenced" => metrics::fenced(queue, name),

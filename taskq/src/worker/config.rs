@@ -15,6 +15,7 @@ use crate::schedule::{Declared, Schedule, ScheduleDef};
 use crate::task::Task;
 
 use super::Worker;
+use super::observe::Observer;
 
 pub(crate) type ShutdownFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 /// See [`WorkerBuilder::trace_link`].
@@ -131,6 +132,7 @@ pub struct WorkerBuilder {
     shutdown: Option<ShutdownFuture>,
     trace_link: Option<TraceLink>,
     schedules: Vec<Result<ScheduleDef>>,
+    observers: Vec<Observer>,
 }
 
 impl WorkerBuilder {
@@ -158,6 +160,7 @@ impl WorkerBuilder {
             shutdown: None,
             trace_link: None,
             schedules: Vec::new(),
+            observers: Vec::new(),
         }
     }
 
@@ -302,6 +305,28 @@ impl WorkerBuilder {
         self.trace_link = Some(std::sync::Arc::new(link));
         self
     }
+    /// Calls `observer` with every outcome this worker learns, once its write-back's result
+    /// is known: succeeded, retried, dead, canceled, snoozed, fenced, lease lost, rejected,
+    /// released at shutdown, and the leases its reaper reaped (see [`TaskOutcome`]). For
+    /// metrics and logging integrations. Several observers can be added; they are called in
+    /// order.
+    ///
+    /// **Best-effort**, unlike the durable follow-ups of [`Task::ON_DEAD`]: an observer runs
+    /// in this process after the commit, so an outcome written just before a crash is never
+    /// observed, and one attempt may be observed by two workers (its fenced write-back here,
+    /// its reap there). It runs on the worker's write-back loop, never inside a database
+    /// transaction: keep it quick (hand slow work to a channel). A panicking observer is
+    /// caught, logged and counted ([`StatsSnapshot::observer_panics`](crate::StatsSnapshot::observer_panics));
+    /// the worker goes on.
+    ///
+    /// [`TaskOutcome`]: crate::TaskOutcome
+    pub fn on_outcome(
+        mut self,
+        observer: impl Fn(&crate::OutcomeEvent) + Send + Sync + 'static,
+    ) -> Self {
+        self.observers.push(std::sync::Arc::new(observer));
+        self
+    }
     /// Stops the worker gracefully when `signal` completes (instead of SIGINT/SIGTERM).
     pub fn shutdown_signal(mut self, signal: impl Future<Output = ()> + Send + 'static) -> Self {
         self.shutdown = Some(Box::pin(signal));
@@ -418,6 +443,7 @@ impl WorkerBuilder {
             state: self.state,
             shutdown: self.shutdown,
             trace_link: self.trace_link,
+            observers: self.observers,
             stats: Default::default(),
             health,
         })

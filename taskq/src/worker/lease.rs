@@ -50,6 +50,8 @@ pub(crate) enum Phase {
 pub(crate) struct InFlight {
     pub queue: Arc<str>,
     pub name: Arc<str>,
+    /// The attempt's number (for outcome observers).
+    pub attempt: u32,
     pub phase: Phase,
     pub cancel: Arc<CancelHandle>,
     pub abort: Option<AbortHandle>,

@@ -8,8 +8,11 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{Shared, WorkerStats, within};
-use crate::task::TaskState;
+use super::observe::{self, OutcomeEvent, TaskOutcome};
+use super::{Shared, WorkerStats, follow, within};
+use crate::followup::{DeadTask, payload_value};
+use crate::store::{ExpiredRow, ReapRow};
+use crate::task::{TaskId, TaskState};
 use crate::wake;
 
 /// Rows per reaper or retention statement: small, so no statement holds locks for long.
@@ -37,14 +40,58 @@ pub(crate) async fn run(shared: Arc<Shared>) {
     }
 }
 
+/// Reaps expired leases in rounds of [`BATCH`]: a plain read of the expired rows, then the
+/// reap of those rows (see `Store::task_reap`). A task whose reap moves it to dead gets its
+/// `on_dead` follow-up in the reap's transaction; one whose name this worker does not
+/// register is not even read (only a worker that registers it knows its follow-up), so it
+/// waits for such a worker's reaper.
 async fn reap(shared: &Shared) {
     let mut total = 0;
+    // Observers need to know exactly which rows were reaped.
+    let exact = !shared.observers.is_empty();
     loop {
-        match within!(shared, |c| shared.store.task_reap_expired(c, BATCH)).await {
-            Ok((found, reaped)) => {
-                total += reaped;
-                if found < u64::from(BATCH) {
-                    break;
+        let rows = match within!(shared, |c| shared.store.task_expired(
+            c,
+            &shared.names_json,
+            BATCH
+        ))
+        .await
+        {
+            Ok(rows) => rows,
+            Err(e) => {
+                WorkerStats::add(&shared.stats.db_errors, 1);
+                tracing::warn!(error = %e, "taskq: reaper failed");
+                break;
+            }
+        };
+        if rows.is_empty() {
+            break;
+        }
+        let found = rows.len();
+        let plan: Vec<ReapRow> = rows.iter().map(|r| plan(shared, r)).collect();
+        match within!(shared, |c| shared.store.task_reap(c, &plan, exact)).await {
+            Ok(done) => {
+                total += done.reaped;
+                WorkerStats::add(&shared.stats.follow_ups, done.followed.len() as u64);
+                for id in &done.followed {
+                    if let Some(r) = rows.iter().find(|r| r.id == *id) {
+                        crate::metrics::follow_up(&r.name, "on_dead");
+                    }
+                }
+                for (id, state) in &done.rows {
+                    let Some(r) = rows.iter().find(|r| r.id == *id) else {
+                        continue;
+                    };
+                    observe::emit(shared, || OutcomeEvent {
+                        task_id: TaskId(r.id),
+                        name: r.name.as_str().into(),
+                        queue: r.queue.as_str().into(),
+                        attempt: r.attempt,
+                        outcome: TaskOutcome::Reaped(*state),
+                        error: Some(reap_error(r)),
+                        duration: None,
+                        follow_up: done.followed.contains(id),
+                    });
                 }
             }
             Err(e) => {
@@ -52,6 +99,9 @@ async fn reap(shared: &Shared) {
                 tracing::warn!(error = %e, "taskq: reaper failed");
                 break;
             }
+        }
+        if found < BATCH as usize {
+            break;
         }
     }
     if total > 0 {
@@ -62,6 +112,45 @@ async fn reap(shared: &Shared) {
             wake::notify(q);
         }
     }
+}
+
+/// The reap of one expired row, with its `on_dead` follow-up when the reap moves it to dead.
+fn plan(shared: &Shared, r: &ExpiredRow) -> ReapRow {
+    let follow_up = if r.goes_dead() {
+        follow::dead(
+            shared,
+            shared.handlers.get(r.name.as_str()),
+            || DeadTask {
+                id: TaskId(r.id),
+                name: r.name.clone(),
+                queue: r.queue.clone(),
+                attempts: r.attempt,
+                max_attempts: r.max_attempts,
+                last_error: reap_error(r),
+                payload: payload_value(r.payload.as_deref().unwrap_or_default()),
+            },
+            r.lease_epoch,
+            r.trace_context.as_deref(),
+        )
+    } else {
+        None
+    };
+    ReapRow {
+        id: r.id,
+        epoch: r.lease_epoch,
+        frees: r.frees.clone(),
+        canceled: r.canceled,
+        follow_up,
+    }
+}
+
+/// The error the reap stores (the same text as the reap's SQL writes).
+fn reap_error(r: &ExpiredRow) -> String {
+    format!(
+        "lease expired (worker {}, attempt {})",
+        r.worker_id.as_deref().unwrap_or("?"),
+        r.attempt
+    )
 }
 
 async fn prune(shared: &Shared) {

@@ -20,10 +20,12 @@ mod claim;
 mod config;
 pub(crate) mod deadline;
 mod executor;
+mod follow;
 mod health;
 mod heartbeat;
 mod lease;
 mod maintenance;
+mod observe;
 mod schedule;
 mod stats;
 
@@ -38,6 +40,7 @@ use tokio::sync::{Notify, Semaphore, mpsc, watch};
 
 pub use config::{Retention, WorkerBuilder};
 pub use health::{HealthStatus, WorkerHealth, WorkerPhase};
+pub use observe::{OutcomeEvent, TaskOutcome};
 pub use stats::{StatsSnapshot, WorkerStats};
 
 use crate::context::{CancelReason, StateMap};
@@ -57,6 +60,7 @@ pub struct Worker {
     state: StateMap,
     shutdown: Option<ShutdownFuture>,
     trace_link: Option<TraceLink>,
+    observers: Vec<observe::Observer>,
     stats: Arc<WorkerStats>,
     health: Arc<health::HealthInner>,
 }
@@ -125,6 +129,7 @@ impl Worker {
             state,
             shutdown,
             trace_link,
+            observers,
             stats,
             health,
         } = self;
@@ -151,6 +156,7 @@ impl Worker {
             stop: stop_rx,
             acks: ack_tx,
             trace_link,
+            observers,
             paused: Mutex::default(),
             limited: Mutex::default(),
             written: cfg_queues_notifiers(&cfg_queues),
@@ -246,12 +252,15 @@ impl Worker {
 
 /// Gives the abandoned tasks back; returns (released, not released).
 async fn release_abandoned(shared: &Shared) -> (Vec<TaskId>, Vec<TaskId>) {
-    let leases: Vec<(u64, u64)> = shared
+    // (lease, name, queue, attempt) of each abandoned attempt.
+    type Abandoned = ((u64, u64), Arc<str>, Arc<str>, u32);
+    let abandoned: Vec<Abandoned> = shared
         .inflight()
         .iter()
         .filter(|(_, f)| f.phase == Phase::Abandoned)
-        .map(|(k, _)| (k.id, k.epoch))
+        .map(|(k, f)| ((k.id, k.epoch), f.name.clone(), f.queue.clone(), f.attempt))
         .collect();
+    let leases: Vec<(u64, u64)> = abandoned.iter().map(|a| a.0).collect();
     if leases.is_empty() {
         return (Vec::new(), Vec::new());
     }
@@ -261,6 +270,20 @@ async fn release_abandoned(shared: &Shared) -> (Vec<TaskId>, Vec<TaskId>) {
         match within!(shared, |c| shared.store.task_release(c, &json)).await {
             Ok(n) => {
                 WorkerStats::add(&shared.stats.released, n);
+                // Best-effort, like every observation: a lease given back here that another
+                // worker had already reaped is reported released too.
+                for ((id, _), name, queue, attempt) in abandoned {
+                    observe::emit(shared, || OutcomeEvent {
+                        task_id: TaskId(id),
+                        name,
+                        queue,
+                        attempt,
+                        outcome: TaskOutcome::Released,
+                        error: None,
+                        duration: None,
+                        follow_up: false,
+                    });
+                }
                 return (ids, Vec::new());
             }
             Err(e) => {
@@ -331,6 +354,8 @@ pub(crate) struct Shared {
     pub stop: watch::Receiver<bool>,
     pub acks: mpsc::UnboundedSender<acker::AckMsg>,
     pub trace_link: Option<TraceLink>,
+    /// Outcome observers (`WorkerBuilder::on_outcome`).
+    pub observers: Vec<observe::Observer>,
     /// Queues paused in the database (refreshed every `poll_max`).
     pub paused: Mutex<std::collections::HashSet<String>>,
     /// Queues with a concurrency or rate limit in the database (refreshed with `paused`):
