@@ -219,7 +219,7 @@ fn holding_worker(db: &TestDb, id: &str) -> taskq::WorkerBuilder {
         .heartbeat(Duration::from_secs(50))
         .reaper_interval(Duration::from_secs(3600))
         .cancel_grace(Duration::from_secs(60))
-        .ack_delay(Duration::from_millis(300))
+        .write_back_delay(Duration::from_millis(300))
         .shutdown_timeout(Duration::from_millis(200))
 }
 
@@ -363,7 +363,7 @@ async fn a_fenced_write_back_enqueues_no_follow_up() {
     let gate = Gate(Arc::new(Semaphore::new(0)));
     let stale = Gated { n: 1 }.enqueue(&db.pool).await.unwrap().id;
     let live = Gated { n: 2 }.enqueue(&db.pool).await.unwrap().id;
-    // Holds both; its write-backs of the two deaths go out in one batch (300 ms ack delay).
+    // Holds both; its write-backs of the two deaths go out in one batch (300 ms write-back delay).
     let a = RunningWorker::spawn(
         holding_worker(&db, "A")
             .register::<Gated>()

@@ -11,7 +11,7 @@
 //!
 //! The interface is small: [`Store`] (a pool handle) has one method per statement the worker
 //! and the [`Client`](crate::Client) issue, taking and returning plain row types (`Claimed`,
-//! `Finish`, `TaskInfo`...); the producer path (`task_insert`, `task_insert_batch`) and the
+//! `WriteBack`, `TaskInfo`...); the producer path (`task_insert`, `task_insert_batch`) and the
 //! migration lock run on a caller's connection and are free functions. A second backend
 //! (SQLite is planned) provides the same methods; nothing outside this file names SQL.
 
@@ -1478,9 +1478,9 @@ pub(crate) struct Reaped {
     pub followed: Vec<u64>,
 }
 
-/// The outcome of one attempt, written back by [`task_finish`].
+/// The outcome of one attempt, written back by [`task_write_back`].
 #[derive(Debug, Clone, Serialize)]
-pub(crate) struct Finish {
+pub(crate) struct WriteBack {
     pub id: u64,
     pub epoch: u64,
     /// `succeeded`, `pending` (retry), `dead`, `canceled` (a cancel request honoured), or
@@ -1511,7 +1511,7 @@ pub(crate) struct Finish {
     pub ran: std::time::Duration,
 }
 
-/// A follow-up task to insert with the end of another ([`Store::task_finish`],
+/// A follow-up task to insert with the end of another ([`Store::task_write_back`],
 /// [`Store::task_reap`]), as sent inside a JSON array.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct FollowUpRow {
@@ -1536,9 +1536,9 @@ pub(crate) struct FollowUpRow {
     pub trace_context: Option<String>,
 }
 
-/// What [`Store::task_finish`] did with a batch.
+/// What [`Store::task_write_back`] did with a batch.
 #[derive(Debug, Default)]
-pub(crate) struct Finished {
+pub(crate) struct WrittenBack {
     /// Rows written.
     pub written: u64,
     /// Ids not written because another transaction holds the unique identity their outcome
@@ -1556,7 +1556,7 @@ impl Store {
     /// a unique identity: then one short transaction that locks those identities `SKIP LOCKED`,
     /// writes the outcomes, and deletes the identities of the rows it wrote. An outcome whose
     /// identity another transaction holds (a producer that got `duplicate = true` for this task
-    /// and has not ended) is deferred, see [`Finished::deferred`]: deleting the identity would
+    /// and has not ended) is deferred, see [`WrittenBack::deferred`]: deleting the identity would
     /// wait for that transaction while holding the batch's rows, on which the heartbeat of every
     /// lease in the batch would then wait too.
     ///
@@ -1565,20 +1565,20 @@ impl Store {
     /// running with their attempt's epoch, the `UPDATE` writes exactly those, and one `INSERT`
     /// adds the follow-ups of those among them, before the commit. A fenced outcome inserts
     /// nothing; a batch without follow-ups keeps the single statement.
-    pub(crate) async fn task_finish(
+    pub(crate) async fn task_write_back(
         &self,
         conn: &mut MySqlConnection,
-        batch: &[Finish],
-    ) -> sqlx::Result<Finished> {
+        batch: &[WriteBack],
+    ) -> sqlx::Result<WrittenBack> {
         let wanted: Vec<(&[u8], u64)> = batch
             .iter()
             .filter_map(|f| f.frees.as_deref().map(|k| (k, f.id)))
             .collect();
         let follow = batch.iter().any(|f| f.follow_up.is_some());
         if wanted.is_empty() && !follow {
-            return Ok(Finished {
-                written: finish_rows(conn, batch.iter()).await?,
-                ..Finished::default()
+            return Ok(WrittenBack {
+                written: write_back_rows(conn, batch.iter()).await?,
+                ..WrittenBack::default()
             });
         }
         let mut tx = conn.begin().await?;
@@ -1588,7 +1588,7 @@ impl Store {
             identities_take(&mut tx, &wanted).await?
         };
         let deferred = taken.held_elsewhere;
-        let rows: Vec<&Finish> = batch.iter().filter(|f| !deferred.contains(&f.id)).collect();
+        let rows: Vec<&WriteBack> = batch.iter().filter(|f| !deferred.contains(&f.id)).collect();
         // With follow-ups, first lock the batch's rows (ascending id, like every batch
         // statement) and learn which are still running with their attempt's epoch: exactly
         // those the `UPDATE` writes, so exactly their follow-ups are inserted.
@@ -1598,7 +1598,7 @@ impl Store {
         } else {
             None
         };
-        let written = finish_rows(&mut tx, rows.iter().copied()).await?;
+        let written = write_back_rows(&mut tx, rows.iter().copied()).await?;
         let mut followed = Vec::new();
         if let Some(ids) = written_ids {
             let mut inserts: Vec<&FollowUpRow> = Vec::new();
@@ -1620,7 +1620,7 @@ impl Store {
             .collect();
         identities_free_written(&mut tx, &free).await?;
         tx.commit().await?;
-        Ok(Finished {
+        Ok(WrittenBack {
             written,
             deferred,
             followed,
@@ -1968,14 +1968,14 @@ async fn follow_ups_insert(conn: &mut MySqlConnection, rows: &[&FollowUpRow]) ->
     Ok(done.rows_affected())
 }
 
-/// The write-back statement of [`Store::task_finish`]: one `UPDATE` for every outcome, each row
+/// The write-back statement of [`Store::task_write_back`]: one `UPDATE` for every outcome, each row
 /// written only while running with the epoch its attempt claimed.
-async fn finish_rows<'f>(
+async fn write_back_rows<'f>(
     conn: &mut MySqlConnection,
-    batch: impl Iterator<Item = &'f Finish>,
+    batch: impl Iterator<Item = &'f WriteBack>,
 ) -> sqlx::Result<u64> {
     // Sorted by id, like `leases_json`, so batches lock rows in one global order.
-    let mut sorted: Vec<&Finish> = batch.collect();
+    let mut sorted: Vec<&WriteBack> = batch.collect();
     if sorted.is_empty() {
         return Ok(0);
     }

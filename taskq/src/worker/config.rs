@@ -80,7 +80,7 @@ pub(crate) struct Config {
     pub shutdown_timeout: Duration,
     pub cancel_grace: Duration,
     pub claim_batch: usize,
-    pub ack_delay: Duration,
+    pub write_back_delay: Duration,
     pub db_connections: u32,
     pub backlog_interval: Option<Duration>,
     /// Recurring schedules this worker fires, by name.
@@ -124,7 +124,7 @@ pub struct WorkerBuilder {
     shutdown_timeout: Duration,
     cancel_grace: Duration,
     claim_batch: usize,
-    ack_delay: Duration,
+    write_back_delay: Duration,
     db_connections: Option<u32>,
     backlog_interval: Option<Duration>,
     worker_id: Option<String>,
@@ -152,7 +152,7 @@ impl WorkerBuilder {
             shutdown_timeout: Duration::from_secs(20),
             cancel_grace: Duration::from_secs(5),
             claim_batch: 32,
-            ack_delay: Duration::from_millis(2),
+            write_back_delay: Duration::from_millis(2),
             db_connections: None,
             backlog_interval: None,
             worker_id: None,
@@ -268,8 +268,8 @@ impl WorkerBuilder {
         self
     }
     /// How long completions are gathered before one write-back statement (default 2 ms).
-    pub fn ack_delay(mut self, d: Duration) -> Self {
-        self.ack_delay = d;
+    pub fn write_back_delay(mut self, d: Duration) -> Self {
+        self.write_back_delay = d;
         self
     }
     /// Size of the worker's own connection pool (default: queues + 5: a claim loop per queue,
@@ -434,7 +434,7 @@ impl WorkerBuilder {
                 shutdown_timeout: self.shutdown_timeout,
                 cancel_grace: self.cancel_grace,
                 claim_batch: self.claim_batch,
-                ack_delay: self.ack_delay,
+                write_back_delay: self.write_back_delay,
                 db_connections: db_connections.max(2),
                 backlog_interval: self.backlog_interval.filter(|d| !d.is_zero()),
                 schedules,

@@ -8,10 +8,10 @@ use std::time::{Duration, Instant};
 
 use tracing::Instrument;
 
-use super::acker::AckMsg;
 use super::claim::Slot;
 use super::lease::{self, AttemptKey, InFlight, Phase};
 use super::observe::{self, OutcomeEvent, TaskOutcome};
+use super::writeback::WriteBackMsg;
 use super::{Shared, WorkerStats, follow};
 use crate::client::{UNDECODABLE_PREFIX, exhausted_note};
 use crate::context::{CancelHandle, CancelReason, TaskContext};
@@ -19,7 +19,7 @@ use crate::enqueue::MAX_DELAY;
 use crate::error::{TaskError, TaskErrorKind, short_type_name};
 use crate::followup::{DeadTask, SucceededTask, payload_value};
 use crate::metrics;
-use crate::store::{Claimed, Finish};
+use crate::store::{Claimed, WriteBack};
 use crate::task::TaskId;
 
 /// Longest error text stored in `last_error`.
@@ -131,7 +131,7 @@ fn key(task: &Claimed) -> AttemptKey {
     }
 }
 
-/// Turns the outcome into a write-back for the acker, or marks the task abandoned.
+/// Turns the outcome into a write-back for the write-back loop (`writeback.rs`), or marks the task abandoned.
 fn hand_over(
     shared: &Shared,
     task: &Claimed,
@@ -142,14 +142,14 @@ fn hand_over(
     started: Instant,
 ) {
     let key = key(task);
-    let finish = |state: &'static str,
-                  outcome: &'static str,
-                  delay: Duration,
-                  error: Option<String>| Finish {
+    let write_back = |state: &'static str,
+                      outcome: &'static str,
+                      delay: Duration,
+                      error: Option<String>| WriteBack {
         name: name.clone(),
         queue: queue.clone(),
         ran: started.elapsed(),
-        ..finish(task, state, outcome, delay, error)
+        ..write_back(task, state, outcome, delay, error)
     };
     let _enter = span.enter();
     let elapsed_ms = started.elapsed().as_millis() as u64;
@@ -167,7 +167,7 @@ fn hand_over(
         ),
         other => other,
     };
-    let finish = match outcome {
+    let mut out = match outcome {
         Outcome::Abandoned(reason) => {
             let mut inflight = shared.inflight();
             if reason == CancelReason::Shutdown {
@@ -195,11 +195,11 @@ fn hand_over(
         }
         Outcome::Canceled => {
             tracing::info!(elapsed_ms, "attempt canceled on request");
-            finish("canceled", "canceled", Duration::ZERO, None)
+            write_back("canceled", "canceled", Duration::ZERO, None)
         }
         Outcome::Succeeded => {
             tracing::debug!(elapsed_ms, "attempt succeeded");
-            finish("succeeded", "succeeded", Duration::ZERO, None)
+            write_back("succeeded", "succeeded", Duration::ZERO, None)
         }
         Outcome::Snoozed(d) => {
             tracing::info!(
@@ -208,11 +208,11 @@ fn hand_over(
                 snoozes = task.snoozes + 1,
                 "attempt snoozed; it does not count as an attempt"
             );
-            finish("snoozed", "snoozed", d, None)
+            write_back("snoozed", "snoozed", d, None)
         }
         Outcome::Undecodable(e) => {
             tracing::error!(error = %e, elapsed_ms, "payload does not decode; task is dead");
-            finish("dead", "failed", Duration::ZERO, Some(e))
+            write_back("dead", "failed", Duration::ZERO, Some(e))
         }
         Outcome::Failed(kind, e, cause) => {
             let outcome = cause.outcome();
@@ -221,27 +221,26 @@ fn hand_over(
             match kind {
                 TaskErrorKind::Permanent => {
                     tracing::error!(error = %e, elapsed_ms, "attempt failed permanently; task is dead");
-                    finish("dead", outcome, Duration::ZERO, Some(e))
+                    write_back("dead", outcome, Duration::ZERO, Some(e))
                 }
                 _ if exhausted => {
                     tracing::error!(error = %e, elapsed_ms, "attempt failed; attempts exhausted, task is dead");
                     let error = with_exhausted_note(e, task.attempt, task.max_attempts);
-                    finish("dead", outcome, Duration::ZERO, Some(error))
+                    write_back("dead", outcome, Duration::ZERO, Some(error))
                 }
                 TaskErrorKind::RetryAfter(d) => {
                     tracing::warn!(error = %e, elapsed_ms, retry_in_ms = d.as_millis() as u64, "attempt failed; retry requested");
-                    finish("pending", outcome, d, Some(e))
+                    write_back("pending", outcome, d, Some(e))
                 }
                 _ => {
                     let d = backoff.delay_random(task.attempt);
                     tracing::warn!(error = %e, elapsed_ms, retry_in_ms = d.as_millis() as u64, "attempt failed; will retry");
-                    finish("pending", outcome, d, Some(e))
+                    write_back("pending", outcome, d, Some(e))
                 }
             }
         }
     };
-    let mut finish = finish;
-    finish.follow_up = match finish.state {
+    out.follow_up = match out.state {
         "dead" => follow::dead(
             shared,
             handler,
@@ -251,7 +250,7 @@ fn hand_over(
                 queue: queue.to_string(),
                 attempts: task.attempt,
                 max_attempts: task.max_attempts,
-                last_error: finish.error.clone().unwrap_or_default(),
+                last_error: out.error.clone().unwrap_or_default(),
                 payload: payload_value(&task.payload),
             },
             task.lease_epoch,
@@ -273,21 +272,21 @@ fn hand_over(
         _ => None,
     };
     if let Some(f) = shared.inflight().get_mut(&key) {
-        f.phase = Phase::Acking;
+        f.phase = Phase::WritingBack;
     }
-    if shared.acks.send(AckMsg::Finish(finish)).is_err() {
+    if shared.write_backs.send(WriteBackMsg::Outcome(out)).is_err() {
         shared.inflight().remove(&key);
     }
 }
 
-fn finish(
+fn write_back(
     task: &Claimed,
     state: &'static str,
     outcome: &'static str,
     delay: Duration,
     error: Option<String>,
-) -> Finish {
-    Finish {
+) -> WriteBack {
+    WriteBack {
         id: task.id,
         epoch: task.lease_epoch,
         state,
@@ -490,7 +489,7 @@ mod tests {
         let long = with_exhausted_note("é".repeat(MAX_ERROR_LEN), 20, 20);
         assert!(long.len() <= MAX_ERROR_LEN, "{}", long.len());
         assert!(long.ends_with("é… (attempts exhausted: 20/20)"), "{long}");
-        // What `finish` stores is unchanged by its own truncation.
+        // What `write_back` stores is unchanged by its own truncation.
         assert_eq!(truncate(long.clone(), MAX_ERROR_LEN), long);
     }
 }

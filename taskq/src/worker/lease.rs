@@ -41,7 +41,7 @@ pub(crate) enum Phase {
     /// Its handler runs.
     Running,
     /// Its outcome waits to be written.
-    Acking,
+    WritingBack,
     /// Aborted at shutdown; to be released.
     Abandoned,
 }

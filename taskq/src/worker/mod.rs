@@ -4,7 +4,7 @@
 //! One [`Worker`] runs these cooperating loops on the tokio runtime:
 //! - `claim`: one loop per queue, claiming batches sized by free handler slots;
 //! - `executor`: one tokio task per claimed task (panics and timeouts are caught there);
-//! - `acker`: gathers outcomes for a few milliseconds and writes them in one statement;
+//! - `writeback`: gathers outcomes for a few milliseconds and writes them in one statement;
 //! - `heartbeat`: renews every held lease with one statement per beat, and records the worker
 //!   as alive in `taskq_workers` (one statement per heartbeat interval);
 //! - `lease`: the in-memory lease table (one record per attempt) and the watchdog that
@@ -15,7 +15,6 @@
 //! Every statement runs within a deadline (`deadline`); each one that succeeds refreshes the
 //! worker's probe (`health`).
 
-mod acker;
 mod claim;
 mod config;
 pub(crate) mod deadline;
@@ -28,6 +27,7 @@ mod maintenance;
 mod observe;
 mod schedule;
 mod stats;
+mod writeback;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -136,7 +136,7 @@ impl Worker {
         let _stopped = health::StoppedOnDrop(health.clone());
         let store = Store::new(worker_pool(&user_pool, &cfg));
         let (stop_tx, stop_rx) = watch::channel(false);
-        let (ack_tx, ack_rx) = mpsc::unbounded_channel();
+        let (write_back_tx, write_back_rx) = mpsc::unbounded_channel();
         let names_json =
             serde_json::to_string(&handlers.keys().collect::<Vec<_>>()).expect("names serialize");
         let presence = heartbeat::Presence::new(&cfg);
@@ -154,7 +154,7 @@ impl Worker {
             slot_freed: Notify::new(),
             stats,
             stop: stop_rx,
-            acks: ack_tx,
+            write_backs: write_back_tx,
             trace_link,
             observers,
             paused: Mutex::default(),
@@ -177,7 +177,7 @@ impl Worker {
         let maintenance = tokio::spawn(maintenance::run(shared.clone()));
         let controls = tokio::spawn(maintenance::watch_controls(shared.clone()));
         let scheduler = tokio::spawn(schedule::run(shared.clone()));
-        let acker = tokio::spawn(acker::run(shared.clone(), ack_rx));
+        let writer = tokio::spawn(writeback::run(shared.clone(), write_back_rx));
 
         match shutdown {
             Some(signal) => signal.await,
@@ -227,13 +227,13 @@ impl Worker {
             let _ = tokio::time::timeout(Duration::from_millis(50), notified).await;
         }
         // Flush outcomes, then give abandoned tasks back.
-        let unacked = acker::finish(&shared, acker).await;
+        let unwritten = writeback::stop(&shared, writer).await;
         let released = release_abandoned(&shared).await;
         heartbeat.abort();
         presence.abort();
         watchdog.abort();
         heartbeat::deregister(&shared).await;
-        let mut unacknowledged = unacked;
+        let mut unacknowledged = unwritten;
         unacknowledged.extend(released.1);
         let report = ShutdownReport {
             released: released.0,
@@ -352,7 +352,7 @@ pub(crate) struct Shared {
     pub global: Arc<Semaphore>,
     pub stats: Arc<WorkerStats>,
     pub stop: watch::Receiver<bool>,
-    pub acks: mpsc::UnboundedSender<acker::AckMsg>,
+    pub write_backs: mpsc::UnboundedSender<writeback::WriteBackMsg>,
     pub trace_link: Option<TraceLink>,
     /// Outcome observers (`WorkerBuilder::on_outcome`).
     pub observers: Vec<observe::Observer>,
