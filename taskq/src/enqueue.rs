@@ -421,12 +421,13 @@ const BATCH_BYTES: usize = 2 << 20;
 ///   size) before anything is written; the first invalid task's error is returned and no
 ///   statement is sent.
 /// - **Rows without an idempotency key** are written with one `INSERT … SELECT … FROM
-///   JSON_TABLE` per run of up to 5,000 consecutive such rows (or 2 MiB). Their ids are derived
-///   from `LAST_INSERT_ID()` only when the server guarantees that one statement's ids are
-///   consecutive (`innodb_autoinc_lock_mode` 0 or 1, the MariaDB default; checked once per
-///   call, and the inserted row count is verified). Under lock mode 2 (the MySQL 8 default)
-///   those rows are inserted one statement per row instead, so the ids stay exact; set
-///   `innodb_autoinc_lock_mode=1` to get the batched path there.
+///   JSON_TABLE` per run of up to 5,000 consecutive such rows (or 2 MiB). When the server
+///   guarantees that one statement's ids are consecutive (`innodb_autoinc_lock_mode` 0 or 1,
+///   the MariaDB default; checked once per call) their ids are derived from
+///   `LAST_INSERT_ID()`. Under lock mode 2 (MySQL 8's default, and required by Galera) ids
+///   may interleave with concurrent inserts: the statement then marks its rows with a random
+///   batch marker and reads their ids back (one more primary-key range read per statement).
+///   The inserted row count is verified either way.
 /// - **Rows with an idempotency key or a unique identity** ([`Enqueue::with_unique`],
 ///   [`Task::UNIQUE`]) are inserted one statement per row, exactly like
 ///   [`Enqueue::enqueue_tx`]: a key or identity that is taken (including by a row earlier in
@@ -491,13 +492,6 @@ async fn insert_many(conn: &mut MySqlConnection, rows: &[Prepared]) -> Result<Ve
                 s
             }
         };
-        let Some(step) = step else {
-            for row in &rows[i..end] {
-                out.push(row.insert(conn, &mut clock).await?);
-            }
-            i = end;
-            continue;
-        };
         while i < end {
             let mut json = String::from("[");
             let start = i;
@@ -523,16 +517,40 @@ async fn insert_many(conn: &mut MySqlConnection, rows: &[Prepared]) -> Result<Ve
             }
             json.push(']');
             let n = (i - start) as u64;
-            let (first, inserted) = store::task_insert_batch(conn, &json).await?;
+            // Without consecutive ids the rows carry a marker to be read back by.
+            let marker = step.is_none().then(|| fastrand::u64(1..));
+            let (first, inserted) = store::task_insert_batch(conn, &json, marker).await?;
+            let mismatch = |what: String| {
+                Error::Database(sqlx::Error::Protocol(format!(
+                    "batch enqueue of {n} tasks: {what}"
+                )))
+            };
             if inserted != n || first == 0 {
-                return Err(Error::Database(sqlx::Error::Protocol(format!(
-                    "batch enqueue inserted {inserted} rows for {n} tasks (first id {first})"
-                ))));
+                return Err(mismatch(format!(
+                    "inserted {inserted} rows (first id {first})"
+                )));
             }
-            out.extend((0..n).map(|k| Enqueued {
-                id: TaskId(first + k * step),
-                duplicate: false,
-            }));
+            match (step, marker) {
+                (Some(step), _) => out.extend((0..n).map(|k| Enqueued {
+                    id: TaskId(first + k * step),
+                    duplicate: false,
+                })),
+                (None, Some(marker)) => {
+                    let ids = store::task_batch_ids(conn, first, marker, n).await?;
+                    if ids.len() as u64 != n || ids[0] != first {
+                        return Err(mismatch(format!(
+                            "read back {} ids (first {:?}, expected {first})",
+                            ids.len(),
+                            ids.first()
+                        )));
+                    }
+                    out.extend(ids.into_iter().map(|id| Enqueued {
+                        id: TaskId(id),
+                        duplicate: false,
+                    }));
+                }
+                (None, None) => unreachable!("a marker whenever ids are not consecutive"),
+            }
             for r in &rows[start..i] {
                 crate::metrics::enqueued(&r.queue, r.name);
             }

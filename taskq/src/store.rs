@@ -44,6 +44,8 @@ impl Store {
 
 /// MySQL error number for a duplicate key.
 const ER_DUP_ENTRY: u16 = 1062;
+/// MySQL error number for a deadlock victim (and, on Galera, a certification failure).
+const ER_LOCK_DEADLOCK: u16 = 1213;
 /// Name of the unique index behind idempotency keys (see the migration).
 const IDEMPOTENCY_INDEX: &str = "uq_taskq_idempotency";
 
@@ -2033,22 +2035,85 @@ pub(crate) async fn session_setup(
     Ok(())
 }
 
-/// Waits up to 60 s for the database-wide taskq migration lock; returns whether it was taken.
-pub(crate) async fn migration_lock(conn: &mut MySqlConnection) -> sqlx::Result<bool> {
-    let got = sqlx::query_scalar!(
-        r#"SELECT GET_LOCK(CONCAT('taskq_migrate.', DATABASE()), 60) AS "got: i64""#
+/// How long a taken migration lock is valid without renewal: a migrator that died holding it
+/// stops blocking others after this long. The holder renews it every third of this.
+pub(crate) const MIGRATION_LOCK_SECS: u32 = 60;
+
+/// Creates the migration lock's table if it is missing (it must exist before the first
+/// migration runs; migration 13 records the same definition). DDL: on a Galera cluster it is
+/// replicated in total order, so concurrent creators on different nodes do not conflict.
+pub(crate) async fn migration_lock_table(conn: &mut MySqlConnection) -> sqlx::Result<()> {
+    sqlx::query!(
+        r#"CREATE TABLE IF NOT EXISTS taskq_migration_lock (
+            id         TINYINT UNSIGNED NOT NULL,
+            holder     VARCHAR(64)      NOT NULL,
+            expires_at DATETIME(6)      NOT NULL,
+            PRIMARY KEY (id)
+        ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin"#
     )
-    .fetch_one(conn)
+    .execute(conn)
     .await?;
-    Ok(got == Some(1))
+    Ok(())
 }
 
-/// Releases the migration lock.
-pub(crate) async fn migration_unlock(conn: &mut MySqlConnection) -> sqlx::Result<()> {
-    sqlx::query!("DO RELEASE_LOCK(CONCAT('taskq_migrate.', DATABASE()))")
-        .execute(conn)
+/// Tries once to take the database-wide migration lock for `holder` (autocommit): removes a
+/// lock whose holder let it expire, then inserts the lock row. Returns whether this call took
+/// it. Another holder's row (a duplicate key), or a concurrent taker on another Galera node
+/// (a certification failure, error 1213), means not taken. Unlike `GET_LOCK`, which each
+/// server keeps to itself, the row is replicated, so this serializes migrators on every node
+/// of a cluster.
+pub(crate) async fn migration_lock_try(
+    conn: &mut MySqlConnection,
+    holder: &str,
+) -> sqlx::Result<bool> {
+    sqlx::query!("DELETE FROM taskq_migration_lock WHERE id = 1 AND expires_at < UTC_TIMESTAMP(6)")
+        .execute(&mut *conn)
         .await?;
+    let res = sqlx::query!(
+        r#"INSERT INTO taskq_migration_lock (id, holder, expires_at)
+           VALUES (1, ?, UTC_TIMESTAMP(6) + INTERVAL ? SECOND)"#,
+        holder,
+        MIGRATION_LOCK_SECS
+    )
+    .execute(&mut *conn)
+    .await;
+    match res {
+        Ok(_) => Ok(true),
+        Err(sqlx::Error::Database(e)) if is_conflict_on(&*e, "") || is_deadlock(&*e) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Extends `holder`'s migration lock by [`MIGRATION_LOCK_SECS`]; returns whether it still held it.
+pub(crate) async fn migration_lock_renew(pool: &MySqlPool, holder: &str) -> sqlx::Result<bool> {
+    let done = sqlx::query!(
+        r#"UPDATE taskq_migration_lock SET expires_at = UTC_TIMESTAMP(6) + INTERVAL ? SECOND
+           WHERE id = 1 AND holder = ?"#,
+        MIGRATION_LOCK_SECS,
+        holder
+    )
+    .execute(pool)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Releases `holder`'s migration lock.
+pub(crate) async fn migration_unlock(conn: &mut MySqlConnection, holder: &str) -> sqlx::Result<()> {
+    sqlx::query!(
+        "DELETE FROM taskq_migration_lock WHERE id = 1 AND holder = ?",
+        holder
+    )
+    .execute(conn)
+    .await?;
     Ok(())
+}
+
+/// Whether `e` is ER_LOCK_DEADLOCK (1213): an InnoDB deadlock victim, or on a Galera cluster a
+/// transaction that failed certification or was aborted by a replicated one (brute-force
+/// abort). The transaction was rolled back; running it again is safe.
+pub(crate) fn is_deadlock(e: &dyn sqlx::error::DatabaseError) -> bool {
+    let mysql = e.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>();
+    mysql.is_some_and(|m| m.number() == ER_LOCK_DEADLOCK)
 }
 
 // --- operator functions (CLI) ---
@@ -2410,20 +2475,22 @@ pub(crate) async fn autoinc_settings(conn: &mut MySqlConnection) -> sqlx::Result
 }
 
 /// Inserts every row of `rows_json` (a JSON array of [`BatchRow`]) in one statement, in array
-/// order, with no idempotency key. Returns `(first id, rows inserted)`; the ids of the other
-/// rows are only known when [`autoinc_settings`] says they are consecutive.
+/// order, with no idempotency key, each row marked with `batch` (`enqueue_batch`). Returns
+/// `(first id, rows inserted)`. The ids of the other rows can be derived when
+/// [`autoinc_settings`] says they are consecutive; otherwise [`task_batch_ids`] reads them back.
 pub(crate) async fn task_insert_batch(
     conn: &mut MySqlConnection,
     rows_json: &str,
+    batch: Option<u64>,
 ) -> sqlx::Result<(u64, u64)> {
     let done = sqlx::query!(
         r#"INSERT INTO taskq_tasks
             (queue, name, payload, state, priority, max_attempts, run_at, deadline,
-             idempotency_key, trace_context, created_at, updated_at)
+             idempotency_key, trace_context, enqueue_batch, created_at, updated_at)
            SELECT j.queue, j.name, UNHEX(j.payload), 'pending', j.priority, j.max_attempts,
              COALESCE(j.run_at, UTC_TIMESTAMP(6) + INTERVAL j.delay_us MICROSECOND),
              COALESCE(j.deadline, UTC_TIMESTAMP(6) + INTERVAL j.ttl_us MICROSECOND), NULL,
-             j.trace_context, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6)
+             j.trace_context, ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6)
            FROM JSON_TABLE(?, '$[*]' COLUMNS (
                  ord FOR ORDINALITY,
                  queue VARCHAR(64) PATH '$.q',
@@ -2437,11 +2504,35 @@ pub(crate) async fn task_insert_batch(
                  ttl_us BIGINT PATH '$.tl',
                  trace_context VARCHAR(512) PATH '$.t')) AS j
            ORDER BY j.ord"#,
+        batch,
         rows_json
     )
     .execute(&mut *conn)
     .await?;
     Ok((done.last_insert_id(), done.rows_affected()))
+}
+
+/// The ids of the `n` rows one [`task_insert_batch`] statement inserted with marker `batch`,
+/// ascending (which is input order: the statement inserts in array order, and each row takes
+/// the next value of the auto-increment counter, even when other statements' values fall in
+/// between). Read on the inserting connection, which sees its own uncommitted rows; a
+/// primary-key range scan from the statement's first id that stops after `n` matches, so it
+/// walks only this batch's ids and those other inserts took in between.
+pub(crate) async fn task_batch_ids(
+    conn: &mut MySqlConnection,
+    first: u64,
+    batch: u64,
+    n: u64,
+) -> sqlx::Result<Vec<u64>> {
+    sqlx::query_scalar!(
+        r#"SELECT id AS "id: u64" FROM taskq_tasks FORCE INDEX (PRIMARY)
+           WHERE id >= ? AND enqueue_batch = ? ORDER BY id LIMIT ?"#,
+        first,
+        batch,
+        n
+    )
+    .fetch_all(&mut *conn)
+    .await
 }
 
 // --- recurring schedules ---

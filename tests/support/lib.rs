@@ -149,6 +149,7 @@ impl Drop for TestDb {
     }
 }
 
+pub mod galera;
 pub mod proxy;
 pub mod server;
 

@@ -69,7 +69,7 @@ enum Flavor {
 
 /// The binaries used to initialise and run a server.
 #[derive(Debug, Clone)]
-struct Binaries {
+pub(crate) struct Binaries {
     server: PathBuf,
     /// `mariadb-install-db` / `mysql_install_db`; `None` for MySQL (`mysqld --initialize-insecure`).
     install_db: Option<PathBuf>,
@@ -327,7 +327,7 @@ impl PrivateServer {
     }
 
     /// Initialises the datadir.
-    async fn install_db(&self) -> Result<(), String> {
+    pub(crate) async fn install_db(&self) -> Result<(), String> {
         let root = self.dir.display().to_string();
         let log = std::fs::File::create(self.dir.join("install.log"))
             .map_err(|e| format!("create install.log: {e}"))?;
@@ -383,8 +383,65 @@ impl PrivateServer {
         Ok(())
     }
 
-    /// Spawns the server process and waits until `SELECT 1` answers or it exits.
-    async fn spawn_and_wait(&mut self) -> Result<(), String> {
+    /// A server that is not started: `dir` is created (with `tmp/`), nothing else.
+    pub(crate) fn unstarted(
+        bins: Binaries,
+        port: u16,
+        extra_args: Vec<String>,
+    ) -> Result<Self, StartError> {
+        let dir = std::env::temp_dir().join(format!(
+            "{DIR_PREFIX}{}-{:016x}",
+            std::process::id(),
+            fastrand::u64(..)
+        ));
+        std::fs::create_dir_all(dir.join("tmp"))
+            .map_err(|e| StartError::Failed(format!("create {}: {e}", dir.display())))?;
+        Ok(PrivateServer {
+            bins,
+            dir,
+            port,
+            extra_args,
+            child: None,
+            keep_dir: false,
+        })
+    }
+
+    /// Replaces the extra server options used by the next start.
+    pub fn set_extra_args(&mut self, args: Vec<String>) {
+        self.extra_args = args;
+    }
+
+    /// The extra server options.
+    pub fn extra_args(&self) -> &[String] {
+        &self.extra_args
+    }
+
+    /// Runs the server binary once on this datadir with the usual options plus `args`
+    /// (e.g. `--wsrep-recover`), its error log going to `<root_dir>/<log_name>`, and waits for
+    /// it to exit. Returns that log.
+    pub async fn run_once(&self, args: &[&str], log_name: &str) -> Result<String, String> {
+        let log = self.dir.join(log_name);
+        let mut cmd = self.command();
+        cmd.args(args)
+            .arg(format!("--log-error={}", log.display()))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true);
+        let status = cmd
+            .status()
+            .await
+            .map_err(|e| format!("run {cmd:?}: {e}"))?;
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if status.success() {
+            Ok(text)
+        } else {
+            Err(format!("{cmd:?} exited with {status}; log:\n{text}"))
+        }
+    }
+
+    /// The server command with every option but stdio.
+    fn command(&self) -> Command {
         let root = self.dir.display().to_string();
         let mut cmd = Command::new(&self.bins.server);
         cmd.arg("--no-defaults")
@@ -403,8 +460,20 @@ impl PrivateServer {
         if is_root() {
             cmd.arg("--user=root");
         }
-        cmd.args(&self.extra_args)
-            .stdin(Stdio::null())
+        cmd.args(&self.extra_args);
+        cmd
+    }
+
+    /// Spawns the server process and waits until `SELECT 1` answers or it exits.
+    pub(crate) async fn spawn_and_wait(&mut self) -> Result<(), String> {
+        let log_len_before = self.spawn()?;
+        self.wait_ready(log_len_before).await
+    }
+
+    /// Spawns the server process; returns the length of its log before, for [`Self::wait_ready`].
+    pub(crate) fn spawn(&mut self) -> Result<u64, String> {
+        let mut cmd = self.command();
+        cmd.stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .kill_on_drop(true);
@@ -413,7 +482,11 @@ impl PrivateServer {
             .spawn()
             .map_err(|e| format!("spawn {}: {e}", self.bins.server.display()))?;
         self.child = Some(child);
+        Ok(log_len_before)
+    }
 
+    /// Waits until `SELECT 1` answers, or the process exits, or [`READY_TIMEOUT`] passes.
+    pub(crate) async fn wait_ready(&mut self, log_len_before: u64) -> Result<(), String> {
         let deadline = Instant::now() + READY_TIMEOUT;
         loop {
             if let Some(child) = self.child.as_mut()
@@ -464,7 +537,7 @@ impl Drop for PrivateServer {
 }
 
 /// Finds the server and install binaries (environment overrides, `PATH`, usual locations).
-fn find_binaries() -> Result<Binaries, StartError> {
+pub(crate) fn find_binaries() -> Result<Binaries, StartError> {
     let server = std::env::var_os("TASKQ_MARIADBD")
         .map(PathBuf::from)
         .or_else(|| {
@@ -565,7 +638,7 @@ fn basedir_for(server: &Path) -> Option<PathBuf> {
 }
 
 /// Whether this process runs as root (mariadbd refuses to run as root without `--user=root`).
-fn is_root() -> bool {
+pub(crate) fn is_root() -> bool {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
@@ -577,13 +650,13 @@ fn is_root() -> bool {
 }
 
 /// A port that was free a moment ago on 127.0.0.1.
-fn free_port() -> std::io::Result<u16> {
+pub(crate) fn free_port() -> std::io::Result<u16> {
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
     Ok(listener.local_addr()?.port())
 }
 
 /// Sends `SIG<sig>` to `pid` with the `kill` command.
-fn signal(pid: u32, sig: &str) {
+pub(crate) fn signal(pid: u32, sig: &str) {
     let _ = std::process::Command::new("kill")
         .arg(format!("-{sig}"))
         .arg(pid.to_string())
@@ -594,7 +667,7 @@ fn signal(pid: u32, sig: &str) {
 
 /// Removes datadirs (and kills servers) left behind by test processes that no longer exist,
 /// e.g. after the test binary itself was killed.
-fn sweep_stale_dirs() {
+pub(crate) fn sweep_stale_dirs() {
     let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
         return;
     };

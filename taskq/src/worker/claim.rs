@@ -233,6 +233,9 @@ const RESCAN_EVERY: Duration = Duration::from_millis(100);
 /// worker's task is taken. A place freed by this worker's own task is retried at once.
 pub(crate) const LIMITED_POLL_MAX: Duration = Duration::from_millis(100);
 
+/// Conflicts in a row a claim loop retries after a short pause before it backs off.
+const CONFLICT_RETRIES: u32 = 3;
+
 /// Candidates a claim reads per task it wants, at least and at most (see `Store::task_claim`).
 const MIN_SPREAD: usize = 2;
 const MAX_SPREAD: usize = 8;
@@ -299,6 +302,14 @@ fn take_slots(shared: &Shared, queue_slots: &Arc<Semaphore>) -> Vec<Slot> {
 
 async fn on_error(shared: &Shared, queue: &str, e: &StmtError, failures: &mut u32) {
     WorkerStats::add(&shared.stats.db_errors, 1);
+    if e.is_conflict() && *failures < CONFLICT_RETRIES {
+        // Another claimer (on a Galera cluster: another node) took the same rows first: try
+        // again at once, past them. Only repeated conflicts back off.
+        tracing::debug!(queue, error = %e, "taskq: claim lost to a concurrent one; claiming again");
+        *failures += 1;
+        super::deadline::conflict_pause().await;
+        return;
+    }
     tracing::warn!(queue, error = %e, failures = *failures, "taskq: claim failed; backing off");
     *failures += 1;
     backoff_sleep(shared, *failures).await;

@@ -49,6 +49,23 @@ impl StmtError {
             _ => false,
         }
     }
+
+    /// Whether the statement's transaction lost to a concurrent one and was rolled back: an
+    /// InnoDB deadlock victim, or on a Galera cluster a certification failure or brute-force
+    /// abort (all ER_LOCK_DEADLOCK, 1213). Nothing is wrong with the database; running the
+    /// statement again at once is the cure, without the backoff meant for an outage.
+    pub(crate) fn is_conflict(&self) -> bool {
+        match self {
+            StmtError::Db(sqlx::Error::Database(db)) => crate::store::is_deadlock(&**db),
+            _ => false,
+        }
+    }
+}
+
+/// A short random pause before running a statement again after a conflict (1–20 ms), so two
+/// claimers that collided do not collide again in lockstep.
+pub(crate) async fn conflict_pause() {
+    tokio::time::sleep(Duration::from_micros(fastrand::u64(1_000..20_000))).await;
 }
 
 /// Runs `$body` (an expression using `$conn: &mut MySqlConnection`) on a connection of the
@@ -77,7 +94,13 @@ macro_rules! within {
                         // The probe's "last database round trip" (see `worker::health`).
                         shared.health.db_ok();
                     }
-                    r.map_err($crate::worker::deadline::StmtError::Db)
+                    r.map_err(|e| {
+                        let e = $crate::worker::deadline::StmtError::Db(e);
+                        if e.is_conflict() {
+                            $crate::worker::WorkerStats::add(&shared.stats.db_conflicts, 1);
+                        }
+                        e
+                    })
                 }
                 Err(_) => {
                     // Dropped without a goodbye: the socket closes, the server rolls back.

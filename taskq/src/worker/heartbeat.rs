@@ -121,12 +121,22 @@ pub(crate) async fn beat(shared: &Shared) {
     let sent = Instant::now();
     let json = store::leases_json(&leases);
     let lease_us = shared.lease_us();
-    let renewed = match within!(shared, |c| shared.store.task_heartbeat(c, &json, lease_us)).await {
-        Ok(n) => n,
-        Err(e) => {
-            WorkerStats::add(&shared.stats.db_errors, 1);
-            tracing::warn!(error = %e, leases = leases.len(), "taskq: heartbeat failed");
-            return;
+    let mut tries = 0;
+    let renewed = loop {
+        match within!(shared, |c| shared.store.task_heartbeat(c, &json, lease_us)).await {
+            Ok(n) => break n,
+            Err(e) => {
+                WorkerStats::add(&shared.stats.db_errors, 1);
+                tries += 1;
+                if e.is_conflict() && tries < 3 {
+                    // Lost to a concurrent write of one of the rows (on Galera: failed
+                    // certification); nothing was renewed. Try again at once.
+                    super::deadline::conflict_pause().await;
+                    continue;
+                }
+                tracing::warn!(error = %e, leases = leases.len(), "taskq: heartbeat failed");
+                return;
+            }
         }
     };
     // Leases with a cancel request are held but not renewed (the heartbeat skips them).

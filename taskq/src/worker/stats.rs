@@ -21,6 +21,7 @@ pub struct WorkerStats {
     pub(crate) pruned: AtomicU64,
     pub(crate) released: AtomicU64,
     pub(crate) db_errors: AtomicU64,
+    pub(crate) db_conflicts: AtomicU64,
     pub(crate) claim_queries: AtomicU64,
     pub(crate) ack_flushes: AtomicU64,
     pub(crate) statement_timeouts: AtomicU64,
@@ -70,6 +71,11 @@ pub struct StatsSnapshot {
     pub released: u64,
     /// Database errors survived (the worker backed off and retried).
     pub db_errors: u64,
+    /// Of `db_errors`, statements whose transaction lost to a concurrent one and was rolled
+    /// back (ER_LOCK_DEADLOCK, 1213): an InnoDB deadlock, or on a Galera cluster a
+    /// certification failure or brute-force abort. Each was run again after a short pause
+    /// (claim, write-back) or at the next beat (heartbeat); none loses work.
+    pub db_conflicts: u64,
     /// Claim transactions issued.
     pub claim_queries: u64,
     /// Write-back statements issued.
@@ -123,6 +129,7 @@ impl WorkerStats {
             pruned: self.pruned.load(Relaxed),
             released: self.released.load(Relaxed),
             db_errors: self.db_errors.load(Relaxed),
+            db_conflicts: self.db_conflicts.load(Relaxed),
             claim_queries: self.claim_queries.load(Relaxed),
             ack_flushes: self.ack_flushes.load(Relaxed),
             statement_timeouts: self.statement_timeouts.load(Relaxed),

@@ -5,7 +5,8 @@
 //! trigger, a constraint) must not hold the others back: it is split in halves until the
 //! rejected rows are alone; each is logged, counted (`writeback_rejected`) and dropped, its
 //! lease left to expire so the reaper returns the task. Transient errors (connection,
-//! timeout, deadlock) retry the whole chunk.
+//! timeout, deadlock or Galera certification failure) retry the whole chunk; a conflict
+//! (1213) is retried after a short pause rather than the backoff.
 //!
 //! An outcome that would free a unique identity which a producer's open transaction holds
 //! (that producer's enqueue was a duplicate of this task) is deferred rather than waited for:
@@ -174,7 +175,11 @@ async fn flush_with_retries(
                 }
                 break;
             }
-            if shared.stopping() {
+            if e.is_conflict() && failures <= 3 {
+                // Lost to a concurrent transaction (on Galera: failed certification); the
+                // chunk was rolled back as a whole and each row stays fenced by its epoch.
+                super::deadline::conflict_pause().await;
+            } else if shared.stopping() {
                 tokio::time::sleep(Duration::from_millis(200)).await;
             } else {
                 backoff_sleep(shared, failures).await;

@@ -1,0 +1,476 @@
+//! taskq on a three-node MariaDB Galera cluster of private servers (see
+//! `tests/support/galera.rs`): enqueue on any node, workers on every node, the migration lock
+//! across nodes, a node killed mid-drain, a node that loses quorum and rejoins.
+//!
+//! One cluster serves every scenario, run in sequence by one test (forming a cluster takes
+//! seconds; the scenarios leave it whole). Skipped with a message when the machine has no
+//! `mariadbd` or no galera-4 provider, unless `TASKQ_REQUIRE_PRIVATE_SERVER` is set (CI).
+
+#[path = "galera_support/mod.rs"]
+mod galera_support;
+
+use std::time::{Duration, Instant};
+
+use galera_support::{ClusterDb, Runs, Work, drain, total, worker};
+use sqlx::Connection;
+use taskq::{Task, TaskId};
+use taskq_tests::galera::GaleraCluster;
+use taskq_tests::wait_until;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn taskq_on_a_three_node_galera_cluster() {
+    let Some(mut cluster) = GaleraCluster::start_or_skip().await else {
+        return;
+    };
+    let t = Instant::now();
+    migration_lock_serializes_migrators_on_different_nodes(&cluster).await;
+    eprintln!("migration lock: {:?}", t.elapsed());
+    let t = Instant::now();
+    business_transactions_on_every_node_give_exactly_the_committed_tasks(&cluster).await;
+    eprintln!("integrity: {:?}", t.elapsed());
+    let t = Instant::now();
+    multi_writer_drain_absorbs_certification_conflicts(&cluster).await;
+    eprintln!("multi-writer drain: {:?}", t.elapsed());
+    let t = Instant::now();
+    a_killed_node_s_tasks_are_finished_by_the_survivors(&mut cluster).await;
+    eprintln!("node kill: {:?}", t.elapsed());
+    let t = Instant::now();
+    a_node_without_quorum_refuses_work_and_its_worker_backs_off(&cluster).await;
+    eprintln!("quorum loss: {:?}", t.elapsed());
+}
+
+/// `GET_LOCK` is per server: two sessions on two nodes both get the same name, which is why
+/// `migrate` takes a row instead. A lock row taken on node 1 keeps a migrator on node 2
+/// waiting until it is gone; two migrators started together on two nodes both succeed and
+/// apply each migration once.
+async fn migration_lock_serializes_migrators_on_different_nodes(cluster: &GaleraCluster) {
+    let mut a = cluster.node(0).connect().await.unwrap();
+    let mut b = cluster.node(1).connect().await.unwrap();
+    let got = |c| async move {
+        let c: &mut sqlx::MySqlConnection = c;
+        sqlx::query_scalar::<_, Option<i64>>("SELECT GET_LOCK('taskq_galera_probe', 0)")
+            .fetch_one(c)
+            .await
+            .unwrap()
+    };
+    assert_eq!(got(&mut a).await, Some(1));
+    assert_eq!(
+        got(&mut b).await,
+        Some(1),
+        "GET_LOCK is not replicated: node 2 gets the lock node 1 holds"
+    );
+    a.close().await.unwrap();
+    b.close().await.unwrap();
+
+    // A lock row held (as by a migrator on node 1) keeps a migrator on node 2 out.
+    let urls = cluster.create_database("mlock_held").await.unwrap();
+    let p1 = sqlx::MySqlPool::connect(&urls[0]).await.unwrap();
+    let p2 = sqlx::MySqlPool::connect(&urls[1]).await.unwrap();
+    taskq::migrate(&p1).await.unwrap();
+    sqlx::raw_sql(
+        "INSERT INTO taskq_migration_lock (id, holder, expires_at) \
+         VALUES (1, 'test-holder', UTC_TIMESTAMP(6) + INTERVAL 1 MINUTE)",
+    )
+    .execute(&p1)
+    .await
+    .unwrap();
+    let waiting = tokio::spawn({
+        let p2 = p2.clone();
+        async move { taskq::migrate(&p2).await }
+    });
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        !waiting.is_finished(),
+        "a migrator on node 2 must wait for the lock row taken on node 1"
+    );
+    sqlx::raw_sql("DELETE FROM taskq_migration_lock")
+        .execute(&p1)
+        .await
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("the migrator finishes once the lock is free")
+        .unwrap()
+        .expect("migrate on node 2");
+
+    // Two migrators on fresh database, on two nodes at once: both succeed, each version once.
+    let urls = cluster.create_database("mlock_race").await.unwrap();
+    let pools: Vec<sqlx::MySqlPool> = futures_join(&urls[..3]).await;
+    let (r1, r2, r3) = tokio::join!(
+        taskq::migrate(&pools[0]),
+        taskq::migrate(&pools[1]),
+        taskq::migrate(&pools[2])
+    );
+    r1.expect("migrate on node 1");
+    r2.expect("migrate on node 2");
+    r3.expect("migrate on node 3");
+    let (versions, distinct): (i64, i64) = sqlx::query_as(
+        "SELECT COUNT(*), COUNT(DISTINCT version) FROM _taskq_migrations WHERE success = 1",
+    )
+    .fetch_one(&pools[2])
+    .await
+    .unwrap();
+    assert_eq!(versions, taskq::migrator().iter().count() as i64);
+    assert_eq!(versions, distinct);
+    let left: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM taskq_migration_lock")
+        .fetch_one(&pools[1])
+        .await
+        .unwrap();
+    assert_eq!(left, 0, "the lock is released");
+}
+
+async fn futures_join(urls: &[String]) -> Vec<sqlx::MySqlPool> {
+    let mut out = Vec::new();
+    for u in urls {
+        out.push(sqlx::MySqlPool::connect(u).await.unwrap());
+    }
+    out
+}
+
+/// Producers on all three nodes run business transactions (an order row plus its task,
+/// `enqueue_tx`; every fifth rolled back) and batches (`enqueue_many`, whose ids under
+/// `innodb_autoinc_lock_mode=2` are read back); workers on all three nodes drain them. The
+/// tasks are exactly the committed orders and batches, ids match payloads, and each task ran
+/// once (no lease expired: nothing failed).
+async fn business_transactions_on_every_node_give_exactly_the_committed_tasks(
+    cluster: &GaleraCluster,
+) {
+    let db = ClusterDb::new(cluster, "integrity", 24).await;
+    let runs = Runs::default();
+    let workers: Vec<_> = (0..3)
+        .map(|i| worker(&db.pools[i], &runs, 8, &format!("integrity-n{}", i + 1)))
+        .collect();
+    let mut producers = Vec::new();
+    for node in 0..3usize {
+        let pool = db.pools[node].clone();
+        producers.push(tokio::spawn(async move {
+            let mut committed = Vec::new();
+            let mut batch_ids = Vec::new();
+            // Transactions retried after a conflict (ER_LOCK_DEADLOCK: a certification failure
+            // or brute-force abort), as every application on Galera must.
+            let mut retries = 0u32;
+            for k in 0..60u32 {
+                loop {
+                    match business_tx(&pool, node, k % 5 != 4).await {
+                        Ok(Some(done)) => committed.push(done),
+                        Ok(None) => {}
+                        Err(e) if is_conflict(&e) => {
+                            retries += 1;
+                            continue;
+                        }
+                        Err(e) => panic!("business transaction: {e}"),
+                    }
+                    break;
+                }
+                if k % 20 == 0 {
+                    // A batch whose ids interleave with the other nodes' inserts.
+                    let base = 1_000_000 * (node as u64 + 1) + u64::from(k) * 1000;
+                    let ids = loop {
+                        match batch_tx(&pool, base).await {
+                            Ok(ids) => break ids,
+                            Err(e) if is_conflict(&e) => retries += 1,
+                            Err(e) => panic!("batch transaction: {e}"),
+                        }
+                    };
+                    batch_ids.extend(
+                        ids.into_iter()
+                            .enumerate()
+                            .map(|(j, id)| (base + j as u64, id)),
+                    );
+                }
+            }
+            (committed, batch_ids, retries)
+        }));
+    }
+    let mut retries = 0;
+    let mut expected: Vec<(u64, TaskId)> = Vec::new();
+    for p in producers {
+        let (c, b, r) = p.await.unwrap();
+        retries += r;
+        expected.extend(c);
+        expected.extend(b);
+    }
+    let n = expected.len() as i64;
+    assert_eq!(n, 3 * (48 + 3 * 50));
+    wait_until(
+        Duration::from_secs(60),
+        "all committed tasks run",
+        || async { db.count(0, "state = 'succeeded'").await == n },
+    )
+    .await;
+    let mut stats = Vec::new();
+    for w in workers {
+        stats.push(w.stop().await.stats);
+    }
+    // Exactly the committed tasks, with the ids the producers were given.
+    assert_eq!(
+        db.count(2, "TRUE").await,
+        n,
+        "no task of a rolled-back transaction"
+    );
+    let rows: Vec<(u64, Vec<u8>)> = sqlx::query_as("SELECT id, payload FROM taskq_tasks")
+        .fetch_all(&db.pools[1])
+        .await
+        .unwrap();
+    let by_id: std::collections::HashMap<u64, u64> = rows
+        .into_iter()
+        .map(|(id, p)| {
+            let w: Work = serde_json::from_slice(&p).unwrap();
+            (id, w.order)
+        })
+        .collect();
+    for (order, id) in &expected {
+        assert_eq!(
+            by_id.get(&id.0),
+            Some(order),
+            "task {id} carries order {order}"
+        );
+    }
+    let orders: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM orders")
+        .fetch_one(&db.pools[2])
+        .await
+        .unwrap();
+    assert_eq!(orders, 3 * 48, "committed orders");
+    let (ran, total_runs, dup) = runs.summary();
+    assert_eq!(ran as i64, n);
+    assert_eq!((total_runs as i64, dup), (n, 0), "each task ran once");
+    let t = total(&stats);
+    assert_eq!(t.succeeded as i64, n);
+    eprintln!(
+        "integrity: {n} tasks; producer transactions retried after a conflict: {retries}; \
+         worker conflicts absorbed: {} (db_errors {})",
+        t.db_conflicts, t.db_errors
+    );
+}
+
+/// An order and its task in one transaction; committed (returning both ids) or rolled back.
+async fn business_tx(
+    pool: &sqlx::MySqlPool,
+    node: usize,
+    commit: bool,
+) -> taskq::Result<Option<(u64, TaskId)>> {
+    let mut tx = pool.begin().await?;
+    let order = sqlx::query("INSERT INTO orders (node) VALUES (?)")
+        .bind(node as i64)
+        .execute(&mut *tx)
+        .await?
+        .last_insert_id();
+    let task = Work { order, ms: 1 }.enqueue_tx(&mut tx).await?;
+    if commit {
+        tx.commit().await?;
+        Ok(Some((order, task.id)))
+    } else {
+        tx.rollback().await?;
+        Ok(None)
+    }
+}
+
+/// 50 tasks by `enqueue_many` in one transaction; their ids in input order.
+async fn batch_tx(pool: &sqlx::MySqlPool, base: u64) -> taskq::Result<Vec<TaskId>> {
+    let mut tx = pool.begin().await?;
+    let ids = taskq::enqueue_many(
+        &mut tx,
+        (0..50).map(|j| Work {
+            order: base + j,
+            ms: 0,
+        }),
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(ids.into_iter().map(|e| e.id).collect())
+}
+
+/// Whether a producer's transaction lost to a concurrent one (1213) and may simply be run again.
+fn is_conflict(e: &taskq::Error) -> bool {
+    let db = match e {
+        taskq::Error::Database(sqlx::Error::Database(db)) => db,
+        _ => return false,
+    };
+    db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
+        .is_some_and(|m| m.number() == 1213)
+}
+
+/// One worker per node claiming from the same queue: claims collide across nodes (row locks
+/// are per node; certification decides), the losers are rolled back and claim again. No task
+/// is lost or run twice.
+async fn multi_writer_drain_absorbs_certification_conflicts(cluster: &GaleraCluster) {
+    let d = drain(cluster, "multi_writer", 1500, &[0, 1, 2], 16).await;
+    assert_eq!(d.duplicates, 0, "no task ran twice");
+    assert_eq!(d.stats.succeeded, 1500);
+    assert_eq!(d.stats.fenced, 0);
+    eprintln!(
+        "multi-writer: {} tasks in {:.2}s = {:.0}/s; conflicts {} of {} claims",
+        d.tasks,
+        d.secs,
+        d.rate(),
+        d.stats.db_conflicts,
+        d.stats.claim_queries
+    );
+}
+
+/// SIGKILL node 3 while workers on all three nodes drain: the survivors finish everything,
+/// taking over node 3's tasks when their leases expire; node 3 rejoins by IST and holds the
+/// same rows; only tasks whose lease expired ran twice, each time with a new epoch.
+async fn a_killed_node_s_tasks_are_finished_by_the_survivors(cluster: &mut GaleraCluster) {
+    let tasks = 600i64;
+    let db = ClusterDb::new(cluster, "node_kill", 24).await;
+    let mut tx = db.pools[0].begin().await.unwrap();
+    taskq::enqueue_many(
+        &mut tx,
+        (0..tasks as u64).map(|order| Work { order, ms: 20 }),
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    let runs = Runs::default();
+    let workers: Vec<_> = (0..3)
+        .map(|i| worker(&db.pools[i], &runs, 8, &format!("kill-n{}", i + 1)))
+        .collect();
+    wait_until(Duration::from_secs(30), "a third done", || async {
+        db.count(0, "state = 'succeeded'").await >= tasks / 3
+    })
+    .await;
+    let held: i64 = db
+        .count(0, "state = 'running' AND worker_id = 'kill-n3'")
+        .await;
+    let killed = Instant::now();
+    cluster.kill(2).await;
+    wait_until(
+        Duration::from_secs(30),
+        "node 3's leases taken over",
+        || async {
+            db.count(0, "state = 'running' AND worker_id = 'kill-n3'")
+                .await
+                == 0
+        },
+    )
+    .await;
+    let takeover = killed.elapsed();
+    wait_until(Duration::from_secs(60), "the survivors finish", || async {
+        db.count(0, "state = 'succeeded'").await == tasks
+    })
+    .await;
+    let finished = killed.elapsed();
+    cluster.rejoin(2, 3).await.expect("node 3 rejoins");
+    assert_eq!(
+        db.count(2, "state = 'succeeded'").await,
+        tasks,
+        "node 3 caught up"
+    );
+    let mut stats = Vec::new();
+    for w in workers {
+        stats.push(w.stop().await.stats);
+    }
+    let t = total(&stats);
+    // Every task ran; a task that ran more than once did so under distinct epochs (a lease
+    // expired and the task was claimed again), never twice on one lease.
+    let (ran, _, dup) = runs.summary();
+    assert_eq!(ran as i64, tasks);
+    runs.check_duplicates("kill-n3");
+    eprintln!(
+        "node kill: node 3 held {held} tasks; takeover {:.2}s, all done {:.2}s after the kill; \
+         {dup} tasks ran twice; fenced {} reaped {} conflicts {}",
+        takeover.as_secs_f64(),
+        finished.as_secs_f64(),
+        t.fenced,
+        t.reaped,
+        t.db_conflicts
+    );
+}
+
+/// Node 3 cut off the group (`gmcast.isolate`): it refuses application statements
+/// (non-primary), its worker's claims fail and back off rather than spin, nodes 1 and 2
+/// finish the work; node 3 then rejoins by IST, its worker's outcomes are written or fenced,
+/// and nothing ran twice except under a new epoch.
+async fn a_node_without_quorum_refuses_work_and_its_worker_backs_off(cluster: &GaleraCluster) {
+    let tasks = 600i64;
+    let db = ClusterDb::new(cluster, "quorum", 24).await;
+    let mut tx = db.pools[0].begin().await.unwrap();
+    taskq::enqueue_many(
+        &mut tx,
+        (0..tasks as u64).map(|order| Work { order, ms: 20 }),
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    let runs = Runs::default();
+    let workers: Vec<_> = (0..3)
+        .map(|i| worker(&db.pools[i], &runs, 8, &format!("quorum-n{}", i + 1)))
+        .collect();
+    wait_until(Duration::from_secs(30), "a quarter done", || async {
+        db.count(0, "state = 'succeeded'").await >= tasks / 4
+    })
+    .await;
+    cluster.isolate(2, true).await.unwrap();
+    cluster
+        .wait_not_ready(2, Duration::from_secs(15))
+        .await
+        .unwrap();
+    let status = cluster.status(2).await.unwrap();
+    assert_eq!(status.cluster_status, "non-Primary");
+    // It refuses work.
+    let err = sqlx::query("SELECT COUNT(*) FROM taskq_tasks")
+        .execute(&db.pools[2])
+        .await
+        .expect_err("a non-primary node refuses statements");
+    let msg = err.to_string();
+    assert!(msg.contains("WSREP has not yet prepared node"), "{msg}");
+    let before = workers[2].stats.snapshot();
+    let cut = Instant::now();
+    wait_until(Duration::from_secs(60), "nodes 1 and 2 finish", || async {
+        db.count(0, "state = 'succeeded'").await == tasks
+    })
+    .await;
+    // Stay cut off for at least 4 s to see the back-off.
+    let left = Duration::from_secs(4).saturating_sub(cut.elapsed());
+    tokio::time::sleep(left).await;
+    let during = cut.elapsed();
+    let after = workers[2].stats.snapshot();
+    let claims = after.claim_queries - before.claim_queries;
+    let errors = after.db_errors - before.db_errors;
+    assert!(
+        claims <= 20,
+        "the cut-off worker backs off: {claims} claims in {during:?}"
+    );
+    cluster.isolate(2, false).await.unwrap();
+    cluster.wait_synced(2, 3).await.expect("node 3 rejoins");
+    assert_eq!(db.count(2, "state = 'succeeded'").await, tasks);
+    // Its worker works again.
+    let mut tx = db.pools[2].begin().await.unwrap();
+    let late = Work {
+        order: 9_999,
+        ms: 0,
+    }
+    .enqueue_tx(&mut tx)
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    wait_until(Duration::from_secs(20), "a new task runs", || async {
+        db.count(0, &format!("id = {} AND state = 'succeeded'", late.id))
+            .await
+            == 1
+    })
+    .await;
+    let mut stats = Vec::new();
+    for w in workers {
+        let report = w.stop().await;
+        assert!(
+            report.unacknowledged.is_empty(),
+            "every outcome written or fenced: {:?}",
+            report.unacknowledged
+        );
+        stats.push(report.stats);
+    }
+    let (ran, _, dup) = runs.summary();
+    assert_eq!(ran as i64, tasks + 1);
+    runs.check_duplicates("quorum-n3");
+    let t = total(&stats);
+    eprintln!(
+        "quorum loss: cut-off worker made {claims} claims and {errors} errors in {:.1}s; \
+         {dup} tasks ran twice (expired leases); fenced {} reaped {} conflicts {}",
+        during.as_secs_f64(),
+        t.fenced,
+        t.reaped,
+        t.db_conflicts
+    );
+}
