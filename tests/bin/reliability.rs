@@ -6,6 +6,7 @@
 //! target/release/taskq-reliability all            # or: env | kill | graceful | pause |
 //!                                                 #     outage | chaos | tx | bad | poison |
 //!                                                 #     blackhole
+//! target/release/taskq-reliability galera         # 3-node Galera cluster (galera-4)
 //! ```
 //!
 //! Options (all optional): `--trials N` (kill: 20, graceful: 10, pause: 5), `--tasks N`
@@ -15,6 +16,9 @@
 
 #[path = "../faults_support/mod.rs"]
 mod faults_support;
+#[allow(dead_code)]
+#[path = "../galera_support/mod.rs"]
+mod galera_support;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -106,6 +110,90 @@ async fn main() {
     if run("blackhole") {
         black_hole(&args).await;
     }
+    // Not part of `all`: needs galera-4.
+    if what == "galera" {
+        galera(&args).await;
+    }
+}
+
+/// Drains on a three-node Galera cluster: all workers on one node (single writer) against one
+/// worker per node (multi-writer), and `enqueue_many` under `innodb_autoinc_lock_mode=2`
+/// against one `enqueue_tx` per task.
+async fn galera(args: &Args) {
+    use galera_support::{Work, drain};
+    let tasks = args.num("tasks", 5000);
+    let trials = args.num("trials", 3);
+    let cluster = taskq_tests::galera::GaleraCluster::start()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    println!("\n### Galera: {tasks}-task drains, 3 nodes ({trials} trials each)\n");
+    println!(
+        "| layout | tasks/s min / median / max | certification conflicts (claims) | ran twice |\n|---|---|---|---|"
+    );
+    let layouts: [(&str, &[usize], usize); 3] = [
+        ("one worker x 48 on node 1", &[0], 48),
+        ("single writer: 3 workers x 16 on node 1", &[0, 0, 0], 16),
+        ("multi-writer: 1 worker x 16 on each node", &[0, 1, 2], 16),
+    ];
+    for (k, (label, nodes, conc)) in layouts.iter().enumerate() {
+        let mut rates = Vec::new();
+        let mut conflicts = Vec::new();
+        let mut dups = 0;
+        for t in 0..trials {
+            let d = drain(&cluster, &format!("rel_{k}_{t}"), tasks, nodes, *conc).await;
+            rates.push(d.rate());
+            conflicts.push(format!(
+                "{} ({})",
+                d.stats.db_conflicts, d.stats.claim_queries
+            ));
+            dups += d.duplicates;
+        }
+        println!(
+            "| {label} | {} | {} | {dups} |",
+            mmm_int(&rates),
+            conflicts.join(", ")
+        );
+    }
+    // enqueue_many (batched, ids read back under mode 2) against one statement per task.
+    let urls = cluster.create_database("rel_enqueue").await.unwrap();
+    let pool = sqlx::MySqlPool::connect(&urls[0]).await.unwrap();
+    taskq::migrate(&pool).await.unwrap();
+    let mut batched = Vec::new();
+    let mut single = Vec::new();
+    for _ in 0..trials {
+        let t = Instant::now();
+        let mut tx = pool.begin().await.unwrap();
+        taskq::enqueue_many(&mut tx, (0..tasks).map(|order| Work { order, ms: 0 }))
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+        batched.push(tasks as f64 / t.elapsed().as_secs_f64());
+        let t = Instant::now();
+        let mut tx = pool.begin().await.unwrap();
+        for order in 0..tasks {
+            taskq::Task::enqueue_tx(Work { order, ms: 0 }, &mut tx)
+                .await
+                .unwrap();
+        }
+        tx.commit().await.unwrap();
+        single.push(tasks as f64 / t.elapsed().as_secs_f64());
+    }
+    println!(
+        "\n| enqueue of {tasks} tasks in one transaction on node 1 (lock mode 2) | tasks/s min / median / max |\n|---|---|"
+    );
+    println!(
+        "| `enqueue_many` (one statement per 5,000 rows, ids read back) | {} |",
+        mmm_int(&batched)
+    );
+    println!(
+        "| `enqueue_tx` per task (what `enqueue_many` did under mode 2 before) | {} |",
+        mmm_int(&single)
+    );
+}
+
+fn mmm_int(samples: &[f64]) -> String {
+    let (lo, mid, hi) = min_median_max(samples);
+    format!("{lo:.0} / {mid:.0} / {hi:.0}")
 }
 
 async fn env() {
