@@ -14,7 +14,10 @@ use taskq_tests::{RunningWorker, fast_worker, wait_until};
 /// Handler runs per task id, recorded in-process (every worker of a scenario runs in the
 /// test process), with the lease epoch and worker id of each run.
 #[derive(Clone, Default)]
-pub struct Runs(pub Arc<Mutex<HashMap<u64, Vec<(u64, String)>>>>);
+pub struct Runs(pub Arc<Mutex<HashMap<u64, Vec<Run>>>>);
+
+/// One handler run: the lease epoch and the worker id.
+pub type Run = (u64, String);
 
 impl Runs {
     /// `(tasks run, runs in all, tasks run more than once)`.
@@ -25,7 +28,7 @@ impl Runs {
         (m.len(), runs, dup)
     }
     /// Tasks run more than once, with their runs.
-    pub fn duplicates(&self) -> Vec<(u64, Vec<(u64, String)>)> {
+    pub fn duplicates(&self) -> Vec<(u64, Vec<Run>)> {
         let m = self.0.lock().unwrap();
         m.iter()
             .filter(|(_, v)| v.len() > 1)
