@@ -46,6 +46,7 @@ async fn taskq_then_app_then_both_again_with_a_later_app_migration() {
             "app_orders",
             "app_users",
             "taskq_audit",
+            "taskq_migration_lock",
             "taskq_queues",
             "taskq_schedules",
             "taskq_tasks",
