@@ -605,6 +605,7 @@ async fn list(client: &Client, args: &ListArgs, json: bool) -> Result<(), Failur
         name: args.name.clone(),
         after_id: args.after_id.map(TaskId),
         limit: Some(args.limit),
+        ..Default::default()
     };
     let tasks = client.list(&filter).await?;
     if json {

@@ -230,10 +230,13 @@ pub struct ListFilter {
     pub state: Option<TaskState>,
     /// Only this task name.
     pub name: Option<String>,
-    /// Only ids greater than this (paging cursor: pass the last id of the previous page).
+    /// Paging cursor: only tasks after this id in the listing order (greater ids oldest
+    /// first, smaller ids with `newest_first`); pass the last id of the previous page.
     pub after_id: Option<TaskId>,
     /// Page size (default 100, at most 10,000).
     pub limit: Option<u32>,
+    /// List by id descending (newest first) instead of ascending.
+    pub newest_first: bool,
 }
 
 impl ListFilter {
@@ -244,6 +247,19 @@ impl ListFilter {
             name: self.name.as_deref(),
         }
     }
+}
+
+/// Tasks that reached one terminal state within one minute (see
+/// [`Client::finished_per_minute`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct FinishedPerMinute {
+    /// The terminal state.
+    pub state: TaskState,
+    /// Which minute: 0 is the last 60 seconds before the database clock's now, 1 the 60
+    /// before those, and so on.
+    pub minutes_ago: u32,
+    /// Tasks that reached `state` in that minute.
+    pub count: u64,
 }
 
 /// Count of tasks in one queue and state, with the oldest due time and earliest lease end.
@@ -376,12 +392,39 @@ impl Client {
             .ok_or(Error::NotFound(id))
     }
 
-    /// Tasks matching `filter`, ordered by id.
+    /// Tasks matching `filter`, ordered by id (ascending, or descending with
+    /// [`ListFilter::newest_first`]): a keyset page, never an `OFFSET` scan.
     pub async fn list(&self, filter: &ListFilter) -> Result<Vec<TaskInfo>> {
         let limit = filter.limit.unwrap_or(100).clamp(1, 10_000);
+        let f = filter.store();
+        if filter.newest_first {
+            let before = filter.after_id.map_or(u64::MAX, |i| i.0);
+            return self
+                .db(self.store.task_list_desc(&f, before, limit).await)
+                .await;
+        }
         let after = filter.after_id.map_or(0, |i| i.0);
-        self.db(self.store.task_list(&filter.store(), after, limit).await)
-            .await
+        self.db(self.store.task_list(&f, after, limit).await).await
+    }
+
+    /// Tasks that reached a terminal state per minute over the last `minutes` minutes
+    /// (1 to 1,440; database clock), from `finished_at`: one entry per state and minute with
+    /// at least one task, minute 0 being the last 60 seconds. Tasks already deleted by
+    /// retention or purge are not counted. Reads the `(state, finished_at)` index only, so it
+    /// costs in proportion to the tasks finished in the window.
+    pub async fn finished_per_minute(&self, minutes: u32) -> Result<Vec<FinishedPerMinute>> {
+        let minutes = minutes.clamp(1, 1_440);
+        let rows = self
+            .db(self.store.task_finished_per_minute(minutes).await)
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(state, minutes_ago, count)| FinishedPerMinute {
+                state,
+                minutes_ago,
+                count,
+            })
+            .collect())
     }
 
     /// Number of tasks matching `filter` (`after_id` and `limit` are ignored).
@@ -717,6 +760,22 @@ impl Client {
         }
     }
 
+    /// How many tasks [`purge`](Self::purge) with the same arguments would delete now (its
+    /// dry run; a non-terminal `state` gives [`Error::InvalidOption`]).
+    pub async fn purge_count(
+        &self,
+        state: Option<TaskState>,
+        older_than: std::time::Duration,
+    ) -> Result<u64> {
+        let mut total = 0;
+        for s in purge_states(state)? {
+            total += self
+                .db(self.store.task_prune_count(s, older_than.as_secs()).await)
+                .await?;
+        }
+        Ok(total)
+    }
+
     /// Deletes terminal tasks (`succeeded`, `dead`, `canceled`, `expired`; only `state` when given) that
     /// finished more than `older_than` ago (whole seconds, database clock), in batches of
     /// [`Client::BATCH`] rows. A non-terminal `state` gives [`Error::InvalidOption`]. Returns
@@ -726,18 +785,7 @@ impl Client {
         state: Option<TaskState>,
         older_than: std::time::Duration,
     ) -> Result<u64> {
-        let states: Vec<TaskState> = match state {
-            Some(s) if !s.is_terminal() => {
-                return Err(Error::InvalidOption(format!(
-                    "cannot purge {s} tasks: only terminal states (succeeded, dead, canceled, expired)"
-                )));
-            }
-            Some(s) => vec![s],
-            None => TaskState::ALL
-                .into_iter()
-                .filter(|s| s.is_terminal())
-                .collect(),
-        };
+        let states = purge_states(state)?;
         let age_secs = older_than.as_secs();
         let mut total = 0;
         let mut conn = self.db(self.store.pool().acquire().await).await?;
@@ -756,6 +804,20 @@ impl Client {
             }
         }
         Ok(total)
+    }
+}
+
+/// The states [`Client::purge`] deletes: `state`, which must be terminal, or every terminal one.
+fn purge_states(state: Option<TaskState>) -> Result<Vec<TaskState>> {
+    match state {
+        Some(s) if !s.is_terminal() => Err(Error::InvalidOption(format!(
+            "cannot purge {s} tasks: only terminal states (succeeded, dead, canceled, expired)"
+        ))),
+        Some(s) => Ok(vec![s]),
+        None => Ok(TaskState::ALL
+            .into_iter()
+            .filter(|s| s.is_terminal())
+            .collect()),
     }
 }
 

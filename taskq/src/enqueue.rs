@@ -239,7 +239,7 @@ impl<T: Task> Enqueue<T> {
         Ok(out)
     }
 
-    fn prepare(self) -> Result<Prepared> {
+    pub(crate) fn prepare(self) -> Result<Prepared> {
         self.prepare_with(crate::trace::capture)
     }
 
@@ -336,7 +336,7 @@ impl Prepared {
 
     /// Inserts the row. `clock` caches the database clock (µs since the epoch) for windowed
     /// identities: read on first need, reused by the rest of an `enqueue_many` call.
-    async fn insert(
+    pub(crate) async fn insert(
         &self,
         conn: &mut MySqlConnection,
         clock: &mut Option<i64>,

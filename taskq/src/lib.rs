@@ -49,8 +49,8 @@ mod wake;
 mod worker;
 
 pub use client::{
-    BulkCanceled, BulkFilter, Canceled, Client, DeadReason, ListFilter, PendingNameCount,
-    QueueStateCount, ScheduleInfo, TaskInfo, WorkerInfo,
+    BulkCanceled, BulkFilter, Canceled, Client, DeadReason, FinishedPerMinute, ListFilter,
+    PendingNameCount, QueueStateCount, ScheduleInfo, TaskInfo, WorkerInfo,
 };
 pub use context::{
     CancelReason, CancelSignal, FromTaskContext, State, StateMap, StateRequirement, TaskContext,
@@ -62,7 +62,7 @@ pub use enqueue::{
 pub use enqueue::{IntoEnqueue, enqueue_many};
 pub use error::{Error, Result, ResultExt, TaskError, TaskErrorKind};
 pub use migrate::{MIGRATIONS_TABLE, migrate, migrator};
-pub use registry::{Registration, registered};
+pub use registry::{JsonEnqueueOptions, Registration, registered, registration};
 pub use retry::Backoff;
 pub use schedule::{
     MAX_CATCH_UP_TICKS, MAX_EXPRESSION_LEN, MAX_SCHEDULE_NAME_LEN, MISSED_TICK_GRACE, MissedTicks,
