@@ -61,6 +61,10 @@ pub(crate) struct Ctx {
     /// The dashboard's root relative to this page (`./`, `../`, `./taskq/`): every link is
     /// `{root}tasks...`.
     pub root: String,
+    /// A link to the overview relative to this page (`./`, `../`, `./taskq`, `../../taskq`):
+    /// `{root}` itself would name the mount point with a trailing slash, which a router
+    /// nested with axum's `nest("/ops/taskq", ..)` does not match.
+    pub home: String,
     /// This request's CSRF token, for the hidden field of every form.
     pub csrf: String,
     /// How the request was authenticated (a logout button is shown for sessions).
@@ -258,14 +262,34 @@ pub(crate) fn relative_root(inner: &str, original: &str) -> String {
     }
 }
 
-/// The path the dashboard is mounted at, for the cookies' `Path` (`/` when unknown or odd).
-fn cookie_path(inner: &str, original: &str) -> String {
+/// The link to the overview from the page at `inner` (see [`Ctx::home`]).
+pub(crate) fn home_link(inner: &str, original: &str) -> String {
+    let root = relative_root(inner, original);
+    let prefix = mount_prefix(inner, original);
+    let last = prefix.rsplit('/').next().unwrap_or("");
+    if last.is_empty() || (inner == "/" && original.ends_with('/')) {
+        return root;
+    }
+    if inner == "/" {
+        format!("./{last}")
+    } else {
+        format!("{root}../{last}")
+    }
+}
+
+/// The path the dashboard is mounted at (`""` at the root; without a trailing slash).
+fn mount_prefix<'a>(inner: &str, original: &'a str) -> &'a str {
     let prefix = if inner == "/" && !original.ends_with('/') {
         original
     } else {
         original.strip_suffix(inner).unwrap_or("")
     };
-    let prefix = prefix.trim_end_matches('/');
+    prefix.trim_end_matches('/')
+}
+
+/// The path the dashboard is mounted at, for the cookies' `Path` (`/` when unknown or odd).
+fn cookie_path(inner: &str, original: &str) -> String {
+    let prefix = mount_prefix(inner, original);
     if prefix.is_empty()
         || !prefix.starts_with('/')
         || prefix
@@ -314,6 +338,7 @@ pub(crate) async fn guard(State(st): State<AppState>, req: Request, next: Next) 
     }
     let ctx = Ctx {
         root: relative_root(&inner, &original),
+        home: home_link(&inner, &original),
         csrf: csrf.clone(),
         via,
         read_only: st.read_only,
@@ -492,6 +517,12 @@ mod tests {
             relative_root("/tasks/5/retry", "/x/tasks/5/retry"),
             "../../"
         );
+        assert_eq!(home_link("/", "/"), "./");
+        assert_eq!(home_link("/tasks", "/tasks"), "./");
+        assert_eq!(home_link("/tasks/5", "/tasks/5"), "../");
+        assert_eq!(home_link("/", "/ops/taskq"), "./taskq");
+        assert_eq!(home_link("/tasks", "/ops/taskq/tasks"), "./../taskq");
+        assert_eq!(home_link("/tasks/5", "/ops/taskq/tasks/5"), "../../taskq");
         assert_eq!(cookie_path("/", "/ops/taskq"), "/ops/taskq");
         assert_eq!(cookie_path("/tasks/5", "/ops/taskq/tasks/5"), "/ops/taskq");
         assert_eq!(cookie_path("/tasks", "/tasks"), "/");

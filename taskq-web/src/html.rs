@@ -137,6 +137,7 @@ form.filters input,form.filters select{margin-right:8px}
 /// `refresh` adds a `<meta http-equiv="refresh">` (no script).
 pub(crate) fn page(ctx: &Ctx, title: &str, body: &str, refresh: Option<u64>) -> String {
     let root = esc(&ctx.root);
+    let home = esc(&ctx.home);
     let mut h = String::with_capacity(body.len() + 2048);
     h.push_str("<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">");
     h.push_str("<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">");
@@ -150,7 +151,7 @@ pub(crate) fn page(ctx: &Ctx, title: &str, body: &str, refresh: Option<u64>) -> 
     );
     let _ = write!(
         h,
-        r#"<a href="{root}">taskq</a><a href="{root}tasks">Tasks</a><a href="{root}tasks?state=dead">Dead</a><a href="{root}tasks?state=running">Running</a>"#
+        r#"<a href="{home}">taskq</a><a href="{root}tasks">Tasks</a><a href="{root}tasks?state=dead">Dead</a><a href="{root}tasks?state=running">Running</a>"#
     );
     let _ = write!(
         h,
@@ -179,7 +180,7 @@ pub(crate) fn error_page(ctx: &Ctx, status: StatusCode, message: &str) -> Respon
         r#"<h1>{}</h1><p class="error">{}</p><p><a href="{}">Back to the overview</a></p>"#,
         status.as_u16(),
         esc(message),
-        esc(&ctx.root)
+        esc(&ctx.home)
     );
     respond(status, page(ctx, "Error", &body, None))
 }

@@ -139,6 +139,7 @@ async fn overview(
         queues.entry(queue).or_default().paused_at = Some(at);
     }
     let root = esc(&ctx.root);
+    let home = esc(&ctx.home);
     let refresh =
         (st.refresh_secs > 0 && nonblank(&q.refresh) != Some("0")).then_some(st.refresh_secs);
     let mut b = String::new();
@@ -147,11 +148,11 @@ async fn overview(
         Some(secs) => {
             let _ = write!(
                 b,
-                r#"refreshes every {secs} s · <a href="{root}?refresh=0">stop refreshing</a></p>"#
+                r#"refreshes every {secs} s · <a href="{home}?refresh=0">stop refreshing</a></p>"#
             );
         }
         None if st.refresh_secs > 0 => {
-            let _ = write!(b, r#"<a href="{root}">refresh automatically</a></p>"#);
+            let _ = write!(b, r#"<a href="{home}">refresh automatically</a></p>"#);
         }
         None => b.push_str("</p>"),
     }
@@ -660,7 +661,7 @@ async fn queue_pause(
     axum::Form(f): axum::Form<QueueForm>,
 ) -> Response {
     match st.client.pause_queue(&f.queue).await {
-        Ok(()) => see_other(&ctx.root),
+        Ok(()) => see_other(&ctx.home),
         Err(e) => failure(&ctx, &e),
     }
 }
@@ -671,7 +672,7 @@ async fn queue_resume(
     axum::Form(f): axum::Form<QueueForm>,
 ) -> Response {
     match st.client.resume_queue(&f.queue).await {
-        Ok(_) => see_other(&ctx.root),
+        Ok(_) => see_other(&ctx.home),
         Err(e) => failure(&ctx, &e),
     }
 }
@@ -808,7 +809,7 @@ async fn bulk_confirm(
         b.push_str(r#"<button type="submit" class="danger">Confirm</button></form>"#);
         b.push_str("<p>Counts are taken now; tasks that change state meanwhile may or may not be included. The work runs in batches of 500 rows, each its own short statement.</p>");
     }
-    let _ = write!(b, r#"<p><a href="{}">Back</a></p>"#, esc(&ctx.root));
+    let _ = write!(b, r#"<p><a href="{}">Back</a></p>"#, esc(&ctx.home));
     respond(StatusCode::OK, page(&ctx, "Confirm", &b, None))
 }
 
@@ -842,7 +843,7 @@ async fn bulk_run(
         Ok(msg) => {
             let b = format!(
                 r#"<h1>Done</h1><p class="flash" id="bulk-done">{msg}</p><p><a href="{}">Back to the overview</a></p>"#,
-                esc(&ctx.root)
+                esc(&ctx.home)
             );
             respond(StatusCode::OK, page(&ctx, "Done", &b, None))
         }
@@ -902,7 +903,7 @@ async fn login_post(
     if !ok {
         return login_page(&ctx, Some("Wrong credentials."), StatusCode::UNAUTHORIZED);
     }
-    let mut r = see_other(&ctx.root);
+    let mut r = see_other(&ctx.home);
     if let Ok(v) = HeaderValue::from_str(&st.auth.new_session()) {
         r.headers_mut().insert(SESSION_MARK, v);
     }
