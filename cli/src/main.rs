@@ -2,7 +2,8 @@
 //!
 //! Shows queue statistics and pending tasks per name, lists and shows tasks, retries dead tasks,
 //! cancels, reschedules and reprioritizes pending ones, purges old terminal tasks, lists
-//! recurring schedules and live workers, and applies migrations, without writing SQL. Human-readable
+//! recurring schedules and live workers, applies migrations, and serves the web dashboard
+//! (`taskq web`), without writing SQL. Human-readable
 //! tables by default, `--json` for scripts. Exit codes: 0 success, 1 other error, 2 bad
 //! input, 3 task not found or in the wrong state, 4 database unreachable.
 //! See `docs/operations.md`.
@@ -187,6 +188,41 @@ enum Command {
         #[command(subcommand)]
         action: Option<SchedulesAction>,
     },
+    /// Serve the web dashboard and JSON API (docs/dashboard.md) until Ctrl-C. Authentication is
+    /// required: --token and/or --basic (or TASKQ_WEB_TOKEN / TASKQ_WEB_BASIC), or
+    /// --insecure-no-auth. This binary registers no tasks, so the API's enqueue-by-name
+    /// answers 404 for every name: mount the dashboard in your own app for that
+    Web(WebArgs),
+}
+
+#[derive(Debug, Args)]
+struct WebArgs {
+    /// Address to listen on
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
+    listen: std::net::SocketAddr,
+    /// Bearer token (Authorization: Bearer, or on the login page); at least 8 characters
+    #[arg(long, env = "TASKQ_WEB_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// Basic credentials (the browser asks for them, or the login page)
+    #[arg(
+        long,
+        env = "TASKQ_WEB_BASIC",
+        hide_env_values = true,
+        value_name = "USER:PASSWORD"
+    )]
+    basic: Option<String>,
+    /// Serve without authentication (only behind something that authenticates)
+    #[arg(long, conflicts_with_all = ["token", "basic"])]
+    insecure_no_auth: bool,
+    /// Refuse every change and hide the controls that make them
+    #[arg(long)]
+    read_only: bool,
+    /// Serve under this path prefix, e.g. /taskq (default: at the root)
+    #[arg(long, value_name = "PATH")]
+    prefix: Option<String>,
+    /// Mark the cookies Secure (when served over HTTPS, e.g. behind a TLS proxy)
+    #[arg(long)]
+    secure_cookies: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -341,7 +377,7 @@ fn main() -> ExitCode {
     }
 }
 
-async fn connect(url: &str) -> Result<MySqlPool, Failure> {
+async fn connect(url: &str, max_connections: u32) -> Result<MySqlPool, Failure> {
     let scheme = url.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
     if !matches!(scheme.as_deref(), Some("mysql" | "mariadb")) {
         return Err(Failure::new(
@@ -381,7 +417,7 @@ async fn connect(url: &str) -> Result<MySqlPool, Failure> {
         }
     }
     MySqlPoolOptions::new()
-        .max_connections(2)
+        .max_connections(max_connections)
         .acquire_timeout(CONNECT_TIMEOUT)
         .connect_with(options)
         .await
@@ -389,7 +425,12 @@ async fn connect(url: &str) -> Result<MySqlPool, Failure> {
 }
 
 async fn run(cli: &Cli, url: &str) -> Result<(), Failure> {
-    let pool = connect(url).await?;
+    let max = if matches!(cli.command, Command::Web(_)) {
+        8
+    } else {
+        2
+    };
+    let pool = connect(url, max).await?;
     let client = Client::new(pool.clone());
     let result = match &cli.command {
         Command::Migrate => migrate(&pool, cli.json).await,
@@ -458,9 +499,84 @@ async fn run(cli: &Cli, url: &str) -> Result<(), Failure> {
         Command::Purge { older_than, state } => {
             purge(&client, state.map(Into::into), *older_than, cli.json).await
         }
+        Command::Web(args) => web(client, args).await,
     };
     pool.close().await;
     result
+}
+
+/// `taskq web`: serves the dashboard until Ctrl-C (or SIGTERM).
+async fn web(client: Client, args: &WebArgs) -> Result<(), Failure> {
+    let mut builder = taskq_web::Dashboard::builder_with_client(client)
+        .read_only(args.read_only)
+        .secure_cookies(args.secure_cookies);
+    if let Some(token) = &args.token {
+        builder = builder.bearer_token(token.clone());
+    }
+    if let Some(basic) = &args.basic {
+        let Some((user, password)) = basic.split_once(':') else {
+            return Err(Failure::new(EXIT_USAGE, "--basic takes USER:PASSWORD"));
+        };
+        builder = builder.basic_auth(user, password);
+    }
+    if args.insecure_no_auth {
+        builder = builder.insecure_no_auth();
+    }
+    let dashboard = builder
+        .build()
+        .map_err(|e| Failure::new(EXIT_USAGE, e.to_string()))?;
+    let prefix = args.prefix.as_deref().map(|p| p.trim_end_matches('/'));
+    let app = match prefix {
+        Some(p) if !p.is_empty() => {
+            if !p.starts_with('/') {
+                return Err(Failure::new(EXIT_USAGE, "--prefix must start with /"));
+            }
+            axum::Router::new().nest(p, dashboard.router())
+        }
+        _ => dashboard.router(),
+    };
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .map_err(|e| Failure::new(EXIT_OTHER, format!("cannot listen on {}: {e}", args.listen)))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| Failure::new(EXIT_OTHER, e.to_string()))?;
+    println!(
+        "taskq web: serving the dashboard at http://{addr}{}{}",
+        prefix.unwrap_or(""),
+        if prefix.is_some_and(|p| !p.is_empty()) {
+            ""
+        } else {
+            "/"
+        }
+    );
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown_signal())
+        .await
+        .map_err(|e| Failure::new(EXIT_OTHER, format!("server error: {e}")))?;
+    Ok(())
+}
+
+/// Ctrl-C, or SIGTERM on Unix.
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        let mut term =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = async {
+                match term.as_mut() {
+                    Some(t) => { t.recv().await; }
+                    None => std::future::pending::<()>().await,
+                }
+            } => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
 }
 
 async fn migrate(pool: &MySqlPool, json: bool) -> Result<(), Failure> {
