@@ -231,12 +231,12 @@ impl DashboardBuilder {
                 "the bearer token must have at least 8 characters".into(),
             ));
         }
-        if let Some((user, password)) = &self.basic {
-            if user.is_empty() || user.contains(':') || password.is_empty() {
-                return Err(ConfigError(
-                    "basic auth needs a user without ':' and a non-empty password".into(),
-                ));
-            }
+        if let Some((user, password)) = &self.basic
+            && (user.is_empty() || user.contains(':') || password.is_empty())
+        {
+            return Err(ConfigError(
+                "basic auth needs a user without ':' and a non-empty password".into(),
+            ));
         }
         let has_credentials = self.token.is_some() || self.basic.is_some();
         if !has_credentials && !self.no_auth {

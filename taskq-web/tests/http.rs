@@ -401,14 +401,12 @@ fn resolve(base: &str, rel: &str) -> String {
         }
     }
     let mut out = segs.join("/");
-    if rel_path.ends_with('/')
+    let dir = rel_path.ends_with('/')
         || rel_path.ends_with("/.")
         || rel_path == "."
-        || rel_path.ends_with("..")
-    {
-        if !out.ends_with('/') {
-            out.push('/');
-        }
+        || rel_path.ends_with("..");
+    if dir && !out.ends_with('/') {
+        out.push('/');
     }
     let out = out.replace("//", "/");
     let out = if rel_path.is_empty() {
