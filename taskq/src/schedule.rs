@@ -10,7 +10,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-use chrono::{DateTime, FixedOffset, TimeDelta, TimeZone, Utc};
+use chrono::{DateTime, TimeDelta, TimeZone, Utc};
 use croner::Cron;
 
 use crate::enqueue::{Enqueue, IntoEnqueue, MAX_NAME_LEN, validate_name};
@@ -21,7 +21,7 @@ use crate::task::Task;
 /// in [`MAX_NAME_LEN`]).
 pub const MAX_SCHEDULE_NAME_LEN: usize = 200;
 /// Longest cron expression, in bytes.
-pub const MAX_EXPRESSION_LEN: usize = 255;
+pub const MAX_EXPRESSION_LEN: usize = taskq_grammar::cron::MAX_EXPRESSION_LEN;
 
 /// How late a tick may be reached and still count as on time. When the oldest tick a worker
 /// finds due is later than this (no worker ran the schedule for a while), the due ticks are
@@ -30,7 +30,7 @@ pub const MAX_EXPRESSION_LEN: usize = 255;
 pub const MISSED_TICK_GRACE: Duration = Duration::from_secs(60);
 
 /// Most ticks enqueued for one schedule in one step (bounds [`MissedTicks::All`]).
-pub const MAX_CATCH_UP_TICKS: u32 = 1000;
+pub const MAX_CATCH_UP_TICKS: u32 = taskq_grammar::missed::MAX_CATCH_UP_TICKS;
 
 /// What happens to ticks that passed while no worker ran the schedule (ticks found due more
 /// than [`MISSED_TICK_GRACE`] after their time). The default is [`MissedTicks::Latest`].
@@ -58,30 +58,15 @@ impl fmt::Display for MissedTicks {
 
 impl FromStr for MissedTicks {
     type Err = String;
-    /// Parses `latest`, `skip` or `all(N)` (1 ≤ N ≤ [`MAX_CATCH_UP_TICKS`]).
+    /// Parses `latest`, `skip` or `all(N)` (1 ≤ N ≤ [`MAX_CATCH_UP_TICKS`]): the spelling of
+    /// `#[task(missed_ticks = "..")]`.
     fn from_str(s: &str) -> std::result::Result<Self, String> {
-        let s = s.trim();
-        match s {
-            "latest" => return Ok(Self::Latest),
-            "skip" => return Ok(Self::Skip),
-            _ => {}
-        }
-        let n = s
-            .strip_prefix("all(")
-            .and_then(|r| r.strip_suffix(')'))
-            .ok_or_else(|| {
-                format!("unknown missed-tick policy {s:?}: expected `latest`, `skip` or `all(N)`")
-            })?;
-        let n: u32 = n
-            .trim()
-            .parse()
-            .map_err(|_| format!("`all(N)` needs a whole number, found {n:?}"))?;
-        if n == 0 || n > MAX_CATCH_UP_TICKS {
-            return Err(format!(
-                "`all({n})` is out of range: 1 ..= {MAX_CATCH_UP_TICKS} (use `skip` to run none)"
-            ));
-        }
-        Ok(Self::All(n))
+        use taskq_grammar::missed::{Missed, parse};
+        Ok(match parse(s)? {
+            Missed::Latest => Self::Latest,
+            Missed::Skip => Self::Skip,
+            Missed::All(n) => Self::All(n),
+        })
     }
 }
 
@@ -176,7 +161,7 @@ impl<T: Task> Schedule<T> {
             reason,
         };
         let (cron, expression) = parse_expression(&self.expression).map_err(bad)?;
-        let (zone, timezone) = Zone::parse(&self.timezone).map_err(bad)?;
+        let (zone, timezone) = taskq_grammar::zone::parse(&self.timezone).map_err(bad)?;
         if let MissedTicks::All(n) = self.missed
             && (n == 0 || n > MAX_CATCH_UP_TICKS)
         {
@@ -222,140 +207,13 @@ pub(crate) enum Declared {
 
 /// Parses a cron expression; returns it with surrounding whitespace trimmed.
 pub(crate) fn parse_expression(expression: &str) -> std::result::Result<(Cron, String), String> {
-    let trimmed = expression.trim();
-    if trimmed.len() > MAX_EXPRESSION_LEN {
-        return Err(format!(
-            "the expression is {} bytes long, the limit is {MAX_EXPRESSION_LEN}",
-            trimmed.len()
-        ));
-    }
-    if trimmed.chars().any(char::is_control) {
-        return Err("the expression must not contain control characters".into());
-    }
-    let cron = Cron::from_str(trimmed).map_err(|e| {
-        format!(
-            "invalid cron expression {trimmed:?}: {}; {CRON_HELP}",
-            diagnose(trimmed, &e)
-        )
-    })?;
-    Ok((cron, trimmed.to_owned()))
+    taskq_grammar::cron::parse(expression)
+        .map_err(|reason| format!("invalid cron expression {:?}: {reason}", expression.trim()))
 }
 
-/// What a cron expression looks like, for error messages (the macro says the same).
-const CRON_HELP: &str = "write 5 fields (minute hour day-of-month month day-of-week), e.g. \
-    \"0 3 * * *\" for 03:00 every day, or 6 with a leading seconds field, e.g. \"0 */5 * * * *\" \
-    for every five minutes";
-
-/// Why croner rejected `expression`, in a user's terms: which field is wrong when one field
-/// alone is (each field is tried in an otherwise all-`*` expression of the same length).
-fn diagnose(expression: &str, error: &croner::errors::CronError) -> String {
-    let reason = |e: &croner::errors::CronError| {
-        let text = e.to_string();
-        text.strip_prefix("Component error: ")
-            .or_else(|| text.strip_prefix("Invalid pattern: "))
-            .unwrap_or(&text)
-            .trim_end_matches('.')
-            .to_owned()
-    };
-    let fields: Vec<&str> = expression.split_whitespace().collect();
-    let names: &[&str] = match fields.len() {
-        5 => &["minute", "hour", "day-of-month", "month", "day-of-week"],
-        6 => &[
-            "second",
-            "minute",
-            "hour",
-            "day-of-month",
-            "month",
-            "day-of-week",
-        ],
-        7 => &[
-            "second",
-            "minute",
-            "hour",
-            "day-of-month",
-            "month",
-            "day-of-week",
-            "year",
-        ],
-        _ => return reason(error),
-    };
-    if !expression.contains('@') {
-        for (i, field) in fields.iter().enumerate() {
-            let mut probe = vec!["*"; fields.len()];
-            probe[i] = field;
-            if let Err(e) = Cron::from_str(&probe.join(" ")) {
-                return format!(
-                    "its {} field {field:?} is invalid ({})",
-                    names[i],
-                    reason(&e)
-                );
-            }
-        }
-    }
-    reason(error)
-}
-
-/// A time zone a schedule is read in.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) enum Zone {
-    Utc,
-    Fixed(FixedOffset),
-    Named(chrono_tz::Tz),
-}
-
-impl Zone {
-    /// Parses `UTC`, `+HH:MM` / `-HH:MM` or an IANA name; returns the zone and its canonical
-    /// spelling (stored in `taskq_schedules.timezone`).
-    pub(crate) fn parse(s: &str) -> std::result::Result<(Zone, String), String> {
-        let s = s.trim();
-        if s.eq_ignore_ascii_case("utc") || s == "Z" {
-            return Ok((Zone::Utc, "UTC".to_owned()));
-        }
-        if let Some(offset) = parse_offset(s) {
-            let offset = offset?;
-            return Ok((Zone::Fixed(offset), offset.to_string()));
-        }
-        match chrono_tz::Tz::from_str(s) {
-            Ok(tz) => Ok((Zone::Named(tz), tz.name().to_owned())),
-            Err(_) => Err(format!(
-                "unknown time zone {s:?}: expected UTC, an offset such as +02:00, or an IANA \
-                 name such as Europe/Paris"
-            )),
-        }
-    }
-}
-
-/// `+HH:MM`, `-HH:MM`, `+HHMM` or `+HH`; `None` when `s` does not look like an offset.
-fn parse_offset(s: &str) -> Option<std::result::Result<FixedOffset, String>> {
-    let (sign, rest) = match s.as_bytes().first()? {
-        b'+' => (1, &s[1..]),
-        b'-' => (-1, &s[1..]),
-        _ => return None,
-    };
-    let digits: String = rest.chars().filter(|c| *c != ':').collect();
-    if digits.is_empty() || !digits.chars().all(|c| c.is_ascii_digit()) {
-        return Some(Err(format!(
-            "invalid UTC offset {s:?}: expected +HH:MM or -HH:MM"
-        )));
-    }
-    let (h, m) = match digits.len() {
-        2 => (&digits[..2], "0"),
-        4 => (&digits[..2], &digits[2..]),
-        _ => {
-            return Some(Err(format!(
-                "invalid UTC offset {s:?}: expected +HH:MM or -HH:MM"
-            )));
-        }
-    };
-    let (h, m): (i32, i32) = (h.parse().ok()?, m.parse().ok()?);
-    if h > 23 || m > 59 {
-        return Some(Err(format!("UTC offset {s:?} is out of range")));
-    }
-    Some(
-        FixedOffset::east_opt(sign * (h * 3600 + m * 60))
-            .ok_or_else(|| format!("UTC offset {s:?} is out of range")),
-    )
-}
+/// A time zone a schedule is read in (parsed by `taskq_grammar::zone::parse`, which also
+/// returns its canonical spelling, stored in `taskq_schedules.timezone`).
+pub(crate) use taskq_grammar::zone::Zone;
 
 /// A parsed expression read in a time zone: the tick arithmetic.
 #[derive(Debug, Clone)]
@@ -521,7 +379,7 @@ mod tests {
     fn ticks(expr: &str, tz: &str) -> Ticks {
         Ticks {
             cron: parse_expression(expr).unwrap().0,
-            zone: Zone::parse(tz).unwrap().0,
+            zone: taskq_grammar::zone::parse(tz).unwrap().0,
         }
     }
 
@@ -580,22 +438,6 @@ mod tests {
             t.next_after(at("2026-01-01T00:00:00Z")),
             Some(at("2026-01-01T03:30:00Z"))
         );
-    }
-
-    #[test]
-    fn zone_spellings() {
-        assert_eq!(Zone::parse("utc").unwrap().1, "UTC");
-        assert_eq!(Zone::parse("+02:00").unwrap().1, "+02:00");
-        assert_eq!(Zone::parse("-0530").unwrap().1, "-05:30");
-        assert_eq!(Zone::parse("+07").unwrap().1, "+07:00");
-        assert_eq!(Zone::parse("Europe/Paris").unwrap().1, "Europe/Paris");
-        assert!(
-            Zone::parse("Europe/Pariss")
-                .unwrap_err()
-                .contains("unknown time zone")
-        );
-        assert!(Zone::parse("+25:00").unwrap_err().contains("out of range"));
-        assert!(Zone::parse("+2:0:0").is_err());
     }
 
     #[test]
