@@ -65,26 +65,18 @@ fn parse_state(s: Option<&str>) -> Result<Option<TaskState>, String> {
         .transpose()
 }
 
-/// `90s`, `15m`, `2h`, `7d` or a number of seconds; blank is zero.
+/// An age in taskq's duration grammar (`90s`, `15m`, `2h`, `7d`, `1d12h`, as on the command
+/// line); blank is zero.
 pub(crate) fn parse_age(s: Option<&str>) -> Result<Duration, String> {
-    let Some(s) = s else {
-        return Ok(Duration::ZERO);
-    };
-    let (num, unit) = match s.find(|c: char| !c.is_ascii_digit()) {
-        Some(i) => s.split_at(i),
-        None => (s, "s"),
-    };
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("invalid age {s:?}: use e.g. 90s, 15m, 2h or 7d"))?;
-    let mult = match unit {
-        "s" => 1,
-        "m" => 60,
-        "h" => 3600,
-        "d" => 86_400,
-        _ => return Err(format!("invalid age {s:?}: use e.g. 90s, 15m, 2h or 7d")),
-    };
-    Ok(Duration::from_secs(n.saturating_mul(mult)))
+    match s {
+        None => Ok(Duration::ZERO),
+        Some(s) => taskq_grammar::duration::parse(s).map_err(|reason| {
+            format!(
+                "invalid age {s:?}: {reason}; {}",
+                taskq_grammar::duration::HELP
+            )
+        }),
+    }
 }
 
 fn state_class(s: TaskState) -> String {
