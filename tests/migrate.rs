@@ -45,6 +45,7 @@ async fn taskq_then_app_then_both_again_with_a_later_app_migration() {
             "_taskq_migrations",
             "app_orders",
             "app_users",
+            "taskq_audit",
             "taskq_queues",
             "taskq_schedules",
             "taskq_tasks",

@@ -2,10 +2,11 @@
 //!
 //! Shows queue statistics and pending tasks per name, lists and shows tasks, retries dead tasks,
 //! cancels, reschedules and reprioritizes pending ones, purges old terminal tasks, lists
-//! recurring schedules and live workers, applies migrations, and serves the web dashboard
-//! (`taskq web`), without writing SQL. Human-readable
-//! tables by default, `--json` for scripts. Exit codes: 0 success, 1 other error, 2 bad
-//! input, 3 task not found or in the wrong state, 4 database unreachable.
+//! recurring schedules and live workers, shows the audit trail of operator actions (which it
+//! records with `--actor`, default `cli:$USER@<host>`), applies migrations, and serves the web
+//! dashboard (`taskq web`), without writing SQL. Human-readable tables by default, `--json` for
+//! scripts. Exit codes: 0 success, 1 other error, 2 bad input, 3 task not found or in the wrong
+//! state, 4 database unreachable.
 //! See `docs/operations.md`.
 
 mod duration;
@@ -61,6 +62,10 @@ struct Cli {
     #[arg(long, global = true)]
     json: bool,
 
+    /// Who is acting, as recorded in the audit trail (default: cli:$USER@<host name>)
+    #[arg(long, global = true, env = "TASKQ_ACTOR", value_name = "NAME")]
+    actor: Option<String>,
+
     #[command(subcommand)]
     command: Command,
 }
@@ -80,7 +85,8 @@ enum Command {
     },
     /// List tasks, oldest id first (paged: pass the last id shown as --after-id)
     List(ListArgs),
-    /// Show every field of one task, its last error, its payload and why a dead task died
+    /// Show every field of one task, its last error, its payload, why a dead task died and
+    /// its attempts (worker, start, end, outcome, error of each)
     Show {
         /// Task id
         id: u64,
@@ -180,6 +186,22 @@ enum Command {
         /// Also list stopped and gone workers
         #[arg(long)]
         all: bool,
+    },
+    /// The audit trail of operator actions (cancel, retry, reschedule, pause, bulk
+    /// operations...), newest first: when (database clock), who, what
+    Audit {
+        /// Only actions on this task
+        #[arg(long, value_name = "ID")]
+        task: Option<u64>,
+        /// Only actions on this queue or its tasks
+        #[arg(long)]
+        queue: Option<String>,
+        /// Only entries older than this id (the last id of the previous page)
+        #[arg(long, value_name = "ID")]
+        before_id: Option<u64>,
+        /// Page size
+        #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+        limit: u32,
     },
     /// Recurring (cron) schedules: expression, time zone, last and next tick (database clock).
     /// A schedule whose next tick is well past is not being fired: no running worker declares
@@ -431,7 +453,8 @@ async fn run(cli: &Cli, url: &str) -> Result<(), Failure> {
         2
     };
     let pool = connect(url, max).await?;
-    let client = Client::new(pool.clone());
+    let actor = cli.actor.clone().unwrap_or_else(default_actor);
+    let client = Client::new(pool.clone()).with_actor(actor);
     let result = match &cli.command {
         Command::Migrate => migrate(&pool, cli.json).await,
         Command::Stats => stats(&client, cli.json).await,
@@ -492,6 +515,20 @@ async fn run(cli: &Cli, url: &str) -> Result<(), Failure> {
         Command::Resume { queue } => pause(&client, queue, false, cli.json).await,
         Command::Paused => paused(&client, cli.json).await,
         Command::Workers { all } => workers(&client, *all, cli.json).await,
+        Command::Audit {
+            task,
+            queue,
+            before_id,
+            limit,
+        } => {
+            let filter = taskq::AuditFilter {
+                task: task.map(TaskId),
+                queue: queue.clone(),
+                before_id: *before_id,
+                limit: Some(*limit),
+            };
+            audit(&client, &filter, cli.json).await
+        }
         Command::Schedules { action: None } => schedules(&client, cli.json).await,
         Command::Schedules {
             action: Some(SchedulesAction::Delete { name }),
@@ -577,6 +614,20 @@ async fn shutdown_signal() {
     {
         let _ = tokio::signal::ctrl_c().await;
     }
+}
+
+/// The actor of the audit trail when `--actor` is not given: `cli:<user>@<host>`.
+fn default_actor() -> String {
+    let user = std::env::var("USER")
+        .or_else(|_| std::env::var("LOGNAME"))
+        .unwrap_or_else(|_| "unknown".into());
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "unknown".into());
+    format!("cli:{user}@{host}")
 }
 
 async fn migrate(pool: &MySqlPool, json: bool) -> Result<(), Failure> {
@@ -772,12 +823,17 @@ async fn list(client: &Client, args: &ListArgs, json: bool) -> Result<(), Failur
 
 async fn show(client: &Client, id: TaskId, json: bool) -> Result<(), Failure> {
     let task = client.get(id).await?;
+    let attempts = client.attempts(id).await?;
     let payload = payload_value(&task);
     if json {
         let mut value = serde_json::to_value(&task)
             .map_err(|e| Failure::new(EXIT_OTHER, format!("cannot encode the task: {e}")))?;
         if let Some(obj) = value.as_object_mut() {
             obj.insert("payload".into(), payload);
+            obj.insert(
+                "attempts".into(),
+                serde_json::to_value(&attempts).unwrap_or_default(),
+            );
             if let Some(reason) = task.dead_reason() {
                 obj.insert("dead_reason".into(), reason.to_string().into());
             }
@@ -800,6 +856,7 @@ async fn show(client: &Client, id: TaskId, json: bool) -> Result<(), Failure> {
         ("snoozes", task.snoozes.to_string()),
         ("run_at", fmt_time(task.run_at)),
         ("deadline", opt_time(task.deadline)),
+        ("attempted_at", opt_time(task.attempted_at)),
         ("lease_until", opt_time(task.lease_until)),
         ("lease_epoch", task.lease_epoch.to_string()),
         ("worker_id", opt(&task.worker_id)),
@@ -833,6 +890,83 @@ async fn show(client: &Client, id: TaskId, json: bool) -> Result<(), Failure> {
     };
     for line in pretty.lines() {
         println!("  {line}");
+    }
+    print_attempts(&attempts);
+    Ok(())
+}
+
+/// The attempt history of `taskq show`, oldest first.
+fn print_attempts(attempts: &[taskq::Attempt]) {
+    if attempts.is_empty() {
+        println!("attempts:        none ended yet");
+        return;
+    }
+    println!("attempts:");
+    let rows = attempts
+        .iter()
+        .map(|a| {
+            vec![
+                a.attempt.to_string(),
+                a.epoch.to_string(),
+                a.worker_id.clone().unwrap_or_else(|| "-".into()),
+                a.started_at.map_or_else(|| "-".into(), fmt_time),
+                fmt_time(a.finished_at),
+                a.duration().map_or_else(
+                    || "-".into(),
+                    |d| fmt_delta(TimeDelta::from_std(d).unwrap_or_default()),
+                ),
+                a.outcome.to_string(),
+                a.error
+                    .as_deref()
+                    .map_or_else(|| "-".into(), |e| one_line(e, 80)),
+            ]
+        })
+        .collect();
+    print_table(
+        &[
+            ">#", ">EPOCH", "WORKER", "STARTED", "FINISHED", ">TOOK", "OUTCOME", "ERROR",
+        ],
+        rows,
+    );
+}
+
+async fn audit(client: &Client, filter: &taskq::AuditFilter, json: bool) -> Result<(), Failure> {
+    let entries = client.audit(filter).await?;
+    if json {
+        print_json(&entries);
+        return Ok(());
+    }
+    if entries.is_empty() {
+        println!("no audit entries");
+        return Ok(());
+    }
+    let rows = entries
+        .iter()
+        .map(|e| {
+            vec![
+                e.id.to_string(),
+                fmt_time(e.at),
+                e.actor.clone(),
+                e.action.clone(),
+                e.task_id.map_or_else(|| "-".into(), |t| t.to_string()),
+                e.queue.clone().unwrap_or_else(|| "-".into()),
+                if e.detail.is_null() {
+                    "-".into()
+                } else {
+                    one_line(&e.detail.to_string(), 100)
+                },
+            ]
+        })
+        .collect();
+    print_table(
+        &[">ID", "AT", "ACTOR", "ACTION", ">TASK", "QUEUE", "DETAIL"],
+        rows,
+    );
+    if let Some(last) = entries
+        .last()
+        .filter(|_| Some(entries.len() as u32) == filter.limit)
+    {
+        eprintln!("(more may follow: next page with --before-id {})", last.id);
     }
     Ok(())
 }

@@ -1427,3 +1427,145 @@ async fn web_serves_the_dashboard_and_refuses_to_start_without_credentials() {
     child.kill().unwrap();
     child.wait().unwrap();
 }
+
+/// `taskq show` prints the attempt history as a table (and in `--json`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn show_prints_the_attempts() {
+    let db = TestDb::new().await;
+    let id = ping(&db, 1).await;
+    let none = taskq(Some(url(&db)), &["show", &id.to_string()]).await;
+    assert!(
+        none.stdout.contains("attempts:        none ended yet"),
+        "{none:?}"
+    );
+    make_dead(&db, id).await;
+    exec(
+        &db,
+        r#"UPDATE taskq_tasks SET attempts = '[
+          {"attempt": 1, "epoch": 1, "worker": "w-1", "started_at": "2025-01-02 03:04:05.000000",
+           "finished_at": "2025-01-02 03:04:07.500000", "outcome": "timed_out", "error": "timed out after 2s"},
+          {"attempt": 2, "epoch": 2, "worker": "w-2", "started_at": "2025-01-02 03:05:00.000000",
+           "finished_at": "2025-01-02 03:05:30.000000", "outcome": "lease_lost",
+           "error": "lease expired (worker w-2, attempt 2)"},
+          {"attempt": 3, "epoch": 3, "worker": "w-1", "started_at": "2025-01-02 03:06:00.000000",
+           "finished_at": "2025-01-02 03:06:00.250000", "outcome": "failed", "error": "boom\\nsecond line"}
+        ]' WHERE id = ?"#,
+        id,
+    )
+    .await;
+    let out = taskq(Some(url(&db)), &["show", &id.to_string()]).await;
+    assert_eq!(out.code, 0, "{out:?}");
+    let table = out
+        .stdout
+        .split("attempts:\n")
+        .nth(1)
+        .expect("attempts table");
+    let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        header,
+        [
+            "#", "EPOCH", "WORKER", "STARTED", "FINISHED", "TOOK", "OUTCOME", "ERROR"
+        ]
+    );
+    let words = |cells: &[&str]| -> Vec<String> {
+        let line = row(table, cells).unwrap_or_else(|| panic!("{cells:?} in\n{table}"));
+        line.split_whitespace().map(str::to_owned).collect()
+    };
+    assert_eq!(
+        words(&["1", "1", "w-1"])[3..],
+        [
+            "2025-01-02",
+            "03:04:05.000Z",
+            "2025-01-02",
+            "03:04:07.500Z",
+            "2.5s",
+            "timed_out",
+            "timed",
+            "out",
+            "after",
+            "2s"
+        ]
+    );
+    let second = words(&["2", "2", "w-2"]);
+    assert_eq!(second[7..10], ["30s", "lease_lost", "lease"]);
+    assert_eq!(
+        second.join(" ").rsplit_once("lease_lost ").unwrap().1,
+        "lease expired (worker w-2, attempt 2)"
+    );
+    let third = words(&["3", "3", "w-1"]);
+    assert_eq!(
+        third[7..],
+        ["0.2s", "failed", "boom…"],
+        "first line of the error"
+    );
+
+    let json = taskq(Some(url(&db)), &["show", "--json", &id.to_string()]).await;
+    let attempts = &json.json()["attempts"];
+    assert_eq!(attempts.as_array().unwrap().len(), 3);
+    assert_eq!(attempts[1]["outcome"], "lease_lost");
+    assert_eq!(attempts[1]["worker_id"], "w-2");
+    assert_eq!(attempts[2]["error"], "boom\nsecond line");
+}
+
+/// Actions taken with the CLI are recorded with `--actor` (default `cli:<user>@<host>`);
+/// `taskq audit` lists them newest first, by task or queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_lists_cli_actions_with_their_actor() {
+    let db = TestDb::new().await;
+    let id = ping(&db, 1).await;
+    let out = taskq(
+        Some(url(&db)),
+        &["--actor", "ops:carol", "cancel", &id.to_string()],
+    )
+    .await;
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(taskq(Some(url(&db)), &["pause", "mail"]).await.code, 0);
+    // A refused action leaves no entry.
+    assert_eq!(
+        taskq(Some(url(&db)), &["cancel", &id.to_string()])
+            .await
+            .code,
+        3
+    );
+
+    let out = taskq(Some(url(&db)), &["audit"]).await;
+    assert_eq!(out.code, 0, "{out:?}");
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(lines.len(), 3, "{}", out.stdout);
+    let header: Vec<&str> = lines[0].split_whitespace().collect();
+    assert_eq!(
+        header,
+        ["ID", "AT", "ACTOR", "ACTION", "TASK", "QUEUE", "DETAIL"]
+    );
+    let pause: Vec<&str> = lines[1].split_whitespace().collect();
+    assert!(
+        pause[3].starts_with("cli:") && pause[3].contains('@'),
+        "{pause:?}"
+    );
+    assert_eq!(pause[4..], ["pause", "-", "mail", "-"]);
+    let cancel: Vec<&str> = lines[2].split_whitespace().collect();
+    assert_eq!(
+        cancel[3..],
+        ["ops:carol", "cancel", &id.to_string(), "default", "-"]
+    );
+
+    let json = taskq(
+        Some(url(&db)),
+        &["audit", "--json", "--task", &id.to_string()],
+    )
+    .await;
+    let v = json.json();
+    assert_eq!(v.as_array().unwrap().len(), 1, "{v}");
+    assert_eq!(v[0]["actor"], "ops:carol");
+    assert_eq!(v[0]["action"], "cancel");
+    assert_eq!(v[0]["task_id"], id.0);
+    let mail = taskq(Some(url(&db)), &["audit", "--json", "--queue", "mail"]).await;
+    assert_eq!(mail.json()[0]["action"], "pause");
+    let page = taskq(Some(url(&db)), &["audit", "--limit", "1"]).await;
+    assert!(
+        page.stderr.contains("next page with --before-id"),
+        "{page:?}"
+    );
+    let none = taskq(Some(url(&db)), &["audit", "--queue", "nope"]).await;
+    assert_eq!(none.stdout.trim(), "no audit entries");
+}

@@ -6,6 +6,7 @@ use serde::Serialize;
 use sqlx::MySqlPool;
 
 use crate::error::{Error, Result};
+use crate::history::{self, Action};
 use crate::store::{RetryDead, Store, TaskFilter};
 use crate::task::{TaskId, TaskState};
 
@@ -44,6 +45,13 @@ impl BulkFilter {
             name: self.name.as_deref(),
         }
     }
+    /// The filter as recorded in the audit trail.
+    fn detail(&self) -> serde_json::Value {
+        serde_json::json!({
+            "queue": self.queue, "name": self.name, "state": self.state,
+            "older_than_secs": self.older_than.map(|d| d.as_secs()),
+        })
+    }
     fn age_us(&self) -> i64 {
         const CAP_US: u128 = 100 * 366 * 86_400 * 1_000_000;
         self.older_than
@@ -62,9 +70,14 @@ pub struct BulkCanceled {
 }
 
 /// Read and manage tasks in the database. Cheap to clone (it holds a pool handle).
+///
+/// Every operator action it takes (cancel, retry, reschedule, priority, pause, resume, bulk
+/// operations, purge, schedule deletion) is recorded in the audit trail with this client's
+/// actor ([`Client::with_actor`]), in the transaction of the action; see [`Client::audit`].
 #[derive(Debug, Clone)]
 pub struct Client {
-    store: Store,
+    pub(crate) store: Store,
+    actor: std::sync::Arc<str>,
 }
 
 /// Everything stored about a task.
@@ -117,6 +130,9 @@ pub struct TaskInfo {
     /// No attempt starts at or after this time (database clock); past it the task ends
     /// `expired`. `None`: no deadline.
     pub deadline: Option<DateTime<Utc>>,
+    /// When the latest attempt started (database clock); `None` if none has. The attempts
+    /// that ended are in [`Client::attempts`].
+    pub attempted_at: Option<DateTime<Utc>>,
 }
 
 impl TaskInfo {
@@ -377,7 +393,38 @@ impl Client {
     pub fn new(pool: MySqlPool) -> Self {
         Self {
             store: Store::new(pool),
+            actor: history::DEFAULT_ACTOR.into(),
         }
+    }
+
+    /// This client with `actor` as the "who" of the actions it records in the audit trail
+    /// (default `"client"`; the CLI uses `cli:<user>@<host>`). Cut to
+    /// [`MAX_ACTOR_LEN`](crate::MAX_ACTOR_LEN) characters.
+    pub fn with_actor(mut self, actor: impl Into<String>) -> Self {
+        self.actor = history::cut(&actor.into(), history::MAX_ACTOR_LEN).into();
+        self
+    }
+
+    /// The actor recorded with this client's actions.
+    pub fn actor(&self) -> &str {
+        &self.actor
+    }
+
+    /// Runs `a` in the audit trail on `tx` and commits it.
+    async fn commit_audited(
+        &self,
+        mut tx: sqlx::Transaction<'static, sqlx::MySql>,
+        a: &Action,
+    ) -> Result<()> {
+        self.db(history::insert(&mut tx, &self.actor, a).await)
+            .await?;
+        self.db(tx.commit().await).await
+    }
+
+    /// Records `a` in a transaction of its own (bulk operations: one entry with the totals).
+    async fn record(&self, a: &Action) -> Result<()> {
+        let tx = self.db(self.store.pool().begin().await).await?;
+        self.commit_audited(tx, a).await
     }
 
     /// The pool this client uses.
@@ -462,13 +509,22 @@ impl Client {
     ///
     /// Terminal tasks give [`Error::WrongState`], unknown ids [`Error::NotFound`].
     pub async fn cancel(&self, id: TaskId) -> Result<Canceled> {
-        if self.db(self.store.task_cancel(id).await).await? {
+        let mut tx = self.db(self.store.pool().begin().await).await?;
+        if self.db(self.store.task_cancel(&mut tx, id).await).await? {
+            self.commit_audited(tx, &Action::task("cancel", id, None))
+                .await?;
             crate::metrics::canceled();
             return Ok(Canceled::Now);
         }
-        if self.db(self.store.task_request_cancel(id).await).await? {
+        if self
+            .db(self.store.task_request_cancel(&mut tx, id).await)
+            .await?
+        {
+            self.commit_audited(tx, &Action::task("cancel_requested", id, None))
+                .await?;
             return Ok(Canceled::Requested);
         }
+        drop(tx);
         Err(self.state_error(id, "pending or running").await)
     }
 
@@ -480,28 +536,48 @@ impl Client {
     /// unknown ids [`Error::NotFound`]. Workers see the change at their next poll.
     pub async fn reschedule(&self, id: TaskId, delay: std::time::Duration) -> Result<()> {
         let delay_us = crate::enqueue::validate_schedule(delay, None)?;
-        if self.store.task_reschedule(id, None, delay_us).await? {
-            return Ok(());
-        }
-        Err(self.state_error(id, "pending").await)
+        let detail = serde_json::json!({ "delay_ms": delay.as_millis() as u64 });
+        self.reschedule_audited(id, None, delay_us, detail).await
     }
 
     /// Like [`reschedule`](Self::reschedule), to an absolute time (between 1970 and 10 years
     /// ahead, else [`Error::InvalidSchedule`]); a time in the past makes the task due at once.
     pub async fn reschedule_at(&self, id: TaskId, at: DateTime<Utc>) -> Result<()> {
         crate::enqueue::validate_schedule(std::time::Duration::ZERO, Some(at))?;
-        if self.store.task_reschedule(id, Some(at), 0).await? {
-            return Ok(());
+        let detail = serde_json::json!({ "at": at });
+        self.reschedule_audited(id, Some(at), 0, detail).await
+    }
+
+    async fn reschedule_audited(
+        &self,
+        id: TaskId,
+        at: Option<DateTime<Utc>>,
+        delay_us: i64,
+        detail: serde_json::Value,
+    ) -> Result<()> {
+        let mut tx = self.db(self.store.pool().begin().await).await?;
+        let done = self.store.task_reschedule(&mut tx, id, at, delay_us).await;
+        if self.db(done).await? {
+            return self
+                .commit_audited(tx, &Action::task("reschedule", id, Some(detail)))
+                .await;
         }
+        drop(tx);
         Err(self.state_error(id, "pending").await)
     }
 
     /// Sets the priority of a task that has not started (lower runs first). Running and
     /// terminal tasks give [`Error::WrongState`], unknown ids [`Error::NotFound`].
     pub async fn set_priority(&self, id: TaskId, priority: i16) -> Result<()> {
-        if self.store.task_set_priority(id, priority).await? {
-            return Ok(());
+        let mut tx = self.db(self.store.pool().begin().await).await?;
+        let done = self.store.task_set_priority(&mut tx, id, priority).await;
+        if self.db(done).await? {
+            let detail = serde_json::json!({ "priority": priority });
+            return self
+                .commit_audited(tx, &Action::task("priority", id, Some(detail)))
+                .await;
         }
+        drop(tx);
         Err(self.state_error(id, "pending").await)
     }
 
@@ -509,12 +585,24 @@ impl Client {
     /// finish normally; enqueues still work). Idempotent.
     pub async fn pause_queue(&self, queue: &str) -> Result<()> {
         crate::enqueue::validate_name("queue", queue, crate::enqueue::MAX_QUEUE_LEN)?;
-        self.db(self.store.queue_pause(queue).await).await
+        let mut tx = self.db(self.store.pool().begin().await).await?;
+        self.db(self.store.queue_pause(&mut tx, queue).await)
+            .await?;
+        let a = Action::queue("pause", Some(queue), serde_json::Value::Null);
+        self.commit_audited(tx, &Action { detail: None, ..a }).await
     }
 
     /// Resumes a paused queue; returns whether it was paused.
     pub async fn resume_queue(&self, queue: &str) -> Result<bool> {
-        let was_paused = self.db(self.store.queue_resume(queue).await).await?;
+        let mut tx = self.db(self.store.pool().begin().await).await?;
+        let was_paused = self
+            .db(self.store.queue_resume(&mut tx, queue).await)
+            .await?;
+        if was_paused {
+            let a = Action::queue("resume", Some(queue), serde_json::Value::Null);
+            self.commit_audited(tx, &Action { detail: None, ..a })
+                .await?;
+        }
         crate::wake::notify(queue);
         Ok(was_paused)
     }
@@ -559,17 +647,36 @@ impl Client {
     /// returns whether it existed. A worker that still declares the schedule writes it again
     /// within its next wake-up, with its ticks starting afresh from then.
     pub async fn delete_schedule(&self, name: &str) -> Result<bool> {
-        Ok(self.store.schedule_delete(name).await?)
+        let mut tx = self.db(self.store.pool().begin().await).await?;
+        let deleted = self
+            .db(self.store.schedule_delete(&mut tx, name).await)
+            .await?;
+        if deleted {
+            let detail = serde_json::json!({ "schedule": name });
+            self.commit_audited(tx, &Action::queue("schedule_delete", None, detail))
+                .await?;
+        }
+        Ok(deleted)
     }
 
     /// Moves a dead task back to pending with its attempts reset. A unique task takes its
     /// identity back; if another task holds it (enqueued after this one died), nothing changes
     /// and the error is [`Error::UniqueHeld`] naming that task.
     pub async fn retry_dead(&self, id: TaskId) -> Result<()> {
-        match self.db(self.store.task_retry_dead(id).await).await? {
-            RetryDead::Retried => Ok(()),
+        let mut tx = self.db(self.store.pool().begin().await).await?;
+        match self
+            .db(self.store.task_retry_dead(&mut tx, id).await)
+            .await?
+        {
+            RetryDead::Retried => {
+                self.commit_audited(tx, &Action::task("retry", id, None))
+                    .await
+            }
             RetryDead::IdentityHeld(holder) => Err(Error::UniqueHeld { id, holder }),
-            RetryDead::NotDead => Err(self.state_error(id, "dead").await),
+            RetryDead::NotDead => {
+                drop(tx);
+                Err(self.state_error(id, "dead").await)
+            }
         }
     }
 
@@ -586,7 +693,7 @@ impl Client {
     }
 
     /// A database result with its error made readable (see [`Error::Connect`]).
-    async fn db<T>(&self, r: sqlx::Result<T>) -> Result<T> {
+    pub(crate) async fn db<T>(&self, r: sqlx::Result<T>) -> Result<T> {
         match r {
             Ok(v) => Ok(v),
             Err(e) => Err(crate::error::db_error(self.store.pool(), e).await),
@@ -609,8 +716,17 @@ impl Client {
     /// tasks are retried one statement each, like [`Client::retry_dead`]; one whose identity
     /// another task holds now is left dead (and logged). Returns how many tasks were moved.
     pub async fn retry_all_dead(&self, queue: Option<&str>) -> Result<u64> {
-        let started = self.db(self.store.db_now().await).await?;
         let mut total = 0;
+        let res = self.retry_all_dead_run(queue, &mut total).await;
+        let detail = serde_json::json!({ "queue": queue, "retried": total });
+        self.record_bulk("bulk_retry", queue, detail, total, res)
+            .await?;
+        Ok(total)
+    }
+
+    /// The statements of [`Client::retry_all_dead`], counting into `total`.
+    async fn retry_all_dead_run(&self, queue: Option<&str>, total: &mut u64) -> Result<()> {
+        let started = self.db(self.store.db_now().await).await?;
         loop {
             let n = self
                 .db(self
@@ -618,7 +734,7 @@ impl Client {
                     .task_retry_dead_batch(queue, started, Self::BATCH)
                     .await)
                 .await?;
-            total += n;
+            *total += n;
             if n < u64::from(Self::BATCH) {
                 break;
             }
@@ -630,8 +746,8 @@ impl Client {
                 .task_dead_unique_ids(queue, started, after, Self::BATCH)
                 .await?;
             for &id in &ids {
-                match self.store.task_retry_dead(id).await? {
-                    RetryDead::Retried => total += 1,
+                match self.db(self.retry_dead_one(id).await).await? {
+                    RetryDead::Retried => *total += 1,
                     RetryDead::NotDead => {}
                     RetryDead::IdentityHeld(holder) => tracing::warn!(
                         task_id = %id, holder = %holder,
@@ -641,9 +757,39 @@ impl Client {
             }
             match ids.last() {
                 Some(last) if ids.len() == Self::BATCH as usize => after = last.0,
-                _ => return Ok(total),
+                _ => return Ok(()),
             }
         }
+    }
+
+    /// [`Store::task_retry_dead`] in a transaction of its own (bulk retries: their audit
+    /// entry is the bulk operation's).
+    async fn retry_dead_one(&self, id: TaskId) -> sqlx::Result<RetryDead> {
+        let mut tx = self.store.pool().begin().await?;
+        let r = self.store.task_retry_dead(&mut tx, id).await?;
+        tx.commit().await?;
+        Ok(r)
+    }
+
+    /// Records a bulk operation that changed `changed` rows (nothing when none) and returns
+    /// `res`: an operation interrupted by an error is recorded with what it did so far and
+    /// `"incomplete": true`.
+    async fn record_bulk(
+        &self,
+        action: &'static str,
+        queue: Option<&str>,
+        mut detail: serde_json::Value,
+        changed: u64,
+        res: Result<()>,
+    ) -> Result<()> {
+        if changed == 0 {
+            return res;
+        }
+        if res.is_err() {
+            detail["incomplete"] = true.into();
+        }
+        let recorded = self.record(&Action::queue(action, queue, detail)).await;
+        res.and(recorded)
     }
 
     /// Cancels every task matching `filter`, in batches of [`Client::BATCH`] rows (one short
@@ -663,15 +809,40 @@ impl Client {
                 )));
             }
         };
-        let age_us = filter.age_us();
         let mut out = BulkCanceled::default();
+        let res = self
+            .cancel_where_run(filter, states, dry_run, &mut out)
+            .await;
+        if !dry_run {
+            crate::metrics::canceled_n(out.canceled);
+            let mut detail = filter.detail();
+            detail["canceled"] = out.canceled.into();
+            detail["cancel_requested"] = out.requested.into();
+            let changed = out.canceled + out.requested;
+            let queue = filter.queue.as_deref();
+            self.record_bulk("bulk_cancel", queue, detail, changed, res)
+                .await?;
+        } else {
+            res?;
+        }
+        Ok(out)
+    }
+
+    /// The statements of [`Client::cancel_where`], counting into `out`.
+    async fn cancel_where_run(
+        &self,
+        filter: &BulkFilter,
+        states: &[TaskState],
+        dry_run: bool,
+        out: &mut BulkCanceled,
+    ) -> Result<()> {
+        let age_us = filter.age_us();
         for &state in states {
             let f = filter.store(state);
             let n = if dry_run {
                 self.db(self.store.task_bulk_count(&f, age_us).await)
                     .await?
             } else {
-                let mut n = 0;
                 let mut after = 0;
                 loop {
                     let batch = self
@@ -682,19 +853,21 @@ impl Client {
                         .await?;
                     let ids: Vec<u64> = batch.iter().map(|(id, _)| *id).collect();
                     if let Some(&last) = ids.last() {
-                        n += if state == TaskState::Pending {
-                            self.db(self.store.task_cancel_batch(&ids).await).await?
+                        if state == TaskState::Pending {
+                            out.canceled +=
+                                self.db(self.store.task_cancel_batch(&ids).await).await?;
                         } else {
-                            self.db(self.store.task_request_cancel_batch(&ids).await)
-                                .await?
-                        };
+                            out.requested += self
+                                .db(self.store.task_request_cancel_batch(&ids).await)
+                                .await?;
+                        }
                         after = last;
                     }
                     if ids.len() < Self::BATCH as usize {
                         break;
                     }
                 }
-                n
+                continue;
             };
             if state == TaskState::Pending {
                 out.canceled = n;
@@ -702,10 +875,7 @@ impl Client {
                 out.requested = n;
             }
         }
-        if !dry_run {
-            crate::metrics::canceled_n(out.canceled);
-        }
-        Ok(out)
+        Ok(())
     }
 
     /// Moves every dead task matching `filter` back to pending (attempts reset, epoch
@@ -726,26 +896,39 @@ impl Client {
             return self.db(self.store.task_bulk_count(&f, age_us).await).await;
         }
         let mut total = 0;
+        let res = self.retry_where_run(&f, age_us, &mut total).await;
+        let mut detail = filter.detail();
+        detail["retried"] = total.into();
+        let queue = filter.queue.as_deref();
+        self.record_bulk("bulk_retry", queue, detail, total, res)
+            .await?;
+        Ok(total)
+    }
+
+    /// The statements of [`Client::retry_where`], counting into `total`.
+    async fn retry_where_run(
+        &self,
+        f: &TaskFilter<'_>,
+        age_us: i64,
+        total: &mut u64,
+    ) -> Result<()> {
         let mut after = 0;
         loop {
             let batch = self
                 .db(self
                     .store
-                    .task_bulk_ids(&f, age_us, after, Self::BATCH)
+                    .task_bulk_ids(f, age_us, after, Self::BATCH)
                     .await)
                 .await?;
             let plain: Vec<u64> = batch.iter().filter(|b| !b.1).map(|b| b.0).collect();
             if !plain.is_empty() {
-                total += self
+                *total += self
                     .db(self.store.task_retry_dead_ids(&plain).await)
                     .await?;
             }
             for &(id, _) in batch.iter().filter(|b| b.1) {
-                match self
-                    .db(self.store.task_retry_dead(TaskId(id)).await)
-                    .await?
-                {
-                    RetryDead::Retried => total += 1,
+                match self.db(self.retry_dead_one(TaskId(id)).await).await? {
+                    RetryDead::Retried => *total += 1,
                     RetryDead::NotDead => {}
                     RetryDead::IdentityHeld(holder) => tracing::warn!(
                         task_id = id, holder = %holder,
@@ -755,7 +938,7 @@ impl Client {
             }
             match batch.last() {
                 Some(&(last, _)) if batch.len() == Self::BATCH as usize => after = last,
-                _ => return Ok(total),
+                _ => return Ok(()),
             }
         }
     }
@@ -788,8 +971,18 @@ impl Client {
         let states = purge_states(state)?;
         let age_secs = older_than.as_secs();
         let mut total = 0;
+        let res = self.purge_run(&states, age_secs, &mut total).await;
+        let detail = serde_json::json!({
+            "state": state, "older_than_secs": age_secs, "purged": total
+        });
+        self.record_bulk("purge", None, detail, total, res).await?;
+        Ok(total)
+    }
+
+    /// The statements of [`Client::purge`], counting into `total`.
+    async fn purge_run(&self, states: &[TaskState], age_secs: u64, total: &mut u64) -> Result<()> {
         let mut conn = self.db(self.store.pool().acquire().await).await?;
-        for s in states {
+        for &s in states {
             loop {
                 let n = self
                     .db(self
@@ -797,13 +990,13 @@ impl Client {
                         .task_prune(&mut conn, s, age_secs, Self::BATCH)
                         .await)
                     .await?;
-                total += n;
+                *total += n;
                 if n < u64::from(Self::BATCH) {
                     break;
                 }
             }
         }
-        Ok(total)
+        Ok(())
     }
 }
 
@@ -845,6 +1038,7 @@ mod tests {
             last_error: last_error.map(str::to_owned),
             snoozes: 0,
             deadline: None,
+            attempted_at: None,
             unique_key: None,
             unique_held: false,
             created_at: now,

@@ -36,6 +36,7 @@ mod client;
 mod context;
 mod enqueue;
 mod error;
+mod history;
 mod metrics;
 mod migrate;
 mod registry;
@@ -61,6 +62,10 @@ pub use enqueue::{
 };
 pub use enqueue::{IntoEnqueue, enqueue_many};
 pub use error::{Error, Result, ResultExt, TaskError, TaskErrorKind};
+pub use history::{
+    Attempt, AttemptOutcome, AuditEntry, AuditFilter, DEFAULT_ACTOR, MAX_ACTOR_LEN,
+    MAX_ATTEMPT_ENTRIES, MAX_ATTEMPT_ERROR_CHARS,
+};
 pub use migrate::{MIGRATIONS_TABLE, migrate, migrator};
 pub use registry::{JsonEnqueueOptions, Registration, registered, registration};
 pub use retry::Backoff;

@@ -306,7 +306,7 @@ impl Store {
                            AND u.task_id = taskq_tasks.id) AS "unique_held!: bool",
                  created_at AS "created_at: DateTime<Utc>", updated_at AS "updated_at: DateTime<Utc>",
                  finished_at AS "finished_at: DateTime<Utc>", snoozes AS "snoozes: u32",
-                 deadline AS "deadline: DateTime<Utc>"
+                 deadline AS "deadline: DateTime<Utc>", attempted_at AS "attempted_at: DateTime<Utc>"
                FROM taskq_tasks WHERE id = ?"#,
             id.0
         )
@@ -343,7 +343,7 @@ impl Store {
                            AND u.task_id = taskq_tasks.id) AS "unique_held!: bool",
                  created_at AS "created_at: DateTime<Utc>", updated_at AS "updated_at: DateTime<Utc>",
                  finished_at AS "finished_at: DateTime<Utc>", snoozes AS "snoozes: u32",
-                 deadline AS "deadline: DateTime<Utc>"
+                 deadline AS "deadline: DateTime<Utc>", attempted_at AS "attempted_at: DateTime<Utc>"
                FROM taskq_tasks
                WHERE id > ? AND (? IS NULL OR queue = ?) AND (? IS NULL OR state = ?)
                  AND (? IS NULL OR name = ?)
@@ -380,7 +380,7 @@ impl Store {
                            AND u.task_id = taskq_tasks.id) AS "unique_held!: bool",
                  created_at AS "created_at: DateTime<Utc>", updated_at AS "updated_at: DateTime<Utc>",
                  finished_at AS "finished_at: DateTime<Utc>", snoozes AS "snoozes: u32",
-                 deadline AS "deadline: DateTime<Utc>"
+                 deadline AS "deadline: DateTime<Utc>", attempted_at AS "attempted_at: DateTime<Utc>"
                FROM taskq_tasks
                WHERE id < ? AND (? IS NULL OR queue = ?) AND (? IS NULL OR state = ?)
                  AND (? IS NULL OR name = ?)
@@ -621,8 +621,12 @@ impl Store {
     }
 
     /// Records a cancel request on a running task (kept from the first request); returns
-    /// whether the task was running.
-    pub(crate) async fn task_request_cancel(&self, id: TaskId) -> sqlx::Result<bool> {
+    /// whether the task was running. On the caller's transaction (with its audit row).
+    pub(crate) async fn task_request_cancel(
+        &self,
+        conn: &mut MySqlConnection,
+        id: TaskId,
+    ) -> sqlx::Result<bool> {
         let done = sqlx::query!(
             r#"UPDATE taskq_tasks
                SET cancel_requested_at = COALESCE(cancel_requested_at, UTC_TIMESTAMP(6)),
@@ -630,15 +634,18 @@ impl Store {
                WHERE id = ? AND state = 'running'"#,
             id.0
         )
-        .execute(self.pool())
+        .execute(&mut *conn)
         .await?;
         Ok(done.rows_affected() == 1)
     }
 
     /// Cancels a pending task (freeing the unique identity it holds); returns whether a row
-    /// changed.
-    pub(crate) async fn task_cancel(&self, id: TaskId) -> sqlx::Result<bool> {
-        let mut tx = self.pool.begin().await?;
+    /// changed. Two statements on the caller's transaction.
+    pub(crate) async fn task_cancel(
+        &self,
+        tx: &mut MySqlConnection,
+        id: TaskId,
+    ) -> sqlx::Result<bool> {
         let done = sqlx::query!(
             r#"UPDATE taskq_tasks
                SET state = 'canceled', finished_at = UTC_TIMESTAMP(6), updated_at = UTC_TIMESTAMP(6)
@@ -657,7 +664,6 @@ impl Store {
             .execute(&mut *tx)
             .await?;
         }
-        tx.commit().await?;
         Ok(done.rows_affected() == 1)
     }
 
@@ -665,6 +671,7 @@ impl Store {
     /// `at` is `None`; returns whether a row matched.
     pub(crate) async fn task_reschedule(
         &self,
+        conn: &mut MySqlConnection,
         id: TaskId,
         at: Option<DateTime<Utc>>,
         delay_us: i64,
@@ -678,20 +685,25 @@ impl Store {
             delay_us,
             id.0
         )
-        .execute(&self.pool)
+        .execute(&mut *conn)
         .await?;
         Ok(done.rows_affected() == 1)
     }
 
     /// Sets a pending task's priority; returns whether a row matched.
-    pub(crate) async fn task_set_priority(&self, id: TaskId, priority: i16) -> sqlx::Result<bool> {
+    pub(crate) async fn task_set_priority(
+        &self,
+        conn: &mut MySqlConnection,
+        id: TaskId,
+        priority: i16,
+    ) -> sqlx::Result<bool> {
         let done = sqlx::query!(
             r#"UPDATE taskq_tasks SET priority = ?, updated_at = UTC_TIMESTAMP(6)
                WHERE id = ? AND state = 'pending'"#,
             priority,
             id.0
         )
-        .execute(&self.pool)
+        .execute(&mut *conn)
         .await?;
         Ok(done.rows_affected() == 1)
     }
@@ -699,9 +711,13 @@ impl Store {
     /// Moves a dead task back to pending with attempts reset and its epoch incremented. A task
     /// unique while pending or running takes its identity back, which fails (and changes
     /// nothing) when another task holds it meanwhile; a windowed one does not (see
-    /// `docs/semantics.md`).
-    pub(crate) async fn task_retry_dead(&self, id: TaskId) -> sqlx::Result<RetryDead> {
-        let mut tx = self.pool.begin().await?;
+    /// `docs/semantics.md`). On the caller's transaction: it writes only when it returns
+    /// `Retried` (an `IdentityHeld` leaves the identity's row locked until the caller ends).
+    pub(crate) async fn task_retry_dead(
+        &self,
+        tx: &mut MySqlConnection,
+        id: TaskId,
+    ) -> sqlx::Result<RetryDead> {
         let row = sqlx::query!(
             r#"SELECT unique_key AS "unique_key: Vec<u8>", unique_while FROM taskq_tasks
                WHERE id = ? AND state = 'dead' FOR UPDATE"#,
@@ -716,7 +732,7 @@ impl Store {
             .unique_key
             .filter(|_| row.unique_while.as_deref() != Some("window"));
         if let Some(key) = retake
-            && let Some(holder) = identity_reserve(&mut tx, &key, id.0, None).await?
+            && let Some(holder) = identity_reserve(tx, &key, id.0, None).await?
         {
             return Ok(RetryDead::IdentityHeld(holder));
         }
@@ -729,7 +745,6 @@ impl Store {
         )
         .execute(&mut *tx)
         .await?;
-        tx.commit().await?;
         Ok(RetryDead::Retried)
     }
     /// The state of one task, or `None` when the id does not exist.
@@ -1004,7 +1019,7 @@ impl Store {
                      STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id
                    SET t.state = 'running', t.attempt = t.attempt + 1, t.lease_epoch = t.lease_epoch + 1,
                        t.lease_until = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, t.worker_id = ?,
-                       t.updated_at = UTC_TIMESTAMP(6)"#,
+                       t.attempted_at = UTC_TIMESTAMP(6), t.updated_at = UTC_TIMESTAMP(6)"#,
                 ids,
                 lease_us,
                 worker_id
@@ -1382,6 +1397,11 @@ pub(crate) struct Finish {
     /// `succeeded`, `pending` (retry), `dead`, `canceled` (a cancel request honoured), or
     /// `snoozed`: written as `pending` with the attempt given back and `snoozes` + 1.
     pub state: &'static str,
+    /// The attempt number of this run (as claimed), recorded in the attempt history.
+    pub attempt: u32,
+    /// How the attempt ended, as recorded in the attempt history: `succeeded`, `failed`,
+    /// `timed_out`, `panicked`, `canceled` or `snoozed` (see `AttemptOutcome`).
+    pub outcome: &'static str,
     /// Delay from the database's now of the next run, for `pending` and `snoozed`.
     pub delay_us: i64,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -1457,7 +1477,14 @@ impl Store {
             r#"UPDATE JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$[0]',
                                                    epoch BIGINT UNSIGNED PATH '$[1]')) AS j
                  STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id AND t.lease_epoch = j.epoch
-               SET t.state = 'pending', t.lease_epoch = t.lease_epoch + 1,
+               SET t.attempts = JSON_ARRAY_APPEND(
+                     IF(JSON_LENGTH(COALESCE(t.attempts, '[]')) >= 100, JSON_REMOVE(t.attempts, '$[0]'),
+                        COALESCE(t.attempts, '[]')), '$',
+                     JSON_OBJECT('attempt', t.attempt, 'epoch', j.epoch, 'worker', t.worker_id,
+                       'started_at', DATE_FORMAT(t.attempted_at, '%Y-%m-%d %H:%i:%s.%f'),
+                       'finished_at', DATE_FORMAT(UTC_TIMESTAMP(6), '%Y-%m-%d %H:%i:%s.%f'),
+                       'outcome', 'released', 'error', NULL)),
+                   t.state = 'pending', t.lease_epoch = t.lease_epoch + 1,
                    t.attempt = IF(t.attempt > 0, t.attempt - 1, 0),
                    t.run_at = UTC_TIMESTAMP(6), t.lease_until = NULL, t.worker_id = NULL,
                    t.updated_at = UTC_TIMESTAMP(6)
@@ -1609,7 +1636,16 @@ async fn reap_rows(conn: &mut MySqlConnection, mut ids: Vec<u64>) -> sqlx::Resul
     let done = sqlx::query!(
         r#"UPDATE JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$')) AS j
              STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id
-           SET t.last_error = CONCAT('lease expired (worker ', COALESCE(t.worker_id, '?'),
+           SET t.attempts = JSON_ARRAY_APPEND(
+                 IF(JSON_LENGTH(COALESCE(t.attempts, '[]')) >= 100, JSON_REMOVE(t.attempts, '$[0]'),
+                    COALESCE(t.attempts, '[]')), '$',
+                 JSON_OBJECT('attempt', t.attempt, 'epoch', t.lease_epoch, 'worker', t.worker_id,
+                   'started_at', DATE_FORMAT(t.attempted_at, '%Y-%m-%d %H:%i:%s.%f'),
+                   'finished_at', DATE_FORMAT(UTC_TIMESTAMP(6), '%Y-%m-%d %H:%i:%s.%f'),
+                   'outcome', IF(t.cancel_requested_at IS NOT NULL, 'canceled', 'lease_lost'),
+                   'error', CONCAT('lease expired (worker ', COALESCE(t.worker_id, '?'),
+                                   ', attempt ', t.attempt, ')'))),
+               t.last_error = CONCAT('lease expired (worker ', COALESCE(t.worker_id, '?'),
                                      ', attempt ', t.attempt, ')'),
                t.finished_at = IF(t.attempt >= t.max_attempts OR t.cancel_requested_at IS NOT NULL,
                                   UTC_TIMESTAMP(6), NULL),
@@ -1643,10 +1679,20 @@ async fn finish_rows<'f>(
                  id BIGINT UNSIGNED PATH '$.id',
                  epoch BIGINT UNSIGNED PATH '$.epoch',
                  state VARCHAR(16) PATH '$.state',
+                 attempt INT UNSIGNED PATH '$.attempt',
+                 outcome VARCHAR(16) PATH '$.outcome',
                  delay_us BIGINT PATH '$.delay_us',
                  error TEXT CHARACTER SET utf8mb4 PATH '$.error')) AS j
              STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id AND t.lease_epoch = j.epoch
-           SET t.state = IF(j.state = 'snoozed', 'pending', j.state),
+           SET t.attempts = JSON_ARRAY_APPEND(
+                 IF(JSON_LENGTH(COALESCE(t.attempts, '[]')) >= 100, JSON_REMOVE(t.attempts, '$[0]'),
+                    COALESCE(t.attempts, '[]')), '$',
+                 JSON_OBJECT('attempt', j.attempt, 'epoch', j.epoch, 'worker', t.worker_id,
+                   'started_at', DATE_FORMAT(t.attempted_at, '%Y-%m-%d %H:%i:%s.%f'),
+                   'finished_at', DATE_FORMAT(UTC_TIMESTAMP(6), '%Y-%m-%d %H:%i:%s.%f'),
+                   'outcome', j.outcome,
+                   'error', IF(CHAR_LENGTH(j.error) > 1024, CONCAT(LEFT(j.error, 1023), '…'), j.error))),
+               t.state = IF(j.state = 'snoozed', 'pending', j.state),
                t.run_at = IF(j.state IN ('pending', 'snoozed'),
                              UTC_TIMESTAMP(6) + INTERVAL j.delay_us MICROSECOND, t.run_at),
                t.finished_at = IF(j.state IN ('pending', 'snoozed'), NULL, UTC_TIMESTAMP(6)),
@@ -1779,7 +1825,11 @@ impl Store {
 
 impl Store {
     /// Pauses `queue` (idempotent: an already paused queue keeps its first pause time).
-    pub(crate) async fn queue_pause(&self, queue: &str) -> sqlx::Result<()> {
+    pub(crate) async fn queue_pause(
+        &self,
+        conn: &mut MySqlConnection,
+        queue: &str,
+    ) -> sqlx::Result<()> {
         sqlx::query!(
             r#"INSERT INTO taskq_queues (queue, paused_at, updated_at)
                VALUES (?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))
@@ -1787,19 +1837,23 @@ impl Store {
                                        updated_at = UTC_TIMESTAMP(6)"#,
             queue
         )
-        .execute(&self.pool)
+        .execute(&mut *conn)
         .await?;
         Ok(())
     }
 
     /// Resumes `queue`; returns whether it was paused.
-    pub(crate) async fn queue_resume(&self, queue: &str) -> sqlx::Result<bool> {
+    pub(crate) async fn queue_resume(
+        &self,
+        conn: &mut MySqlConnection,
+        queue: &str,
+    ) -> sqlx::Result<bool> {
         let done = sqlx::query!(
             r#"UPDATE taskq_queues SET paused_at = NULL, updated_at = UTC_TIMESTAMP(6)
                WHERE queue = ? AND paused_at IS NOT NULL"#,
             queue
         )
-        .execute(&self.pool)
+        .execute(&mut *conn)
         .await?;
         Ok(done.rows_affected() == 1)
     }
@@ -2079,9 +2133,13 @@ impl Store {
     }
 
     /// Deletes a schedule's row; returns whether it existed.
-    pub(crate) async fn schedule_delete(&self, name: &str) -> sqlx::Result<bool> {
+    pub(crate) async fn schedule_delete(
+        &self,
+        conn: &mut MySqlConnection,
+        name: &str,
+    ) -> sqlx::Result<bool> {
         let done = sqlx::query!("DELETE FROM taskq_schedules WHERE name = ?", name)
-            .execute(&self.pool)
+            .execute(&mut *conn)
             .await?;
         Ok(done.rows_affected() == 1)
     }
@@ -2239,5 +2297,109 @@ impl Store {
         )
         .fetch_all(&self.pool)
         .await
+    }
+}
+
+// --- attempt history and audit trail ---
+
+/// A row of `taskq_audit` as read back.
+pub(crate) struct AuditListRow {
+    pub id: u64,
+    pub at: DateTime<Utc>,
+    pub actor: String,
+    pub action: String,
+    pub task_id: Option<u64>,
+    pub queue: Option<String>,
+    pub detail: Option<String>,
+}
+
+/// An operator action to record in `taskq_audit`.
+pub(crate) struct AuditRow<'a> {
+    pub actor: &'a str,
+    pub action: &'a str,
+    pub task_id: Option<u64>,
+    /// The queue; when `None` and `task_id` is set, the task's queue is recorded.
+    pub queue: Option<&'a str>,
+    /// A JSON object.
+    pub detail: Option<String>,
+}
+
+/// Inserts an audit row on `conn` (normally the transaction of the action it records), at the
+/// database clock. One statement: the task's queue is read by primary key inside it.
+pub(crate) async fn audit_insert(
+    conn: &mut MySqlConnection,
+    a: &AuditRow<'_>,
+) -> sqlx::Result<u64> {
+    let done = sqlx::query!(
+        r#"INSERT INTO taskq_audit (at, actor, action, task_id, queue, detail)
+           VALUES (UTC_TIMESTAMP(6), ?, ?, ?,
+                   COALESCE(?, (SELECT t.queue FROM taskq_tasks t WHERE t.id = ?)), ?)"#,
+        a.actor,
+        a.action,
+        a.task_id,
+        a.queue,
+        a.task_id,
+        a.detail,
+    )
+    .execute(&mut *conn)
+    .await?;
+    Ok(done.last_insert_id())
+}
+
+impl Store {
+    /// A task's attempt history (the JSON array, `None` when empty); `None` when the task
+    /// does not exist.
+    pub(crate) async fn task_attempts(&self, id: TaskId) -> sqlx::Result<Option<Option<String>>> {
+        let row = sqlx::query!(r#"SELECT attempts FROM taskq_tasks WHERE id = ?"#, id.0)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.map(|r| r.attempts))
+    }
+
+    /// Audit rows with `id < before_id`, of `task_id` and of `queue` when given, newest first.
+    pub(crate) async fn audit_list(
+        &self,
+        task_id: Option<u64>,
+        queue: Option<&str>,
+        before_id: u64,
+        limit: u32,
+    ) -> sqlx::Result<Vec<AuditListRow>> {
+        sqlx::query_as!(
+            AuditListRow,
+            r#"SELECT id AS "id: u64", at AS "at: DateTime<Utc>", actor, action,
+                 task_id AS "task_id: u64", queue, detail
+               FROM taskq_audit
+               WHERE id < ? AND (? IS NULL OR task_id = ?) AND (? IS NULL OR queue = ?)
+               ORDER BY id DESC
+               LIMIT ?"#,
+            before_id,
+            task_id,
+            task_id,
+            queue,
+            queue,
+            limit
+        )
+        .fetch_all(&self.pool)
+        .await
+    }
+
+    /// Deletes up to `limit` audit rows older than `age_secs` (database clock).
+    pub(crate) async fn audit_prune(
+        &self,
+        conn: &mut MySqlConnection,
+        age_secs: u64,
+        limit: u32,
+    ) -> sqlx::Result<u64> {
+        let done = sqlx::query!(
+            r#"DELETE FROM taskq_audit
+               WHERE at < UTC_TIMESTAMP(6) - INTERVAL ? SECOND
+               ORDER BY at
+               LIMIT ?"#,
+            age_secs,
+            limit
+        )
+        .execute(&mut *conn)
+        .await?;
+        Ok(done.rows_affected())
     }
 }

@@ -29,13 +29,34 @@ pub(crate) enum Outcome {
     Succeeded,
     /// The handler asked to run again after this delay without counting the attempt.
     Snoozed(Duration),
-    Failed(TaskErrorKind, String),
+    Failed(TaskErrorKind, String, Cause),
     /// The payload does not decode for this task: never retried.
     Undecodable(String),
     /// Aborted without a result (lease lost, or shutdown): nothing is written.
     Abandoned(CancelReason),
     /// A cancel was requested and the handler did not succeed: written as `canceled`.
     Canceled,
+}
+
+/// What made an attempt fail: the `outcome` of its attempt-history entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Cause {
+    /// The handler returned an error.
+    Error,
+    /// The handler ran past its timeout.
+    TimedOut,
+    /// The handler panicked.
+    Panicked,
+}
+
+impl Cause {
+    fn outcome(self) -> &'static str {
+        match self {
+            Cause::Error => "failed",
+            Cause::TimedOut => "timed_out",
+            Cause::Panicked => "panicked",
+        }
+    }
 }
 
 impl Outcome {
@@ -128,6 +149,7 @@ fn hand_over(
                 "snoozed {} times, the limit (max_snoozes = {max_snoozes}); this snooze counts as a failed attempt",
                 task.snoozes
             ),
+            Cause::Error,
         ),
         other => other,
     };
@@ -146,11 +168,11 @@ fn hand_over(
         }
         Outcome::Canceled => {
             tracing::info!(elapsed_ms, "attempt canceled on request");
-            finish(task, "canceled", Duration::ZERO, None)
+            finish(task, "canceled", "canceled", Duration::ZERO, None)
         }
         Outcome::Succeeded => {
             tracing::debug!(elapsed_ms, "attempt succeeded");
-            finish(task, "succeeded", Duration::ZERO, None)
+            finish(task, "succeeded", "succeeded", Duration::ZERO, None)
         }
         Outcome::Snoozed(d) => {
             tracing::info!(
@@ -159,33 +181,34 @@ fn hand_over(
                 snoozes = task.snoozes + 1,
                 "attempt snoozed; it does not count as an attempt"
             );
-            finish(task, "snoozed", d, None)
+            finish(task, "snoozed", "snoozed", d, None)
         }
         Outcome::Undecodable(e) => {
             tracing::error!(error = %e, elapsed_ms, "payload does not decode; task is dead");
-            finish(task, "dead", Duration::ZERO, Some(e))
+            finish(task, "dead", "failed", Duration::ZERO, Some(e))
         }
-        Outcome::Failed(kind, e) => {
+        Outcome::Failed(kind, e, cause) => {
+            let outcome = cause.outcome();
             let backoff = handler.map(|h| h.backoff).unwrap_or_default();
             let exhausted = task.attempt >= task.max_attempts;
             match kind {
                 TaskErrorKind::Permanent => {
                     tracing::error!(error = %e, elapsed_ms, "attempt failed permanently; task is dead");
-                    finish(task, "dead", Duration::ZERO, Some(e))
+                    finish(task, "dead", outcome, Duration::ZERO, Some(e))
                 }
                 _ if exhausted => {
                     tracing::error!(error = %e, elapsed_ms, "attempt failed; attempts exhausted, task is dead");
                     let error = with_exhausted_note(e, task.attempt, task.max_attempts);
-                    finish(task, "dead", Duration::ZERO, Some(error))
+                    finish(task, "dead", outcome, Duration::ZERO, Some(error))
                 }
                 TaskErrorKind::RetryAfter(d) => {
                     tracing::warn!(error = %e, elapsed_ms, retry_in_ms = d.as_millis() as u64, "attempt failed; retry requested");
-                    finish(task, "pending", d, Some(e))
+                    finish(task, "pending", outcome, d, Some(e))
                 }
                 _ => {
                     let d = backoff.delay_random(task.attempt);
                     tracing::warn!(error = %e, elapsed_ms, retry_in_ms = d.as_millis() as u64, "attempt failed; will retry");
-                    finish(task, "pending", d, Some(e))
+                    finish(task, "pending", outcome, d, Some(e))
                 }
             }
         }
@@ -198,11 +221,19 @@ fn hand_over(
     }
 }
 
-fn finish(task: &Claimed, state: &'static str, delay: Duration, error: Option<String>) -> Finish {
+fn finish(
+    task: &Claimed,
+    state: &'static str,
+    outcome: &'static str,
+    delay: Duration,
+    error: Option<String>,
+) -> Finish {
     Finish {
         id: task.id,
         epoch: task.lease_epoch,
         state,
+        attempt: task.attempt,
+        outcome,
         // A retry delay is clamped to what the schema holds (`retry_after` and backoff
         // ceilings are user input): `now + delay` must stay a valid DATETIME.
         delay_us: delay.min(MAX_DELAY).as_micros() as i64,
@@ -316,18 +347,20 @@ async fn attempt(
         // The handler came back within the grace after its timeout: its own result counts
         // (a success is a success; an error keeps its kind and says it timed out first).
         (CancelReason::Timeout, Ok(res)) => match joined(shared, queue, &task.name, res) {
-            Outcome::Failed(kind, e) => Outcome::Failed(
+            Outcome::Failed(kind, e, _) => Outcome::Failed(
                 kind,
                 format!(
                     "timed out after {:?}, then failed: {e}",
                     timeout.unwrap_or_default()
                 ),
+                Cause::TimedOut,
             ),
             other => other,
         },
         (CancelReason::Timeout, Err(_)) => Outcome::Failed(
             TaskErrorKind::Retry,
             format!("timed out after {:?}", timeout.unwrap_or_default()),
+            Cause::TimedOut,
         ),
         // Canceled on request: a success that completed within the grace is recorded as such;
         // anything else (an error, a snooze, an abort after the grace) ends `canceled`.
@@ -358,7 +391,7 @@ fn joined(
         Ok(Ok(())) => Outcome::Succeeded,
         Ok(Err(e)) => match e.kind() {
             TaskErrorKind::Snooze(d) => Outcome::Snoozed(d),
-            kind => Outcome::Failed(kind, e.to_chain_string()),
+            kind => Outcome::Failed(kind, e.to_chain_string(), Cause::Error),
         },
         Err(e) if e.is_panic() => {
             WorkerStats::add(&shared.stats.panics, 1);
@@ -366,6 +399,7 @@ fn joined(
             Outcome::Failed(
                 TaskErrorKind::Retry,
                 format!("handler panicked: {}", panic_message(e.into_panic())),
+                Cause::Panicked,
             )
         }
         Err(_) => Outcome::Abandoned(CancelReason::Shutdown),

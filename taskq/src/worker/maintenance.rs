@@ -1,7 +1,8 @@
 //! Maintenance inside every worker: the reaper (expired leases back to pending, or to dead
 //! when attempts are exhausted) and retention (deleting old terminal tasks in small batches,
-//! the identities of unique windows that have ended, and the `taskq_workers` rows of workers
-//! not seen for [`WORKER_ROW_RETENTION`](super::WORKER_ROW_RETENTION)).
+//! the identities of unique windows that have ended, the `taskq_workers` rows of workers
+//! not seen for [`WORKER_ROW_RETENTION`](super::WORKER_ROW_RETENTION), and audit rows older
+//! than the longest terminal-task retention).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -90,6 +91,25 @@ async fn prune(shared: &Shared) {
         }
     }
     let r = shared.cfg.retention;
+    // Audit rows: kept as long as the longest-kept terminal tasks (forever if any is kept
+    // forever), so an operator action outlives the tasks it touched.
+    let keep_audit = [r.succeeded, r.dead, r.canceled, r.expired]
+        .into_iter()
+        .try_fold(Duration::ZERO, |longest, keep| keep.map(|k| longest.max(k)));
+    if let Some(keep) = keep_audit {
+        loop {
+            let age = keep.as_secs();
+            match within!(shared, |c| shared.store.audit_prune(c, age, BATCH)).await {
+                Ok(n) if n < u64::from(BATCH) || shared.stopping() => break,
+                Ok(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+                Err(e) => {
+                    WorkerStats::add(&shared.stats.db_errors, 1);
+                    tracing::warn!(error = %e, "taskq: pruning old audit rows failed");
+                    break;
+                }
+            }
+        }
+    }
     for (state, keep) in [
         (TaskState::Succeeded, r.succeeded),
         (TaskState::Dead, r.dead),

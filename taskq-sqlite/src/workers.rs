@@ -1,0 +1,181 @@
+//! Live workers (`taskq_workers`): one row per worker process, written by the worker itself.
+
+use chrono::{DateTime, Utc};
+use sqlx::SqliteConnection;
+
+use crate::clock::{opt_time, time_from_us};
+
+/// A worker's own row, as it writes it.
+#[derive(Debug, Clone, Copy)]
+pub struct WorkerRow<'a> {
+    /// Worker id (as in `taskq_tasks.worker_id`).
+    pub worker_id: &'a str,
+    /// Host name.
+    pub host: &'a str,
+    /// Process id.
+    pub pid: u32,
+    /// JSON object: queue → concurrency.
+    pub queues_json: &'a str,
+    /// Handlers at once over all its queues.
+    pub concurrency: u32,
+    /// Its lease (µs).
+    pub lease_us: u64,
+    /// Its heartbeat interval (µs).
+    pub heartbeat_us: u64,
+}
+
+/// A row of `taskq_workers` with the count of running tasks claimed under its id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerListRow {
+    /// Worker id.
+    pub worker_id: String,
+    /// Host name.
+    pub host: String,
+    /// Process id.
+    pub pid: u32,
+    /// JSON object: queue → concurrency.
+    pub queues: String,
+    /// Handlers at once.
+    pub concurrency: u32,
+    /// Its lease (µs).
+    pub lease_us: u64,
+    /// Its heartbeat interval (µs).
+    pub heartbeat_us: u64,
+    /// Start (database clock).
+    pub started_at: DateTime<Utc>,
+    /// Last beat.
+    pub last_seen_at: DateTime<Utc>,
+    /// Graceful shutdown, if any.
+    pub stopped_at: Option<DateTime<Utc>>,
+    /// Not stopped and seen within its lease.
+    pub alive: bool,
+    /// Running tasks carrying its id.
+    pub running: i64,
+}
+
+/// Records a starting worker: inserts its row, or (a worker id used again) overwrites it with
+/// `started_at = last_seen_at = now` and `stopped_at = NULL`.
+pub async fn worker_start(conn: &mut SqliteConnection, w: &WorkerRow<'_>) -> sqlx::Result<()> {
+    let lease_us = w.lease_us as i64;
+    let heartbeat_us = w.heartbeat_us as i64;
+    sqlx::query!(
+        r#"INSERT INTO taskq_workers (worker_id, host, pid, queues, concurrency, lease_us,
+             heartbeat_us, started_at, last_seen_at, stopped_at)
+           SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, c.us, c.us, NULL FROM taskq_clock AS c WHERE true
+           ON CONFLICT (worker_id) DO UPDATE
+             SET host = excluded.host, pid = excluded.pid, queues = excluded.queues,
+                 concurrency = excluded.concurrency, lease_us = excluded.lease_us,
+                 heartbeat_us = excluded.heartbeat_us, started_at = excluded.started_at,
+                 last_seen_at = excluded.last_seen_at, stopped_at = NULL"#,
+        w.worker_id,
+        w.host,
+        w.pid,
+        w.queues_json,
+        w.concurrency,
+        lease_us,
+        heartbeat_us,
+    )
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// A running worker's beat: `last_seen_at = now`. The row is inserted again if it is missing;
+/// a row marked stopped is left alone (a beat under way at shutdown must not revive it).
+pub async fn worker_seen(conn: &mut SqliteConnection, w: &WorkerRow<'_>) -> sqlx::Result<()> {
+    let lease_us = w.lease_us as i64;
+    let heartbeat_us = w.heartbeat_us as i64;
+    sqlx::query!(
+        r#"INSERT INTO taskq_workers (worker_id, host, pid, queues, concurrency, lease_us,
+             heartbeat_us, started_at, last_seen_at, stopped_at)
+           SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, c.us, c.us, NULL FROM taskq_clock AS c WHERE true
+           ON CONFLICT (worker_id) DO UPDATE
+             SET last_seen_at = CASE WHEN stopped_at IS NULL THEN excluded.last_seen_at
+                                     ELSE last_seen_at END"#,
+        w.worker_id,
+        w.host,
+        w.pid,
+        w.queues_json,
+        w.concurrency,
+        lease_us,
+        heartbeat_us,
+    )
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// Marks a worker stopped (graceful shutdown): `stopped_at = last_seen_at = now`. Returns
+/// whether its row exists.
+pub async fn worker_stop(conn: &mut SqliteConnection, worker_id: &str) -> sqlx::Result<bool> {
+    let done = sqlx::query!(
+        r#"UPDATE taskq_workers AS w SET stopped_at = c.us, last_seen_at = c.us
+           FROM taskq_clock AS c WHERE w.worker_id = ?1"#,
+        worker_id
+    )
+    .execute(&mut *conn)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Deletes up to `limit` rows of workers not seen for `age_secs` (stopped or gone).
+pub async fn worker_prune(
+    conn: &mut SqliteConnection,
+    age_secs: u64,
+    limit: u32,
+) -> sqlx::Result<u64> {
+    let age_us = i64::try_from(age_secs.saturating_mul(1_000_000)).unwrap_or(i64::MAX);
+    let done = sqlx::query!(
+        r#"DELETE FROM taskq_workers
+           WHERE worker_id IN (
+             SELECT worker_id FROM taskq_workers
+             WHERE last_seen_at < (SELECT us FROM taskq_clock) - ?1
+             ORDER BY last_seen_at
+             LIMIT ?2)"#,
+        age_us,
+        limit
+    )
+    .execute(&mut *conn)
+    .await?;
+    Ok(done.rows_affected())
+}
+
+/// Every worker row, oldest start first, with whether it is alive (not stopped, seen within
+/// its lease, on the database clock) and how many running tasks carry its id.
+pub async fn worker_list(conn: &mut SqliteConnection) -> sqlx::Result<Vec<WorkerListRow>> {
+    let rows = sqlx::query!(
+        r#"SELECT w.worker_id AS "worker_id!: String", w.host AS "host!: String",
+             w.pid AS "pid!: u32", w.queues AS "queues!: String",
+             w.concurrency AS "concurrency!: u32", w.lease_us AS "lease_us!: i64",
+             w.heartbeat_us AS "heartbeat_us!: i64", w.started_at AS "started_at!: i64",
+             w.last_seen_at AS "last_seen_at!: i64", w.stopped_at AS "stopped_at?: i64",
+             (w.stopped_at IS NULL
+              AND w.last_seen_at >= (SELECT us FROM taskq_clock) - w.lease_us) AS "alive!: bool",
+             COALESCE(r.running, 0) AS "running!: i64"
+           FROM taskq_workers AS w
+             LEFT JOIN (SELECT worker_id, COUNT(*) AS running FROM taskq_tasks
+                        WHERE state = 'running' GROUP BY worker_id) AS r
+               ON r.worker_id = w.worker_id
+           ORDER BY w.started_at, w.worker_id"#
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    rows.into_iter()
+        .map(|r| {
+            Ok(WorkerListRow {
+                worker_id: r.worker_id,
+                host: r.host,
+                pid: r.pid,
+                queues: r.queues,
+                concurrency: r.concurrency,
+                lease_us: r.lease_us.max(0) as u64,
+                heartbeat_us: r.heartbeat_us.max(0) as u64,
+                started_at: time_from_us(r.started_at)?,
+                last_seen_at: time_from_us(r.last_seen_at)?,
+                stopped_at: opt_time(r.stopped_at)?,
+                alive: r.alive,
+                running: r.running,
+            })
+        })
+        .collect()
+}
