@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 
+use axum::Extension;
 use axum::Json;
 use axum::Router;
 use axum::body::Bytes;
@@ -15,6 +16,7 @@ use serde_json::{Value, json};
 use taskq::{Canceled, Error, JsonEnqueueOptions, ListFilter, TaskId, TaskInfo, TaskState};
 
 use crate::AppState;
+use crate::auth::ApiActor;
 
 /// The OpenAPI 3 document of the API (served at `api/v1/openapi.json`).
 pub(crate) const OPENAPI: &str = include_str!("openapi.json");
@@ -148,15 +150,35 @@ fn new_queue(q: &str) -> QueueJson {
     }
 }
 
-async fn queue_pause(State(st): State<AppState>, Path(queue): Path<String>) -> Response {
-    match st.client.pause_queue(&queue).await {
+async fn queue_pause(
+    State(st): State<AppState>,
+    Extension(actor): Extension<ApiActor>,
+    Path(queue): Path<String>,
+) -> Response {
+    match st
+        .client
+        .clone()
+        .with_actor(actor.0)
+        .pause_queue(&queue)
+        .await
+    {
         Ok(()) => Json(json!({"queue": queue, "paused": true})).into_response(),
         Err(e) => failure(&e),
     }
 }
 
-async fn queue_resume(State(st): State<AppState>, Path(queue): Path<String>) -> Response {
-    match st.client.resume_queue(&queue).await {
+async fn queue_resume(
+    State(st): State<AppState>,
+    Extension(actor): Extension<ApiActor>,
+    Path(queue): Path<String>,
+) -> Response {
+    match st
+        .client
+        .clone()
+        .with_actor(actor.0)
+        .resume_queue(&queue)
+        .await
+    {
         Ok(was) => {
             Json(json!({"queue": queue, "paused": false, "was_paused": was})).into_response()
         }
@@ -257,20 +279,34 @@ async fn task_get(
     let Ok(Path(id)) = id else {
         return bad_request("the task id is a number");
     };
-    match st.client.get(TaskId(id)).await {
-        Ok(t) => Json(TaskJson::new(&t, true)).into_response(),
-        Err(e) => failure(&e),
-    }
+    let t = match st.client.get(TaskId(id)).await {
+        Ok(t) => t,
+        Err(e) => return failure(&e),
+    };
+    let attempts = match st.client.attempts(TaskId(id)).await {
+        Ok(a) => a,
+        Err(e) => return failure(&e),
+    };
+    let mut v = serde_json::to_value(TaskJson::new(&t, true)).unwrap_or_default();
+    v["attempts"] = serde_json::to_value(attempts).unwrap_or_default();
+    Json(v).into_response()
 }
 
 async fn task_cancel(
     State(st): State<AppState>,
+    Extension(actor): Extension<ApiActor>,
     id: Result<Path<u64>, axum::extract::rejection::PathRejection>,
 ) -> Response {
     let Ok(Path(id)) = id else {
         return bad_request("the task id is a number");
     };
-    match st.client.cancel(TaskId(id)).await {
+    match st
+        .client
+        .clone()
+        .with_actor(actor.0)
+        .cancel(TaskId(id))
+        .await
+    {
         Ok(Canceled::Now) => Json(json!({"id": id, "result": "canceled"})).into_response(),
         Ok(Canceled::Requested) => {
             Json(json!({"id": id, "result": "cancel_requested"})).into_response()
@@ -281,12 +317,19 @@ async fn task_cancel(
 
 async fn task_retry(
     State(st): State<AppState>,
+    Extension(actor): Extension<ApiActor>,
     id: Result<Path<u64>, axum::extract::rejection::PathRejection>,
 ) -> Response {
     let Ok(Path(id)) = id else {
         return bad_request("the task id is a number");
     };
-    match st.client.retry_dead(TaskId(id)).await {
+    match st
+        .client
+        .clone()
+        .with_actor(actor.0)
+        .retry_dead(TaskId(id))
+        .await
+    {
         Ok(()) => Json(json!({"id": id, "state": "pending"})).into_response(),
         Err(e) => failure(&e),
     }
@@ -306,7 +349,11 @@ struct EnqueueBody {
     idempotency_key: Option<String>,
 }
 
-async fn task_enqueue(State(st): State<AppState>, body: Bytes) -> Response {
+async fn task_enqueue(
+    State(st): State<AppState>,
+    Extension(actor): Extension<ApiActor>,
+    body: Bytes,
+) -> Response {
     let b: EnqueueBody = match serde_json::from_slice(&body) {
         Ok(b) => b,
         Err(e) => return bad_request(&format!("invalid request body: {e}")),
@@ -330,7 +377,26 @@ async fn task_enqueue(State(st): State<AppState>, body: Bytes) -> Response {
         .queue
         .clone()
         .unwrap_or_else(|| reg.queue().to_owned());
-    match reg.enqueue_json(st.client.pool(), &payload, &options).await {
+    let client = st.client.clone().with_actor(actor.0);
+    let enqueued = async {
+        let mut tx = client.pool().begin().await?;
+        let done = reg.enqueue_json_tx(&mut tx, &payload, &options).await?;
+        if !done.duplicate {
+            client
+                .record_audit(
+                    &mut tx,
+                    "enqueue",
+                    Some(done.id),
+                    Some(&queue),
+                    json!({"name": reg.name(), "via": "api"}),
+                )
+                .await?;
+        }
+        tx.commit().await?;
+        taskq::notify(&queue);
+        Ok::<_, Error>(done)
+    };
+    match enqueued.await {
         Ok(done) => {
             let status = if done.duplicate {
                 StatusCode::OK

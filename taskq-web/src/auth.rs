@@ -69,6 +69,9 @@ pub(crate) struct Ctx {
     pub csrf: String,
     /// How the request was authenticated (a logout button is shown for sessions).
     pub via: Via,
+    /// Who the audit trail records for this request's actions (`web:token`,
+    /// `web:basic:<user>`, `web:session`, `web:open`).
+    pub actor: String,
     /// The dashboard is read-only.
     pub read_only: bool,
     /// Which login fields to offer.
@@ -174,6 +177,19 @@ impl Auth {
             c.push_str("; Secure");
         }
         HeaderValue::from_str(&c).unwrap_or_else(|_| HeaderValue::from_static("taskq_invalid=1"))
+    }
+
+    /// The audit-trail actor of a request authenticated `via` (`{channel}:token`, ...).
+    pub(crate) fn actor(&self, channel: &str, via: Via) -> String {
+        match via {
+            Via::Open => format!("{channel}:open"),
+            Via::Bearer => format!("{channel}:token"),
+            Via::Basic => format!(
+                "{channel}:basic:{}",
+                self.basic.as_ref().map_or("", |b| b.0.as_str())
+            ),
+            Via::Session => format!("{channel}:session"),
+        }
     }
 
     pub(crate) fn session_max_age(&self) -> u64 {
@@ -337,6 +353,7 @@ pub(crate) async fn guard(State(st): State<AppState>, req: Request, next: Next) 
         .unwrap_or(Via::Open);
     }
     let ctx = Ctx {
+        actor: st.auth.actor("web", via),
         root: relative_root(&inner, &original),
         home: home_link(&inner, &original),
         csrf: csrf.clone(),
@@ -496,11 +513,19 @@ pub(crate) async fn api_guard(State(st): State<AppState>, req: Request, next: Ne
             );
         }
     }
+    let mut req = req;
+    req.extensions_mut()
+        .insert(ApiActor(st.auth.actor("api", via)));
     let mut resp = next.run(req).await;
     resp.headers_mut()
         .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     resp
 }
+
+/// Who the audit trail records for an API request's actions (`api:token`, `api:basic:<user>`,
+/// `api:open`).
+#[derive(Debug, Clone)]
+pub(crate) struct ApiActor(pub String);
 
 #[cfg(test)]
 mod tests {

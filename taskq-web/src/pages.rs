@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
-use taskq::{BulkFilter, Canceled, Error, ListFilter, TaskId, TaskInfo, TaskState};
+use taskq::{AuditFilter, BulkFilter, Canceled, Error, ListFilter, TaskId, TaskInfo, TaskState};
 
 use crate::AppState;
 use crate::auth::{Ctx, SESSION_MARK};
@@ -609,6 +609,63 @@ async fn task_page(
         }
         None => b.push_str("<p>None.</p>"),
     }
+    let audit_filter = AuditFilter {
+        task: Some(t.id),
+        limit: Some(50),
+        ..Default::default()
+    };
+    let (attempts, audit) = tokio::join!(st.client.attempts(t.id), st.client.audit(&audit_filter));
+    b.push_str("<h2>Attempts</h2>");
+    match attempts {
+        Ok(a) if a.is_empty() => b.push_str("<p>No attempt has ended yet.</p>"),
+        Ok(a) => {
+            b.push_str(r#"<table id="attempts"><tr><th>Attempt</th><th>Epoch</th><th>Worker</th><th>Started</th><th>Ended</th><th>Duration</th><th>Outcome</th><th>Error</th></tr>"#);
+            for at in &a {
+                let _ = write!(
+                    b,
+                    r#"<tr><td class="n">{}</td><td class="n">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td><pre>{}</pre></td></tr>"#,
+                    at.attempt,
+                    at.epoch,
+                    esc(at.worker_id.as_deref().unwrap_or("—")),
+                    opt_time(&at.started_at),
+                    time_us(&at.finished_at),
+                    at.duration()
+                        .map_or_else(|| "—".into(), |d| format!("{:.3} s", d.as_secs_f64())),
+                    esc(at.outcome.as_str()),
+                    esc(at.error.as_deref().unwrap_or(""))
+                );
+            }
+            b.push_str("</table>");
+        }
+        Err(e) => {
+            let _ = write!(b, r#"<p class="error">{}</p>"#, esc(&e.to_string()));
+        }
+    }
+    b.push_str("<h2>Operator actions</h2>");
+    match audit {
+        Ok(a) if a.is_empty() => b.push_str("<p>None recorded.</p>"),
+        Ok(a) => {
+            b.push_str(r#"<table id="audit"><tr><th>When</th><th>Who</th><th>What</th><th>Detail</th></tr>"#);
+            for e in &a {
+                let _ = write!(
+                    b,
+                    "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                    time_us(&e.at),
+                    esc(&e.actor),
+                    esc(&e.action),
+                    esc(&if e.detail.is_null() {
+                        String::new()
+                    } else {
+                        e.detail.to_string()
+                    })
+                );
+            }
+            b.push_str("</table>");
+        }
+        Err(e) => {
+            let _ = write!(b, r#"<p class="error">{}</p>"#, esc(&e.to_string()));
+        }
+    }
     respond(
         StatusCode::OK,
         page(&ctx, &format!("Task {}", t.id), &b, None),
@@ -620,7 +677,13 @@ async fn task_retry(
     Extension(ctx): Extension<Ctx>,
     Path(id): Path<u64>,
 ) -> Response {
-    match st.client.retry_dead(TaskId(id)).await {
+    match st
+        .client
+        .clone()
+        .with_actor(ctx.actor.clone())
+        .retry_dead(TaskId(id))
+        .await
+    {
         Ok(()) => see_other(&format!("{}tasks/{id}?done=retried", ctx.root)),
         Err(e) => failure(&ctx, &e),
     }
@@ -631,7 +694,13 @@ async fn task_cancel(
     Extension(ctx): Extension<Ctx>,
     Path(id): Path<u64>,
 ) -> Response {
-    match st.client.cancel(TaskId(id)).await {
+    match st
+        .client
+        .clone()
+        .with_actor(ctx.actor.clone())
+        .cancel(TaskId(id))
+        .await
+    {
         Ok(Canceled::Now) => see_other(&format!("{}tasks/{id}?done=canceled", ctx.root)),
         Ok(Canceled::Requested) => {
             see_other(&format!("{}tasks/{id}?done=cancel_requested", ctx.root))
@@ -652,7 +721,13 @@ async fn queue_pause(
     Extension(ctx): Extension<Ctx>,
     axum::Form(f): axum::Form<QueueForm>,
 ) -> Response {
-    match st.client.pause_queue(&f.queue).await {
+    match st
+        .client
+        .clone()
+        .with_actor(ctx.actor.clone())
+        .pause_queue(&f.queue)
+        .await
+    {
         Ok(()) => see_other(&ctx.home),
         Err(e) => failure(&ctx, &e),
     }
@@ -663,7 +738,13 @@ async fn queue_resume(
     Extension(ctx): Extension<Ctx>,
     axum::Form(f): axum::Form<QueueForm>,
 ) -> Response {
-    match st.client.resume_queue(&f.queue).await {
+    match st
+        .client
+        .clone()
+        .with_actor(ctx.actor.clone())
+        .resume_queue(&f.queue)
+        .await
+    {
         Ok(_) => see_other(&ctx.home),
         Err(e) => failure(&ctx, &e),
     }
@@ -814,7 +895,7 @@ async fn bulk_run(
         Ok(a) => a,
         Err(e) => return error_page(&ctx, StatusCode::BAD_REQUEST, &e),
     };
-    let c = &st.client;
+    let c = &st.client.clone().with_actor(ctx.actor.clone());
     let done = match &action {
         BulkAction::Retry(f) => c
             .retry_where(f, false)

@@ -711,6 +711,21 @@ async fn enqueue_by_name_checks_the_registered_tasks() {
         (queue.as_str(), name.as_str(), max_attempts),
         ("web_mail", "web_send_mail", 4)
     );
+    let trail = taskq::Client::new(a.db.pool.clone())
+        .audit(&taskq::AuditFilter {
+            task: Some(taskq::TaskId(id)),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            trail.len(),
+            trail[0].actor.as_str(),
+            trail[0].action.as_str()
+        ),
+        (1, "api:token", "enqueue")
+    );
     let payload: serde_json::Value = serde_json::from_slice(&payload).unwrap();
     assert_eq!(payload, json!({"to": "a@example.com", "count": 3}));
     // Overrides and idempotency.
@@ -820,6 +835,14 @@ async fn everything_from_the_database_is_escaped() {
         .execute(&a.db.pool)
         .await
         .unwrap();
+    let attempts = json!([{"attempt": 1, "epoch": 1, "worker": evil[1], "started_at": "2026-01-01 00:00:00.000000",
+        "finished_at": "2026-01-01 00:00:01.500000", "outcome": "failed", "error": format!("attempt {}", evil[0])}]);
+    sqlx::query("UPDATE taskq_tasks SET attempts = ? WHERE id = ?")
+        .bind(attempts.to_string())
+        .bind(id)
+        .execute(&a.db.pool)
+        .await
+        .unwrap();
     taskq::Client::new(a.db.pool.clone())
         .pause_queue(queue)
         .await
@@ -862,6 +885,11 @@ async fn everything_from_the_database_is_escaped() {
     }
     let page = a.get(&format!("/tasks/{id}")).await.body;
     assert!(page.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
+    assert!(
+        page.contains("attempt &lt;script&gt;alert(1)&lt;/script&gt;"),
+        "the attempt's error, escaped"
+    );
+    assert!(page.contains("1.500 s"), "the attempt's duration");
     assert!(page.contains("&quot;&gt;&lt;img src=x onerror=alert(1)&gt;"));
     let overview = a.get("/").await.body;
     assert!(
@@ -903,6 +931,22 @@ async fn task_actions_and_queue_controls() {
 
     let r = a.post_form(&format!("/tasks/{dead}/retry"), &[]).await;
     assert_eq!(r.status, StatusCode::SEE_OTHER);
+    let trail = taskq::Client::new(a.db.pool.clone())
+        .audit(&taskq::AuditFilter {
+            task: Some(taskq::TaskId(dead)),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        (trail[0].actor.as_str(), trail[0].action.as_str()),
+        ("web:token", "retry")
+    );
+    let page = a.get(&format!("/tasks/{dead}")).await.body;
+    assert!(
+        page.contains("<td>web:token</td><td>retry</td>"),
+        "the task page shows the audit trail"
+    );
     assert_eq!(
         r.location(),
         Some(format!("../../tasks/{dead}?done=retried").as_str())
@@ -984,6 +1028,17 @@ async fn task_actions_and_queue_controls() {
         .api_post(&format!("/api/v1/tasks/{d2}/cancel"), json!({}))
         .await;
     assert_eq!(r.json()["result"], "canceled");
+    let trail = taskq::Client::new(a.db.pool.clone())
+        .audit(&taskq::AuditFilter {
+            task: Some(taskq::TaskId(d2)),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        (trail[0].actor.as_str(), trail[0].action.as_str()),
+        ("api:token", "cancel")
+    );
     assert_eq!(
         a.api_post(&format!("/api/v1/tasks/{d2}/cancel"), json!({}))
             .await
@@ -1021,6 +1076,7 @@ async fn task_actions_and_queue_controls() {
         (t["state"].clone(), t["payload"].clone()),
         (json!("running"), json!({}))
     );
+    assert_eq!(t["attempts"], json!([]));
     assert_eq!(
         a.get("/api/v1/tasks/999999").await.status,
         StatusCode::NOT_FOUND

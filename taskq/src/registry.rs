@@ -7,7 +7,7 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use crate::context::{StateRequirement, TaskContext};
-use crate::enqueue::{Enqueue, Enqueued, Prepared};
+use crate::enqueue::{AsConnection, Enqueue, Enqueued, Prepared};
 use crate::error::{Error, Result, TaskError};
 use crate::retry::Backoff;
 use crate::schedule::{Declared, ScheduleDef};
@@ -143,11 +143,24 @@ impl Registration {
         payload: &[u8],
         options: &JsonEnqueueOptions,
     ) -> Result<Enqueued> {
-        let prepared = (self.prepare_json)(payload, options)?;
         let mut conn = pool.acquire().await?;
-        let out = prepared.insert(&mut conn, &mut None).await?;
-        crate::wake::notify(&prepared.queue);
+        let out = self.enqueue_json_tx(&mut conn, payload, options).await?;
+        crate::wake::notify(options.queue.as_deref().unwrap_or(self.queue));
         Ok(out)
+    }
+
+    /// Like [`enqueue_json`](Self::enqueue_json), on the caller's transaction or connection
+    /// (never begins, commits or rolls back; see [`Enqueue::enqueue_tx`]). Call
+    /// [`notify`](crate::notify) for the queue after committing to wake this process's
+    /// workers at once.
+    pub async fn enqueue_json_tx<C: AsConnection + ?Sized>(
+        &self,
+        conn: &mut C,
+        payload: &[u8],
+        options: &JsonEnqueueOptions,
+    ) -> Result<Enqueued> {
+        let prepared = (self.prepare_json)(payload, options)?;
+        prepared.insert(conn.as_connection(), &mut None).await
     }
 }
 
