@@ -1,6 +1,6 @@
 //! # taskq-web
 //!
-//! A web dashboard and a JSON HTTP API for [taskq](taskq), as an [`axum::Router`] that mounts
+//! A web dashboard and a JSON HTTP API for [taskq], as an [`axum::Router`] that mounts
 //! under any path prefix of an axum app (or runs on its own: `taskq web` in the CLI).
 //!
 //! - **Pages** (server-rendered HTML, no JavaScript): an overview (tasks per queue and state,
