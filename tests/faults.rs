@@ -577,7 +577,7 @@ async fn poison_pills_do_not_stop_their_queue() {
 /// set (a private server defaults to latin1; the task table itself is utf8mb4) must be kept
 /// intact in `last_error`.
 ///
-/// `store::task_finish` reads the error through `JSON_TABLE(... error TEXT CHARACTER SET
+/// `store::task_write_back` reads the error through `JSON_TABLE(... error TEXT CHARACTER SET
 /// utf8mb4 PATH '$.error')`: without the explicit character set the column would take the
 /// database default, and `🦀` would be stored as `?` (`docs/reliability.md`, problem 2).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

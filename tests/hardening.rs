@@ -191,7 +191,7 @@ async fn durations_beyond_the_schema_are_rejected_or_clamped() {
     for _ in 0..5 {
         others.push(Edge { mode: Mode::Ok }.enqueue(&db.pool).await.unwrap().id);
     }
-    let w = RunningWorker::spawn(worker(&db, &seen).ack_delay(Duration::from_millis(300)));
+    let w = RunningWorker::spawn(worker(&db, &seen).write_back_delay(Duration::from_millis(300)));
     wait_until(Duration::from_secs(10), "all outcomes written", || async {
         db.count("state = 'succeeded'").await == 5
             && db.count("state = 'pending' AND attempt = 1").await == 1
@@ -244,7 +244,7 @@ async fn a_row_the_database_rejects_does_not_hold_back_its_batch() {
     // One batch for all ten outcomes; a short lease so the dropped outcome's task comes back.
     let w = RunningWorker::spawn(
         worker(&db, &seen)
-            .ack_delay(Duration::from_millis(300))
+            .write_back_delay(Duration::from_millis(300))
             .lease(Duration::from_secs(1)),
     );
     wait_until(

@@ -75,6 +75,9 @@ struct Opts {
     /// Only the unknown-names scenario (pending tasks no worker knows at the head of the
     /// queue), printed.
     unknown_only: bool,
+    /// Only the queue-limit scenario (drains without a limit, with a limit that never binds,
+    /// with one that does), printed.
+    limits_only: bool,
 }
 
 fn parse_args() -> Res<Opts> {
@@ -87,6 +90,7 @@ fn parse_args() -> Res<Opts> {
         million: true,
         targets_only: false,
         unknown_only: false,
+        limits_only: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -98,13 +102,16 @@ fn parse_args() -> Res<Opts> {
             "--skip-million" => o.million = false,
             "--targets-only" => o.targets_only = true,
             "--unknown-names" => o.unknown_only = true,
+            "--limits" => o.limits_only = true,
             "-h" | "--help" => {
                 println!(
                     "usage: taskq-bench [--database-url URL] [--quick] [--out FILE.json] \
-                     [--svg FILE.svg] [--skip-million] [--targets-only | --unknown-names]\n\n\
+                     [--svg FILE.svg] [--skip-million] [--targets-only | --unknown-names | --limits]\n\n\
                      --targets-only   only the ratio measurements, printed (a tuning aid)\n\
                      --unknown-names  only the claim with {UNKNOWN} pending tasks no worker \
-                     knows at the head of the queue vs none, printed"
+                     knows at the head of the queue vs none, printed\n\
+                     --limits         only drains at concurrency 16 without a queue limit, \
+                     with a limit of 1000 (never binding) and of 8, interleaved, printed"
                 );
                 std::process::exit(0);
             }
@@ -1493,6 +1500,39 @@ async fn targets_only(sz: &Sizes, pool: &MySqlPool) -> Res<()> {
     Ok(())
 }
 
+/// Drains at concurrency 16 of the bench queue without a limit, with a concurrency limit of
+/// 1000 (the limited claim path, never binding) and with a limit of 8 (binding), interleaved
+/// `reps` times; prints each and the medians.
+async fn limits_only(sz: &Sizes, pool: &MySqlPool) -> Res<()> {
+    let client = taskq::Client::new(pool.clone());
+    let cases: [(&str, Option<u32>); 3] = [
+        ("unlimited", None),
+        ("limit 1000", Some(1000)),
+        ("limit 8", Some(8)),
+    ];
+    let mut results: Vec<Vec<Drain>> = cases.iter().map(|_| Vec::new()).collect();
+    for _ in 0..sz.reps {
+        for (i, (label, limit)) in cases.iter().enumerate() {
+            client.set_queue_limit(QUEUE, *limit).await?;
+            let d = drain_once(pool, 16, sz.drain, false).await?;
+            eprintln!(
+                "  {label:>10}: {:.0} tasks/s, {:.3} stmts/task, {} claims",
+                d.tasks_per_s, d.statements_per_task, d.claim_queries
+            );
+            results[i].push(d);
+        }
+    }
+    client.set_queue_limit(QUEUE, None).await?;
+    for ((label, _), runs) in cases.iter().zip(results) {
+        let d = median_by_rate(runs);
+        println!(
+            "drain c=16, {label}: median {:.0} tasks/s, {:.3} stmts/task",
+            d.tasks_per_s, d.statements_per_task
+        );
+    }
+    Ok(())
+}
+
 // ---------------------------------------------------------------------------------------------
 
 fn main() -> Res<()> {
@@ -1534,6 +1574,9 @@ async fn bench(opts: &Opts, pool: &MySqlPool) -> Res<()> {
         let (_, out) = unknown_names(pool).await?;
         println!("{out}");
         return Ok(());
+    }
+    if opts.limits_only {
+        return limits_only(&sz, pool).await;
     }
     let conns = [1usize, 4, 16];
     let machine = machine();

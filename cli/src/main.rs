@@ -1,12 +1,12 @@
 //! `taskq`: the operator command-line tool for a taskq database.
 //!
 //! Shows queue statistics and pending tasks per name, lists and shows tasks, retries dead tasks,
-//! cancels, reschedules and reprioritizes pending ones, purges old terminal tasks, lists
-//! recurring schedules and live workers, shows the audit trail of operator actions (which it
-//! records with `--actor`, default `cli:$USER@<host>`), applies migrations, and serves the web
-//! dashboard (`taskq web`), without writing SQL. Human-readable tables by default, `--json` for
-//! scripts. Exit codes: 0 success, 1 other error, 2 bad input, 3 task not found or in the wrong
-//! state, 4 database unreachable.
+//! cancels, reschedules and reprioritizes pending ones, purges old terminal tasks, pauses and
+//! limits queues, lists recurring schedules and live workers, shows the audit trail of operator
+//! actions (which it records with `--actor`, default `cli:$USER@<host>`), applies migrations,
+//! and serves the web dashboard (`taskq web`), without writing SQL. Human-readable tables by
+//! default, `--json` for scripts. Exit codes: 0 success, 1 other error, 2 bad input, 3 task not
+//! found or in the wrong state, 4 database unreachable.
 //! See `docs/operations.md`.
 
 mod duration;
@@ -179,6 +179,34 @@ enum Command {
     },
     /// List paused queues
     Paused,
+    /// Queues with tasks pending or running, or paused or limited: state, concurrency limit,
+    /// rate limit (and starts in the current window), running and pending counts
+    Queues,
+    /// Set a queue's concurrency limit across all workers (live: workers read it within their
+    /// poll ceiling, 1 s by default), or clear it with --clear
+    #[command(group = clap::ArgGroup::new("value").required(true).args(["limit", "clear"]))]
+    Limit {
+        /// Queue name
+        queue: String,
+        /// Most tasks of the queue running at once, over all workers (1..=1000000)
+        limit: Option<u32>,
+        /// Remove the limit
+        #[arg(long, conflicts_with = "limit")]
+        clear: bool,
+    },
+    /// Set a queue's rate limit across all workers: at most N starts per window, e.g. 10/1m,
+    /// 5/s, 1000/1h (windows aligned on the database clock), or clear it with --clear
+    #[command(name = "rate-limit", group = clap::ArgGroup::new("value").required(true).args(["rate", "clear"]))]
+    RateLimit {
+        /// Queue name
+        queue: String,
+        /// N/PERIOD: at most N starts per PERIOD (s, m, h, d, w; e.g. 10/1m or 10/m)
+        #[arg(value_parser = parse_rate)]
+        rate: Option<(u32, Duration)>,
+        /// Remove the rate limit
+        #[arg(long, conflicts_with = "rate")]
+        clear: bool,
+    },
     /// Live workers: id, host, pid, queues, how many tasks each is running, when it started
     /// and was last seen (database clock). `--all` adds stopped workers and those gone
     /// without a goodbye (not seen within their lease), kept for a day
@@ -514,6 +542,11 @@ async fn run(cli: &Cli, url: &str) -> Result<(), Failure> {
         Command::Pause { queue } => pause(&client, queue, true, cli.json).await,
         Command::Resume { queue } => pause(&client, queue, false, cli.json).await,
         Command::Paused => paused(&client, cli.json).await,
+        Command::Queues => queues(&client, cli.json).await,
+        Command::Limit { queue, limit, .. } => set_limit(&client, queue, *limit, cli.json).await,
+        Command::RateLimit { queue, rate, .. } => {
+            set_rate_limit(&client, queue, *rate, cli.json).await
+        }
         Command::Workers { all } => workers(&client, *all, cli.json).await,
         Command::Audit {
             task,
@@ -1137,6 +1170,121 @@ async fn paused(client: &Client, json: bool) -> Result<(), Failure> {
     Ok(())
 }
 
+/// Parses `N/PERIOD` (`10/1m`, `10/m`, `5/30s`) for `rate-limit`.
+fn parse_rate(input: &str) -> Result<(u32, Duration), String> {
+    let (n, period) = input
+        .split_once('/')
+        .ok_or_else(|| format!("invalid rate {input:?}: expected N/PERIOD, e.g. 10/1m"))?;
+    let n: u32 = n
+        .trim()
+        .parse()
+        .map_err(|_| format!("invalid rate {input:?}: {n:?} is not a whole number"))?;
+    let period = period.trim();
+    let period = if period.starts_with(|c: char| c.is_ascii_digit()) {
+        parse_duration(period)?
+    } else {
+        parse_duration(&format!("1{period}"))?
+    };
+    Ok((n, period))
+}
+
+/// A rate limit as `N/PERIOD`.
+fn fmt_rate(r: &taskq::RateLimit) -> String {
+    if r.period.subsec_nanos() == 0 {
+        format!("{}/{}", r.max, format_duration(r.period))
+    } else {
+        format!("{}/{}ms", r.max, r.period.as_millis())
+    }
+}
+
+async fn set_limit(
+    client: &Client,
+    queue: &str,
+    limit: Option<u32>,
+    json: bool,
+) -> Result<(), Failure> {
+    client.set_queue_limit(queue, limit).await?;
+    if json {
+        print_json(&serde_json::json!({ "queue": queue, "concurrency_limit": limit }));
+    } else if let Some(n) = limit {
+        println!(
+            "queue {queue}: at most {n} running at once over all workers (workers read it within their poll interval, 1 s by default)"
+        );
+    } else {
+        println!("queue {queue}: no concurrency limit");
+    }
+    Ok(())
+}
+
+async fn set_rate_limit(
+    client: &Client,
+    queue: &str,
+    rate: Option<(u32, Duration)>,
+    json: bool,
+) -> Result<(), Failure> {
+    client.set_queue_rate_limit(queue, rate).await?;
+    let rate = rate.map(|(max, period)| taskq::RateLimit { max, period });
+    if json {
+        print_json(&serde_json::json!({ "queue": queue, "rate_limit": rate }));
+    } else if let Some(r) = rate {
+        println!(
+            "queue {queue}: at most {} starts per {} over all workers (workers read it within their poll interval, 1 s by default)",
+            r.max,
+            format_duration(r.period)
+        );
+    } else {
+        println!("queue {queue}: no rate limit");
+    }
+    Ok(())
+}
+
+async fn queues(client: &Client, json: bool) -> Result<(), Failure> {
+    let rows = client.queues().await?;
+    if json {
+        print_json(&rows);
+        return Ok(());
+    }
+    if rows.is_empty() {
+        println!("no queues: no task pending or running, none paused or limited");
+        return Ok(());
+    }
+    let table = rows
+        .iter()
+        .map(|q| {
+            vec![
+                q.queue.clone(),
+                match q.paused_at {
+                    Some(t) => format!("paused since {}", fmt_time(t)),
+                    None => "active".into(),
+                },
+                q.concurrency_limit
+                    .map_or_else(|| "-".into(), |n| n.to_string()),
+                q.rate_limit.as_ref().map_or_else(
+                    || "-".into(),
+                    |r| format!("{} ({} used)", fmt_rate(r), q.rate_used),
+                ),
+                match q.concurrency_limit {
+                    Some(n) => format!("{}/{n}", q.running),
+                    None => q.running.to_string(),
+                },
+                q.pending.to_string(),
+            ]
+        })
+        .collect();
+    print_table(
+        &[
+            "QUEUE",
+            "STATE",
+            ">LIMIT",
+            "RATE LIMIT",
+            ">RUNNING",
+            ">PENDING",
+        ],
+        table,
+    );
+    Ok(())
+}
+
 /// How long past its next tick a schedule must be before it is shown as overdue: the
 /// workers' missed-tick grace (a tick reached later than that counts as missed).
 const OVERDUE_AFTER: TimeDelta = TimeDelta::seconds(taskq::MISSED_TICK_GRACE.as_secs() as i64);
@@ -1476,6 +1624,31 @@ mod tests {
         assert_eq!(fmt_time(t), "2025-03-14 09:30:00.000Z");
         let e = parse_time("tomorrow").unwrap_err();
         assert!(e.contains("expected RFC 3339"), "{e}");
+    }
+
+    #[test]
+    fn rates_parse_with_or_without_a_period_count() {
+        assert_eq!(parse_rate("10/1m").unwrap(), (10, Duration::from_secs(60)));
+        assert_eq!(parse_rate("10/m").unwrap(), (10, Duration::from_secs(60)));
+        assert_eq!(parse_rate("5/30s").unwrap(), (5, Duration::from_secs(30)));
+        assert_eq!(
+            parse_rate("1000/1h").unwrap(),
+            (1000, Duration::from_secs(3600))
+        );
+        assert!(parse_rate("10").unwrap_err().contains("expected N/PERIOD"));
+        assert!(
+            parse_rate("x/1m")
+                .unwrap_err()
+                .contains("not a whole number")
+        );
+        assert!(parse_rate("10/1y").unwrap_err().contains("unknown unit"));
+        assert_eq!(
+            fmt_rate(&taskq::RateLimit {
+                max: 10,
+                period: Duration::from_secs(90)
+            }),
+            "10/1m30s"
+        );
     }
 
     #[test]

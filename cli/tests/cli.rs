@@ -760,6 +760,97 @@ async fn pause_and_resume_a_queue() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limit_rate_limit_and_queues() {
+    let db = TestDb::new().await;
+    let client = Client::new(db.pool.clone());
+    ping(&db, 1).await;
+    let running = ping(&db, 2).await;
+    make_running(&db, running).await;
+    let out = taskq(Some(url(&db)), &["limit", "default", "3"]).await;
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(
+        out.stdout
+            .contains("queue default: at most 3 running at once"),
+        "{out:?}"
+    );
+    let out = taskq(Some(url(&db)), &["rate-limit", "default", "10/1m"]).await;
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stdout.contains("at most 10 starts per 1m"), "{out:?}");
+    let out = taskq(Some(url(&db)), &["pause", "mail"]).await;
+    assert_eq!(out.code, 0, "{out:?}");
+    let info = client.queues().await.unwrap();
+    let default = info.iter().find(|q| q.queue == "default").unwrap();
+    assert_eq!(default.concurrency_limit, Some(3));
+    assert_eq!(
+        default.rate_limit.map(|r| (r.max, r.period.as_secs())),
+        Some((10, 60))
+    );
+    assert_eq!((default.pending, default.running), (1, 1));
+
+    let table = taskq(Some(url(&db)), &["queues"]).await;
+    assert_eq!(table.code, 0, "{table:?}");
+    assert!(
+        row(
+            &table.stdout,
+            &["default", "active", "3", "10/1m", "(0", "used)", "1/3", "1"]
+        )
+        .is_some(),
+        "{table:?}"
+    );
+    assert!(
+        row(&table.stdout, &["mail", "paused", "since"]).is_some(),
+        "{table:?}"
+    );
+    let json = taskq(Some(url(&db)), &["queues", "--json"]).await.json();
+    let default = json
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|q| q["queue"] == "default")
+        .unwrap()
+        .clone();
+    assert_eq!(default["concurrency_limit"], 3);
+    assert_eq!(default["rate_limit"]["max"], 10);
+    assert_eq!(default["rate_limit"]["period_ms"], 60_000);
+    assert_eq!(default["running"], 1);
+
+    let out = taskq(Some(url(&db)), &["limit", "default", "--clear"]).await;
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stdout.contains("no concurrency limit"), "{out:?}");
+    let out = taskq(
+        Some(url(&db)),
+        &["rate-limit", "default", "--clear", "--json"],
+    )
+    .await;
+    assert_eq!(out.json()["rate_limit"], serde_json::Value::Null);
+    let info = client.queues().await.unwrap();
+    let default = info.iter().find(|q| q.queue == "default").unwrap();
+    assert_eq!(
+        (default.concurrency_limit, default.rate_limit),
+        (None, None)
+    );
+
+    // Bad input: exit code 2, nothing written.
+    for args in [
+        &["limit", "default", "0"][..],
+        &["limit", "default"],
+        &["limit", "default", "3", "--clear"],
+        &["rate-limit", "default", "0/1m"],
+        &["rate-limit", "default", "10"],
+        &["rate-limit", "default", "10/0s"],
+    ] {
+        let bad = taskq(Some(url(&db)), args).await;
+        assert_eq!(bad.code, 2, "{args:?}: {bad:?}");
+    }
+    let info = client.queues().await.unwrap();
+    let default = info.iter().find(|q| q.queue == "default").unwrap();
+    assert_eq!(
+        (default.concurrency_limit, default.rate_limit),
+        (None, None)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_without_taskq_tables_is_reported_once_with_the_fix() {
     let db = TestDb::empty().await;
     for args in [

@@ -31,6 +31,8 @@ pub const KEYS: &[(&str, &str)] = &[
     ("max_snoozes", "max_snoozes = 10"),
     ("ttl", "ttl = \"1h\""),
     ("unique", "unique(by = [order_id], while = \"running\")"),
+    ("on_dead", "on_dead = notify_ops"),
+    ("on_success", "on_success = next_step"),
 ];
 
 /// The grammar of `unique`, for error messages.
@@ -92,6 +94,52 @@ pub struct TaskAttrs {
     pub ttl: Option<Duration>,
     /// Unique task declaration (the `by` names are checked against the signature later).
     pub unique: Option<UniqueSpec>,
+    /// `on_dead = path`: the follow-up task enqueued when this one dies.
+    pub on_dead: Option<Target>,
+    /// `on_success = path`: the follow-up task enqueued when this one succeeds.
+    pub on_success: Option<Target>,
+}
+
+/// The target of `on_dead` / `on_success`: the path of a `#[task]` fn (or of its struct).
+#[derive(Clone)]
+pub struct Target {
+    /// As written.
+    pub path: syn::Path,
+}
+
+impl Target {
+    /// The path of the target's payload struct: the last segment in PascalCase, with the
+    /// span of the user's tokens.
+    pub fn struct_path(&self) -> syn::Path {
+        let mut path = self.path.clone();
+        if let Some(last) = path.segments.last_mut() {
+            let name = crate::expand::pascal_case(&last.ident.unraw().to_string());
+            last.ident = Ident::new(&name, last.ident.span());
+        }
+        path
+    }
+
+    /// The last segment, without `r#`.
+    pub fn last(&self) -> String {
+        self.path
+            .segments
+            .last()
+            .map(|s| s.ident.unraw().to_string())
+            .unwrap_or_default()
+    }
+}
+
+impl std::fmt::Debug for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let p = &self.path;
+        write!(f, "Target({})", quote::quote!(#p))
+    }
+}
+
+impl PartialEq for Target {
+    fn eq(&self, other: &Self) -> bool {
+        format!("{self:?}") == format!("{other:?}")
+    }
 }
 
 /// What follows a key: `= value`, nothing, or a parenthesized list.
@@ -179,6 +227,8 @@ pub fn parse_attrs(tokens: TokenStream) -> syn::Result<TaskAttrs> {
             }
             "max_snoozes" => max_snoozes(&value).map(|v| attrs.max_snoozes = Some(v)),
             "ttl" => ttl(&value).map(|v| attrs.ttl = Some(v)),
+            "on_dead" => target(&k, &value).map(|v| attrs.on_dead = Some(v)),
+            "on_success" => target(&k, &value).map(|v| attrs.on_success = Some(v)),
             _ => unreachable!("every key of KEYS is handled"),
         };
         if let Err(e) = result {
@@ -498,6 +548,51 @@ fn int_value(key: &str, value: &Expr) -> syn::Result<(i128, Span)> {
     }
 }
 
+/// `on_dead = notify_ops` / `on_success = path::to::next_step`: a plain path (no generics).
+fn target(key: &str, value: &Expr) -> syn::Result<Target> {
+    let what = if key == "on_dead" {
+        "`taskq::DeadTask`"
+    } else {
+        "`taskq::SucceededTask`"
+    };
+    match peel(value) {
+        Expr::Path(p) if p.qself.is_none() && p.attrs.is_empty() => {
+            if let Some(seg) = p
+                .path
+                .segments
+                .iter()
+                .find(|s| !matches!(s.arguments, syn::PathArguments::None))
+            {
+                return Err(syn::Error::new(
+                    seg.span(),
+                    format!(
+                        "`{key}` names a task without generic arguments, e.g. `{}`",
+                        example(key)
+                    ),
+                ));
+            }
+            Ok(Target {
+                path: p.path.clone(),
+            })
+        }
+        Expr::Lit(l) if matches!(l.lit, Lit::Str(_)) => Err(syn::Error::new(
+            value.span(),
+            format!(
+                "`{key}` expects the path of a `#[taskq::task]` fn, not a string: e.g. `{}` (the task whose only payload parameter is {what})",
+                example(key)
+            ),
+        )),
+        _ => Err(syn::Error::new(
+            value.span(),
+            format!(
+                "`{key}` expects the path of a `#[taskq::task]` fn whose only payload parameter is {what}, e.g. `{}`, found {}",
+                example(key),
+                describe(value)
+            ),
+        )),
+    }
+}
+
 fn max_attempts(value: &Expr) -> syn::Result<u32> {
     let (n, span) = int_value("max_attempts", value)?;
     if n < 1 {
@@ -764,6 +859,39 @@ mod tests {
         assert!(e.contains("`queue` needs a value"), "{e}");
         let e = err(quote!(uniq));
         assert!(e.contains("did you mean `unique`?"), "{e}");
+    }
+
+    #[test]
+    fn follow_up_targets() {
+        let a = parse_attrs(quote!(
+            on_dead = notify_ops,
+            on_success = crate::flow::next_step
+        ))
+        .unwrap();
+        assert_eq!(format!("{:?}", a.on_dead.unwrap()), "Target(notify_ops)");
+        let t = a.on_success.unwrap();
+        assert_eq!(t.last(), "next_step");
+        let p = t.struct_path();
+        assert_eq!(quote!(#p).to_string(), "crate :: flow :: NextStep");
+        let e = err(quote!(on_dead = "notify_ops"));
+        assert!(
+            e.contains("`on_dead` expects the path of a `#[taskq::task]` fn, not a string"),
+            "{e}"
+        );
+        let e = err(quote!(on_success = 3));
+        assert!(
+            e.contains("whose only payload parameter is `taskq::SucceededTask`"),
+            "{e}"
+        );
+        let e = err(quote!(on_dead = notify::<u8>));
+        assert!(e.contains("without generic arguments"), "{e}");
+        let e = err(quote!(on_dead = a, on_dead = b));
+        assert!(e.contains("duplicate `on_dead`"), "{e}");
+        let e = err(quote!(on_dead));
+        assert!(
+            e.contains("`on_dead` needs a value: `on_dead = notify_ops`"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -6,7 +6,7 @@ use syn::ext::IdentExt;
 use syn::spanned::Spanned;
 use syn::{Attribute, Ident, Item, ItemFn};
 
-use crate::attr::{HoldSpec, TaskAttrs, UniqueSpec, parse_attrs};
+use crate::attr::{HoldSpec, Target, TaskAttrs, UniqueSpec, parse_attrs};
 use crate::cron::Missed;
 use crate::duration::BackoffSpec;
 use crate::sig::{Handler, ParamKind, analyze, strip_param_attrs};
@@ -49,6 +49,7 @@ pub fn expand(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> 
     match (attrs, handler) {
         (Ok(attrs), Ok(handler)) => {
             check_cron_payload(&f, &attrs, &handler)?;
+            check_follow_up_targets(&f, &attrs)?;
             let unique = match &attrs.unique {
                 Some(spec) => Some(unique_fields(&f, spec, &handler)?),
                 None => None,
@@ -93,6 +94,49 @@ fn check_cron_payload(f: &ItemFn, attrs: &TaskAttrs, h: &Handler) -> syn::Result
             pascal_case(&f.sig.ident.unraw().to_string()),
         ),
     ))
+}
+
+/// A task cannot be its own `on_dead` / `on_success` target: every success would enqueue
+/// another run forever, and (the target taking a `DeadTask`) every death of the follow-up
+/// would enqueue another.
+fn check_follow_up_targets(f: &ItemFn, attrs: &TaskAttrs) -> syn::Result<()> {
+    let own = pascal_case(&f.sig.ident.unraw().to_string());
+    let mut errors: Option<syn::Error> = None;
+    for (key, target) in [
+        ("on_dead", &attrs.on_dead),
+        ("on_success", &attrs.on_success),
+    ] {
+        let Some(t) = target else { continue };
+        let prefix_is_self = t
+            .path
+            .segments
+            .iter()
+            .rev()
+            .skip(1)
+            .all(|s| s.ident == "self");
+        if t.path.leading_colon.is_none() && prefix_is_self && pascal_case(&t.last()) == own {
+            let why = if key == "on_dead" {
+                "the follow-up's own death would enqueue another, without end"
+            } else {
+                "each success would enqueue another run, without end"
+            };
+            let e = syn::Error::new_spanned(
+                &t.path,
+                format!(
+                    "`{key}` names `{}` itself: a task cannot be its own follow-up ({why}); name another `#[taskq::task]` fn",
+                    f.sig.ident.unraw()
+                ),
+            );
+            match &mut errors {
+                Some(all) => all.combine(e),
+                None => errors = Some(e),
+            }
+        }
+    }
+    match errors {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
 }
 
 fn item_keyword_span(item: &Item) -> proc_macro2::Span {
@@ -362,6 +406,38 @@ pub fn generate(
         quote!(const BACKOFF: ::taskq::Backoff = #b;)
     });
 
+    let on_dead = attrs.on_dead.as_ref().map(|t| {
+        follow_up_hook(
+            t,
+            quote!(ON_DEAD),
+            quote!(::taskq::OnDead),
+            quote!(::taskq::DeadTask),
+        )
+    });
+    let on_success = attrs.on_success.as_ref().map(|t| {
+        follow_up_hook(
+            t,
+            quote!(ON_SUCCESS),
+            quote!(::taskq::OnSuccess),
+            quote!(::taskq::SucceededTask),
+        )
+    });
+    // A task whose only payload parameter has type `P` can be the follow-up target of a task
+    // that hands it a `P` (`on_dead`: `DeadTask`, `on_success`: `SucceededTask`).
+    let payload: Vec<_> = h.payload().collect();
+    let follow_up_from = match payload.as_slice() {
+        [(ident, fty, _)] => Some(quote! {
+            #(#cfgs)*
+            #[automatically_derived]
+            impl ::taskq::__private::FollowUpFrom<#fty> for #ty {
+                fn __taskq_follow_up(ended: #fty) -> Self {
+                    Self { #ident: ended }
+                }
+            }
+        }),
+        _ => None,
+    };
+
     let schedule = attrs.cron.as_ref().map(|expr| {
         let tz = attrs.timezone.as_ref().map(|tz| quote!(.timezone(#tz)));
         let missed = attrs.missed_ticks.map(|m| {
@@ -481,6 +557,8 @@ pub fn generate(
             #max_snoozes
             #ttl
             #unique
+            #on_dead
+            #on_success
 
             #run_sig {
                 #[diagnostic::on_unimplemented(
@@ -509,6 +587,8 @@ pub fn generate(
             #required_state
             #schedule
         }
+
+        #follow_up_from
 
         #(#cfgs)*
         #[allow(dead_code)]
@@ -620,6 +700,31 @@ pub fn generate(
                 ::taskq::Registration::of::<#ty>()
             }
         };
+    }
+}
+
+/// `const ON_DEAD` / `const ON_SUCCESS`: a hook building the target's payload struct from the
+/// ended task. Spanned on the target's path, so that a target that is not a task taking that
+/// type is reported there.
+fn follow_up_hook(
+    t: &Target,
+    konst: TokenStream,
+    hook: TokenStream,
+    ended: TokenStream,
+) -> TokenStream {
+    let target = t.struct_path();
+    let span = t.path.span();
+    let build = quote_spanned! {span=>
+        <#target as ::taskq::__private::FollowUpFrom<#ended>>::__taskq_follow_up(
+            ::core::clone::Clone::clone(__taskq_ended),
+        )
+    };
+    quote! {
+        const #konst: ::core::option::Option<#hook> = ::core::option::Option::Some(
+            |__taskq_ended: &#ended| {
+                ::core::option::Option::Some(::taskq::FollowUp::new(#build))
+            },
+        );
     }
 }
 
@@ -837,6 +942,66 @@ mod tests {
         assert!(
             e.contains("WorkerBuilder::cron(\"<expression>\", Report { .. })"),
             "{e}"
+        );
+    }
+
+    #[test]
+    fn follow_up_hooks_and_targets() {
+        let out = expand_str(
+            quote!(on_dead = ops::notify_ops, on_success = next_step),
+            quote!(
+                async fn export(order_id: i64) -> Result<(), E> {
+                    Ok(())
+                }
+            ),
+        );
+        for needle in [
+            "const ON_DEAD : :: core :: option :: Option < :: taskq :: OnDead >",
+            "< ops :: NotifyOps as :: taskq :: __private :: FollowUpFrom < :: taskq :: DeadTask >> :: __taskq_follow_up",
+            "const ON_SUCCESS : :: core :: option :: Option < :: taskq :: OnSuccess >",
+            "< NextStep as :: taskq :: __private :: FollowUpFrom < :: taskq :: SucceededTask >>",
+            // one payload parameter: it can be a target itself
+            "impl :: taskq :: __private :: FollowUpFrom < i64 > for Export",
+            "Self { order_id : ended }",
+        ] {
+            assert!(out.contains(needle), "missing {needle:?} in\n{out}");
+        }
+        let two = expand_str(
+            quote!(),
+            quote!(
+                async fn t(a: u8, b: u8) -> Result<(), E> {
+                    Ok(())
+                }
+            ),
+        );
+        assert!(!two.contains("FollowUpFrom"), "{two}");
+        for (attr, key) in [
+            (quote!(on_dead = notify), "on_dead"),
+            (quote!(on_success = self::Notify), "on_success"),
+        ] {
+            let e = expand(
+                attr,
+                quote!(
+                    async fn notify(d: taskq::DeadTask) -> Result<(), E> {
+                        Ok(())
+                    }
+                ),
+            )
+            .unwrap_err()
+            .to_string();
+            assert!(e.contains(&format!("`{key}` names `notify` itself")), "{e}");
+        }
+        // another module's `notify` is another task
+        assert!(
+            expand(
+                quote!(on_dead = other::notify),
+                quote!(
+                    async fn notify(d: taskq::DeadTask) -> Result<(), E> {
+                        Ok(())
+                    }
+                ),
+            )
+            .is_ok()
         );
     }
 

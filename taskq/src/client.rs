@@ -1,5 +1,5 @@
 //! [`Client`]: inspect and manage tasks (get, list, count, pending tasks per name, cancel,
-//! reschedule and reprioritize pending tasks, retry dead tasks).
+//! reschedule and reprioritize pending tasks, retry dead tasks) and queues (pause, limits).
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -381,6 +381,47 @@ pub struct WorkerInfo {
     pub running: u64,
 }
 
+/// Largest concurrency limit, and largest number of starts per period of a rate limit, a
+/// queue can have ([`Client::set_queue_limit`], [`Client::set_queue_rate_limit`]).
+pub const MAX_QUEUE_LIMIT: u32 = 1_000_000;
+/// Shortest period of a queue's rate limit.
+pub const MIN_RATE_PERIOD: std::time::Duration = std::time::Duration::from_millis(1);
+/// Longest period of a queue's rate limit (366 days).
+pub const MAX_RATE_PERIOD: std::time::Duration = std::time::Duration::from_secs(366 * 86_400);
+
+/// A queue's rate limit: at most `max` tasks start in each window of `period`, across every
+/// worker (see [`Client::set_queue_rate_limit`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct RateLimit {
+    /// Most starts per window.
+    pub max: u32,
+    /// Length of a window. Windows are consecutive multiples of it on the database clock
+    /// (since 1970-01-01 UTC): a period of one minute has windows starting on the minute.
+    #[serde(rename = "period_ms", serialize_with = "duration_ms")]
+    pub period: std::time::Duration,
+}
+
+/// A queue as [`Client::queues`] lists it: its controls (pause, limits) and how many of its
+/// tasks are pending and running.
+#[derive(Debug, Clone, Serialize)]
+pub struct QueueInfo {
+    /// Queue name.
+    pub queue: String,
+    /// When it was paused, if it is.
+    pub paused_at: Option<DateTime<Utc>>,
+    /// Its concurrency limit across all workers, if any ([`Client::set_queue_limit`]).
+    pub concurrency_limit: Option<u32>,
+    /// Its rate limit across all workers, if any ([`Client::set_queue_rate_limit`]).
+    pub rate_limit: Option<RateLimit>,
+    /// Tasks started (claimed) in the current rate window; 0 without a rate limit.
+    pub rate_used: u64,
+    /// Tasks pending (due or scheduled).
+    pub pending: u64,
+    /// Tasks running (including those whose lease expired and that the reaper has not
+    /// returned yet: they still count against the concurrency limit).
+    pub running: u64,
+}
+
 fn duration_ms<S: serde::Serializer>(
     d: &std::time::Duration,
     s: S,
@@ -611,6 +652,101 @@ impl Client {
     pub async fn paused_queues(&self) -> Result<Vec<(String, DateTime<Utc>)>> {
         let mut conn = self.db(self.store.pool().acquire().await).await?;
         self.db(self.store.queues_paused(&mut conn).await).await
+    }
+
+    /// Sets the concurrency limit of `queue` across every worker (`Some(n)`, 1 ..=
+    /// [`MAX_QUEUE_LIMIT`]), or clears it (`None`). Stored in the database, so it holds for
+    /// the whole fleet and changes without restarting workers:
+    ///
+    /// * a claim of a limited queue locks the queue's row, counts the queue's running tasks
+    ///   and claims at most the difference, so the running tasks of the queue never exceed
+    ///   the limit. Tasks whose lease expired but which the reaper has not returned yet still
+    ///   count (they may still be running).
+    /// * Each worker learns that a queue has become limited (or no longer is) when it
+    ///   re-reads `taskq_queues`, once per poll ceiling (1 s by default): until then a worker
+    ///   that saw the queue unlimited claims without looking at the limit. Set the limit before
+    ///   starting workers, or allow that interval, for it to hold from the start. A change of
+    ///   the number on an already limited queue is read by the next claim.
+    /// * Lowering the limit below the running count stops nothing: those tasks finish, and
+    ///   the queue starts nothing new until it is under the limit.
+    ///
+    /// A limit of 0 or above [`MAX_QUEUE_LIMIT`] is [`Error::InvalidOption`] (to stop a queue,
+    /// [`pause_queue`](Self::pause_queue)); nothing is written then. Clearing a queue without
+    /// a limit is a no-op.
+    pub async fn set_queue_limit(&self, queue: &str, limit: Option<u32>) -> Result<()> {
+        crate::enqueue::validate_name("queue", queue, crate::enqueue::MAX_QUEUE_LEN)?;
+        if let Some(n) = limit
+            && !(1..=MAX_QUEUE_LIMIT).contains(&n)
+        {
+            return Err(Error::InvalidOption(format!(
+                "concurrency limit of queue {queue:?} must be between 1 and {MAX_QUEUE_LIMIT}, got {n} (to stop the queue, pause it)"
+            )));
+        }
+        self.db(self.store.queue_set_limit(queue, limit).await)
+            .await
+    }
+
+    /// Sets the rate limit of `queue` across every worker: at most `max` tasks start in each
+    /// window of `period` (`Some((max, period))`), or clears it (`None`).
+    ///
+    /// Windows are consecutive multiples of `period` on the database clock (a one-minute
+    /// period has windows starting on the minute); a claim counts in the window of its claim
+    /// statement and takes no more than the window has left, so no window holds more than
+    /// `max` starts. As with any fixed window, up to `2 × max` can start within one period
+    /// that straddles a window boundary. A task starts running a few milliseconds after its
+    /// claim, so its handler may begin in the next window. Learned by workers like
+    /// [`set_queue_limit`](Self::set_queue_limit) (within the poll ceiling). Changing `max`
+    /// keeps the current window's count; changing `period` starts counting afresh.
+    ///
+    /// `max` of 0 or above [`MAX_QUEUE_LIMIT`], or a period shorter than [`MIN_RATE_PERIOD`]
+    /// or longer than [`MAX_RATE_PERIOD`], is [`Error::InvalidOption`]; nothing is written.
+    pub async fn set_queue_rate_limit(
+        &self,
+        queue: &str,
+        rate: Option<(u32, std::time::Duration)>,
+    ) -> Result<()> {
+        crate::enqueue::validate_name("queue", queue, crate::enqueue::MAX_QUEUE_LEN)?;
+        let rate = match rate {
+            None => None,
+            Some((max, period)) => {
+                if !(1..=MAX_QUEUE_LIMIT).contains(&max) {
+                    return Err(Error::InvalidOption(format!(
+                        "rate limit of queue {queue:?} must allow between 1 and {MAX_QUEUE_LIMIT} starts per period, got {max}"
+                    )));
+                }
+                if !(MIN_RATE_PERIOD..=MAX_RATE_PERIOD).contains(&period) {
+                    return Err(Error::InvalidOption(format!(
+                        "rate limit period of queue {queue:?} must be between 1 ms and 366 days, got {period:?}"
+                    )));
+                }
+                Some((max, period.as_micros() as i64))
+            }
+        };
+        self.db(self.store.queue_set_rate_limit(queue, rate).await)
+            .await
+    }
+
+    /// Every queue that has pending or running tasks, or that was ever paused or limited, by
+    /// name: whether it is paused, its limits, the starts counted in its current rate window,
+    /// and its pending and running counts. Two statements; the counts read every pending and
+    /// running task's index entry, so they cost in proportion to the backlog.
+    pub async fn queues(&self) -> Result<Vec<QueueInfo>> {
+        let rows = self.db(self.store.queue_list().await).await?;
+        Ok(rows
+            .into_iter()
+            .map(|r| QueueInfo {
+                queue: r.queue,
+                paused_at: r.paused_at,
+                concurrency_limit: r.concurrency_limit,
+                rate_limit: r.rate.map(|(max, us)| RateLimit {
+                    max,
+                    period: std::time::Duration::from_micros(us as u64),
+                }),
+                rate_used: r.rate_used,
+                pending: r.pending,
+                running: r.running,
+            })
+            .collect())
     }
 
     /// The workers recorded in the database, oldest start first: the live ones (see

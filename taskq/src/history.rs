@@ -123,7 +123,7 @@ pub struct Attempt {
     /// recorded start times (schema migration 10).
     pub started_at: Option<DateTime<Utc>>,
     /// When its end was written (database clock): by the write-back (which batches outcomes
-    /// for up to the worker's `ack_delay`), the reaper, or the release at shutdown.
+    /// for up to the worker's `write_back_delay`), the reaper, or the release at shutdown.
     pub finished_at: DateTime<Utc>,
     /// How it ended.
     pub outcome: AttemptOutcome,

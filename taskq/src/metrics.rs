@@ -18,10 +18,13 @@
 //! | `taskq_panics_total` | counter | queue, task |
 //! | `taskq_timeouts_total` | counter | queue, task |
 //! | `taskq_reaped_total` | counter | — |
+//! | `taskq_follow_ups_total` | counter | task (the task that ended), kind = on_dead / on_success |
+//! | `taskq_follow_up_errors_total` | counter | task, kind (follow-ups that could not be built: the task ended without one) |
 //! | `taskq_pruned_total` | counter | — |
 //! | `taskq_handler_duration_seconds` | histogram | queue, task, outcome |
 //! | `taskq_queue_wait_seconds` | histogram | queue, task (due time → claim, database clock) |
 //! | `taskq_claim_duration_seconds` | histogram | queue |
+//! | `taskq_claims_limited_total` | counter | queue (claims a queue's concurrency or rate limit cut short) |
 //! | `taskq_in_flight` | gauge | queue |
 //! | `taskq_backlog` | gauge | queue, state (only with `WorkerBuilder::backlog_metrics`) |
 
@@ -37,6 +40,10 @@ pub(crate) fn claimed(queue: &str, n: usize, took: Duration) {
     counter!("taskq_claimed_total", "queue" => queue.to_owned()).increment(n as u64);
     histogram!("taskq_claim_duration_seconds", "queue" => queue.to_owned())
         .record(took.as_secs_f64());
+}
+
+pub(crate) fn claim_limited(queue: &str) {
+    counter!("taskq_claims_limited_total", "queue" => queue.to_owned()).increment(1);
 }
 
 pub(crate) fn completed(queue: &str, task: &str, outcome: &'static str) {
@@ -89,6 +96,15 @@ pub(crate) fn timed_out(queue: &str, task: &str) {
 
 pub(crate) fn reaped(n: u64) {
     counter!("taskq_reaped_total").increment(n);
+}
+
+pub(crate) fn follow_up(task: &str, kind: &'static str) {
+    counter!("taskq_follow_ups_total", "task" => task.to_owned(), "kind" => kind).increment(1);
+}
+
+pub(crate) fn follow_up_error(task: &str, kind: &'static str) {
+    counter!("taskq_follow_up_errors_total", "task" => task.to_owned(), "kind" => kind)
+        .increment(1);
 }
 
 pub(crate) fn pruned(n: u64) {

@@ -9,6 +9,7 @@ use std::time::Duration;
 use crate::context::{StateRequirement, TaskContext};
 use crate::enqueue::{AsConnection, Enqueue, Enqueued, Prepared};
 use crate::error::{Error, Result, TaskError};
+use crate::followup::{OnDead, OnSuccess};
 use crate::retry::Backoff;
 use crate::schedule::{Declared, ScheduleDef};
 use crate::task::Task;
@@ -32,6 +33,10 @@ pub struct Registration {
     pub(crate) run: fn(&[u8], TaskContext) -> std::result::Result<BoxFuture, serde_json::Error>,
     /// The schedule declared with the task ([`Task::schedule`]), validated.
     pub(crate) schedule: fn() -> Option<Result<ScheduleDef>>,
+    /// [`Task::ON_DEAD`].
+    pub(crate) on_dead: Option<OnDead>,
+    /// [`Task::ON_SUCCESS`].
+    pub(crate) on_success: Option<OnSuccess>,
     /// Decodes a JSON payload as the task and validates it for an enqueue.
     pub(crate) prepare_json: fn(&[u8], &JsonEnqueueOptions) -> Result<Prepared>,
 }
@@ -112,6 +117,8 @@ impl Registration {
             run: run_erased::<T>,
             schedule: schedule_erased::<T>,
             prepare_json: prepare_json_erased::<T>,
+            on_dead: T::ON_DEAD,
+            on_success: T::ON_SUCCESS,
         }
     }
     /// The stable task name.

@@ -11,7 +11,7 @@
 //!
 //! The interface is small: [`Store`] (a pool handle) has one method per statement the worker
 //! and the [`Client`](crate::Client) issue, taking and returning plain row types (`Claimed`,
-//! `Finish`, `TaskInfo`...); the producer path (`task_insert`, `task_insert_batch`) and the
+//! `WriteBack`, `TaskInfo`...); the producer path (`task_insert`, `task_insert_batch`) and the
 //! migration lock run on a caller's connection and are free functions. A second backend
 //! (SQLite is planned) provides the same methods; nothing outside this file names SQL.
 
@@ -823,6 +823,31 @@ pub(crate) struct ClaimRequest<'a> {
     pub from: ClaimFrom,
     pub lease_us: i64,
     pub worker_id: &'a str,
+    /// The worker saw the queue as limited (a concurrency or rate limit in `taskq_queues`):
+    /// the claim locks the queue's row first and claims no more than the limits allow (see
+    /// [`Store::task_claim`]). Unlimited queues never touch that row.
+    pub limited: bool,
+}
+
+/// Why a claim of a limited queue took fewer tasks than it asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LimitHit {
+    /// How many the limits allowed this claim (fewer than asked for; may be zero).
+    pub allowed: u32,
+    /// The rate limit was the binding one: its window has no starts left after this claim;
+    /// the next window opens in this many microseconds (database clock).
+    pub rate_resets_in_us: Option<i64>,
+}
+
+/// The limits of a queue as the claim reads them, its row locked.
+struct QueueLimits {
+    concurrency_limit: Option<u32>,
+    rate_limit: Option<u32>,
+    rate_period_us: Option<i64>,
+    /// Claims already counted in the current rate window.
+    rate_used: i64,
+    /// Microseconds until the current rate window ends.
+    rate_resets_in_us: Option<i64>,
 }
 
 /// A due task the claim found past its deadline and moved to `expired` instead of running.
@@ -845,6 +870,8 @@ pub(crate) struct ClaimBatch {
     /// other claimers held some candidates, so more may be due. It is the position of the last
     /// candidate; the next claim goes on from there rather than reading the same candidates.
     pub contended_after: Option<ClaimKey>,
+    /// Set when the queue's limits allowed fewer tasks than asked for.
+    pub limited: Option<LimitHit>,
 }
 
 /// A candidate row of a claim (non-locking read of `ix_taskq_claim`, which covers it).
@@ -942,8 +969,52 @@ impl Store {
             from,
             lease_us,
             worker_id,
+            limited,
         } = req;
         let mut tx = conn.begin().await?;
+        let mut hit = None;
+        let mut rate_limited = false;
+        let mut limit = limit;
+        if limited && let Some(l) = queue_limits_lock(&mut tx, queue).await? {
+            let mut by_running = limit;
+            if let Some(max) = l.concurrency_limit {
+                let running = sqlx::query_scalar!(
+                    r#"SELECT COUNT(*) AS "n!: i64" FROM taskq_tasks
+                       WHERE state = 'running' AND queue = ?"#,
+                    queue
+                )
+                .fetch_one(&mut *tx)
+                .await?;
+                by_running = by_running.min((i64::from(max) - running).clamp(0, 1 << 31) as u32);
+            }
+            let mut by_rate = limit;
+            if let Some(max) = l
+                .rate_limit
+                .filter(|_| l.rate_period_us.is_some_and(|p| p > 0))
+            {
+                rate_limited = true;
+                by_rate = by_rate.min((i64::from(max) - l.rate_used).clamp(0, 1 << 31) as u32);
+            }
+            let allowed = by_running.min(by_rate);
+            if allowed < limit {
+                hit = Some(LimitHit {
+                    allowed,
+                    // The rate is what binds: the window is used up once this claim is full.
+                    rate_resets_in_us: l.rate_resets_in_us.filter(|_| by_rate <= by_running),
+                });
+            }
+            limit = allowed;
+            if limit == 0 {
+                tx.commit().await?;
+                return Ok(ClaimBatch {
+                    tasks: Vec::new(),
+                    expired: Vec::new(),
+                    last: None,
+                    contended_after: None,
+                    limited: hit,
+                });
+            }
+        }
         let (mut rows, freed, contended_after) = match from {
             ClaimFrom::LockingScan => {
                 let rows = sqlx::query_as!(
@@ -986,6 +1057,7 @@ impl Store {
                 expired: Vec::new(),
                 last: None,
                 contended_after,
+                limited: hit,
             });
         }
         rows.sort_by_key(|r| (r.priority, r.run_at, r.id));
@@ -1023,6 +1095,27 @@ impl Store {
                 ids,
                 lease_us,
                 worker_id
+            )
+            .execute(&mut *tx)
+            .await?;
+        }
+        if rate_limited && !rows.is_empty() {
+            // Counted in the window of this statement's clock, not the lock's: a claim that
+            // straddles a window boundary counts in the window its tasks' claim time (the
+            // `UPDATE` above) falls in, so no window holds more claims than the limit.
+            sqlx::query!(
+                r#"UPDATE taskq_queues
+                   SET rate_window_count = IF(rate_window_start = CAST('1970-01-01' AS DATETIME(6))
+                         + INTERVAL (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6))
+                                     DIV rate_period_us * rate_period_us) MICROSECOND,
+                         rate_window_count + ?, ?),
+                       rate_window_start = CAST('1970-01-01' AS DATETIME(6))
+                         + INTERVAL (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6))
+                                     DIV rate_period_us * rate_period_us) MICROSECOND
+                   WHERE queue = ? AND rate_period_us > 0"#,
+                rows.len() as u32,
+                rows.len() as u32,
+                queue
             )
             .execute(&mut *tx)
             .await?;
@@ -1075,8 +1168,37 @@ impl Store {
             expired,
             last,
             contended_after,
+            limited: hit,
         })
     }
+}
+
+/// First step of a claim of a limited queue: locks the queue's row in `taskq_queues` (claims
+/// of this queue serialize here until the claim commits) and reads its limits, with the
+/// claims already counted in the current rate window (windows are multiples of the period
+/// since 1970 on the database clock). `None` when the queue has no row.
+async fn queue_limits_lock(
+    tx: &mut sqlx::Transaction<'_, sqlx::MySql>,
+    queue: &str,
+) -> sqlx::Result<Option<QueueLimits>> {
+    sqlx::query_as!(
+        QueueLimits,
+        r#"SELECT concurrency_limit AS "concurrency_limit: u32",
+             rate_limit AS "rate_limit: u32", rate_period_us,
+             CAST(IF(rate_window_start = CAST('1970-01-01' AS DATETIME(6))
+                       + INTERVAL (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6))
+                                   DIV rate_period_us * rate_period_us) MICROSECOND,
+                     rate_window_count, 0) AS SIGNED) AS "rate_used!: i64",
+             TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), CAST('1970-01-01' AS DATETIME(6))
+                  + INTERVAL ((TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6))
+                               DIV rate_period_us + 1) * rate_period_us) MICROSECOND)
+               AS "rate_resets_in_us: i64"
+           FROM taskq_queues WHERE queue = ?
+           FOR UPDATE"#,
+        queue
+    )
+    .fetch_optional(&mut **tx)
+    .await
 }
 
 /// Steps 1 and 2 of [`Store::task_claim`]: candidates (from the head, or past `after`), then
@@ -1240,6 +1362,7 @@ async fn drop_identities_held_elsewhere(
 }
 
 /// What [`identities_take`] found.
+#[derive(Default)]
 struct Taken {
     /// `(identity, task)` pairs the task holds, now locked by this transaction.
     ours: Vec<(Vec<u8>, u64)>,
@@ -1389,9 +1512,56 @@ impl Store {
     }
 }
 
-/// The outcome of one attempt, written back by [`task_finish`].
+/// An expired lease as [`Store::task_expired`] reads it.
+pub(crate) struct ExpiredRow {
+    pub id: u64,
+    pub lease_epoch: u64,
+    pub name: String,
+    pub queue: String,
+    pub attempt: u32,
+    pub max_attempts: u32,
+    pub worker_id: Option<String>,
+    /// The unique identity the reap frees (the task goes dead or canceled), if it holds one.
+    pub frees: Option<Vec<u8>>,
+    /// A cancel was requested: the reap cancels the task.
+    pub canceled: bool,
+    /// The payload, read only for a task the reap moves to dead.
+    pub payload: Option<Vec<u8>>,
+    pub trace_context: Option<String>,
+}
+
+impl ExpiredRow {
+    /// Whether the reap moves the task to dead (attempts exhausted, no cancel requested).
+    pub(crate) fn goes_dead(&self) -> bool {
+        !self.canceled && self.attempt >= self.max_attempts
+    }
+}
+
+/// One expired lease to reap ([`Store::task_reap`]).
+pub(crate) struct ReapRow {
+    pub id: u64,
+    /// The epoch read: the row is reaped only if it still has it.
+    pub epoch: u64,
+    pub frees: Option<Vec<u8>>,
+    pub canceled: bool,
+    /// The `on_dead` follow-up, inserted if the reap moves the task to dead.
+    pub follow_up: Option<Box<FollowUpRow>>,
+}
+
+/// What [`Store::task_reap`] did.
+#[derive(Debug, Default)]
+pub(crate) struct Reaped {
+    pub reaped: u64,
+    /// `(id, new state)` of each row reaped, when the reap locked the rows first (`exact`, or
+    /// follow-ups to insert); empty otherwise.
+    pub rows: Vec<(u64, TaskState)>,
+    /// Ids reaped to dead together with their follow-up.
+    pub followed: Vec<u64>,
+}
+
+/// The outcome of one attempt, written back by [`task_write_back`].
 #[derive(Debug, Clone, Serialize)]
-pub(crate) struct Finish {
+pub(crate) struct WriteBack {
     pub id: u64,
     pub epoch: u64,
     /// `succeeded`, `pending` (retry), `dead`, `canceled` (a cancel request honoured), or
@@ -1410,17 +1580,54 @@ pub(crate) struct Finish {
     /// death; `window`: death).
     #[serde(skip)]
     pub frees: Option<Vec<u8>>,
+    /// The follow-up to insert if this outcome is written (`on_dead` / `on_success`).
+    #[serde(skip)]
+    pub follow_up: Option<Box<FollowUpRow>>,
+    /// For outcome observers: the attempt's task name, queue and handler run time.
+    #[serde(skip)]
+    pub name: std::sync::Arc<str>,
+    #[serde(skip)]
+    pub queue: std::sync::Arc<str>,
+    #[serde(skip)]
+    pub ran: std::time::Duration,
 }
 
-/// What [`Store::task_finish`] did with a batch.
+/// A follow-up task to insert with the end of another ([`Store::task_write_back`],
+/// [`Store::task_reap`]), as sent inside a JSON array.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct FollowUpRow {
+    #[serde(rename = "q")]
+    pub queue: &'static str,
+    #[serde(rename = "n")]
+    pub name: &'static str,
+    /// The payload bytes, hex-encoded.
+    #[serde(rename = "p")]
+    pub payload_hex: String,
+    #[serde(rename = "pr")]
+    pub priority: i16,
+    #[serde(rename = "m")]
+    pub max_attempts: u32,
+    /// Deadline as microseconds from the database's now; absent means none.
+    #[serde(rename = "tl", skip_serializing_if = "Option::is_none")]
+    pub ttl_us: Option<i64>,
+    /// Idempotency key naming the attempt that ended: `taskq:on_dead:<id>:<epoch>`.
+    #[serde(rename = "k")]
+    pub key: String,
+    #[serde(rename = "t", skip_serializing_if = "Option::is_none")]
+    pub trace_context: Option<String>,
+}
+
+/// What [`Store::task_write_back`] did with a batch.
 #[derive(Debug, Default)]
-pub(crate) struct Finished {
+pub(crate) struct WrittenBack {
     /// Rows written.
     pub written: u64,
     /// Ids not written because another transaction holds the unique identity their outcome
     /// would free (a producer that got `duplicate = true` for this task and has not ended):
     /// to be written later, their leases still renewed.
     pub deferred: Vec<u64>,
+    /// Ids whose outcome was written together with its follow-up.
+    pub followed: Vec<u64>,
 }
 
 impl Store {
@@ -1430,30 +1637,61 @@ impl Store {
     /// a unique identity: then one short transaction that locks those identities `SKIP LOCKED`,
     /// writes the outcomes, and deletes the identities of the rows it wrote. An outcome whose
     /// identity another transaction holds (a producer that got `duplicate = true` for this task
-    /// and has not ended) is deferred, see [`Finished::deferred`]: deleting the identity would
+    /// and has not ended) is deferred, see [`WrittenBack::deferred`]: deleting the identity would
     /// wait for that transaction while holding the batch's rows, on which the heartbeat of every
     /// lease in the batch would then wait too.
-    pub(crate) async fn task_finish(
+    ///
+    /// Outcomes carrying a follow-up (`on_dead` / `on_success`) make it a transaction as well:
+    /// a locking read of the batch's rows by primary key (ascending id) tells which are still
+    /// running with their attempt's epoch, the `UPDATE` writes exactly those, and one `INSERT`
+    /// adds the follow-ups of those among them, before the commit. A fenced outcome inserts
+    /// nothing; a batch without follow-ups keeps the single statement.
+    pub(crate) async fn task_write_back(
         &self,
         conn: &mut MySqlConnection,
-        batch: &[Finish],
-    ) -> sqlx::Result<Finished> {
+        batch: &[WriteBack],
+    ) -> sqlx::Result<WrittenBack> {
         let wanted: Vec<(&[u8], u64)> = batch
             .iter()
             .filter_map(|f| f.frees.as_deref().map(|k| (k, f.id)))
             .collect();
-        if wanted.is_empty() {
-            return Ok(Finished {
-                written: finish_rows(conn, batch.iter()).await?,
-                deferred: Vec::new(),
+        let follow = batch.iter().any(|f| f.follow_up.is_some());
+        if wanted.is_empty() && !follow {
+            return Ok(WrittenBack {
+                written: write_back_rows(conn, batch.iter()).await?,
+                ..WrittenBack::default()
             });
         }
         let mut tx = conn.begin().await?;
-        let taken = identities_take(&mut tx, &wanted).await?;
+        let taken = if wanted.is_empty() {
+            Taken::default()
+        } else {
+            identities_take(&mut tx, &wanted).await?
+        };
         let deferred = taken.held_elsewhere;
-        let written =
-            finish_rows(&mut tx, batch.iter().filter(|f| !deferred.contains(&f.id))).await?;
-        let free: Vec<(String, u64, u64, &str)> = batch
+        let rows: Vec<&WriteBack> = batch.iter().filter(|f| !deferred.contains(&f.id)).collect();
+        // With follow-ups, first lock the batch's rows (ascending id, like every batch
+        // statement) and learn which are still running with their attempt's epoch: exactly
+        // those the `UPDATE` writes, so exactly their follow-ups are inserted.
+        let written_ids = if rows.iter().any(|f| f.follow_up.is_some()) {
+            let leases: Vec<(u64, u64)> = rows.iter().map(|f| (f.id, f.epoch)).collect();
+            Some(lock_running(&mut tx, &leases_json(&leases)).await?)
+        } else {
+            None
+        };
+        let written = write_back_rows(&mut tx, rows.iter().copied()).await?;
+        let mut followed = Vec::new();
+        if let Some(ids) = written_ids {
+            let mut inserts: Vec<&FollowUpRow> = Vec::new();
+            for f in rows.iter().filter(|f| ids.contains(&f.id)) {
+                if let Some(row) = f.follow_up.as_deref() {
+                    inserts.push(row);
+                    followed.push(f.id);
+                }
+            }
+            follow_ups_insert(&mut tx, &inserts).await?;
+        }
+        let free: Vec<(String, u64, u64, &str)> = rows
             .iter()
             .filter(|f| taken.ours.iter().any(|(_, id)| *id == f.id))
             .filter_map(|f| {
@@ -1463,7 +1701,11 @@ impl Store {
             .collect();
         identities_free_written(&mut tx, &free).await?;
         tx.commit().await?;
-        Ok(Finished { written, deferred })
+        Ok(WrittenBack {
+            written,
+            deferred,
+            followed,
+        })
     }
 
     /// Gives running tasks back (shutdown): pending now, epoch incremented, the interrupted
@@ -1496,75 +1738,141 @@ impl Store {
         Ok(done.rows_affected())
     }
 
-    /// Reaps up to `limit` running tasks whose lease has expired: back to pending (due now), to
-    /// dead when attempts are exhausted, or to canceled when a cancel was requested (a reclaim
-    /// never resurrects a canceled task); epoch incremented either way. Returns how many expired
-    /// leases it found and how many it reaped (a lease renewed in between is left alone).
-    ///
-    /// Two statements, like the claim: a plain read of expired ids on `ix_taskq_lease`, then one
-    /// `UPDATE` by primary key in id order that re-checks the expiry. A single `UPDATE … WHERE
-    /// state = 'running' AND lease_until < now ORDER BY lease_until` locks `ix_taskq_lease`
-    /// entries before the rows (including, briefly, the first entry past the range: a lease
-    /// that is not expired), while a write-back holds the row and then needs that entry: the
-    /// no-fault reliability baseline counted such deadlocks. Now every statement that locks
-    /// running rows locks them by primary key first, in ascending id order.
-    ///
-    /// A task that goes dead or canceled frees the unique identity it holds. When some do, the `UPDATE`
-    /// runs in a transaction that first locks those identities `SKIP LOCKED` and then deletes
-    /// them, and it leaves for a later round the tasks whose identity a producer's open
-    /// transaction holds, like the write-back.
-    pub(crate) async fn task_reap_expired(
+    /// Up to `limit` running tasks whose lease has expired, oldest lease first: a plain read of
+    /// `ix_taskq_lease`, the first half of a reap ([`task_reap`](Self::task_reap) is the
+    /// second). A task whose reap would move it to `dead` is read only if its name is in
+    /// `names_json` (the names this worker registers), since only such a worker knows its
+    /// `on_dead` follow-up; such a task's payload and trace context are read too.
+    pub(crate) async fn task_expired(
         &self,
         conn: &mut MySqlConnection,
+        names_json: &str,
         limit: u32,
-    ) -> sqlx::Result<(u64, u64)> {
-        let expired = sqlx::query!(
-            r#"SELECT id AS "id: u64", lease_epoch AS "lease_epoch: u64",
+    ) -> sqlx::Result<Vec<ExpiredRow>> {
+        sqlx::query_as!(
+            ExpiredRow,
+            r#"SELECT id AS "id: u64", lease_epoch AS "lease_epoch: u64", name, queue,
+                 attempt AS "attempt: u32", max_attempts AS "max_attempts: u32", worker_id,
                  IF((attempt >= max_attempts OR cancel_requested_at IS NOT NULL)
                       AND unique_while IN ('running', 'window'), unique_key, NULL)
                    AS "frees: Vec<u8>",
-                 (cancel_requested_at IS NOT NULL) AS "canceled!: bool"
+                 (cancel_requested_at IS NOT NULL) AS "canceled!: bool",
+                 IF(attempt >= max_attempts AND cancel_requested_at IS NULL, payload, NULL)
+                   AS "payload: Vec<u8>",
+                 trace_context
                FROM taskq_tasks
                WHERE state = 'running' AND lease_until < UTC_TIMESTAMP(6)
+                 AND (attempt < max_attempts OR cancel_requested_at IS NOT NULL
+                      OR JSON_CONTAINS(?, JSON_QUOTE(name)))
                ORDER BY lease_until
                LIMIT ?"#,
+            names_json,
             limit
         )
         .fetch_all(&mut *conn)
-        .await?;
-        if expired.is_empty() {
-            return Ok((0, 0));
+        .await
+    }
+
+    /// Reaps expired leases read by [`task_expired`](Self::task_expired): back to pending (due
+    /// now), to dead when attempts are exhausted, or to canceled when a cancel was requested (a
+    /// reclaim never resurrects a canceled task); epoch incremented either way. Each row is
+    /// reaped only if it is still running with the epoch read and its lease still expired (a
+    /// late write-back may have landed in between). Returns how many were reaped and, when
+    /// `exact` is set or follow-ups were inserted, which rows (and their new state).
+    ///
+    /// Two statements in all, like the claim: the plain read of expired ids on
+    /// `ix_taskq_lease`, then one `UPDATE` by primary key in id order that re-checks the
+    /// expiry. A single `UPDATE … WHERE state = 'running' AND lease_until < now ORDER BY
+    /// lease_until` locks `ix_taskq_lease` entries before the rows (including, briefly, the
+    /// first entry past the range: a lease that is not expired), while a write-back holds the
+    /// row and then needs that entry: the no-fault reliability baseline counted such deadlocks.
+    /// Now every statement that locks running rows locks them by primary key first, in
+    /// ascending id order.
+    ///
+    /// A task that goes dead or canceled frees the unique identity it holds. When some do, the
+    /// `UPDATE` runs in a transaction that first locks those identities `SKIP LOCKED` and then
+    /// deletes them, and it leaves for a later round the tasks whose identity a producer's open
+    /// transaction holds, like the write-back. When a row carries a follow-up (or `exact` is
+    /// asked), the transaction first locks the rows by primary key (ascending id) and reads
+    /// which are still expired and whether each goes dead; the follow-ups of exactly the rows
+    /// it moves to dead are inserted before it commits.
+    pub(crate) async fn task_reap(
+        &self,
+        conn: &mut MySqlConnection,
+        rows: &[ReapRow],
+        exact: bool,
+    ) -> sqlx::Result<Reaped> {
+        if rows.is_empty() {
+            return Ok(Reaped::default());
         }
-        let found = expired.len() as u64;
-        let wanted: Vec<(&[u8], u64)> = expired
+        let wanted: Vec<(&[u8], u64)> = rows
             .iter()
             .filter_map(|r| r.frees.as_deref().map(|k| (k, r.id)))
             .collect();
-        if wanted.is_empty() {
-            let reaped = reap_rows(conn, expired.iter().map(|r| r.id).collect()).await?;
-            return Ok((found, reaped));
+        let follow = rows.iter().any(|r| r.follow_up.is_some());
+        if wanted.is_empty() && !follow && !exact {
+            let leases: Vec<(u64, u64)> = rows.iter().map(|r| (r.id, r.epoch)).collect();
+            let reaped = reap_rows(conn, &leases_json(&leases)).await?;
+            return Ok(Reaped {
+                reaped,
+                ..Reaped::default()
+            });
         }
         let mut tx = conn.begin().await?;
-        let taken = identities_take(&mut tx, &wanted).await?;
-        let ids = expired
+        let taken = if wanted.is_empty() {
+            Taken::default()
+        } else {
+            identities_take(&mut tx, &wanted).await?
+        };
+        let leases: Vec<(u64, u64)> = rows
             .iter()
-            .map(|r| r.id)
-            .filter(|id| !taken.held_elsewhere.contains(id))
+            .filter(|r| !taken.held_elsewhere.contains(&r.id))
+            .map(|r| (r.id, r.epoch))
             .collect();
-        let reaped = reap_rows(&mut tx, ids).await?;
-        // Those reaped to dead, with the epoch the reap gave them.
-        let free: Vec<(String, u64, u64, &str)> = expired
+        let (json, locked) = if follow || exact {
+            let locked = lock_expired(&mut tx, &leases_json(&leases)).await?;
+            let leases: Vec<(u64, u64)> = locked.iter().map(|l| (l.id, l.epoch)).collect();
+            (leases_json(&leases), Some(locked))
+        } else {
+            (leases_json(&leases), None)
+        };
+        let reaped = reap_rows(&mut tx, &json).await?;
+        let mut out = Reaped {
+            reaped,
+            ..Reaped::default()
+        };
+        if let Some(locked) = &locked {
+            let mut inserts = Vec::new();
+            for l in locked {
+                let state = match (l.canceled, l.goes_dead) {
+                    (true, _) => TaskState::Canceled,
+                    (false, true) => TaskState::Dead,
+                    (false, false) => TaskState::Pending,
+                };
+                out.rows.push((l.id, state));
+                let row = rows.iter().find(|r| r.id == l.id);
+                if let Some(f) = row.and_then(|r| r.follow_up.as_deref())
+                    && state == TaskState::Dead
+                {
+                    inserts.push(f);
+                    out.followed.push(l.id);
+                }
+            }
+            follow_ups_insert(&mut tx, &inserts).await?;
+        }
+        // Those reaped to dead or canceled, with the epoch the reap gave them.
+        let free: Vec<(String, u64, u64, &str)> = rows
             .iter()
             .filter(|r| taken.ours.iter().any(|(_, id)| *id == r.id))
             .filter_map(|r| {
                 let k = r.frees.as_deref()?;
                 let state = if r.canceled { "canceled" } else { "dead" };
-                Some((crate::enqueue::hex(k), r.id, r.lease_epoch + 1, state))
+                Some((crate::enqueue::hex(k), r.id, r.epoch + 1, state))
             })
             .collect();
         identities_free_written(&mut tx, &free).await?;
         tx.commit().await?;
-        Ok((found, reaped))
+        Ok(out)
     }
 
     /// Deletes up to `limit` identities of windows that have ended (`expires_at` passed):
@@ -1626,16 +1934,13 @@ impl Store {
     }
 }
 
-/// The `UPDATE` of [`Store::task_reap_expired`], on `ids` (locked in ascending order).
-async fn reap_rows(conn: &mut MySqlConnection, mut ids: Vec<u64>) -> sqlx::Result<u64> {
-    if ids.is_empty() {
-        return Ok(0);
-    }
-    ids.sort_unstable();
-    let ids_json = serde_json::to_string(&ids).expect("ids serialize");
+/// The `UPDATE` of [`Store::task_reap`], on the leases `(id, epoch)` of `leases_json`
+/// (sorted by id: locked in ascending order).
+async fn reap_rows(conn: &mut MySqlConnection, leases_json: &str) -> sqlx::Result<u64> {
     let done = sqlx::query!(
-        r#"UPDATE JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$')) AS j
-             STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id
+        r#"UPDATE JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$[0]',
+                                               epoch BIGINT UNSIGNED PATH '$[1]')) AS j
+             STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id AND t.lease_epoch = j.epoch
            SET t.attempts = JSON_ARRAY_APPEND(
                  IF(JSON_LENGTH(COALESCE(t.attempts, '[]')) >= 100, JSON_REMOVE(t.attempts, '$[0]'),
                     COALESCE(t.attempts, '[]')), '$',
@@ -1654,21 +1959,104 @@ async fn reap_rows(conn: &mut MySqlConnection, mut ids: Vec<u64>) -> sqlx::Resul
                t.lease_epoch = t.lease_epoch + 1, t.lease_until = NULL,
                t.run_at = UTC_TIMESTAMP(6), t.updated_at = UTC_TIMESTAMP(6)
            WHERE t.state = 'running' AND t.lease_until < UTC_TIMESTAMP(6)"#,
-        ids_json
+        leases_json
     )
     .execute(&mut *conn)
     .await?;
     Ok(done.rows_affected())
 }
 
-/// The write-back statement of [`Store::task_finish`]: one `UPDATE` for every outcome, each row
-/// written only while running with the epoch its attempt claimed.
-async fn finish_rows<'f>(
+/// Locks the rows of the leases `(id, epoch)` in `leases_json` (sorted by id) and returns the
+/// ids of those still running with that epoch: the rows a write-back in the same transaction
+/// writes.
+async fn lock_running(conn: &mut MySqlConnection, leases_json: &str) -> sqlx::Result<Vec<u64>> {
+    sqlx::query_scalar!(
+        r#"SELECT t.id AS "id: u64"
+           FROM JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$[0]',
+                                             epoch BIGINT UNSIGNED PATH '$[1]')) AS j
+             STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id AND t.lease_epoch = j.epoch
+           WHERE t.state = 'running'
+           FOR UPDATE"#,
+        leases_json
+    )
+    .fetch_all(&mut *conn)
+    .await
+}
+
+/// A row [`lock_expired`] locked.
+struct LockedExpired {
+    id: u64,
+    epoch: u64,
+    goes_dead: bool,
+    canceled: bool,
+}
+
+/// Locks the rows of the leases `(id, epoch)` in `leases_json` (sorted by id) and returns
+/// those still running with that epoch and an expired lease, with where the reap sends each:
+/// the rows [`reap_rows`] in the same transaction writes.
+async fn lock_expired(
     conn: &mut MySqlConnection,
-    batch: impl Iterator<Item = &'f Finish>,
+    leases_json: &str,
+) -> sqlx::Result<Vec<LockedExpired>> {
+    sqlx::query_as!(
+        LockedExpired,
+        r#"SELECT t.id AS "id: u64", t.lease_epoch AS "epoch: u64",
+             (t.attempt >= t.max_attempts AND t.cancel_requested_at IS NULL) AS "goes_dead!: bool",
+             (t.cancel_requested_at IS NOT NULL) AS "canceled!: bool"
+           FROM JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$[0]',
+                                             epoch BIGINT UNSIGNED PATH '$[1]')) AS j
+             STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id AND t.lease_epoch = j.epoch
+           WHERE t.state = 'running' AND t.lease_until < UTC_TIMESTAMP(6)
+           FOR UPDATE"#,
+        leases_json
+    )
+    .fetch_all(&mut *conn)
+    .await
+}
+
+/// Inserts follow-up tasks (one statement, none when `rows` is empty), pending and due now.
+/// Each carries the idempotency key of the end it follows; one already there (which the
+/// locking of the write-back makes impossible) is left as it is rather than failing the
+/// write-back.
+async fn follow_ups_insert(conn: &mut MySqlConnection, rows: &[&FollowUpRow]) -> sqlx::Result<u64> {
+    if rows.is_empty() {
+        return Ok(0);
+    }
+    let json = serde_json::to_string(rows).expect("follow-ups serialize");
+    let done = sqlx::query!(
+        r#"INSERT INTO taskq_tasks
+            (queue, name, payload, state, priority, max_attempts, run_at, deadline,
+             idempotency_key, trace_context, created_at, updated_at)
+           SELECT j.queue, j.name, UNHEX(j.payload), 'pending', j.priority, j.max_attempts,
+             UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL j.ttl_us MICROSECOND, j.k,
+             j.trace_context, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6)
+           FROM JSON_TABLE(?, '$[*]' COLUMNS (
+                 ord FOR ORDINALITY,
+                 queue VARCHAR(64) PATH '$.q',
+                 name VARCHAR(255) PATH '$.n',
+                 payload LONGTEXT PATH '$.p',
+                 priority SMALLINT PATH '$.pr',
+                 max_attempts INT UNSIGNED PATH '$.m',
+                 ttl_us BIGINT PATH '$.tl',
+                 k VARCHAR(255) PATH '$.k',
+                 trace_context VARCHAR(512) PATH '$.t')) AS j
+           ORDER BY j.ord
+           ON DUPLICATE KEY UPDATE taskq_tasks.updated_at = taskq_tasks.updated_at"#,
+        json
+    )
+    .execute(&mut *conn)
+    .await?;
+    Ok(done.rows_affected())
+}
+
+/// The write-back statement of [`Store::task_write_back`]: one `UPDATE` for every outcome, each row
+/// written only while running with the epoch its attempt claimed.
+async fn write_back_rows<'f>(
+    conn: &mut MySqlConnection,
+    batch: impl Iterator<Item = &'f WriteBack>,
 ) -> sqlx::Result<u64> {
     // Sorted by id, like `leases_json`, so batches lock rows in one global order.
-    let mut sorted: Vec<&Finish> = batch.collect();
+    let mut sorted: Vec<&WriteBack> = batch.collect();
     if sorted.is_empty() {
         return Ok(0);
     }
@@ -1871,6 +2259,179 @@ impl Store {
         .await?;
         Ok(rows.into_iter().map(|r| (r.queue, r.paused_at)).collect())
     }
+
+    /// What a worker needs to know about its queues, in one read per refresh: the queues that
+    /// are paused, and those with a concurrency or rate limit (whose claims take the limited
+    /// path of [`Store::task_claim`]).
+    pub(crate) async fn queue_controls(
+        &self,
+        conn: &mut MySqlConnection,
+    ) -> sqlx::Result<Vec<QueueControl>> {
+        sqlx::query_as!(
+            QueueControl,
+            r#"SELECT queue, paused_at IS NOT NULL AS "paused!: bool",
+                 (concurrency_limit IS NOT NULL OR rate_limit IS NOT NULL) AS "limited!: bool"
+               FROM taskq_queues
+               WHERE paused_at IS NOT NULL OR concurrency_limit IS NOT NULL OR rate_limit IS NOT NULL"#
+        )
+        .fetch_all(&mut *conn)
+        .await
+    }
+
+    /// Sets (or, with `None`, clears) the concurrency limit of `queue`. Clearing a queue that
+    /// has no row writes nothing.
+    pub(crate) async fn queue_set_limit(
+        &self,
+        queue: &str,
+        limit: Option<u32>,
+    ) -> sqlx::Result<()> {
+        match limit {
+            Some(n) => {
+                sqlx::query!(
+                    r#"INSERT INTO taskq_queues (queue, concurrency_limit, updated_at)
+                       VALUES (?, ?, UTC_TIMESTAMP(6))
+                       ON DUPLICATE KEY UPDATE concurrency_limit = ?, updated_at = UTC_TIMESTAMP(6)"#,
+                    queue,
+                    n,
+                    n
+                )
+                .execute(&self.pool)
+                .await?;
+            }
+            None => {
+                sqlx::query!(
+                    r#"UPDATE taskq_queues SET concurrency_limit = NULL, updated_at = UTC_TIMESTAMP(6)
+                       WHERE queue = ?"#,
+                    queue
+                )
+                .execute(&self.pool)
+                .await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Sets (or, with `None`, clears) the rate limit of `queue`: `max` claims per window of
+    /// `period_us`. The current window's count is kept (it restarts when the period changes,
+    /// since the windows move). Clearing a queue that has no row writes nothing.
+    pub(crate) async fn queue_set_rate_limit(
+        &self,
+        queue: &str,
+        rate: Option<(u32, i64)>,
+    ) -> sqlx::Result<()> {
+        match rate {
+            Some((max, period_us)) => {
+                sqlx::query!(
+                    r#"INSERT INTO taskq_queues (queue, rate_limit, rate_period_us, updated_at)
+                       VALUES (?, ?, ?, UTC_TIMESTAMP(6))
+                       ON DUPLICATE KEY UPDATE rate_limit = ?, rate_period_us = ?,
+                                               updated_at = UTC_TIMESTAMP(6)"#,
+                    queue,
+                    max,
+                    period_us,
+                    max,
+                    period_us
+                )
+                .execute(&self.pool)
+                .await?;
+            }
+            None => {
+                sqlx::query!(
+                    r#"UPDATE taskq_queues
+                       SET rate_limit = NULL, rate_period_us = NULL, rate_window_start = NULL,
+                           rate_window_count = 0, updated_at = UTC_TIMESTAMP(6)
+                       WHERE queue = ?"#,
+                    queue
+                )
+                .execute(&self.pool)
+                .await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Every queue that has tasks pending or running, or a row in `taskq_queues` (paused or
+    /// limited, now or before), by name, with its controls and its pending and running
+    /// counts. Two statements: the controls, and one covering read of `ix_taskq_claim`'s
+    /// pending and running ranges.
+    pub(crate) async fn queue_list(&self) -> sqlx::Result<Vec<QueueRow>> {
+        let mut conn = self.pool.acquire().await?;
+        let controls = sqlx::query!(
+            r#"SELECT queue, paused_at AS "paused_at: DateTime<Utc>",
+                 concurrency_limit AS "concurrency_limit: u32",
+                 rate_limit AS "rate_limit: u32", rate_period_us,
+                 CAST(IF(rate_window_start = CAST('1970-01-01' AS DATETIME(6))
+                           + INTERVAL (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6))
+                                       DIV rate_period_us * rate_period_us) MICROSECOND,
+                         rate_window_count, 0) AS SIGNED) AS "rate_used!: i64"
+               FROM taskq_queues ORDER BY queue"#
+        )
+        .fetch_all(&mut *conn)
+        .await?;
+        let counts = sqlx::query!(
+            r#"SELECT queue, CAST(SUM(state = 'pending') AS SIGNED) AS "pending!: i64",
+                 CAST(SUM(state = 'running') AS SIGNED) AS "running!: i64"
+               FROM taskq_tasks WHERE state IN ('pending', 'running')
+               GROUP BY queue ORDER BY queue"#
+        )
+        .fetch_all(&mut *conn)
+        .await?;
+        let mut out: Vec<QueueRow> = controls
+            .into_iter()
+            .map(|c| QueueRow {
+                queue: c.queue,
+                paused_at: c.paused_at,
+                concurrency_limit: c.concurrency_limit,
+                rate: c.rate_limit.zip(c.rate_period_us.filter(|&p| p > 0)),
+                rate_used: c.rate_used.max(0) as u64,
+                pending: 0,
+                running: 0,
+            })
+            .collect();
+        for c in counts {
+            let i = match out.binary_search_by(|r| r.queue.as_str().cmp(&c.queue)) {
+                Ok(i) => i,
+                Err(i) => {
+                    out.insert(
+                        i,
+                        QueueRow {
+                            queue: c.queue,
+                            paused_at: None,
+                            concurrency_limit: None,
+                            rate: None,
+                            rate_used: 0,
+                            pending: 0,
+                            running: 0,
+                        },
+                    );
+                    i
+                }
+            };
+            out[i].pending = c.pending.max(0) as u64;
+            out[i].running = c.running.max(0) as u64;
+        }
+        Ok(out)
+    }
+}
+
+/// One row of [`Store::queue_controls`].
+pub(crate) struct QueueControl {
+    pub queue: String,
+    pub paused: bool,
+    pub limited: bool,
+}
+
+/// One queue of [`Store::queue_list`].
+pub(crate) struct QueueRow {
+    pub queue: String,
+    pub paused_at: Option<DateTime<Utc>>,
+    pub concurrency_limit: Option<u32>,
+    /// `(max, period in µs)`.
+    pub rate: Option<(u32, i64)>,
+    /// Claims counted in the current rate window.
+    pub rate_used: u64,
+    pub pending: u64,
+    pub running: u64,
 }
 
 // --- batch enqueue ---

@@ -10,6 +10,9 @@ use serde::{Serialize, de::DeserializeOwned};
 use crate::context::{StateRequirement, TaskContext};
 use crate::enqueue::{AsConnection, Enqueue, Enqueued};
 use crate::error::{Result, TaskError};
+#[cfg(doc)]
+use crate::followup::FollowUp;
+use crate::followup::{OnDead, OnSuccess};
 use crate::retry::Backoff;
 use crate::schedule::Schedule;
 use crate::unique::Unique;
@@ -68,6 +71,34 @@ pub trait Task: Serialize + DeserializeOwned + Send + Sync + 'static {
     /// [`Unique`]); `None` (the default) for none. An enqueue can replace it with
     /// [`Enqueue::with_unique`].
     const UNIQUE: Option<Unique> = None;
+    /// What to enqueue when a task of this kind dies, durably: the hook's [`FollowUp`] is
+    /// inserted in the transaction that moves the task to `dead` (by its worker's write-back or
+    /// by the reaper), so a death is never recorded without it and never gets two. `None` (the
+    /// default) for none; `#[taskq::task(on_dead = notify_ops)]` sets it. See
+    /// `docs/semantics.md`.
+    ///
+    /// ```
+    /// use taskq::{DeadTask, FollowUp, OnDead, Task, TaskContext, TaskError};
+    /// # #[derive(serde::Serialize, serde::Deserialize)] struct NotifyOps { dead: DeadTask }
+    /// # impl Task for NotifyOps { const NAME: &'static str = "notify_ops";
+    /// #   async fn run(self, _: TaskContext) -> Result<(), TaskError> { Ok(()) } }
+    /// #[derive(serde::Serialize, serde::Deserialize)]
+    /// struct Export { order_id: i64 }
+    ///
+    /// impl Task for Export {
+    ///     const NAME: &'static str = "export";
+    ///     const ON_DEAD: Option<OnDead> =
+    ///         Some(|dead| Some(FollowUp::new(NotifyOps { dead: dead.clone() })));
+    ///     async fn run(self, _cx: TaskContext) -> Result<(), TaskError> {
+    ///         Ok(())
+    ///     }
+    /// }
+    /// ```
+    const ON_DEAD: Option<OnDead> = None;
+    /// What to enqueue when a task of this kind succeeds, in the transaction that records the
+    /// success (chaining); like [`ON_DEAD`](Self::ON_DEAD). `#[taskq::task(on_success =
+    /// next_step)]` sets it.
+    const ON_SUCCESS: Option<OnSuccess> = None;
 
     /// Runs one attempt. Must be idempotent: at-least-once delivery may run it again.
     fn run(self, cx: TaskContext) -> impl Future<Output = Result<(), TaskError>> + Send;

@@ -44,6 +44,10 @@ pub(crate) async fn run(shared: Arc<Shared>, queue: Arc<str>, concurrency: usize
     // reading the same head of the queue), halved after a short one that was not contended
     // (the backlog is gone); full claims keep it.
     let mut spread = MIN_SPREAD;
+    // While the queue is at its concurrency limit: the next wait (doubles up to
+    // `LIMITED_POLL_MAX`, back to `poll_min` after a claim that was not limited).
+    let mut limited_wait = shared.cfg.poll_min;
+    let written = shared.written.get(&*queue).expect("a notifier per queue");
     while !shared.stopping() {
         // Register interest before looking, so a slot freed meanwhile is not missed.
         let slot_freed = shared.slot_freed.notified();
@@ -94,7 +98,10 @@ pub(crate) async fn run(shared: Arc<Shared>, queue: Arc<str>, concurrency: usize
             from,
             lease_us: shared.lease_us(),
             worker_id: &shared.worker_id,
+            limited: shared.is_limited(&queue),
         };
+        // Registered before the claim, so a write-back that commits meanwhile is not missed.
+        let task_written = written.notified();
         let batch = within!(shared, |c| shared.store.task_claim(c, &request)).await;
         let batch = match batch {
             Ok(b) => b,
@@ -134,6 +141,44 @@ pub(crate) async fn run(shared: Arc<Shared>, queue: Arc<str>, concurrency: usize
             ));
         }
         drop(slots);
+        if let Some(hit) = batch.limited {
+            WorkerStats::add(&shared.stats.claims_limited, 1);
+            crate::metrics::claim_limited(&queue);
+            if got + expired >= hit.allowed as usize {
+                // At the limit (the claim took all it was allowed): wait for room rather than
+                // claiming again at once.
+                backlog = false;
+                seek = None;
+                idle = shared.cfg.poll_min;
+                match hit.rate_resets_in_us {
+                    Some(us) => {
+                        // The rate window is used up: nothing can start before the next one
+                        // (looked at again within `poll_max` anyway, for a changed limit).
+                        let wait = Duration::from_micros(us.max(0) as u64 + 1_000)
+                            .min(shared.cfg.poll_max);
+                        tokio::select! {
+                            _ = tokio::time::sleep(wait) => {}
+                            _ = shared.stopped() => {}
+                        }
+                    }
+                    None => {
+                        // Running tasks of the queue hold every place: try again when one of
+                        // this worker's ends (its write-back committed), or after a short poll
+                        // for those of other workers.
+                        let wait = limited_wait;
+                        limited_wait =
+                            (limited_wait * 2).min(LIMITED_POLL_MAX.max(shared.cfg.poll_min));
+                        tokio::select! {
+                            _ = tokio::time::sleep(wait) => {}
+                            _ = task_written => { limited_wait = shared.cfg.poll_min; }
+                            _ = shared.stopped() => {}
+                        }
+                    }
+                }
+                continue;
+            }
+        }
+        limited_wait = shared.cfg.poll_min;
         // Expired rows took places in the batch: with them it was full, so more may be due.
         backlog = got + expired == wanted;
         if backlog {
@@ -182,6 +227,11 @@ pub(crate) async fn run(shared: Arc<Shared>, queue: Arc<str>, concurrency: usize
 /// position (a higher priority, an earlier `run_at`, a released or reaped task) waits for
 /// the loop to look at it.
 const RESCAN_EVERY: Duration = Duration::from_millis(100);
+
+/// Longest wait of a claim loop whose queue is at its concurrency limit before it tries
+/// again (unless `poll_min` is longer): the most it adds before a place freed by another
+/// worker's task is taken. A place freed by this worker's own task is retried at once.
+pub(crate) const LIMITED_POLL_MAX: Duration = Duration::from_millis(100);
 
 /// Candidates a claim reads per task it wants, at least and at most (see `Store::task_claim`).
 const MIN_SPREAD: usize = 2;

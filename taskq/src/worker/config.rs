@@ -15,6 +15,7 @@ use crate::schedule::{Declared, Schedule, ScheduleDef};
 use crate::task::Task;
 
 use super::Worker;
+use super::observe::Observer;
 
 pub(crate) type ShutdownFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 /// See [`WorkerBuilder::trace_link`].
@@ -79,7 +80,7 @@ pub(crate) struct Config {
     pub shutdown_timeout: Duration,
     pub cancel_grace: Duration,
     pub claim_batch: usize,
-    pub ack_delay: Duration,
+    pub write_back_delay: Duration,
     pub db_connections: u32,
     pub backlog_interval: Option<Duration>,
     /// Recurring schedules this worker fires, by name.
@@ -123,7 +124,7 @@ pub struct WorkerBuilder {
     shutdown_timeout: Duration,
     cancel_grace: Duration,
     claim_batch: usize,
-    ack_delay: Duration,
+    write_back_delay: Duration,
     db_connections: Option<u32>,
     backlog_interval: Option<Duration>,
     worker_id: Option<String>,
@@ -131,6 +132,7 @@ pub struct WorkerBuilder {
     shutdown: Option<ShutdownFuture>,
     trace_link: Option<TraceLink>,
     schedules: Vec<Result<ScheduleDef>>,
+    observers: Vec<Observer>,
 }
 
 impl WorkerBuilder {
@@ -150,7 +152,7 @@ impl WorkerBuilder {
             shutdown_timeout: Duration::from_secs(20),
             cancel_grace: Duration::from_secs(5),
             claim_batch: 32,
-            ack_delay: Duration::from_millis(2),
+            write_back_delay: Duration::from_millis(2),
             db_connections: None,
             backlog_interval: None,
             worker_id: None,
@@ -158,6 +160,7 @@ impl WorkerBuilder {
             shutdown: None,
             trace_link: None,
             schedules: Vec::new(),
+            observers: Vec::new(),
         }
     }
 
@@ -230,7 +233,9 @@ impl WorkerBuilder {
         self.heartbeat = Some(d);
         self
     }
-    /// Adaptive polling bounds: `min` while work is found, growing to `max` when idle.
+    /// Adaptive polling bounds: `min` while work is found, growing to `max` when idle. `max`
+    /// is also how often the worker re-reads which queues are paused or limited
+    /// ([`Client::set_queue_limit`](crate::Client::set_queue_limit)).
     pub fn poll_interval(mut self, min: Duration, max: Duration) -> Self {
         self.poll_min = min;
         self.poll_max = max;
@@ -263,8 +268,8 @@ impl WorkerBuilder {
         self
     }
     /// How long completions are gathered before one write-back statement (default 2 ms).
-    pub fn ack_delay(mut self, d: Duration) -> Self {
-        self.ack_delay = d;
+    pub fn write_back_delay(mut self, d: Duration) -> Self {
+        self.write_back_delay = d;
         self
     }
     /// Size of the worker's own connection pool (default: queues + 5: a claim loop per queue,
@@ -298,6 +303,28 @@ impl WorkerBuilder {
         link: impl Fn(&tracing::Span, &str) + Send + Sync + 'static,
     ) -> Self {
         self.trace_link = Some(std::sync::Arc::new(link));
+        self
+    }
+    /// Calls `observer` with every outcome this worker learns, once its write-back's result
+    /// is known: succeeded, retried, dead, canceled, snoozed, fenced, lease lost, rejected,
+    /// released at shutdown, and the leases its reaper reaped (see [`TaskOutcome`]). For
+    /// metrics and logging integrations. Several observers can be added; they are called in
+    /// order.
+    ///
+    /// **Best-effort**, unlike the durable follow-ups of [`Task::ON_DEAD`]: an observer runs
+    /// in this process after the commit, so an outcome written just before a crash is never
+    /// observed, and one attempt may be observed by two workers (its fenced write-back here,
+    /// its reap there). It runs on the worker's write-back loop, never inside a database
+    /// transaction: keep it quick (hand slow work to a channel). A panicking observer is
+    /// caught, logged and counted ([`StatsSnapshot::observer_panics`](crate::StatsSnapshot::observer_panics));
+    /// the worker goes on.
+    ///
+    /// [`TaskOutcome`]: crate::TaskOutcome
+    pub fn on_outcome(
+        mut self,
+        observer: impl Fn(&crate::OutcomeEvent) + Send + Sync + 'static,
+    ) -> Self {
+        self.observers.push(std::sync::Arc::new(observer));
         self
     }
     /// Stops the worker gracefully when `signal` completes (instead of SIGINT/SIGTERM).
@@ -407,7 +434,7 @@ impl WorkerBuilder {
                 shutdown_timeout: self.shutdown_timeout,
                 cancel_grace: self.cancel_grace,
                 claim_batch: self.claim_batch,
-                ack_delay: self.ack_delay,
+                write_back_delay: self.write_back_delay,
                 db_connections: db_connections.max(2),
                 backlog_interval: self.backlog_interval.filter(|d| !d.is_zero()),
                 schedules,
@@ -416,6 +443,7 @@ impl WorkerBuilder {
             state: self.state,
             shutdown: self.shutdown,
             trace_link: self.trace_link,
+            observers: self.observers,
             stats: Default::default(),
             health,
         })

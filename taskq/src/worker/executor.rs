@@ -8,16 +8,18 @@ use std::time::{Duration, Instant};
 
 use tracing::Instrument;
 
-use super::acker::AckMsg;
 use super::claim::Slot;
 use super::lease::{self, AttemptKey, InFlight, Phase};
-use super::{Shared, WorkerStats};
+use super::observe::{self, OutcomeEvent, TaskOutcome};
+use super::writeback::WriteBackMsg;
+use super::{Shared, WorkerStats, follow};
 use crate::client::{UNDECODABLE_PREFIX, exhausted_note};
 use crate::context::{CancelHandle, CancelReason, TaskContext};
 use crate::enqueue::MAX_DELAY;
 use crate::error::{TaskError, TaskErrorKind, short_type_name};
+use crate::followup::{DeadTask, SucceededTask, payload_value};
 use crate::metrics;
-use crate::store::{Claimed, Finish};
+use crate::store::{Claimed, WriteBack};
 use crate::task::TaskId;
 
 /// Longest error text stored in `last_error`.
@@ -89,6 +91,7 @@ pub(crate) async fn run(
         InFlight {
             queue: queue.clone(),
             name: name.clone(),
+            attempt: task.attempt,
             phase: Phase::Running,
             cancel: cancel.clone(),
             abort: None,
@@ -113,7 +116,7 @@ pub(crate) async fn run(
     metrics::handler_finished(&queue, &name, outcome.label(), started.elapsed());
     drop(slot);
     shared.slot_freed.notify_waiters();
-    hand_over(&shared, &task, &span, outcome, started);
+    hand_over(&shared, &task, &queue, &name, &span, outcome, started);
     // Only now, with the outcome queued for write-back (or the task marked abandoned), does
     // this executor stop counting: shutdown waits for `executing == 0` before the final flush.
     shared.executing.fetch_sub(1, Ordering::AcqRel);
@@ -128,15 +131,26 @@ fn key(task: &Claimed) -> AttemptKey {
     }
 }
 
-/// Turns the outcome into a write-back for the acker, or marks the task abandoned.
+/// Turns the outcome into a write-back for the write-back loop (`writeback.rs`), or marks the task abandoned.
 fn hand_over(
     shared: &Shared,
     task: &Claimed,
+    queue: &Arc<str>,
+    name: &Arc<str>,
     span: &tracing::Span,
     outcome: Outcome,
     started: Instant,
 ) {
     let key = key(task);
+    let write_back = |state: &'static str,
+                      outcome: &'static str,
+                      delay: Duration,
+                      error: Option<String>| WriteBack {
+        name: name.clone(),
+        queue: queue.clone(),
+        ran: started.elapsed(),
+        ..write_back(task, state, outcome, delay, error)
+    };
     let _enter = span.enter();
     let elapsed_ms = started.elapsed().as_millis() as u64;
     let handler = shared.handlers.get(task.name.as_str());
@@ -153,7 +167,7 @@ fn hand_over(
         ),
         other => other,
     };
-    let finish = match outcome {
+    let mut out = match outcome {
         Outcome::Abandoned(reason) => {
             let mut inflight = shared.inflight();
             if reason == CancelReason::Shutdown {
@@ -163,16 +177,29 @@ fn hand_over(
             } else {
                 inflight.remove(&key);
             }
+            drop(inflight);
             tracing::warn!(?reason, elapsed_ms, "attempt abandoned without a result");
+            if reason != CancelReason::Shutdown {
+                observe::emit(shared, || OutcomeEvent {
+                    task_id: TaskId(task.id),
+                    name: name.clone(),
+                    queue: queue.clone(),
+                    attempt: task.attempt,
+                    outcome: TaskOutcome::LeaseLost,
+                    error: None,
+                    duration: Some(started.elapsed()),
+                    follow_up: false,
+                });
+            }
             return;
         }
         Outcome::Canceled => {
             tracing::info!(elapsed_ms, "attempt canceled on request");
-            finish(task, "canceled", "canceled", Duration::ZERO, None)
+            write_back("canceled", "canceled", Duration::ZERO, None)
         }
         Outcome::Succeeded => {
             tracing::debug!(elapsed_ms, "attempt succeeded");
-            finish(task, "succeeded", "succeeded", Duration::ZERO, None)
+            write_back("succeeded", "succeeded", Duration::ZERO, None)
         }
         Outcome::Snoozed(d) => {
             tracing::info!(
@@ -181,11 +208,11 @@ fn hand_over(
                 snoozes = task.snoozes + 1,
                 "attempt snoozed; it does not count as an attempt"
             );
-            finish(task, "snoozed", "snoozed", d, None)
+            write_back("snoozed", "snoozed", d, None)
         }
         Outcome::Undecodable(e) => {
             tracing::error!(error = %e, elapsed_ms, "payload does not decode; task is dead");
-            finish(task, "dead", "failed", Duration::ZERO, Some(e))
+            write_back("dead", "failed", Duration::ZERO, Some(e))
         }
         Outcome::Failed(kind, e, cause) => {
             let outcome = cause.outcome();
@@ -194,41 +221,72 @@ fn hand_over(
             match kind {
                 TaskErrorKind::Permanent => {
                     tracing::error!(error = %e, elapsed_ms, "attempt failed permanently; task is dead");
-                    finish(task, "dead", outcome, Duration::ZERO, Some(e))
+                    write_back("dead", outcome, Duration::ZERO, Some(e))
                 }
                 _ if exhausted => {
                     tracing::error!(error = %e, elapsed_ms, "attempt failed; attempts exhausted, task is dead");
                     let error = with_exhausted_note(e, task.attempt, task.max_attempts);
-                    finish(task, "dead", outcome, Duration::ZERO, Some(error))
+                    write_back("dead", outcome, Duration::ZERO, Some(error))
                 }
                 TaskErrorKind::RetryAfter(d) => {
                     tracing::warn!(error = %e, elapsed_ms, retry_in_ms = d.as_millis() as u64, "attempt failed; retry requested");
-                    finish(task, "pending", outcome, d, Some(e))
+                    write_back("pending", outcome, d, Some(e))
                 }
                 _ => {
                     let d = backoff.delay_random(task.attempt);
                     tracing::warn!(error = %e, elapsed_ms, retry_in_ms = d.as_millis() as u64, "attempt failed; will retry");
-                    finish(task, "pending", outcome, d, Some(e))
+                    write_back("pending", outcome, d, Some(e))
                 }
             }
         }
     };
+    out.follow_up = match out.state {
+        "dead" => follow::dead(
+            shared,
+            handler,
+            || DeadTask {
+                id: TaskId(task.id),
+                name: task.name.clone(),
+                queue: queue.to_string(),
+                attempts: task.attempt,
+                max_attempts: task.max_attempts,
+                last_error: out.error.clone().unwrap_or_default(),
+                payload: payload_value(&task.payload),
+            },
+            task.lease_epoch,
+            task.trace_context.as_deref(),
+        ),
+        "succeeded" => follow::succeeded(
+            shared,
+            handler,
+            || SucceededTask {
+                id: TaskId(task.id),
+                name: task.name.clone(),
+                queue: queue.to_string(),
+                attempts: task.attempt,
+                payload: payload_value(&task.payload),
+            },
+            task.lease_epoch,
+            task.trace_context.as_deref(),
+        ),
+        _ => None,
+    };
     if let Some(f) = shared.inflight().get_mut(&key) {
-        f.phase = Phase::Acking;
+        f.phase = Phase::WritingBack;
     }
-    if shared.acks.send(AckMsg::Finish(finish)).is_err() {
+    if shared.write_backs.send(WriteBackMsg::Outcome(out)).is_err() {
         shared.inflight().remove(&key);
     }
 }
 
-fn finish(
+fn write_back(
     task: &Claimed,
     state: &'static str,
     outcome: &'static str,
     delay: Duration,
     error: Option<String>,
-) -> Finish {
-    Finish {
+) -> WriteBack {
+    WriteBack {
         id: task.id,
         epoch: task.lease_epoch,
         state,
@@ -248,6 +306,10 @@ fn finish(
             (Some(_), "canceled") => task.unique_key.clone(),
             _ => None,
         },
+        follow_up: None,
+        name: task.name.as_str().into(),
+        queue: Arc::from(""),
+        ran: Duration::ZERO,
     }
 }
 
@@ -427,7 +489,7 @@ mod tests {
         let long = with_exhausted_note("é".repeat(MAX_ERROR_LEN), 20, 20);
         assert!(long.len() <= MAX_ERROR_LEN, "{}", long.len());
         assert!(long.ends_with("é… (attempts exhausted: 20/20)"), "{long}");
-        // What `finish` stores is unchanged by its own truncation.
+        // What `write_back` stores is unchanged by its own truncation.
         assert_eq!(truncate(long.clone(), MAX_ERROR_LEN), long);
     }
 }

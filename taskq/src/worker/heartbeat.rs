@@ -170,13 +170,13 @@ pub(crate) async fn beat(shared: &Shared) {
             }
         } else if held.contains(&(id, epoch)) {
             f.renewed_at = sent;
-        } else if f.phase != Phase::Acking
+        } else if f.phase != Phase::WritingBack
             && !f.lost
             && f.cancel.reason() != Some(CancelReason::Canceled)
         {
             // (A canceled attempt's lease was left to run out on purpose: the reaper may have
             // moved the task to `canceled` already; its handler is stopping anyway.)
-            // (An Acking task's outcome may simply have been written meanwhile; the write-back
+            // (An WritingBack task's outcome may simply have been written meanwhile; the write-back
             // itself reports it if it was fenced.)
             lease::mark_lost(shared, key, f, "heartbeat found the lease gone");
         }

@@ -41,7 +41,7 @@ pub(crate) enum Phase {
     /// Its handler runs.
     Running,
     /// Its outcome waits to be written.
-    Acking,
+    WritingBack,
     /// Aborted at shutdown; to be released.
     Abandoned,
 }
@@ -50,6 +50,8 @@ pub(crate) enum Phase {
 pub(crate) struct InFlight {
     pub queue: Arc<str>,
     pub name: Arc<str>,
+    /// The attempt's number (for outcome observers).
+    pub attempt: u32,
     pub phase: Phase,
     pub cancel: Arc<CancelHandle>,
     pub abort: Option<AbortHandle>,

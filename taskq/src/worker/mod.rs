@@ -4,7 +4,7 @@
 //! One [`Worker`] runs these cooperating loops on the tokio runtime:
 //! - `claim`: one loop per queue, claiming batches sized by free handler slots;
 //! - `executor`: one tokio task per claimed task (panics and timeouts are caught there);
-//! - `acker`: gathers outcomes for a few milliseconds and writes them in one statement;
+//! - `writeback`: gathers outcomes for a few milliseconds and writes them in one statement;
 //! - `heartbeat`: renews every held lease with one statement per beat, and records the worker
 //!   as alive in `taskq_workers` (one statement per heartbeat interval);
 //! - `lease`: the in-memory lease table (one record per attempt) and the watchdog that
@@ -15,17 +15,19 @@
 //! Every statement runs within a deadline (`deadline`); each one that succeeds refreshes the
 //! worker's probe (`health`).
 
-mod acker;
 mod claim;
 mod config;
 pub(crate) mod deadline;
 mod executor;
+mod follow;
 mod health;
 mod heartbeat;
 mod lease;
 mod maintenance;
+mod observe;
 mod schedule;
 mod stats;
+mod writeback;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -38,6 +40,7 @@ use tokio::sync::{Notify, Semaphore, mpsc, watch};
 
 pub use config::{Retention, WorkerBuilder};
 pub use health::{HealthStatus, WorkerHealth, WorkerPhase};
+pub use observe::{OutcomeEvent, TaskOutcome};
 pub use stats::{StatsSnapshot, WorkerStats};
 
 use crate::context::{CancelReason, StateMap};
@@ -57,6 +60,7 @@ pub struct Worker {
     state: StateMap,
     shutdown: Option<ShutdownFuture>,
     trace_link: Option<TraceLink>,
+    observers: Vec<observe::Observer>,
     stats: Arc<WorkerStats>,
     health: Arc<health::HealthInner>,
 }
@@ -125,16 +129,18 @@ impl Worker {
             state,
             shutdown,
             trace_link,
+            observers,
             stats,
             health,
         } = self;
         let _stopped = health::StoppedOnDrop(health.clone());
         let store = Store::new(worker_pool(&user_pool, &cfg));
         let (stop_tx, stop_rx) = watch::channel(false);
-        let (ack_tx, ack_rx) = mpsc::unbounded_channel();
+        let (write_back_tx, write_back_rx) = mpsc::unbounded_channel();
         let names_json =
             serde_json::to_string(&handlers.keys().collect::<Vec<_>>()).expect("names serialize");
         let presence = heartbeat::Presence::new(&cfg);
+        let cfg_queues: Vec<String> = cfg.queues.keys().cloned().collect();
         let shared = Arc::new(Shared {
             store,
             worker_id: cfg.worker_id.as_str().into(),
@@ -148,15 +154,18 @@ impl Worker {
             slot_freed: Notify::new(),
             stats,
             stop: stop_rx,
-            acks: ack_tx,
+            write_backs: write_back_tx,
             trace_link,
+            observers,
             paused: Mutex::default(),
+            limited: Mutex::default(),
+            written: cfg_queues_notifiers(&cfg_queues),
             presence,
             health,
         });
         tracing::info!(worker_id = %shared.worker_id, queues = ?shared.cfg.queues, "taskq worker started");
 
-        maintenance::refresh_pauses(&shared).await;
+        maintenance::refresh_controls(&shared).await;
         shared.health.set_phase(WorkerPhase::Running);
         let mut loops = tokio::task::JoinSet::new();
         for (queue, n) in &shared.cfg.queues {
@@ -166,9 +175,9 @@ impl Worker {
         let presence = tokio::spawn(heartbeat::presence(shared.clone()));
         let watchdog = tokio::spawn(lease::watchdog(shared.clone()));
         let maintenance = tokio::spawn(maintenance::run(shared.clone()));
-        let controls = tokio::spawn(maintenance::watch_pauses(shared.clone()));
+        let controls = tokio::spawn(maintenance::watch_controls(shared.clone()));
         let scheduler = tokio::spawn(schedule::run(shared.clone()));
-        let acker = tokio::spawn(acker::run(shared.clone(), ack_rx));
+        let writer = tokio::spawn(writeback::run(shared.clone(), write_back_rx));
 
         match shutdown {
             Some(signal) => signal.await,
@@ -218,13 +227,13 @@ impl Worker {
             let _ = tokio::time::timeout(Duration::from_millis(50), notified).await;
         }
         // Flush outcomes, then give abandoned tasks back.
-        let unacked = acker::finish(&shared, acker).await;
+        let unwritten = writeback::stop(&shared, writer).await;
         let released = release_abandoned(&shared).await;
         heartbeat.abort();
         presence.abort();
         watchdog.abort();
         heartbeat::deregister(&shared).await;
-        let mut unacknowledged = unacked;
+        let mut unacknowledged = unwritten;
         unacknowledged.extend(released.1);
         let report = ShutdownReport {
             released: released.0,
@@ -243,12 +252,15 @@ impl Worker {
 
 /// Gives the abandoned tasks back; returns (released, not released).
 async fn release_abandoned(shared: &Shared) -> (Vec<TaskId>, Vec<TaskId>) {
-    let leases: Vec<(u64, u64)> = shared
+    // (lease, name, queue, attempt) of each abandoned attempt.
+    type Abandoned = ((u64, u64), Arc<str>, Arc<str>, u32);
+    let abandoned: Vec<Abandoned> = shared
         .inflight()
         .iter()
         .filter(|(_, f)| f.phase == Phase::Abandoned)
-        .map(|(k, _)| (k.id, k.epoch))
+        .map(|(k, f)| ((k.id, k.epoch), f.name.clone(), f.queue.clone(), f.attempt))
         .collect();
+    let leases: Vec<(u64, u64)> = abandoned.iter().map(|a| a.0).collect();
     if leases.is_empty() {
         return (Vec::new(), Vec::new());
     }
@@ -258,6 +270,20 @@ async fn release_abandoned(shared: &Shared) -> (Vec<TaskId>, Vec<TaskId>) {
         match within!(shared, |c| shared.store.task_release(c, &json)).await {
             Ok(n) => {
                 WorkerStats::add(&shared.stats.released, n);
+                // Best-effort, like every observation: a lease given back here that another
+                // worker had already reaped is reported released too.
+                for ((id, _), name, queue, attempt) in abandoned {
+                    observe::emit(shared, || OutcomeEvent {
+                        task_id: TaskId(id),
+                        name,
+                        queue,
+                        attempt,
+                        outcome: TaskOutcome::Released,
+                        error: None,
+                        duration: None,
+                        follow_up: false,
+                    });
+                }
                 return (ids, Vec::new());
             }
             Err(e) => {
@@ -326,10 +352,18 @@ pub(crate) struct Shared {
     pub global: Arc<Semaphore>,
     pub stats: Arc<WorkerStats>,
     pub stop: watch::Receiver<bool>,
-    pub acks: mpsc::UnboundedSender<acker::AckMsg>,
+    pub write_backs: mpsc::UnboundedSender<writeback::WriteBackMsg>,
     pub trace_link: Option<TraceLink>,
+    /// Outcome observers (`WorkerBuilder::on_outcome`).
+    pub observers: Vec<observe::Observer>,
     /// Queues paused in the database (refreshed every `poll_max`).
     pub paused: Mutex<std::collections::HashSet<String>>,
+    /// Queues with a concurrency or rate limit in the database (refreshed with `paused`):
+    /// their claims take the limited path (see `Store::task_claim`).
+    pub limited: Mutex<std::collections::HashSet<String>>,
+    /// Per queue of this worker: notified after a write-back of some of its tasks committed
+    /// (a claim loop waiting at its queue's concurrency limit tries again).
+    pub written: HashMap<String, Notify>,
     /// What this worker records about itself in `taskq_workers`.
     pub presence: heartbeat::Presence,
     /// The probe's state; `within!` records each successful statement in it.
@@ -358,9 +392,20 @@ impl Shared {
             .contains(queue)
     }
 
+    pub fn is_limited(&self, queue: &str) -> bool {
+        self.limited
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(queue)
+    }
+
     pub fn lease_us(&self) -> i64 {
         self.cfg.lease.as_micros() as i64
     }
+}
+
+fn cfg_queues_notifiers(queues: &[String]) -> HashMap<String, Notify> {
+    queues.iter().map(|q| (q.clone(), Notify::new())).collect()
 }
 
 /// Sleeps for an error backoff step, returning early when the worker stops.

@@ -27,6 +27,10 @@ pub struct WorkerStats {
     pub(crate) writeback_rejected: AtomicU64,
     pub(crate) scheduled: AtomicU64,
     pub(crate) unique_deferred: AtomicU64,
+    pub(crate) claims_limited: AtomicU64,
+    pub(crate) follow_ups: AtomicU64,
+    pub(crate) follow_up_errors: AtomicU64,
+    pub(crate) observer_panics: AtomicU64,
 }
 
 /// A point-in-time copy of [`WorkerStats`].
@@ -82,6 +86,18 @@ pub struct StatsSnapshot {
     /// unique identity they free (its enqueue was a duplicate of the task); each is written
     /// once that transaction ends. Counted per deferral.
     pub unique_deferred: u64,
+    /// Claims of a queue with a concurrency or rate limit that the limit cut short (it allowed
+    /// fewer tasks than there were free slots, possibly none).
+    pub claims_limited: u64,
+    /// Follow-up tasks (`on_dead` / `on_success`) this worker enqueued with the ends it wrote
+    /// (write-backs and reaps).
+    pub follow_ups: u64,
+    /// Follow-ups that could not be built (the hook panicked, or the task did not serialize):
+    /// the task ended without one; each is logged at error level.
+    pub follow_up_errors: u64,
+    /// Outcome observers ([`WorkerBuilder::on_outcome`](crate::WorkerBuilder::on_outcome))
+    /// that panicked (caught; the worker went on).
+    pub observer_panics: u64,
 }
 
 impl WorkerStats {
@@ -113,6 +129,10 @@ impl WorkerStats {
             writeback_rejected: self.writeback_rejected.load(Relaxed),
             scheduled: self.scheduled.load(Relaxed),
             unique_deferred: self.unique_deferred.load(Relaxed),
+            claims_limited: self.claims_limited.load(Relaxed),
+            follow_ups: self.follow_ups.load(Relaxed),
+            follow_up_errors: self.follow_up_errors.load(Relaxed),
+            observer_panics: self.observer_panics.load(Relaxed),
         }
     }
 }

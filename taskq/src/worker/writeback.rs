@@ -1,4 +1,4 @@
-//! Batched write-back: outcomes of many handlers are gathered for `ack_delay` and written in
+//! Batched write-back: outcomes of many handlers are gathered for `write_back_delay` and written in
 //! one conditional statement (each row still guarded by its own lease epoch).
 //!
 //! A batch the database rejects for the data of one of its rows (a deterministic error: a
@@ -20,9 +20,10 @@ use tokio::task::JoinHandle;
 
 use super::deadline::StmtError;
 use super::lease::AttemptKey;
+use super::observe::{self, OutcomeEvent, TaskOutcome};
 use super::{Shared, WorkerStats, backoff_sleep, within};
 use crate::metrics;
-use crate::store::Finish;
+use crate::store::WriteBack;
 use crate::task::TaskId;
 
 /// Most outcomes per write-back statement.
@@ -35,16 +36,16 @@ const DEFER_RETRY: Duration = Duration::from_millis(50);
 /// reported as not written.
 const SHUTDOWN_DEFER_TRIES: u32 = 10;
 
-pub(crate) enum AckMsg {
-    Finish(Finish),
+pub(crate) enum WriteBackMsg {
+    Outcome(WriteBack),
     /// Flush everything, then stop and report what could not be written.
     Shutdown(oneshot::Sender<Vec<TaskId>>),
 }
 
-pub(crate) async fn run(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<AckMsg>) {
-    let mut batch: Vec<Finish> = Vec::new();
+pub(crate) async fn run(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<WriteBackMsg>) {
+    let mut batch: Vec<WriteBack> = Vec::new();
     // Outcomes whose unique identity another transaction holds: tried again with every flush.
-    let mut deferred: Vec<Finish> = Vec::new();
+    let mut deferred: Vec<WriteBack> = Vec::new();
     loop {
         let first = if deferred.is_empty() {
             match rx.recv().await {
@@ -60,17 +61,17 @@ pub(crate) async fn run(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Ack
         };
         let mut reply = None;
         match first {
-            Some(AckMsg::Finish(f)) => batch.push(f),
-            Some(AckMsg::Shutdown(tx)) => reply = Some(tx),
+            Some(WriteBackMsg::Outcome(f)) => batch.push(f),
+            Some(WriteBackMsg::Shutdown(tx)) => reply = Some(tx),
             None => {}
         }
         if reply.is_none() && !batch.is_empty() {
-            // Gather what else completes within the ack delay.
-            let deadline = tokio::time::Instant::now() + shared.cfg.ack_delay;
+            // Gather what else completes within the write-back delay.
+            let deadline = tokio::time::Instant::now() + shared.cfg.write_back_delay;
             while batch.len() < MAX_BATCH {
                 match tokio::time::timeout_at(deadline, rx.recv()).await {
-                    Ok(Some(AckMsg::Finish(f))) => batch.push(f),
-                    Ok(Some(AckMsg::Shutdown(tx))) => {
+                    Ok(Some(WriteBackMsg::Outcome(f))) => batch.push(f),
+                    Ok(Some(WriteBackMsg::Shutdown(tx))) => {
                         reply = Some(tx);
                         break;
                     }
@@ -80,7 +81,7 @@ pub(crate) async fn run(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Ack
         }
         batch.append(&mut deferred);
         if let Some(tx) = reply {
-            while let Ok(AckMsg::Finish(f)) = rx.try_recv() {
+            while let Ok(WriteBackMsg::Outcome(f)) = rx.try_recv() {
                 batch.push(f);
             }
             let mut left = flush_with_retries(&shared, &mut batch, 10, &mut deferred).await;
@@ -111,14 +112,14 @@ pub(crate) async fn run(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Ack
     }
 }
 
-/// Asks the acker to flush and stop; returns the ids whose outcome could not be written.
-pub(crate) async fn finish(shared: &Shared, acker: JoinHandle<()>) -> Vec<TaskId> {
+/// Asks the write-back loop to flush and stop; returns the ids whose outcome could not be written.
+pub(crate) async fn stop(shared: &Shared, writer: JoinHandle<()>) -> Vec<TaskId> {
     let (tx, rx) = oneshot::channel();
-    if shared.acks.send(AckMsg::Shutdown(tx)).is_err() {
+    if shared.write_backs.send(WriteBackMsg::Shutdown(tx)).is_err() {
         return Vec::new();
     }
     let left = rx.await.unwrap_or_default();
-    let _ = acker.await;
+    let _ = writer.await;
     left
 }
 
@@ -128,13 +129,13 @@ pub(crate) async fn finish(shared: &Shared, acker: JoinHandle<()>) -> Vec<TaskId
 /// holds the unique identity they would free are appended to `deferred`.
 async fn flush_with_retries(
     shared: &Shared,
-    batch: &mut Vec<Finish>,
+    batch: &mut Vec<WriteBack>,
     tries: u32,
-    deferred: &mut Vec<Finish>,
+    deferred: &mut Vec<WriteBack>,
 ) -> Vec<TaskId> {
     let mut left = Vec::new();
     // Chunks still to write; a rejected chunk comes back as its two halves.
-    let mut pending: Vec<Vec<Finish>> = Vec::new();
+    let mut pending: Vec<Vec<WriteBack>> = Vec::new();
     while !batch.is_empty() {
         let n = batch.len().min(MAX_BATCH);
         pending.push(batch.drain(..n).collect());
@@ -184,7 +185,7 @@ async fn flush_with_retries(
 }
 
 /// The lease-table key of an outcome's attempt.
-fn key(f: &Finish) -> AttemptKey {
+fn key(f: &WriteBack) -> AttemptKey {
     AttemptKey {
         id: f.id,
         epoch: f.epoch,
@@ -193,7 +194,7 @@ fn key(f: &Finish) -> AttemptKey {
 
 /// Drops an outcome the database rejected for its own row: logged and counted; the lease is
 /// no longer renewed, so it expires and the reaper returns the task (attempt counted).
-fn reject(shared: &Shared, f: &Finish, e: &StmtError) {
+fn reject(shared: &Shared, f: &WriteBack, e: &StmtError) {
     let label = shared.inflight().remove(&key(f));
     WorkerStats::add(&shared.stats.writeback_rejected, 1);
     if let Some(l) = &label {
@@ -201,13 +202,28 @@ fn reject(shared: &Shared, f: &Finish, e: &StmtError) {
     }
     tracing::error!(task_id = f.id, lease_epoch = f.epoch, outcome = f.state, error = %e,
         "taskq: the database rejected this outcome; not retried, the lease will expire and the reaper returns the task");
+    observe::emit(shared, || event(f, TaskOutcome::Rejected, false));
+}
+
+/// The observers' view of a written (or rejected) outcome.
+fn event(f: &WriteBack, outcome: TaskOutcome, follow_up: bool) -> OutcomeEvent {
+    OutcomeEvent {
+        task_id: TaskId(f.id),
+        name: f.name.clone(),
+        queue: f.queue.clone(),
+        attempt: f.attempt,
+        outcome,
+        error: f.error.clone(),
+        duration: Some(f.ran),
+        follow_up,
+    }
 }
 
 /// Writes one chunk; returns the outcomes deferred (see the module docs).
-async fn flush(shared: &Shared, chunk: &[Finish]) -> Result<Vec<Finish>, StmtError> {
+async fn flush(shared: &Shared, chunk: &[WriteBack]) -> Result<Vec<WriteBack>, StmtError> {
     WorkerStats::add(&shared.stats.ack_flushes, 1);
-    let done = within!(shared, |c| shared.store.task_finish(c, chunk)).await?;
-    let (later, chunk): (Vec<&Finish>, Vec<&Finish>) =
+    let done = within!(shared, |c| shared.store.task_write_back(c, chunk)).await?;
+    let (later, chunk): (Vec<&WriteBack>, Vec<&WriteBack>) =
         chunk.iter().partition(|f| done.deferred.contains(&f.id));
     if !later.is_empty() {
         WorkerStats::add(&shared.stats.unique_deferred, later.len() as u64);
@@ -216,7 +232,7 @@ async fn flush(shared: &Shared, chunk: &[Finish]) -> Result<Vec<Finish>, StmtErr
             "taskq: outcomes deferred: a transaction holds their unique identity"
         );
     }
-    let mut fenced: Vec<&Finish> = Vec::new();
+    let mut fenced: Vec<&WriteBack> = Vec::new();
     if (done.written as usize) < chunk.len() {
         // Find which rows were rejected: their epoch moved (or the row is gone).
         let ids = serde_json::to_string(&chunk.iter().map(|f| f.id).collect::<Vec<_>>())
@@ -234,6 +250,17 @@ async fn flush(shared: &Shared, chunk: &[Finish]) -> Result<Vec<Finish>, StmtErr
         .map(|f| inflight.remove(&key(f)).map(|e| (e.queue, e.name)))
         .collect();
     drop(inflight);
+    // A claim loop waiting at its queue's concurrency limit tries again now that these
+    // tasks no longer count as running.
+    let mut last: Option<&str> = None;
+    for (queue, _) in labels.iter().flatten() {
+        if last != Some(&**queue) {
+            last = Some(queue);
+            if let Some(n) = shared.written.get(&**queue) {
+                n.notify_waiters();
+            }
+        }
+    }
     let stats = &shared.stats;
     for (f, label) in chunk.iter().zip(&labels) {
         let is_fenced = fenced.iter().any(|x| x.id == f.id);
@@ -245,14 +272,40 @@ async fn flush(shared: &Shared, chunk: &[Finish]) -> Result<Vec<Finish>, StmtErr
             "canceled" => "canceled",
             _ => "dead",
         };
-        match outcome {
-            "fenced" => {}
-            "succeeded" => WorkerStats::add(&stats.succeeded, 1),
-            "retried" => WorkerStats::add(&stats.retried, 1),
-            "snoozed" => WorkerStats::add(&stats.snoozed, 1),
-            "canceled" => WorkerStats::add(&stats.canceled, 1),
-            _ => WorkerStats::add(&stats.dead, 1),
+        let observed = match outcome {
+            "fenced" => TaskOutcome::Fenced,
+            "succeeded" => {
+                WorkerStats::add(&stats.succeeded, 1);
+                TaskOutcome::Succeeded
+            }
+            "retried" => {
+                WorkerStats::add(&stats.retried, 1);
+                TaskOutcome::Retried
+            }
+            "snoozed" => {
+                WorkerStats::add(&stats.snoozed, 1);
+                TaskOutcome::Snoozed
+            }
+            "canceled" => {
+                WorkerStats::add(&stats.canceled, 1);
+                TaskOutcome::Canceled
+            }
+            _ => {
+                WorkerStats::add(&stats.dead, 1);
+                TaskOutcome::Dead
+            }
+        };
+        let followed = done.followed.contains(&f.id);
+        if followed {
+            WorkerStats::add(&stats.follow_ups, 1);
+            let kind = if f.state == "dead" {
+                "on_dead"
+            } else {
+                "on_success"
+            };
+            metrics::follow_up(&f.name, kind);
         }
+        observe::emit(shared, || event(f, observed, followed));
         if let Some((queue, name)) = label {
             match outcome {
                 "fenced" => metrics::fenced(queue, name),

@@ -1,0 +1,55 @@
+//! `taskq-limit-worker`: a worker process for the fleet test of queue limits
+//! (`tests/limits.rs`).
+//!
+//! ```text
+//! taskq-limit-worker --url mysql://root@127.0.0.1:3306/taskq_t_… --id fleet-3 [--concurrency 8]
+//! ```
+//!
+//! Works the `limited` queue with the [`Nap`](limits_support::Nap) task at the given
+//! concurrency (default 8), polling every 10 ms to 100 ms (so it re-reads the queue's limits
+//! every 100 ms). Prints `ready <id>` once the worker is built, runs until SIGINT/SIGTERM,
+//! then prints `report <json>` (final counters) and exits 0.
+
+#[path = "../limits_support/mod.rs"]
+mod limits_support;
+
+use std::collections::HashMap;
+use std::io::Write as _;
+use std::time::Duration;
+
+use sqlx::mysql::MySqlPoolOptions;
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let opts: HashMap<&str, &str> = args
+        .chunks(2)
+        .map(|kv| {
+            let key = kv[0].strip_prefix("--").expect("options are --key value");
+            (key, kv.get(1).map(String::as_str).expect("a value"))
+        })
+        .collect();
+    let url = opts.get("url").expect("--url");
+    let id = opts.get("id").expect("--id");
+    let concurrency: usize = opts.get("concurrency").map_or(8, |v| v.parse().unwrap());
+    let pool = MySqlPoolOptions::new()
+        .max_connections(2)
+        .connect(url)
+        .await
+        .expect("connect");
+    let worker = taskq::Worker::builder(pool)
+        .register::<limits_support::Nap>()
+        .queue(limits_support::QUEUE, concurrency)
+        .worker_id(*id)
+        .poll_interval(Duration::from_millis(10), Duration::from_millis(100))
+        .retention(taskq::Retention::disabled())
+        .shutdown_timeout(Duration::from_secs(5))
+        .build()
+        .expect("valid worker settings");
+    println!("ready {}", worker.id());
+    std::io::stdout().flush().ok();
+    let report = worker.run().await.expect("worker ran");
+    let json = serde_json::json!({ "stats": report.stats });
+    println!("report {json}");
+    std::io::stdout().flush().ok();
+}

@@ -1,0 +1,671 @@
+//! Durable follow-ups and outcome observers against a real database: a death enqueues exactly
+//! one `on_dead` task in the write-back's (or the reaper's) transaction, a fenced write-back
+//! enqueues none, `on_success` chains pass the payload along, a follow-up that cannot be built
+//! does not hold the death back, a reaper that does not register a task's name leaves its
+//! last attempt to one that does, and observers see every outcome (a panicking one included).
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use taskq::{
+    Client, DeadTask, FollowUp, OnDead, OutcomeEvent, State, SucceededTask, Task, TaskContext,
+    TaskError, TaskId, TaskOutcome, TaskState,
+};
+use taskq_tests::{RunningWorker, TestDb, fast_worker, wait_until};
+use tokio::sync::Semaphore;
+
+/// What the follow-up handlers received, in order.
+#[derive(Clone, Default)]
+struct Seen(Arc<Mutex<Vec<(String, Value)>>>);
+
+impl Seen {
+    fn push(&self, who: &str, v: impl serde::Serialize) {
+        let v = serde_json::to_value(v).unwrap();
+        self.0.lock().unwrap().push((who.to_owned(), v));
+    }
+    fn of(&self, who: &str) -> Vec<Value> {
+        let all = self.0.lock().unwrap();
+        all.iter()
+            .filter(|(w, _)| w == who)
+            .map(|(_, v)| v.clone())
+            .collect()
+    }
+}
+
+/// Handlers of `Gated` wait here until the test adds permits.
+#[derive(Clone)]
+struct Gate(Arc<Semaphore>);
+
+// ---------------------------------------------------------------------------------------------
+// Tasks
+
+/// Always fails: dies once its two attempts are used up.
+#[taskq::task(queue = "exports", max_attempts = 2, backoff = "constant(10ms)", on_dead = notify_ops)]
+async fn flaky_export(order_id: i64) -> Result<(), TaskError> {
+    Err(TaskError::msg(format!(
+        "warehouse down for order {order_id}"
+    )))
+}
+
+/// The `on_dead` target: records what it was handed.
+#[taskq::task(queue = "ops", priority = -5, max_attempts = 3)]
+async fn notify_ops(dead: DeadTask, seen: State<Seen>) -> Result<(), TaskError> {
+    seen.push("notify_ops", &dead);
+    Ok(())
+}
+
+/// First step of a chain.
+#[taskq::task(on_success = step_two)]
+async fn step_one(n: i64) -> Result<(), TaskError> {
+    let _ = n;
+    Ok(())
+}
+
+/// Second step: gets the first step's payload, and is itself chained.
+#[taskq::task(on_success = self::step_three)]
+async fn step_two(prev: SucceededTask, seen: State<Seen>) -> Result<(), TaskError> {
+    seen.push("step_two", &prev);
+    Ok(())
+}
+
+/// Last step.
+#[taskq::task]
+async fn step_three(prev: SucceededTask, seen: State<Seen>) -> Result<(), TaskError> {
+    seen.push("step_three", &prev);
+    Ok(())
+}
+
+/// Waits at the gate, then fails; one attempt only, so the failure is a death.
+#[taskq::task(max_attempts = 1, on_dead = notify_ops)]
+async fn gated(n: i64, gate: State<Gate>) -> Result<(), TaskError> {
+    let _permit = gate.0.0.acquire().await.unwrap(); // ignores its cancel signal on purpose
+    Err(TaskError::msg(format!("gated {n} failed")))
+}
+
+/// Like `gated` but with attempts left: the reaper sends it back to pending.
+#[taskq::task(max_attempts = 5, on_dead = notify_ops)]
+async fn gated_retry(n: i64, gate: State<Gate>) -> Result<(), TaskError> {
+    let _permit = gate.0.0.acquire().await.unwrap();
+    Err(TaskError::msg(format!("gated_retry {n} failed")))
+}
+
+/// Unique while running: its death frees its identity in the same transaction as the
+/// follow-up is inserted.
+#[taskq::task(unique(while = "running"), max_attempts = 1, on_dead = notify_ops)]
+async fn unique_export(order_id: i64) -> Result<(), TaskError> {
+    Err(TaskError::msg(format!("order {order_id} failed")))
+}
+
+/// A task the worker of a reaper test registers instead of the dying task.
+#[taskq::task]
+async fn unrelated() -> Result<(), TaskError> {
+    Ok(())
+}
+
+/// A hand-written task with an `ON_DEAD` hook; its payload may not decode.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct Hand {
+    fail: String,
+}
+
+impl Task for Hand {
+    const NAME: &'static str = "hand";
+    const ON_DEAD: Option<OnDead> =
+        Some(|dead| Some(FollowUp::new(NotifyOps { dead: dead.clone() })));
+    async fn run(self, _cx: TaskContext) -> Result<(), TaskError> {
+        Err(TaskError::permanent(self.fail))
+    }
+}
+
+/// A hand-written task whose `ON_DEAD` hook panics.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct BadHook;
+
+impl Task for BadHook {
+    const NAME: &'static str = "bad_hook";
+    const ON_DEAD: Option<OnDead> = Some(|_| panic!("the hook is broken"));
+    async fn run(self, _cx: TaskContext) -> Result<(), TaskError> {
+        Err(TaskError::permanent("no"))
+    }
+}
+
+/// Succeeds, fails once then succeeds, snoozes once then succeeds, or fails permanently.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+enum Mixed {
+    Ok,
+    FailOnce,
+    SnoozeOnce,
+    Permanent,
+}
+
+impl Task for Mixed {
+    const NAME: &'static str = "mixed";
+    const BACKOFF: taskq::Backoff = taskq::Backoff::constant(Duration::from_millis(10));
+    async fn run(self, cx: TaskContext) -> Result<(), TaskError> {
+        match self {
+            Mixed::Ok => Ok(()),
+            Mixed::FailOnce if cx.attempt() == 1 => Err(TaskError::msg("first try fails")),
+            Mixed::SnoozeOnce if cx.snoozes() == 0 => {
+                Err(TaskError::snooze(Duration::from_millis(10)))
+            }
+            Mixed::Permanent => Err(TaskError::permanent("never")),
+            _ => Ok(()),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+
+/// A row of `taskq_tasks` as the tests look at it.
+#[derive(Debug)]
+struct Row {
+    queue: String,
+    priority: i16,
+    max_attempts: u32,
+    state: String,
+    key: Option<String>,
+    payload: Value,
+}
+
+/// `(queue, priority, max_attempts, state, idempotency_key, payload)`.
+type RawRow = (String, i16, u32, String, Option<String>, Vec<u8>);
+
+async fn rows(db: &TestDb, name: &str) -> Vec<Row> {
+    let rows: Vec<RawRow> = sqlx::query_as(
+        "SELECT queue, priority, max_attempts, CAST(state AS CHAR), idempotency_key, payload
+         FROM taskq_tasks WHERE name = ? ORDER BY id",
+    )
+    .bind(name)
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    rows.into_iter()
+        .map(|(queue, priority, max_attempts, state, key, p)| Row {
+            queue,
+            priority,
+            max_attempts,
+            state,
+            key,
+            payload: serde_json::from_slice(&p).unwrap(),
+        })
+        .collect()
+}
+
+async fn epoch(db: &TestDb, id: TaskId) -> u64 {
+    sqlx::query_scalar("SELECT lease_epoch FROM taskq_tasks WHERE id = ?")
+        .bind(id.0)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+}
+
+async fn expire_leases(db: &TestDb) {
+    sqlx::query(
+        "UPDATE taskq_tasks SET lease_until = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND
+         WHERE state = 'running'",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+}
+
+/// A worker that holds what it claims: long lease, rare heartbeat, no reaper, long grace.
+fn holding_worker(db: &TestDb, id: &str) -> taskq::WorkerBuilder {
+    fast_worker(&db.pool)
+        .worker_id(id)
+        .lease(Duration::from_secs(60))
+        .heartbeat(Duration::from_secs(50))
+        .reaper_interval(Duration::from_secs(3600))
+        .cancel_grace(Duration::from_secs(60))
+        .write_back_delay(Duration::from_millis(300))
+        .shutdown_timeout(Duration::from_millis(200))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tests
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_death_enqueues_exactly_one_follow_up_with_the_dead_tasks_fields() {
+    let db = TestDb::new().await;
+    let client = Client::new(db.pool.clone());
+    let seen = Seen::default();
+    let id = FlakyExport { order_id: 7 }
+        .enqueue(&db.pool)
+        .await
+        .unwrap()
+        .id;
+    let w = RunningWorker::spawn(
+        fast_worker(&db.pool)
+            .register::<FlakyExport>()
+            .register::<NotifyOps>()
+            .state(seen.clone()),
+    );
+    wait_until(Duration::from_secs(15), "notify_ops ran", || async {
+        !seen.of("notify_ops").is_empty()
+    })
+    .await;
+    let dead = client.get(id).await.unwrap();
+    assert_eq!(dead.state, TaskState::Dead);
+    let follow = rows(&db, "notify_ops").await;
+    assert_eq!(follow.len(), 1, "{follow:?}");
+    let f = &follow[0];
+    // The target's own queue, priority and attempts; the key names the attempt that died.
+    assert_eq!(
+        (f.queue.as_str(), f.priority, f.max_attempts),
+        ("ops", -5, 3)
+    );
+    assert_eq!(
+        f.key.as_deref(),
+        Some(format!("taskq:on_dead:{}:{}", id.0, dead.lease_epoch).as_str())
+    );
+    let expected = json!({
+        "id": id.0,
+        "name": "flaky_export",
+        "queue": "exports",
+        "attempts": 2,
+        "max_attempts": 2,
+        "last_error": "warehouse down for order 7 (attempts exhausted: 2/2)",
+        "payload": {"order_id": 7},
+    });
+    assert_eq!(f.payload, json!({ "dead": expected }));
+    assert_eq!(seen.of("notify_ops"), vec![expected]);
+    assert_eq!(
+        dead.last_error.as_deref(),
+        Some("warehouse down for order 7 (attempts exhausted: 2/2)")
+    );
+    let stats = w.stop().await.stats;
+    assert_eq!(
+        (stats.dead, stats.follow_ups, stats.follow_up_errors),
+        (1, 1, 0)
+    );
+    assert_eq!(
+        db.count("name = 'notify_ops' AND state = 'succeeded'")
+            .await,
+        1
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hand_written_hooks_follow_permanent_and_undecodable_deaths() {
+    let db = TestDb::new().await;
+    let seen = Seen::default();
+    let a = Hand {
+        fail: "bad input".into(),
+    }
+    .enqueue(&db.pool)
+    .await
+    .unwrap()
+    .id;
+    // A payload that is not JSON at all: the task dies undecodable, its follow-up gets the
+    // bytes as a JSON string.
+    let b: u64 = sqlx::query(
+        "INSERT INTO taskq_tasks (queue, name, payload, state, max_attempts, run_at, created_at, updated_at)
+         VALUES ('default', 'hand', 'not json', 'pending', 5, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap()
+    .last_insert_id();
+    let w = RunningWorker::spawn(
+        fast_worker(&db.pool)
+            .register::<Hand>()
+            .register::<NotifyOps>()
+            .state(seen.clone()),
+    );
+    wait_until(Duration::from_secs(15), "both follow-ups ran", || async {
+        seen.of("notify_ops").len() == 2
+    })
+    .await;
+    let mut got = seen.of("notify_ops");
+    got.sort_by_key(|v| v["id"].as_u64());
+    assert_eq!(got[0]["id"], json!(a.0));
+    assert_eq!(got[0]["last_error"], json!("bad input"));
+    assert_eq!(got[0]["attempts"], json!(1));
+    assert_eq!(got[0]["payload"], json!({"fail": "bad input"}));
+    assert_eq!(got[1]["id"], json!(b));
+    assert_eq!(got[1]["payload"], json!("not json"));
+    assert!(
+        got[1]["last_error"]
+            .as_str()
+            .unwrap()
+            .contains("does not decode"),
+        "{got:?}"
+    );
+    let stats = w.stop().await.stats;
+    assert_eq!((stats.dead, stats.follow_ups), (2, 2));
+    assert_eq!(rows(&db, "notify_ops").await.len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follow_up_that_cannot_be_built_does_not_hold_the_death_back() {
+    let db = TestDb::new().await;
+    let client = Client::new(db.pool.clone());
+    let id = BadHook.enqueue(&db.pool).await.unwrap().id;
+    let w = RunningWorker::spawn(fast_worker(&db.pool).register::<BadHook>());
+    wait_until(Duration::from_secs(10), "the task died", || async {
+        client.get(id).await.unwrap().state == TaskState::Dead
+    })
+    .await;
+    let stats = w.stop().await.stats;
+    assert_eq!(
+        (stats.dead, stats.follow_ups, stats.follow_up_errors),
+        (1, 0, 1)
+    );
+    assert_eq!(db.count("id <> 0").await, 1, "nothing else was enqueued");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_write_back_enqueues_no_follow_up() {
+    let db = TestDb::new().await;
+    let client = Client::new(db.pool.clone());
+    let gate = Gate(Arc::new(Semaphore::new(0)));
+    let stale = Gated { n: 1 }.enqueue(&db.pool).await.unwrap().id;
+    let live = Gated { n: 2 }.enqueue(&db.pool).await.unwrap().id;
+    // Holds both; its write-backs of the two deaths go out in one batch (300 ms write-back delay).
+    let a = RunningWorker::spawn(
+        holding_worker(&db, "A")
+            .register::<Gated>()
+            .state(gate.clone()),
+    );
+    wait_until(Duration::from_secs(10), "A holds both tasks", || async {
+        db.count("state = 'running'").await == 2
+    })
+    .await;
+    // Another holder took `stale` over meanwhile (its epoch moved, still running).
+    sqlx::query("UPDATE taskq_tasks SET lease_epoch = lease_epoch + 1 WHERE id = ?")
+        .bind(stale.0)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    gate.0.add_permits(2);
+    wait_until(Duration::from_secs(10), "both write-backs done", || async {
+        let s = a.stats.snapshot();
+        s.fenced + s.dead == 2
+    })
+    .await;
+    let stats = a.stop().await.stats;
+    assert_eq!(
+        (
+            stats.fenced,
+            stats.dead,
+            stats.follow_ups,
+            stats.ack_flushes
+        ),
+        (1, 1, 1, 1),
+        "both outcomes in one batch"
+    );
+    assert_eq!(client.get(stale).await.unwrap().state, TaskState::Running);
+    assert_eq!(client.get(live).await.unwrap().state, TaskState::Dead);
+    let follow = rows(&db, "notify_ops").await;
+    assert_eq!(follow.len(), 1, "{follow:?}");
+    assert_eq!(follow[0].payload["dead"]["id"], json!(live.0));
+    assert_eq!(
+        follow[0].state, "pending",
+        "no worker handles notify_ops here"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reaped_last_attempt_gets_one_follow_up_from_a_reaper_that_registers_it() {
+    let db = TestDb::new().await;
+    let client = Client::new(db.pool.clone());
+    let gate = Gate(Arc::new(Semaphore::new(0)));
+    let last = Gated { n: 1 }.enqueue(&db.pool).await.unwrap().id;
+    let retry = GatedRetry { n: 2 }.enqueue(&db.pool).await.unwrap().id;
+    // Two slots, both kept by the blocked handlers: A cannot claim a reaped task back.
+    let a = RunningWorker::spawn(
+        holding_worker(&db, "A")
+            .queue("default", 2)
+            .register::<Gated>()
+            .register::<GatedRetry>()
+            .state(gate.clone()),
+    );
+    wait_until(Duration::from_secs(10), "A holds both tasks", || async {
+        db.count("state = 'running'").await == 2
+    })
+    .await;
+    let epoch_last = epoch(&db, last).await;
+    expire_leases(&db).await; // as if A were paused
+
+    // C registers neither name: it reaps the task with attempts left, not the last attempt,
+    // whose follow-up it cannot know.
+    let c_events: Arc<Mutex<Vec<OutcomeEvent>>> = Arc::default();
+    let sink = c_events.clone();
+    let c = RunningWorker::spawn(
+        fast_worker(&db.pool)
+            .worker_id("C")
+            .register::<Unrelated>()
+            .on_outcome(move |e| sink.lock().unwrap().push(e.clone())),
+    );
+    wait_until(
+        Duration::from_secs(10),
+        "C reaped the retryable task",
+        || async { client.get(retry).await.unwrap().state == TaskState::Pending },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await; // several more reaper rounds
+    let c_stats = c.stop().await.stats;
+    assert_eq!(c_stats.reaped, 1);
+    assert_eq!(client.get(last).await.unwrap().state, TaskState::Running);
+    {
+        let events = c_events.lock().unwrap();
+        assert_eq!(events.len(), 1, "{events:?}");
+        assert_eq!(events[0].task_id, retry);
+        assert_eq!(events[0].outcome, TaskOutcome::Reaped(TaskState::Pending));
+        assert_eq!(
+            events[0].error.as_deref(),
+            Some("lease expired (worker A, attempt 1)")
+        );
+    }
+
+    // B registers `gated`: it reaps the last attempt to dead with its follow-up, and runs it.
+    let seen = Seen::default();
+    let b_events: Arc<Mutex<Vec<OutcomeEvent>>> = Arc::default();
+    let sink = b_events.clone();
+    let b = RunningWorker::spawn(
+        fast_worker(&db.pool)
+            .worker_id("B")
+            .queue("ops", 2)
+            .register::<Gated>()
+            .register::<NotifyOps>()
+            .state(seen.clone())
+            .state(gate.clone())
+            .on_outcome(move |e| sink.lock().unwrap().push(e.clone())),
+    );
+    wait_until(Duration::from_secs(10), "the follow-up ran", || async {
+        !seen.of("notify_ops").is_empty()
+    })
+    .await;
+    let dead = client.get(last).await.unwrap();
+    assert_eq!(dead.state, TaskState::Dead);
+    assert_eq!(
+        seen.of("notify_ops"),
+        vec![json!({
+            "id": last.0,
+            "name": "gated",
+            "queue": "default",
+            "attempts": 1,
+            "max_attempts": 1,
+            "last_error": "lease expired (worker A, attempt 1)",
+            "payload": {"n": 1},
+        })]
+    );
+    let follow = rows(&db, "notify_ops").await;
+    assert_eq!(follow.len(), 1);
+    assert_eq!(
+        follow[0].key.as_deref(),
+        Some(format!("taskq:on_dead:{}:{epoch_last}", last.0).as_str())
+    );
+    {
+        let events = b_events.lock().unwrap();
+        let reaped: Vec<_> = events.iter().filter(|e| e.task_id == last).collect();
+        assert_eq!(reaped.len(), 1, "{events:?}");
+        assert_eq!(reaped[0].outcome, TaskOutcome::Reaped(TaskState::Dead));
+        assert!(reaped[0].follow_up);
+    }
+
+    // A's late write-back of the same death is fenced: still one follow-up.
+    gate.0.add_permits(2);
+    wait_until(
+        Duration::from_secs(10),
+        "A's write-backs were fenced",
+        || async { a.stats.snapshot().fenced == 2 },
+    )
+    .await;
+    let a_stats = a.stop().await.stats;
+    assert_eq!((a_stats.follow_ups, a_stats.dead), (0, 0));
+    let b_stats = b.stop().await.stats;
+    assert_eq!(b_stats.follow_ups, 1);
+    assert_eq!(rows(&db, "notify_ops").await.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_success_chains_pass_the_payload_along() {
+    let db = TestDb::new().await;
+    let seen = Seen::default();
+    let id = StepOne { n: 5 }.enqueue(&db.pool).await.unwrap().id;
+    let w = RunningWorker::spawn(
+        fast_worker(&db.pool)
+            .register::<StepOne>()
+            .register::<StepTwo>()
+            .register::<StepThree>()
+            .state(seen.clone()),
+    );
+    wait_until(Duration::from_secs(10), "the chain ran", || async {
+        !seen.of("step_three").is_empty()
+    })
+    .await;
+    let two = seen.of("step_two");
+    assert_eq!(
+        two,
+        vec![
+            json!({"id": id.0, "name": "step_one", "queue": "default", "attempts": 1,
+                    "payload": {"n": 5}})
+        ]
+    );
+    let three = seen.of("step_three");
+    assert_eq!(three.len(), 1);
+    assert_eq!(three[0]["name"], json!("step_two"));
+    assert_eq!(three[0]["payload"], json!({ "prev": two[0] }));
+    let step_two_rows = rows(&db, "step_two").await;
+    assert_eq!(step_two_rows.len(), 1);
+    assert_eq!(
+        step_two_rows[0].key.as_deref(),
+        Some(format!("taskq:on_success:{}:1", id.0).as_str())
+    );
+    let stats = w.stop().await.stats;
+    assert_eq!((stats.succeeded, stats.follow_ups), (3, 2));
+    assert_eq!(rows(&db, "step_three").await.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn observers_see_every_outcome_and_a_panicking_one_does_not_stop_the_worker() {
+    let db = TestDb::new().await;
+    let client = Client::new(db.pool.clone());
+    let mut ids = Vec::new();
+    for m in [
+        Mixed::Ok,
+        Mixed::FailOnce,
+        Mixed::SnoozeOnce,
+        Mixed::Permanent,
+    ] {
+        ids.push(m.enqueue(&db.pool).await.unwrap().id);
+    }
+    let events: Arc<Mutex<Vec<OutcomeEvent>>> = Arc::default();
+    let sink = events.clone();
+    let w = RunningWorker::spawn(
+        fast_worker(&db.pool)
+            .register::<Mixed>()
+            .on_outcome(|_| panic!("a broken observer"))
+            .on_outcome(move |e| sink.lock().unwrap().push(e.clone())),
+    );
+    wait_until(Duration::from_secs(10), "every task ended", || async {
+        let mut done = 0;
+        for id in &ids {
+            done += u32::from(client.get(*id).await.unwrap().state.is_terminal());
+        }
+        done == 4
+    })
+    .await;
+    // The worker still works after the panics.
+    let late = Mixed::Ok.enqueue(&db.pool).await.unwrap().id;
+    wait_until(Duration::from_secs(10), "a later task ran", || async {
+        client.get(late).await.unwrap().state == TaskState::Succeeded
+    })
+    .await;
+    let stats = w.stop().await.stats;
+    let events = events.lock().unwrap();
+    let of = |id: TaskId| -> Vec<(TaskOutcome, u32)> {
+        events
+            .iter()
+            .filter(|e| e.task_id == id)
+            .map(|e| (e.outcome, e.attempt))
+            .collect()
+    };
+    assert_eq!(of(ids[0]), vec![(TaskOutcome::Succeeded, 1)]);
+    assert_eq!(
+        of(ids[1]),
+        vec![(TaskOutcome::Retried, 1), (TaskOutcome::Succeeded, 2)]
+    );
+    assert_eq!(
+        of(ids[2]),
+        vec![(TaskOutcome::Snoozed, 1), (TaskOutcome::Succeeded, 1)]
+    );
+    assert_eq!(of(ids[3]), vec![(TaskOutcome::Dead, 1)]);
+    assert_eq!(of(late), vec![(TaskOutcome::Succeeded, 1)]);
+    let failed = events
+        .iter()
+        .find(|e| e.outcome == TaskOutcome::Retried)
+        .unwrap();
+    assert_eq!(failed.error.as_deref(), Some("first try fails"));
+    assert!(failed.duration.is_some());
+    assert_eq!((&*failed.name, &*failed.queue), ("mixed", "default"));
+    assert!(events.iter().all(|e| !e.follow_up));
+    assert_eq!(events.len(), 7);
+    assert_eq!(
+        stats.observer_panics, 7,
+        "the broken observer was called for each"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_unique_tasks_death_frees_its_identity_and_enqueues_its_follow_up_together() {
+    let db = TestDb::new().await;
+    let client = Client::new(db.pool.clone());
+    let seen = Seen::default();
+    let id = UniqueExport { order_id: 3 }
+        .enqueue(&db.pool)
+        .await
+        .unwrap()
+        .id;
+    let w = RunningWorker::spawn(
+        fast_worker(&db.pool)
+            .register::<UniqueExport>()
+            .register::<NotifyOps>()
+            .state(seen.clone()),
+    );
+    wait_until(Duration::from_secs(10), "notify_ops ran", || async {
+        !seen.of("notify_ops").is_empty()
+    })
+    .await;
+    let stats = w.stop().await.stats;
+    assert_eq!(client.get(id).await.unwrap().state, TaskState::Dead);
+    assert_eq!((stats.dead, stats.follow_ups), (1, 1));
+    let held: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM taskq_unique")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(held, 0, "the identity was freed");
+    assert_eq!(rows(&db, "notify_ops").await.len(), 1);
+    assert_eq!(
+        seen.of("notify_ops")[0]["last_error"],
+        json!("order 3 failed (attempts exhausted: 1/1)")
+    );
+    let again = UniqueExport { order_id: 3 }
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+    assert!(!again.duplicate);
+}
