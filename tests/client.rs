@@ -1,6 +1,6 @@
 //! `Client`: status, list/count, cancel and retry of dead tasks.
 
-use taskq::{Client, Error, ListFilter, Task, TaskContext, TaskError, TaskId, TaskState};
+use taskq::{Client, Error, Task, TaskContext, TaskError, TaskId, TaskState, client::ListFilter};
 use taskq_tests::TestDb;
 
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
@@ -27,7 +27,10 @@ async fn cancel_cancels_pending_tasks_and_requests_running_ones() {
     let db = TestDb::new().await;
     let client = Client::new(db.pool.clone());
     let a = Ping(1).enqueue(&db.pool).await.unwrap().id;
-    assert_eq!(client.cancel(a).await.unwrap(), taskq::Canceled::Now);
+    assert_eq!(
+        client.cancel(a).await.unwrap(),
+        taskq::client::Canceled::Now
+    );
     let info = client.get(a).await.unwrap();
     assert_eq!(info.state, TaskState::Canceled);
     assert!(info.finished_at.is_some());
@@ -35,7 +38,10 @@ async fn cancel_cancels_pending_tasks_and_requests_running_ones() {
     let b = Ping(2).enqueue(&db.pool).await.unwrap().id;
     set_state(&db, b, "running").await;
     // A running task: the request is recorded, the row stays running.
-    assert_eq!(client.cancel(b).await.unwrap(), taskq::Canceled::Requested);
+    assert_eq!(
+        client.cancel(b).await.unwrap(),
+        taskq::client::Canceled::Requested
+    );
     match client.cancel(a).await {
         Err(Error::WrongState {
             id,

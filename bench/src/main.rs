@@ -541,8 +541,8 @@ async fn enqueue_many_rate(pool: &MySqlPool, n: u64, per_tx: u64) -> Res<f64> {
 /// A running worker for the bench queue.
 struct Running {
     stop: tokio::sync::oneshot::Sender<()>,
-    handle: tokio::task::JoinHandle<taskq::Result<taskq::ShutdownReport>>,
-    stats: Arc<taskq::WorkerStats>,
+    handle: tokio::task::JoinHandle<taskq::Result<taskq::worker::ShutdownReport>>,
+    stats: Arc<taskq::worker::WorkerStats>,
 }
 
 fn start_worker(pool: &MySqlPool, concurrency: usize) -> Res<Running> {
@@ -550,7 +550,7 @@ fn start_worker(pool: &MySqlPool, concurrency: usize) -> Res<Running> {
     let worker = taskq::Worker::builder(pool.clone())
         .register::<Noop>()
         .queue(QUEUE, concurrency)
-        .retention(taskq::Retention::disabled())
+        .retention(taskq::worker::Retention::disabled())
         .shutdown_signal(async move {
             let _ = rx.await;
         })
@@ -581,7 +581,7 @@ impl Running {
         }
         Ok(())
     }
-    async fn stop(self) -> Res<taskq::ShutdownReport> {
+    async fn stop(self) -> Res<taskq::worker::ShutdownReport> {
         let _ = self.stop.send(());
         Ok(self.handle.await??)
     }
@@ -636,7 +636,7 @@ impl Drain {
         n: u64,
         secs: f64,
         cpu: f64,
-        report: &taskq::ShutdownReport,
+        report: &taskq::worker::ShutdownReport,
         delta: &HashMap<String, i64>,
     ) -> Self {
         let per = |k: &str| delta.get(k).copied().unwrap_or(0) as f64 / n as f64;

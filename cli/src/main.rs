@@ -21,8 +21,8 @@ use serde::Serialize;
 use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
 use sqlx::{ConnectOptions, Connection, MySqlPool};
 use taskq::{
-    Client, ListFilter, PendingNameCount, QueueStateCount, ScheduleInfo, TaskId, TaskInfo,
-    TaskState, WorkerInfo,
+    Client, TaskId, TaskState, client::ListFilter, client::PendingNameCount,
+    client::QueueStateCount, client::ScheduleInfo, client::TaskInfo, client::WorkerInfo,
 };
 
 use crate::duration::{format_duration, parse_duration};
@@ -502,7 +502,7 @@ async fn run(cli: &Cli, url: &str) -> Result<(), Failure> {
                 retry_dead(&client, queue.as_deref(), cli.json).await
             }
             None => {
-                let filter = taskq::BulkFilter {
+                let filter = taskq::client::BulkFilter {
                     queue: queue.clone(),
                     name: name.clone(),
                     state: None,
@@ -521,7 +521,7 @@ async fn run(cli: &Cli, url: &str) -> Result<(), Failure> {
         } => match id {
             Some(id) => cancel(&client, TaskId(*id), cli.json).await,
             None => {
-                let filter = taskq::BulkFilter {
+                let filter = taskq::client::BulkFilter {
                     queue: queue.clone(),
                     name: name.clone(),
                     state: state.map(|s| match s {
@@ -554,7 +554,7 @@ async fn run(cli: &Cli, url: &str) -> Result<(), Failure> {
             before_id,
             limit,
         } => {
-            let filter = taskq::AuditFilter {
+            let filter = taskq::client::AuditFilter {
                 task: task.map(TaskId),
                 queue: queue.clone(),
                 before_id: *before_id,
@@ -929,7 +929,7 @@ async fn show(client: &Client, id: TaskId, json: bool) -> Result<(), Failure> {
 }
 
 /// The attempt history of `taskq show`, oldest first.
-fn print_attempts(attempts: &[taskq::Attempt]) {
+fn print_attempts(attempts: &[taskq::client::Attempt]) {
     if attempts.is_empty() {
         println!("attempts:        none ended yet");
         return;
@@ -963,7 +963,11 @@ fn print_attempts(attempts: &[taskq::Attempt]) {
     );
 }
 
-async fn audit(client: &Client, filter: &taskq::AuditFilter, json: bool) -> Result<(), Failure> {
+async fn audit(
+    client: &Client,
+    filter: &taskq::client::AuditFilter,
+    json: bool,
+) -> Result<(), Failure> {
     let entries = client.audit(filter).await?;
     if json {
         print_json(&entries);
@@ -1034,7 +1038,7 @@ async fn retry_dead(client: &Client, queue: Option<&str>, json: bool) -> Result<
 
 async fn retry_where(
     client: &Client,
-    filter: &taskq::BulkFilter,
+    filter: &taskq::client::BulkFilter,
     dry_run: bool,
     json: bool,
 ) -> Result<(), Failure> {
@@ -1051,7 +1055,7 @@ async fn retry_where(
 
 async fn cancel_where(
     client: &Client,
-    filter: &taskq::BulkFilter,
+    filter: &taskq::client::BulkFilter,
     dry_run: bool,
     json: bool,
 ) -> Result<(), Failure> {
@@ -1082,14 +1086,14 @@ async fn cancel_where(
 
 async fn cancel(client: &Client, id: TaskId, json: bool) -> Result<(), Failure> {
     match client.cancel(id).await? {
-        taskq::Canceled::Now if json => {
+        taskq::client::Canceled::Now if json => {
             print_json(&serde_json::json!({ "id": id, "state": TaskState::Canceled }));
         }
-        taskq::Canceled::Now => println!("task {id}: canceled"),
-        taskq::Canceled::Requested if json => print_json(&serde_json::json!({
+        taskq::client::Canceled::Now => println!("task {id}: canceled"),
+        taskq::client::Canceled::Requested if json => print_json(&serde_json::json!({
             "id": id, "state": TaskState::Running, "cancel_requested": true
         })),
-        taskq::Canceled::Requested => println!(
+        taskq::client::Canceled::Requested => println!(
             "task {id}: running; cancel requested (its worker stops it at its next heartbeat)"
         ),
     }
@@ -1189,7 +1193,7 @@ fn parse_rate(input: &str) -> Result<(u32, Duration), String> {
 }
 
 /// A rate limit as `N/PERIOD`.
-fn fmt_rate(r: &taskq::RateLimit) -> String {
+fn fmt_rate(r: &taskq::client::RateLimit) -> String {
     if r.period.subsec_nanos() == 0 {
         format!("{}/{}", r.max, format_duration(r.period))
     } else {
@@ -1223,7 +1227,7 @@ async fn set_rate_limit(
     json: bool,
 ) -> Result<(), Failure> {
     client.set_queue_rate_limit(queue, rate).await?;
-    let rate = rate.map(|(max, period)| taskq::RateLimit { max, period });
+    let rate = rate.map(|(max, period)| taskq::client::RateLimit { max, period });
     if json {
         print_json(&serde_json::json!({ "queue": queue, "rate_limit": rate }));
     } else if let Some(r) = rate {
@@ -1287,7 +1291,8 @@ async fn queues(client: &Client, json: bool) -> Result<(), Failure> {
 
 /// How long past its next tick a schedule must be before it is shown as overdue: the
 /// workers' missed-tick grace (a tick reached later than that counts as missed).
-const OVERDUE_AFTER: TimeDelta = TimeDelta::seconds(taskq::MISSED_TICK_GRACE.as_secs() as i64);
+const OVERDUE_AFTER: TimeDelta =
+    TimeDelta::seconds(taskq::limits::MISSED_TICK_GRACE.as_secs() as i64);
 
 /// One line of `workers --json`: the row plus ages on the database clock.
 #[derive(Serialize)]
@@ -1643,7 +1648,7 @@ mod tests {
         );
         assert!(parse_rate("10/1y").unwrap_err().contains("unknown unit"));
         assert_eq!(
-            fmt_rate(&taskq::RateLimit {
+            fmt_rate(&taskq::client::RateLimit {
                 max: 10,
                 period: Duration::from_secs(90)
             }),

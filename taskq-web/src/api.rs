@@ -13,7 +13,9 @@ use axum::routing::{MethodRouter, get, post};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use taskq::{Canceled, Error, JsonEnqueueOptions, ListFilter, TaskId, TaskInfo, TaskState};
+use taskq::client::{Canceled, ListFilter, TaskInfo};
+use taskq::registry::JsonEnqueueOptions;
+use taskq::{Error, TaskId, TaskState};
 
 use crate::AppState;
 use crate::auth::ApiActor;
@@ -358,7 +360,7 @@ async fn task_enqueue(
         Ok(b) => b,
         Err(e) => return bad_request(&format!("invalid request body: {e}")),
     };
-    let Some(reg) = taskq::registration(&b.name) else {
+    let Some(reg) = taskq::registry::registration(&b.name) else {
         return failure(&Error::UnknownTask(b.name));
     };
     let payload = b.payload.unwrap_or_else(|| json!({}));
@@ -419,7 +421,7 @@ async fn task_enqueue(
 }
 
 async fn task_names() -> Response {
-    let mut regs: Vec<Value> = taskq::registered()
+    let mut regs: Vec<Value> = taskq::registry::registered()
         .iter()
         .map(|r| json!({"name": r.name(), "queue": r.queue()}))
         .collect();

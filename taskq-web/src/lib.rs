@@ -11,7 +11,7 @@
 //! - **API** under `api/v1/` (JSON; described by the OpenAPI 3 document at
 //!   `api/v1/openapi.json`): queue stats, list and get tasks, cancel, retry, pause, resume, and
 //!   enqueue a task by name with a JSON payload, checked against the tasks registered in the
-//!   serving binary ([`taskq::registration`]).
+//!   serving binary ([`taskq::registry::registration`]).
 //! - **Safety**: authentication is on unless turned off explicitly
 //!   ([`DashboardBuilder::insecure_no_auth`]); a read-only mode hides and refuses every change;
 //!   every form POST carries a CSRF token; everything read from the database is HTML-escaped;

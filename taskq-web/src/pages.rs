@@ -12,7 +12,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
-use taskq::{AuditFilter, BulkFilter, Canceled, Error, ListFilter, TaskId, TaskInfo, TaskState};
+use taskq::client::{AuditFilter, BulkFilter, Canceled, ListFilter, TaskInfo};
+use taskq::{Error, TaskId, TaskState};
 
 use crate::AppState;
 use crate::auth::{Ctx, SESSION_MARK};

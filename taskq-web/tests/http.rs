@@ -712,7 +712,7 @@ async fn enqueue_by_name_checks_the_registered_tasks() {
         ("web_mail", "web_send_mail", 4)
     );
     let trail = taskq::Client::new(a.db.pool.clone())
-        .audit(&taskq::AuditFilter {
+        .audit(&taskq::client::AuditFilter {
             task: Some(taskq::TaskId(id)),
             ..Default::default()
         })
@@ -932,7 +932,7 @@ async fn task_actions_and_queue_controls() {
     let r = a.post_form(&format!("/tasks/{dead}/retry"), &[]).await;
     assert_eq!(r.status, StatusCode::SEE_OTHER);
     let trail = taskq::Client::new(a.db.pool.clone())
-        .audit(&taskq::AuditFilter {
+        .audit(&taskq::client::AuditFilter {
             task: Some(taskq::TaskId(dead)),
             ..Default::default()
         })
@@ -1029,7 +1029,7 @@ async fn task_actions_and_queue_controls() {
         .await;
     assert_eq!(r.json()["result"], "canceled");
     let trail = taskq::Client::new(a.db.pool.clone())
-        .audit(&taskq::AuditFilter {
+        .audit(&taskq::client::AuditFilter {
             task: Some(taskq::TaskId(d2)),
             ..Default::default()
         })

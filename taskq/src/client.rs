@@ -1,5 +1,7 @@
-//! [`Client`]: inspect and manage tasks (get, list, count, pending tasks per name, cancel,
-//! reschedule and reprioritize pending tasks, retry dead tasks) and queues (pause, limits).
+//! The operator's handle, [`Client`] (also at the crate root): inspect and manage tasks (get,
+//! list, count, pending tasks per name, attempts, cancel, reschedule and reprioritize pending
+//! tasks, retry dead tasks, bulk actions, audit trail) and queues (pause, limits); and the
+//! types its methods take and return.
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -7,6 +9,8 @@ use sqlx::MySqlPool;
 
 use crate::error::{Error, Result};
 use crate::history::{self, Action};
+pub use crate::history::{Attempt, AttemptOutcome, AuditEntry, AuditFilter};
+use crate::limits::{MAX_QUEUE_LIMIT, MAX_RATE_PERIOD, MIN_RATE_PERIOD};
 use crate::store::{RetryDead, Store, TaskFilter};
 use crate::task::{TaskId, TaskState};
 
@@ -381,14 +385,6 @@ pub struct WorkerInfo {
     pub running: u64,
 }
 
-/// Largest concurrency limit, and largest number of starts per period of a rate limit, a
-/// queue can have ([`Client::set_queue_limit`], [`Client::set_queue_rate_limit`]).
-pub const MAX_QUEUE_LIMIT: u32 = 1_000_000;
-/// Shortest period of a queue's rate limit.
-pub const MIN_RATE_PERIOD: std::time::Duration = std::time::Duration::from_millis(1);
-/// Longest period of a queue's rate limit (366 days).
-pub const MAX_RATE_PERIOD: std::time::Duration = std::time::Duration::from_secs(366 * 86_400);
-
 /// A queue's rate limit: at most `max` tasks start in each window of `period`, across every
 /// worker (see [`Client::set_queue_rate_limit`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -440,7 +436,7 @@ impl Client {
 
     /// This client with `actor` as the "who" of the actions it records in the audit trail
     /// (default `"client"`; the CLI uses `cli:<user>@<host>`). Cut to
-    /// [`MAX_ACTOR_LEN`](crate::MAX_ACTOR_LEN) characters.
+    /// [`MAX_ACTOR_LEN`](crate::limits::MAX_ACTOR_LEN) characters.
     pub fn with_actor(mut self, actor: impl Into<String>) -> Self {
         self.actor = history::cut(&actor.into(), history::MAX_ACTOR_LEN).into();
         self
@@ -572,7 +568,7 @@ impl Client {
     /// Moves the due time of a task that has not started to `delay` from now (database clock):
     /// [`Duration::ZERO`](std::time::Duration::ZERO) makes it due at once. Nothing else
     /// changes (attempts, priority, deadline: a task rescheduled past its deadline expires
-    /// when it comes due). A delay over [`MAX_DELAY`](crate::MAX_DELAY) is
+    /// when it comes due). A delay over [`MAX_DELAY`](crate::limits::MAX_DELAY) is
     /// [`Error::InvalidSchedule`]; running and terminal tasks give [`Error::WrongState`],
     /// unknown ids [`Error::NotFound`]. Workers see the change at their next poll.
     pub async fn reschedule(&self, id: TaskId, delay: std::time::Duration) -> Result<()> {
@@ -751,7 +747,7 @@ impl Client {
 
     /// The workers recorded in the database, oldest start first: the live ones (see
     /// [`WorkerInfo::alive`]) and those stopped or gone within
-    /// [`WORKER_ROW_RETENTION`](crate::WORKER_ROW_RETENTION), each with the number of tasks it
+    /// [`WORKER_ROW_RETENTION`](crate::limits::WORKER_ROW_RETENTION), each with the number of tasks it
     /// is running. One statement (a `GROUP BY` over the running tasks).
     pub async fn workers(&self) -> Result<Vec<WorkerInfo>> {
         let rows = self.db(self.store.worker_list().await).await?;

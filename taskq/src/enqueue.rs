@@ -212,7 +212,7 @@ impl<T: Task> Enqueue<T> {
         self
     }
     /// Records this trace context (e.g. a W3C `traceparent`) instead of asking the hook set
-    /// with [`set_trace_context_hook`](crate::set_trace_context_hook).
+    /// with [`set_trace_context_hook`](crate::settings::set_trace_context_hook).
     pub fn with_trace_context(mut self, context: impl Into<String>) -> Self {
         self.trace_context = Some(context.into());
         self

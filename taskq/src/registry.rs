@@ -186,7 +186,7 @@ pub fn registered() -> Vec<Registration> {
 ///
 /// ```no_run
 /// # async fn f(pool: sqlx::MySqlPool) -> taskq::Result<()> {
-/// let task = taskq::registration("order_export")
+/// let task = taskq::registry::registration("order_export")
 ///     .ok_or_else(|| taskq::Error::UnknownTask("order_export".into()))?;
 /// let queued = task
 ///     .enqueue_json(&pool, br#"{"order_id": 42}"#, &Default::default())
