@@ -212,6 +212,7 @@ async fn an_operator_retries_a_dead_task_and_pauses_its_queue_in_chromium() {
             .is_err(),
         "no Retry button on a succeeded task"
     );
+    b.open(&served.url(&format!("/tasks/{id}"))).await;
     b.screenshot("task-succeeded.png").await;
 
     // Pause the queue from the overview.

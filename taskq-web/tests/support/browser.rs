@@ -316,13 +316,25 @@ impl Browser {
     /// Saves a PNG of the whole page (the window grown to the page's height, at most
     /// 2,400 px) as `name` in [`screenshot_dir`] and returns its path.
     pub async fn screenshot(&self, name: &str) -> PathBuf {
-        let height = self
-            .eval("return document.documentElement.scrollHeight")
-            .await
-            .as_u64()
-            .unwrap_or(860)
-            .clamp(860, 2_400) as u32;
-        self.client.set_window_size(1280, height).await.unwrap();
+        let page_height = || async {
+            let v = self
+                .eval("return [document.documentElement.scrollHeight, window.innerHeight]")
+                .await;
+            let n = |i: usize| v[i].as_u64().unwrap_or(860) as u32;
+            (n(0), n(1))
+        };
+        // The window's height includes what is not viewport: grow it until the viewport
+        // holds the page.
+        let mut window = 860;
+        for _ in 0..3 {
+            let (page, viewport) = page_height().await;
+            let want = page.clamp(860, 2_400);
+            if viewport >= want {
+                break;
+            }
+            window += want - viewport;
+            self.client.set_window_size(1280, window).await.unwrap();
+        }
         let png = self.client.screenshot().await.unwrap();
         self.client.set_window_size(1280, 860).await.unwrap();
         assert!(
