@@ -4,6 +4,9 @@
 
 #![allow(dead_code)]
 
+pub mod browser;
+pub mod rows;
+
 use std::net::SocketAddr;
 
 use axum::Router;
