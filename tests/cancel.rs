@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use taskq::{
-    CancelReason, Canceled, Client, Task, TaskContext, TaskError, TaskId, TaskState, Unique,
+    CancelReason, Client, Task, TaskContext, TaskError, TaskId, TaskState, Unique, client::Canceled,
 };
 use taskq_tests::{RunningWorker, TestDb, fast_worker, wait_until};
 
@@ -394,20 +394,20 @@ async fn cancel_where_counts_in_a_dry_run_and_cancels_in_batches() {
     .await
     .unwrap();
 
-    let by_name = |name: &str| taskq::BulkFilter {
+    let by_name = |name: &str| taskq::client::BulkFilter {
         name: Some(name.into()),
         ..Default::default()
     };
     // Dry runs count and change nothing.
     let dry = client.cancel_where(&by_name("long"), true).await.unwrap();
     assert_eq!((dry.canceled, dry.requested), (1099, 1));
-    let old = taskq::BulkFilter {
+    let old = taskq::client::BulkFilter {
         older_than: Some(Duration::from_secs(3600)),
         ..Default::default()
     };
     assert_eq!(
         client.cancel_where(&old, true).await.unwrap(),
-        taskq::BulkCanceled {
+        taskq::client::BulkCanceled {
             canceled: 1,
             requested: 0
         }
@@ -421,15 +421,15 @@ async fn cancel_where_counts_in_a_dry_run_and_cancels_in_batches() {
         ]
     );
     // Filters that match nothing, and states that cannot be canceled.
-    let other_queue = taskq::BulkFilter {
+    let other_queue = taskq::client::BulkFilter {
         queue: Some("other".into()),
         ..Default::default()
     };
     assert_eq!(
         client.cancel_where(&other_queue, false).await.unwrap(),
-        taskq::BulkCanceled::default()
+        taskq::client::BulkCanceled::default()
     );
-    let dead = taskq::BulkFilter {
+    let dead = taskq::client::BulkFilter {
         state: Some(TaskState::Dead),
         ..Default::default()
     };
@@ -455,7 +455,7 @@ async fn cancel_where_counts_in_a_dry_run_and_cancels_in_batches() {
     assert!(cancel_requested(&db, ids[0]).await);
     // A pending unique task frees its identity.
     assert_eq!(identities(&db).await, 1);
-    let solo_only = taskq::BulkFilter {
+    let solo_only = taskq::client::BulkFilter {
         name: Some("solo".into()),
         state: Some(TaskState::Pending),
         ..Default::default()
@@ -499,9 +499,9 @@ async fn retry_where_counts_in_a_dry_run_and_retries_matching_dead_tasks() {
         .await
         .unwrap();
 
-    let all = taskq::BulkFilter::default();
+    let all = taskq::client::BulkFilter::default();
     assert_eq!(client.retry_where(&all, true).await.unwrap(), 4);
-    let old = taskq::BulkFilter {
+    let old = taskq::client::BulkFilter {
         older_than: Some(Duration::from_secs(3600)),
         ..Default::default()
     };
@@ -511,7 +511,7 @@ async fn retry_where_counts_in_a_dry_run_and_retries_matching_dead_tasks() {
         4,
         "a dry run changes nothing"
     );
-    let pending = taskq::BulkFilter {
+    let pending = taskq::client::BulkFilter {
         state: Some(TaskState::Pending),
         ..Default::default()
     };
@@ -526,7 +526,7 @@ async fn retry_where_counts_in_a_dry_run_and_retries_matching_dead_tasks() {
         (t.state, t.attempt, t.lease_epoch),
         (TaskState::Pending, 0, 4)
     );
-    let long = taskq::BulkFilter {
+    let long = taskq::client::BulkFilter {
         name: Some("long".into()),
         ..Default::default()
     };

@@ -1,6 +1,6 @@
 //! `Client`: status, list/count, cancel and retry of dead tasks.
 
-use taskq::{Client, Error, ListFilter, Task, TaskContext, TaskError, TaskId, TaskState};
+use taskq::{Client, Error, Task, TaskContext, TaskError, TaskId, TaskState, client::ListFilter};
 use taskq_tests::TestDb;
 
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
@@ -27,7 +27,10 @@ async fn cancel_cancels_pending_tasks_and_requests_running_ones() {
     let db = TestDb::new().await;
     let client = Client::new(db.pool.clone());
     let a = Ping(1).enqueue(&db.pool).await.unwrap().id;
-    assert_eq!(client.cancel(a).await.unwrap(), taskq::Canceled::Now);
+    assert_eq!(
+        client.cancel(a).await.unwrap(),
+        taskq::client::Canceled::Now
+    );
     let info = client.get(a).await.unwrap();
     assert_eq!(info.state, TaskState::Canceled);
     assert!(info.finished_at.is_some());
@@ -35,7 +38,10 @@ async fn cancel_cancels_pending_tasks_and_requests_running_ones() {
     let b = Ping(2).enqueue(&db.pool).await.unwrap().id;
     set_state(&db, b, "running").await;
     // A running task: the request is recorded, the row stays running.
-    assert_eq!(client.cancel(b).await.unwrap(), taskq::Canceled::Requested);
+    assert_eq!(
+        client.cancel(b).await.unwrap(),
+        taskq::client::Canceled::Requested
+    );
     match client.cancel(a).await {
         Err(Error::WrongState {
             id,
@@ -371,4 +377,99 @@ async fn a_database_without_taskq_tables_says_to_migrate() {
         "{text}"
     );
     assert_eq!(format!("{e:?}"), text, "Debug repeats nothing");
+}
+
+#[tokio::test]
+async fn newest_first_pages_finished_per_minute_and_purge_count() {
+    let db = TestDb::new().await;
+    let client = Client::new(db.pool.clone());
+    let mut ids = vec![];
+    for n in 0..5 {
+        ids.push(Ping(n).enqueue(&db.pool).await.unwrap().id);
+    }
+    let newest = ListFilter {
+        limit: Some(2),
+        newest_first: true,
+        ..Default::default()
+    };
+    let page1: Vec<TaskId> = client
+        .list(&newest)
+        .await
+        .unwrap()
+        .iter()
+        .map(|t| t.id)
+        .collect();
+    assert_eq!(page1, [ids[4], ids[3]]);
+    let page2 = ListFilter {
+        after_id: Some(ids[3]),
+        ..newest.clone()
+    };
+    let page2: Vec<TaskId> = client
+        .list(&page2)
+        .await
+        .unwrap()
+        .iter()
+        .map(|t| t.id)
+        .collect();
+    assert_eq!(page2, [ids[2], ids[1]]);
+
+    // Two dead now, one succeeded now, one dead finished 3 minutes ago.
+    set_state(&db, ids[0], "dead").await;
+    set_state(&db, ids[1], "dead").await;
+    set_state(&db, ids[2], "succeeded").await;
+    set_state(&db, ids[3], "dead").await;
+    sqlx::query(
+        "UPDATE taskq_tasks SET finished_at = UTC_TIMESTAMP(6) - INTERVAL 190 SECOND WHERE id = ?",
+    )
+    .bind(ids[3].0)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let mut per = client.finished_per_minute(10).await.unwrap();
+    per.sort_by_key(|p| (p.minutes_ago, p.state.as_str() != "succeeded"));
+    let got: Vec<(u32, TaskState, u64)> = per
+        .iter()
+        .map(|p| (p.minutes_ago, p.state, p.count))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (0, TaskState::Succeeded, 1),
+            (0, TaskState::Dead, 2),
+            (3, TaskState::Dead, 1)
+        ]
+    );
+    // A window that ends before the older one leaves it out.
+    assert_eq!(client.finished_per_minute(2).await.unwrap().len(), 2);
+
+    let two_min = std::time::Duration::from_secs(120);
+    assert_eq!(
+        client
+            .purge_count(Some(TaskState::Dead), two_min)
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(
+        client
+            .purge_count(None, std::time::Duration::ZERO)
+            .await
+            .unwrap(),
+        4
+    );
+    assert!(matches!(
+        client.purge_count(Some(TaskState::Pending), two_min).await,
+        Err(Error::InvalidOption(_))
+    ));
+    assert_eq!(
+        client.purge(Some(TaskState::Dead), two_min).await.unwrap(),
+        1
+    );
+    assert_eq!(
+        client
+            .purge_count(Some(TaskState::Dead), two_min)
+            .await
+            .unwrap(),
+        0
+    );
 }

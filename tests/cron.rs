@@ -75,7 +75,7 @@ async fn db_now(db: &TestDb) -> DateTime<Utc> {
     Client::new(db.pool.clone()).db_now().await.unwrap()
 }
 
-async fn schedule(db: &TestDb, name: &str) -> Option<taskq::ScheduleInfo> {
+async fn schedule(db: &TestDb, name: &str) -> Option<taskq::client::ScheduleInfo> {
     let all = Client::new(db.pool.clone()).schedules().await.unwrap();
     all.into_iter().find(|s| s.name == name)
 }

@@ -174,7 +174,7 @@ async fn one_invalid_task_writes_nothing() {
         (
             note("d")
                 .enqueue_options()
-                .with_delay(taskq::MAX_DELAY + Duration::from_secs(1)),
+                .with_delay(taskq::limits::MAX_DELAY + Duration::from_secs(1)),
             |e| matches!(e, Error::InvalidSchedule(_)),
         ),
         (

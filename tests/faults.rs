@@ -466,13 +466,13 @@ async fn bad_data_ends_in_documented_states_while_good_tasks_flow() {
     assert_eq!(at_limit.executions.len(), 1);
     assert_eq!(
         at_limit.executions[0].note.len(),
-        taskq::payload_limit() - 11
+        taskq::settings::payload_limit() - 11
     );
     let over = run.case("payload_over_limit");
     assert_eq!(over.id, None);
     assert!(over.enqueue_error.as_deref().unwrap().contains(&format!(
         "exceeds the limit of {} bytes",
-        taskq::payload_limit()
+        taskq::settings::payload_limit()
     )));
     let uni = run.case("unicode_text");
     assert_eq!(uni.row.as_ref().unwrap().state, "succeeded");

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use taskq::{
-    Client, DeadTask, FollowUp, OnDead, OutcomeEvent, State, SucceededTask, Task, TaskContext,
-    TaskError, TaskId, TaskOutcome, TaskState,
+    Client, DeadTask, FollowUp, OnDead, State, SucceededTask, Task, TaskContext, TaskError, TaskId,
+    TaskState, worker::OutcomeEvent, worker::TaskOutcome,
 };
 use taskq_tests::{RunningWorker, TestDb, fast_worker, wait_until};
 use tokio::sync::Semaphore;

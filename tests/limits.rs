@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use limits_support::{Nap, QUEUE};
 use sqlx::{ConnectOptions, MySqlPool};
-use taskq::{Client, Error, MAX_QUEUE_LIMIT, Task, TaskContext, TaskError};
+use taskq::{Client, Error, Task, TaskContext, TaskError, limits::MAX_QUEUE_LIMIT};
 use taskq_tests::{RunningWorker, TestDb, fast_worker, wait_until};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
@@ -282,7 +282,7 @@ async fn a_rate_limit_holds_per_window_across_workers() {
     let rated = info.iter().find(|q| q.queue == "rated").unwrap();
     assert_eq!(
         rated.rate_limit,
-        Some(taskq::RateLimit {
+        Some(taskq::client::RateLimit {
             max: 5,
             period: Duration::from_secs(1)
         })
@@ -353,7 +353,7 @@ async fn invalid_limits_are_rejected_and_write_nothing() {
         client
             .set_queue_rate_limit(
                 "q",
-                Some((5, taskq::MAX_RATE_PERIOD + Duration::from_secs(1))),
+                Some((5, taskq::limits::MAX_RATE_PERIOD + Duration::from_secs(1))),
             )
             .await
             .unwrap_err(),

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use taskq::{
-    Backoff, Client, Error, FromTaskContext, StateRequirement, Task, TaskContext, TaskError,
-    TaskId, TaskInfo, TaskState, WorkerBuilder,
+    __private::StateRequirement, Backoff, Client, Error, FromTaskContext, Task, TaskContext,
+    TaskError, TaskId, TaskState, WorkerBuilder, client::TaskInfo,
 };
 use taskq_tests::TestDb;
 
@@ -163,7 +163,7 @@ async fn wait_state(db: &TestDb, id: TaskId, state: TaskState) -> TaskInfo {
 /// A running worker stopped through its shutdown signal.
 struct Running {
     stop: tokio::sync::oneshot::Sender<()>,
-    handle: tokio::task::JoinHandle<taskq::Result<taskq::ShutdownReport>>,
+    handle: tokio::task::JoinHandle<taskq::Result<taskq::worker::ShutdownReport>>,
 }
 
 impl Running {
@@ -261,15 +261,15 @@ async fn defaults_and_attributes_land_in_the_row() {
     let plain = PlainDefaults { n: 1 }.enqueue(&db.pool).await.unwrap();
     let t = row(&db, plain.id).await;
     assert_eq!(t.name, "plain_defaults");
-    assert_eq!(t.queue, taskq::DEFAULT_QUEUE);
-    assert_eq!(t.max_attempts, taskq::DEFAULT_MAX_ATTEMPTS);
+    assert_eq!(t.queue, taskq::limits::DEFAULT_QUEUE);
+    assert_eq!(t.max_attempts, taskq::limits::DEFAULT_MAX_ATTEMPTS);
     assert_eq!(t.priority, 0);
     assert_eq!(t.state, TaskState::Pending);
     assert_eq!(<PlainDefaults as Task>::TIMEOUT, None);
     assert_eq!(<PlainDefaults as Task>::BACKOFF, Backoff::DEFAULT);
     assert_eq!(
         <PlainDefaults as Task>::MAX_SNOOZES,
-        taskq::DEFAULT_MAX_SNOOZES
+        taskq::limits::DEFAULT_MAX_SNOOZES
     );
     assert_eq!(<PlainDefaults as Task>::TTL, None);
     assert_eq!((t.snoozes, t.deadline), (0, None));
@@ -382,7 +382,7 @@ async fn enqueue_helpers_apply_their_options() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_from_another_module_registers_and_runs_with_its_state() {
-    let registered = taskq::registered();
+    let registered = taskq::registry::registered();
     let reg = registered
         .iter()
         .find(|r| r.name() == "charge_invoice")

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use taskq::{
-    Client, Error, ListFilter, MAX_DELAY, Retention, Task, TaskContext, TaskError, TaskId,
-    TaskInfo, TaskState,
+    Client, Error, Task, TaskContext, TaskError, TaskId, TaskState, client::ListFilter,
+    client::TaskInfo, limits::MAX_DELAY, worker::Retention,
 };
 use taskq_tests::{RunningWorker, TestDb, fast_worker, wait_until};
 

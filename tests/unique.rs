@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use sqlx::Connection;
 use taskq::{
-    Client, Enqueued, Error, State, Task, TaskContext, TaskError, TaskId, TaskInfo, TaskState,
-    Unique, UniqueBy, UniqueHold,
+    Client, Enqueued, Error, State, Task, TaskContext, TaskError, TaskId, TaskState, Unique,
+    UniqueBy, UniqueHold, client::TaskInfo,
 };
 use taskq_tests::{RunningWorker, TestDb, fast_worker, wait_until};
 
@@ -991,9 +991,9 @@ async fn the_identities_of_ended_windows_are_pruned() {
     // A worker that runs none of these tasks (it only works another queue) still prunes.
     let gate = Gate::new(true);
     let w = RunningWorker::spawn(worker(&db, &gate).queue("elsewhere", 1).retention(
-        taskq::Retention {
+        taskq::worker::Retention {
             interval: Duration::from_millis(100),
-            ..taskq::Retention::disabled()
+            ..taskq::worker::Retention::disabled()
         },
     ));
     wait_until(

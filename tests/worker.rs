@@ -6,7 +6,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use taskq::{
-    Backoff, Client, DeadReason, Error, ResultExt, Task, TaskContext, TaskError, TaskId, TaskState,
+    Backoff, Client, Error, ResultExt, Task, TaskContext, TaskError, TaskId, TaskState,
+    client::DeadReason,
 };
 use taskq_tests::{RunningWorker, TestDb, fast_worker, wait_until};
 
@@ -107,11 +108,11 @@ async fn job(db: &TestDb, n: u32, mode: Mode) -> TaskId {
     Job { n, mode }.enqueue(&db.pool).await.unwrap().id
 }
 
-async fn state_of(db: &TestDb, id: TaskId) -> taskq::TaskInfo {
+async fn state_of(db: &TestDb, id: TaskId) -> taskq::client::TaskInfo {
     Client::new(db.pool.clone()).get(id).await.unwrap()
 }
 
-async fn wait_state(db: &TestDb, id: TaskId, state: TaskState) -> taskq::TaskInfo {
+async fn wait_state(db: &TestDb, id: TaskId, state: TaskState) -> taskq::client::TaskInfo {
     let client = Client::new(db.pool.clone());
     wait_until(
         Duration::from_secs(20),
@@ -313,7 +314,7 @@ async fn undecodable_payloads_and_unknown_names() {
     // Exactly one attempt each: undecodable payloads are never retried.
     assert_eq!(db.count("state = 'dead' AND attempt = 1").await, 2);
     let dead = Client::new(db.pool.clone())
-        .list(&taskq::ListFilter {
+        .list(&taskq::client::ListFilter {
             state: Some(TaskState::Dead),
             ..Default::default()
         })
@@ -464,7 +465,7 @@ async fn retention_prunes_old_terminal_tasks_only() {
     .execute(&db.pool)
     .await
     .unwrap();
-    let keep_dead = taskq::Retention {
+    let keep_dead = taskq::worker::Retention {
         succeeded: Some(Duration::from_secs(3600)),
         dead: None,
         canceled: Some(Duration::from_secs(3600)),

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use sqlx::MySqlPool;
 use sqlx::mysql::MySqlPoolOptions;
-use taskq::{Client, Task, TaskContext, TaskError, WorkerPhase};
+use taskq::{Client, Task, TaskContext, TaskError, worker::WorkerPhase};
 use taskq_tests::proxy::ChaosProxy;
 use taskq_tests::{RunningWorker, TestDb, fast_worker, wait_until};
 use tokio::sync::Semaphore;
@@ -174,9 +174,9 @@ async fn gone_workers_are_not_alive_and_old_rows_are_cleaned_up() {
         fast_worker(&db.pool)
             .register::<Hold>()
             .state(gate)
-            .retention(taskq::Retention {
+            .retention(taskq::worker::Retention {
                 interval: Duration::from_millis(100),
-                ..taskq::Retention::disabled()
+                ..taskq::worker::Retention::disabled()
             })
             .worker_id("reused"),
     );

@@ -5,6 +5,8 @@
 //! cargo run --release -p taskq-bench -- --database-url mysql://root@127.0.0.1:3306 [--quick]
 //!     [--out target/bench.json] [--svg docs/bench-throughput.svg] [--skip-million]
 //!     [--targets-only | --unknown-names]
+//! cargo run --release -p taskq-bench -- --dashboard [--dashboard-tasks 1000000] [--requests 30]
+//!     [--keep-db]
 //! ```
 //!
 //! It creates a scratch database (`taskq_bench_<random>`), runs every measurement in it and
@@ -22,6 +24,8 @@ use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
 use sqlx::types::chrono::NaiveDateTime;
 use sqlx::{ConnectOptions, Connection, MySqlPool, Row};
 use taskq::{Task, TaskContext, TaskError};
+
+mod dashboard;
 
 type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
@@ -78,6 +82,18 @@ struct Opts {
     /// Only the queue-limit scenario (drains without a limit, with a limit that never binds,
     /// with one that does), printed.
     limits_only: bool,
+    /// Only the dashboard's page times on a large table (see `dashboard.rs`).
+    dashboard: Option<dashboard::DashOpts>,
+    /// Leave the scratch database in place (its name is printed).
+    keep_db: bool,
+}
+
+/// The dashboard settings of `o`, created with their defaults by the first `--dashboard*`.
+fn dashboard_opts(o: &mut Opts) -> &mut dashboard::DashOpts {
+    o.dashboard.get_or_insert(dashboard::DashOpts {
+        tasks: 1_000_000,
+        requests: 30,
+    })
 }
 
 fn parse_args() -> Res<Opts> {
@@ -91,6 +107,8 @@ fn parse_args() -> Res<Opts> {
         targets_only: false,
         unknown_only: false,
         limits_only: false,
+        dashboard: None,
+        keep_db: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -103,15 +121,37 @@ fn parse_args() -> Res<Opts> {
             "--targets-only" => o.targets_only = true,
             "--unknown-names" => o.unknown_only = true,
             "--limits" => o.limits_only = true,
+            "--dashboard" => {
+                dashboard_opts(&mut o);
+            }
+            "--dashboard-tasks" => {
+                dashboard_opts(&mut o).tasks = args
+                    .next()
+                    .and_then(|v| v.replace('_', "").parse().ok())
+                    .ok_or("--dashboard-tasks needs a number")?
+            }
+            "--requests" => {
+                dashboard_opts(&mut o).requests = args
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .filter(|n| *n > 0)
+                    .ok_or("--requests needs a positive number")?
+            }
+            "--keep-db" => o.keep_db = true,
             "-h" | "--help" => {
                 println!(
                     "usage: taskq-bench [--database-url URL] [--quick] [--out FILE.json] \
-                     [--svg FILE.svg] [--skip-million] [--targets-only | --unknown-names | --limits]\n\n\
+                     [--svg FILE.svg] [--skip-million] [--targets-only | --unknown-names | --limits]\n\
+                     \x20      taskq-bench --dashboard [--dashboard-tasks N] [--requests N] \
+                     [--keep-db]\n\n\
                      --targets-only   only the ratio measurements, printed (a tuning aid)\n\
                      --unknown-names  only the claim with {UNKNOWN} pending tasks no worker \
                      knows at the head of the queue vs none, printed\n\
                      --limits         only drains at concurrency 16 without a queue limit, \
-                     with a limit of 1000 (never binding) and of 8, interleaved, printed"
+                     with a limit of 1000 (never binding) and of 8, interleaved, printed\n\
+                     --dashboard      only the dashboard's page times on a table of N tasks \
+                     (default 1000000), --requests per page (default 30), printed\n\
+                     --keep-db        leave the scratch database in place and print its name"
                 );
                 std::process::exit(0);
             }
@@ -541,8 +581,8 @@ async fn enqueue_many_rate(pool: &MySqlPool, n: u64, per_tx: u64) -> Res<f64> {
 /// A running worker for the bench queue.
 struct Running {
     stop: tokio::sync::oneshot::Sender<()>,
-    handle: tokio::task::JoinHandle<taskq::Result<taskq::ShutdownReport>>,
-    stats: Arc<taskq::WorkerStats>,
+    handle: tokio::task::JoinHandle<taskq::Result<taskq::worker::ShutdownReport>>,
+    stats: Arc<taskq::worker::WorkerStats>,
 }
 
 fn start_worker(pool: &MySqlPool, concurrency: usize) -> Res<Running> {
@@ -550,7 +590,7 @@ fn start_worker(pool: &MySqlPool, concurrency: usize) -> Res<Running> {
     let worker = taskq::Worker::builder(pool.clone())
         .register::<Noop>()
         .queue(QUEUE, concurrency)
-        .retention(taskq::Retention::disabled())
+        .retention(taskq::worker::Retention::disabled())
         .shutdown_signal(async move {
             let _ = rx.await;
         })
@@ -581,7 +621,7 @@ impl Running {
         }
         Ok(())
     }
-    async fn stop(self) -> Res<taskq::ShutdownReport> {
+    async fn stop(self) -> Res<taskq::worker::ShutdownReport> {
         let _ = self.stop.send(());
         Ok(self.handle.await??)
     }
@@ -636,7 +676,7 @@ impl Drain {
         n: u64,
         secs: f64,
         cpu: f64,
-        report: &taskq::ShutdownReport,
+        report: &taskq::worker::ShutdownReport,
         delta: &HashMap<String, i64>,
     ) -> Self {
         let per = |k: &str| delta.get(k).copied().unwrap_or(0) as f64 / n as f64;
@@ -1558,6 +1598,10 @@ async fn run(opts: Opts) -> Res<()> {
         .await?;
     let result = bench(&opts, &pool).await;
     pool.close().await;
+    if opts.keep_db {
+        eprintln!("kept database {db}");
+        return result;
+    }
     sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP DATABASE `{db}`")))
         .execute(&mut admin)
         .await?;
@@ -1569,6 +1613,10 @@ async fn bench(opts: &Opts, pool: &MySqlPool) -> Res<()> {
     let sz = Sizes::new(opts.quick);
     if opts.targets_only {
         return targets_only(&sz, pool).await;
+    }
+    if let Some(d) = &opts.dashboard {
+        eprintln!("machine: {}", machine());
+        return dashboard::run(pool, d).await;
     }
     if opts.unknown_only {
         let (_, out) = unknown_names(pool).await?;

@@ -3,10 +3,10 @@
 //! Shows queue statistics and pending tasks per name, lists and shows tasks, retries dead tasks,
 //! cancels, reschedules and reprioritizes pending ones, purges old terminal tasks, pauses and
 //! limits queues, lists recurring schedules and live workers, shows the audit trail of operator
-//! actions (which it records with `--actor`, default `cli:$USER@<host>`), and applies
-//! migrations, without writing SQL. Human-readable tables by default, `--json` for scripts.
-//! Exit codes: 0 success, 1 other error, 2 bad input, 3 task not found or in the wrong state,
-//! 4 database unreachable.
+//! actions (which it records with `--actor`, default `cli:$USER@<host>`), applies migrations,
+//! and serves the web dashboard (`taskq web`), without writing SQL. Human-readable tables by
+//! default, `--json` for scripts. Exit codes: 0 success, 1 other error, 2 bad input, 3 task not
+//! found or in the wrong state, 4 database unreachable.
 //! See `docs/operations.md`.
 
 mod duration;
@@ -21,8 +21,8 @@ use serde::Serialize;
 use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
 use sqlx::{ConnectOptions, Connection, MySqlPool};
 use taskq::{
-    Client, ListFilter, PendingNameCount, QueueStateCount, ScheduleInfo, TaskId, TaskInfo,
-    TaskState, WorkerInfo,
+    Client, TaskId, TaskState, client::ListFilter, client::PendingNameCount,
+    client::QueueStateCount, client::ScheduleInfo, client::TaskInfo, client::WorkerInfo,
 };
 
 use crate::duration::{format_duration, parse_duration};
@@ -238,6 +238,41 @@ enum Command {
         #[command(subcommand)]
         action: Option<SchedulesAction>,
     },
+    /// Serve the web dashboard and JSON API (docs/dashboard.md) until Ctrl-C. Authentication is
+    /// required: --token and/or --basic (or TASKQ_WEB_TOKEN / TASKQ_WEB_BASIC), or
+    /// --insecure-no-auth. This binary registers no tasks, so the API's enqueue-by-name
+    /// answers 404 for every name: mount the dashboard in your own app for that
+    Web(WebArgs),
+}
+
+#[derive(Debug, Args)]
+struct WebArgs {
+    /// Address to listen on
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
+    listen: std::net::SocketAddr,
+    /// Bearer token (Authorization: Bearer, or on the login page); at least 8 characters
+    #[arg(long, env = "TASKQ_WEB_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// Basic credentials (the browser asks for them, or the login page)
+    #[arg(
+        long,
+        env = "TASKQ_WEB_BASIC",
+        hide_env_values = true,
+        value_name = "USER:PASSWORD"
+    )]
+    basic: Option<String>,
+    /// Serve without authentication (only behind something that authenticates)
+    #[arg(long, conflicts_with_all = ["token", "basic"])]
+    insecure_no_auth: bool,
+    /// Refuse every change and hide the controls that make them
+    #[arg(long)]
+    read_only: bool,
+    /// Serve under this path prefix, e.g. /taskq (default: at the root)
+    #[arg(long, value_name = "PATH")]
+    prefix: Option<String>,
+    /// Mark the cookies Secure (when served over HTTPS, e.g. behind a TLS proxy)
+    #[arg(long)]
+    secure_cookies: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -392,7 +427,7 @@ fn main() -> ExitCode {
     }
 }
 
-async fn connect(url: &str) -> Result<MySqlPool, Failure> {
+async fn connect(url: &str, max_connections: u32) -> Result<MySqlPool, Failure> {
     let scheme = url.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
     if !matches!(scheme.as_deref(), Some("mysql" | "mariadb")) {
         return Err(Failure::new(
@@ -432,7 +467,7 @@ async fn connect(url: &str) -> Result<MySqlPool, Failure> {
         }
     }
     MySqlPoolOptions::new()
-        .max_connections(2)
+        .max_connections(max_connections)
         .acquire_timeout(CONNECT_TIMEOUT)
         .connect_with(options)
         .await
@@ -440,7 +475,12 @@ async fn connect(url: &str) -> Result<MySqlPool, Failure> {
 }
 
 async fn run(cli: &Cli, url: &str) -> Result<(), Failure> {
-    let pool = connect(url).await?;
+    let max = if matches!(cli.command, Command::Web(_)) {
+        8
+    } else {
+        2
+    };
+    let pool = connect(url, max).await?;
     let actor = cli.actor.clone().unwrap_or_else(default_actor);
     let client = Client::new(pool.clone()).with_actor(actor);
     let result = match &cli.command {
@@ -462,7 +502,7 @@ async fn run(cli: &Cli, url: &str) -> Result<(), Failure> {
                 retry_dead(&client, queue.as_deref(), cli.json).await
             }
             None => {
-                let filter = taskq::BulkFilter {
+                let filter = taskq::client::BulkFilter {
                     queue: queue.clone(),
                     name: name.clone(),
                     state: None,
@@ -481,7 +521,7 @@ async fn run(cli: &Cli, url: &str) -> Result<(), Failure> {
         } => match id {
             Some(id) => cancel(&client, TaskId(*id), cli.json).await,
             None => {
-                let filter = taskq::BulkFilter {
+                let filter = taskq::client::BulkFilter {
                     queue: queue.clone(),
                     name: name.clone(),
                     state: state.map(|s| match s {
@@ -514,7 +554,7 @@ async fn run(cli: &Cli, url: &str) -> Result<(), Failure> {
             before_id,
             limit,
         } => {
-            let filter = taskq::AuditFilter {
+            let filter = taskq::client::AuditFilter {
                 task: task.map(TaskId),
                 queue: queue.clone(),
                 before_id: *before_id,
@@ -529,9 +569,84 @@ async fn run(cli: &Cli, url: &str) -> Result<(), Failure> {
         Command::Purge { older_than, state } => {
             purge(&client, state.map(Into::into), *older_than, cli.json).await
         }
+        Command::Web(args) => web(client, args).await,
     };
     pool.close().await;
     result
+}
+
+/// `taskq web`: serves the dashboard until Ctrl-C (or SIGTERM).
+async fn web(client: Client, args: &WebArgs) -> Result<(), Failure> {
+    let mut builder = taskq_web::Dashboard::builder_with_client(client)
+        .read_only(args.read_only)
+        .secure_cookies(args.secure_cookies);
+    if let Some(token) = &args.token {
+        builder = builder.bearer_token(token.clone());
+    }
+    if let Some(basic) = &args.basic {
+        let Some((user, password)) = basic.split_once(':') else {
+            return Err(Failure::new(EXIT_USAGE, "--basic takes USER:PASSWORD"));
+        };
+        builder = builder.basic_auth(user, password);
+    }
+    if args.insecure_no_auth {
+        builder = builder.insecure_no_auth();
+    }
+    let dashboard = builder
+        .build()
+        .map_err(|e| Failure::new(EXIT_USAGE, e.to_string()))?;
+    let prefix = args.prefix.as_deref().map(|p| p.trim_end_matches('/'));
+    let app = match prefix {
+        Some(p) if !p.is_empty() => {
+            if !p.starts_with('/') {
+                return Err(Failure::new(EXIT_USAGE, "--prefix must start with /"));
+            }
+            axum::Router::new().nest(p, dashboard.router())
+        }
+        _ => dashboard.router(),
+    };
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .map_err(|e| Failure::new(EXIT_OTHER, format!("cannot listen on {}: {e}", args.listen)))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| Failure::new(EXIT_OTHER, e.to_string()))?;
+    println!(
+        "taskq web: serving the dashboard at http://{addr}{}{}",
+        prefix.unwrap_or(""),
+        if prefix.is_some_and(|p| !p.is_empty()) {
+            ""
+        } else {
+            "/"
+        }
+    );
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown_signal())
+        .await
+        .map_err(|e| Failure::new(EXIT_OTHER, format!("server error: {e}")))?;
+    Ok(())
+}
+
+/// Ctrl-C, or SIGTERM on Unix.
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        let mut term =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = async {
+                match term.as_mut() {
+                    Some(t) => { t.recv().await; }
+                    None => std::future::pending::<()>().await,
+                }
+            } => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
 }
 
 /// The actor of the audit trail when `--actor` is not given: `cli:<user>@<host>`.
@@ -690,6 +805,7 @@ async fn list(client: &Client, args: &ListArgs, json: bool) -> Result<(), Failur
         name: args.name.clone(),
         after_id: args.after_id.map(TaskId),
         limit: Some(args.limit),
+        ..Default::default()
     };
     let tasks = client.list(&filter).await?;
     if json {
@@ -813,7 +929,7 @@ async fn show(client: &Client, id: TaskId, json: bool) -> Result<(), Failure> {
 }
 
 /// The attempt history of `taskq show`, oldest first.
-fn print_attempts(attempts: &[taskq::Attempt]) {
+fn print_attempts(attempts: &[taskq::client::Attempt]) {
     if attempts.is_empty() {
         println!("attempts:        none ended yet");
         return;
@@ -847,7 +963,11 @@ fn print_attempts(attempts: &[taskq::Attempt]) {
     );
 }
 
-async fn audit(client: &Client, filter: &taskq::AuditFilter, json: bool) -> Result<(), Failure> {
+async fn audit(
+    client: &Client,
+    filter: &taskq::client::AuditFilter,
+    json: bool,
+) -> Result<(), Failure> {
     let entries = client.audit(filter).await?;
     if json {
         print_json(&entries);
@@ -918,7 +1038,7 @@ async fn retry_dead(client: &Client, queue: Option<&str>, json: bool) -> Result<
 
 async fn retry_where(
     client: &Client,
-    filter: &taskq::BulkFilter,
+    filter: &taskq::client::BulkFilter,
     dry_run: bool,
     json: bool,
 ) -> Result<(), Failure> {
@@ -935,7 +1055,7 @@ async fn retry_where(
 
 async fn cancel_where(
     client: &Client,
-    filter: &taskq::BulkFilter,
+    filter: &taskq::client::BulkFilter,
     dry_run: bool,
     json: bool,
 ) -> Result<(), Failure> {
@@ -966,14 +1086,14 @@ async fn cancel_where(
 
 async fn cancel(client: &Client, id: TaskId, json: bool) -> Result<(), Failure> {
     match client.cancel(id).await? {
-        taskq::Canceled::Now if json => {
+        taskq::client::Canceled::Now if json => {
             print_json(&serde_json::json!({ "id": id, "state": TaskState::Canceled }));
         }
-        taskq::Canceled::Now => println!("task {id}: canceled"),
-        taskq::Canceled::Requested if json => print_json(&serde_json::json!({
+        taskq::client::Canceled::Now => println!("task {id}: canceled"),
+        taskq::client::Canceled::Requested if json => print_json(&serde_json::json!({
             "id": id, "state": TaskState::Running, "cancel_requested": true
         })),
-        taskq::Canceled::Requested => println!(
+        taskq::client::Canceled::Requested => println!(
             "task {id}: running; cancel requested (its worker stops it at its next heartbeat)"
         ),
     }
@@ -1073,7 +1193,7 @@ fn parse_rate(input: &str) -> Result<(u32, Duration), String> {
 }
 
 /// A rate limit as `N/PERIOD`.
-fn fmt_rate(r: &taskq::RateLimit) -> String {
+fn fmt_rate(r: &taskq::client::RateLimit) -> String {
     if r.period.subsec_nanos() == 0 {
         format!("{}/{}", r.max, format_duration(r.period))
     } else {
@@ -1107,7 +1227,7 @@ async fn set_rate_limit(
     json: bool,
 ) -> Result<(), Failure> {
     client.set_queue_rate_limit(queue, rate).await?;
-    let rate = rate.map(|(max, period)| taskq::RateLimit { max, period });
+    let rate = rate.map(|(max, period)| taskq::client::RateLimit { max, period });
     if json {
         print_json(&serde_json::json!({ "queue": queue, "rate_limit": rate }));
     } else if let Some(r) = rate {
@@ -1171,7 +1291,8 @@ async fn queues(client: &Client, json: bool) -> Result<(), Failure> {
 
 /// How long past its next tick a schedule must be before it is shown as overdue: the
 /// workers' missed-tick grace (a tick reached later than that counts as missed).
-const OVERDUE_AFTER: TimeDelta = TimeDelta::seconds(taskq::MISSED_TICK_GRACE.as_secs() as i64);
+const OVERDUE_AFTER: TimeDelta =
+    TimeDelta::seconds(taskq::limits::MISSED_TICK_GRACE.as_secs() as i64);
 
 /// One line of `workers --json`: the row plus ages on the database clock.
 #[derive(Serialize)]
@@ -1527,7 +1648,7 @@ mod tests {
         );
         assert!(parse_rate("10/1y").unwrap_err().contains("unknown unit"));
         assert_eq!(
-            fmt_rate(&taskq::RateLimit {
+            fmt_rate(&taskq::client::RateLimit {
                 max: 10,
                 period: Duration::from_secs(90)
             }),

@@ -1443,6 +1443,82 @@ async fn bulk_cancel_and_retry_by_filter_with_dry_runs() {
     assert_eq!(taskq(u(), &["retry", "--name", "ping"]).await.code, 2);
 }
 
+#[tokio::test]
+async fn web_serves_the_dashboard_and_refuses_to_start_without_credentials() {
+    let db = TestDb::new().await;
+    let no_auth = taskq(Some(url(&db)), &["web", "--listen", "127.0.0.1:0"]).await;
+    assert_eq!(no_auth.code, 2, "{no_auth:?}");
+    assert!(
+        no_auth.stderr.contains("insecure_no_auth"),
+        "{}",
+        no_auth.stderr
+    );
+    let bad_basic = taskq(Some(url(&db)), &["web", "--basic", "nocolon"]).await;
+    assert_eq!(bad_basic.code, 2, "{bad_basic:?}");
+
+    ping(&db, 1).await;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_taskq"))
+        .args([
+            "web",
+            "--listen",
+            "127.0.0.1:0",
+            "--prefix",
+            "/ops",
+            "--read-only",
+        ])
+        .env("DATABASE_URL", url(&db))
+        .env("TASKQ_WEB_TOKEN", "cli-token-123")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let line = tokio::task::spawn_blocking(move || {
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line).unwrap();
+        line
+    })
+    .await
+    .unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("taskq web: serving the dashboard at http://")
+        .and_then(|rest| rest.strip_suffix("/ops"))
+        .unwrap_or_else(|| panic!("unexpected first line: {line}"))
+        .to_owned();
+    let get = |path: &'static str, auth: &'static str| {
+        let addr = addr.clone();
+        async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
+            let req = format!(
+                "{path} HTTP/1.1\r\nHost: x\r\nAuthorization: {auth}\r\nContent-Type: application/json\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            );
+            s.write_all(req.as_bytes()).await.unwrap();
+            let mut out = String::new();
+            s.read_to_string(&mut out).await.unwrap();
+            out
+        }
+    };
+    let stats = get("GET /ops/api/v1/queues", "Bearer cli-token-123").await;
+    assert!(stats.starts_with("HTTP/1.1 200"), "{stats}");
+    assert!(stats.contains("\"queue\":\"default\""), "{stats}");
+    let refused = get("GET /ops/api/v1/queues", "Bearer wrong-token").await;
+    assert!(refused.starts_with("HTTP/1.1 401"), "{refused}");
+    let read_only = get(
+        "POST /ops/api/v1/queues/default/pause",
+        "Bearer cli-token-123",
+    )
+    .await;
+    assert!(read_only.starts_with("HTTP/1.1 403"), "{read_only}");
+    let page = get("GET /ops", "Bearer cli-token-123").await;
+    assert!(
+        page.starts_with("HTTP/1.1 200") && page.contains("./ops/tasks"),
+        "{page}"
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
 /// `taskq show` prints the attempt history as a table (and in `--json`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn show_prints_the_attempts() {

@@ -486,7 +486,7 @@ pub fn generate(
     }
     let required_state = (!requirements.is_empty()).then(|| {
         quote! {
-            fn required_state() -> ::std::vec::Vec<::taskq::StateRequirement> {
+            fn required_state() -> ::std::vec::Vec<::taskq::__private::StateRequirement> {
                 let mut __taskq_required = ::std::vec::Vec::new();
                 #(#requirements)*
                 __taskq_required
@@ -697,7 +697,7 @@ pub fn generate(
         #(#cfgs)*
         const _: () = {
             ::taskq::__private::inventory::submit! {
-                ::taskq::Registration::of::<#ty>()
+                ::taskq::registry::Registration::of::<#ty>()
             }
         };
     }

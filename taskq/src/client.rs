@@ -1,5 +1,7 @@
-//! [`Client`]: inspect and manage tasks (get, list, count, pending tasks per name, cancel,
-//! reschedule and reprioritize pending tasks, retry dead tasks) and queues (pause, limits).
+//! The operator's handle, [`Client`] (also at the crate root): inspect and manage tasks (get,
+//! list, count, pending tasks per name, attempts, cancel, reschedule and reprioritize pending
+//! tasks, retry dead tasks, bulk actions, audit trail) and queues (pause, limits); and the
+//! types its methods take and return.
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -7,6 +9,8 @@ use sqlx::MySqlPool;
 
 use crate::error::{Error, Result};
 use crate::history::{self, Action};
+pub use crate::history::{Attempt, AttemptOutcome, AuditEntry, AuditFilter};
+use crate::limits::{MAX_QUEUE_LIMIT, MAX_RATE_PERIOD, MIN_RATE_PERIOD};
 use crate::store::{RetryDead, Store, TaskFilter};
 use crate::task::{TaskId, TaskState};
 
@@ -246,10 +250,13 @@ pub struct ListFilter {
     pub state: Option<TaskState>,
     /// Only this task name.
     pub name: Option<String>,
-    /// Only ids greater than this (paging cursor: pass the last id of the previous page).
+    /// Paging cursor: only tasks after this id in the listing order (greater ids oldest
+    /// first, smaller ids with `newest_first`); pass the last id of the previous page.
     pub after_id: Option<TaskId>,
     /// Page size (default 100, at most 10,000).
     pub limit: Option<u32>,
+    /// List by id descending (newest first) instead of ascending.
+    pub newest_first: bool,
 }
 
 impl ListFilter {
@@ -260,6 +267,19 @@ impl ListFilter {
             name: self.name.as_deref(),
         }
     }
+}
+
+/// Tasks that reached one terminal state within one minute (see
+/// [`Client::finished_per_minute`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct FinishedPerMinute {
+    /// The terminal state.
+    pub state: TaskState,
+    /// Which minute: 0 is the last 60 seconds before the database clock's now, 1 the 60
+    /// before those, and so on.
+    pub minutes_ago: u32,
+    /// Tasks that reached `state` in that minute.
+    pub count: u64,
 }
 
 /// Count of tasks in one queue and state, with the oldest due time and earliest lease end.
@@ -365,14 +385,6 @@ pub struct WorkerInfo {
     pub running: u64,
 }
 
-/// Largest concurrency limit, and largest number of starts per period of a rate limit, a
-/// queue can have ([`Client::set_queue_limit`], [`Client::set_queue_rate_limit`]).
-pub const MAX_QUEUE_LIMIT: u32 = 1_000_000;
-/// Shortest period of a queue's rate limit.
-pub const MIN_RATE_PERIOD: std::time::Duration = std::time::Duration::from_millis(1);
-/// Longest period of a queue's rate limit (366 days).
-pub const MAX_RATE_PERIOD: std::time::Duration = std::time::Duration::from_secs(366 * 86_400);
-
 /// A queue's rate limit: at most `max` tasks start in each window of `period`, across every
 /// worker (see [`Client::set_queue_rate_limit`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -424,7 +436,7 @@ impl Client {
 
     /// This client with `actor` as the "who" of the actions it records in the audit trail
     /// (default `"client"`; the CLI uses `cli:<user>@<host>`). Cut to
-    /// [`MAX_ACTOR_LEN`](crate::MAX_ACTOR_LEN) characters.
+    /// [`MAX_ACTOR_LEN`](crate::limits::MAX_ACTOR_LEN) characters.
     pub fn with_actor(mut self, actor: impl Into<String>) -> Self {
         self.actor = history::cut(&actor.into(), history::MAX_ACTOR_LEN).into();
         self
@@ -464,12 +476,39 @@ impl Client {
             .ok_or(Error::NotFound(id))
     }
 
-    /// Tasks matching `filter`, ordered by id.
+    /// Tasks matching `filter`, ordered by id (ascending, or descending with
+    /// [`ListFilter::newest_first`]): a keyset page, never an `OFFSET` scan.
     pub async fn list(&self, filter: &ListFilter) -> Result<Vec<TaskInfo>> {
         let limit = filter.limit.unwrap_or(100).clamp(1, 10_000);
+        let f = filter.store();
+        if filter.newest_first {
+            let before = filter.after_id.map_or(u64::MAX, |i| i.0);
+            return self
+                .db(self.store.task_list_desc(&f, before, limit).await)
+                .await;
+        }
         let after = filter.after_id.map_or(0, |i| i.0);
-        self.db(self.store.task_list(&filter.store(), after, limit).await)
-            .await
+        self.db(self.store.task_list(&f, after, limit).await).await
+    }
+
+    /// Tasks that reached a terminal state per minute over the last `minutes` minutes
+    /// (1 to 1,440; database clock), from `finished_at`: one entry per state and minute with
+    /// at least one task, minute 0 being the last 60 seconds. Tasks already deleted by
+    /// retention or purge are not counted. Reads the `(state, finished_at)` index only, so it
+    /// costs in proportion to the tasks finished in the window.
+    pub async fn finished_per_minute(&self, minutes: u32) -> Result<Vec<FinishedPerMinute>> {
+        let minutes = minutes.clamp(1, 1_440);
+        let rows = self
+            .db(self.store.task_finished_per_minute(minutes).await)
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(state, minutes_ago, count)| FinishedPerMinute {
+                state,
+                minutes_ago,
+                count,
+            })
+            .collect())
     }
 
     /// Number of tasks matching `filter` (`after_id` and `limit` are ignored).
@@ -529,7 +568,7 @@ impl Client {
     /// Moves the due time of a task that has not started to `delay` from now (database clock):
     /// [`Duration::ZERO`](std::time::Duration::ZERO) makes it due at once. Nothing else
     /// changes (attempts, priority, deadline: a task rescheduled past its deadline expires
-    /// when it comes due). A delay over [`MAX_DELAY`](crate::MAX_DELAY) is
+    /// when it comes due). A delay over [`MAX_DELAY`](crate::limits::MAX_DELAY) is
     /// [`Error::InvalidSchedule`]; running and terminal tasks give [`Error::WrongState`],
     /// unknown ids [`Error::NotFound`]. Workers see the change at their next poll.
     pub async fn reschedule(&self, id: TaskId, delay: std::time::Duration) -> Result<()> {
@@ -708,7 +747,7 @@ impl Client {
 
     /// The workers recorded in the database, oldest start first: the live ones (see
     /// [`WorkerInfo::alive`]) and those stopped or gone within
-    /// [`WORKER_ROW_RETENTION`](crate::WORKER_ROW_RETENTION), each with the number of tasks it
+    /// [`WORKER_ROW_RETENTION`](crate::limits::WORKER_ROW_RETENTION), each with the number of tasks it
     /// is running. One statement (a `GROUP BY` over the running tasks).
     pub async fn workers(&self) -> Result<Vec<WorkerInfo>> {
         let rows = self.db(self.store.worker_list().await).await?;
@@ -1036,6 +1075,22 @@ impl Client {
         }
     }
 
+    /// How many tasks [`purge`](Self::purge) with the same arguments would delete now (its
+    /// dry run; a non-terminal `state` gives [`Error::InvalidOption`]).
+    pub async fn purge_count(
+        &self,
+        state: Option<TaskState>,
+        older_than: std::time::Duration,
+    ) -> Result<u64> {
+        let mut total = 0;
+        for s in purge_states(state)? {
+            total += self
+                .db(self.store.task_prune_count(s, older_than.as_secs()).await)
+                .await?;
+        }
+        Ok(total)
+    }
+
     /// Deletes terminal tasks (`succeeded`, `dead`, `canceled`, `expired`; only `state` when given) that
     /// finished more than `older_than` ago (whole seconds, database clock), in batches of
     /// [`Client::BATCH`] rows. A non-terminal `state` gives [`Error::InvalidOption`]. Returns
@@ -1045,18 +1100,7 @@ impl Client {
         state: Option<TaskState>,
         older_than: std::time::Duration,
     ) -> Result<u64> {
-        let states: Vec<TaskState> = match state {
-            Some(s) if !s.is_terminal() => {
-                return Err(Error::InvalidOption(format!(
-                    "cannot purge {s} tasks: only terminal states (succeeded, dead, canceled, expired)"
-                )));
-            }
-            Some(s) => vec![s],
-            None => TaskState::ALL
-                .into_iter()
-                .filter(|s| s.is_terminal())
-                .collect(),
-        };
+        let states = purge_states(state)?;
         let age_secs = older_than.as_secs();
         let mut total = 0;
         let res = self.purge_run(&states, age_secs, &mut total).await;
@@ -1085,6 +1129,20 @@ impl Client {
             }
         }
         Ok(())
+    }
+}
+
+/// The states [`Client::purge`] deletes: `state`, which must be terminal, or every terminal one.
+fn purge_states(state: Option<TaskState>) -> Result<Vec<TaskState>> {
+    match state {
+        Some(s) if !s.is_terminal() => Err(Error::InvalidOption(format!(
+            "cannot purge {s} tasks: only terminal states (succeeded, dead, canceled, expired)"
+        ))),
+        Some(s) => Ok(vec![s]),
+        None => Ok(TaskState::ALL
+            .into_iter()
+            .filter(|s| s.is_terminal())
+            .collect()),
     }
 }
 

@@ -65,7 +65,7 @@ impl TaskContext {
     pub fn cancel_signal(&self) -> &CancelSignal {
         &self.cancel
     }
-    /// The trace context recorded when the task was enqueued (see [`crate::set_trace_context_hook`]).
+    /// The trace context recorded when the task was enqueued (see [`crate::settings::set_trace_context_hook`]).
     pub fn trace_context(&self) -> Option<&str> {
         self.trace_context.as_deref()
     }

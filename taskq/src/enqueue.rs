@@ -212,7 +212,7 @@ impl<T: Task> Enqueue<T> {
         self
     }
     /// Records this trace context (e.g. a W3C `traceparent`) instead of asking the hook set
-    /// with [`set_trace_context_hook`](crate::set_trace_context_hook).
+    /// with [`set_trace_context_hook`](crate::settings::set_trace_context_hook).
     pub fn with_trace_context(mut self, context: impl Into<String>) -> Self {
         self.trace_context = Some(context.into());
         self
@@ -239,7 +239,7 @@ impl<T: Task> Enqueue<T> {
         Ok(out)
     }
 
-    fn prepare(self) -> Result<Prepared> {
+    pub(crate) fn prepare(self) -> Result<Prepared> {
         self.prepare_with(crate::trace::capture)
     }
 
@@ -336,7 +336,7 @@ impl Prepared {
 
     /// Inserts the row. `clock` caches the database clock (µs since the epoch) for windowed
     /// identities: read on first need, reused by the rest of an `enqueue_many` call.
-    async fn insert(
+    pub(crate) async fn insert(
         &self,
         conn: &mut MySqlConnection,
         clock: &mut Option<i64>,

@@ -40,6 +40,19 @@ pub enum Error {
     /// The payload could not be serialized to JSON.
     #[error("payload does not serialize to JSON: {0}")]
     Serialize(#[source] serde_json::Error),
+    /// No task with this name is registered in this binary ([`registration`](crate::registry::registration)).
+    #[error("no task named {0:?} is registered in this binary")]
+    UnknownTask(String),
+    /// A JSON payload does not decode into the named task's payload type
+    /// ([`Registration::enqueue_json`](crate::registry::Registration::enqueue_json)).
+    #[error("payload does not decode as task {name:?}: {source}")]
+    InvalidPayload {
+        /// The task name.
+        name: String,
+        /// serde's error (what is missing or mistyped, and where).
+        #[source]
+        source: serde_json::Error,
+    },
     /// A delay or run-at time is outside the accepted range.
     #[error("invalid schedule: {0}")]
     InvalidSchedule(String),
@@ -158,6 +171,12 @@ impl Error {
                 .field("limit", limit)
                 .finish(),
             Error::Serialize(e) => f.debug_tuple("Serialize").field(e).finish(),
+            Error::UnknownTask(name) => f.debug_tuple("UnknownTask").field(name).finish(),
+            Error::InvalidPayload { name, source } => f
+                .debug_struct("InvalidPayload")
+                .field("name", name)
+                .field("source", source)
+                .finish(),
             Error::InvalidSchedule(m) => f.debug_tuple("InvalidSchedule").field(m).finish(),
             Error::InvalidCron { schedule, reason } => f
                 .debug_struct("InvalidCron")
@@ -515,7 +534,7 @@ impl TaskError {
     /// Bounded: once the task has snoozed [`Task::MAX_SNOOZES`](crate::Task::MAX_SNOOZES)
     /// times (default 100), a further snooze counts as a failed attempt (retried after
     /// `delay`, `dead` when attempts are exhausted), with the reason in `last_error`. The delay
-    /// is clamped to [`MAX_DELAY`](crate::MAX_DELAY).
+    /// is clamped to [`MAX_DELAY`](crate::limits::MAX_DELAY).
     ///
     /// ```
     /// # use std::time::Duration;

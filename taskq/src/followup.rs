@@ -76,7 +76,7 @@ impl FollowUp {
     /// The follow-up that enqueues `task` with its task's settings. A task that does not
     /// serialize (or has an invalid name or queue) is reported when the end is written: the
     /// task still ends, without a follow-up, and the error is logged and counted
-    /// ([`StatsSnapshot::follow_up_errors`](crate::StatsSnapshot::follow_up_errors)).
+    /// ([`StatsSnapshot::follow_up_errors`](crate::worker::StatsSnapshot::follow_up_errors)).
     pub fn new<T: Task>(task: T) -> Self {
         let checked = validate_name("task name", T::NAME, MAX_NAME_LEN)
             .and_then(|()| validate_name("queue name", T::QUEUE, MAX_QUEUE_LEN))

@@ -7,6 +7,7 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use crate::context::{StateRequirement, TaskContext};
+use crate::enqueue::{AsConnection, Enqueue, Enqueued, Prepared};
 use crate::error::{Error, Result, TaskError};
 use crate::followup::{OnDead, OnSuccess};
 use crate::retry::Backoff;
@@ -36,6 +37,24 @@ pub struct Registration {
     pub(crate) on_dead: Option<OnDead>,
     /// [`Task::ON_SUCCESS`].
     pub(crate) on_success: Option<OnSuccess>,
+    /// Decodes a JSON payload as the task and validates it for an enqueue.
+    pub(crate) prepare_json: fn(&[u8], &JsonEnqueueOptions) -> Result<Prepared>,
+}
+
+/// Per-enqueue overrides for [`Registration::enqueue_json`]; `None` keeps the task's own
+/// setting (its queue, priority, max attempts; no delay, no idempotency key).
+#[derive(Debug, Clone, Default)]
+pub struct JsonEnqueueOptions {
+    /// Another queue than the task's.
+    pub queue: Option<String>,
+    /// Another priority (lower runs first).
+    pub priority: Option<i16>,
+    /// Another number of attempts (at least 1).
+    pub max_attempts: Option<u32>,
+    /// Runs no earlier than this long after the insert (database clock).
+    pub delay: Option<Duration>,
+    /// At most one task per (task name, key); see [`Enqueue::with_idempotency_key`].
+    pub idempotency_key: Option<String>,
 }
 
 impl std::fmt::Debug for Registration {
@@ -56,6 +75,30 @@ fn run_erased<T: Task>(
     Ok(Box::pin(task.run(cx)))
 }
 
+fn prepare_json_erased<T: Task>(payload: &[u8], o: &JsonEnqueueOptions) -> Result<Prepared> {
+    let task: T = serde_json::from_slice(payload).map_err(|source| Error::InvalidPayload {
+        name: T::NAME.to_owned(),
+        source,
+    })?;
+    let mut e = Enqueue::new(task);
+    if let Some(q) = &o.queue {
+        e = e.with_queue(q.clone());
+    }
+    if let Some(p) = o.priority {
+        e = e.with_priority(p);
+    }
+    if let Some(n) = o.max_attempts {
+        e = e.with_max_attempts(n);
+    }
+    if let Some(d) = o.delay {
+        e = e.with_delay(d);
+    }
+    if let Some(k) = &o.idempotency_key {
+        e = e.with_idempotency_key(k.clone());
+    }
+    e.prepare()
+}
+
 fn schedule_erased<T: Task>() -> Option<Result<ScheduleDef>> {
     T::schedule().map(|s| s.into_def(Declared::Task))
 }
@@ -73,6 +116,7 @@ impl Registration {
             required_state: T::required_state,
             run: run_erased::<T>,
             schedule: schedule_erased::<T>,
+            prepare_json: prepare_json_erased::<T>,
             on_dead: T::ON_DEAD,
             on_success: T::ON_SUCCESS,
         }
@@ -89,6 +133,42 @@ impl Registration {
     pub fn type_name(&self) -> &'static str {
         (self.type_name)()
     }
+
+    /// Enqueues this task from a JSON payload (e.g. one received over HTTP from a service in
+    /// another language), on its own (autocommit), and wakes this process's workers for its
+    /// queue.
+    ///
+    /// The payload is first decoded into the task's payload type, so one that does not fit
+    /// gives [`Error::InvalidPayload`] with serde's message and inserts nothing; the row then
+    /// stores the task's own serialization of the decoded value (unknown fields dropped,
+    /// defaults filled), with the task's declared options (queue, priority, max attempts,
+    /// TTL, unique identity) unless `options` overrides them. Every check of
+    /// [`Enqueue::enqueue`] applies (names, payload size, options).
+    pub async fn enqueue_json(
+        &self,
+        pool: &sqlx::MySqlPool,
+        payload: &[u8],
+        options: &JsonEnqueueOptions,
+    ) -> Result<Enqueued> {
+        let mut conn = pool.acquire().await?;
+        let out = self.enqueue_json_tx(&mut conn, payload, options).await?;
+        crate::wake::notify(options.queue.as_deref().unwrap_or(self.queue));
+        Ok(out)
+    }
+
+    /// Like [`enqueue_json`](Self::enqueue_json), on the caller's transaction or connection
+    /// (never begins, commits or rolls back; see [`Enqueue::enqueue_tx`]). Call
+    /// [`notify`](crate::notify) for the queue after committing to wake this process's
+    /// workers at once.
+    pub async fn enqueue_json_tx<C: AsConnection + ?Sized>(
+        &self,
+        conn: &mut C,
+        payload: &[u8],
+        options: &JsonEnqueueOptions,
+    ) -> Result<Enqueued> {
+        let prepared = (self.prepare_json)(payload, options)?;
+        prepared.insert(conn.as_connection(), &mut None).await
+    }
 }
 
 inventory::collect!(Registration);
@@ -99,6 +179,26 @@ pub fn registered() -> Vec<Registration> {
         .into_iter()
         .copied()
         .collect()
+}
+
+/// The task registered with `#[task]` in this binary under `name`, if any (the first one found
+/// if several types share the name; a worker refuses to start in that case).
+///
+/// ```no_run
+/// # async fn f(pool: sqlx::MySqlPool) -> taskq::Result<()> {
+/// let task = taskq::registry::registration("order_export")
+///     .ok_or_else(|| taskq::Error::UnknownTask("order_export".into()))?;
+/// let queued = task
+///     .enqueue_json(&pool, br#"{"order_id": 42}"#, &Default::default())
+///     .await?;
+/// println!("task {} on queue {}", queued.id, task.queue());
+/// # Ok(()) }
+/// ```
+pub fn registration(name: &str) -> Option<Registration> {
+    inventory::iter::<Registration>
+        .into_iter()
+        .find(|r| r.name == name)
+        .copied()
 }
 
 /// Handlers by name; fails when two registrations share a name (naming both types).

@@ -363,6 +363,87 @@ impl Store {
         .await
     }
 
+    /// Tasks matching `f` with `id < before_id`, newest id first (the dashboard's keyset page).
+    pub(crate) async fn task_list_desc(
+        &self,
+        f: &TaskFilter<'_>,
+        before_id: u64,
+        limit: u32,
+    ) -> sqlx::Result<Vec<TaskInfo>> {
+        let state = f.state.map(TaskState::as_str);
+        sqlx::query_as!(
+            TaskInfo,
+            r#"SELECT id AS "id: TaskId", queue, name, payload, state AS "state: TaskState", priority AS "priority: i16",
+                 attempt AS "attempt: u32", max_attempts AS "max_attempts: u32",
+                 run_at AS "run_at: DateTime<Utc>", lease_until AS "lease_until: DateTime<Utc>",
+                 lease_epoch AS "lease_epoch: u64", worker_id, idempotency_key, trace_context, last_error,
+                 LOWER(HEX(unique_key)) AS "unique_key: String",
+                 EXISTS (SELECT 1 FROM taskq_unique u WHERE u.unique_key = taskq_tasks.unique_key
+                           AND u.task_id = taskq_tasks.id) AS "unique_held!: bool",
+                 created_at AS "created_at: DateTime<Utc>", updated_at AS "updated_at: DateTime<Utc>",
+                 finished_at AS "finished_at: DateTime<Utc>", snoozes AS "snoozes: u32",
+                 deadline AS "deadline: DateTime<Utc>", attempted_at AS "attempted_at: DateTime<Utc>"
+               FROM taskq_tasks
+               WHERE id < ? AND (? IS NULL OR queue = ?) AND (? IS NULL OR state = ?)
+                 AND (? IS NULL OR name = ?)
+               ORDER BY id DESC LIMIT ?"#,
+            before_id,
+            f.queue,
+            f.queue,
+            state,
+            state,
+            f.name,
+            f.name,
+            limit,
+        )
+        .fetch_all(&self.pool)
+        .await
+    }
+
+    /// Terminal tasks per state and minute over the last `minutes` minutes (database clock):
+    /// `(state, minutes ago, count)`, minute 0 being the last 60 seconds. A covering range read
+    /// of `ix_taskq_finished` per state.
+    pub(crate) async fn task_finished_per_minute(
+        &self,
+        minutes: u32,
+    ) -> sqlx::Result<Vec<(TaskState, u32, u64)>> {
+        let rows = sqlx::query!(
+            r#"SELECT state AS "state!: TaskState",
+                 CAST(TIMESTAMPDIFF(MINUTE, finished_at, UTC_TIMESTAMP(6)) AS UNSIGNED) AS "ago!: u64",
+                 CAST(COUNT(*) AS UNSIGNED) AS "n!: u64"
+               FROM taskq_tasks
+               WHERE state IN ('succeeded', 'dead', 'canceled', 'expired')
+                 AND finished_at > UTC_TIMESTAMP(6) - INTERVAL ? MINUTE
+               GROUP BY state, 2"#,
+            minutes
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .filter(|r| r.ago < u64::from(minutes))
+            .map(|r| (r.state, r.ago as u32, r.n))
+            .collect())
+    }
+
+    /// How many tasks in terminal `state` finished more than `age_secs` ago (what
+    /// [`task_prune`](Self::task_prune) would delete).
+    pub(crate) async fn task_prune_count(
+        &self,
+        state: TaskState,
+        age_secs: u64,
+    ) -> sqlx::Result<u64> {
+        let n = sqlx::query_scalar!(
+            r#"SELECT COUNT(*) AS "n: i64" FROM taskq_tasks
+               WHERE state = ? AND finished_at < UTC_TIMESTAMP(6) - INTERVAL ? SECOND"#,
+            state.as_str(),
+            age_secs
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(n.max(0) as u64)
+    }
+
     /// Number of tasks matching `f`.
     pub(crate) async fn task_count(&self, f: &TaskFilter<'_>) -> sqlx::Result<u64> {
         let state = f.state.map(TaskState::as_str);

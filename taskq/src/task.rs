@@ -104,6 +104,8 @@ pub trait Task: Serialize + DeserializeOwned + Send + Sync + 'static {
     fn run(self, cx: TaskContext) -> impl Future<Output = Result<(), TaskError>> + Send;
 
     /// Application state this task extracts from its context, checked at worker start-up.
+    /// Written by `#[task]` for its `State<T>` parameters; not meant to be implemented by hand.
+    #[doc(hidden)]
     fn required_state() -> Vec<StateRequirement> {
         Vec::new()
     }

@@ -12,7 +12,7 @@
 //!
 //! With OpenTelemetry the producer hook is typically:
 //! ```ignore
-//! taskq::set_trace_context_hook(|| {
+//! taskq::settings::set_trace_context_hook(|| {
 //!     use opentelemetry::propagation::TextMapPropagator;
 //!     use tracing_opentelemetry::OpenTelemetrySpanExt;
 //!     let mut carrier = std::collections::HashMap::new();

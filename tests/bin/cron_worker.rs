@@ -41,7 +41,7 @@ async fn main() {
         .queue(cron_support::FLEET_QUEUE, 8)
         .worker_id(*id)
         .poll_interval(Duration::from_millis(20), Duration::from_millis(200))
-        .retention(taskq::Retention::disabled())
+        .retention(taskq::worker::Retention::disabled())
         .shutdown_timeout(Duration::from_secs(5))
         .build()
         .expect("valid worker settings");

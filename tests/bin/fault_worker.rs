@@ -55,7 +55,7 @@ async fn main() {
         .shutdown_timeout(ms("shutdown-ms", 5000))
         .poll_interval(Duration::from_millis(10), Duration::from_millis(100))
         .cancel_grace(Duration::from_millis(500))
-        .retention(taskq::Retention::disabled())
+        .retention(taskq::worker::Retention::disabled())
         .state(pool.clone())
         .build()
         .expect("valid worker settings");

@@ -42,7 +42,7 @@ async fn main() {
         .queue(limits_support::QUEUE, concurrency)
         .worker_id(*id)
         .poll_interval(Duration::from_millis(10), Duration::from_millis(100))
-        .retention(taskq::Retention::disabled())
+        .retention(taskq::worker::Retention::disabled())
         .shutdown_timeout(Duration::from_secs(5))
         .build()
         .expect("valid worker settings");

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use sqlx::MySqlPool;
 use sqlx::mysql::MySqlPoolOptions;
-use taskq::{StatsSnapshot, Task};
+use taskq::{Task, worker::StatsSnapshot};
 use taskq_tests::proxy::{ChaosProxy, HEARTBEAT_SQL};
 use taskq_tests::{RunningWorker, fast_worker};
 
@@ -277,7 +277,7 @@ pub struct LoadRun {
     pub tasks: u32,
     pub rows: Vec<Row>,
     pub seen: HashMap<u64, Vec<Exec>>,
-    pub reports: Vec<taskq::ShutdownReport>,
+    pub reports: Vec<taskq::worker::ShutdownReport>,
     /// Succeeded when the fault was injected.
     pub done_at_fault: i64,
     /// Total wall time, and from the end of the fault until the last task succeeded.
@@ -630,7 +630,7 @@ pub struct BadRun {
     pub cases: Vec<BadCase>,
     pub good: Vec<u64>,
     pub good_rows: Vec<Row>,
-    pub report: taskq::ShutdownReport,
+    pub report: taskq::worker::ShutdownReport,
 }
 
 impl BadRun {
@@ -720,7 +720,7 @@ pub async fn bad_data(db: &FaultDb, good: u32) -> BadRun {
     );
     enqueue_good(good / 4).await;
     // {"text":"..."} is 11 bytes of framing.
-    let limit = taskq::payload_limit();
+    let limit = taskq::settings::payload_limit();
     add(
         "payload_at_limit",
         Some(
@@ -861,7 +861,7 @@ pub struct PoisonRun {
     /// Ordinary tasks per second while the poison misbehaved.
     pub throughput: f64,
     pub elapsed: Duration,
-    pub report: taskq::ShutdownReport,
+    pub report: taskq::worker::ShutdownReport,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

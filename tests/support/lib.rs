@@ -156,9 +156,9 @@ pub mod server;
 /// A worker running in the background of a test, stopped by [`RunningWorker::stop`].
 pub struct RunningWorker {
     stop: Option<tokio::sync::oneshot::Sender<()>>,
-    handle: tokio::task::JoinHandle<taskq::Result<taskq::ShutdownReport>>,
+    handle: tokio::task::JoinHandle<taskq::Result<taskq::worker::ShutdownReport>>,
     /// Live counters.
-    pub stats: std::sync::Arc<taskq::WorkerStats>,
+    pub stats: std::sync::Arc<taskq::worker::WorkerStats>,
     /// The worker id.
     pub id: String,
 }
@@ -184,7 +184,7 @@ impl RunningWorker {
     }
 
     /// Signals shutdown and waits for the report.
-    pub async fn stop(mut self) -> taskq::ShutdownReport {
+    pub async fn stop(mut self) -> taskq::worker::ShutdownReport {
         if let Some(tx) = self.stop.take() {
             let _ = tx.send(());
         }
@@ -218,6 +218,6 @@ pub fn fast_worker(pool: &MySqlPool) -> taskq::WorkerBuilder {
     taskq::Worker::builder(pool.clone())
         .poll_interval(Duration::from_millis(10), Duration::from_millis(100))
         .reaper_interval(Duration::from_millis(100))
-        .retention(taskq::Retention::disabled())
+        .retention(taskq::worker::Retention::disabled())
         .shutdown_timeout(Duration::from_secs(5))
 }

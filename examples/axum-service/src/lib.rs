@@ -10,7 +10,7 @@
 //! - One shutdown signal stops both: axum stops accepting and drains requests, the worker stops
 //!   claiming and finishes in-flight handlers (or releases them after its timeout).
 //! - `GET /healthz` is the probe an orchestrator polls: `200` with the worker's
-//!   [`HealthStatus`](taskq::HealthStatus) as JSON while the worker runs and its last database
+//!   [`HealthStatus`](taskq::worker::HealthStatus) as JSON while the worker runs and its last database
 //!   round trip is recent, `503` (same body) otherwise.
 
 use std::collections::BTreeMap;
@@ -22,7 +22,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use sqlx::MySqlPool;
-use taskq::{ShutdownReport, State, TaskContext, TaskError, Worker, WorkerHealth};
+use taskq::{State, TaskContext, TaskError, Worker, worker::ShutdownReport, worker::WorkerHealth};
 use tokio::sync::watch;
 
 /// Where the mail API lives (injected into handlers next to the HTTP client).
@@ -130,7 +130,7 @@ async fn provider_messages(
 /// "last_db_ok_ms_ago":112,"max_db_age_ms":30000}`.
 async fn healthz(
     AxumState(health): AxumState<WorkerHealth>,
-) -> (StatusCode, Json<taskq::HealthStatus>) {
+) -> (StatusCode, Json<taskq::worker::HealthStatus>) {
     let status = health.status();
     let code = if status.ready {
         StatusCode::OK

@@ -316,13 +316,13 @@ impl WorkerBuilder {
     /// observed, and one attempt may be observed by two workers (its fenced write-back here,
     /// its reap there). It runs on the worker's write-back loop, never inside a database
     /// transaction: keep it quick (hand slow work to a channel). A panicking observer is
-    /// caught, logged and counted ([`StatsSnapshot::observer_panics`](crate::StatsSnapshot::observer_panics));
+    /// caught, logged and counted ([`StatsSnapshot::observer_panics`](crate::worker::StatsSnapshot::observer_panics));
     /// the worker goes on.
     ///
-    /// [`TaskOutcome`]: crate::TaskOutcome
+    /// [`TaskOutcome`]: crate::worker::TaskOutcome
     pub fn on_outcome(
         mut self,
-        observer: impl Fn(&crate::OutcomeEvent) + Send + Sync + 'static,
+        observer: impl Fn(&super::OutcomeEvent) + Send + Sync + 'static,
     ) -> Self {
         self.observers.push(std::sync::Arc::new(observer));
         self

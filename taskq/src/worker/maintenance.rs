@@ -1,7 +1,7 @@
 //! Maintenance inside every worker: the reaper (expired leases back to pending, or to dead
 //! when attempts are exhausted) and retention (deleting old terminal tasks in small batches,
 //! the identities of unique windows that have ended, the `taskq_workers` rows of workers
-//! not seen for [`WORKER_ROW_RETENTION`](super::WORKER_ROW_RETENTION), and audit rows older
+//! not seen for [`WORKER_ROW_RETENTION`](crate::limits::WORKER_ROW_RETENTION), and audit rows older
 //! than the longest terminal-task retention).
 
 use std::collections::HashSet;
@@ -169,7 +169,7 @@ async fn prune(shared: &Shared) {
     }
     // Rows of workers not seen for a day (stopped, or gone without a goodbye).
     loop {
-        let age = super::WORKER_ROW_RETENTION.as_secs();
+        let age = crate::limits::WORKER_ROW_RETENTION.as_secs();
         match within!(shared, |c| shared.store.worker_prune(c, age, BATCH)).await {
             Ok(n) if n < u64::from(BATCH) || shared.stopping() => break,
             Ok(_) => tokio::time::sleep(Duration::from_millis(10)).await,

@@ -1,5 +1,7 @@
-//! The worker: claims due tasks, runs their handlers, renews leases, writes outcomes back,
-//! reaps expired leases, prunes old tasks and shuts down gracefully.
+//! The worker ([`Worker`], built by [`WorkerBuilder`]; both also at the crate root): claims
+//! due tasks, runs their handlers, renews leases, writes outcomes back, reaps expired leases,
+//! prunes old tasks and shuts down gracefully; and what it reports (stats, health, outcomes,
+//! the shutdown report).
 //!
 //! One [`Worker`] runs these cooperating loops on the tokio runtime:
 //! - `claim`: one loop per queue, claiming batches sized by free handler slots;
@@ -64,10 +66,6 @@ pub struct Worker {
     stats: Arc<WorkerStats>,
     health: Arc<health::HealthInner>,
 }
-
-/// Rows of `taskq_workers` not seen for this long (stopped, or gone without a goodbye) are
-/// deleted by any worker's maintenance (at the retention interval).
-pub const WORKER_ROW_RETENTION: Duration = Duration::from_secs(86_400);
 
 /// What happened at shutdown.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -103,7 +103,7 @@ fn main() {
     }
     .with_unique(taskq::Unique::payload());
     let _ = UniqueWindow {}.enqueue_options();
-    let _ = taskq::registered();
+    let _ = taskq::registry::registered();
     let _ = <RefreshReports as taskq::Task>::schedule();
     let _ = <PrivateNightly as taskq::Task>::schedule();
 }

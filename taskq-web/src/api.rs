@@ -1,0 +1,431 @@
+//! The JSON API under `api/v1`, and its OpenAPI 3 document.
+
+use std::collections::BTreeMap;
+
+use axum::Extension;
+use axum::Json;
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{MethodRouter, get, post};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use taskq::client::{Canceled, ListFilter, TaskInfo};
+use taskq::registry::JsonEnqueueOptions;
+use taskq::{Error, TaskId, TaskState};
+
+use crate::AppState;
+use crate::auth::ApiActor;
+
+/// The OpenAPI 3 document of the API (served at `api/v1/openapi.json`).
+pub(crate) const OPENAPI: &str = include_str!("openapi.json");
+
+/// The API's routes: (method, path relative to `api/v1`, handler). The router is built from
+/// this list, and a test checks it against the OpenAPI document both ways.
+fn routes() -> Vec<(Method, &'static str, MethodRouter<AppState>)> {
+    vec![
+        (Method::GET, "/openapi.json", get(openapi)),
+        (Method::GET, "/queues", get(queues)),
+        (Method::POST, "/queues/{queue}/pause", post(queue_pause)),
+        (Method::POST, "/queues/{queue}/resume", post(queue_resume)),
+        (Method::GET, "/tasks", get(task_list)),
+        (Method::POST, "/tasks", post(task_enqueue)),
+        (Method::GET, "/tasks/{id}", get(task_get)),
+        (Method::POST, "/tasks/{id}/cancel", post(task_cancel)),
+        (Method::POST, "/tasks/{id}/retry", post(task_retry)),
+        (Method::GET, "/task-names", get(task_names)),
+    ]
+}
+
+/// Every `(method, path)` the API serves, paths relative to `api/v1` (`/tasks/{id}`), in the
+/// form the OpenAPI document uses.
+pub fn api_routes() -> Vec<(&'static str, &'static str)> {
+    routes()
+        .into_iter()
+        .map(|(m, p, _)| {
+            let m = if m == Method::GET { "get" } else { "post" };
+            (m, p)
+        })
+        .collect()
+}
+
+pub(crate) fn router() -> Router<AppState> {
+    routes()
+        .into_iter()
+        .fold(Router::new(), |r, (_, path, handler)| {
+            r.route(path, handler)
+        })
+}
+
+/// `{"error": {"code": .., "message": ..}}` with `status`.
+pub(crate) fn error(status: StatusCode, code: &str, message: &str) -> Response {
+    (
+        status,
+        Json(json!({"error": {"code": code, "message": message}})),
+    )
+        .into_response()
+}
+
+/// The response for a failed client call.
+fn failure(e: &Error) -> Response {
+    let (status, code) = match e {
+        Error::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
+        Error::UnknownTask(_) => (StatusCode::NOT_FOUND, "unknown_task"),
+        Error::InvalidPayload { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_payload"),
+        Error::WrongState { .. } => (StatusCode::CONFLICT, "wrong_state"),
+        Error::UniqueHeld { .. } => (StatusCode::CONFLICT, "unique_held"),
+        Error::InvalidName { .. }
+        | Error::InvalidOption(_)
+        | Error::InvalidSchedule(_)
+        | Error::PayloadTooLarge { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "invalid"),
+        _ => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+    };
+    error(status, code, &e.to_string())
+}
+
+fn bad_request(message: &str) -> Response {
+    error(StatusCode::BAD_REQUEST, "bad_request", message)
+}
+
+async fn openapi() -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
+}
+
+// ----------------------------------------------------------------------------- queues
+
+#[derive(Serialize)]
+struct QueueJson {
+    queue: String,
+    paused: bool,
+    paused_at: Option<DateTime<Utc>>,
+    counts: BTreeMap<&'static str, u64>,
+    oldest_pending_run_at: Option<DateTime<Utc>>,
+}
+
+async fn queues(State(st): State<AppState>) -> Response {
+    let c = &st.client;
+    let loaded = tokio::try_join!(
+        c.stats(),
+        c.paused_queues(),
+        c.db_now(),
+        c.finished_per_minute(st.throughput_minutes)
+    );
+    let (stats, paused, now, per_minute) = match loaded {
+        Ok(v) => v,
+        Err(e) => return failure(&e),
+    };
+    let mut out: BTreeMap<String, QueueJson> = BTreeMap::new();
+    for s in stats {
+        let q = out
+            .entry(s.queue.clone())
+            .or_insert_with(|| new_queue(&s.queue));
+        q.counts.insert(s.state.as_str(), s.count);
+        if s.state == TaskState::Pending {
+            q.oldest_pending_run_at = s.oldest_run_at;
+        }
+    }
+    for (queue, at) in paused {
+        let q = out
+            .entry(queue.clone())
+            .or_insert_with(|| new_queue(&queue));
+        q.paused = true;
+        q.paused_at = Some(at);
+    }
+    Json(json!({
+        "now": now,
+        "queues": out.into_values().collect::<Vec<_>>(),
+        "finished_per_minute": per_minute,
+    }))
+    .into_response()
+}
+
+fn new_queue(q: &str) -> QueueJson {
+    QueueJson {
+        queue: q.to_owned(),
+        paused: false,
+        paused_at: None,
+        counts: TaskState::ALL.iter().map(|s| (s.as_str(), 0)).collect(),
+        oldest_pending_run_at: None,
+    }
+}
+
+async fn queue_pause(
+    State(st): State<AppState>,
+    Extension(actor): Extension<ApiActor>,
+    Path(queue): Path<String>,
+) -> Response {
+    match st
+        .client
+        .clone()
+        .with_actor(actor.0)
+        .pause_queue(&queue)
+        .await
+    {
+        Ok(()) => Json(json!({"queue": queue, "paused": true})).into_response(),
+        Err(e) => failure(&e),
+    }
+}
+
+async fn queue_resume(
+    State(st): State<AppState>,
+    Extension(actor): Extension<ApiActor>,
+    Path(queue): Path<String>,
+) -> Response {
+    match st
+        .client
+        .clone()
+        .with_actor(actor.0)
+        .resume_queue(&queue)
+        .await
+    {
+        Ok(was) => {
+            Json(json!({"queue": queue, "paused": false, "was_paused": was})).into_response()
+        }
+        Err(e) => failure(&e),
+    }
+}
+
+// ----------------------------------------------------------------------------- tasks
+
+/// A task as the API shows it: every stored field, the payload as JSON (a string when it is
+/// not JSON), and why a dead task died.
+#[derive(Serialize)]
+struct TaskJson<'a> {
+    #[serde(flatten)]
+    info: &'a TaskInfo,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    payload: Option<Value>,
+    payload_bytes: usize,
+    dead_reason: Option<String>,
+}
+
+impl<'a> TaskJson<'a> {
+    fn new(info: &'a TaskInfo, with_payload: bool) -> Self {
+        let payload = with_payload.then(|| {
+            info.payload_json().unwrap_or_else(|_| {
+                Value::String(String::from_utf8_lossy(&info.payload).into_owned())
+            })
+        });
+        Self {
+            info,
+            payload,
+            payload_bytes: info.payload.len(),
+            dead_reason: info.dead_reason().map(|r| r.to_string()),
+        }
+    }
+}
+
+#[derive(Deserialize, Default)]
+struct ListParams {
+    queue: Option<String>,
+    name: Option<String>,
+    state: Option<String>,
+    order: Option<String>,
+    after: Option<u64>,
+    limit: Option<u32>,
+}
+
+async fn task_list(
+    State(st): State<AppState>,
+    params: Result<Query<ListParams>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let Ok(Query(p)) = params else {
+        return bad_request("invalid query: after and limit are numbers");
+    };
+    let state = match p
+        .state
+        .as_deref()
+        .filter(|s| !s.is_empty())
+        .map(str::parse::<TaskState>)
+    {
+        None => None,
+        Some(Ok(s)) => Some(s),
+        Some(Err(e)) => return bad_request(&e.to_string()),
+    };
+    let newest = match p.order.as_deref() {
+        None | Some("") | Some("newest") => true,
+        Some("oldest") => false,
+        Some(_) => return bad_request("order must be newest or oldest"),
+    };
+    let limit = p.limit.unwrap_or(st.page_size).clamp(1, st.max_page_size);
+    let filter = ListFilter {
+        queue: p.queue.filter(|s| !s.is_empty()),
+        name: p.name.filter(|s| !s.is_empty()),
+        state,
+        after_id: p.after.map(TaskId),
+        limit: Some(limit + 1),
+        newest_first: newest,
+    };
+    let mut tasks = match st.client.list(&filter).await {
+        Ok(t) => t,
+        Err(e) => return failure(&e),
+    };
+    let more = tasks.len() > limit as usize;
+    tasks.truncate(limit as usize);
+    let next = if more {
+        tasks.last().map(|t| t.id)
+    } else {
+        None
+    };
+    let items: Vec<TaskJson<'_>> = tasks.iter().map(|t| TaskJson::new(t, false)).collect();
+    Json(json!({"tasks": items, "next_after": next})).into_response()
+}
+
+async fn task_get(
+    State(st): State<AppState>,
+    id: Result<Path<u64>, axum::extract::rejection::PathRejection>,
+) -> Response {
+    let Ok(Path(id)) = id else {
+        return bad_request("the task id is a number");
+    };
+    let t = match st.client.get(TaskId(id)).await {
+        Ok(t) => t,
+        Err(e) => return failure(&e),
+    };
+    let attempts = match st.client.attempts(TaskId(id)).await {
+        Ok(a) => a,
+        Err(e) => return failure(&e),
+    };
+    let mut v = serde_json::to_value(TaskJson::new(&t, true)).unwrap_or_default();
+    v["attempts"] = serde_json::to_value(attempts).unwrap_or_default();
+    Json(v).into_response()
+}
+
+async fn task_cancel(
+    State(st): State<AppState>,
+    Extension(actor): Extension<ApiActor>,
+    id: Result<Path<u64>, axum::extract::rejection::PathRejection>,
+) -> Response {
+    let Ok(Path(id)) = id else {
+        return bad_request("the task id is a number");
+    };
+    match st
+        .client
+        .clone()
+        .with_actor(actor.0)
+        .cancel(TaskId(id))
+        .await
+    {
+        Ok(Canceled::Now) => Json(json!({"id": id, "result": "canceled"})).into_response(),
+        Ok(Canceled::Requested) => {
+            Json(json!({"id": id, "result": "cancel_requested"})).into_response()
+        }
+        Err(e) => failure(&e),
+    }
+}
+
+async fn task_retry(
+    State(st): State<AppState>,
+    Extension(actor): Extension<ApiActor>,
+    id: Result<Path<u64>, axum::extract::rejection::PathRejection>,
+) -> Response {
+    let Ok(Path(id)) = id else {
+        return bad_request("the task id is a number");
+    };
+    match st
+        .client
+        .clone()
+        .with_actor(actor.0)
+        .retry_dead(TaskId(id))
+        .await
+    {
+        Ok(()) => Json(json!({"id": id, "state": "pending"})).into_response(),
+        Err(e) => failure(&e),
+    }
+}
+
+/// The body of `POST /tasks`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EnqueueBody {
+    name: String,
+    #[serde(default)]
+    payload: Option<Value>,
+    queue: Option<String>,
+    priority: Option<i16>,
+    max_attempts: Option<u32>,
+    delay_ms: Option<u64>,
+    idempotency_key: Option<String>,
+}
+
+async fn task_enqueue(
+    State(st): State<AppState>,
+    Extension(actor): Extension<ApiActor>,
+    body: Bytes,
+) -> Response {
+    let b: EnqueueBody = match serde_json::from_slice(&body) {
+        Ok(b) => b,
+        Err(e) => return bad_request(&format!("invalid request body: {e}")),
+    };
+    let Some(reg) = taskq::registry::registration(&b.name) else {
+        return failure(&Error::UnknownTask(b.name));
+    };
+    let payload = b.payload.unwrap_or_else(|| json!({}));
+    let payload = match serde_json::to_vec(&payload) {
+        Ok(p) => p,
+        Err(e) => return bad_request(&e.to_string()),
+    };
+    let options = JsonEnqueueOptions {
+        queue: b.queue,
+        priority: b.priority,
+        max_attempts: b.max_attempts,
+        delay: b.delay_ms.map(std::time::Duration::from_millis),
+        idempotency_key: b.idempotency_key,
+    };
+    let queue = options
+        .queue
+        .clone()
+        .unwrap_or_else(|| reg.queue().to_owned());
+    let client = st.client.clone().with_actor(actor.0);
+    let enqueued = async {
+        let mut tx = client.pool().begin().await?;
+        let done = reg.enqueue_json_tx(&mut tx, &payload, &options).await?;
+        if !done.duplicate {
+            client
+                .record_audit(
+                    &mut tx,
+                    "enqueue",
+                    Some(done.id),
+                    Some(&queue),
+                    json!({"name": reg.name(), "via": "api"}),
+                )
+                .await?;
+        }
+        tx.commit().await?;
+        taskq::notify(&queue);
+        Ok::<_, Error>(done)
+    };
+    match enqueued.await {
+        Ok(done) => {
+            let status = if done.duplicate {
+                StatusCode::OK
+            } else {
+                StatusCode::CREATED
+            };
+            (
+                status,
+                Json(json!({
+                    "id": done.id,
+                    "duplicate": done.duplicate,
+                    "name": reg.name(),
+                    "queue": queue,
+                })),
+            )
+                .into_response()
+        }
+        Err(e) => failure(&e),
+    }
+}
+
+async fn task_names() -> Response {
+    let mut regs: Vec<Value> = taskq::registry::registered()
+        .iter()
+        .map(|r| json!({"name": r.name(), "queue": r.queue()}))
+        .collect();
+    regs.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
+    regs.dedup();
+    Json(json!({"tasks": regs})).into_response()
+}

@@ -1,0 +1,204 @@
+//! HTML building blocks: escaping, URL encoding, the page layout, value formatting.
+//!
+//! Every value that is not a literal of this crate goes through [`esc`] (text and attribute
+//! values alike, always inside double quotes) or [`url`] (query-string parts) before it is
+//! written into a page.
+
+use std::fmt::Write as _;
+
+use axum::http::StatusCode;
+use axum::response::{Html, IntoResponse, Response};
+use chrono::{DateTime, Utc};
+
+use crate::auth::{Ctx, Via};
+
+/// Escapes text for an HTML text node or a double-quoted attribute value.
+pub(crate) fn esc(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            '`' => out.push_str("&#96;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Percent-encodes a query-string value (the result is also safe inside an attribute).
+pub(crate) fn url(s: &str) -> String {
+    form_urlencoded::byte_serialize(s.as_bytes()).collect()
+}
+
+/// A hidden CSRF field for a form.
+pub(crate) fn csrf_field(ctx: &Ctx) -> String {
+    format!(
+        r#"<input type="hidden" name="csrf" value="{}">"#,
+        esc(&ctx.csrf)
+    )
+}
+
+/// A one-button POST form to `{root}{action}` with the given hidden fields.
+pub(crate) fn button(
+    ctx: &Ctx,
+    action: &str,
+    fields: &[(&str, &str)],
+    label: &str,
+    class: &str,
+) -> String {
+    let mut f = format!(
+        r#"<form method="post" action="{}{}" class="inline">"#,
+        esc(&ctx.root),
+        esc(action)
+    );
+    f.push_str(&csrf_field(ctx));
+    for (k, v) in fields {
+        let _ = write!(
+            f,
+            r#"<input type="hidden" name="{}" value="{}">"#,
+            esc(k),
+            esc(v)
+        );
+    }
+    let _ = write!(
+        f,
+        r#"<button type="submit" class="{}">{}</button></form>"#,
+        esc(class),
+        esc(label)
+    );
+    f
+}
+
+/// A stored time as stored (database clock, UTC), to the second.
+pub(crate) fn time(t: &DateTime<Utc>) -> String {
+    t.format("%Y-%m-%d %H:%M:%S UTC").to_string()
+}
+
+/// A stored time with microseconds, as stored.
+pub(crate) fn time_us(t: &DateTime<Utc>) -> String {
+    t.format("%Y-%m-%d %H:%M:%S%.6f UTC").to_string()
+}
+
+/// An optional time, `—` when absent.
+pub(crate) fn opt_time(t: &Option<DateTime<Utc>>) -> String {
+    t.as_ref().map_or_else(|| "—".into(), time_us)
+}
+
+/// A short human duration: `42s`, `3m 05s`, `2h 10m`, `3d 4h`.
+pub(crate) fn age(secs: i64) -> String {
+    let s = secs.max(0);
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m {:02}s", s / 60, s % 60),
+        3600..86_400 => format!("{}h {:02}m", s / 3600, (s % 3600) / 60),
+        _ => format!("{}d {}h", s / 86_400, (s % 86_400) / 3600),
+    }
+}
+
+/// At most `n` characters of `s` (escaped), with an ellipsis when cut.
+pub(crate) fn truncate(s: &str, n: usize) -> String {
+    let mut it = s.chars();
+    let head: String = it.by_ref().take(n).collect();
+    if it.next().is_some() {
+        format!("{}…", esc(&head))
+    } else {
+        esc(&head)
+    }
+}
+
+const CSS: &str = r#"
+body{font:14px/1.4 system-ui,sans-serif;margin:0;color:#1d1d1f;background:#fafafa}
+header{background:#24292f;color:#fff;padding:8px 16px;display:flex;gap:16px;align-items:center;flex-wrap:wrap}
+header a{color:#fff;text-decoration:none;font-weight:600}
+header form{margin:0}
+main{padding:16px;max-width:1400px}
+table{border-collapse:collapse;background:#fff;margin:8px 0 16px}
+th,td{border:1px solid #d0d7de;padding:4px 8px;text-align:left;vertical-align:top}
+th{background:#f3f4f6}
+td.n{text-align:right;font-variant-numeric:tabular-nums}
+pre{background:#fff;border:1px solid #d0d7de;padding:8px;white-space:pre-wrap;word-break:break-all;max-height:480px;overflow:auto}
+.inline{display:inline}
+.state-dead{color:#b3261e;font-weight:600}.state-running{color:#0550ae}.state-succeeded{color:#1a7f37}
+.badge{border-radius:4px;padding:1px 6px;background:#eee}
+.paused{background:#fff3cd;color:#7a5d00}
+.flash{background:#e6f4ea;border:1px solid #1a7f37;padding:6px 10px;margin-bottom:12px}
+.error{background:#fde7e9;border:1px solid #b3261e;padding:6px 10px;margin-bottom:12px}
+button{cursor:pointer}button.danger{color:#b3261e}
+.bar{display:inline-block;height:10px;background:#1a7f37}.bar.dead{background:#b3261e}.bar.canceled{background:#888}
+dl{display:grid;grid-template-columns:max-content auto;gap:4px 16px}dt{font-weight:600}dd{margin:0}
+form.filters input,form.filters select{margin-right:8px}
+"#;
+
+/// A complete page: `title` and `body` (already escaped HTML), with the navigation.
+/// `refresh` adds a `<meta http-equiv="refresh">` (no script).
+pub(crate) fn page(ctx: &Ctx, title: &str, body: &str, refresh: Option<u64>) -> String {
+    let root = esc(&ctx.root);
+    let home = esc(&ctx.home);
+    let mut h = String::with_capacity(body.len() + 2048);
+    h.push_str("<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">");
+    h.push_str("<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">");
+    if let Some(secs) = refresh {
+        let _ = write!(h, "<meta http-equiv=\"refresh\" content=\"{secs}\">");
+    }
+    let _ = write!(
+        h,
+        "<title>{} · taskq</title><style>{CSS}</style></head><body><header>",
+        esc(title)
+    );
+    let _ = write!(
+        h,
+        r#"<a href="{home}">taskq</a><a href="{root}tasks">Tasks</a><a href="{root}tasks?state=dead">Dead</a><a href="{root}tasks?state=running">Running</a>"#
+    );
+    let _ = write!(
+        h,
+        r#"<form method="get" action="{root}tasks"><input name="id" placeholder="task id" size="10" aria-label="task id"> <button type="submit">Go</button></form>"#
+    );
+    if ctx.read_only {
+        h.push_str(r#"<span class="badge paused">read-only</span>"#);
+    }
+    if ctx.via == Via::Session {
+        h.push_str(&button(ctx, "logout", &[], "Log out", ""));
+    }
+    h.push_str("</header><main>");
+    h.push_str(body);
+    h.push_str("</main></body></html>");
+    h
+}
+
+/// A page response with a status.
+pub(crate) fn respond(status: StatusCode, html: String) -> Response {
+    (status, Html(html)).into_response()
+}
+
+/// An error page: `message` is escaped here.
+pub(crate) fn error_page(ctx: &Ctx, status: StatusCode, message: &str) -> Response {
+    let body = format!(
+        r#"<h1>{}</h1><p class="error">{}</p><p><a href="{}">Back to the overview</a></p>"#,
+        status.as_u16(),
+        esc(message),
+        esc(&ctx.home)
+    );
+    respond(status, page(ctx, "Error", &body, None))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escapes_markup_and_quotes() {
+        assert_eq!(
+            esc(r#"<script>alert('x')</script>"&"#),
+            "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;&quot;&amp;"
+        );
+        assert_eq!(url("a b&c=d/é"), "a+b%26c%3Dd%2F%C3%A9");
+        assert_eq!(truncate("<abc>", 2), "&lt;a…");
+        assert_eq!(age(59), "59s");
+        assert_eq!(age(61), "1m 01s");
+        assert_eq!(age(3 * 86_400 + 7200), "3d 2h");
+    }
+}

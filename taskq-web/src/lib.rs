@@ -1,0 +1,282 @@
+//! # taskq-web
+//!
+//! A web dashboard and a JSON HTTP API for [taskq], as an [`axum::Router`] that mounts
+//! under any path prefix of an axum app (or runs on its own: `taskq web` in the CLI).
+//!
+//! - **Pages** (server-rendered HTML, no JavaScript): an overview (tasks per queue and state,
+//!   tasks finished per minute, oldest due pending task, paused queues, workers; it refreshes
+//!   itself), task lists filtered by queue, name and state with keyset pagination, a task
+//!   page, and the actions: retry a dead task, cancel, pause and resume a queue, and bulk
+//!   retry / cancel / purge by filter behind a confirmation page that shows the count first.
+//! - **API** under `api/v1/` (JSON; described by the OpenAPI 3 document at
+//!   `api/v1/openapi.json`): queue stats, list and get tasks, cancel, retry, pause, resume, and
+//!   enqueue a task by name with a JSON payload, checked against the tasks registered in the
+//!   serving binary ([`taskq::registry::registration`]).
+//! - **Safety**: authentication is on unless turned off explicitly
+//!   ([`DashboardBuilder::insecure_no_auth`]); a read-only mode hides and refuses every change;
+//!   every form POST carries a CSRF token; everything read from the database is HTML-escaped;
+//!   page sizes are capped and bulk changes run through taskq's batched bulk APIs.
+//!
+//! ```no_run
+//! use axum::Router;
+//!
+//! # async fn demo(pool: sqlx::MySqlPool) -> Result<(), Box<dyn std::error::Error>> {
+//! let dashboard = taskq_web::Dashboard::builder(pool)
+//!     .bearer_token(std::env::var("TASKQ_WEB_TOKEN")?)
+//!     .build()?;
+//! let app: Router = Router::new()
+//!     // .route("/", ...) your own routes
+//!     .nest("/ops/taskq", dashboard.router());
+//! # let _ = app;
+//! # Ok(()) }
+//! ```
+//!
+//! See `docs/dashboard.md` in the repository for the full guide.
+
+mod api;
+mod auth;
+mod html;
+mod pages;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use sqlx::MySqlPool;
+use taskq::Client;
+
+pub use api::api_routes;
+
+/// Default number of tasks on one page of a list.
+pub const DEFAULT_PAGE_SIZE: u32 = 50;
+/// Largest page size [`DashboardBuilder::max_page_size`] accepts.
+pub const MAX_PAGE_SIZE: u32 = 1_000;
+
+/// Why a [`DashboardBuilder`] was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError(String);
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "invalid dashboard configuration: {}", self.0)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// Configuration of a [`Dashboard`]; see [`Dashboard::builder`].
+#[derive(Debug, Clone)]
+#[must_use = "a DashboardBuilder does nothing until build() is called"]
+pub struct DashboardBuilder {
+    client: Client,
+    token: Option<String>,
+    basic: Option<(String, String)>,
+    no_auth: bool,
+    read_only: bool,
+    page_size: u32,
+    max_page_size: u32,
+    throughput_minutes: u32,
+    refresh: Duration,
+    secure_cookies: bool,
+    session_ttl: Duration,
+}
+
+/// The dashboard and API: build it with [`Dashboard::builder`], serve [`Dashboard::router`].
+/// Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Dashboard {
+    inner: Arc<Inner>,
+}
+
+/// What every handler reads.
+#[derive(Debug)]
+pub(crate) struct Inner {
+    pub(crate) client: Client,
+    pub(crate) auth: auth::Auth,
+    pub(crate) read_only: bool,
+    pub(crate) page_size: u32,
+    pub(crate) max_page_size: u32,
+    pub(crate) throughput_minutes: u32,
+    pub(crate) refresh_secs: u64,
+}
+
+pub(crate) type AppState = Arc<Inner>;
+
+impl Dashboard {
+    /// Starts a configuration on `pool` (a pool on the database taskq uses; a handful of
+    /// connections is plenty).
+    ///
+    /// Authentication is required by default: give a [`bearer_token`](DashboardBuilder::bearer_token)
+    /// and/or [`basic_auth`](DashboardBuilder::basic_auth) credentials, or turn it off with
+    /// [`insecure_no_auth`](DashboardBuilder::insecure_no_auth); otherwise
+    /// [`build`](DashboardBuilder::build) fails.
+    pub fn builder(pool: MySqlPool) -> DashboardBuilder {
+        Self::builder_with_client(Client::new(pool))
+    }
+
+    /// Like [`builder`](Self::builder), from a [`Client`].
+    pub fn builder_with_client(client: Client) -> DashboardBuilder {
+        DashboardBuilder {
+            client,
+            token: None,
+            basic: None,
+            no_auth: false,
+            read_only: false,
+            page_size: DEFAULT_PAGE_SIZE,
+            max_page_size: 200,
+            throughput_minutes: 15,
+            refresh: Duration::from_secs(5),
+            secure_cookies: false,
+            session_ttl: Duration::from_secs(12 * 3600),
+        }
+    }
+
+    /// The router: pages at its root (`/`, `/tasks`, `/tasks/{id}`, ...) and the API under
+    /// `/api/v1`. Serve it as it is, or mount it with `Router::nest("/some/prefix", ..)`:
+    /// every link, redirect and form action it emits is relative, so it works under any
+    /// prefix (including behind a proxy that strips one).
+    pub fn router(&self) -> Router {
+        let state = self.inner.clone();
+        let pages = pages::routes().route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            auth::guard,
+        ));
+        let api = api::router().route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            auth::api_guard,
+        ));
+        Router::new()
+            .merge(pages)
+            .nest("/api/v1", api)
+            .with_state(state)
+    }
+
+    /// Whether this dashboard refuses every change.
+    pub fn is_read_only(&self) -> bool {
+        self.inner.read_only
+    }
+}
+
+impl DashboardBuilder {
+    /// Accepts `Authorization: Bearer <token>` (API and pages), and the token on the login
+    /// page (which then sets a session cookie).
+    pub fn bearer_token(mut self, token: impl Into<String>) -> Self {
+        self.token = Some(token.into());
+        self
+    }
+
+    /// Accepts HTTP Basic credentials (`Authorization: Basic ..`; browsers ask for them), and
+    /// the same user and password on the login page.
+    pub fn basic_auth(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
+        self.basic = Some((user.into(), password.into()));
+        self
+    }
+
+    /// Serves everything without authentication. Only for a dashboard that something else
+    /// protects (an authenticating proxy, an auth layer of your app around the router, a
+    /// loopback-only listener on a single-user machine).
+    pub fn insecure_no_auth(mut self) -> Self {
+        self.no_auth = true;
+        self
+    }
+
+    /// Refuses every change (403) and shows no control that would make one.
+    pub fn read_only(mut self, read_only: bool) -> Self {
+        self.read_only = read_only;
+        self
+    }
+
+    /// Tasks per list page when the request does not say (default [`DEFAULT_PAGE_SIZE`]).
+    pub fn page_size(mut self, n: u32) -> Self {
+        self.page_size = n;
+        self
+    }
+
+    /// Most tasks one list page or API call returns, whatever the request asks (default 200,
+    /// at most [`MAX_PAGE_SIZE`]).
+    pub fn max_page_size(mut self, n: u32) -> Self {
+        self.max_page_size = n;
+        self
+    }
+
+    /// Minutes of finished-task counts the overview shows (default 15, 1 to 60).
+    pub fn throughput_minutes(mut self, minutes: u32) -> Self {
+        self.throughput_minutes = minutes;
+        self
+    }
+
+    /// How often the overview reloads itself (default 5 s; zero turns it off).
+    pub fn refresh_interval(mut self, every: Duration) -> Self {
+        self.refresh = every;
+        self
+    }
+
+    /// Marks the cookies `Secure` (sent over HTTPS only). Turn it on when the dashboard is
+    /// served over HTTPS, directly or through a proxy.
+    pub fn secure_cookies(mut self, secure: bool) -> Self {
+        self.secure_cookies = secure;
+        self
+    }
+
+    /// How long a login-page session lasts (default 12 hours).
+    pub fn session_ttl(mut self, ttl: Duration) -> Self {
+        self.session_ttl = ttl;
+        self
+    }
+
+    /// Checks the configuration.
+    pub fn build(self) -> Result<Dashboard, ConfigError> {
+        if self.token.as_deref().is_some_and(|t| t.trim().len() < 8) {
+            return Err(ConfigError(
+                "the bearer token must have at least 8 characters".into(),
+            ));
+        }
+        if let Some((user, password)) = &self.basic
+            && (user.is_empty() || user.contains(':') || password.is_empty())
+        {
+            return Err(ConfigError(
+                "basic auth needs a user without ':' and a non-empty password".into(),
+            ));
+        }
+        let has_credentials = self.token.is_some() || self.basic.is_some();
+        if !has_credentials && !self.no_auth {
+            return Err(ConfigError(
+                "no credentials: set bearer_token(..) and/or basic_auth(..), or opt out explicitly with insecure_no_auth()".into(),
+            ));
+        }
+        if has_credentials && self.no_auth {
+            return Err(ConfigError(
+                "insecure_no_auth() together with credentials: choose one".into(),
+            ));
+        }
+        if self.page_size == 0 || self.max_page_size == 0 || self.max_page_size > MAX_PAGE_SIZE {
+            return Err(ConfigError(format!(
+                "page sizes must be between 1 and {MAX_PAGE_SIZE}"
+            )));
+        }
+        if !(1..=60).contains(&self.throughput_minutes) {
+            return Err(ConfigError(
+                "throughput_minutes must be between 1 and 60".into(),
+            ));
+        }
+        if self.session_ttl.is_zero() {
+            return Err(ConfigError("session_ttl must not be zero".into()));
+        }
+        Ok(Dashboard {
+            inner: Arc::new(Inner {
+                client: self.client,
+                auth: auth::Auth::new(
+                    self.token,
+                    self.basic,
+                    self.secure_cookies,
+                    self.session_ttl,
+                ),
+                read_only: self.read_only,
+                page_size: self.page_size.min(self.max_page_size),
+                max_page_size: self.max_page_size,
+                throughput_minutes: self.throughput_minutes,
+                refresh_secs: self.refresh.as_secs(),
+            }),
+        })
+    }
+}

@@ -1,0 +1,423 @@
+//! The dashboard in a real browser: headless Chromium driven over WebDriver (Debian's
+//! `chromium` and `chromium-driver`), against a dashboard served on a loopback port and a
+//! real worker.
+//!
+//! - An operator signs in, sees a dead task, opens it, retries it, watches it succeed, and
+//!   pauses its queue; every step is checked on the page and in the database, and
+//!   screenshotted (see `support::browser::screenshot_dir`; `TASKQ_UPDATE_SCREENSHOTS=1`
+//!   refreshes the ones in `docs/dashboard/`).
+//! - Markup and script stored in names, queues, payloads and errors is shown as text and
+//!   never runs.
+//!
+//! Without chromedriver or Chromium installed the tests say they were skipped and pass, unless
+//! `TASKQ_REQUIRE_BROWSER=1` (CI) makes that a failure.
+
+mod support;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use serde_json::Value;
+use support::browser::Browser;
+use support::rows::{Row, insert_row, state_of_row};
+use support::{TOKEN, serve};
+use taskq::TaskError;
+use taskq_tests::{RunningWorker, fast_worker, wait_until};
+
+/// Whether the (pretend) payment gateway declines charges.
+static GATEWAY_DOWN: AtomicBool = AtomicBool::new(true);
+
+/// Charges an order: fails (and, with one attempt, dies) while the gateway is down.
+#[taskq::task(queue = "billing", max_attempts = 1)]
+async fn charge_card(order: u64, cents: u64) -> Result<(), TaskError> {
+    if GATEWAY_DOWN.load(Ordering::SeqCst) {
+        return Err(TaskError::msg(format!(
+            "payment gateway answered 503 Service Unavailable for order {order} ({cents} cents)"
+        )));
+    }
+    Ok(())
+}
+
+/// Mails a receipt: always succeeds.
+#[taskq::task(queue = "mail")]
+async fn send_receipt(order: u64) -> Result<(), TaskError> {
+    let _ = order;
+    Ok(())
+}
+
+/// The cells of the overview's row for `queue`, keyed by the column heading
+/// (`pending`, `dead`, `Status`, ...).
+async fn queue_row(b: &Browser, queue: &str) -> serde_json::Map<String, Value> {
+    let v = b
+        .eval(&format!(
+            r#"const t = document.getElementById('queues');
+               const r = t && [...t.rows].find(r => r.dataset.queue === {q});
+               if (!r) return null;
+               const out = {{}};
+               [...t.rows[0].cells].forEach((h, i) => out[h.innerText.trim()] = r.cells[i].innerText.trim());
+               return out;"#,
+            q = serde_json::to_string(queue).unwrap()
+        ))
+        .await;
+    match v {
+        Value::Object(m) => m,
+        other => panic!("no overview row for queue {queue:?}: {other}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_retries_a_dead_task_and_pauses_its_queue_in_chromium() {
+    let Some(b) = Browser::start("an_operator_retries_a_dead_task_and_pauses_its_queue").await
+    else {
+        return;
+    };
+    // Mounted under a prefix, as in an app that serves other routes; the overview reloads
+    // itself, but not while the test clicks.
+    let served = serve("/ops/taskq", |d| {
+        d.refresh_interval(Duration::from_secs(60))
+    })
+    .await;
+    let db = &served.db;
+    let worker = RunningWorker::spawn(
+        fast_worker(&db.pool)
+            .register::<ChargeCard>()
+            .register::<SendReceipt>(),
+    );
+    for order in 1040..1043 {
+        SendReceipt { order }.enqueue(&db.pool).await.unwrap();
+    }
+    let id = ChargeCard {
+        order: 1042,
+        cents: 1999,
+    }
+    .enqueue(&db.pool)
+    .await
+    .unwrap()
+    .id
+    .0;
+    wait_until(Duration::from_secs(15), "the charge to die", || async {
+        state_of_row(db, id).await.as_deref() == Some("dead")
+            && db.count("state = 'succeeded'").await == 3
+    })
+    .await;
+
+    // Signed out, every page is the sign-in form.
+    let text = b.open(&served.url("")).await;
+    assert!(text.contains("Sign in"), "{text}");
+    assert!(
+        !text.contains("billing"),
+        "nothing is shown before signing in: {text}"
+    );
+    b.screenshot("login.png").await;
+    b.type_into("input[name=token]", "not-the-token").await;
+    b.click("main form button[type=submit]").await;
+    assert!(b.text().await.contains("Wrong credentials."));
+    b.type_into("input[name=token]", TOKEN).await;
+    b.click("main form button[type=submit]").await;
+    b.wait_path("/ops/taskq").await; // sign-in leads to the overview
+    let text = b.text().await;
+    assert!(text.contains("Overview"), "{text}");
+    assert!(text.contains("Log out"), "a session shows a log-out button");
+
+    // The overview: the dead charge and the receipts, from the database.
+    let billing = queue_row(&b, "billing").await;
+    assert_eq!(billing["dead"], "1", "{billing:?}");
+    assert_eq!(billing["pending"], "0", "{billing:?}");
+    assert_eq!(billing["Status"], "active", "{billing:?}");
+    let mail = queue_row(&b, "mail").await;
+    assert_eq!(mail["succeeded"], "3", "{mail:?}");
+    b.screenshot("overview.png").await;
+
+    // The dead count links to the dead tasks of the queue; the list links to the task.
+    b.click(r#"tr[data-queue="billing"] a[href$="state=dead"]"#)
+        .await;
+    b.wait_path("/ops/taskq/tasks").await;
+    let rows = b
+        .eval("return [...document.querySelectorAll('#tasks tr')].slice(1).map(r => r.cells[0].innerText + ' ' + r.cells[2].innerText + ' ' + r.cells[3].innerText)")
+        .await;
+    assert_eq!(rows, serde_json::json!([format!("{id} charge_card dead")]));
+    b.screenshot("tasks-dead.png").await;
+    b.click(&format!("#tasks a[href$=\"tasks/{id}\"]")).await;
+    b.wait_path(&format!("/ops/taskq/tasks/{id}")).await;
+    assert_eq!(b.text_of("h1 span").await, "dead");
+    assert!(
+        b.text_of("#last-error")
+            .await
+            .contains("503 Service Unavailable for order 1042"),
+    );
+    let payload = b.text_of("#payload").await;
+    assert!(
+        payload.contains("\"order\": 1042") && payload.contains("\"cents\": 1999"),
+        "pretty JSON payload: {payload}"
+    );
+    b.screenshot("task-dead.png").await;
+
+    // The gateway is back: retry from the task page (a form POST with its CSRF token) and
+    // watch the task succeed, opening the task again as a person would.
+    GATEWAY_DOWN.store(false, Ordering::SeqCst);
+    b.click(&format!("form[action$=\"tasks/{id}/retry\"] button"))
+        .await;
+    b.wait_path(&format!("/ops/taskq/tasks/{id}")).await;
+    assert!(b.text().await.contains("Moved back to pending."));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let state = b.text_of("h1 span").await;
+        if state == "succeeded" {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the page still shows {state} after 15 s"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        b.open(&served.url(&format!("/tasks/{id}"))).await;
+    }
+    assert_eq!(state_of_row(db, id).await.as_deref(), Some("succeeded"));
+    let outcomes: String = sqlx::query_scalar(
+        "SELECT CAST(JSON_EXTRACT(attempts, '$[*].outcome') AS CHAR) FROM taskq_tasks WHERE id = ?",
+    )
+    .bind(id)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        serde_json::from_str::<Value>(&outcomes).unwrap(),
+        serde_json::json!(["failed", "succeeded"]),
+        "one failed attempt, one after the retry"
+    );
+    let audit: Vec<(String, String)> =
+        sqlx::query_as("SELECT actor, action FROM taskq_audit WHERE task_id = ? ORDER BY id")
+            .bind(id)
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(audit, [("web:session".to_owned(), "retry".to_owned())]);
+    let page = b.text().await;
+    assert!(
+        page.contains("web:session"),
+        "the page shows who retried it: {page}"
+    );
+    assert_eq!(
+        b.eval("return document.querySelectorAll('#attempts tr').length - 1")
+            .await,
+        2,
+        "both attempts are listed"
+    );
+    assert!(
+        b.client
+            .find(fantoccini::Locator::Css(&format!(
+                "form[action$=\"tasks/{id}/retry\"]"
+            )))
+            .await
+            .is_err(),
+        "no Retry button on a succeeded task"
+    );
+    b.open(&served.url(&format!("/tasks/{id}"))).await;
+    b.screenshot("task-succeeded.png").await;
+
+    // Pause the queue from the overview.
+    b.click("header a").await; // the "taskq" home link
+    b.wait_path("/ops/taskq").await;
+    b.click(r#"tr[data-queue="billing"] form[action$="queues/pause"] button"#)
+        .await;
+    b.wait_path("/ops/taskq").await;
+    let billing = queue_row(&b, "billing").await;
+    let status = billing["Status"].as_str().unwrap();
+    assert!(status.starts_with("paused since"), "{billing:?}");
+    let paused: Option<bool> =
+        sqlx::query_scalar("SELECT paused_at IS NOT NULL FROM taskq_queues WHERE queue = ?")
+            .bind("billing")
+            .fetch_optional(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(paused, Some(true), "taskq_queues has billing paused");
+    let audit: Vec<(String, String)> = sqlx::query_as(
+        "SELECT actor, action FROM taskq_audit WHERE queue = ? AND task_id IS NULL ORDER BY id",
+    )
+    .bind("billing")
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(audit, [("web:session".to_owned(), "pause".to_owned())]);
+    // The pause holds: a new charge waits, and the overview shows it waiting.
+    let waiting = ChargeCard {
+        order: 1043,
+        cents: 500,
+    }
+    .enqueue(&db.pool)
+    .await
+    .unwrap()
+    .id
+    .0;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(state_of_row(db, waiting).await.as_deref(), Some("pending"));
+    b.client.refresh().await.unwrap();
+    let billing = queue_row(&b, "billing").await;
+    assert_eq!(billing["pending"], "1", "{billing:?}");
+    assert_eq!(billing["succeeded"], "1", "{billing:?}");
+    assert!(
+        b.client
+            .find(fantoccini::Locator::Css(
+                r#"tr[data-queue="billing"] form[action$="queues/resume"] button"#
+            ))
+            .await
+            .is_ok(),
+        "a paused queue offers Resume"
+    );
+    b.screenshot("queue-paused.png").await;
+
+    // A form whose CSRF token does not match the cookie is refused, and changes nothing.
+    b.eval(
+        r#"const f = document.querySelector('tr[data-queue="billing"] form[action$="queues/resume"]');
+           f.querySelector('input[name=csrf]').value = '0'.repeat(64);
+           document.documentElement.dataset.taskqTestOld = '1';
+           f.submit(); return null;"#,
+    )
+    .await;
+    wait_until(Duration::from_secs(10), "the refusal page", || async {
+        b.text().await.contains("CSRF check failed")
+    })
+    .await;
+    let paused: Option<bool> =
+        sqlx::query_scalar("SELECT paused_at IS NOT NULL FROM taskq_queues WHERE queue = ?")
+            .bind("billing")
+            .fetch_optional(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(paused, Some(true), "still paused after a forged resume");
+
+    b.quit().await;
+    worker.stop().await;
+}
+
+/// What the stored values try to do; none of it may happen.
+const SCRIPT: &str = "<script>window.__pwned=1;alert('script')</script>";
+const ATTR: &str = r#""><img src=x onerror="window.__pwned=1;alert('img')">"#;
+const JS_LINK: &str = "javascript:window.__pwned=1;alert('link')";
+const CLOSE_PRE: &str =
+    r#"</pre><svg onload="window.__pwned=1"></svg><a href="javascript:window.__pwned=1">x</a>"#;
+
+/// Asserts that nothing injected runs or exists in the current page, and that every value in
+/// `literal` is on it as text.
+async fn assert_inert(b: &Browser, page: &str, literal: &[&str]) {
+    assert_eq!(b.open_dialog().await, None, "{page}: a dialog opened");
+    assert_eq!(
+        b.eval("return typeof window.__pwned").await,
+        "undefined",
+        "{page}: an injected script ran"
+    );
+    let injected = b
+        .eval(
+            "return [...document.querySelectorAll('script, img, svg, iframe, object, embed, [onerror], [onload], [onclick]')].map(e => e.outerHTML)",
+        )
+        .await;
+    assert_eq!(
+        injected,
+        serde_json::json!([]),
+        "{page}: markup from the database became elements"
+    );
+    let bad_links = b
+        .eval(
+            "return [...document.querySelectorAll('a[href], form[action]')].map(e => new URL(e.getAttribute('href') ?? e.getAttribute('action'), location.href).href).filter(u => !u.startsWith(location.origin + '/'))",
+        )
+        .await;
+    assert_eq!(
+        bad_links,
+        serde_json::json!([]),
+        "{page}: a link or form leaves the dashboard"
+    );
+    let text = b.text().await;
+    for l in literal {
+        assert!(
+            text.contains(l),
+            "{page}: {l:?} is not shown as text:\n{text}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stored_markup_is_shown_as_text_and_never_runs_in_chromium() {
+    let Some(b) = Browser::start("stored_markup_is_shown_as_text_and_never_runs").await else {
+        return;
+    };
+    let served = serve("", |d| d.refresh_interval(Duration::ZERO)).await;
+    let db = &served.db;
+    let payload = serde_json::json!({"note": SCRIPT, "html": ATTR, "link": JS_LINK}).to_string();
+    let error = format!("{CLOSE_PRE}{SCRIPT}{ATTR}");
+    let dead = insert_row(
+        db,
+        Row {
+            queue: SCRIPT,
+            name: ATTR,
+            payload: &payload,
+            state: "dead",
+            last_error: Some(&error),
+            worker_id: Some(ATTR),
+        },
+    )
+    .await;
+    let not_json = insert_row(
+        db,
+        Row {
+            queue: JS_LINK,
+            name: JS_LINK,
+            payload: CLOSE_PRE,
+            state: "pending",
+            ..Row::default()
+        },
+    )
+    .await;
+
+    // Sign in with the token (the session cookie carries on).
+    b.open(&served.url("/login")).await;
+    b.type_into("input[name=token]", TOKEN).await;
+    b.click("main form button[type=submit]").await;
+    b.wait_path("/").await;
+
+    b.open(&served.url("/")).await;
+    assert_inert(&b, "overview", &[SCRIPT, JS_LINK]).await;
+    // The queue link carries the name percent-encoded in its query, and leads to its list.
+    b.click(r#"#queues a[href^="./tasks?queue=javascript"]"#)
+        .await;
+    b.wait_path("/tasks").await;
+    assert_inert(&b, "list of the javascript: queue", &[JS_LINK]).await;
+    assert_eq!(
+        b.eval("return new URLSearchParams(location.search).get('queue')")
+            .await,
+        JS_LINK
+    );
+
+    b.open(&served.url("/tasks")).await;
+    assert_inert(&b, "task list", &[SCRIPT, ATTR, JS_LINK, CLOSE_PRE]).await;
+    b.open(&served.url(&format!("/tasks?queue={}", urlencode(SCRIPT))))
+        .await;
+    assert_inert(&b, "filtered list", &[SCRIPT, ATTR]).await;
+    assert_eq!(
+        b.eval("return document.querySelector('input[name=queue]').value")
+            .await,
+        SCRIPT,
+        "the filter field holds the queue name as typed"
+    );
+
+    b.open(&served.url(&format!("/tasks/{dead}"))).await;
+    assert_inert(&b, "dead task page", &[SCRIPT, ATTR, JS_LINK, CLOSE_PRE]).await;
+    assert_eq!(b.text_of("#last-error").await, error);
+    b.screenshot("escaping.png").await;
+    b.open(&served.url(&format!("/tasks/{not_json}"))).await;
+    assert_inert(
+        &b,
+        "task page with a non-JSON payload",
+        &[CLOSE_PRE, JS_LINK],
+    )
+    .await;
+    assert_eq!(b.text_of("#payload").await, CLOSE_PRE);
+
+    // Nothing the pages did changed the rows.
+    assert_eq!(state_of_row(db, dead).await.as_deref(), Some("dead"));
+    assert_eq!(state_of_row(db, not_json).await.as_deref(), Some("pending"));
+    b.quit().await;
+}
+
+fn urlencode(s: &str) -> String {
+    form_urlencoded::byte_serialize(s.as_bytes()).collect()
+}

@@ -1,0 +1,284 @@
+//! Helpers for the dashboard's HTTP tests: requests through `tower::ServiceExt::oneshot`
+//! against a fresh test database, and a dashboard served on an ephemeral port (for tests that
+//! drive it with a real HTTP client or browser).
+
+#![allow(dead_code)]
+
+pub mod browser;
+pub mod rows;
+
+use std::net::SocketAddr;
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::{HeaderMap, Method, Request, StatusCode, header};
+use taskq_tests::TestDb;
+use taskq_web::{Dashboard, DashboardBuilder};
+use tower::ServiceExt as _;
+
+/// The bearer token the helpers configure.
+pub const TOKEN: &str = "test-token-0123456789";
+
+/// A response, read whole.
+#[derive(Debug)]
+pub struct Resp {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: String,
+}
+
+impl Resp {
+    /// The value the response sets for cookie `name` (`Set-Cookie: name=value; ...`).
+    pub fn set_cookie(&self, name: &str) -> Option<String> {
+        self.set_cookie_line(name)
+            .map(|l| l.split(';').next().unwrap()[name.len() + 1..].to_owned())
+    }
+    /// The whole `Set-Cookie` line for `name`.
+    pub fn set_cookie_line(&self, name: &str) -> Option<String> {
+        self.headers
+            .get_all(header::SET_COOKIE)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .find(|v| v.starts_with(&format!("{name}=")))
+            .map(str::to_owned)
+    }
+    pub fn location(&self) -> Option<&str> {
+        self.headers
+            .get(header::LOCATION)
+            .and_then(|v| v.to_str().ok())
+    }
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
+    }
+    /// Every `href="..."` and `action="..."` value in the page (HTML-unescaped `&amp;`).
+    pub fn links(&self) -> Vec<String> {
+        let mut out = vec![];
+        for attr in ["href=\"", "action=\""] {
+            let mut rest = self.body.as_str();
+            while let Some(i) = rest.find(attr) {
+                rest = &rest[i + attr.len()..];
+                let end = rest.find('"').unwrap();
+                out.push(rest[..end].replace("&amp;", "&"));
+                rest = &rest[end..];
+            }
+        }
+        out
+    }
+}
+
+/// How a test request authenticates.
+#[derive(Clone, Copy)]
+pub enum Cred<'a> {
+    None,
+    Bearer(&'a str),
+    Basic(&'a str, &'a str),
+}
+
+/// A dashboard router on a fresh database.
+pub struct App {
+    pub db: TestDb,
+    pub router: Router,
+}
+
+/// A router built by `configure` from a builder on a fresh database (with the bearer token
+/// [`TOKEN`] unless `configure` replaces the credentials).
+pub async fn app(configure: impl FnOnce(DashboardBuilder) -> DashboardBuilder) -> App {
+    let db = TestDb::new().await;
+    let router = configure(Dashboard::builder(db.pool.clone()))
+        .build()
+        .expect("valid dashboard configuration")
+        .router();
+    App { db, router }
+}
+
+/// A request through `router` (one `oneshot` call).
+pub async fn send(
+    router: &Router,
+    method: Method,
+    path: &str,
+    cred: Cred<'_>,
+    headers: &[(&str, &str)],
+    body: Option<(&str, String)>,
+) -> Resp {
+    let mut req = Request::builder().method(method).uri(path);
+    match cred {
+        Cred::None => {}
+        Cred::Bearer(t) => req = req.header(header::AUTHORIZATION, format!("Bearer {t}")),
+        Cred::Basic(u, p) => {
+            use base64::Engine as _;
+            let v = base64::engine::general_purpose::STANDARD.encode(format!("{u}:{p}"));
+            req = req.header(header::AUTHORIZATION, format!("Basic {v}"));
+        }
+    }
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let req = match body {
+        Some((ct, b)) => req.header(header::CONTENT_TYPE, ct).body(Body::from(b)),
+        None => req.body(Body::empty()),
+    }
+    .unwrap();
+    let resp = router.clone().oneshot(req).await.unwrap();
+    let status = resp.status();
+    let headers = resp.headers().clone();
+    let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    Resp {
+        status,
+        headers,
+        body: String::from_utf8_lossy(&bytes).into_owned(),
+    }
+}
+
+impl App {
+    /// GET with the bearer token.
+    pub async fn get(&self, path: &str) -> Resp {
+        send(
+            &self.router,
+            Method::GET,
+            path,
+            Cred::Bearer(TOKEN),
+            &[],
+            None,
+        )
+        .await
+    }
+
+    /// A CSRF token: the cookie a GET of `page` sets.
+    pub async fn csrf(&self, page: &str) -> String {
+        self.get(page)
+            .await
+            .set_cookie("taskq_csrf")
+            .expect("the page sets a CSRF cookie")
+    }
+
+    /// A form POST with the bearer token, a CSRF cookie and the same token in the form.
+    pub async fn post_form(&self, path: &str, fields: &[(&str, &str)]) -> Resp {
+        let token = self.csrf("/").await;
+        let mut all: Vec<(&str, &str)> = fields.to_vec();
+        all.push(("csrf", &token));
+        self.post_raw(path, &all, Some(&token)).await
+    }
+
+    /// A form POST with the bearer token and the given CSRF cookie (if any); `fields` as is.
+    pub async fn post_raw(
+        &self,
+        path: &str,
+        fields: &[(&str, &str)],
+        cookie: Option<&str>,
+    ) -> Resp {
+        let body = form(fields);
+        let c = cookie.map(|c| format!("taskq_csrf={c}"));
+        let mut headers = vec![];
+        if let Some(c) = &c {
+            headers.push(("cookie", c.as_str()));
+        }
+        send(
+            &self.router,
+            Method::POST,
+            path,
+            Cred::Bearer(TOKEN),
+            &headers,
+            Some(("application/x-www-form-urlencoded", body)),
+        )
+        .await
+    }
+
+    /// A JSON POST to the API with the bearer token.
+    pub async fn api_post(&self, path: &str, body: serde_json::Value) -> Resp {
+        send(
+            &self.router,
+            Method::POST,
+            path,
+            Cred::Bearer(TOKEN),
+            &[],
+            Some(("application/json", body.to_string())),
+        )
+        .await
+    }
+}
+
+/// `application/x-www-form-urlencoded` encoding of `fields`.
+pub fn form(fields: &[(&str, &str)]) -> String {
+    fields
+        .iter()
+        .map(|(k, v)| {
+            format!(
+                "{}={}",
+                form_urlencoded::byte_serialize(k.as_bytes()).collect::<String>(),
+                form_urlencoded::byte_serialize(v.as_bytes()).collect::<String>()
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
+/// A dashboard served over HTTP on an ephemeral loopback port, against a fresh test database;
+/// the server stops when this is dropped.
+pub struct Served {
+    /// Its address (`http://{addr}{prefix}/` is the overview).
+    pub addr: SocketAddr,
+    /// The mount prefix (`""` at the root).
+    pub prefix: String,
+    /// The database it shows.
+    pub db: TestDb,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl Served {
+    /// `http://127.0.0.1:port{prefix}{path}`.
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}{}", self.addr, self.prefix, path)
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
+
+/// Serves a dashboard configured by `configure` (bearer token [`TOKEN`] by default), mounted
+/// under `prefix` (`""`: at the root), on `127.0.0.1:0`.
+pub async fn serve(
+    prefix: &str,
+    configure: impl FnOnce(DashboardBuilder) -> DashboardBuilder,
+) -> Served {
+    let db = TestDb::new().await;
+    let dashboard = configure(Dashboard::builder(db.pool.clone()).bearer_token(TOKEN))
+        .build()
+        .expect("valid dashboard configuration");
+    let router = if prefix.is_empty() {
+        dashboard.router()
+    } else {
+        Router::new().nest(prefix, dashboard.router())
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move {
+        axum::serve(listener, router).await.unwrap();
+    });
+    Served {
+        addr,
+        prefix: prefix.to_owned(),
+        db,
+        server,
+    }
+}
+
+/// A plain HTTP/1.1 GET over a TCP stream (no client library): status and body.
+pub async fn raw_get(addr: SocketAddr, path: &str, auth: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let req = format!(
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: {auth}\r\nConnection: close\r\n\r\n"
+    );
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf).await.unwrap();
+    let text = String::from_utf8_lossy(&buf).into_owned();
+    let status = text[9..12].parse().unwrap();
+    let body = text.split_once("\r\n\r\n").map_or("", |x| x.1).to_owned();
+    (status, body)
+}
