@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use sqlx::MySqlPool;
 use sqlx::mysql::MySqlPoolOptions;
-use taskq::{StatsSnapshot, Task, TaskContext, TaskError};
+use taskq::worker::StatsSnapshot;
+use taskq::{Task, TaskContext, TaskError};
 use taskq_tests::galera::GaleraCluster;
 use taskq_tests::{RunningWorker, fast_worker, wait_until};
 
