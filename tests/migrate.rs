@@ -295,3 +295,63 @@ async fn migration_5_adds_unique_tasks_to_a_database_with_tasks() {
         .unwrap();
     assert_eq!(held, 0);
 }
+
+/// `taskq::create_database` and `taskq::connect`: the newcomer's path, with errors that say
+/// what to check.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connect_and_create_database_explain_what_failed() {
+    let db = TestDb::new().await; // the server answers
+    let name = format!("{}_made", db.name);
+    let url = format!("{}/{name}", taskq_tests::server_url().trim_end_matches('/'));
+
+    assert!(taskq::create_database(&url).await.unwrap(), "created");
+    assert!(
+        !taskq::create_database(&url).await.unwrap(),
+        "already there"
+    );
+    let pool = taskq::connect(&url).await.unwrap();
+    let current: String = sqlx::query_scalar("SELECT CAST(DATABASE() AS CHAR)")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(current, name);
+    taskq::migrate(&pool).await.unwrap();
+    pool.close().await;
+    sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE `{name}`")))
+        .execute(&db.pool)
+        .await
+        .unwrap();
+
+    // No server on the port: a sentence naming it and what to check.
+    let e = taskq::connect("mysql://root@127.0.0.1:1/x")
+        .await
+        .unwrap_err();
+    assert!(matches!(e, taskq::Error::Connect { .. }), "{e:?}");
+    let text = e.to_string();
+    assert!(
+        text.contains("127.0.0.1:1")
+            && text.contains("connection refused")
+            && text.contains("is the server running"),
+        "{text}"
+    );
+    let e = taskq::create_database("mysql://root@127.0.0.1:1/x")
+        .await
+        .unwrap_err();
+    assert!(matches!(e, taskq::Error::Connect { .. }), "{e:?}");
+
+    // A database that does not exist: say how to create it.
+    let missing = format!(
+        "{}/{}_missing",
+        taskq_tests::server_url().trim_end_matches('/'),
+        db.name
+    );
+    let e = taskq::connect(&missing).await.unwrap_err();
+    assert!(e.to_string().contains("CREATE DATABASE"), "{e}");
+
+    // Not a MySQL URL: a typed error, with the password hidden.
+    let e = taskq::connect("postgres://me:hunter2@localhost/db")
+        .await
+        .unwrap_err();
+    assert!(matches!(e, taskq::Error::Config(_)), "{e:?}");
+    assert!(!e.to_string().contains("hunter2"), "{e}");
+}

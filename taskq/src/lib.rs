@@ -33,6 +33,7 @@
 //! See `docs/` in the repository for the semantics, design and operations guides.
 
 pub mod client;
+mod connect;
 mod context;
 mod enqueue;
 mod error;
@@ -52,6 +53,7 @@ mod wake;
 pub mod worker;
 
 pub use client::Client;
+pub use connect::{connect, create_database};
 pub use context::{CancelReason, CancelSignal, FromTaskContext, State, StateMap, TaskContext};
 pub use enqueue::{AsConnection, Enqueue, Enqueued, IntoEnqueue, enqueue_many};
 pub use error::{Error, Result, ResultExt, TaskError, TaskErrorKind};

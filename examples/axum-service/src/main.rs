@@ -9,7 +9,7 @@ use example_axum_service::{Outbox, serve, setup};
 async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let url = std::env::var("DATABASE_URL")
         .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/taskq_example".into());
-    let pool = sqlx::MySqlPool::connect(&url).await?;
+    let pool = taskq::connect(&url).await?;
     setup(&pool).await?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {

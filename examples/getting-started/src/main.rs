@@ -1,7 +1,6 @@
 use std::time::Duration;
 
 use sqlx::MySqlPool;
-use sqlx::migrate::MigrateDatabase;
 use taskq::{ResultExt, State, TaskError};
 
 /// Sends the welcome mail of one user. Idempotent: a user already welcomed is a success, so
@@ -47,10 +46,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let url = std::env::var("DATABASE_URL")
         .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/taskq_getting_started".into());
-    if !sqlx::MySql::database_exists(&url).await? {
-        sqlx::MySql::create_database(&url).await?;
-    }
-    let pool = MySqlPool::connect(&url).await?;
+    // With no server answering, these say what to check (not sqlx's `Io(Os { .. })`).
+    taskq::create_database(&url).await?; // when missing; production databases are provisioned
+    let pool = taskq::connect(&url).await?;
     taskq::migrate(&pool).await?; // taskq's tables; safe at every start
     sqlx::query(
         "CREATE TABLE IF NOT EXISTS users (

@@ -11,7 +11,7 @@ use example_metrics::{BuildReport, install_exporter};
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let url = std::env::var("DATABASE_URL")
         .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/taskq_example".into());
-    let pool = sqlx::MySqlPool::connect(&url).await?;
+    let pool = taskq::connect(&url).await?;
     taskq::migrate(&pool).await?;
     let addr = "127.0.0.1:9464".parse()?;
     install_exporter(addr)?;

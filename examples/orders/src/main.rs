@@ -16,10 +16,7 @@
 use std::time::Duration;
 
 use sqlx::MySqlPool;
-use std::str::FromStr;
 
-use sqlx::ConnectOptions;
-use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
 use taskq::{State, TaskContext, TaskError, Worker};
 
 /// Settings the handler reads (shared state, injected by the worker).
@@ -185,22 +182,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     })?;
     let url = std::env::var("DATABASE_URL")
         .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/taskq_example".into());
-    let options = MySqlConnectOptions::from_str(&url)?;
-    let db = options
-        .get_database()
-        .filter(|d| !d.is_empty())
-        .unwrap_or("taskq_example")
-        .to_owned();
-    let mut admin = options.clone().database("").connect().await?;
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-        "CREATE DATABASE IF NOT EXISTS `{db}`"
-    )))
-    .execute(&mut admin)
-    .await?;
-    let pool = MySqlPoolOptions::new()
-        .max_connections(10)
-        .connect_with(options.database(&db))
-        .await?;
+    // Errors say what to check when no server answers (not sqlx's `Io(Os { .. })`).
+    taskq::create_database(&url).await?;
+    let pool = taskq::connect(&url).await?;
     taskq::migrate(&pool).await?;
     sqlx::query(
         "CREATE TABLE IF NOT EXISTS orders (
