@@ -424,6 +424,47 @@ impl Store {
             .collect())
     }
 
+    /// Attempts that ended `failed`, `timed_out`, `panicked` or `lease_lost` per outcome and
+    /// minute over the last `minutes` minutes (database clock), from the attempt histories:
+    /// `(outcome, minutes ago, count)`. Reads only the rows that can hold such an entry: pending
+    /// and running rows due after the window's start (an attempt that fails sets `run_at` to its
+    /// end plus the backoff, and nothing but `reschedule_at` moves it earlier), through
+    /// `ix_taskq_claim`, and terminal rows finished in the window, through `ix_taskq_finished`.
+    pub(crate) async fn task_failed_attempts_per_minute(
+        &self,
+        minutes: u32,
+    ) -> sqlx::Result<Vec<(String, u32, u64)>> {
+        let rows = sqlx::query!(
+            r#"SELECT j.outcome AS "outcome!: String",
+                 CAST(TIMESTAMPDIFF(MINUTE, j.finished_at, UTC_TIMESTAMP(6)) AS UNSIGNED) AS "ago!: u64",
+                 CAST(COUNT(*) AS UNSIGNED) AS "n!: u64"
+               FROM (SELECT attempts FROM taskq_tasks FORCE INDEX (ix_taskq_claim)
+                      WHERE state IN ('pending', 'running')
+                        AND run_at > UTC_TIMESTAMP(6) - INTERVAL ? MINUTE AND attempts IS NOT NULL
+                     UNION ALL
+                     SELECT attempts FROM taskq_tasks FORCE INDEX (ix_taskq_finished)
+                      WHERE state IN ('succeeded', 'dead', 'canceled', 'expired')
+                        AND finished_at > UTC_TIMESTAMP(6) - INTERVAL ? MINUTE AND attempts IS NOT NULL
+                    ) AS t,
+                    JSON_TABLE(t.attempts, '$[*]' COLUMNS (
+                        outcome VARCHAR(32) PATH '$.outcome',
+                        finished_at DATETIME(6) PATH '$.finished_at')) AS j
+               WHERE j.outcome IN ('failed', 'timed_out', 'panicked', 'lease_lost')
+                 AND j.finished_at > UTC_TIMESTAMP(6) - INTERVAL ? MINUTE
+               GROUP BY j.outcome, 2"#,
+            minutes,
+            minutes,
+            minutes
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .filter(|r| r.ago < u64::from(minutes))
+            .map(|r| (r.outcome, r.ago as u32, r.n))
+            .collect())
+    }
+
     /// How many tasks in terminal `state` finished more than `age_secs` ago (what
     /// [`task_prune`](Self::task_prune) would delete).
     pub(crate) async fn task_prune_count(
@@ -462,8 +503,60 @@ impl Store {
 }
 
 impl Store {
-    /// Counts by queue and state.
+    /// Counts by queue and state (ordered so), with the earliest `run_at` and `lease_until`:
+    /// [`task_stats_active`](Self::task_stats_active) then
+    /// [`task_stats_terminal`](Self::task_stats_terminal), on one connection.
     pub(crate) async fn task_stats(
+        &self,
+        conn: &mut MySqlConnection,
+    ) -> sqlx::Result<Vec<QueueStateCount>> {
+        let mut rows = self.task_stats_active(&mut *conn).await?;
+        rows.extend(self.task_stats_terminal(&mut *conn).await?);
+        let rank = |s: TaskState| TaskState::ALL.iter().position(|x| *x == s);
+        rows.sort_by(|a, b| (&a.queue, rank(a.state)).cmp(&(&b.queue, rank(b.state))));
+        Ok(rows)
+    }
+
+    /// Counts by queue of the pending and running tasks, with the earliest `run_at` (and, for
+    /// running tasks, the earliest `lease_until`): a covering range read of `ix_taskq_claim`
+    /// over those two states, plus the running rows themselves for their leases.
+    pub(crate) async fn task_stats_active(
+        &self,
+        conn: &mut MySqlConnection,
+    ) -> sqlx::Result<Vec<QueueStateCount>> {
+        let mut rows = sqlx::query_as!(
+            QueueStateCount,
+            r#"SELECT queue, state AS "state!: TaskState", CAST(COUNT(*) AS UNSIGNED) AS "count!: u64",
+                 MIN(run_at) AS "oldest_run_at: DateTime<Utc>",
+                 CAST(NULL AS DATETIME(6)) AS "earliest_lease_until: DateTime<Utc>"
+               FROM taskq_tasks FORCE INDEX (ix_taskq_claim)
+               WHERE state IN ('pending', 'running')
+               GROUP BY state, queue"#
+        )
+        .fetch_all(&mut *conn)
+        .await?;
+        let leases = sqlx::query!(
+            r#"SELECT queue, MIN(lease_until) AS "earliest: DateTime<Utc>"
+               FROM taskq_tasks FORCE INDEX (ix_taskq_claim)
+               WHERE state = 'running' GROUP BY queue"#
+        )
+        .fetch_all(&mut *conn)
+        .await?;
+        for l in leases {
+            if let Some(r) = rows
+                .iter_mut()
+                .find(|r| r.state == TaskState::Running && r.queue == l.queue)
+            {
+                r.earliest_lease_until = l.earliest;
+            }
+        }
+        Ok(rows)
+    }
+
+    /// Counts by queue of the tasks in terminal states, with the earliest `run_at`: a covering
+    /// read of `ix_taskq_claim`'s terminal ranges (every terminal task's index entry, but not
+    /// the rows).
+    pub(crate) async fn task_stats_terminal(
         &self,
         conn: &mut MySqlConnection,
     ) -> sqlx::Result<Vec<QueueStateCount>> {
@@ -471,8 +564,10 @@ impl Store {
             QueueStateCount,
             r#"SELECT queue, state AS "state!: TaskState", CAST(COUNT(*) AS UNSIGNED) AS "count!: u64",
                  MIN(run_at) AS "oldest_run_at: DateTime<Utc>",
-                 MIN(lease_until) AS "earliest_lease_until: DateTime<Utc>"
-               FROM taskq_tasks GROUP BY queue, state ORDER BY queue, state"#
+                 CAST(NULL AS DATETIME(6)) AS "earliest_lease_until: DateTime<Utc>"
+               FROM taskq_tasks FORCE INDEX (ix_taskq_claim)
+               WHERE state IN ('succeeded', 'dead', 'canceled', 'expired')
+               GROUP BY state, queue"#
         )
         .fetch_all(&mut *conn)
         .await
@@ -501,8 +596,9 @@ impl Store {
     }
 
     /// Ids (ascending, `> after_id`, at most `limit`) of tasks in `state` matching the bulk
-    /// filter, created at least `age_us` ago (database clock); with whether the task holds a
-    /// unique identity that only a one-row retry can take back (see `task_retry_dead`).
+    /// filter, created at least `age_us` ago (database clock; 0: any age, and `created_at` is
+    /// not read); with whether the task holds a unique identity that only a one-row retry can
+    /// take back (see `task_retry_dead`).
     pub(crate) async fn task_bulk_ids(
         &self,
         f: &TaskFilter<'_>,
@@ -511,6 +607,27 @@ impl Store {
         limit: u32,
     ) -> sqlx::Result<Vec<(u64, bool)>> {
         let state = f.state.map(TaskState::as_str);
+        if age_us <= 0 {
+            let rows = sqlx::query!(
+                r#"SELECT id AS "id: u64",
+                     (unique_key IS NOT NULL AND unique_while <> 'window') AS "held!: bool"
+                   FROM taskq_tasks
+                   WHERE state = ? AND (? IS NULL OR queue = ?) AND (? IS NULL OR name = ?)
+                     AND id > ?
+                   ORDER BY id
+                   LIMIT ?"#,
+                state,
+                f.queue,
+                f.queue,
+                f.name,
+                f.name,
+                after_id,
+                limit
+            )
+            .fetch_all(&self.pool)
+            .await?;
+            return Ok(rows.into_iter().map(|r| (r.id, r.held)).collect());
+        }
         let rows = sqlx::query!(
             r#"SELECT id AS "id: u64",
                  (unique_key IS NOT NULL AND unique_while <> 'window') AS "held!: bool"
@@ -534,25 +651,41 @@ impl Store {
     }
 
     /// How many tasks in `state` match the bulk filter (the dry run of a bulk operation).
+    /// Without an age (`age_us` 0) it reads no row, only `ix_taskq_claim` (whose columns
+    /// include `queue` and `name`).
     pub(crate) async fn task_bulk_count(
         &self,
         f: &TaskFilter<'_>,
         age_us: i64,
     ) -> sqlx::Result<u64> {
         let state = f.state.map(TaskState::as_str);
-        let n = sqlx::query_scalar!(
-            r#"SELECT COUNT(*) AS "n: i64" FROM taskq_tasks
-               WHERE state = ? AND (? IS NULL OR queue = ?) AND (? IS NULL OR name = ?)
-                 AND created_at <= UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND"#,
-            state,
-            f.queue,
-            f.queue,
-            f.name,
-            f.name,
-            age_us
-        )
-        .fetch_one(&self.pool)
-        .await?;
+        let n = if age_us <= 0 {
+            sqlx::query_scalar!(
+                r#"SELECT COUNT(*) AS "n: i64" FROM taskq_tasks
+                   WHERE state = ? AND (? IS NULL OR queue = ?) AND (? IS NULL OR name = ?)"#,
+                state,
+                f.queue,
+                f.queue,
+                f.name,
+                f.name,
+            )
+            .fetch_one(&self.pool)
+            .await?
+        } else {
+            sqlx::query_scalar!(
+                r#"SELECT COUNT(*) AS "n: i64" FROM taskq_tasks
+                   WHERE state = ? AND (? IS NULL OR queue = ?) AND (? IS NULL OR name = ?)
+                     AND created_at <= UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND"#,
+                state,
+                f.queue,
+                f.queue,
+                f.name,
+                f.name,
+                age_us
+            )
+            .fetch_one(&self.pool)
+            .await?
+        };
         Ok(n.max(0) as u64)
     }
 
