@@ -4,8 +4,8 @@
 //! under any path prefix of an axum app (or runs on its own: `taskq web` in the CLI).
 //!
 //! - **Pages** (server-rendered HTML, no JavaScript): an overview (tasks per queue and state,
-//!   tasks finished per minute, oldest due pending task, paused queues, workers; it refreshes
-//!   itself), task lists filtered by queue, name and state with keyset pagination, a task
+//!   tasks finished and attempts failed per minute, oldest due pending task, queue limits,
+//!   paused queues, workers; it refreshes itself), task lists filtered by queue, name and state with keyset pagination, a task
 //!   page, and the actions: retry a dead task, cancel, pause and resume a queue, and bulk
 //!   retry / cancel / purge by filter behind a confirmation page that shows the count first.
 //! - **API** under `api/v1/` (JSON; described by the OpenAPI 3 document at

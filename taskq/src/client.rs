@@ -491,17 +491,73 @@ impl Client {
 
     /// Tasks matching `filter`, ordered by id (ascending, or descending with
     /// [`ListFilter::newest_first`]): a keyset page, never an `OFFSET` scan.
+    ///
+    /// With a queue but no state, a page first walks at most [`Self::LIST_PROBE_IDS`] ids of
+    /// the primary key from the cursor (enough for a big queue, whose tasks come often), then,
+    /// if the page is not full, reads the rest through the claim index's entries of that queue
+    /// (covering, so a small queue costs little however big the table). Other filters walk
+    /// the primary key (with a name, the optimizer may use the `(name, ...)` index instead).
     pub async fn list(&self, filter: &ListFilter) -> Result<Vec<TaskInfo>> {
         let limit = filter.limit.unwrap_or(100).clamp(1, 10_000);
         let f = filter.store();
+        if let (Some(queue), None) = (f.queue, f.state) {
+            return self.list_queue(&f, queue, filter, limit).await;
+        }
         if filter.newest_first {
             let before = filter.after_id.map_or(u64::MAX, |i| i.0);
             return self
-                .db(self.store.task_list_desc(&f, before, limit).await)
+                .db(self.store.task_list_desc(&f, before, 0, limit).await)
                 .await;
         }
         let after = filter.after_id.map_or(0, |i| i.0);
-        self.db(self.store.task_list(&f, after, limit).await).await
+        self.db(self.store.task_list(&f, after, u64::MAX, limit).await)
+            .await
+    }
+
+    /// Most ids of the primary key [`list`](Self::list) walks for a queue filter without a
+    /// state before it turns to the claim index.
+    pub const LIST_PROBE_IDS: u64 = 5_000;
+
+    /// [`list`](Self::list) with a queue and no state: a bounded primary-key walk from the
+    /// cursor, then the claim index for the ids beyond it (keyset order kept: every id the
+    /// walk covers lies on the cursor's side of every id the index read returns).
+    async fn list_queue(
+        &self,
+        f: &TaskFilter<'_>,
+        queue: &str,
+        filter: &ListFilter,
+        limit: u32,
+    ) -> Result<Vec<TaskInfo>> {
+        let (lo, hi) = self.db(self.store.task_id_bounds().await).await?;
+        if filter.newest_first {
+            // Ids below `before`, from the newest existing one down.
+            let before = filter
+                .after_id
+                .map_or(u64::MAX, |i| i.0)
+                .min(hi.saturating_add(1));
+            let floor = before.saturating_sub(Self::LIST_PROBE_IDS);
+            let mut rows = self
+                .db(self.store.task_list_desc(f, before, floor, limit).await)
+                .await?;
+            if (rows.len() as u32) < limit && floor > lo {
+                let rest = limit - rows.len() as u32;
+                let more = self.store.task_list_queue_desc(queue, f.name, floor, rest);
+                rows.extend(self.db(more.await).await?);
+            }
+            return Ok(rows);
+        }
+        // Ids above `after`, from the oldest existing one up.
+        let after = filter.after_id.map_or(0, |i| i.0).max(lo.saturating_sub(1));
+        let up_to = after.saturating_add(Self::LIST_PROBE_IDS);
+        let mut rows = self
+            .db(self.store.task_list(f, after, up_to, limit).await)
+            .await?;
+        if (rows.len() as u32) < limit && up_to < hi {
+            let rest = limit - rows.len() as u32;
+            let more = self.store.task_list_queue_asc(queue, f.name, up_to, rest);
+            rows.extend(self.db(more.await).await?);
+        }
+        Ok(rows)
     }
 
     /// Tasks that reached a terminal state per minute over the last `minutes` minutes
@@ -560,19 +616,21 @@ impl Client {
     }
 
     /// Counts per queue and state, ordered by queue then state ([`TaskState::ALL`]'s order),
-    /// exact: [`stats_active`](Self::stats_active) and [`stats_terminal`](Self::stats_terminal)
-    /// on one connection (two consistent reads, not one snapshot). The terminal counts read
-    /// every terminal task's index entry, so this costs in proportion to the table; prefer
-    /// `stats_active` where pending and running are enough.
+    /// exact, with the earliest `lease_until` of the running tasks:
+    /// [`stats_active`](Self::stats_active), the running rows' leases and
+    /// [`stats_terminal`](Self::stats_terminal), on one connection (three consistent reads,
+    /// not one snapshot). The terminal counts read every terminal task's index entry, so this
+    /// costs in proportion to the table; prefer `stats_active` where pending and running are
+    /// enough.
     pub async fn stats(&self) -> Result<Vec<QueueStateCount>> {
         let mut conn = self.db(self.store.pool().acquire().await).await?;
         self.db(self.store.task_stats(&mut conn).await).await
     }
 
     /// Counts per queue of the `pending` and `running` tasks, exact, with the oldest `run_at`
-    /// and (running) the earliest `lease_until`. Reads the claim index's entries of those two
-    /// states (covering) and the running rows, so it costs in proportion to the backlog, not
-    /// to the table. Unordered.
+    /// (`earliest_lease_until` is always `None` here: it needs the running rows; [`stats`](Self::stats)
+    /// reads them). Reads only the claim index's entries of those two states, so it costs in
+    /// proportion to the backlog, not to the table. Unordered.
     pub async fn stats_active(&self) -> Result<Vec<QueueStateCount>> {
         let mut conn = self.db(self.store.pool().acquire().await).await?;
         self.db(self.store.task_stats_active(&mut conn).await).await

@@ -324,11 +324,12 @@ pub(crate) struct TaskFilter<'a> {
 }
 
 impl Store {
-    /// Tasks matching `f` with `id > after_id`, oldest id first.
+    /// Tasks matching `f` with `after_id < id <= up_to`, oldest id first.
     pub(crate) async fn task_list(
         &self,
         f: &TaskFilter<'_>,
         after_id: u64,
+        up_to: u64,
         limit: u32,
     ) -> sqlx::Result<Vec<TaskInfo>> {
         let state = f.state.map(TaskState::as_str);
@@ -345,10 +346,11 @@ impl Store {
                  finished_at AS "finished_at: DateTime<Utc>", snoozes AS "snoozes: u32",
                  deadline AS "deadline: DateTime<Utc>", attempted_at AS "attempted_at: DateTime<Utc>"
                FROM taskq_tasks
-               WHERE id > ? AND (? IS NULL OR queue = ?) AND (? IS NULL OR state = ?)
+               WHERE id > ? AND id <= ? AND (? IS NULL OR queue = ?) AND (? IS NULL OR state = ?)
                  AND (? IS NULL OR name = ?)
                ORDER BY id LIMIT ?"#,
             after_id,
+            up_to,
             f.queue,
             f.queue,
             state,
@@ -361,11 +363,13 @@ impl Store {
         .await
     }
 
-    /// Tasks matching `f` with `id < before_id`, newest id first (the dashboard's keyset page).
+    /// Tasks matching `f` with `from <= id < before_id`, newest id first (the dashboard's
+    /// keyset page).
     pub(crate) async fn task_list_desc(
         &self,
         f: &TaskFilter<'_>,
         before_id: u64,
+        from: u64,
         limit: u32,
     ) -> sqlx::Result<Vec<TaskInfo>> {
         let state = f.state.map(TaskState::as_str);
@@ -382,10 +386,11 @@ impl Store {
                  finished_at AS "finished_at: DateTime<Utc>", snoozes AS "snoozes: u32",
                  deadline AS "deadline: DateTime<Utc>", attempted_at AS "attempted_at: DateTime<Utc>"
                FROM taskq_tasks
-               WHERE id < ? AND (? IS NULL OR queue = ?) AND (? IS NULL OR state = ?)
+               WHERE id < ? AND id >= ? AND (? IS NULL OR queue = ?) AND (? IS NULL OR state = ?)
                  AND (? IS NULL OR name = ?)
                ORDER BY id DESC LIMIT ?"#,
             before_id,
+            from,
             f.queue,
             f.queue,
             state,
@@ -393,6 +398,93 @@ impl Store {
             f.name,
             f.name,
             limit,
+        )
+        .fetch_all(&self.pool)
+        .await
+    }
+
+    /// Smallest and largest task id (0, 0 when there is none): the ends of the primary key.
+    pub(crate) async fn task_id_bounds(&self) -> sqlx::Result<(u64, u64)> {
+        let r = sqlx::query!(
+            r#"SELECT CAST(COALESCE(MIN(id), 0) AS UNSIGNED) AS "lo!: u64",
+                 CAST(COALESCE(MAX(id), 0) AS UNSIGNED) AS "hi!: u64" FROM taskq_tasks"#
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        Ok((r.lo, r.hi))
+    }
+
+    /// Tasks of `queue` (and `name`, when given) with `id < before_id`, newest id first, found
+    /// through `ix_taskq_claim` (whose entries hold state, queue, id and name) rather than by
+    /// walking the primary key: a covering read of the queue's entries in every state, the top
+    /// `limit` ids sorted, then those rows by id. Costs in proportion to the queue's size.
+    pub(crate) async fn task_list_queue_desc(
+        &self,
+        queue: &str,
+        name: Option<&str>,
+        before_id: u64,
+        limit: u32,
+    ) -> sqlx::Result<Vec<TaskInfo>> {
+        sqlx::query_as!(
+            TaskInfo,
+            r#"SELECT t.id AS "id: TaskId", t.queue, t.name, t.payload, t.state AS "state: TaskState", t.priority AS "priority: i16",
+                 t.attempt AS "attempt: u32", t.max_attempts AS "max_attempts: u32",
+                 t.run_at AS "run_at: DateTime<Utc>", t.lease_until AS "lease_until: DateTime<Utc>",
+                 t.lease_epoch AS "lease_epoch: u64", t.worker_id, t.idempotency_key, t.trace_context, t.last_error,
+                 LOWER(HEX(t.unique_key)) AS "unique_key: String",
+                 EXISTS (SELECT 1 FROM taskq_unique u WHERE u.unique_key = t.unique_key
+                           AND u.task_id = t.id) AS "unique_held!: bool",
+                 t.created_at AS "created_at: DateTime<Utc>", t.updated_at AS "updated_at: DateTime<Utc>",
+                 t.finished_at AS "finished_at: DateTime<Utc>", t.snoozes AS "snoozes: u32",
+                 t.deadline AS "deadline: DateTime<Utc>", t.attempted_at AS "attempted_at: DateTime<Utc>"
+               FROM (SELECT id FROM taskq_tasks FORCE INDEX (ix_taskq_claim)
+                      WHERE state IN ('pending', 'running', 'succeeded', 'dead', 'canceled', 'expired')
+                        AND queue = ? AND (? IS NULL OR name = ?) AND id < ?
+                      ORDER BY id DESC LIMIT ?) AS k
+               JOIN taskq_tasks t ON t.id = k.id
+               ORDER BY t.id DESC"#,
+            queue,
+            name,
+            name,
+            before_id,
+            limit
+        )
+        .fetch_all(&self.pool)
+        .await
+    }
+
+    /// Like [`task_list_queue_desc`](Self::task_list_queue_desc), `id > after_id`, oldest id
+    /// first.
+    pub(crate) async fn task_list_queue_asc(
+        &self,
+        queue: &str,
+        name: Option<&str>,
+        after_id: u64,
+        limit: u32,
+    ) -> sqlx::Result<Vec<TaskInfo>> {
+        sqlx::query_as!(
+            TaskInfo,
+            r#"SELECT t.id AS "id: TaskId", t.queue, t.name, t.payload, t.state AS "state: TaskState", t.priority AS "priority: i16",
+                 t.attempt AS "attempt: u32", t.max_attempts AS "max_attempts: u32",
+                 t.run_at AS "run_at: DateTime<Utc>", t.lease_until AS "lease_until: DateTime<Utc>",
+                 t.lease_epoch AS "lease_epoch: u64", t.worker_id, t.idempotency_key, t.trace_context, t.last_error,
+                 LOWER(HEX(t.unique_key)) AS "unique_key: String",
+                 EXISTS (SELECT 1 FROM taskq_unique u WHERE u.unique_key = t.unique_key
+                           AND u.task_id = t.id) AS "unique_held!: bool",
+                 t.created_at AS "created_at: DateTime<Utc>", t.updated_at AS "updated_at: DateTime<Utc>",
+                 t.finished_at AS "finished_at: DateTime<Utc>", t.snoozes AS "snoozes: u32",
+                 t.deadline AS "deadline: DateTime<Utc>", t.attempted_at AS "attempted_at: DateTime<Utc>"
+               FROM (SELECT id FROM taskq_tasks FORCE INDEX (ix_taskq_claim)
+                      WHERE state IN ('pending', 'running', 'succeeded', 'dead', 'canceled', 'expired')
+                        AND queue = ? AND (? IS NULL OR name = ?) AND id > ?
+                      ORDER BY id LIMIT ?) AS k
+               JOIN taskq_tasks t ON t.id = k.id
+               ORDER BY t.id"#,
+            queue,
+            name,
+            name,
+            after_id,
+            limit
         )
         .fetch_all(&self.pool)
         .await
@@ -504,27 +596,35 @@ impl Store {
 
 impl Store {
     /// Counts by queue and state (ordered so), with the earliest `run_at` and `lease_until`:
-    /// [`task_stats_active`](Self::task_stats_active) then
+    /// [`task_stats_active`](Self::task_stats_active), the running leases, then
     /// [`task_stats_terminal`](Self::task_stats_terminal), on one connection.
     pub(crate) async fn task_stats(
         &self,
         conn: &mut MySqlConnection,
     ) -> sqlx::Result<Vec<QueueStateCount>> {
         let mut rows = self.task_stats_active(&mut *conn).await?;
+        for (queue, earliest) in self.task_running_leases(&mut *conn).await? {
+            if let Some(r) = rows
+                .iter_mut()
+                .find(|r| r.state == TaskState::Running && r.queue == queue)
+            {
+                r.earliest_lease_until = earliest;
+            }
+        }
         rows.extend(self.task_stats_terminal(&mut *conn).await?);
         let rank = |s: TaskState| TaskState::ALL.iter().position(|x| *x == s);
         rows.sort_by(|a, b| (&a.queue, rank(a.state)).cmp(&(&b.queue, rank(b.state))));
         Ok(rows)
     }
 
-    /// Counts by queue of the pending and running tasks, with the earliest `run_at` (and, for
-    /// running tasks, the earliest `lease_until`): a covering range read of `ix_taskq_claim`
-    /// over those two states, plus the running rows themselves for their leases.
+    /// Counts by queue of the pending and running tasks, with the earliest `run_at`
+    /// (`earliest_lease_until` is `None`): a covering range read of `ix_taskq_claim` over
+    /// those two states.
     pub(crate) async fn task_stats_active(
         &self,
         conn: &mut MySqlConnection,
     ) -> sqlx::Result<Vec<QueueStateCount>> {
-        let mut rows = sqlx::query_as!(
+        sqlx::query_as!(
             QueueStateCount,
             r#"SELECT queue, state AS "state!: TaskState", CAST(COUNT(*) AS UNSIGNED) AS "count!: u64",
                  MIN(run_at) AS "oldest_run_at: DateTime<Utc>",
@@ -534,23 +634,22 @@ impl Store {
                GROUP BY state, queue"#
         )
         .fetch_all(&mut *conn)
-        .await?;
-        let leases = sqlx::query!(
+        .await
+    }
+
+    /// The earliest `lease_until` of the running tasks per queue (reads the running rows).
+    async fn task_running_leases(
+        &self,
+        conn: &mut MySqlConnection,
+    ) -> sqlx::Result<Vec<(String, Option<DateTime<Utc>>)>> {
+        let rows = sqlx::query!(
             r#"SELECT queue, MIN(lease_until) AS "earliest: DateTime<Utc>"
                FROM taskq_tasks FORCE INDEX (ix_taskq_claim)
                WHERE state = 'running' GROUP BY queue"#
         )
         .fetch_all(&mut *conn)
         .await?;
-        for l in leases {
-            if let Some(r) = rows
-                .iter_mut()
-                .find(|r| r.state == TaskState::Running && r.queue == l.queue)
-            {
-                r.earliest_lease_until = l.earliest;
-            }
-        }
-        Ok(rows)
+        Ok(rows.into_iter().map(|r| (r.queue, r.earliest)).collect())
     }
 
     /// Counts by queue of the tasks in terminal states, with the earliest `run_at`: a covering
