@@ -501,7 +501,7 @@ impl Store {
             r#"SELECT state AS "state!: TaskState",
                  CAST(TIMESTAMPDIFF(MINUTE, finished_at, UTC_TIMESTAMP(6)) AS UNSIGNED) AS "ago!: u64",
                  CAST(COUNT(*) AS UNSIGNED) AS "n!: u64"
-               FROM taskq_tasks
+               FROM taskq_tasks FORCE INDEX (ix_taskq_finished)
                WHERE state IN ('succeeded', 'dead', 'canceled', 'expired')
                  AND finished_at > UTC_TIMESTAMP(6) - INTERVAL ? MINUTE
                GROUP BY state, 2"#,
@@ -2603,7 +2603,7 @@ impl Store {
         let counts = sqlx::query!(
             r#"SELECT queue, CAST(SUM(state = 'pending') AS SIGNED) AS "pending!: i64",
                  CAST(SUM(state = 'running') AS SIGNED) AS "running!: i64"
-               FROM taskq_tasks WHERE state IN ('pending', 'running')
+               FROM taskq_tasks FORCE INDEX (ix_taskq_claim) WHERE state IN ('pending', 'running')
                GROUP BY queue ORDER BY queue"#
         )
         .fetch_all(&mut *conn)
