@@ -473,3 +473,119 @@ async fn newest_first_pages_finished_per_minute_and_purge_count() {
         0
     );
 }
+
+/// Inserts a task row with an explicit id (any queue, name, state).
+async fn insert_at(db: &TestDb, id: u64, queue: &str, name: &str, state: &str) {
+    sqlx::query(
+        "INSERT INTO taskq_tasks (id, queue, name, payload, state, max_attempts, run_at, created_at, updated_at)
+         VALUES (?, ?, ?, '{}', ?, 3, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))",
+    )
+    .bind(id)
+    .bind(queue)
+    .bind(name)
+    .bind(state)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+}
+
+/// Every id `filter` lists, page after page of `limit`.
+async fn all_pages(client: &Client, mut filter: ListFilter, limit: u32) -> Vec<u64> {
+    filter.limit = Some(limit);
+    let mut ids = Vec::new();
+    loop {
+        let page = client.list(&filter).await.unwrap();
+        assert!(page.len() <= limit as usize);
+        ids.extend(page.iter().map(|t| t.id.0));
+        match page.last() {
+            Some(t) if page.len() == limit as usize => filter.after_id = Some(t.id),
+            _ => return ids,
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_queue_filter_without_a_state_pages_beyond_the_primary_key_probe() {
+    let db = TestDb::new().await;
+    let client = Client::new(db.pool.clone());
+    let probe = Client::LIST_PROBE_IDS;
+    // A small queue spread over ids far apart (several probe windows), in every state, and
+    // a big queue filling the ids in between near both ends.
+    let states = [
+        "pending",
+        "running",
+        "succeeded",
+        "dead",
+        "canceled",
+        "expired",
+    ];
+    let small: Vec<u64> = (0..14u64).map(|i| 5 + i * (probe / 3 + 7)).collect();
+    for (i, id) in small.iter().enumerate() {
+        let name = if i % 2 == 0 { "even" } else { "odd" };
+        insert_at(&db, *id, "small", name, states[i % 6]).await;
+    }
+    let last = *small.last().unwrap();
+    for id in (1..40).chain(last - 30..last + 40) {
+        if !small.contains(&id) {
+            insert_at(&db, id, "big", "t", states[(id % 6) as usize]).await;
+        }
+    }
+    let big: Vec<u64> =
+        sqlx::query_scalar("SELECT id FROM taskq_tasks WHERE queue = 'big' ORDER BY id")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    let odd: Vec<u64> = small.iter().copied().skip(1).step_by(2).collect();
+    for limit in [1, 2, 3, 50] {
+        for newest_first in [false, true] {
+            let rev = |mut v: Vec<u64>| {
+                if newest_first {
+                    v.reverse();
+                }
+                v
+            };
+            let of = |queue: &str, name: Option<&str>| ListFilter {
+                queue: Some(queue.into()),
+                name: name.map(str::to_owned),
+                newest_first,
+                ..Default::default()
+            };
+            assert_eq!(
+                all_pages(&client, of("small", None), limit).await,
+                rev(small.clone()),
+                "small, limit {limit}, newest first {newest_first}"
+            );
+            assert_eq!(
+                all_pages(&client, of("small", Some("odd")), limit).await,
+                rev(odd.clone()),
+                "small odd, limit {limit}, newest first {newest_first}"
+            );
+            assert_eq!(
+                all_pages(&client, of("big", None), limit.max(20)).await,
+                rev(big.clone()),
+                "big, newest first {newest_first}"
+            );
+            assert_eq!(
+                all_pages(&client, of("none", None), limit).await,
+                Vec::<u64>::new()
+            );
+        }
+    }
+    // A cursor in the middle of a gap, both ways.
+    let mid = ListFilter {
+        queue: Some("small".into()),
+        after_id: Some(TaskId(small[7] + 1)),
+        limit: Some(3),
+        ..Default::default()
+    };
+    let ids = |v: Vec<taskq::client::TaskInfo>| v.iter().map(|t| t.id.0).collect::<Vec<_>>();
+    assert_eq!(ids(client.list(&mid).await.unwrap()), small[8..11].to_vec());
+    let mid_desc = ListFilter {
+        newest_first: true,
+        ..mid
+    };
+    assert_eq!(
+        ids(client.list(&mid_desc).await.unwrap()),
+        vec![small[7], small[6], small[5]]
+    );
+}

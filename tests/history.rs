@@ -751,3 +751,174 @@ async fn operator_actions_are_audited_with_their_actor() {
         Err(Error::NotFound(_))
     ));
 }
+
+/// Sets task `id` to `state`, due `run_at_s` seconds from now (negative: ago), finished
+/// `finished_ago_s` seconds ago (terminal states), with one history entry per
+/// `(outcome, ended seconds ago)`.
+async fn craft(
+    db: &TestDb,
+    id: TaskId,
+    state: &str,
+    run_at_s: i64,
+    finished_ago_s: Option<i64>,
+    entries: &[(&str, i64)],
+) {
+    let entries: Vec<String> = entries
+        .iter()
+        .enumerate()
+        .map(|(i, (outcome, ago))| {
+            format!(
+                "JSON_OBJECT('attempt', {n}, 'epoch', {n}, 'worker', 'w', 'started_at', \
+                 DATE_FORMAT(UTC_TIMESTAMP(6) - INTERVAL {s} SECOND, '%Y-%m-%d %H:%i:%s.%f'), \
+                 'finished_at', DATE_FORMAT(UTC_TIMESTAMP(6) - INTERVAL {ago} SECOND, '%Y-%m-%d %H:%i:%s.%f'), \
+                 'outcome', '{outcome}', 'error', NULL)",
+                n = i + 1,
+                s = ago + 1,
+            )
+        })
+        .collect();
+    let finished = finished_ago_s.map_or("NULL".to_owned(), |s| {
+        format!("UTC_TIMESTAMP(6) - INTERVAL {s} SECOND")
+    });
+    let lease = if state == "running" {
+        "UTC_TIMESTAMP(6) + INTERVAL 60 SECOND"
+    } else {
+        "NULL"
+    };
+    exec(
+        db,
+        &format!(
+            "UPDATE taskq_tasks SET state = '{state}', run_at = UTC_TIMESTAMP(6) + INTERVAL {run_at_s} SECOND,
+               finished_at = {finished}, lease_until = {lease}, attempts = JSON_ARRAY({})
+             WHERE id = ?",
+            entries.join(", ")
+        ),
+        id,
+    )
+    .await;
+}
+
+/// `(outcome, minutes ago, count)`, sorted.
+async fn failed_per_minute(client: &Client, minutes: u32) -> Vec<(String, u32, u64)> {
+    let mut v: Vec<(String, u32, u64)> = client
+        .failed_attempts_per_minute(minutes)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|p| (p.outcome.to_string(), p.minutes_ago, p.count))
+        .collect();
+    v.sort();
+    v
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_attempts_per_minute_counts_the_histories_in_the_window() {
+    let db = TestDb::new().await;
+    let client = Client::new(db.pool.clone());
+    // Real attempts: two failures then a success, a timeout, a panic (all in the last minute).
+    let flaky = Flaky.enqueue(&db.pool).await.unwrap().id;
+    let slow = Slow.enqueue(&db.pool).await.unwrap().id;
+    let boom = Boom.enqueue(&db.pool).await.unwrap().id;
+    let w = RunningWorker::spawn(
+        fast_worker(&db.pool)
+            .register::<Flaky>()
+            .register::<Slow>()
+            .register::<Boom>()
+            .cancel_grace(Duration::from_millis(50)),
+    );
+    wait_state(&client, flaky, TaskState::Succeeded).await;
+    wait_state(&client, slow, TaskState::Dead).await;
+    wait_state(&client, boom, TaskState::Dead).await;
+    w.stop().await;
+    assert_eq!(
+        failed_per_minute(&client, 15).await,
+        vec![
+            ("failed".into(), 0, 2),
+            ("panicked".into(), 0, 1),
+            ("timed_out".into(), 0, 1)
+        ]
+    );
+
+    // Crafted histories, minutes from the database clock (each entry 10 s into its minute).
+    let mut ids = Vec::new();
+    for _ in 0..6 {
+        ids.push(Quick.enqueue(&db.pool).await.unwrap().id);
+    }
+    // Pending again after a failure 3 min ago (its backoff ended 2 min ago): counted.
+    craft(&db, ids[0], "pending", -120, None, &[("failed", 190)]).await;
+    // Running its third attempt: a lease lost 5 min ago and a failure 1 min ago; snoozes and
+    // releases are not failures.
+    craft(
+        &db,
+        ids[1],
+        "running",
+        -60,
+        None,
+        &[
+            ("lease_lost", 310),
+            ("snoozed", 250),
+            ("released", 200),
+            ("failed", 70),
+        ],
+    )
+    .await;
+    // Dead 4 min ago after a timeout 20 min ago (outside 15 min) and a failure 4 min ago.
+    craft(
+        &db,
+        ids[2],
+        "dead",
+        -1300,
+        Some(250),
+        &[("timed_out", 1210), ("failed", 250)],
+    )
+    .await;
+    // Succeeded 30 min ago after a failure 31 min ago: outside 15 min, inside 60.
+    craft(
+        &db,
+        ids[3],
+        "succeeded",
+        -1900,
+        Some(1810),
+        &[("failed", 1870), ("succeeded", 1810)],
+    )
+    .await;
+    // Canceled 2 min ago; its failure 7 min ago counts.
+    craft(
+        &db,
+        ids[4],
+        "canceled",
+        -400,
+        Some(130),
+        &[("panicked", 430)],
+    )
+    .await;
+    // A scheduled task that never ran: read (due in the future) but nothing to count.
+    craft(&db, ids[5], "pending", 3600, None, &[]).await;
+
+    let mut want: Vec<(String, u32, u64)> = vec![
+        ("failed".into(), 0, 2),
+        ("panicked".into(), 0, 1),
+        ("timed_out".into(), 0, 1),
+        ("failed".into(), 3, 1),
+        ("lease_lost".into(), 5, 1),
+        ("failed".into(), 1, 1),
+        ("failed".into(), 4, 1),
+        ("panicked".into(), 7, 1),
+    ];
+    want.sort();
+    assert_eq!(failed_per_minute(&client, 15).await, want);
+    let mut wider = want.clone();
+    wider.extend([("timed_out".into(), 20, 1), ("failed".into(), 31, 1)]);
+    wider.sort();
+    assert_eq!(failed_per_minute(&client, 60).await, wider);
+    // A 2-minute window: minutes 0 and 1 only.
+    assert_eq!(
+        failed_per_minute(&client, 2).await,
+        vec![
+            ("failed".into(), 0, 2),
+            ("failed".into(), 1, 1),
+            ("panicked".into(), 0, 1),
+            ("timed_out".into(), 0, 1)
+        ]
+    );
+}

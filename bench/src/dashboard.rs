@@ -43,7 +43,7 @@ async fn fill(pool: &MySqlPool, n: u64) -> Res<()> {
         sqlx::query(
             "INSERT INTO taskq_tasks (queue, name, payload, state, priority, attempt, max_attempts,
                  run_at, lease_until, lease_epoch, worker_id, last_error, created_at, updated_at,
-                 finished_at)
+                 finished_at, attempts)
              SELECT IF(s.n % 100000 = 99999, 'audit',
                        ELT(1 + s.n % 7, 'default', 'billing', 'mail', 'reports', 'webhooks',
                            'search', 'exports')),
@@ -68,7 +68,15 @@ async fn fill(pool: &MySqlPool, n: u64) -> Res<()> {
                     CONCAT('upstream answered 503 Service Unavailable for order ', s.n), NULL),
                  s.created,
                  IF(s.k < 70 OR s.k >= 86, s.created + INTERVAL 1 SECOND, s.created),
-                 IF(s.k < 70 OR s.k >= 86, s.created + INTERVAL 1 SECOND, NULL)
+                 IF(s.k < 70 OR s.k >= 86, s.created + INTERVAL 1 SECOND, NULL),
+                 CASE WHEN s.k < 70 OR (s.k >= 86 AND s.k < 92) THEN
+                     CONCAT('[{\"attempt\":1,\"epoch\":1,\"worker\":\"bench-host:4242:0001\",\"started_at\":\"',
+                            DATE_FORMAT(s.created, '%Y-%m-%d %H:%i:%s.%f'), '\",\"finished_at\":\"',
+                            DATE_FORMAT(s.created + INTERVAL 1 SECOND, '%Y-%m-%d %H:%i:%s.%f'),
+                            IF(s.k < 70, '\",\"outcome\":\"succeeded\",\"error\":null}]',
+                               CONCAT('\",\"outcome\":\"failed\",\"error\":\"upstream answered 503 for order ',
+                                      s.n, '\"}]')))
+                 END
              FROM (SELECT d.n, (d.n * 37) % 100 AS k,
                           UTC_TIMESTAMP(6) - INTERVAL ((? - d.n) * 20000) MICROSECOND AS created
                    FROM (SELECT ? + a.d + 10 * b.d + 100 * c.d + 1000 * e.d + 10000 * f.d AS n
@@ -147,10 +155,21 @@ pub async fn run(pool: &MySqlPool, o: &DashOpts) -> Res<()> {
         .bearer_token(TOKEN)
         .build()?
         .router();
+    // The same dashboard counting the terminal states on every request (no reuse).
+    let uncached = taskq_web::Dashboard::builder(pool.clone())
+        .bearer_token(TOKEN)
+        .terminal_counts_max_age(Duration::ZERO)
+        .build()?
+        .router();
     let cases = vec![
         Case {
             label: "overview",
             path: "/?refresh=0".into(),
+            expect: "id=\"queues\"",
+        },
+        Case {
+            label: "overview, terminal counts recounted (terminal_counts_max_age 0)",
+            path: "uncached:/?refresh=0".into(),
             expect: "id=\"queues\"",
         },
         Case {
@@ -189,6 +208,11 @@ pub async fn run(pool: &MySqlPool, o: &DashOpts) -> Res<()> {
             expect: "id=\"tasks\"",
         },
         Case {
+            label: "filtered: big queue (billing; 14% of rows)",
+            path: "/tasks?queue=billing".into(),
+            expect: "id=\"tasks\"",
+        },
+        Case {
             label: "filtered: small queue (10 rows in 1M)",
             path: "/tasks?queue=audit".into(),
             expect: "id=\"tasks\"",
@@ -219,6 +243,11 @@ pub async fn run(pool: &MySqlPool, o: &DashOpts) -> Res<()> {
             expect: "billing",
         },
         Case {
+            label: "API: GET /api/v1/queues, terminal counts recounted",
+            path: "uncached:/api/v1/queues".into(),
+            expect: "billing",
+        },
+        Case {
             label: "bulk retry confirmation (count of billing's dead)",
             path: "/bulk?action=retry&queue=billing".into(),
             expect: "id=\"bulk-count\"",
@@ -246,7 +275,11 @@ pub async fn run(pool: &MySqlPool, o: &DashOpts) -> Res<()> {
         let mut times = Vec::with_capacity(o.requests);
         let mut size = 0;
         for i in 0..o.requests + 2 {
-            let (status, body, took) = get(&router, &c.path).await?;
+            let (r, path) = match c.path.strip_prefix("uncached:") {
+                Some(p) => (&uncached, p),
+                None => (&router, c.path.as_str()),
+            };
+            let (status, body, took) = get(r, path).await?;
             if status != StatusCode::OK || !body.contains(c.expect) {
                 return Err(format!(
                     "{} ({}): {status}, body lacks {:?}: {}",

@@ -101,55 +101,44 @@ struct QueueJson {
     queue: String,
     paused: bool,
     paused_at: Option<DateTime<Utc>>,
+    concurrency_limit: Option<u32>,
+    rate_limit: Option<taskq::client::RateLimit>,
+    rate_used: u64,
     counts: BTreeMap<&'static str, u64>,
     oldest_pending_run_at: Option<DateTime<Utc>>,
 }
 
 async fn queues(State(st): State<AppState>) -> Response {
-    let c = &st.client;
-    let loaded = tokio::try_join!(
-        c.stats(),
-        c.paused_queues(),
-        c.db_now(),
-        c.finished_per_minute(st.throughput_minutes)
-    );
-    let (stats, paused, now, per_minute) = match loaded {
+    let stats = match crate::stats::load(&st).await {
         Ok(v) => v,
         Err(e) => return failure(&e),
     };
-    let mut out: BTreeMap<String, QueueJson> = BTreeMap::new();
-    for s in stats {
-        let q = out
-            .entry(s.queue.clone())
-            .or_insert_with(|| new_queue(&s.queue));
-        q.counts.insert(s.state.as_str(), s.count);
-        if s.state == TaskState::Pending {
-            q.oldest_pending_run_at = s.oldest_run_at;
-        }
-    }
-    for (queue, at) in paused {
-        let q = out
-            .entry(queue.clone())
-            .or_insert_with(|| new_queue(&queue));
-        q.paused = true;
-        q.paused_at = Some(at);
-    }
+    let queues: Vec<QueueJson> = stats
+        .queues
+        .into_iter()
+        .map(|(queue, row)| QueueJson {
+            queue,
+            paused: row.paused_at.is_some(),
+            paused_at: row.paused_at,
+            concurrency_limit: row.concurrency_limit,
+            rate_limit: row.rate_limit,
+            rate_used: row.rate_used,
+            counts: TaskState::ALL
+                .iter()
+                .zip(row.counts)
+                .map(|(s, n)| (s.as_str(), n))
+                .collect(),
+            oldest_pending_run_at: row.oldest_pending,
+        })
+        .collect();
     Json(json!({
-        "now": now,
-        "queues": out.into_values().collect::<Vec<_>>(),
-        "finished_per_minute": per_minute,
+        "now": stats.now,
+        "terminal_counts_at": stats.terminal_at,
+        "queues": queues,
+        "finished_per_minute": stats.finished,
+        "failed_attempts_per_minute": stats.failed,
     }))
     .into_response()
-}
-
-fn new_queue(q: &str) -> QueueJson {
-    QueueJson {
-        queue: q.to_owned(),
-        paused: false,
-        paused_at: None,
-        counts: TaskState::ALL.iter().map(|s| (s.as_str(), 0)).collect(),
-        oldest_pending_run_at: None,
-    }
 }
 
 async fn queue_pause(
@@ -309,7 +298,10 @@ async fn task_cancel(
         .cancel(TaskId(id))
         .await
     {
-        Ok(Canceled::Now) => Json(json!({"id": id, "result": "canceled"})).into_response(),
+        Ok(Canceled::Now) => {
+            st.terminal.invalidate().await;
+            Json(json!({"id": id, "result": "canceled"})).into_response()
+        }
         Ok(Canceled::Requested) => {
             Json(json!({"id": id, "result": "cancel_requested"})).into_response()
         }
@@ -332,7 +324,10 @@ async fn task_retry(
         .retry_dead(TaskId(id))
         .await
     {
-        Ok(()) => Json(json!({"id": id, "state": "pending"})).into_response(),
+        Ok(()) => {
+            st.terminal.invalidate().await;
+            Json(json!({"id": id, "state": "pending"})).into_response()
+        }
         Err(e) => failure(&e),
     }
 }

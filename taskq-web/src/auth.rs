@@ -16,6 +16,11 @@ use crate::AppState;
 
 /// Name of the CSRF cookie (double-submit: its value must come back in the `csrf` field).
 pub(crate) const CSRF_COOKIE: &str = "taskq_csrf";
+/// Name of the one-shot cookie that carries an action's confirmation (`retried.<id>`) from a
+/// POST's redirect to the page it lands on, which shows it once and clears it.
+pub(crate) const FLASH_COOKIE: &str = "taskq_flash";
+/// How long a flash cookie lives if the page it was meant for is never opened.
+const FLASH_MAX_AGE: u64 = 60;
 /// Name of the login-session cookie.
 pub(crate) const SESSION_COOKIE: &str = "taskq_session";
 /// Largest form body the guard reads (forms here are a few short fields).
@@ -78,6 +83,8 @@ pub(crate) struct Ctx {
     pub login_token: bool,
     /// Which login fields to offer.
     pub login_basic: bool,
+    /// The flash cookie's value (`<what>.<task id>`), if the request carries a well-formed one.
+    pub flash: Option<String>,
 }
 
 impl Auth {
@@ -361,6 +368,9 @@ pub(crate) async fn guard(State(st): State<AppState>, req: Request, next: Next) 
         read_only: st.read_only,
         login_token: st.auth.token.is_some(),
         login_basic: st.auth.basic.is_some(),
+        flash: cookie(req.headers(), FLASH_COOKIE)
+            .filter(|v| is_flash(v))
+            .map(str::to_owned),
     };
     let signed_in = !st.auth.enabled() || via != Via::Open;
     let mut resp = if !signed_in && !is_login_path(&inner) {
@@ -406,8 +416,35 @@ pub(crate) async fn guard(State(st): State<AppState>, req: Request, next: Next) 
         let c = st.auth.cookie(SESSION_COOKIE, value, &path, Some(max_age));
         resp.headers_mut().append(header::SET_COOKIE, c);
     }
+    // Flash cookies set or consumed by a handler, likewise.
+    if let Some(v) = resp.headers_mut().remove(FLASH_MARK) {
+        let value = v.to_str().unwrap_or("");
+        let (value, max_age) = if is_flash(value) {
+            (value, FLASH_MAX_AGE)
+        } else {
+            ("", 0)
+        };
+        let c = st.auth.cookie(FLASH_COOKIE, value, &path, Some(max_age));
+        resp.headers_mut().append(header::SET_COOKIE, c);
+    }
     security_headers(resp.headers_mut());
     resp
+}
+
+/// Internal response header a handler uses to ask [`guard`] for a flash cookie (value:
+/// `<what>.<task id>`, or empty to clear it); never sent to the client.
+pub(crate) const FLASH_MARK: &str = "x-taskq-set-flash";
+
+/// A flash value: `<lowercase word>.<digits>`.
+fn is_flash(v: &str) -> bool {
+    v.split_once('.').is_some_and(|(what, id)| {
+        !what.is_empty()
+            && what.len() <= 32
+            && what.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')
+            && !id.is_empty()
+            && id.len() <= 20
+            && id.bytes().all(|b| b.is_ascii_digit())
+    })
 }
 
 /// Internal response header the login/logout handlers use to ask [`guard`] for a session

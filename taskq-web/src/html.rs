@@ -128,7 +128,7 @@ pre{background:#fff;border:1px solid #d0d7de;padding:8px;white-space:pre-wrap;wo
 .flash{background:#e6f4ea;border:1px solid #1a7f37;padding:6px 10px;margin-bottom:12px}
 .error{background:#fde7e9;border:1px solid #b3261e;padding:6px 10px;margin-bottom:12px}
 button{cursor:pointer}button.danger{color:#b3261e}
-.bar{display:inline-block;height:10px;background:#1a7f37}.bar.dead{background:#b3261e}.bar.canceled{background:#888}
+.bar{display:inline-block;height:10px;background:#1a7f37}.bar.dead{background:#b3261e}.bar.canceled{background:#888}.bar.failed{background:#d97706}
 dl{display:grid;grid-template-columns:max-content auto;gap:4px 16px}dt{font-weight:600}dd{margin:0}
 form.filters input,form.filters select{margin-right:8px}
 "#;

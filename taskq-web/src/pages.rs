@@ -1,6 +1,5 @@
 //! The HTML pages and their form actions.
 
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::time::Duration;
 
@@ -10,13 +9,13 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use chrono::{DateTime, Utc};
+
 use serde::Deserialize;
 use taskq::client::{AuditFilter, BulkFilter, Canceled, ListFilter, TaskInfo};
 use taskq::{Error, TaskId, TaskState};
 
 use crate::AppState;
-use crate::auth::{Ctx, SESSION_MARK};
+use crate::auth::{Ctx, FLASH_MARK, SESSION_MARK};
 use crate::html::{
     age, button, csrf_field, error_page, esc, opt_time, page, respond, time, time_us, truncate, url,
 };
@@ -41,6 +40,16 @@ fn see_other(location: &str) -> Response {
     let mut r = StatusCode::SEE_OTHER.into_response();
     if let Ok(v) = HeaderValue::from_str(location) {
         r.headers_mut().insert(header::LOCATION, v);
+    }
+    r
+}
+
+/// A `303 See Other` to task `id`'s page, which then shows the confirmation of `what` once
+/// (through the flash cookie: a reload does not show it again).
+fn see_task_with_flash(ctx: &Ctx, id: u64, what: &str) -> Response {
+    let mut r = see_other(&format!("{}tasks/{id}", ctx.root));
+    if let Ok(v) = HeaderValue::from_str(&format!("{what}.{id}")) {
+        r.headers_mut().insert(FLASH_MARK, v);
     }
     r
 }
@@ -91,46 +100,18 @@ struct OverviewQuery {
     refresh: Option<String>,
 }
 
-#[derive(Default)]
-struct QueueRow {
-    counts: [u64; 6],
-    oldest_pending: Option<DateTime<Utc>>,
-    paused_at: Option<DateTime<Utc>>,
-}
-
-fn state_index(s: TaskState) -> usize {
-    TaskState::ALL.iter().position(|x| *x == s).unwrap_or(0)
-}
-
 async fn overview(
     State(st): State<AppState>,
     Extension(ctx): Extension<Ctx>,
     Query(q): Query<OverviewQuery>,
 ) -> Response {
-    let c = &st.client;
     let minutes = st.throughput_minutes;
-    let loaded = tokio::try_join!(
-        c.stats(),
-        c.paused_queues(),
-        c.db_now(),
-        c.finished_per_minute(minutes),
-        c.workers()
-    );
-    let (stats, paused, now, per_minute, workers) = match loaded {
+    let (stats, workers) = match tokio::try_join!(crate::stats::load(&st), st.client.workers()) {
         Ok(v) => v,
         Err(e) => return failure(&ctx, &e),
     };
-    let mut queues: BTreeMap<String, QueueRow> = BTreeMap::new();
-    for s in stats {
-        let row = queues.entry(s.queue.clone()).or_default();
-        row.counts[state_index(s.state)] = s.count;
-        if s.state == TaskState::Pending {
-            row.oldest_pending = s.oldest_run_at;
-        }
-    }
-    for (queue, at) in paused {
-        queues.entry(queue).or_default().paused_at = Some(at);
-    }
+    let now = stats.now;
+    let queues = &stats.queues;
     let root = esc(&ctx.root);
     let home = esc(&ctx.home);
     let refresh =
@@ -155,13 +136,13 @@ async fn overview(
     for s in TaskState::ALL {
         let _ = write!(b, "<th>{s}</th>");
     }
-    b.push_str("<th>Oldest pending</th><th>Status</th>");
+    b.push_str("<th>Oldest pending</th><th>Limits</th><th>Status</th>");
     if !ctx.read_only {
         b.push_str("<th></th>");
     }
     b.push_str("</tr>");
     let mut totals = [0u64; 6];
-    for (queue, row) in &queues {
+    for (queue, row) in queues {
         let qe = esc(queue);
         let qu = url(queue);
         let _ = write!(
@@ -182,6 +163,24 @@ async fn overview(
             None => "—".into(),
         };
         let _ = write!(b, "<td>{oldest}</td>");
+        let mut limits = Vec::new();
+        if let Some(n) = row.concurrency_limit {
+            limits.push(format!(
+                r#"<span class="limit-concurrency">at most {n} running</span>"#
+            ));
+        }
+        if let Some(r) = &row.rate_limit {
+            limits.push(format!(
+                r#"<span class="limit-rate">{} ({} started in this window)</span>"#,
+                crate::stats::rate_text(r),
+                row.rate_used
+            ));
+        }
+        if limits.is_empty() {
+            b.push_str("<td>—</td>");
+        } else {
+            let _ = write!(b, "<td>{}</td>", limits.join("<br>"));
+        }
         match row.paused_at {
             Some(at) => {
                 let _ = write!(
@@ -210,11 +209,17 @@ async fn overview(
             totals[i]
         );
     }
-    b.push_str("<th></th><th></th>");
+    b.push_str("<th></th><th></th><th></th>");
     if !ctx.read_only {
         b.push_str("<th></th>");
     }
     b.push_str("</tr></table>");
+    let _ = write!(
+        b,
+        r#"<p id="counts-note">Pending and running: exact, now. Succeeded, dead, canceled and expired: exact as of {} (recounted at most every {} s; tasks deleted by retention are not counted).</p>"#,
+        time(&stats.terminal_at),
+        st.terminal_max_age.as_secs()
+    );
 
     // Throughput.
     let finished = [
@@ -224,7 +229,7 @@ async fn overview(
         TaskState::Expired,
     ];
     let mut grid = vec![[0u64; 4]; minutes as usize];
-    for p in &per_minute {
+    for p in &stats.finished {
         if let (Some(m), Some(i)) = (
             grid.get_mut(p.minutes_ago as usize),
             finished.iter().position(|s| *s == p.state),
@@ -232,15 +237,23 @@ async fn overview(
             m[i] = p.count;
         }
     }
-    let peak = grid.iter().flatten().copied().max().unwrap_or(0).max(1);
+    let failed = crate::stats::failed_grid(&stats.failed, minutes);
+    let peak = grid
+        .iter()
+        .flatten()
+        .chain(failed.iter().flatten())
+        .copied()
+        .max()
+        .unwrap_or(0)
+        .max(1);
     let _ = write!(
         b,
-        "<h2>Finished per minute</h2><p>Last {minutes} minutes, by <code>finished_at</code> (tasks deleted by retention are not counted).</p><table id=\"throughput\"><tr><th>Minute</th>"
+        "<h2>Per minute</h2><p>Last {minutes} minutes. Tasks finished, by <code>finished_at</code>; failed attempts (<code>failed</code>, <code>timed_out</code>, <code>panicked</code>) and lost leases (the worker stopped renewing; counted when the reaper took the task back), from the attempt histories. Tasks deleted by retention are not counted.</p><table id=\"throughput\"><tr><th>Minute</th>"
     );
     for s in finished {
         let _ = write!(b, "<th>{s}</th>");
     }
-    b.push_str("<th></th></tr>");
+    b.push_str("<th>failed attempts</th><th>lease lost</th><th></th></tr>");
     for (ago, counts) in grid.iter().enumerate() {
         let label = if ago == 0 {
             "last 60 s".to_owned()
@@ -251,6 +264,11 @@ async fn overview(
         for n in counts {
             let _ = write!(b, r#"<td class="n">{n}</td>"#);
         }
+        let [fails, lost] = failed[ago];
+        let _ = write!(
+            b,
+            r#"<td class="n failed">{fails}</td><td class="n lease-lost">{lost}</td>"#
+        );
         let bar = |n: u64, class: &str| {
             format!(
                 r#"<span class="bar {class}" style="width:{}px"></span>"#,
@@ -259,10 +277,11 @@ async fn overview(
         };
         let _ = write!(
             b,
-            "<td>{}{}{}</td></tr>",
+            "<td>{}{}{}{}</td></tr>",
             bar(counts[0], ""),
             bar(counts[1], "dead"),
-            bar(counts[2], "canceled")
+            bar(counts[2], "canceled"),
+            bar(fails, "failed")
         );
     }
     b.push_str("</table>");
@@ -485,11 +504,6 @@ async fn task_list(
 
 // ----------------------------------------------------------------------------- task page
 
-#[derive(Deserialize, Default)]
-struct TaskQuery {
-    done: Option<String>,
-}
-
 /// The payload as pretty JSON, or as (lossy) text when it is not JSON.
 fn pretty_payload(t: &TaskInfo) -> String {
     match t.payload_json() {
@@ -502,7 +516,6 @@ async fn task_page(
     State(st): State<AppState>,
     Extension(ctx): Extension<Ctx>,
     Path(id): Path<u64>,
-    Query(q): Query<TaskQuery>,
 ) -> Response {
     let t = match st.client.get(TaskId(id)).await {
         Ok(t) => t,
@@ -515,7 +528,14 @@ async fn task_page(
         state_class(t.state),
         t.state
     );
-    let flash = match nonblank(&q.done) {
+    // The confirmation of the action that redirected here, meant for this task: shown once.
+    let done = ctx
+        .flash
+        .as_deref()
+        .and_then(|f| f.split_once('.'))
+        .filter(|(_, for_id)| *for_id == id.to_string())
+        .map(|(what, _)| what);
+    let flash = match done {
         Some("retried") => Some("Moved back to pending."),
         Some("canceled") => Some("Canceled."),
         Some("cancel_requested") => {
@@ -624,7 +644,7 @@ async fn task_page(
             for at in &a {
                 let _ = write!(
                     b,
-                    r#"<tr><td class="n">{}</td><td class="n">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td><pre>{}</pre></td></tr>"#,
+                    r#"<tr><td class="n">{}</td><td class="n">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>"#,
                     at.attempt,
                     at.epoch,
                     esc(at.worker_id.as_deref().unwrap_or("—")),
@@ -633,7 +653,9 @@ async fn task_page(
                     at.duration()
                         .map_or_else(|| "—".into(), |d| format!("{:.3} s", d.as_secs_f64())),
                     esc(at.outcome.as_str()),
-                    esc(at.error.as_deref().unwrap_or(""))
+                    at.error
+                        .as_deref()
+                        .map_or_else(|| "—".into(), |e| format!("<pre>{}</pre>", esc(e)))
                 );
             }
             b.push_str("</table>");
@@ -667,10 +689,15 @@ async fn task_page(
             let _ = write!(b, r#"<p class="error">{}</p>"#, esc(&e.to_string()));
         }
     }
-    respond(
+    let mut r = respond(
         StatusCode::OK,
         page(&ctx, &format!("Task {}", t.id), &b, None),
-    )
+    );
+    if done.is_some() {
+        r.headers_mut()
+            .insert(FLASH_MARK, HeaderValue::from_static(""));
+    }
+    r
 }
 
 async fn task_retry(
@@ -685,7 +712,10 @@ async fn task_retry(
         .retry_dead(TaskId(id))
         .await
     {
-        Ok(()) => see_other(&format!("{}tasks/{id}?done=retried", ctx.root)),
+        Ok(()) => {
+            st.terminal.invalidate().await;
+            see_task_with_flash(&ctx, id, "retried")
+        }
         Err(e) => failure(&ctx, &e),
     }
 }
@@ -702,10 +732,11 @@ async fn task_cancel(
         .cancel(TaskId(id))
         .await
     {
-        Ok(Canceled::Now) => see_other(&format!("{}tasks/{id}?done=canceled", ctx.root)),
-        Ok(Canceled::Requested) => {
-            see_other(&format!("{}tasks/{id}?done=cancel_requested", ctx.root))
+        Ok(Canceled::Now) => {
+            st.terminal.invalidate().await;
+            see_task_with_flash(&ctx, id, "canceled")
         }
+        Ok(Canceled::Requested) => see_task_with_flash(&ctx, id, "cancel_requested"),
         Err(e) => failure(&ctx, &e),
     }
 }
@@ -913,6 +944,8 @@ async fn bulk_run(
             .await
             .map(|n| format!("Deleted <b>{n}</b> dead tasks.")),
     };
+    // Even a failed bulk operation may have changed some batches.
+    st.terminal.invalidate().await;
     match done {
         Ok(msg) => {
             let b = format!(

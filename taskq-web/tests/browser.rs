@@ -159,6 +159,9 @@ async fn an_operator_retries_a_dead_task_and_pauses_its_queue_in_chromium() {
         .await;
     b.wait_path(&format!("/ops/taskq/tasks/{id}")).await;
     assert!(b.text().await.contains("Moved back to pending."));
+    // The confirmation shows once: reloading the page does not repeat it.
+    let reloaded = b.open(&served.url(&format!("/tasks/{id}"))).await;
+    assert!(!reloaded.contains("Moved back to pending."), "{reloaded}");
     let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
     loop {
         let state = b.text_of("h1 span").await;

@@ -501,7 +501,16 @@ async fn mounted_under_a_prefix_every_link_resolves() {
         &format!("/ops/taskq/tasks/{dead}/retry"),
         r.location().unwrap(),
     );
-    assert_eq!(to, format!("/ops/taskq/tasks/{dead}?done=retried"));
+    assert_eq!(to, format!("/ops/taskq/tasks/{dead}"));
+    assert_eq!(
+        r.set_cookie_line("taskq_flash").as_deref(),
+        Some(
+            format!(
+                "taskq_flash=retried.{dead}; Path=/ops/taskq; HttpOnly; SameSite=Strict; Max-Age=60"
+            )
+            .as_str()
+        )
+    );
     assert_eq!(state_of(&db, dead).await.as_deref(), Some("pending"));
     // The app's own routes and the API under the prefix.
     assert_eq!(get("/".into()).await.body, "the app");
@@ -947,16 +956,53 @@ async fn task_actions_and_queue_controls() {
         page.contains("<td>web:token</td><td>retry</td>"),
         "the task page shows the audit trail"
     );
-    assert_eq!(
-        r.location(),
-        Some(format!("../../tasks/{dead}?done=retried").as_str())
-    );
+    assert_eq!(r.location(), Some(format!("../../tasks/{dead}").as_str()));
+    let flash = r.set_cookie("taskq_flash").unwrap();
+    assert_eq!(flash, format!("retried.{dead}"));
     assert_eq!(state_of(&a.db, dead).await.as_deref(), Some("pending"));
+    // The page it lands on shows the confirmation once and clears the cookie; a reload (no
+    // cookie any more) shows the page without it, and so does another task's page.
+    let with_flash = |path: String| {
+        let cookie = format!("taskq_flash={flash}");
+        let router = a.router.clone();
+        async move {
+            send(
+                &router,
+                Method::GET,
+                &path,
+                Cred::Bearer(TOKEN),
+                &[("cookie", &cookie)],
+                None,
+            )
+            .await
+        }
+    };
+    let landed = with_flash(format!("/tasks/{dead}")).await;
     assert!(
-        a.get(&format!("/tasks/{dead}?done=retried"))
+        landed
+            .body
+            .contains("<p class=\"flash\">Moved back to pending.</p>")
+    );
+    assert_eq!(
+        landed.set_cookie_line("taskq_flash").as_deref(),
+        Some("taskq_flash=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0")
+    );
+    let reloaded = a.get(&format!("/tasks/{dead}")).await;
+    assert!(!reloaded.body.contains("class=\"flash\""));
+    assert_eq!(reloaded.set_cookie_line("taskq_flash"), None);
+    let other = with_flash(format!("/tasks/{pending}")).await;
+    assert!(!other.body.contains("class=\"flash\""));
+    assert_eq!(
+        other.set_cookie_line("taskq_flash"),
+        None,
+        "kept for its own page"
+    );
+    // The old query flag shows nothing.
+    assert!(
+        !a.get(&format!("/tasks/{dead}?done=retried"))
             .await
             .body
-            .contains("Moved back to pending")
+            .contains("Moved back")
     );
     assert_eq!(
         a.post_form(&format!("/tasks/{done}/retry"), &[])
@@ -972,13 +1018,21 @@ async fn task_actions_and_queue_controls() {
     let r = a.post_form(&format!("/tasks/{pending}/cancel"), &[]).await;
     assert_eq!(
         r.location(),
-        Some(format!("../../tasks/{pending}?done=canceled").as_str())
+        Some(format!("../../tasks/{pending}").as_str())
+    );
+    assert_eq!(
+        r.set_cookie("taskq_flash"),
+        Some(format!("canceled.{pending}"))
     );
     assert_eq!(state_of(&a.db, pending).await.as_deref(), Some("canceled"));
     let r = a.post_form(&format!("/tasks/{running}/cancel"), &[]).await;
     assert_eq!(
         r.location(),
-        Some(format!("../../tasks/{running}?done=cancel_requested").as_str())
+        Some(format!("../../tasks/{running}").as_str())
+    );
+    assert_eq!(
+        r.set_cookie("taskq_flash"),
+        Some(format!("cancel_requested.{running}"))
     );
     assert_eq!(
         a.db.count(&format!(
@@ -1249,4 +1303,218 @@ async fn served_on_a_real_listener_under_a_prefix() {
     assert_eq!(status, 200);
     assert!(body.contains("href=\"./taskq/tasks\""));
     assert!(served.url("/").ends_with("/ops/taskq/"));
+}
+
+/// Sets the attempt history of task `id`: `(outcome, ended seconds ago, error)` per entry.
+async fn set_attempts(db: &TestDb, id: u64, entries: &[(&str, i64, Option<&str>)]) {
+    let json: Vec<String> = entries
+        .iter()
+        .enumerate()
+        .map(|(i, (outcome, ago, error))| {
+            format!(
+                "JSON_OBJECT('attempt', {n}, 'epoch', {n}, 'worker', 'w1', \
+                 'started_at', DATE_FORMAT(UTC_TIMESTAMP(6) - INTERVAL {s} SECOND, '%Y-%m-%d %H:%i:%s.%f'), \
+                 'finished_at', DATE_FORMAT(UTC_TIMESTAMP(6) - INTERVAL {ago} SECOND, '%Y-%m-%d %H:%i:%s.%f'), \
+                 'outcome', '{outcome}', 'error', {})",
+                error.map_or("NULL".to_owned(), |e| format!("'{e}'")),
+                n = i + 1,
+                s = ago + 1,
+            )
+        })
+        .collect();
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "UPDATE taskq_tasks SET attempts = JSON_ARRAY({}) WHERE id = ?",
+        json.join(", ")
+    )))
+    .bind(id)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+}
+
+/// The cells of the overview's throughput row for `label` (`last 60 s`, `2 min ago`), after
+/// the label.
+fn throughput_row<'b>(body: &'b str, label: &str) -> &'b str {
+    let row = body
+        .split(&format!("<td>{label}</td>"))
+        .nth(1)
+        .unwrap_or_else(|| panic!("no throughput row {label}: {body}"));
+    row.split("</tr>").next().unwrap()
+}
+
+#[tokio::test]
+async fn overview_shows_failed_attempts_limits_and_when_terminal_counts_were_taken() {
+    let a = app(|b| b.bearer_token(TOKEN).throughput_minutes(5)).await;
+    let client = taskq::Client::new(a.db.pool.clone());
+    // Dead after a failure and a timeout in the last minute; a lost lease 2 min ago on a task
+    // pending again; a succeeded task whose first attempt panicked 3 min ago.
+    let dead = insert(&a.db, "mail", "t", "{}", "dead").await;
+    set_attempts(
+        &a.db,
+        dead,
+        &[
+            ("failed", 20, Some("smtp 421")),
+            ("timed_out", 5, Some("timed out after 1s")),
+        ],
+    )
+    .await;
+    let again = insert(&a.db, "mail", "t", "{}", "pending").await;
+    set_attempts(&a.db, again, &[("lease_lost", 130, Some("lease expired"))]).await;
+    let ok = insert(&a.db, "billing", "t", "{}", "succeeded").await;
+    set_attempts(
+        &a.db,
+        ok,
+        &[("panicked", 190, Some("kaboom")), ("succeeded", 10, None)],
+    )
+    .await;
+    client.set_queue_limit("mail", Some(3)).await.unwrap();
+    client
+        .set_queue_rate_limit("mail", Some((100, std::time::Duration::from_secs(60))))
+        .await
+        .unwrap();
+    client.pause_queue("billing").await.unwrap();
+
+    let b = a.get("/").await.body;
+    assert!(
+        b.contains("<th>failed attempts</th><th>lease lost</th>"),
+        "{b}"
+    );
+    let row0 = throughput_row(&b, "last 60 s");
+    assert!(
+        row0.contains(r#"<td class="n failed">2</td><td class="n lease-lost">0</td>"#),
+        "{row0}"
+    );
+    let row2 = throughput_row(&b, "2 min ago");
+    assert!(
+        row2.contains(r#"<td class="n failed">0</td><td class="n lease-lost">1</td>"#),
+        "{row2}"
+    );
+    let row3 = throughput_row(&b, "3 min ago");
+    assert!(
+        row3.contains(r#"<td class="n failed">1</td><td class="n lease-lost">0</td>"#),
+        "{row3}"
+    );
+    // Limits and the paused flag, per queue.
+    let mail = b.split("<tr data-queue=\"mail\">").nth(1).unwrap();
+    let mail = mail.split("</tr>").next().unwrap();
+    assert!(
+        mail.contains(r#"<span class="limit-concurrency">at most 3 running</span>"#),
+        "{mail}"
+    );
+    assert!(
+        mail.contains(
+            r#"<span class="limit-rate">100 per 1 min (0 started in this window)</span>"#
+        ),
+        "{mail}"
+    );
+    assert!(mail.contains("<td>active</td>"), "{mail}");
+    let billing = b.split("<tr data-queue=\"billing\">").nth(1).unwrap();
+    let billing = billing.split("</tr>").next().unwrap();
+    assert!(billing.contains("<td>—</td><td><span class=\"badge paused\">paused</span>"));
+    assert!(b.contains("id=\"counts-note\""), "{b}");
+
+    // The API: the same numbers.
+    let api = a.get("/api/v1/queues").await.json();
+    let mut failed: Vec<(String, i64, i64)> = api["failed_attempts_per_minute"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["outcome"].as_str().unwrap().to_owned(),
+                p["minutes_ago"].as_i64().unwrap(),
+                p["count"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    failed.sort();
+    assert_eq!(
+        failed,
+        vec![
+            ("failed".into(), 0, 1),
+            ("lease_lost".into(), 2, 1),
+            ("panicked".into(), 3, 1),
+            ("timed_out".into(), 0, 1)
+        ]
+    );
+    let queues = api["queues"].as_array().unwrap();
+    let mail = queues.iter().find(|q| q["queue"] == "mail").unwrap();
+    assert_eq!(mail["concurrency_limit"], 3);
+    assert_eq!(mail["rate_limit"], json!({"max": 100, "period_ms": 60000}));
+    assert_eq!(mail["paused"], false);
+    assert_eq!(mail["counts"]["dead"], 1);
+    assert_eq!(mail["counts"]["pending"], 1);
+    let billing = queues.iter().find(|q| q["queue"] == "billing").unwrap();
+    assert_eq!(billing["paused"], true);
+    assert_eq!(billing["concurrency_limit"], serde_json::Value::Null);
+    assert_eq!(billing["counts"]["succeeded"], 1);
+    assert!(api["terminal_counts_at"].is_string());
+
+    // The task page: a succeeded attempt has no error block, a failed one shows its error.
+    let page = a.get(&format!("/tasks/{ok}")).await.body;
+    let attempts = page.split("<table id=\"attempts\">").nth(1).unwrap();
+    let attempts = attempts.split("</table>").next().unwrap();
+    assert!(
+        attempts.contains("<td>panicked</td><td><pre>kaboom</pre></td>"),
+        "{attempts}"
+    );
+    assert!(
+        attempts.contains("<td>succeeded</td><td>—</td>"),
+        "{attempts}"
+    );
+    assert!(!attempts.contains("<pre></pre>"), "{attempts}");
+}
+
+#[tokio::test]
+async fn terminal_counts_are_reused_until_their_maximum_age_or_an_action() {
+    let a = app(|b| {
+        b.bearer_token(TOKEN)
+            .terminal_counts_max_age(std::time::Duration::from_secs(3600))
+    })
+    .await;
+    let dead = insert(&a.db, "q", "t", "{}", "dead").await;
+    let counts = |body: serde_json::Value| {
+        let q = body["queues"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|q| q["queue"] == "q")
+            .cloned()
+            .unwrap();
+        (
+            q["counts"]["pending"].as_i64().unwrap(),
+            q["counts"]["dead"].as_i64().unwrap(),
+            q["counts"]["succeeded"].as_i64().unwrap(),
+        )
+    };
+    let first = a.get("/api/v1/queues").await.json();
+    assert_eq!(counts(first.clone()), (0, 1, 0));
+    // Changes made elsewhere: pending shows at once, terminal counts keep their time.
+    insert(&a.db, "q", "t", "{}", "succeeded").await;
+    insert(&a.db, "q", "t", "{}", "pending").await;
+    let second = a.get("/api/v1/queues").await.json();
+    assert_eq!(counts(second.clone()), (1, 1, 0));
+    assert_eq!(second["terminal_counts_at"], first["terminal_counts_at"]);
+    let page = a.get("/").await.body;
+    assert!(
+        page.contains("href=\"./tasks?queue=q&amp;state=succeeded\">0</a>"),
+        "cached: {page}"
+    );
+    // An action of the dashboard counts again.
+    let r = a.post_form(&format!("/tasks/{dead}/retry"), &[]).await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER);
+    let third = a.get("/api/v1/queues").await.json();
+    assert_eq!(counts(third.clone()), (2, 0, 1));
+    assert_ne!(third["terminal_counts_at"], first["terminal_counts_at"]);
+
+    // With a maximum age of zero every request counts.
+    let fresh = app(|b| {
+        b.bearer_token(TOKEN)
+            .terminal_counts_max_age(std::time::Duration::ZERO)
+    })
+    .await;
+    insert(&fresh.db, "q", "t", "{}", "dead").await;
+    assert_eq!(counts(fresh.get("/api/v1/queues").await.json()), (0, 1, 0));
+    insert(&fresh.db, "q", "t", "{}", "dead").await;
+    assert_eq!(counts(fresh.get("/api/v1/queues").await.json()), (0, 2, 0));
 }

@@ -326,11 +326,12 @@ pub(crate) struct TaskFilter<'a> {
 }
 
 impl Store {
-    /// Tasks matching `f` with `id > after_id`, oldest id first.
+    /// Tasks matching `f` with `after_id < id <= up_to`, oldest id first.
     pub(crate) async fn task_list(
         &self,
         f: &TaskFilter<'_>,
         after_id: u64,
+        up_to: u64,
         limit: u32,
     ) -> sqlx::Result<Vec<TaskInfo>> {
         let state = f.state.map(TaskState::as_str);
@@ -347,10 +348,11 @@ impl Store {
                  finished_at AS "finished_at: DateTime<Utc>", snoozes AS "snoozes: u32",
                  deadline AS "deadline: DateTime<Utc>", attempted_at AS "attempted_at: DateTime<Utc>"
                FROM taskq_tasks
-               WHERE id > ? AND (? IS NULL OR queue = ?) AND (? IS NULL OR state = ?)
+               WHERE id > ? AND id <= ? AND (? IS NULL OR queue = ?) AND (? IS NULL OR state = ?)
                  AND (? IS NULL OR name = ?)
                ORDER BY id LIMIT ?"#,
             after_id,
+            up_to,
             f.queue,
             f.queue,
             state,
@@ -363,11 +365,13 @@ impl Store {
         .await
     }
 
-    /// Tasks matching `f` with `id < before_id`, newest id first (the dashboard's keyset page).
+    /// Tasks matching `f` with `from <= id < before_id`, newest id first (the dashboard's
+    /// keyset page).
     pub(crate) async fn task_list_desc(
         &self,
         f: &TaskFilter<'_>,
         before_id: u64,
+        from: u64,
         limit: u32,
     ) -> sqlx::Result<Vec<TaskInfo>> {
         let state = f.state.map(TaskState::as_str);
@@ -384,10 +388,11 @@ impl Store {
                  finished_at AS "finished_at: DateTime<Utc>", snoozes AS "snoozes: u32",
                  deadline AS "deadline: DateTime<Utc>", attempted_at AS "attempted_at: DateTime<Utc>"
                FROM taskq_tasks
-               WHERE id < ? AND (? IS NULL OR queue = ?) AND (? IS NULL OR state = ?)
+               WHERE id < ? AND id >= ? AND (? IS NULL OR queue = ?) AND (? IS NULL OR state = ?)
                  AND (? IS NULL OR name = ?)
                ORDER BY id DESC LIMIT ?"#,
             before_id,
+            from,
             f.queue,
             f.queue,
             state,
@@ -395,6 +400,93 @@ impl Store {
             f.name,
             f.name,
             limit,
+        )
+        .fetch_all(&self.pool)
+        .await
+    }
+
+    /// Smallest and largest task id (0, 0 when there is none): the ends of the primary key.
+    pub(crate) async fn task_id_bounds(&self) -> sqlx::Result<(u64, u64)> {
+        let r = sqlx::query!(
+            r#"SELECT CAST(COALESCE(MIN(id), 0) AS UNSIGNED) AS "lo!: u64",
+                 CAST(COALESCE(MAX(id), 0) AS UNSIGNED) AS "hi!: u64" FROM taskq_tasks"#
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        Ok((r.lo, r.hi))
+    }
+
+    /// Tasks of `queue` (and `name`, when given) with `id < before_id`, newest id first, found
+    /// through `ix_taskq_claim` (whose entries hold state, queue, id and name) rather than by
+    /// walking the primary key: a covering read of the queue's entries in every state, the top
+    /// `limit` ids sorted, then those rows by id. Costs in proportion to the queue's size.
+    pub(crate) async fn task_list_queue_desc(
+        &self,
+        queue: &str,
+        name: Option<&str>,
+        before_id: u64,
+        limit: u32,
+    ) -> sqlx::Result<Vec<TaskInfo>> {
+        sqlx::query_as!(
+            TaskInfo,
+            r#"SELECT t.id AS "id: TaskId", t.queue, t.name, t.payload, t.state AS "state: TaskState", t.priority AS "priority: i16",
+                 t.attempt AS "attempt: u32", t.max_attempts AS "max_attempts: u32",
+                 t.run_at AS "run_at: DateTime<Utc>", t.lease_until AS "lease_until: DateTime<Utc>",
+                 t.lease_epoch AS "lease_epoch: u64", t.worker_id, t.idempotency_key, t.trace_context, t.last_error,
+                 LOWER(HEX(t.unique_key)) AS "unique_key: String",
+                 EXISTS (SELECT 1 FROM taskq_unique u WHERE u.unique_key = t.unique_key
+                           AND u.task_id = t.id) AS "unique_held!: bool",
+                 t.created_at AS "created_at: DateTime<Utc>", t.updated_at AS "updated_at: DateTime<Utc>",
+                 t.finished_at AS "finished_at: DateTime<Utc>", t.snoozes AS "snoozes: u32",
+                 t.deadline AS "deadline: DateTime<Utc>", t.attempted_at AS "attempted_at: DateTime<Utc>"
+               FROM (SELECT id FROM taskq_tasks FORCE INDEX (ix_taskq_claim)
+                      WHERE state IN ('pending', 'running', 'succeeded', 'dead', 'canceled', 'expired')
+                        AND queue = ? AND (? IS NULL OR name = ?) AND id < ?
+                      ORDER BY id DESC LIMIT ?) AS k
+               JOIN taskq_tasks t ON t.id = k.id
+               ORDER BY t.id DESC"#,
+            queue,
+            name,
+            name,
+            before_id,
+            limit
+        )
+        .fetch_all(&self.pool)
+        .await
+    }
+
+    /// Like [`task_list_queue_desc`](Self::task_list_queue_desc), `id > after_id`, oldest id
+    /// first.
+    pub(crate) async fn task_list_queue_asc(
+        &self,
+        queue: &str,
+        name: Option<&str>,
+        after_id: u64,
+        limit: u32,
+    ) -> sqlx::Result<Vec<TaskInfo>> {
+        sqlx::query_as!(
+            TaskInfo,
+            r#"SELECT t.id AS "id: TaskId", t.queue, t.name, t.payload, t.state AS "state: TaskState", t.priority AS "priority: i16",
+                 t.attempt AS "attempt: u32", t.max_attempts AS "max_attempts: u32",
+                 t.run_at AS "run_at: DateTime<Utc>", t.lease_until AS "lease_until: DateTime<Utc>",
+                 t.lease_epoch AS "lease_epoch: u64", t.worker_id, t.idempotency_key, t.trace_context, t.last_error,
+                 LOWER(HEX(t.unique_key)) AS "unique_key: String",
+                 EXISTS (SELECT 1 FROM taskq_unique u WHERE u.unique_key = t.unique_key
+                           AND u.task_id = t.id) AS "unique_held!: bool",
+                 t.created_at AS "created_at: DateTime<Utc>", t.updated_at AS "updated_at: DateTime<Utc>",
+                 t.finished_at AS "finished_at: DateTime<Utc>", t.snoozes AS "snoozes: u32",
+                 t.deadline AS "deadline: DateTime<Utc>", t.attempted_at AS "attempted_at: DateTime<Utc>"
+               FROM (SELECT id FROM taskq_tasks FORCE INDEX (ix_taskq_claim)
+                      WHERE state IN ('pending', 'running', 'succeeded', 'dead', 'canceled', 'expired')
+                        AND queue = ? AND (? IS NULL OR name = ?) AND id > ?
+                      ORDER BY id LIMIT ?) AS k
+               JOIN taskq_tasks t ON t.id = k.id
+               ORDER BY t.id"#,
+            queue,
+            name,
+            name,
+            after_id,
+            limit
         )
         .fetch_all(&self.pool)
         .await
@@ -411,7 +503,7 @@ impl Store {
             r#"SELECT state AS "state!: TaskState",
                  CAST(TIMESTAMPDIFF(MINUTE, finished_at, UTC_TIMESTAMP(6)) AS UNSIGNED) AS "ago!: u64",
                  CAST(COUNT(*) AS UNSIGNED) AS "n!: u64"
-               FROM taskq_tasks
+               FROM taskq_tasks FORCE INDEX (ix_taskq_finished)
                WHERE state IN ('succeeded', 'dead', 'canceled', 'expired')
                  AND finished_at > UTC_TIMESTAMP(6) - INTERVAL ? MINUTE
                GROUP BY state, 2"#,
@@ -423,6 +515,47 @@ impl Store {
             .into_iter()
             .filter(|r| r.ago < u64::from(minutes))
             .map(|r| (r.state, r.ago as u32, r.n))
+            .collect())
+    }
+
+    /// Attempts that ended `failed`, `timed_out`, `panicked` or `lease_lost` per outcome and
+    /// minute over the last `minutes` minutes (database clock), from the attempt histories:
+    /// `(outcome, minutes ago, count)`. Reads only the rows that can hold such an entry: pending
+    /// and running rows due after the window's start (an attempt that fails sets `run_at` to its
+    /// end plus the backoff, and nothing but `reschedule_at` moves it earlier), through
+    /// `ix_taskq_claim`, and terminal rows finished in the window, through `ix_taskq_finished`.
+    pub(crate) async fn task_failed_attempts_per_minute(
+        &self,
+        minutes: u32,
+    ) -> sqlx::Result<Vec<(String, u32, u64)>> {
+        let rows = sqlx::query!(
+            r#"SELECT j.outcome AS "outcome!: String",
+                 CAST(TIMESTAMPDIFF(MINUTE, j.finished_at, UTC_TIMESTAMP(6)) AS UNSIGNED) AS "ago!: u64",
+                 CAST(COUNT(*) AS UNSIGNED) AS "n!: u64"
+               FROM (SELECT attempts FROM taskq_tasks FORCE INDEX (ix_taskq_claim)
+                      WHERE state IN ('pending', 'running')
+                        AND run_at > UTC_TIMESTAMP(6) - INTERVAL ? MINUTE AND attempts IS NOT NULL
+                     UNION ALL
+                     SELECT attempts FROM taskq_tasks FORCE INDEX (ix_taskq_finished)
+                      WHERE state IN ('succeeded', 'dead', 'canceled', 'expired')
+                        AND finished_at > UTC_TIMESTAMP(6) - INTERVAL ? MINUTE AND attempts IS NOT NULL
+                    ) AS t,
+                    JSON_TABLE(t.attempts, '$[*]' COLUMNS (
+                        outcome VARCHAR(32) PATH '$.outcome',
+                        finished_at DATETIME(6) PATH '$.finished_at')) AS j
+               WHERE j.outcome IN ('failed', 'timed_out', 'panicked', 'lease_lost')
+                 AND j.finished_at > UTC_TIMESTAMP(6) - INTERVAL ? MINUTE
+               GROUP BY j.outcome, 2"#,
+            minutes,
+            minutes,
+            minutes
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .filter(|r| r.ago < u64::from(minutes))
+            .map(|r| (r.outcome, r.ago as u32, r.n))
             .collect())
     }
 
@@ -464,8 +597,32 @@ impl Store {
 }
 
 impl Store {
-    /// Counts by queue and state.
+    /// Counts by queue and state (ordered so), with the earliest `run_at` and `lease_until`:
+    /// [`task_stats_active`](Self::task_stats_active), the running leases, then
+    /// [`task_stats_terminal`](Self::task_stats_terminal), on one connection.
     pub(crate) async fn task_stats(
+        &self,
+        conn: &mut MySqlConnection,
+    ) -> sqlx::Result<Vec<QueueStateCount>> {
+        let mut rows = self.task_stats_active(&mut *conn).await?;
+        for (queue, earliest) in self.task_running_leases(&mut *conn).await? {
+            if let Some(r) = rows
+                .iter_mut()
+                .find(|r| r.state == TaskState::Running && r.queue == queue)
+            {
+                r.earliest_lease_until = earliest;
+            }
+        }
+        rows.extend(self.task_stats_terminal(&mut *conn).await?);
+        let rank = |s: TaskState| TaskState::ALL.iter().position(|x| *x == s);
+        rows.sort_by(|a, b| (&a.queue, rank(a.state)).cmp(&(&b.queue, rank(b.state))));
+        Ok(rows)
+    }
+
+    /// Counts by queue of the pending and running tasks, with the earliest `run_at`
+    /// (`earliest_lease_until` is `None`): a covering range read of `ix_taskq_claim` over
+    /// those two states.
+    pub(crate) async fn task_stats_active(
         &self,
         conn: &mut MySqlConnection,
     ) -> sqlx::Result<Vec<QueueStateCount>> {
@@ -473,8 +630,45 @@ impl Store {
             QueueStateCount,
             r#"SELECT queue, state AS "state!: TaskState", CAST(COUNT(*) AS UNSIGNED) AS "count!: u64",
                  MIN(run_at) AS "oldest_run_at: DateTime<Utc>",
-                 MIN(lease_until) AS "earliest_lease_until: DateTime<Utc>"
-               FROM taskq_tasks GROUP BY queue, state ORDER BY queue, state"#
+                 CAST(NULL AS DATETIME(6)) AS "earliest_lease_until: DateTime<Utc>"
+               FROM taskq_tasks FORCE INDEX (ix_taskq_claim)
+               WHERE state IN ('pending', 'running')
+               GROUP BY state, queue"#
+        )
+        .fetch_all(&mut *conn)
+        .await
+    }
+
+    /// The earliest `lease_until` of the running tasks per queue (reads the running rows).
+    async fn task_running_leases(
+        &self,
+        conn: &mut MySqlConnection,
+    ) -> sqlx::Result<Vec<(String, Option<DateTime<Utc>>)>> {
+        let rows = sqlx::query!(
+            r#"SELECT queue, MIN(lease_until) AS "earliest: DateTime<Utc>"
+               FROM taskq_tasks FORCE INDEX (ix_taskq_claim)
+               WHERE state = 'running' GROUP BY queue"#
+        )
+        .fetch_all(&mut *conn)
+        .await?;
+        Ok(rows.into_iter().map(|r| (r.queue, r.earliest)).collect())
+    }
+
+    /// Counts by queue of the tasks in terminal states, with the earliest `run_at`: a covering
+    /// read of `ix_taskq_claim`'s terminal ranges (every terminal task's index entry, but not
+    /// the rows).
+    pub(crate) async fn task_stats_terminal(
+        &self,
+        conn: &mut MySqlConnection,
+    ) -> sqlx::Result<Vec<QueueStateCount>> {
+        sqlx::query_as!(
+            QueueStateCount,
+            r#"SELECT queue, state AS "state!: TaskState", CAST(COUNT(*) AS UNSIGNED) AS "count!: u64",
+                 MIN(run_at) AS "oldest_run_at: DateTime<Utc>",
+                 CAST(NULL AS DATETIME(6)) AS "earliest_lease_until: DateTime<Utc>"
+               FROM taskq_tasks FORCE INDEX (ix_taskq_claim)
+               WHERE state IN ('succeeded', 'dead', 'canceled', 'expired')
+               GROUP BY state, queue"#
         )
         .fetch_all(&mut *conn)
         .await
@@ -503,8 +697,9 @@ impl Store {
     }
 
     /// Ids (ascending, `> after_id`, at most `limit`) of tasks in `state` matching the bulk
-    /// filter, created at least `age_us` ago (database clock); with whether the task holds a
-    /// unique identity that only a one-row retry can take back (see `task_retry_dead`).
+    /// filter, created at least `age_us` ago (database clock; 0: any age, and `created_at` is
+    /// not read); with whether the task holds a unique identity that only a one-row retry can
+    /// take back (see `task_retry_dead`).
     pub(crate) async fn task_bulk_ids(
         &self,
         f: &TaskFilter<'_>,
@@ -513,6 +708,27 @@ impl Store {
         limit: u32,
     ) -> sqlx::Result<Vec<(u64, bool)>> {
         let state = f.state.map(TaskState::as_str);
+        if age_us <= 0 {
+            let rows = sqlx::query!(
+                r#"SELECT id AS "id: u64",
+                     (unique_key IS NOT NULL AND unique_while <> 'window') AS "held!: bool"
+                   FROM taskq_tasks
+                   WHERE state = ? AND (? IS NULL OR queue = ?) AND (? IS NULL OR name = ?)
+                     AND id > ?
+                   ORDER BY id
+                   LIMIT ?"#,
+                state,
+                f.queue,
+                f.queue,
+                f.name,
+                f.name,
+                after_id,
+                limit
+            )
+            .fetch_all(&self.pool)
+            .await?;
+            return Ok(rows.into_iter().map(|r| (r.id, r.held)).collect());
+        }
         let rows = sqlx::query!(
             r#"SELECT id AS "id: u64",
                  (unique_key IS NOT NULL AND unique_while <> 'window') AS "held!: bool"
@@ -536,25 +752,41 @@ impl Store {
     }
 
     /// How many tasks in `state` match the bulk filter (the dry run of a bulk operation).
+    /// Without an age (`age_us` 0) it reads no row, only `ix_taskq_claim` (whose columns
+    /// include `queue` and `name`).
     pub(crate) async fn task_bulk_count(
         &self,
         f: &TaskFilter<'_>,
         age_us: i64,
     ) -> sqlx::Result<u64> {
         let state = f.state.map(TaskState::as_str);
-        let n = sqlx::query_scalar!(
-            r#"SELECT COUNT(*) AS "n: i64" FROM taskq_tasks
-               WHERE state = ? AND (? IS NULL OR queue = ?) AND (? IS NULL OR name = ?)
-                 AND created_at <= UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND"#,
-            state,
-            f.queue,
-            f.queue,
-            f.name,
-            f.name,
-            age_us
-        )
-        .fetch_one(&self.pool)
-        .await?;
+        let n = if age_us <= 0 {
+            sqlx::query_scalar!(
+                r#"SELECT COUNT(*) AS "n: i64" FROM taskq_tasks
+                   WHERE state = ? AND (? IS NULL OR queue = ?) AND (? IS NULL OR name = ?)"#,
+                state,
+                f.queue,
+                f.queue,
+                f.name,
+                f.name,
+            )
+            .fetch_one(&self.pool)
+            .await?
+        } else {
+            sqlx::query_scalar!(
+                r#"SELECT COUNT(*) AS "n: i64" FROM taskq_tasks
+                   WHERE state = ? AND (? IS NULL OR queue = ?) AND (? IS NULL OR name = ?)
+                     AND created_at <= UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND"#,
+                state,
+                f.queue,
+                f.queue,
+                f.name,
+                f.name,
+                age_us
+            )
+            .fetch_one(&self.pool)
+            .await?
+        };
         Ok(n.max(0) as u64)
     }
 
@@ -2436,7 +2668,7 @@ impl Store {
         let counts = sqlx::query!(
             r#"SELECT queue, CAST(SUM(state = 'pending') AS SIGNED) AS "pending!: i64",
                  CAST(SUM(state = 'running') AS SIGNED) AS "running!: i64"
-               FROM taskq_tasks WHERE state IN ('pending', 'running')
+               FROM taskq_tasks FORCE INDEX (ix_taskq_claim) WHERE state IN ('pending', 'running')
                GROUP BY queue ORDER BY queue"#
         )
         .fetch_all(&mut *conn)

@@ -279,8 +279,9 @@ impl WorkerBuilder {
         self.db_connections = Some(n);
         self
     }
-    /// Publishes the `taskq_backlog{queue, state}` gauge every `interval` (one `GROUP BY`
-    /// query over the whole table; off by default).
+    /// Publishes the `taskq_backlog{queue, state}` gauge every `interval` (the counts of
+    /// [`Client::stats`](crate::Client::stats): a covering read of every task's claim-index
+    /// entry, plus the running rows; off by default).
     pub fn backlog_metrics(mut self, interval: Duration) -> Self {
         self.backlog_interval = Some(interval);
         self
