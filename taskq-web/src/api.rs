@@ -375,24 +375,12 @@ async fn task_enqueue(
         .clone()
         .unwrap_or_else(|| reg.queue().to_owned());
     let client = st.client.clone().with_actor(actor.0);
-    let enqueued = async {
-        let mut tx = client.pool().begin().await?;
-        let done = reg.enqueue_json_tx(&mut tx, &payload, &options).await?;
-        if !done.duplicate {
-            client
-                .record_audit(
-                    &mut tx,
-                    "enqueue",
-                    Some(done.id),
-                    Some(&queue),
-                    json!({"name": reg.name(), "via": "api"}),
-                )
-                .await?;
-        }
-        tx.commit().await?;
-        taskq::notify(&queue);
-        Ok::<_, Error>(done)
-    };
+    let enqueued = client.enqueue_json(
+        &reg,
+        &payload,
+        &options,
+        json!({"name": reg.name(), "via": "api"}),
+    );
     match enqueued.await {
         Ok(done) => {
             let status = if done.duplicate {

@@ -5,13 +5,12 @@
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use sqlx::MySqlPool;
 
+use crate::backend::{Backend, RetryDead, Store, TaskFilter, Tx};
 use crate::error::{Error, Result};
 use crate::history::{self, Action};
 pub use crate::history::{Attempt, AttemptOutcome, AuditEntry, AuditFilter};
 use crate::limits::{MAX_QUEUE_LIMIT, MAX_RATE_PERIOD, MIN_RATE_PERIOD};
-use crate::store::{RetryDead, Store, TaskFilter};
 use crate::task::{TaskId, TaskState};
 
 /// What [`Client::cancel`] did.
@@ -84,365 +83,16 @@ pub struct Client {
     actor: std::sync::Arc<str>,
 }
 
-/// Everything stored about a task.
-#[derive(Debug, Clone, Serialize)]
-pub struct TaskInfo {
-    /// Task id.
-    pub id: TaskId,
-    /// Queue name.
-    pub queue: String,
-    /// Stable task name.
-    pub name: String,
-    /// The JSON payload as stored (bytes; normally UTF-8 JSON).
-    #[serde(skip)]
-    pub payload: Vec<u8>,
-    /// Current state.
-    pub state: TaskState,
-    /// Priority (lower runs first).
-    pub priority: i16,
-    /// Attempts started so far.
-    pub attempt: u32,
-    /// Attempts allowed.
-    pub max_attempts: u32,
-    /// When the task is (or was) due, database clock, UTC.
-    pub run_at: DateTime<Utc>,
-    /// End of the current lease, while running.
-    pub lease_until: Option<DateTime<Utc>>,
-    /// Fencing token of the latest claim.
-    pub lease_epoch: u64,
-    /// Worker of the latest claim.
-    pub worker_id: Option<String>,
-    /// Idempotency key, if any.
-    pub idempotency_key: Option<String>,
-    /// Trace context of the enqueuing request (e.g. a W3C `traceparent`), if recorded.
-    pub trace_context: Option<String>,
-    /// A unique task's identity (hex SHA-256; see [`Unique`](crate::Unique)).
-    pub unique_key: Option<String>,
-    /// Whether the task holds its unique identity now (keeping out enqueues of the same one).
-    pub unique_held: bool,
-    /// The latest error (kept after a later success).
-    pub last_error: Option<String>,
-    /// Insert time.
-    pub created_at: DateTime<Utc>,
-    /// Last change.
-    pub updated_at: DateTime<Utc>,
-    /// When it reached a terminal state.
-    pub finished_at: Option<DateTime<Utc>>,
-    /// Times a handler snoozed it ([`TaskError::snooze`](crate::TaskError::snooze)): runs that
-    /// did not count as an attempt.
-    pub snoozes: u32,
-    /// No attempt starts at or after this time (database clock); past it the task ends
-    /// `expired`. `None`: no deadline.
-    pub deadline: Option<DateTime<Utc>>,
-    /// When the latest attempt started (database clock); `None` if none has. The attempts
-    /// that ended are in [`Client::attempts`].
-    pub attempted_at: Option<DateTime<Utc>>,
-}
-
-impl TaskInfo {
-    /// The payload decoded as JSON.
-    pub fn payload_json(&self) -> std::result::Result<serde_json::Value, serde_json::Error> {
-        serde_json::from_slice(&self.payload)
-    }
-
-    /// Why a `dead` task died (`None` for any other state), derived from the row: the worker
-    /// records no reason column, but it writes `last_error` in recognizable forms.
-    ///
-    /// The rule, in order:
-    /// 1. `last_error` ends with `(attempts exhausted: n/m)` (the worker's note when a
-    ///    retryable failure used the last attempt) → [`DeadReason::AttemptsExhausted`];
-    /// 2. `last_error` starts with `lease expired (` and `attempt >= max_attempts` (the reaper
-    ///    took back the last attempt of a worker that crashed or stalled) →
-    ///    [`DeadReason::AttemptsExhausted`];
-    /// 3. `last_error` starts with `payload does not decode` → [`DeadReason::Undecodable`];
-    /// 4. any other `last_error` → [`DeadReason::Permanent`] (the handler returned
-    ///    [`TaskError::permanent`](crate::TaskError::permanent), possibly on its last attempt:
-    ///    a permanent failure never carries the exhausted note);
-    /// 5. no `last_error` (a row changed by hand) → [`DeadReason::Unknown`].
-    pub fn dead_reason(&self) -> Option<DeadReason> {
-        if self.state != TaskState::Dead {
-            return None;
-        }
-        let Some(error) = self.last_error.as_deref() else {
-            return Some(DeadReason::Unknown);
-        };
-        if let Some((attempts, max_attempts)) = parse_exhausted_note(error) {
-            return Some(DeadReason::AttemptsExhausted {
-                attempts,
-                max_attempts,
-            });
-        }
-        if error.starts_with(LEASE_EXPIRED_PREFIX) && self.attempt >= self.max_attempts {
-            return Some(DeadReason::AttemptsExhausted {
-                attempts: self.attempt,
-                max_attempts: self.max_attempts,
-            });
-        }
-        if error.starts_with(UNDECODABLE_PREFIX) {
-            return Some(DeadReason::Undecodable);
-        }
-        Some(DeadReason::Permanent)
-    }
-}
-
-/// Why a task is `dead`; see [`TaskInfo::dead_reason`] for how it is derived.
-///
-/// `Display` is a short phrase: `permanent error`, `attempts exhausted (5/5)`,
-/// `payload does not decode`, `reason not recorded`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum DeadReason {
-    /// The handler returned a permanent error: retrying could not fix it.
-    Permanent,
-    /// Every allowed attempt failed (the last one with a retryable error, a timeout, a panic
-    /// or an expired lease).
-    AttemptsExhausted {
-        /// Attempts made.
-        attempts: u32,
-        /// Attempts allowed.
-        max_attempts: u32,
-    },
-    /// The payload does not decode as the task's type (e.g. the payload struct changed
-    /// incompatibly); never retried.
-    Undecodable,
-    /// No error was recorded (the row was changed by hand).
-    Unknown,
-}
-
-impl std::fmt::Display for DeadReason {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            DeadReason::Permanent => f.write_str("permanent error"),
-            DeadReason::AttemptsExhausted {
-                attempts,
-                max_attempts,
-            } => write!(f, "attempts exhausted ({attempts}/{max_attempts})"),
-            DeadReason::Undecodable => f.write_str("payload does not decode"),
-            DeadReason::Unknown => f.write_str("reason not recorded"),
-        }
-    }
-}
-
-/// How the worker's error text of an undecodable payload starts.
-pub(crate) const UNDECODABLE_PREFIX: &str = "payload does not decode";
-/// How the reaper's error text starts (written by SQL in `store::task_reap_expired`).
-const LEASE_EXPIRED_PREFIX: &str = "lease expired (";
-
-/// The note the worker appends to the error of a task whose last attempt failed.
-pub(crate) fn exhausted_note(attempts: u32, max_attempts: u32) -> String {
-    format!(" (attempts exhausted: {attempts}/{max_attempts})")
-}
-
-/// The `(attempts, max_attempts)` of an [`exhausted_note`] ending `error`.
-fn parse_exhausted_note(error: &str) -> Option<(u32, u32)> {
-    let rest = error.strip_suffix(')')?;
-    let (_, counts) = rest.rsplit_once(" (attempts exhausted: ")?;
-    let (n, m) = counts.split_once('/')?;
-    Some((n.parse().ok()?, m.parse().ok()?))
-}
-
-/// Which tasks [`Client::list`] and [`Client::count`] look at; empty fields match everything.
-#[derive(Debug, Clone, Default)]
-pub struct ListFilter {
-    /// Only this queue.
-    pub queue: Option<String>,
-    /// Only this state.
-    pub state: Option<TaskState>,
-    /// Only this task name.
-    pub name: Option<String>,
-    /// Paging cursor: only tasks after this id in the listing order (greater ids oldest
-    /// first, smaller ids with `newest_first`); pass the last id of the previous page.
-    pub after_id: Option<TaskId>,
-    /// Page size (default 100, at most 10,000).
-    pub limit: Option<u32>,
-    /// List by id descending (newest first) instead of ascending.
-    pub newest_first: bool,
-}
-
-impl ListFilter {
-    fn store(&self) -> TaskFilter<'_> {
-        TaskFilter {
-            queue: self.queue.as_deref(),
-            state: self.state,
-            name: self.name.as_deref(),
-        }
-    }
-}
-
-/// Tasks that reached one terminal state within one minute (see
-/// [`Client::finished_per_minute`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct FinishedPerMinute {
-    /// The terminal state.
-    pub state: TaskState,
-    /// Which minute: 0 is the last 60 seconds before the database clock's now, 1 the 60
-    /// before those, and so on.
-    pub minutes_ago: u32,
-    /// Tasks that reached `state` in that minute.
-    pub count: u64,
-}
-
-/// Attempts with one outcome that ended within one minute (see
-/// [`Client::failed_attempts_per_minute`]).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct AttemptsPerMinute {
-    /// How they ended: `failed`, `timed_out`, `panicked` or `lease_lost`.
-    pub outcome: AttemptOutcome,
-    /// Which minute: 0 is the last 60 seconds before the database clock's now, 1 the 60
-    /// before those, and so on.
-    pub minutes_ago: u32,
-    /// Attempts that ended so in that minute.
-    pub count: u64,
-}
-
-/// Count of tasks in one queue and state, with the oldest due time and earliest lease end.
-#[derive(Debug, Clone, Serialize)]
-pub struct QueueStateCount {
-    /// Queue name.
-    pub queue: String,
-    /// State.
-    pub state: TaskState,
-    /// Number of tasks.
-    pub count: u64,
-    /// Earliest `run_at` among them.
-    pub oldest_run_at: Option<DateTime<Utc>>,
-    /// Earliest `lease_until` among them (running tasks).
-    pub earliest_lease_until: Option<DateTime<Utc>>,
-}
-
-/// Pending tasks of one task name in one queue: how many, how many are due, and the earliest
-/// due time. Workers claim only the names they have a handler for, so the tasks of a name no
-/// running worker handles stay pending: their due count and age only grow while the rest of
-/// the queue moves.
-#[derive(Debug, Clone, Serialize)]
-pub struct PendingNameCount {
-    /// Queue name.
-    pub queue: String,
-    /// Stable task name.
-    pub name: String,
-    /// Pending tasks (due or scheduled).
-    pub pending: u64,
-    /// Pending tasks that are due (`run_at` not after the database clock).
-    pub due: u64,
-    /// Earliest `run_at` among them: when the oldest due task became due, if `due > 0`;
-    /// otherwise when the next one becomes due.
-    pub oldest_run_at: DateTime<Utc>,
-}
-
-/// A recurring schedule as recorded in `taskq_schedules` by the workers that declare it.
-///
-/// The row stays after the schedule is removed from the code (or while no worker that declares
-/// it runs): its `next_tick` then falls behind the database clock, which is how `taskq
-/// schedules` shows it as overdue. [`Client::delete_schedule`] removes such a row.
-#[derive(Debug, Clone, Serialize)]
-pub struct ScheduleInfo {
-    /// The schedule's name (by default the task's name).
-    pub name: String,
-    /// The task it enqueues.
-    pub task_name: String,
-    /// The queue it enqueues on.
-    pub queue: String,
-    /// The cron expression.
-    pub expression: String,
-    /// The time zone the expression is read in (`UTC`, `+02:00`, `Europe/Paris`).
-    pub timezone: String,
-    /// The missed-tick policy (`latest`, `skip`, `all(N)`).
-    pub missed_ticks: String,
-    /// Every tick at or before this time has been handled (enqueued or skipped).
-    pub watermark: DateTime<Utc>,
-    /// The latest tick enqueued, if any.
-    pub last_tick: Option<DateTime<Utc>>,
-    /// The worker that enqueued it.
-    pub last_worker_id: Option<String>,
-    /// The next tick, as computed by the worker that last wrote the row.
-    pub next_tick: Option<DateTime<Utc>>,
-    /// When a worker last started with this definition.
-    pub declared_at: DateTime<Utc>,
-    /// When the row was created.
-    pub created_at: DateTime<Utc>,
-    /// Last change.
-    pub updated_at: DateTime<Utc>,
-}
-
-/// A worker process as recorded in `taskq_workers` (see [`Client::workers`]).
-#[derive(Debug, Clone, Serialize)]
-pub struct WorkerInfo {
-    /// The worker id (as recorded on the tasks it claims).
-    pub id: String,
-    /// Host name of the machine it runs on.
-    pub host: String,
-    /// Its process id on that host.
-    pub pid: u32,
-    /// The queues it works, with the concurrency of each.
-    pub queues: std::collections::BTreeMap<String, usize>,
-    /// Handlers it runs at once over all its queues.
-    pub concurrency: u32,
-    /// Its lease: it is alive while it was seen within this.
-    #[serde(rename = "lease_ms", serialize_with = "duration_ms")]
-    pub lease: std::time::Duration,
-    /// How often it records itself (its heartbeat interval).
-    #[serde(rename = "heartbeat_ms", serialize_with = "duration_ms")]
-    pub heartbeat: std::time::Duration,
-    /// When it started (database clock).
-    pub started_at: DateTime<Utc>,
-    /// When it last recorded itself (database clock): once per heartbeat interval while it
-    /// runs; at shutdown for a stopped worker.
-    pub last_seen_at: DateTime<Utc>,
-    /// When it shut down gracefully (`None`: running, or gone without a goodbye).
-    pub stopped_at: Option<DateTime<Utc>>,
-    /// Not stopped, and seen within its lease (on the database clock). A worker that is not
-    /// alive and not stopped crashed, was killed or lost the database; its running tasks
-    /// return to pending once their leases expire.
-    pub alive: bool,
-    /// Tasks in state `running` claimed under this worker's id.
-    pub running: u64,
-}
-
-/// A queue's rate limit: at most `max` tasks start in each window of `period`, across every
-/// worker (see [`Client::set_queue_rate_limit`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct RateLimit {
-    /// Most starts per window.
-    pub max: u32,
-    /// Length of a window. Windows are consecutive multiples of it on the database clock
-    /// (since 1970-01-01 UTC): a period of one minute has windows starting on the minute.
-    #[serde(rename = "period_ms", serialize_with = "duration_ms")]
-    pub period: std::time::Duration,
-}
-
-/// A queue as [`Client::queues`] lists it: its controls (pause, limits) and how many of its
-/// tasks are pending and running.
-#[derive(Debug, Clone, Serialize)]
-pub struct QueueInfo {
-    /// Queue name.
-    pub queue: String,
-    /// When it was paused, if it is.
-    pub paused_at: Option<DateTime<Utc>>,
-    /// Its concurrency limit across all workers, if any ([`Client::set_queue_limit`]).
-    pub concurrency_limit: Option<u32>,
-    /// Its rate limit across all workers, if any ([`Client::set_queue_rate_limit`]).
-    pub rate_limit: Option<RateLimit>,
-    /// Tasks started (claimed) in the current rate window; 0 without a rate limit.
-    pub rate_used: u64,
-    /// Tasks pending (due or scheduled).
-    pub pending: u64,
-    /// Tasks running (including those whose lease expired and that the reaper has not
-    /// returned yet: they still count against the concurrency limit).
-    pub running: u64,
-}
-
-fn duration_ms<S: serde::Serializer>(
-    d: &std::time::Duration,
-    s: S,
-) -> std::result::Result<S::Ok, S::Error> {
-    s.serialize_u64(d.as_millis() as u64)
-}
+pub use crate::info::{
+    AttemptsPerMinute, DeadReason, FinishedPerMinute, ListFilter, PendingNameCount, QueueInfo,
+    QueueStateCount, RateLimit, ScheduleInfo, TaskInfo, WorkerInfo,
+};
 
 impl Client {
-    /// A client on `pool`.
-    pub fn new(pool: MySqlPool) -> Self {
+    /// A client on `pool`: a `MySqlPool`, or with the `sqlite` feature a `SqlitePool`.
+    pub fn new<DB: Backend>(pool: sqlx::Pool<DB>) -> Self {
         Self {
-            store: Store::new(pool),
+            store: DB::__store(pool).0,
             actor: history::DEFAULT_ACTOR.into(),
         }
     }
@@ -461,25 +111,52 @@ impl Client {
     }
 
     /// Runs `a` in the audit trail on `tx` and commits it.
-    async fn commit_audited(
-        &self,
-        mut tx: sqlx::Transaction<'static, sqlx::MySql>,
-        a: &Action,
-    ) -> Result<()> {
-        self.db(history::insert(&mut tx, &self.actor, a).await)
+    async fn commit_audited(&self, mut tx: Tx, a: &Action) -> Result<()> {
+        self.db(history::insert(tx.conn(), &self.actor, a).await)
             .await?;
         self.db(tx.commit().await).await
     }
 
     /// Records `a` in a transaction of its own (bulk operations: one entry with the totals).
     async fn record(&self, a: &Action) -> Result<()> {
-        let tx = self.db(self.store.pool().begin().await).await?;
+        let tx = self.db(self.store.begin().await).await?;
         self.commit_audited(tx, a).await
     }
 
-    /// The pool this client uses.
-    pub fn pool(&self) -> &MySqlPool {
-        self.store.pool()
+    /// The backend this client works on: `"MySQL"` or `"SQLite"`.
+    pub fn backend(&self) -> &'static str {
+        self.store.backend()
+    }
+
+    /// Enqueues the task `reg` registers from a JSON payload (see
+    /// [`Registration::enqueue_json`](crate::registry::Registration::enqueue_json)) and
+    /// records it in the audit trail as `enqueue` by this client's actor, with `detail`, in
+    /// the same transaction; a duplicate (idempotency key or unique identity) records
+    /// nothing. Wakes this process's workers for the queue after the commit.
+    pub async fn enqueue_json(
+        &self,
+        reg: &crate::registry::Registration,
+        payload: &[u8],
+        options: &crate::registry::JsonEnqueueOptions,
+        detail: serde_json::Value,
+    ) -> Result<crate::Enqueued> {
+        let prepared = (reg.prepare_json)(payload, options)?;
+        let mut tx = self.db(self.store.begin().await).await?;
+        let done = prepared.insert(tx.conn(), &mut None).await?;
+        if done.duplicate {
+            drop(tx);
+            return Ok(done);
+        }
+        let queue = options.queue.as_deref().unwrap_or(reg.queue());
+        let a = Action {
+            action: "enqueue",
+            task: Some(done.id),
+            queue: Some(queue.to_owned()),
+            detail: Some(detail),
+        };
+        self.commit_audited(tx, &a).await?;
+        crate::wake::notify(queue);
+        Ok(done)
     }
 
     /// A task by id; [`Error::NotFound`] when it does not exist (or was pruned).
@@ -623,8 +300,8 @@ impl Client {
     /// costs in proportion to the table; prefer `stats_active` where pending and running are
     /// enough.
     pub async fn stats(&self) -> Result<Vec<QueueStateCount>> {
-        let mut conn = self.db(self.store.pool().acquire().await).await?;
-        self.db(self.store.task_stats(&mut conn).await).await
+        let mut conn = self.db(self.store.acquire().await).await?;
+        self.db(self.store.task_stats(conn.conn()).await).await
     }
 
     /// Counts per queue of the `pending` and `running` tasks, exact, with the oldest `run_at`
@@ -632,8 +309,9 @@ impl Client {
     /// reads them). Reads only the claim index's entries of those two states, so it costs in
     /// proportion to the backlog, not to the table. Unordered.
     pub async fn stats_active(&self) -> Result<Vec<QueueStateCount>> {
-        let mut conn = self.db(self.store.pool().acquire().await).await?;
-        self.db(self.store.task_stats_active(&mut conn).await).await
+        let mut conn = self.db(self.store.acquire().await).await?;
+        self.db(self.store.task_stats_active(conn.conn()).await)
+            .await
     }
 
     /// Counts per queue of the tasks in terminal states (`succeeded`, `dead`, `canceled`,
@@ -642,8 +320,8 @@ impl Client {
     /// (about 0.2 to 0.5 s per million tasks), so cache it rather than call it per page view.
     /// Unordered.
     pub async fn stats_terminal(&self) -> Result<Vec<QueueStateCount>> {
-        let mut conn = self.db(self.store.pool().acquire().await).await?;
-        self.db(self.store.task_stats_terminal(&mut conn).await)
+        let mut conn = self.db(self.store.acquire().await).await?;
+        self.db(self.store.task_stats_terminal(conn.conn()).await)
             .await
     }
 
@@ -671,15 +349,15 @@ impl Client {
     ///
     /// Terminal tasks give [`Error::WrongState`], unknown ids [`Error::NotFound`].
     pub async fn cancel(&self, id: TaskId) -> Result<Canceled> {
-        let mut tx = self.db(self.store.pool().begin().await).await?;
-        if self.db(self.store.task_cancel(&mut tx, id).await).await? {
+        let mut tx = self.db(self.store.begin().await).await?;
+        if self.db(self.store.task_cancel(tx.conn(), id).await).await? {
             self.commit_audited(tx, &Action::task("cancel", id, None))
                 .await?;
             crate::metrics::canceled();
             return Ok(Canceled::Now);
         }
         if self
-            .db(self.store.task_request_cancel(&mut tx, id).await)
+            .db(self.store.task_request_cancel(tx.conn(), id).await)
             .await?
         {
             self.commit_audited(tx, &Action::task("cancel_requested", id, None))
@@ -717,8 +395,11 @@ impl Client {
         delay_us: i64,
         detail: serde_json::Value,
     ) -> Result<()> {
-        let mut tx = self.db(self.store.pool().begin().await).await?;
-        let done = self.store.task_reschedule(&mut tx, id, at, delay_us).await;
+        let mut tx = self.db(self.store.begin().await).await?;
+        let done = self
+            .store
+            .task_reschedule(tx.conn(), id, at, delay_us)
+            .await;
         if self.db(done).await? {
             return self
                 .commit_audited(tx, &Action::task("reschedule", id, Some(detail)))
@@ -731,8 +412,8 @@ impl Client {
     /// Sets the priority of a task that has not started (lower runs first). Running and
     /// terminal tasks give [`Error::WrongState`], unknown ids [`Error::NotFound`].
     pub async fn set_priority(&self, id: TaskId, priority: i16) -> Result<()> {
-        let mut tx = self.db(self.store.pool().begin().await).await?;
-        let done = self.store.task_set_priority(&mut tx, id, priority).await;
+        let mut tx = self.db(self.store.begin().await).await?;
+        let done = self.store.task_set_priority(tx.conn(), id, priority).await;
         if self.db(done).await? {
             let detail = serde_json::json!({ "priority": priority });
             return self
@@ -747,8 +428,8 @@ impl Client {
     /// finish normally; enqueues still work). Idempotent.
     pub async fn pause_queue(&self, queue: &str) -> Result<()> {
         crate::enqueue::validate_name("queue", queue, crate::enqueue::MAX_QUEUE_LEN)?;
-        let mut tx = self.db(self.store.pool().begin().await).await?;
-        self.db(self.store.queue_pause(&mut tx, queue).await)
+        let mut tx = self.db(self.store.begin().await).await?;
+        self.db(self.store.queue_pause(tx.conn(), queue).await)
             .await?;
         let a = Action::queue("pause", Some(queue), serde_json::Value::Null);
         self.commit_audited(tx, &Action { detail: None, ..a }).await
@@ -756,9 +437,9 @@ impl Client {
 
     /// Resumes a paused queue; returns whether it was paused.
     pub async fn resume_queue(&self, queue: &str) -> Result<bool> {
-        let mut tx = self.db(self.store.pool().begin().await).await?;
+        let mut tx = self.db(self.store.begin().await).await?;
         let was_paused = self
-            .db(self.store.queue_resume(&mut tx, queue).await)
+            .db(self.store.queue_resume(tx.conn(), queue).await)
             .await?;
         if was_paused {
             let a = Action::queue("resume", Some(queue), serde_json::Value::Null);
@@ -771,8 +452,8 @@ impl Client {
 
     /// Paused queues and when each was paused.
     pub async fn paused_queues(&self) -> Result<Vec<(String, DateTime<Utc>)>> {
-        let mut conn = self.db(self.store.pool().acquire().await).await?;
-        self.db(self.store.queues_paused(&mut conn).await).await
+        let mut conn = self.db(self.store.acquire().await).await?;
+        self.db(self.store.queues_paused(conn.conn()).await).await
     }
 
     /// Sets the concurrency limit of `queue` across every worker (`Some(n)`, 1 ..=
@@ -904,9 +585,9 @@ impl Client {
     /// returns whether it existed. A worker that still declares the schedule writes it again
     /// within its next wake-up, with its ticks starting afresh from then.
     pub async fn delete_schedule(&self, name: &str) -> Result<bool> {
-        let mut tx = self.db(self.store.pool().begin().await).await?;
+        let mut tx = self.db(self.store.begin().await).await?;
         let deleted = self
-            .db(self.store.schedule_delete(&mut tx, name).await)
+            .db(self.store.schedule_delete(tx.conn(), name).await)
             .await?;
         if deleted {
             let detail = serde_json::json!({ "schedule": name });
@@ -920,9 +601,9 @@ impl Client {
     /// identity back; if another task holds it (enqueued after this one died), nothing changes
     /// and the error is [`Error::UniqueHeld`] naming that task.
     pub async fn retry_dead(&self, id: TaskId) -> Result<()> {
-        let mut tx = self.db(self.store.pool().begin().await).await?;
+        let mut tx = self.db(self.store.begin().await).await?;
         match self
-            .db(self.store.task_retry_dead(&mut tx, id).await)
+            .db(self.store.task_retry_dead(tx.conn(), id).await)
             .await?
         {
             RetryDead::Retried => {
@@ -945,7 +626,7 @@ impl Client {
                 state,
                 expected,
             },
-            Err(e) => crate::error::db_error(self.store.pool(), e).await,
+            Err(e) => self.store.error(e).await,
         }
     }
 
@@ -953,7 +634,7 @@ impl Client {
     pub(crate) async fn db<T>(&self, r: sqlx::Result<T>) -> Result<T> {
         match r {
             Ok(v) => Ok(v),
-            Err(e) => Err(crate::error::db_error(self.store.pool(), e).await),
+            Err(e) => Err(self.store.error(e).await),
         }
     }
 
@@ -1022,8 +703,8 @@ impl Client {
     /// [`Store::task_retry_dead`] in a transaction of its own (bulk retries: their audit
     /// entry is the bulk operation's).
     async fn retry_dead_one(&self, id: TaskId) -> sqlx::Result<RetryDead> {
-        let mut tx = self.store.pool().begin().await?;
-        let r = self.store.task_retry_dead(&mut tx, id).await?;
+        let mut tx = self.store.begin().await?;
+        let r = self.store.task_retry_dead(tx.conn(), id).await?;
         tx.commit().await?;
         Ok(r)
     }
@@ -1238,13 +919,13 @@ impl Client {
 
     /// The statements of [`Client::purge`], counting into `total`.
     async fn purge_run(&self, states: &[TaskState], age_secs: u64, total: &mut u64) -> Result<()> {
-        let mut conn = self.db(self.store.pool().acquire().await).await?;
+        let mut conn = self.db(self.store.acquire().await).await?;
         for &s in states {
             loop {
                 let n = self
                     .db(self
                         .store
-                        .task_prune(&mut conn, s, age_secs, Self::BATCH)
+                        .task_prune(conn.conn(), s, age_secs, Self::BATCH)
                         .await)
                     .await?;
                 *total += n;
@@ -1274,6 +955,7 @@ fn purge_states(state: Option<TaskState>) -> Result<Vec<TaskState>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::info::exhausted_note;
 
     fn dead(attempt: u32, max_attempts: u32, last_error: Option<&str>) -> TaskInfo {
         let now = Utc::now();

@@ -8,7 +8,6 @@ use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
 use sqlx::{ConnectOptions, Connection, MySqlPool};
 
 use crate::error::{Error, Result, connect_problem};
-use crate::store;
 
 /// How long [`connect`] and [`create_database`] wait for the server's first answer.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -121,9 +120,9 @@ pub async fn create_database(url: &str) -> Result<bool> {
         return Err(Error::Config(format!("invalid database name {name:?}")));
     }
     let mut conn = probe(&opts.clone().database(""), &target).await?;
-    let created = !store::database_exists(&mut conn, &name).await?;
+    let created = !crate::backend::mysql::database_exists(&mut conn, &name).await?;
     if created {
-        store::database_create(&mut conn, &name).await?;
+        crate::backend::mysql::database_create(&mut conn, &name).await?;
     }
     let _ = conn.close().await;
     Ok(created)

@@ -4,10 +4,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use sqlx::{MySql, MySqlConnection, MySqlPool, Transaction, pool::PoolConnection};
+use sqlx::{Pool, Transaction, pool::PoolConnection};
 
+use crate::backend::{Backend, Conn, Inserted, NewTask};
 use crate::error::{Error, Result};
-use crate::store::{self, BatchRow, Inserted, NewTask};
 use crate::task::{Task, TaskId};
 use crate::unique::{PreparedUnique, Unique};
 use crate::wake;
@@ -34,33 +34,57 @@ pub fn payload_limit() -> usize {
     PAYLOAD_LIMIT.load(Ordering::Relaxed)
 }
 
-/// Something `enqueue_tx` can write on: a `Transaction`, a `MySqlConnection` or a pooled
-/// connection. taskq issues its statements on it and never begins, commits or rolls back the
-/// caller's transaction. (A unique enqueue is several statements that belong together: on a
-/// connection that is not in a transaction it runs them in a short transaction of its own.
-/// sqlx only knows about transactions begun through it, with `begin()`: do not pass a
-/// connection on which a raw `BEGIN` statement opened one.)
+/// Something `enqueue_tx` can write on: a `Transaction`, a connection or a pooled connection,
+/// of MySQL or (feature `sqlite`) SQLite; the backend is the connection's. taskq issues its
+/// statements on it and never begins, commits or rolls back the caller's transaction. (A
+/// unique enqueue is several statements that belong together: on a connection that is not in
+/// a transaction it runs them in a short transaction of its own. sqlx only knows about
+/// transactions begun through it, with `begin()`: do not pass a connection on which a raw
+/// `BEGIN` statement opened one.)
 pub trait AsConnection: Send {
+    /// The database the connection is of.
+    type Database: Backend;
+
     /// The underlying connection.
-    fn as_connection(&mut self) -> &mut MySqlConnection;
+    fn as_connection(&mut self) -> &mut <Self::Database as sqlx::Database>::Connection;
 }
 
-impl AsConnection for MySqlConnection {
-    fn as_connection(&mut self) -> &mut MySqlConnection {
+impl AsConnection for sqlx::MySqlConnection {
+    type Database = sqlx::MySql;
+
+    fn as_connection(&mut self) -> &mut sqlx::MySqlConnection {
         self
     }
 }
 
-impl AsConnection for Transaction<'_, MySql> {
-    fn as_connection(&mut self) -> &mut MySqlConnection {
+#[cfg(feature = "sqlite")]
+impl AsConnection for sqlx::SqliteConnection {
+    type Database = sqlx::Sqlite;
+
+    fn as_connection(&mut self) -> &mut sqlx::SqliteConnection {
         self
     }
 }
 
-impl AsConnection for PoolConnection<MySql> {
-    fn as_connection(&mut self) -> &mut MySqlConnection {
+impl<DB: Backend> AsConnection for Transaction<'_, DB> {
+    type Database = DB;
+
+    fn as_connection(&mut self) -> &mut DB::Connection {
         self
     }
+}
+
+impl<DB: Backend> AsConnection for PoolConnection<DB> {
+    type Database = DB;
+
+    fn as_connection(&mut self) -> &mut DB::Connection {
+        self
+    }
+}
+
+/// The backend's view of a caller's connection.
+pub(crate) fn conn_of<C: AsConnection + ?Sized>(c: &mut C) -> Conn<'_> {
+    <C::Database as Backend>::__conn(c.as_connection()).0
 }
 
 /// The result of an enqueue.
@@ -227,14 +251,17 @@ impl<T: Task> Enqueue<T> {
     /// rolls back. The task becomes visible to workers when the caller commits.
     pub async fn enqueue_tx<C: AsConnection + ?Sized>(self, conn: &mut C) -> Result<Enqueued> {
         let prepared = self.prepare()?;
-        prepared.insert(conn.as_connection(), &mut None).await
+        prepared.insert(conn_of(conn), &mut None).await
     }
 
     /// Inserts the task on its own (autocommit) and wakes this process's workers for its queue.
-    pub async fn enqueue(self, pool: &MySqlPool) -> Result<Enqueued> {
+    pub async fn enqueue<DB: Backend>(self, pool: &Pool<DB>) -> Result<Enqueued> {
         let prepared = self.prepare()?;
-        let mut conn = pool.acquire().await?;
-        let out = prepared.insert(&mut conn, &mut None).await?;
+        let mut conn = match pool.acquire().await {
+            Ok(c) => c,
+            Err(e) => return Err(DB::__store(pool.clone()).0.error(e).await),
+        };
+        let out = prepared.insert(conn_of(&mut conn), &mut None).await?;
         wake::notify(&prepared.queue);
         Ok(out)
     }
@@ -334,23 +361,13 @@ impl Prepared {
         self.idempotency_key.is_some() || self.unique.is_some()
     }
 
-    /// Inserts the row. `clock` caches the database clock (µs since the epoch) for windowed
-    /// identities: read on first need, reused by the rest of an `enqueue_many` call.
-    pub(crate) async fn insert(
-        &self,
-        conn: &mut MySqlConnection,
-        clock: &mut Option<i64>,
-    ) -> Result<Enqueued> {
-        let (unique_key, unique_expires_us) = match &self.unique {
-            Some(u) => {
-                if u.needs_clock() && clock.is_none() {
-                    *clock = Some(store::db_clock_us(conn).await?);
-                }
-                (Some(u.key(*clock)), u.window_end_us(*clock))
-            }
-            None => (None, None),
-        };
-        let row = NewTask {
+    /// The row to insert, with its unique identity's key and window end when it has one.
+    fn row<'a>(
+        &'a self,
+        unique_key: Option<&'a [u8]>,
+        unique_expires_us: Option<i64>,
+    ) -> NewTask<'a> {
+        NewTask {
             queue: &self.queue,
             name: self.name,
             payload: &self.payload,
@@ -362,11 +379,30 @@ impl Prepared {
             ttl_us: self.ttl_us,
             idempotency_key: self.idempotency_key.as_deref(),
             trace_context: self.trace_context.as_deref(),
-            unique_key: unique_key.as_ref().map(|k| k.as_slice()),
+            unique_key,
             unique_while: self.unique.as_ref().map(PreparedUnique::while_value),
             unique_expires_us,
+        }
+    }
+
+    /// Inserts the row. `clock` caches the database clock (µs since the epoch) for windowed
+    /// identities: read on first need, reused by the rest of an `enqueue_many` call.
+    pub(crate) async fn insert(
+        &self,
+        mut conn: Conn<'_>,
+        clock: &mut Option<i64>,
+    ) -> Result<Enqueued> {
+        let (unique_key, unique_expires_us) = match &self.unique {
+            Some(u) => {
+                if u.needs_clock() && clock.is_none() {
+                    *clock = Some(conn.db_clock_us().await?);
+                }
+                (Some(u.key(*clock)), u.window_end_us(*clock))
+            }
+            None => (None, None),
         };
-        let out = match store::task_insert(conn, &row).await? {
+        let row = self.row(unique_key.as_ref().map(|k| k.as_slice()), unique_expires_us);
+        let out = match conn.task_insert(&row).await? {
             Inserted::New(id) => Enqueued {
                 id,
                 duplicate: false,
@@ -406,12 +442,6 @@ impl<T: Task> IntoEnqueue for Enqueue<T> {
         self
     }
 }
-
-/// Most rows one batch `INSERT` carries; larger inputs are split into several statements.
-const BATCH_ROWS: usize = 5_000;
-/// Most bytes of JSON one batch `INSERT` carries (well under the servers' default
-/// `max_allowed_packet` of 16 MiB on MariaDB and 64 MiB on MySQL 8).
-const BATCH_BYTES: usize = 2 << 20;
 
 /// Inserts many tasks on the caller's transaction or connection, many rows per statement;
 /// never begins, commits or rolls back. Returns one [`Enqueued`] per input task, in input
@@ -463,108 +493,46 @@ where
         .into_iter()
         .map(|t| t.into_enqueue().prepare())
         .collect::<Result<Vec<_>>>()?;
-    insert_many(conn.as_connection(), &prepared).await
+    insert_many(conn_of(conn), &prepared).await
 }
 
-async fn insert_many(conn: &mut MySqlConnection, rows: &[Prepared]) -> Result<Vec<Enqueued>> {
+async fn insert_many(mut conn: Conn<'_>, rows: &[Prepared]) -> Result<Vec<Enqueued>> {
     let mut out = Vec::with_capacity(rows.len());
-    // Decided on first need: can a multi-row insert's ids be derived?
-    let mut consecutive: Option<Option<u64>> = None;
     let mut clock = None;
     let mut i = 0;
     while i < rows.len() {
         if rows[i].keyed() {
-            out.push(rows[i].insert(conn, &mut clock).await?);
+            out.push(rows[i].insert(conn.reborrow(), &mut clock).await?);
             i += 1;
             continue;
         }
-        // A run of rows without a key.
-        let mut end = i;
-        while end < rows.len() && !rows[end].keyed() {
-            end += 1;
+        // A run of rows without a key: as few statements as the backend can.
+        let start = i;
+        while i < rows.len() && !rows[i].keyed() {
+            i += 1;
         }
-        let step = match consecutive {
-            Some(s) => s,
-            None => {
-                let ai = store::autoinc_settings(conn).await?;
-                let s = (ai.lock_mode <= 1).then_some(ai.increment as u64);
-                consecutive = Some(s);
-                s
-            }
-        };
-        while i < end {
-            let mut json = String::from("[");
-            let start = i;
-            while i < end && i - start < BATCH_ROWS && (i == start || json.len() < BATCH_BYTES) {
-                if i > start {
-                    json.push(',');
-                }
-                let r = &rows[i];
-                let row = BatchRow {
-                    queue: &r.queue,
-                    name: r.name,
-                    payload_hex: hex(&r.payload),
-                    priority: r.priority,
-                    max_attempts: r.max_attempts,
-                    delay_us: r.delay_us,
-                    run_at: r.run_at.map(datetime_text),
-                    deadline: r.deadline.map(datetime_text),
-                    ttl_us: r.ttl_us,
-                    trace_context: r.trace_context.as_deref(),
-                };
-                json.push_str(&serde_json::to_string(&row).map_err(Error::Serialize)?);
-                i += 1;
-            }
-            json.push(']');
-            let n = (i - start) as u64;
-            // Without consecutive ids the rows carry a marker to be read back by.
-            let marker = step.is_none().then(|| fastrand::u64(1..));
-            let (first, inserted) = store::task_insert_batch(conn, &json, marker).await?;
-            let mismatch = |what: String| {
-                Error::Database(sqlx::Error::Protocol(format!(
-                    "batch enqueue of {n} tasks: {what}"
-                )))
-            };
-            if inserted != n || first == 0 {
-                return Err(mismatch(format!(
-                    "inserted {inserted} rows (first id {first})"
-                )));
-            }
-            match (step, marker) {
-                (Some(step), _) => out.extend((0..n).map(|k| Enqueued {
-                    id: TaskId(first + k * step),
-                    duplicate: false,
-                })),
-                (None, Some(marker)) => {
-                    let ids = store::task_batch_ids(conn, first, marker, n).await?;
-                    if ids.len() as u64 != n || ids[0] != first {
-                        return Err(mismatch(format!(
-                            "read back {} ids (first {:?}, expected {first})",
-                            ids.len(),
-                            ids.first()
-                        )));
-                    }
-                    out.extend(ids.into_iter().map(|id| Enqueued {
-                        id: TaskId(id),
-                        duplicate: false,
-                    }));
-                }
-                (None, None) => unreachable!("a marker whenever ids are not consecutive"),
-            }
-            for r in &rows[start..i] {
-                crate::metrics::enqueued(&r.queue, r.name);
-            }
-            tracing::debug!(tasks = n, first_id = first, "enqueued a batch");
+        let run: Vec<NewTask<'_>> = rows[start..i].iter().map(|r| r.row(None, None)).collect();
+        let ids = conn.task_insert_rows(&run).await?;
+        if ids.len() != run.len() {
+            return Err(Error::Database(sqlx::Error::Protocol(format!(
+                "batch enqueue of {} tasks returned {} ids",
+                run.len(),
+                ids.len()
+            ))));
         }
+        out.extend(ids.into_iter().map(|id| Enqueued {
+            id,
+            duplicate: false,
+        }));
+        for r in &rows[start..i] {
+            crate::metrics::enqueued(&r.queue, r.name);
+        }
+        tracing::debug!(tasks = i - start, "enqueued a batch");
     }
     Ok(out)
 }
 
-/// `YYYY-MM-DD HH:MM:SS.ffffff` (UTC), as `JSON_TABLE` reads a `DATETIME(6)`.
-fn datetime_text(d: DateTime<Utc>) -> String {
-    d.naive_utc().format("%Y-%m-%d %H:%M:%S%.6f").to_string()
-}
-
+/// Lower-case hex of `bytes` (how payloads and identity keys travel inside JSON arrays).
 pub(crate) fn hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut s = String::with_capacity(bytes.len() * 2);

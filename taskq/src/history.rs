@@ -11,10 +11,10 @@ use std::fmt;
 use chrono::{DateTime, NaiveDateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+use crate::backend::{AuditRow, Conn};
 use crate::client::Client;
 use crate::enqueue::AsConnection;
 use crate::error::{Error, Result};
-use crate::store::{self, AuditRow};
 use crate::task::TaskId;
 
 /// Most entries kept in a task's attempt history: an attempt that ends when the history is
@@ -254,22 +254,15 @@ impl Action {
 }
 
 /// Writes `a` by `actor` on `conn`.
-pub(crate) async fn insert(
-    conn: &mut sqlx::MySqlConnection,
-    actor: &str,
-    a: &Action,
-) -> sqlx::Result<u64> {
+pub(crate) async fn insert(mut conn: Conn<'_>, actor: &str, a: &Action) -> sqlx::Result<u64> {
     let detail = a.detail.as_ref().map(serde_json::Value::to_string);
-    store::audit_insert(
-        conn,
-        &AuditRow {
-            actor,
-            action: a.action,
-            task_id: a.task.map(|t| t.0),
-            queue: a.queue.as_deref(),
-            detail,
-        },
-    )
+    conn.audit_insert(&AuditRow {
+        actor,
+        action: a.action,
+        task_id: a.task.map(|t| t.0),
+        queue: a.queue.as_deref(),
+        detail,
+    })
     .await
 }
 
@@ -367,7 +360,7 @@ impl Client {
             queue,
             detail,
         };
-        let done = store::audit_insert(conn.as_connection(), &row).await;
+        let done = crate::enqueue::conn_of(conn).audit_insert(&row).await;
         self.db(done).await
     }
 }

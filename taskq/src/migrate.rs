@@ -6,8 +6,10 @@ use std::time::{Duration, Instant};
 use sqlx::migrate::Migrator;
 use sqlx::{Connection, MySqlPool};
 
+use crate::backend::Backend;
+
+use crate::backend::mysql as store;
 use crate::error::{Error, Result};
-use crate::store;
 
 /// Name of the table taskq records its applied migrations in.
 pub const MIGRATIONS_TABLE: &str = "_taskq_migrations";
@@ -22,7 +24,8 @@ pub fn migrator() -> Migrator {
     m
 }
 
-/// Creates or upgrades taskq's tables on `pool`'s database. Safe to call at every start-up and
+/// Creates or upgrades taskq's tables on `pool`'s database (MySQL / MariaDB, or with the
+/// `sqlite` feature a SQLite file). Safe to call at every start-up and
 /// from several processes at once, also on different nodes of a Galera cluster: it holds the
 /// migration lock, a row of `taskq_migration_lock`, while migrating.
 ///
@@ -37,7 +40,12 @@ pub fn migrator() -> Migrator {
 /// A database that cannot be reached gives [`Error::Connect`], whose message names the server
 /// and what to check (e.g. `cannot connect to the database at 127.0.0.1:3306 (connection
 /// refused): is the server running, and are the host and port in the database URL right?`).
-pub async fn migrate(pool: &MySqlPool) -> Result<()> {
+pub async fn migrate<DB: Backend>(pool: &sqlx::Pool<DB>) -> Result<()> {
+    DB::__migrate(pool).await
+}
+
+/// [`migrate`] on MySQL / MariaDB.
+pub(crate) async fn migrate_mysql(pool: &MySqlPool) -> Result<()> {
     let mut conn = match pool.acquire().await {
         Ok(conn) => conn,
         Err(e) => return Err(crate::error::db_error(pool, e).await),

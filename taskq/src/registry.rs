@@ -144,13 +144,16 @@ impl Registration {
     /// defaults filled), with the task's declared options (queue, priority, max attempts,
     /// TTL, unique identity) unless `options` overrides them. Every check of
     /// [`Enqueue::enqueue`] applies (names, payload size, options).
-    pub async fn enqueue_json(
+    pub async fn enqueue_json<DB: crate::backend::Backend>(
         &self,
-        pool: &sqlx::MySqlPool,
+        pool: &sqlx::Pool<DB>,
         payload: &[u8],
         options: &JsonEnqueueOptions,
     ) -> Result<Enqueued> {
-        let mut conn = pool.acquire().await?;
+        let mut conn = match pool.acquire().await {
+            Ok(c) => c,
+            Err(e) => return Err(DB::__store(pool.clone()).0.error(e).await),
+        };
         let out = self.enqueue_json_tx(&mut conn, payload, options).await?;
         crate::wake::notify(options.queue.as_deref().unwrap_or(self.queue));
         Ok(out)
@@ -167,7 +170,9 @@ impl Registration {
         options: &JsonEnqueueOptions,
     ) -> Result<Enqueued> {
         let prepared = (self.prepare_json)(payload, options)?;
-        prepared.insert(conn.as_connection(), &mut None).await
+        prepared
+            .insert(crate::enqueue::conn_of(conn), &mut None)
+            .await
     }
 }
 

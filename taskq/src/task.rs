@@ -177,8 +177,12 @@ pub trait Task: Serialize + DeserializeOwned + Send + Sync + 'static {
         Enqueue::new(self).enqueue_tx(conn)
     }
 
-    /// Inserts the task outside any caller transaction (autocommit on a pool connection).
-    fn enqueue(self, pool: &sqlx::MySqlPool) -> impl Future<Output = Result<Enqueued>> + Send {
+    /// Inserts the task outside any caller transaction (autocommit on a pool connection of
+    /// MySQL, or with the `sqlite` feature of SQLite).
+    fn enqueue<DB: crate::backend::Backend>(
+        self,
+        pool: &sqlx::Pool<DB>,
+    ) -> impl Future<Output = Result<Enqueued>> + Send {
         Enqueue::new(self).enqueue(pool)
     }
 }

@@ -9,7 +9,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::deadline::StmtError;
 use super::{Shared, WorkerStats, backoff_sleep, executor, within};
-use crate::store::{ClaimFrom, ClaimRequest};
+use crate::backend::ClaimRequest;
 use crate::wake;
 
 /// Handler slots held by one claimed task (its queue's and the worker's).
@@ -34,16 +34,8 @@ pub(crate) async fn run(shared: Arc<Shared>, queue: Arc<str>, concurrency: usize
         .max(1);
     let low_water = target.div_ceil(2);
     let mut backlog = false;
-    // While draining a backlog, where the last full claim ended: the next claim seeks past it
-    // (see `Store::task_claim`), and rescans from the head at least every `RESCAN_EVERY`.
-    let mut seek = None;
-    let mut last_head_scan = Instant::now();
-    // Set when others held every candidate of the last claim: the next one is a locking scan.
-    let mut locking_scan = false;
-    // Candidates read per wanted task: doubled after a contended claim (several claimers
-    // reading the same head of the queue), halved after a short one that was not contended
-    // (the backlog is gone); full claims keep it.
-    let mut spread = MIN_SPREAD;
+    // Where the next claim goes on from: the backend's business (see `backend::ClaimCursor`).
+    let mut cursor = shared.store.claim_cursor();
     // While the queue is at its concurrency limit: the next wait (doubles up to
     // `LIMITED_POLL_MAX`, back to `poll_min` after a claim that was not limited).
     let mut limited_wait = shared.cfg.poll_min;
@@ -77,32 +69,23 @@ pub(crate) async fn run(shared: Arc<Shared>, queue: Arc<str>, concurrency: usize
         }
         let wanted = slots.len();
         let started = Instant::now();
-        let after = seek
-            .take()
-            .filter(|_| last_head_scan.elapsed() < RESCAN_EVERY);
-        let from = match after {
-            Some(k) => ClaimFrom::After(k),
-            None if locking_scan => ClaimFrom::LockingScan,
-            None => ClaimFrom::Head,
-        };
-        locking_scan = false;
-        if after.is_none() {
-            last_head_scan = started;
-        }
         WorkerStats::add(&shared.stats.claim_queries, 1);
         let request = ClaimRequest {
             queue: &queue,
             names_json: &shared.names_json,
             limit: wanted as u32,
-            candidates: (wanted * spread) as u32,
-            from,
             lease_us: shared.lease_us(),
             worker_id: &shared.worker_id,
             limited: shared.is_limited(&queue),
         };
         // Registered before the claim, so a write-back that commits meanwhile is not missed.
         let task_written = written.notified();
-        let batch = within!(shared, |c| shared.store.task_claim(c, &request)).await;
+        let batch = within!(shared, |c| shared.store.task_claim(
+            c,
+            &request,
+            &mut cursor
+        ))
+        .await;
         let batch = match batch {
             Ok(b) => b,
             Err(e) => {
@@ -148,7 +131,6 @@ pub(crate) async fn run(shared: Arc<Shared>, queue: Arc<str>, concurrency: usize
                 // At the limit (the claim took all it was allowed): wait for room rather than
                 // claiming again at once.
                 backlog = false;
-                seek = None;
                 idle = shared.cfg.poll_min;
                 match hit.rate_resets_in_us {
                     Some(us) => {
@@ -182,31 +164,17 @@ pub(crate) async fn run(shared: Arc<Shared>, queue: Arc<str>, concurrency: usize
         // Expired rows took places in the batch: with them it was full, so more may be due.
         backlog = got + expired == wanted;
         if backlog {
-            seek = batch.last;
             idle = shared.cfg.poll_min;
             continue; // probably more due: claim again as soon as slots allow
         }
-        spread = if batch.contended_after.is_some() {
-            (spread * 2).min(MAX_SPREAD)
-        } else {
-            (spread / 2).max(MIN_SPREAD)
-        };
-        if let Some(past) = batch.contended_after {
-            // Other claimers held some candidates, so more may be due: treat it as a backlog
-            // (gather slots for a batch). If this claim got some, go on past the candidates
-            // (claimers leapfrog each other); if others held every candidate, claim once with
-            // a locking scan, which walks past held rows however many there are.
+        if batch.contended {
+            // Others held some due tasks, so more may be due: treat it as a backlog (gather
+            // slots for a batch) and claim again soon.
             idle = shared.cfg.poll_min;
             backlog = true;
-            if got > 0 {
-                seek = Some(past);
-            } else {
-                locking_scan = true;
-            }
             continue;
-        } else if after.is_some() {
-            // The seek ran short, but rows sorting before its start may be due: rescan from
-            // the head at once rather than going idle.
+        } else if batch.partial {
+            // The claim looked at part of the queue only: look again at once before idling.
             continue;
         }
         if got > 0 {
@@ -222,12 +190,6 @@ pub(crate) async fn run(shared: Arc<Shared>, queue: Arc<str>, concurrency: usize
     }
 }
 
-/// Longest time a claim loop draining a backlog goes on seeking past its last claim before
-/// it scans its queue from the head again: the most a task that sorts before the seek
-/// position (a higher priority, an earlier `run_at`, a released or reaped task) waits for
-/// the loop to look at it.
-const RESCAN_EVERY: Duration = Duration::from_millis(100);
-
 /// Longest wait of a claim loop whose queue is at its concurrency limit before it tries
 /// again (unless `poll_min` is longer): the most it adds before a place freed by another
 /// worker's task is taken. A place freed by this worker's own task is retried at once.
@@ -235,10 +197,6 @@ pub(crate) const LIMITED_POLL_MAX: Duration = Duration::from_millis(100);
 
 /// Conflicts in a row a claim loop retries after a short pause before it backs off.
 const CONFLICT_RETRIES: u32 = 3;
-
-/// Candidates a claim reads per task it wants, at least and at most (see `Store::task_claim`).
-const MIN_SPREAD: usize = 2;
-const MAX_SPREAD: usize = 8;
 
 /// Longest wait for the slots of a full batch once at least the low-water mark is free.
 const GATHER_LOW: Duration = Duration::from_millis(2);

@@ -5,8 +5,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use sqlx::MySqlPool;
-
+use crate::backend::Store;
 use crate::context::StateMap;
 use crate::enqueue::{IntoEnqueue, MAX_DELAY, MAX_QUEUE_LEN, validate_name};
 use crate::error::{Error, Result};
@@ -110,7 +109,7 @@ pub(crate) struct Config {
 /// ```
 #[must_use]
 pub struct WorkerBuilder {
-    pool: MySqlPool,
+    store: Store,
     registrations: Vec<Registration>,
     queues: BTreeMap<String, usize>,
     default_concurrency: usize,
@@ -136,9 +135,9 @@ pub struct WorkerBuilder {
 }
 
 impl WorkerBuilder {
-    pub(crate) fn new(pool: MySqlPool) -> Self {
+    pub(crate) fn new(store: Store) -> Self {
         Self {
-            pool,
+            store,
             registrations: Vec::new(),
             queues: BTreeMap::new(),
             default_concurrency: 10,
@@ -420,7 +419,7 @@ impl WorkerBuilder {
             self.lease,
         ));
         Ok(Worker {
-            user_pool: self.pool,
+            user_store: self.store,
             cfg: Config {
                 worker_id,
                 queues,

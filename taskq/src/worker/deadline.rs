@@ -7,7 +7,7 @@
 //! its connection discarded without any further I/O, so it cannot pin a loop or a pool slot;
 //! the caller treats it like a database error and retries on a fresh connection. Server-side
 //! lock waits of the worker's sessions end at the same bound (`innodb_lock_wait_timeout`, see
-//! `store::session_setup`).
+//! `backend::mysql::session_setup`).
 //!
 //! A statement that timed out may still have been executed by the server: every worker
 //! statement is safe to repeat or to lose (claims are reaped when their lease expires,
@@ -56,7 +56,7 @@ impl StmtError {
     /// statement again at once is the cure, without the backoff meant for an outage.
     pub(crate) fn is_conflict(&self) -> bool {
         match self {
-            StmtError::Db(sqlx::Error::Database(db)) => crate::store::is_deadlock(&**db),
+            StmtError::Db(sqlx::Error::Database(db)) => crate::backend::is_conflict(&**db),
             _ => false,
         }
     }
@@ -68,7 +68,7 @@ pub(crate) async fn conflict_pause() {
     tokio::time::sleep(Duration::from_micros(fastrand::u64(1_000..20_000))).await;
 }
 
-/// Runs `$body` (an expression using `$conn: &mut MySqlConnection`) on a connection of the
+/// Runs `$body` (an expression using `$conn`, a [`Conn`](crate::backend::Conn)) on a connection of the
 /// worker's pool, within the statement timeout counted from before the connection is taken.
 /// Evaluates to `Result<T, StmtError>`.
 macro_rules! within {
@@ -81,14 +81,14 @@ macro_rules! within {
                 $crate::worker::WorkerStats::add(&shared.stats.statement_timeouts, 1);
                 $crate::worker::deadline::StmtError::Timeout(limit)
             };
-            let mut pooled =
-                match tokio::time::timeout_at(deadline, shared.store.pool().acquire()).await {
-                    Ok(Ok(c)) => c,
-                    Ok(Err(e)) => return Err($crate::worker::deadline::StmtError::Db(e)),
-                    Err(_) => return Err(timed_out()),
-                };
-            let $conn: &mut sqlx::MySqlConnection = &mut pooled;
-            match tokio::time::timeout_at(deadline, $body).await {
+            let mut pooled = match tokio::time::timeout_at(deadline, shared.store.acquire()).await {
+                Ok(Ok(c)) => c,
+                Ok(Err(e)) => return Err($crate::worker::deadline::StmtError::Db(e)),
+                Err(_) => return Err(timed_out()),
+            };
+            let $conn = pooled.conn();
+            let res = tokio::time::timeout_at(deadline, $body).await;
+            match res {
                 Ok(r) => {
                     if r.is_ok() {
                         // The probe's "last database round trip" (see `worker::health`).
@@ -104,7 +104,7 @@ macro_rules! within {
                 }
                 Err(_) => {
                     // Dropped without a goodbye: the socket closes, the server rolls back.
-                    drop(pooled.detach());
+                    pooled.discard();
                     Err(timed_out())
                 }
             }

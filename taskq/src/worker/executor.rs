@@ -13,13 +13,13 @@ use super::lease::{self, AttemptKey, InFlight, Phase};
 use super::observe::{self, OutcomeEvent, TaskOutcome};
 use super::writeback::WriteBackMsg;
 use super::{Shared, WorkerStats, follow};
-use crate::client::{UNDECODABLE_PREFIX, exhausted_note};
+use crate::backend::{Claimed, WriteBack};
 use crate::context::{CancelHandle, CancelReason, TaskContext};
 use crate::enqueue::MAX_DELAY;
 use crate::error::{TaskError, TaskErrorKind, short_type_name};
 use crate::followup::{DeadTask, SucceededTask, payload_value};
+use crate::info::{UNDECODABLE_PREFIX, exhausted_note};
 use crate::metrics;
-use crate::store::{Claimed, WriteBack};
 use crate::task::TaskId;
 
 /// Longest error text stored in `last_error`.

@@ -8,9 +8,9 @@
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use super::{Shared, WorkerStats};
+use crate::backend::FollowUpRow;
 use crate::followup::{DeadTask, FollowUp, SucceededTask};
 use crate::registry::Registration;
-use crate::store::FollowUpRow;
 
 /// The follow-up row of a death, if the task declares one (`on_dead`); `epoch` is the attempt's.
 pub(crate) fn dead(

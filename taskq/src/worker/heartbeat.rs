@@ -18,8 +18,8 @@ use std::time::Instant;
 use super::config::Config;
 use super::lease::{self, AttemptKey, Phase};
 use super::{Shared, WorkerStats, within};
+use crate::backend::{WorkerRow, leases_json};
 use crate::context::CancelReason;
-use crate::store::{self, WorkerRow};
 
 /// What a worker records about itself in `taskq_workers`.
 pub(crate) struct Presence {
@@ -119,7 +119,7 @@ pub(crate) async fn beat(shared: &Shared) {
         return;
     }
     let sent = Instant::now();
-    let json = store::leases_json(&leases);
+    let json = leases_json(&leases);
     let lease_us = shared.lease_us();
     let mut tries = 0;
     let renewed = loop {

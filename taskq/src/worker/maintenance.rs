@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use super::observe::{self, OutcomeEvent, TaskOutcome};
 use super::{Shared, WorkerStats, follow, within};
+use crate::backend::{ExpiredRow, ReapRow};
 use crate::followup::{DeadTask, payload_value};
-use crate::store::{ExpiredRow, ReapRow};
 use crate::task::{TaskId, TaskState};
 use crate::wake;
 

@@ -36,8 +36,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use sqlx::MySqlPool;
-use sqlx::mysql::MySqlPoolOptions;
 use tokio::sync::{Notify, Semaphore, mpsc, watch};
 
 pub use config::{Retention, WorkerBuilder};
@@ -45,10 +43,10 @@ pub use health::{HealthStatus, WorkerHealth, WorkerPhase};
 pub use observe::{OutcomeEvent, TaskOutcome};
 pub use stats::{StatsSnapshot, WorkerStats};
 
+use crate::backend::{Backend, Store, leases_json};
 use crate::context::{CancelReason, StateMap};
 use crate::error::Result;
 use crate::registry::Registration;
-use crate::store::{self, Store};
 use crate::task::TaskId;
 use config::{Config, ShutdownFuture, TraceLink};
 use deadline::within;
@@ -56,7 +54,7 @@ use lease::{Leases, Phase};
 
 /// A configured worker; see [`Worker::builder`] and [`run_registered`].
 pub struct Worker {
-    user_pool: MySqlPool,
+    user_store: Store,
     cfg: Config,
     handlers: HashMap<&'static str, Registration>,
     state: StateMap,
@@ -83,8 +81,9 @@ pub struct ShutdownReport {
 /// Runs a worker for every `#[task]` registered in this binary, with the default settings,
 /// until SIGINT or SIGTERM; then shuts down gracefully and returns.
 ///
-/// `pool` is also registered as state, so handlers can take `State<MySqlPool>`.
-pub async fn run_registered(pool: MySqlPool) -> Result<ShutdownReport> {
+/// `pool` (a `MySqlPool`, or with the `sqlite` feature a `SqlitePool`) is also registered as
+/// state, so handlers can take `State<MySqlPool>` (resp. `State<SqlitePool>`).
+pub async fn run_registered<DB: Backend>(pool: sqlx::Pool<DB>) -> Result<ShutdownReport> {
     Worker::builder(pool.clone())
         .register_all()
         .state(pool)
@@ -94,10 +93,11 @@ pub async fn run_registered(pool: MySqlPool) -> Result<ShutdownReport> {
 }
 
 impl Worker {
-    /// Starts configuring a worker that uses `pool`'s connection settings. The worker opens a
-    /// small pool of its own (READ COMMITTED sessions) and never changes `pool`'s sessions.
-    pub fn builder(pool: MySqlPool) -> WorkerBuilder {
-        WorkerBuilder::new(pool)
+    /// Starts configuring a worker that uses `pool`'s connection settings (a `MySqlPool`, or
+    /// with the `sqlite` feature a `SqlitePool`). The worker opens a small pool of its own
+    /// (on MySQL: READ COMMITTED sessions) and never changes `pool`'s sessions.
+    pub fn builder<DB: Backend>(pool: sqlx::Pool<DB>) -> WorkerBuilder {
+        WorkerBuilder::new(DB::__store(pool).0)
     }
 
     /// This worker's id, as recorded on the rows it claims.
@@ -121,7 +121,7 @@ impl Worker {
     /// what is still running, and returns a report.
     pub async fn run(self) -> Result<ShutdownReport> {
         let Worker {
-            user_pool,
+            user_store,
             cfg,
             handlers,
             state,
@@ -132,7 +132,7 @@ impl Worker {
             health,
         } = self;
         let _stopped = health::StoppedOnDrop(health.clone());
-        let store = Store::new(worker_pool(&user_pool, &cfg));
+        let store = user_store.worker_store(cfg.db_connections, cfg.statement_timeout);
         let (stop_tx, stop_rx) = watch::channel(false);
         let (write_back_tx, write_back_rx) = mpsc::unbounded_channel();
         let names_json =
@@ -243,7 +243,7 @@ impl Worker {
                 "taskq worker abandoned tasks at shutdown");
         }
         tracing::info!(worker_id = %shared.worker_id, "taskq worker stopped");
-        shared.store.pool().close().await;
+        shared.store.close().await;
         Ok(report)
     }
 }
@@ -263,7 +263,7 @@ async fn release_abandoned(shared: &Shared) -> (Vec<TaskId>, Vec<TaskId>) {
         return (Vec::new(), Vec::new());
     }
     let ids: Vec<TaskId> = leases.iter().map(|l| TaskId(l.0)).collect();
-    let json = store::leases_json(&leases);
+    let json = leases_json(&leases);
     for attempt in 0..5 {
         match within!(shared, |c| shared.store.task_release(c, &json)).await {
             Ok(n) => {
@@ -313,23 +313,6 @@ async fn default_signal() {
     {
         let _ = tokio::signal::ctrl_c().await;
     }
-}
-
-/// The worker's own pool: same connect options as the user's, READ COMMITTED sessions,
-/// no ping before each use (a broken connection fails one statement, which is retried).
-fn worker_pool(user_pool: &MySqlPool, cfg: &Config) -> MySqlPool {
-    let opts = (*user_pool.connect_options()).clone();
-    // Server-side lock waits end no later than the statement deadline (whole seconds).
-    let lock_wait_secs = cfg.statement_timeout.as_secs().max(1);
-    MySqlPoolOptions::new()
-        .max_connections(cfg.db_connections)
-        .min_connections(0)
-        .acquire_timeout(cfg.statement_timeout)
-        .test_before_acquire(false)
-        .after_connect(move |conn, _meta| {
-            Box::pin(async move { store::session_setup(conn, lock_wait_secs).await })
-        })
-        .connect_lazy_with(opts)
 }
 
 /// State shared by a worker's loops.

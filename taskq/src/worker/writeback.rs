@@ -23,8 +23,8 @@ use super::deadline::StmtError;
 use super::lease::AttemptKey;
 use super::observe::{self, OutcomeEvent, TaskOutcome};
 use super::{Shared, WorkerStats, backoff_sleep, within};
+use crate::backend::WriteBack;
 use crate::metrics;
-use crate::store::WriteBack;
 use crate::task::TaskId;
 
 /// Most outcomes per write-back statement.

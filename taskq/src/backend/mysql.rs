@@ -15,11 +15,14 @@
 //! migration lock run on a caller's connection and are free functions. A second backend
 //! (SQLite is planned) provides the same methods; nothing outside this file names SQL.
 
+use std::time::{Duration, Instant};
+
 use chrono::{DateTime, NaiveDateTime, Utc};
 use serde::Serialize;
 use sqlx::{Connection, MySqlConnection, MySqlPool};
 
-use crate::client::{PendingNameCount, QueueStateCount, ScheduleInfo, TaskInfo};
+use super::rows::*;
+use crate::info::{PendingNameCount, QueueStateCount, ScheduleInfo, TaskInfo};
 use crate::task::{TaskId, TaskState};
 
 /// The backend handle the worker and the [`Client`](crate::Client) work through: every
@@ -40,6 +43,24 @@ impl Store {
     pub(crate) fn pool(&self) -> &MySqlPool {
         &self.pool
     }
+
+    /// The worker's own pool: same connect options as the user's, READ COMMITTED sessions,
+    /// no ping before each use (a broken connection fails one statement, which is retried).
+    pub(crate) fn worker_store(&self, connections: u32, statement_timeout: Duration) -> Self {
+        let opts = (*self.pool.connect_options()).clone();
+        // Server-side lock waits end no later than the statement deadline (whole seconds).
+        let lock_wait_secs = statement_timeout.as_secs().max(1);
+        let pool = sqlx::mysql::MySqlPoolOptions::new()
+            .max_connections(connections)
+            .min_connections(0)
+            .acquire_timeout(statement_timeout)
+            .test_before_acquire(false)
+            .after_connect(move |conn, _meta| {
+                Box::pin(async move { session_setup(conn, lock_wait_secs).await })
+            })
+            .connect_lazy_with(opts);
+        Self { pool }
+    }
 }
 
 /// MySQL error number for a duplicate key.
@@ -48,36 +69,6 @@ const ER_DUP_ENTRY: u16 = 1062;
 const ER_LOCK_DEADLOCK: u16 = 1213;
 /// Name of the unique index behind idempotency keys (see the migration).
 const IDEMPOTENCY_INDEX: &str = "uq_taskq_idempotency";
-
-/// A row to insert.
-pub(crate) struct NewTask<'a> {
-    pub queue: &'a str,
-    pub name: &'a str,
-    pub payload: &'a [u8],
-    pub priority: i16,
-    pub max_attempts: u32,
-    /// Microseconds from the database's now; ignored when `run_at` is set.
-    pub delay_us: i64,
-    pub run_at: Option<DateTime<Utc>>,
-    /// Absolute deadline; at most one of `deadline` and `ttl_us` is set.
-    pub deadline: Option<DateTime<Utc>>,
-    /// Deadline as microseconds from the database's now.
-    pub ttl_us: Option<i64>,
-    pub idempotency_key: Option<&'a str>,
-    pub trace_context: Option<&'a str>,
-    /// The unique identity, if any (`unique_key`, and the key of its `taskq_unique` row).
-    pub unique_key: Option<&'a [u8]>,
-    /// `unique_while`: `pending`, `running` or `window`; set with `unique_key`.
-    pub unique_while: Option<&'static str>,
-    /// For a window: its end, in microseconds since the Unix epoch on the database clock.
-    pub unique_expires_us: Option<i64>,
-}
-
-/// Outcome of [`task_insert`].
-pub(crate) enum Inserted {
-    New(TaskId),
-    Duplicate(TaskId),
-}
 
 /// Inserts a task on `conn` (the caller's transaction, if any). A duplicate idempotency key, or
 /// a unique identity another task holds, returns the holder's id instead of failing.
@@ -315,14 +306,6 @@ impl Store {
         .fetch_optional(&self.pool)
         .await
     }
-}
-
-/// Filter for [`task_list`] and [`task_count`]; `None` matches everything.
-#[derive(Default)]
-pub(crate) struct TaskFilter<'a> {
-    pub queue: Option<&'a str>,
-    pub state: Option<TaskState>,
-    pub name: Option<&'a str>,
 }
 
 impl Store {
@@ -992,38 +975,6 @@ impl Store {
     }
 }
 
-/// Outcome of [`Store::task_retry_dead`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum RetryDead {
-    Retried,
-    /// The task does not exist or is not dead.
-    NotDead,
-    /// Another task holds the dead task's unique identity.
-    IdentityHeld(TaskId),
-}
-
-/// A task as claimed by a worker (values after the claim).
-pub(crate) struct Claimed {
-    pub id: u64,
-    pub name: String,
-    pub payload: Vec<u8>,
-    /// Attempt number of this run (already incremented).
-    pub attempt: u32,
-    pub max_attempts: u32,
-    /// Snoozes so far (before this run).
-    pub snoozes: u32,
-    /// Fencing token of this run (already incremented).
-    pub lease_epoch: u64,
-    /// How long the task waited after it was due, on the database clock (µs).
-    pub wait_us: i64,
-    /// Trace context of the enqueuing request, if recorded.
-    pub trace_context: Option<String>,
-    /// The task's unique identity, if it is unique.
-    pub unique_key: Option<Vec<u8>>,
-    /// Its `unique_while` (`pending`, `running` or `window`).
-    pub unique_while: Option<String>,
-}
-
 /// A row's position in claim order, `(priority, run_at, id)`: the order of `ix_taskq_claim`
 /// within a queue's pending rows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1048,7 +999,7 @@ pub(crate) enum ClaimFrom {
 
 /// One claim: up to `limit` due tasks of `queue` whose name is in `names_json`, looked for
 /// `from` the head, a position or by locking scan, with `candidates` candidate ids read.
-pub(crate) struct ClaimRequest<'a> {
+struct MySqlClaim<'a> {
     pub queue: &'a str,
     /// JSON array of the task names the worker handles.
     pub names_json: &'a str,
@@ -1063,14 +1014,117 @@ pub(crate) struct ClaimRequest<'a> {
     pub limited: bool,
 }
 
-/// Why a claim of a limited queue took fewer tasks than it asked for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct LimitHit {
-    /// How many the limits allowed this claim (fewer than asked for; may be zero).
-    pub allowed: u32,
-    /// The rate limit was the binding one: its window has no starts left after this claim;
-    /// the next window opens in this many microseconds (database clock).
-    pub rate_resets_in_us: Option<i64>,
+/// A claim loop's position between claims: where the next claim's candidate read starts and
+/// how many candidates it reads per wanted task.
+///
+/// While draining a backlog the loop seeks past its last full claim (the candidate read then
+/// does not step over the delete-marked index entries that claimed rows leave at the head),
+/// and rescans from the head at least every [`RESCAN_EVERY`]. After a claim that others
+/// partly beat it to (they held some candidates), it goes on past the candidates, so claimers
+/// leapfrog each other; after one where others held every candidate, the next claim is one
+/// locking scan. The spread doubles after a contended claim and halves after a short one
+/// that was not contended.
+#[derive(Debug)]
+pub(crate) struct ClaimCursor {
+    seek: Option<ClaimKey>,
+    last_head_scan: Instant,
+    locking_scan: bool,
+    spread: u32,
+}
+
+impl Default for ClaimCursor {
+    fn default() -> Self {
+        Self {
+            seek: None,
+            last_head_scan: Instant::now(),
+            locking_scan: false,
+            spread: MIN_SPREAD,
+        }
+    }
+}
+
+/// Longest time a claim loop draining a backlog goes on seeking past its last claim before
+/// it scans its queue from the head again: the most a task that sorts before the seek
+/// position (a higher priority, an earlier `run_at`, a released or reaped task) waits for
+/// the loop to look at it.
+const RESCAN_EVERY: Duration = Duration::from_millis(100);
+
+/// Candidates a claim reads per task it wants, at least and at most.
+const MIN_SPREAD: u32 = 2;
+const MAX_SPREAD: u32 = 8;
+
+impl Store {
+    /// Claims up to `req.limit` due tasks (see [`Store::claim_raw`]), from where `cursor`
+    /// says, and moves the cursor on.
+    pub(crate) async fn task_claim(
+        &self,
+        conn: &mut MySqlConnection,
+        req: &ClaimRequest<'_>,
+        cursor: &mut ClaimCursor,
+    ) -> sqlx::Result<ClaimBatch> {
+        let started = Instant::now();
+        let after = cursor
+            .seek
+            .take()
+            .filter(|_| cursor.last_head_scan.elapsed() < RESCAN_EVERY);
+        let from = match after {
+            Some(k) => ClaimFrom::After(k),
+            None if cursor.locking_scan => ClaimFrom::LockingScan,
+            None => ClaimFrom::Head,
+        };
+        cursor.locking_scan = false;
+        if after.is_none() {
+            cursor.last_head_scan = started;
+        }
+        let raw = self
+            .claim_raw(
+                conn,
+                &MySqlClaim {
+                    queue: req.queue,
+                    names_json: req.names_json,
+                    limit: req.limit,
+                    candidates: req.limit.saturating_mul(cursor.spread),
+                    from,
+                    lease_us: req.lease_us,
+                    worker_id: req.worker_id,
+                    limited: req.limited,
+                },
+            )
+            .await?;
+        let took = raw.tasks.len() + raw.expired.len();
+        let at_limit = raw.limited.is_some_and(|hit| took >= hit.allowed as usize);
+        let mut contended = false;
+        let mut partial = false;
+        if at_limit {
+            // Waiting for room: the next claim starts from the head.
+        } else if took == req.limit as usize {
+            cursor.seek = raw.last;
+        } else {
+            cursor.spread = if raw.contended_after.is_some() {
+                (cursor.spread * 2).min(MAX_SPREAD)
+            } else {
+                (cursor.spread / 2).max(MIN_SPREAD)
+            };
+            if let Some(past) = raw.contended_after {
+                contended = true;
+                if raw.tasks.is_empty() {
+                    cursor.locking_scan = true;
+                } else {
+                    cursor.seek = Some(past);
+                }
+            } else if after.is_some() {
+                // The seek ran short, but rows sorting before its start may be due.
+                partial = true;
+            }
+        }
+        Ok(ClaimBatch {
+            tasks: raw.tasks,
+            expired: raw.expired,
+            limited: raw.limited,
+            contended,
+            partial,
+        })
+    }
 }
 
 /// The limits of a queue as the claim reads them, its row locked.
@@ -1084,16 +1138,8 @@ struct QueueLimits {
     rate_resets_in_us: Option<i64>,
 }
 
-/// A due task the claim found past its deadline and moved to `expired` instead of running.
-pub(crate) struct ExpiredTask {
-    pub id: u64,
-    pub name: String,
-    /// How long ago its deadline passed, on the database clock (µs).
-    pub late_us: i64,
-}
-
-/// What one claim transaction took.
-pub(crate) struct ClaimBatch {
+/// What one claim transaction took (before the cursor reads it).
+struct RawBatch {
     /// The claimed tasks, in claim order.
     pub tasks: Vec<Claimed>,
     /// Tasks the claim locked but found past their deadline: moved to `expired`, not run.
@@ -1190,12 +1236,12 @@ impl Store {
     ///
     /// Run it on a READ COMMITTED connection: under REPEATABLE READ the reads would see an old
     /// snapshot and take gap locks.
-    pub(crate) async fn task_claim(
+    async fn claim_raw(
         &self,
         conn: &mut MySqlConnection,
-        req: &ClaimRequest<'_>,
-    ) -> sqlx::Result<ClaimBatch> {
-        let &ClaimRequest {
+        req: &MySqlClaim<'_>,
+    ) -> sqlx::Result<RawBatch> {
+        let &MySqlClaim {
             queue,
             names_json,
             limit,
@@ -1240,7 +1286,7 @@ impl Store {
             limit = allowed;
             if limit == 0 {
                 tx.commit().await?;
-                return Ok(ClaimBatch {
+                return Ok(RawBatch {
                     tasks: Vec::new(),
                     expired: Vec::new(),
                     last: None,
@@ -1286,7 +1332,7 @@ impl Store {
         };
         if rows.is_empty() {
             tx.commit().await?;
-            return Ok(ClaimBatch {
+            return Ok(RawBatch {
                 tasks: Vec::new(),
                 expired: Vec::new(),
                 last: None,
@@ -1397,7 +1443,7 @@ impl Store {
                 late_us: -r.deadline_in_us.unwrap_or(0),
             })
             .collect();
-        Ok(ClaimBatch {
+        Ok(RawBatch {
             tasks,
             expired,
             last,
@@ -1686,15 +1732,6 @@ async fn identities_free_written(
     Ok(())
 }
 
-/// `(id, epoch)` pairs as a JSON array of arrays, sorted by id: every batch statement locks
-/// rows in the order of its JSON array, so a common order keeps concurrent batches (heartbeat,
-/// write-back, release) from deadlocking each other.
-pub(crate) fn leases_json(leases: &[(u64, u64)]) -> String {
-    let mut sorted = leases.to_vec();
-    sorted.sort_unstable();
-    serde_json::to_string(&sorted).expect("leases serialize")
-}
-
 impl Store {
     /// Renews the leases `(id, epoch)` that are still held (running, same epoch, not expired)
     /// and carry no cancel request to `now + lease_us`. Returns how many were renewed: fewer
@@ -1744,124 +1781,6 @@ impl Store {
             .map(|r| (r.id, r.lease_epoch, r.cancel_requested))
             .collect())
     }
-}
-
-/// An expired lease as [`Store::task_expired`] reads it.
-pub(crate) struct ExpiredRow {
-    pub id: u64,
-    pub lease_epoch: u64,
-    pub name: String,
-    pub queue: String,
-    pub attempt: u32,
-    pub max_attempts: u32,
-    pub worker_id: Option<String>,
-    /// The unique identity the reap frees (the task goes dead or canceled), if it holds one.
-    pub frees: Option<Vec<u8>>,
-    /// A cancel was requested: the reap cancels the task.
-    pub canceled: bool,
-    /// The payload, read only for a task the reap moves to dead.
-    pub payload: Option<Vec<u8>>,
-    pub trace_context: Option<String>,
-}
-
-impl ExpiredRow {
-    /// Whether the reap moves the task to dead (attempts exhausted, no cancel requested).
-    pub(crate) fn goes_dead(&self) -> bool {
-        !self.canceled && self.attempt >= self.max_attempts
-    }
-}
-
-/// One expired lease to reap ([`Store::task_reap`]).
-pub(crate) struct ReapRow {
-    pub id: u64,
-    /// The epoch read: the row is reaped only if it still has it.
-    pub epoch: u64,
-    pub frees: Option<Vec<u8>>,
-    pub canceled: bool,
-    /// The `on_dead` follow-up, inserted if the reap moves the task to dead.
-    pub follow_up: Option<Box<FollowUpRow>>,
-}
-
-/// What [`Store::task_reap`] did.
-#[derive(Debug, Default)]
-pub(crate) struct Reaped {
-    pub reaped: u64,
-    /// `(id, new state)` of each row reaped, when the reap locked the rows first (`exact`, or
-    /// follow-ups to insert); empty otherwise.
-    pub rows: Vec<(u64, TaskState)>,
-    /// Ids reaped to dead together with their follow-up.
-    pub followed: Vec<u64>,
-}
-
-/// The outcome of one attempt, written back by [`task_write_back`].
-#[derive(Debug, Clone, Serialize)]
-pub(crate) struct WriteBack {
-    pub id: u64,
-    pub epoch: u64,
-    /// `succeeded`, `pending` (retry), `dead`, `canceled` (a cancel request honoured), or
-    /// `snoozed`: written as `pending` with the attempt given back and `snoozes` + 1.
-    pub state: &'static str,
-    /// The attempt number of this run (as claimed), recorded in the attempt history.
-    pub attempt: u32,
-    /// How the attempt ended, as recorded in the attempt history: `succeeded`, `failed`,
-    /// `timed_out`, `panicked`, `canceled` or `snoozed` (see `AttemptOutcome`).
-    pub outcome: &'static str,
-    /// Delay from the database's now of the next run, for `pending` and `snoozed`.
-    pub delay_us: i64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-    /// The unique identity this outcome frees if the task holds it (`running`: a success or
-    /// death; `window`: death).
-    #[serde(skip)]
-    pub frees: Option<Vec<u8>>,
-    /// The follow-up to insert if this outcome is written (`on_dead` / `on_success`).
-    #[serde(skip)]
-    pub follow_up: Option<Box<FollowUpRow>>,
-    /// For outcome observers: the attempt's task name, queue and handler run time.
-    #[serde(skip)]
-    pub name: std::sync::Arc<str>,
-    #[serde(skip)]
-    pub queue: std::sync::Arc<str>,
-    #[serde(skip)]
-    pub ran: std::time::Duration,
-}
-
-/// A follow-up task to insert with the end of another ([`Store::task_write_back`],
-/// [`Store::task_reap`]), as sent inside a JSON array.
-#[derive(Debug, Clone, Serialize)]
-pub(crate) struct FollowUpRow {
-    #[serde(rename = "q")]
-    pub queue: &'static str,
-    #[serde(rename = "n")]
-    pub name: &'static str,
-    /// The payload bytes, hex-encoded.
-    #[serde(rename = "p")]
-    pub payload_hex: String,
-    #[serde(rename = "pr")]
-    pub priority: i16,
-    #[serde(rename = "m")]
-    pub max_attempts: u32,
-    /// Deadline as microseconds from the database's now; absent means none.
-    #[serde(rename = "tl", skip_serializing_if = "Option::is_none")]
-    pub ttl_us: Option<i64>,
-    /// Idempotency key naming the attempt that ended: `taskq:on_dead:<id>:<epoch>`.
-    #[serde(rename = "k")]
-    pub key: String,
-    #[serde(rename = "t", skip_serializing_if = "Option::is_none")]
-    pub trace_context: Option<String>,
-}
-
-/// What [`Store::task_write_back`] did with a batch.
-#[derive(Debug, Default)]
-pub(crate) struct WrittenBack {
-    /// Rows written.
-    pub written: u64,
-    /// Ids not written because another transaction holds the unique identity their outcome
-    /// would free (a producer that got `duplicate = true` for this task and has not ended):
-    /// to be written later, their leases still renewed.
-    pub deferred: Vec<u64>,
-    /// Ids whose outcome was written together with its follow-up.
-    pub followed: Vec<u64>,
 }
 
 impl Store {
@@ -2711,31 +2630,35 @@ impl Store {
     }
 }
 
-/// One row of [`Store::queue_controls`].
-pub(crate) struct QueueControl {
-    pub queue: String,
-    pub paused: bool,
-    pub limited: bool,
-}
-
-/// One queue of [`Store::queue_list`].
-pub(crate) struct QueueRow {
-    pub queue: String,
-    pub paused_at: Option<DateTime<Utc>>,
-    pub concurrency_limit: Option<u32>,
-    /// `(max, period in µs)`.
-    pub rate: Option<(u32, i64)>,
-    /// Claims counted in the current rate window.
-    pub rate_used: u64,
-    pub pending: u64,
-    pub running: u64,
-}
-
 // --- batch enqueue ---
+
+/// How the server numbers the rows of one multi-row insert.
+pub(crate) struct AutoIncrement {
+    /// `innodb_autoinc_lock_mode`: 0 or 1 guarantee consecutive ids within one statement;
+    /// 2 (MySQL 8's default) may interleave them with concurrent inserts.
+    pub lock_mode: i64,
+    /// `auto_increment_increment` of this session (the step between consecutive ids).
+    pub increment: i64,
+}
+
+/// Reads the auto-increment settings that decide whether a multi-row insert's ids can be
+/// derived from `LAST_INSERT_ID()`.
+pub(crate) async fn autoinc_settings(conn: &mut MySqlConnection) -> sqlx::Result<AutoIncrement> {
+    let row = sqlx::query!(
+        r#"SELECT CAST(@@GLOBAL.innodb_autoinc_lock_mode AS SIGNED) AS "lock_mode: i64",
+                  CAST(@@SESSION.auto_increment_increment AS SIGNED) AS "increment: i64""#
+    )
+    .fetch_one(&mut *conn)
+    .await?;
+    Ok(AutoIncrement {
+        lock_mode: row.lock_mode.unwrap_or(2),
+        increment: row.increment.unwrap_or(1).max(1),
+    })
+}
 
 /// One row of a batch insert, as [`task_insert_batch`] sends it inside a JSON array.
 #[derive(Serialize)]
-pub(crate) struct BatchRow<'a> {
+struct BatchRow<'a> {
     #[serde(rename = "q")]
     pub queue: &'a str,
     #[serde(rename = "n")]
@@ -2763,28 +2686,86 @@ pub(crate) struct BatchRow<'a> {
     pub trace_context: Option<&'a str>,
 }
 
-/// How the server numbers the rows of one multi-row insert.
-pub(crate) struct AutoIncrement {
-    /// `innodb_autoinc_lock_mode`: 0 or 1 guarantee consecutive ids within one statement;
-    /// 2 (MySQL 8's default) may interleave them with concurrent inserts.
-    pub lock_mode: i64,
-    /// `auto_increment_increment` of this session (the step between consecutive ids).
-    pub increment: i64,
+/// Most rows one batch `INSERT` carries; larger inputs are split into several statements.
+const BATCH_ROWS: usize = 5_000;
+/// Most bytes of JSON one batch `INSERT` carries (well under the servers' default
+/// `max_allowed_packet` of 16 MiB on MariaDB and 64 MiB on MySQL 8).
+const BATCH_BYTES: usize = 2 << 20;
+
+/// `YYYY-MM-DD HH:MM:SS.ffffff` (UTC), as `JSON_TABLE` reads a `DATETIME(6)`.
+fn datetime_text(d: DateTime<Utc>) -> String {
+    d.naive_utc().format("%Y-%m-%d %H:%M:%S%.6f").to_string()
 }
 
-/// Reads the auto-increment settings that decide whether a multi-row insert's ids can be
-/// derived from `LAST_INSERT_ID()`.
-pub(crate) async fn autoinc_settings(conn: &mut MySqlConnection) -> sqlx::Result<AutoIncrement> {
-    let row = sqlx::query!(
-        r#"SELECT CAST(@@GLOBAL.innodb_autoinc_lock_mode AS SIGNED) AS "lock_mode: i64",
-                  CAST(@@SESSION.auto_increment_increment AS SIGNED) AS "increment: i64""#
-    )
-    .fetch_one(&mut *conn)
-    .await?;
-    Ok(AutoIncrement {
-        lock_mode: row.lock_mode.unwrap_or(2),
-        increment: row.increment.unwrap_or(1).max(1),
-    })
+/// Inserts rows without idempotency key or unique identity (the unkeyed runs of
+/// `enqueue_many`), [`BATCH_ROWS`] per statement at most, and returns their ids in order.
+/// When the server's auto-increment settings make a multi-row insert's ids consecutive
+/// (`innodb_autoinc_lock_mode` 0 or 1) they are derived from the first; otherwise (mode 2,
+/// MySQL 8's default and Galera's requirement) the rows carry a random marker in
+/// `enqueue_batch` and are read back by it.
+pub(crate) async fn task_insert_rows(
+    conn: &mut MySqlConnection,
+    rows: &[NewTask<'_>],
+) -> sqlx::Result<Vec<TaskId>> {
+    let mut out = Vec::with_capacity(rows.len());
+    if rows.is_empty() {
+        return Ok(out);
+    }
+    let ai = autoinc_settings(conn).await?;
+    let step = (ai.lock_mode <= 1).then_some(ai.increment as u64);
+    let mut i = 0;
+    while i < rows.len() {
+        let mut json = String::from("[");
+        let start = i;
+        while i < rows.len() && i - start < BATCH_ROWS && (i == start || json.len() < BATCH_BYTES) {
+            if i > start {
+                json.push(',');
+            }
+            let r = &rows[i];
+            let row = BatchRow {
+                queue: r.queue,
+                name: r.name,
+                payload_hex: crate::enqueue::hex(r.payload),
+                priority: r.priority,
+                max_attempts: r.max_attempts,
+                delay_us: r.delay_us,
+                run_at: r.run_at.map(datetime_text),
+                deadline: r.deadline.map(datetime_text),
+                ttl_us: r.ttl_us,
+                trace_context: r.trace_context,
+            };
+            json.push_str(&serde_json::to_string(&row).map_err(|e| sqlx::Error::Encode(e.into()))?);
+            i += 1;
+        }
+        json.push(']');
+        let n = (i - start) as u64;
+        // Without consecutive ids the rows carry a marker to be read back by.
+        let marker = step.is_none().then(|| fastrand::u64(1..));
+        let (first, inserted) = task_insert_batch(conn, &json, marker).await?;
+        let mismatch =
+            |what: String| sqlx::Error::Protocol(format!("batch enqueue of {n} tasks: {what}"));
+        if inserted != n || first == 0 {
+            return Err(mismatch(format!(
+                "inserted {inserted} rows (first id {first})"
+            )));
+        }
+        match (step, marker) {
+            (Some(step), _) => out.extend((0..n).map(|k| TaskId(first + k * step))),
+            (None, Some(marker)) => {
+                let ids = task_batch_ids(conn, first, marker, n).await?;
+                if ids.len() as u64 != n || ids[0] != first {
+                    return Err(mismatch(format!(
+                        "read back {} ids (first {:?}, expected {first})",
+                        ids.len(),
+                        ids.first()
+                    )));
+                }
+                out.extend(ids.into_iter().map(TaskId));
+            }
+            (None, None) => unreachable!("a marker whenever ids are not consecutive"),
+        }
+    }
+    Ok(out)
 }
 
 /// Inserts every row of `rows_json` (a JSON array of [`BatchRow`]) in one statement, in array
@@ -2849,42 +2830,6 @@ pub(crate) async fn task_batch_ids(
 }
 
 // --- recurring schedules ---
-
-/// A schedule's definition as a worker declares it at start ([`Store::schedule_declare`]).
-pub(crate) struct ScheduleDecl<'a> {
-    pub name: &'a str,
-    pub task_name: &'a str,
-    pub queue: &'a str,
-    pub expression: &'a str,
-    pub timezone: &'a str,
-    pub missed_ticks: &'a str,
-    /// The first tick after the database's now, stored when the row is new or its expression
-    /// or time zone changes.
-    pub next_tick: Option<DateTime<Utc>>,
-}
-
-/// What the scheduler reads of one of its schedules each time it wakes.
-pub(crate) struct ScheduleState {
-    pub now: DateTime<Utc>,
-    pub name: String,
-    pub expression: String,
-    pub timezone: String,
-    pub watermark: DateTime<Utc>,
-}
-
-/// One compare-and-set step of a schedule ([`Store::schedule_fire`]).
-pub(crate) struct ScheduleFire<'a> {
-    pub name: &'a str,
-    pub expression: &'a str,
-    pub timezone: &'a str,
-    /// The watermark the worker read: the step applies only if it is still the row's.
-    pub old_watermark: DateTime<Utc>,
-    pub new_watermark: DateTime<Utc>,
-    pub next_tick: Option<DateTime<Utc>>,
-    pub worker_id: &'a str,
-    /// One task per tick to enqueue (each with `run_at` = its tick and the tick's key).
-    pub tasks: Vec<NewTask<'a>>,
-}
 
 impl Store {
     /// Creates or updates a schedule's row with this worker's definition. A new row, or one
@@ -3031,34 +2976,6 @@ impl Store {
 
 // --- live workers ---
 
-/// A worker's own row in `taskq_workers`, as it writes it.
-pub(crate) struct WorkerRow<'a> {
-    pub worker_id: &'a str,
-    pub host: &'a str,
-    pub pid: u32,
-    /// JSON object: queue → concurrency.
-    pub queues_json: &'a str,
-    pub concurrency: u32,
-    pub lease_us: u64,
-    pub heartbeat_us: u64,
-}
-
-/// A row of `taskq_workers` with the count of running tasks claimed under its id.
-pub(crate) struct WorkerListRow {
-    pub worker_id: String,
-    pub host: String,
-    pub pid: u32,
-    pub queues: String,
-    pub concurrency: u32,
-    pub lease_us: u64,
-    pub heartbeat_us: u64,
-    pub started_at: DateTime<Utc>,
-    pub last_seen_at: DateTime<Utc>,
-    pub stopped_at: Option<DateTime<Utc>>,
-    pub alive: bool,
-    pub running: i64,
-}
-
 impl Store {
     /// Records a starting worker: inserts its row, or (a worker id used again) overwrites it
     /// with `started_at = last_seen_at = now` and `stopped_at = NULL`.
@@ -3185,28 +3102,6 @@ impl Store {
 }
 
 // --- attempt history and audit trail ---
-
-/// A row of `taskq_audit` as read back.
-pub(crate) struct AuditListRow {
-    pub id: u64,
-    pub at: DateTime<Utc>,
-    pub actor: String,
-    pub action: String,
-    pub task_id: Option<u64>,
-    pub queue: Option<String>,
-    pub detail: Option<String>,
-}
-
-/// An operator action to record in `taskq_audit`.
-pub(crate) struct AuditRow<'a> {
-    pub actor: &'a str,
-    pub action: &'a str,
-    pub task_id: Option<u64>,
-    /// The queue; when `None` and `task_id` is set, the task's queue is recorded.
-    pub queue: Option<&'a str>,
-    /// A JSON object.
-    pub detail: Option<String>,
-}
 
 /// Inserts an audit row on `conn` (normally the transaction of the action it records), at the
 /// database clock. One statement: the task's queue is read by primary key inside it.
