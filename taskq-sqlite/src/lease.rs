@@ -11,6 +11,7 @@ use serde::Serialize;
 use sqlx::SqliteConnection;
 
 use crate::connect::begin_write;
+use crate::enqueue::hex;
 use crate::identities::release_ended;
 
 /// One claim: up to `limit` due tasks of `queue` whose name is in `names`.
@@ -26,6 +27,10 @@ pub struct ClaimRequest<'a> {
     pub lease_us: i64,
     /// Recorded in `worker_id`.
     pub worker_id: &'a str,
+    /// The worker saw the queue as limited (a concurrency or rate limit, see
+    /// `queues::queue_controls`): the claim takes no more than the limits allow. Unlimited
+    /// queues skip that read.
+    pub limited: bool,
 }
 
 /// A task as claimed (values after the claim).
@@ -77,17 +82,49 @@ pub struct ClaimBatch {
     pub tasks: Vec<Claimed>,
     /// Tasks found past their deadline: now `expired`, not run. They count towards the limit.
     pub expired: Vec<ExpiredTask>,
+    /// Set when the queue's limits allowed fewer tasks than asked for.
+    pub limited: Option<LimitHit>,
+}
+
+/// Why a claim of a limited queue took fewer tasks than it asked for (MySQL's `LimitHit`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LimitHit {
+    /// How many the limits allowed this claim (fewer than asked for; may be zero).
+    pub allowed: u32,
+    /// The rate limit was the binding one: its window has no starts left after this claim;
+    /// the next window opens in this many microseconds (database clock).
+    pub rate_resets_in_us: Option<i64>,
+}
+
+/// A limited queue's limits as the claim reads them (inside its write transaction).
+struct QueueLimits {
+    concurrency_limit: Option<u32>,
+    rate_limit: Option<u32>,
+    rate_period_us: Option<i64>,
+    /// Claims already counted in the current rate window.
+    rate_used: i64,
+    /// Microseconds until the current rate window ends.
+    rate_resets_in_us: Option<i64>,
 }
 
 /// Claims up to `limit` due tasks of `queue` whose name is in `names`, in one `BEGIN
 /// IMMEDIATE` transaction (a savepoint if `conn` is in one):
 ///
+/// 0. only when `limited` is set (the worker saw the queue as limited): the queue's row of
+///    `taskq_queues` and the count of its running tasks are read, and the claim takes no more
+///    than the concurrency limit (minus running) and the rate limit (minus the claims counted
+///    in the current window) allow; [`ClaimBatch::limited`] says when that was fewer than
+///    `limit` (MySQL's `LimitHit`). The write lock replaces MySQL's lock of the queue's row:
+///    no other claim runs between this count and this claim's commit;
 /// 1. one `UPDATE … WHERE id IN (SELECT id … ORDER BY priority, run_at, id LIMIT ?)
 ///    RETURNING …`: the first `limit` pending, due rows of the queue in claim order (read on
 ///    the partial index `ix_taskq_claim`), unless the queue is paused. Each row past its
 ///    `deadline` becomes `expired` (attempt and epoch unchanged); every other row becomes
-///    `running` with attempt and epoch + 1 and a lease of `lease_us` from now;
-/// 2. only when some of those rows are unique while pending, or unique and expired: the
+///    `running` with attempt and epoch + 1, `attempted_at` = now and a lease of `lease_us`
+///    from now. Expired rows count towards the limit;
+/// 2. with a rate limit and rows started: the count of the window the claim's clock falls in
+///    (`rate_window_start`, `rate_window_count`), so no window counts more than the limit;
+/// 3. only when some of those rows are unique while pending, or unique and expired: the
 ///    deletion of the identities that ends (see `identities::release_ended`).
 ///
 /// The writer lock replaces MySQL's candidate read and `FOR UPDATE SKIP LOCKED`: two claims
@@ -99,6 +136,48 @@ pub async fn task_claim(
 ) -> sqlx::Result<ClaimBatch> {
     let names = serde_json::to_string(req.names).map_err(|e| sqlx::Error::Encode(Box::new(e)))?;
     let mut tx = begin_write(conn).await?;
+    let mut limit = req.limit;
+    let mut hit = None;
+    let mut rate_limited = false;
+    if req.limited
+        && let Some(l) = queue_limits(&mut tx, req.queue).await?
+    {
+        let mut by_running = limit;
+        if let Some(max) = l.concurrency_limit {
+            let running = sqlx::query_scalar!(
+                r#"SELECT COUNT(*) AS "n!: i64" FROM taskq_tasks
+                   WHERE state = 'running' AND queue = ?1"#,
+                req.queue
+            )
+            .fetch_one(&mut *tx)
+            .await?;
+            by_running = by_running.min((i64::from(max) - running).clamp(0, 1 << 31) as u32);
+        }
+        let mut by_rate = limit;
+        if let Some(max) = l
+            .rate_limit
+            .filter(|_| l.rate_period_us.is_some_and(|p| p > 0))
+        {
+            rate_limited = true;
+            by_rate = by_rate.min((i64::from(max) - l.rate_used).clamp(0, 1 << 31) as u32);
+        }
+        let allowed = by_running.min(by_rate);
+        if allowed < limit {
+            hit = Some(LimitHit {
+                allowed,
+                // The rate is what binds: the window is used up once this claim is full.
+                rate_resets_in_us: l.rate_resets_in_us.filter(|_| by_rate <= by_running),
+            });
+        }
+        limit = allowed;
+        if limit == 0 {
+            tx.commit().await?;
+            return Ok(ClaimBatch {
+                limited: hit,
+                ..ClaimBatch::default()
+            });
+        }
+    }
     let mut rows = sqlx::query!(
         r#"UPDATE taskq_tasks AS t
            SET state = CASE WHEN t.deadline <= c.us THEN 'expired' ELSE 'running' END,
@@ -107,6 +186,7 @@ pub async fn task_claim(
                                   ELSE t.lease_epoch + 1 END,
                lease_until = CASE WHEN t.deadline <= c.us THEN NULL ELSE c.us + ?4 END,
                worker_id = CASE WHEN t.deadline <= c.us THEN t.worker_id ELSE ?5 END,
+               attempted_at = CASE WHEN t.deadline <= c.us THEN t.attempted_at ELSE c.us END,
                finished_at = CASE WHEN t.deadline <= c.us THEN c.us ELSE NULL END,
                updated_at = c.us
            FROM taskq_clock AS c
@@ -122,13 +202,14 @@ pub async fn task_claim(
              state AS "state!: String", priority AS "priority!: i16", run_at AS "run_at!: i64",
              attempt AS "attempt!: u32", max_attempts AS "max_attempts!: u32",
              snoozes AS "snoozes!: u32", lease_epoch AS "lease_epoch!: i64",
+             updated_at AS "claimed_at!: i64",
              updated_at - run_at AS "wait_us!: i64",
              finished_at - deadline AS "late_us?: i64",
              trace_context AS "trace_context?: String",
              unique_key AS "unique_key?: Vec<u8>", unique_while AS "unique_while?: String""#,
         req.queue,
         names,
-        req.limit,
+        limit,
         req.lease_us,
         req.worker_id,
     )
@@ -136,6 +217,26 @@ pub async fn task_claim(
     .await?;
     // RETURNING's order is unspecified: back to claim order.
     rows.sort_by_key(|r| (r.priority, r.run_at, r.id));
+    let started = rows.iter().filter(|r| r.state == "running").count() as i64;
+    if rate_limited && started > 0 {
+        // Counted in the window of the claim's own clock (every row of the UPDATE has the
+        // same `updated_at`), so no window holds more claims than the limit even when the
+        // window turned between the limits read and the claim.
+        let claimed_at = rows[0].claimed_at;
+        sqlx::query!(
+            r#"UPDATE taskq_queues
+               SET rate_window_count =
+                     CASE WHEN rate_window_start = ?2 / rate_period_us * rate_period_us
+                          THEN rate_window_count + ?3 ELSE ?3 END,
+                   rate_window_start = ?2 / rate_period_us * rate_period_us
+               WHERE queue = ?1 AND rate_period_us > 0"#,
+            req.queue,
+            claimed_at,
+            started
+        )
+        .execute(&mut *tx)
+        .await?;
+    }
     let frees: Vec<i64> = rows
         .iter()
         .filter(|r| {
@@ -146,7 +247,10 @@ pub async fn task_claim(
         .collect();
     release_ended(&mut tx, &frees).await?;
     tx.commit().await?;
-    let mut batch = ClaimBatch::default();
+    let mut batch = ClaimBatch {
+        limited: hit,
+        ..ClaimBatch::default()
+    };
     for r in rows {
         if r.state == "expired" {
             batch.expired.push(ExpiredTask {
@@ -173,6 +277,31 @@ pub async fn task_claim(
         }
     }
     Ok(batch)
+}
+
+/// Step 0 of a limited claim: the queue's limits, with the claims already counted in the
+/// current rate window (windows are multiples of the period since the Unix epoch on the
+/// database clock) and the time until it ends. `None` when the queue has no row.
+async fn queue_limits(
+    conn: &mut SqliteConnection,
+    queue: &str,
+) -> sqlx::Result<Option<QueueLimits>> {
+    sqlx::query_as!(
+        QueueLimits,
+        r#"SELECT q.concurrency_limit AS "concurrency_limit?: u32",
+             q.rate_limit AS "rate_limit?: u32", q.rate_period_us AS "rate_period_us?: i64",
+             CASE WHEN q.rate_period_us > 0
+                   AND q.rate_window_start = c.us / q.rate_period_us * q.rate_period_us
+                  THEN q.rate_window_count ELSE 0 END AS "rate_used!: i64",
+             CASE WHEN q.rate_period_us > 0
+                  THEN (c.us / q.rate_period_us + 1) * q.rate_period_us - c.us END
+               AS "rate_resets_in_us?: i64"
+           FROM taskq_queues AS q, taskq_clock AS c
+           WHERE q.queue = ?1"#,
+        queue
+    )
+    .fetch_optional(&mut *conn)
+    .await
 }
 
 /// `(id, epoch)` pairs as the JSON array of arrays the batch statements read.
@@ -243,7 +372,90 @@ pub async fn task_leases_held(
     .await
 }
 
-/// The outcome of one attempt, written back by [`task_finish`].
+/// A follow-up task to insert with the end of another (`on_dead` / `on_success`): MySQL's
+/// `FollowUpRow`. Inserted pending and due now, with `idempotency_key = key` (naming the
+/// attempt that ended, `taskq:on_dead:<id>:<epoch>`), by the transaction that writes the end,
+/// only if that end is written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FollowUpRow {
+    /// Queue of the follow-up.
+    pub queue: String,
+    /// Its task name.
+    pub name: String,
+    /// Its payload bytes.
+    pub payload: Vec<u8>,
+    /// Its priority.
+    pub priority: i16,
+    /// Its attempts allowed.
+    pub max_attempts: u32,
+    /// Its deadline as microseconds from the database's now; `None`: none.
+    pub ttl_us: Option<i64>,
+    /// Its idempotency key.
+    pub key: String,
+    /// Trace context of the task that ended.
+    pub trace_context: Option<String>,
+}
+
+/// A follow-up inside the JSON array [`follow_ups_insert`] sends.
+#[derive(Serialize)]
+struct FollowUpJson<'a> {
+    q: &'a str,
+    n: &'a str,
+    /// Payload, hex (decoded by `unhex`).
+    p: String,
+    pr: i16,
+    m: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tl: Option<i64>,
+    k: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    t: Option<&'a str>,
+}
+
+/// Inserts follow-up tasks in order (one statement; none when `rows` is empty), pending and
+/// due now. One whose idempotency key is already taken (which the fencing of the end makes
+/// impossible unless a row with that key was inserted by hand) is left as it is rather than
+/// failing the end's transaction. Returns how many were inserted.
+async fn follow_ups_insert(
+    conn: &mut SqliteConnection,
+    rows: &[&FollowUpRow],
+) -> sqlx::Result<u64> {
+    if rows.is_empty() {
+        return Ok(0);
+    }
+    let json: Vec<FollowUpJson<'_>> = rows
+        .iter()
+        .map(|r| FollowUpJson {
+            q: &r.queue,
+            n: &r.name,
+            p: hex(&r.payload),
+            pr: r.priority,
+            m: r.max_attempts,
+            tl: r.ttl_us,
+            k: &r.key,
+            t: r.trace_context.as_deref(),
+        })
+        .collect();
+    let json = serde_json::to_string(&json).map_err(|e| sqlx::Error::Encode(Box::new(e)))?;
+    let done = sqlx::query!(
+        r#"INSERT INTO taskq_tasks
+             (queue, name, payload, state, priority, max_attempts, run_at, deadline,
+              idempotency_key, trace_context, created_at, updated_at)
+           SELECT j.value ->> 'q', j.value ->> 'n', unhex(j.value ->> 'p'), 'pending',
+             j.value ->> 'pr', j.value ->> 'm', c.us, c.us + (j.value ->> 'tl'),
+             j.value ->> 'k', j.value ->> 't', c.us, c.us
+           FROM json_each(?1) AS j, taskq_clock AS c
+           WHERE true
+           ORDER BY j.key
+           ON CONFLICT (name, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING"#,
+        json
+    )
+    .execute(&mut *conn)
+    .await?;
+    Ok(done.rows_affected())
+}
+
+/// The outcome of one attempt, written back by [`task_finish`] (MySQL's `WriteBack`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Finish {
     /// Task id.
@@ -253,31 +465,65 @@ pub struct Finish {
     /// `succeeded`, `pending` (retry), `dead`, `canceled` (a cancel request honoured), or
     /// `snoozed`: written as `pending` with the attempt given back and `snoozes` + 1.
     pub state: &'static str,
+    /// The attempt number of this run (as claimed), recorded in the attempt history.
+    pub attempt: u32,
+    /// How the attempt ended, as recorded in the attempt history: `succeeded`, `failed`,
+    /// `timed_out`, `panicked`, `canceled` or `snoozed`.
+    pub outcome: &'static str,
     /// Delay from the database's now of the next run, for `pending` and `snoozed`.
     pub delay_us: i64,
-    /// The failure, recorded in `last_error` (kept when `None`).
+    /// The failure, recorded in `last_error` (kept when `None`) and, cut to 1,024
+    /// characters, in the attempt history.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The follow-up to insert if this outcome is written (`on_dead` / `on_success`).
+    #[serde(skip)]
+    pub follow_up: Option<FollowUpRow>,
 }
 
-/// Writes a batch of outcomes and returns the ids written. Each row is written only if it is
-/// still running with the epoch its attempt claimed (a row not written was reaped, released or
-/// retried behind the worker's back). A snooze is a retry that gives its attempt back
-/// (`attempt - 1`) and counts itself in `snoozes`. One `UPDATE … FROM json_each(?)`; when a
-/// written row is unique, one more statement frees the identities the outcomes ended (success
-/// of a task unique while running, death, cancel), in the same transaction.
+/// What [`task_finish`] did with a batch (MySQL's `WrittenBack`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Finished {
+    /// Ids written (still running under the epoch of their attempt), ascending.
+    pub written: Vec<i64>,
+    /// Ids written together with their follow-up, ascending.
+    pub followed: Vec<i64>,
+}
+
+/// Writes a batch of outcomes. Each row is written only if it is still running with the
+/// epoch its attempt claimed (a row not written was reaped, released or retried behind the
+/// worker's back). A snooze is a retry that gives its attempt back (`attempt - 1`) and counts
+/// itself in `snoozes`. Every written row gets its attempt-history entry appended in the same
+/// `UPDATE` (the latest 100 kept, the error cut to 1,024 characters), like MySQL's.
 ///
-/// MySQL's `Finished::deferred` does not exist here: no producer can hold an identity's row
+/// One `UPDATE … FROM json_each(?) RETURNING` in a write transaction; then, in it, the
+/// follow-ups of exactly the rows it returned (a fenced outcome inserts nothing), and, when a
+/// written row is unique, the deletion of the identities the outcomes ended (success of a
+/// task unique while running, death, cancel).
+///
+/// MySQL's `WrittenBack::deferred` does not exist here: no producer can hold an identity's row
 /// while this runs (one writer at a time), so nothing is ever deferred.
-pub async fn task_finish(conn: &mut SqliteConnection, batch: &[Finish]) -> sqlx::Result<Vec<i64>> {
+pub async fn task_finish(conn: &mut SqliteConnection, batch: &[Finish]) -> sqlx::Result<Finished> {
     if batch.is_empty() {
-        return Ok(Vec::new());
+        return Ok(Finished::default());
     }
     let json = serde_json::to_string(batch).map_err(|e| sqlx::Error::Encode(Box::new(e)))?;
     let mut tx = begin_write(conn).await?;
     let rows = sqlx::query!(
         r#"UPDATE taskq_tasks AS t
-           SET state = CASE WHEN j.state = 'snoozed' THEN 'pending' ELSE j.state END,
+           SET attempts = json_insert(
+                 CASE WHEN json_array_length(COALESCE(t.attempts, '[]')) >= 100
+                      THEN json_remove(t.attempts, '$[0]') ELSE COALESCE(t.attempts, '[]') END,
+                 '$[#]',
+                 json_object('attempt', j.attempt, 'epoch', j.epoch, 'worker', t.worker_id,
+                   'started_at', strftime('%Y-%m-%d %H:%M:%S', t.attempted_at / 1000000, 'unixepoch')
+                                 || printf('.%06d', t.attempted_at % 1000000),
+                   'finished_at', strftime('%Y-%m-%d %H:%M:%S', c.us / 1000000, 'unixepoch')
+                                  || printf('.%06d', c.us % 1000000),
+                   'outcome', j.outcome,
+                   'error', CASE WHEN length(j.error) > 1024 THEN substr(j.error, 1, 1023) || '…'
+                                 ELSE j.error END)),
+               state = CASE WHEN j.state = 'snoozed' THEN 'pending' ELSE j.state END,
                run_at = CASE WHEN j.state IN ('pending', 'snoozed') THEN c.us + j.delay_us
                              ELSE t.run_at END,
                finished_at = CASE WHEN j.state IN ('pending', 'snoozed') THEN NULL ELSE c.us END,
@@ -290,7 +536,8 @@ pub async fn task_finish(conn: &mut SqliteConnection, batch: &[Finish]) -> sqlx:
                lease_until = NULL,
                updated_at = c.us
            FROM (SELECT value ->> 'id' AS id, value ->> 'epoch' AS epoch,
-                        value ->> 'state' AS state, value ->> 'delay_us' AS delay_us,
+                        value ->> 'state' AS state, value ->> 'attempt' AS attempt,
+                        value ->> 'outcome' AS outcome, value ->> 'delay_us' AS delay_us,
                         value ->> 'error' AS error
                  FROM json_each(?1)) AS j,
                 taskq_clock AS c
@@ -300,17 +547,31 @@ pub async fn task_finish(conn: &mut SqliteConnection, batch: &[Finish]) -> sqlx:
     )
     .fetch_all(&mut *tx)
     .await?;
+    let mut written: Vec<i64> = rows.iter().map(|r| r.id).collect();
+    written.sort_unstable();
+    let mut followed = Vec::new();
+    let mut inserts = Vec::new();
+    for f in batch {
+        if let Some(row) = &f.follow_up
+            && written.binary_search(&f.id).is_ok()
+            && !followed.contains(&f.id)
+        {
+            inserts.push(row);
+            followed.push(f.id);
+        }
+    }
+    follow_ups_insert(&mut tx, &inserts).await?;
     let unique: Vec<i64> = rows.iter().filter(|r| r.unique).map(|r| r.id).collect();
     release_ended(&mut tx, &unique).await?;
     tx.commit().await?;
-    let mut written: Vec<i64> = rows.into_iter().map(|r| r.id).collect();
-    written.sort_unstable();
-    Ok(written)
+    followed.sort_unstable();
+    Ok(Finished { written, followed })
 }
 
 /// Gives running tasks back (shutdown): pending now, epoch + 1, the interrupted attempt not
-/// counted. Conditional on each `(id, epoch)`. Returns how many were released. (A pending task
-/// holds its identity, so none is freed.)
+/// counted, and a `released` entry appended to its attempt history. Conditional on each
+/// `(id, epoch)`. Returns how many were released. (A pending task holds its identity, so none
+/// is freed.)
 pub async fn task_release(conn: &mut SqliteConnection, leases: &[(i64, i64)]) -> sqlx::Result<u64> {
     if leases.is_empty() {
         return Ok(0);
@@ -318,7 +579,17 @@ pub async fn task_release(conn: &mut SqliteConnection, leases: &[(i64, i64)]) ->
     let json = leases_json(leases)?;
     let done = sqlx::query!(
         r#"UPDATE taskq_tasks AS t
-           SET state = 'pending', lease_epoch = t.lease_epoch + 1,
+           SET attempts = json_insert(
+                 CASE WHEN json_array_length(COALESCE(t.attempts, '[]')) >= 100
+                      THEN json_remove(t.attempts, '$[0]') ELSE COALESCE(t.attempts, '[]') END,
+                 '$[#]',
+                 json_object('attempt', t.attempt, 'epoch', t.lease_epoch, 'worker', t.worker_id,
+                   'started_at', strftime('%Y-%m-%d %H:%M:%S', t.attempted_at / 1000000, 'unixepoch')
+                                 || printf('.%06d', t.attempted_at % 1000000),
+                   'finished_at', strftime('%Y-%m-%d %H:%M:%S', c.us / 1000000, 'unixepoch')
+                                  || printf('.%06d', c.us % 1000000),
+                   'outcome', 'released', 'error', NULL)),
+               state = 'pending', lease_epoch = t.lease_epoch + 1,
                attempt = MAX(t.attempt - 1, 0),
                run_at = c.us, lease_until = NULL, worker_id = NULL, updated_at = c.us
            FROM json_each(?1) AS j, taskq_clock AS c
@@ -330,9 +601,52 @@ pub async fn task_release(conn: &mut SqliteConnection, leases: &[(i64, i64)]) ->
     Ok(done.rows_affected())
 }
 
+/// An expired lease as [`task_expired`] reads it (MySQL's `ExpiredRow`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExpiredRow {
+    /// Task id.
+    pub id: i64,
+    /// The epoch read: the reap writes the row only if it still has it.
+    pub lease_epoch: i64,
+    /// Task name.
+    pub name: String,
+    /// Queue.
+    pub queue: String,
+    /// Attempt number of the expired run.
+    pub attempt: u32,
+    /// Attempts allowed.
+    pub max_attempts: u32,
+    /// Worker of the expired run.
+    pub worker_id: Option<String>,
+    /// A cancel was requested: the reap cancels the task.
+    pub canceled: bool,
+    /// The payload, read only for a task the reap moves to dead (for its `on_dead`).
+    pub payload: Option<Vec<u8>>,
+    /// Trace context of the enqueuing request.
+    pub trace_context: Option<String>,
+}
+
+impl ExpiredRow {
+    /// Whether the reap moves the task to dead (attempts exhausted, no cancel requested).
+    pub fn goes_dead(&self) -> bool {
+        !self.canceled && self.attempt >= self.max_attempts
+    }
+}
+
+/// One expired lease to reap ([`task_reap`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReapRow {
+    /// Task id.
+    pub id: i64,
+    /// The epoch read: the row is reaped only if it still has it.
+    pub epoch: i64,
+    /// The `on_dead` follow-up, inserted if the reap moves the task to dead.
+    pub follow_up: Option<FollowUpRow>,
+}
+
 /// A task the reaper moved out of `running`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Reaped {
+pub struct ReapedRow {
     /// Task id.
     pub id: i64,
     /// Task name.
@@ -342,23 +656,82 @@ pub struct Reaped {
     pub state: String,
 }
 
-/// Reaps up to `limit` running tasks whose lease has expired, oldest lease first: back to
-/// pending (due now), to dead when attempts are exhausted, or to canceled when a cancel was
-/// requested; epoch + 1 either way, and `last_error` says `lease expired (worker W, attempt
-/// N)`. A task that goes dead or canceled frees the identity it holds, in the same
-/// transaction.
-///
-/// One `UPDATE … WHERE id IN (SELECT … ORDER BY lease_until LIMIT ?) RETURNING` on the partial
-/// index `ix_taskq_lease`: with one writer at a time there is no renewal racing it, so every
-/// expired lease found is reaped (MySQL reports found and reaped apart).
-pub async fn task_reap_expired(
+/// What a reap did (MySQL's `Reaped`): every row reaped (SQLite always knows them, from
+/// `RETURNING`; `reaped` of MySQL is `rows.len()`), by id, and which got their follow-up.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Reaped {
+    /// The rows reaped, by id.
+    pub rows: Vec<ReapedRow>,
+    /// Ids reaped to dead together with their follow-up, ascending.
+    pub followed: Vec<i64>,
+}
+
+/// Up to `limit` running tasks whose lease has expired, oldest lease first (a read of the
+/// partial index `ix_taskq_lease`): the first half of a reap, [`task_reap`] the second. A task
+/// whose reap would move it to `dead` is read only if its name is in `names` (the names the
+/// reading worker registers), since only such a worker knows its `on_dead` follow-up; such a
+/// task's payload is read too.
+pub async fn task_expired(
     conn: &mut SqliteConnection,
+    names: &[&str],
     limit: u32,
-) -> sqlx::Result<Vec<Reaped>> {
+) -> sqlx::Result<Vec<ExpiredRow>> {
+    let names = serde_json::to_string(names).map_err(|e| sqlx::Error::Encode(Box::new(e)))?;
+    sqlx::query_as!(
+        ExpiredRow,
+        r#"SELECT id AS "id!: i64", lease_epoch AS "lease_epoch!: i64", name AS "name!: String",
+             queue AS "queue!: String", attempt AS "attempt!: u32",
+             max_attempts AS "max_attempts!: u32", worker_id AS "worker_id?: String",
+             (cancel_requested_at IS NOT NULL) AS "canceled!: bool",
+             CASE WHEN attempt >= max_attempts AND cancel_requested_at IS NULL THEN payload END
+               AS "payload?: Vec<u8>",
+             trace_context AS "trace_context?: String"
+           FROM taskq_tasks
+           WHERE state = 'running' AND lease_until < (SELECT us FROM taskq_clock)
+             AND (attempt < max_attempts OR cancel_requested_at IS NOT NULL
+                  OR name IN (SELECT value FROM json_each(?1)))
+           ORDER BY lease_until
+           LIMIT ?2"#,
+        names,
+        limit
+    )
+    .fetch_all(&mut *conn)
+    .await
+}
+
+/// Reaps expired leases read by [`task_expired`]: back to pending (due now), to dead when
+/// attempts are exhausted, or to canceled when a cancel was requested; epoch + 1 either way,
+/// `last_error` says `lease expired (worker W, attempt N)`, and the attempt history gets a
+/// `lease_lost` (or `canceled`) entry. Each row is reaped only if it is still running with the
+/// epoch read and its lease still expired (a late write-back or heartbeat may have landed in
+/// between).
+///
+/// One `UPDATE … FROM json_each(?) RETURNING` in a write transaction; then, in it, the
+/// `on_dead` follow-ups of exactly the rows it moved to dead, and the deletion of the
+/// identities held by rows that went dead or canceled.
+pub async fn task_reap(conn: &mut SqliteConnection, rows: &[ReapRow]) -> sqlx::Result<Reaped> {
+    if rows.is_empty() {
+        return Ok(Reaped::default());
+    }
+    let leases: Vec<(i64, i64)> = rows.iter().map(|r| (r.id, r.epoch)).collect();
+    let json = leases_json(&leases)?;
     let mut tx = begin_write(conn).await?;
-    let rows = sqlx::query!(
+    let reaped = sqlx::query!(
         r#"UPDATE taskq_tasks AS t
-           SET last_error = 'lease expired (worker ' || COALESCE(t.worker_id, '?')
+           SET attempts = json_insert(
+                 CASE WHEN json_array_length(COALESCE(t.attempts, '[]')) >= 100
+                      THEN json_remove(t.attempts, '$[0]') ELSE COALESCE(t.attempts, '[]') END,
+                 '$[#]',
+                 json_object('attempt', t.attempt, 'epoch', t.lease_epoch, 'worker', t.worker_id,
+                   'started_at', strftime('%Y-%m-%d %H:%M:%S', t.attempted_at / 1000000, 'unixepoch')
+                                 || printf('.%06d', t.attempted_at % 1000000),
+                   'finished_at', strftime('%Y-%m-%d %H:%M:%S', c.us / 1000000, 'unixepoch')
+                                  || printf('.%06d', c.us % 1000000),
+                   'outcome', CASE WHEN t.cancel_requested_at IS NOT NULL THEN 'canceled'
+                                   ELSE 'lease_lost' END,
+                   'error', 'lease expired (worker ' || COALESCE(t.worker_id, '?')
+                            || ', attempt ' || t.attempt || ')')),
+               last_error = 'lease expired (worker ' || COALESCE(t.worker_id, '?')
                             || ', attempt ' || t.attempt || ')',
                finished_at = CASE WHEN t.attempt >= t.max_attempts
                                     OR t.cancel_requested_at IS NOT NULL THEN c.us END,
@@ -367,29 +740,69 @@ pub async fn task_reap_expired(
                             ELSE 'pending' END,
                lease_epoch = t.lease_epoch + 1, lease_until = NULL,
                run_at = c.us, updated_at = c.us
-           FROM taskq_clock AS c
-           WHERE t.id IN (SELECT id FROM taskq_tasks
-                          WHERE state = 'running' AND lease_until < (SELECT us FROM taskq_clock)
-                          ORDER BY lease_until
-                          LIMIT ?1)
+           FROM json_each(?1) AS j, taskq_clock AS c
+           WHERE t.id = j.value ->> 0 AND t.lease_epoch = j.value ->> 1
+             AND t.state = 'running' AND t.lease_until < c.us
            RETURNING id AS "id!: i64", name AS "name!: String", state AS "state!: String",
              (unique_key IS NOT NULL) AS "unique!: bool""#,
-        limit
+        json
     )
     .fetch_all(&mut *tx)
     .await?;
-    let unique: Vec<i64> = rows.iter().filter(|r| r.unique).map(|r| r.id).collect();
+    let mut out = Reaped::default();
+    let mut inserts = Vec::new();
+    for r in &reaped {
+        if r.state != "dead" {
+            continue;
+        }
+        if let Some(f) = rows
+            .iter()
+            .find(|x| x.id == r.id)
+            .and_then(|x| x.follow_up.as_ref())
+        {
+            inserts.push(f);
+            out.followed.push(r.id);
+        }
+    }
+    follow_ups_insert(&mut tx, &inserts).await?;
+    let unique: Vec<i64> = reaped.iter().filter(|r| r.unique).map(|r| r.id).collect();
     release_ended(&mut tx, &unique).await?;
     tx.commit().await?;
-    let mut reaped: Vec<Reaped> = rows
+    out.followed.sort_unstable();
+    out.rows = reaped
         .into_iter()
-        .map(|r| Reaped {
+        .map(|r| ReapedRow {
             id: r.id,
             name: r.name,
             state: r.state,
         })
         .collect();
-    reaped.sort_unstable_by_key(|r| r.id);
+    out.rows.sort_unstable_by_key(|r| r.id);
+    Ok(out)
+}
+
+/// A whole reap in one write transaction: [`task_expired`] (up to `limit` expired leases, a
+/// task that would die read only if its name is in `names`), `plan` called for each row that
+/// goes dead to build its `on_dead` follow-up (`None`: none), then [`task_reap`]. `plan` runs
+/// while the transaction holds the write lock: it must be quick (a hook building a row).
+pub async fn task_reap_expired(
+    conn: &mut SqliteConnection,
+    names: &[&str],
+    limit: u32,
+    mut plan: impl FnMut(&ExpiredRow) -> Option<FollowUpRow>,
+) -> sqlx::Result<Reaped> {
+    let mut tx = begin_write(conn).await?;
+    let expired = task_expired(&mut tx, names, limit).await?;
+    let rows: Vec<ReapRow> = expired
+        .iter()
+        .map(|r| ReapRow {
+            id: r.id,
+            epoch: r.lease_epoch,
+            follow_up: if r.goes_dead() { plan(r) } else { None },
+        })
+        .collect();
+    let reaped = task_reap(&mut tx, &rows).await?;
+    tx.commit().await?;
     Ok(reaped)
 }
 

@@ -56,6 +56,8 @@ pub struct TaskRow {
     pub snoozes: u32,
     /// No attempt starts at or after it.
     pub deadline: Option<DateTime<Utc>>,
+    /// When the latest attempt started (database clock).
+    pub attempted_at: Option<DateTime<Utc>>,
 }
 
 /// A task row as read (times as stored).
@@ -82,6 +84,7 @@ struct TaskRaw {
     finished_at: Option<i64>,
     snoozes: u32,
     deadline: Option<i64>,
+    attempted_at: Option<i64>,
 }
 
 impl TaskRaw {
@@ -109,6 +112,7 @@ impl TaskRaw {
             finished_at: opt_time(self.finished_at)?,
             snoozes: self.snoozes,
             deadline: opt_time(self.deadline)?,
+            attempted_at: opt_time(self.attempted_at)?,
         })
     }
 }
@@ -129,7 +133,7 @@ pub async fn task_get(conn: &mut SqliteConnection, id: i64) -> sqlx::Result<Opti
                        AND u.task_id = taskq_tasks.id) AS "unique_held!: bool",
              created_at AS "created_at!: i64", updated_at AS "updated_at!: i64",
              finished_at AS "finished_at?: i64", snoozes AS "snoozes!: u32",
-             deadline AS "deadline?: i64"
+             deadline AS "deadline?: i64", attempted_at AS "attempted_at?: i64"
            FROM taskq_tasks WHERE id = ?1"#,
         id
     )
@@ -149,10 +153,142 @@ pub struct TaskFilter<'a> {
     pub name: Option<&'a str>,
 }
 
-/// Tasks matching `f` with `id > after_id`, by id, at most `limit` (keyset pagination).
+/// Tasks matching `f` with `after_id < id <= up_to`, by id, at most `limit` (keyset
+/// pagination).
 pub async fn task_list(
     conn: &mut SqliteConnection,
     f: &TaskFilter<'_>,
+    after_id: i64,
+    up_to: i64,
+    limit: u32,
+) -> sqlx::Result<Vec<TaskRow>> {
+    let raws = sqlx::query_as!(
+        TaskRaw,
+        r#"SELECT id AS "id!: i64", queue AS "queue!: String", name AS "name!: String",
+             payload AS "payload!: Vec<u8>", state AS "state!: String",
+             priority AS "priority!: i16", attempt AS "attempt!: u32",
+             max_attempts AS "max_attempts!: u32", run_at AS "run_at!: i64",
+             lease_until AS "lease_until?: i64", lease_epoch AS "lease_epoch!: i64",
+             worker_id AS "worker_id?: String", idempotency_key AS "idempotency_key?: String",
+             trace_context AS "trace_context?: String", last_error AS "last_error?: String",
+             lower(hex(unique_key)) AS "unique_key?: String",
+             EXISTS (SELECT 1 FROM taskq_unique AS u WHERE u.unique_key = taskq_tasks.unique_key
+                       AND u.task_id = taskq_tasks.id) AS "unique_held!: bool",
+             created_at AS "created_at!: i64", updated_at AS "updated_at!: i64",
+             finished_at AS "finished_at?: i64", snoozes AS "snoozes!: u32",
+             deadline AS "deadline?: i64", attempted_at AS "attempted_at?: i64"
+           FROM taskq_tasks
+           WHERE id > ?1 AND id <= ?6 AND (?2 IS NULL OR queue = ?2)
+             AND (?3 IS NULL OR state = ?3) AND (?4 IS NULL OR name = ?4)
+           ORDER BY id LIMIT ?5"#,
+        after_id,
+        f.queue,
+        f.state,
+        f.name,
+        limit,
+        up_to,
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    raws.into_iter().map(TaskRaw::into_row).collect()
+}
+
+/// Tasks matching `f` with `from <= id < before_id`, newest id first (the dashboard's keyset
+/// page).
+pub async fn task_list_desc(
+    conn: &mut SqliteConnection,
+    f: &TaskFilter<'_>,
+    before_id: i64,
+    from: i64,
+    limit: u32,
+) -> sqlx::Result<Vec<TaskRow>> {
+    let raws = sqlx::query_as!(
+        TaskRaw,
+        r#"SELECT id AS "id!: i64", queue AS "queue!: String", name AS "name!: String",
+             payload AS "payload!: Vec<u8>", state AS "state!: String",
+             priority AS "priority!: i16", attempt AS "attempt!: u32",
+             max_attempts AS "max_attempts!: u32", run_at AS "run_at!: i64",
+             lease_until AS "lease_until?: i64", lease_epoch AS "lease_epoch!: i64",
+             worker_id AS "worker_id?: String", idempotency_key AS "idempotency_key?: String",
+             trace_context AS "trace_context?: String", last_error AS "last_error?: String",
+             lower(hex(unique_key)) AS "unique_key?: String",
+             EXISTS (SELECT 1 FROM taskq_unique AS u WHERE u.unique_key = taskq_tasks.unique_key
+                       AND u.task_id = taskq_tasks.id) AS "unique_held!: bool",
+             created_at AS "created_at!: i64", updated_at AS "updated_at!: i64",
+             finished_at AS "finished_at?: i64", snoozes AS "snoozes!: u32",
+             deadline AS "deadline?: i64", attempted_at AS "attempted_at?: i64"
+           FROM taskq_tasks
+           WHERE id < ?1 AND id >= ?6 AND (?2 IS NULL OR queue = ?2)
+             AND (?3 IS NULL OR state = ?3) AND (?4 IS NULL OR name = ?4)
+           ORDER BY id DESC LIMIT ?5"#,
+        before_id,
+        f.queue,
+        f.state,
+        f.name,
+        limit,
+        from,
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    raws.into_iter().map(TaskRaw::into_row).collect()
+}
+
+/// Smallest and largest task id (`(0, 0)` when there is none): the ends of the rowid.
+pub async fn task_id_bounds(conn: &mut SqliteConnection) -> sqlx::Result<(i64, i64)> {
+    let r = sqlx::query!(
+        r#"SELECT COALESCE(MIN(id), 0) AS "lo!: i64", COALESCE(MAX(id), 0) AS "hi!: i64"
+           FROM taskq_tasks"#
+    )
+    .fetch_one(&mut *conn)
+    .await?;
+    Ok((r.lo, r.hi))
+}
+
+/// Tasks of `queue` (and `name`, when given), in every state, with `id < before_id`, newest id
+/// first, at most `limit`. (MySQL reads them through `ix_taskq_claim`, which covers every
+/// state there; here that index holds pending rows only, so this walks the rowid backwards
+/// from `before_id`, reading rows until `limit` match: cheap for a queue with recent tasks,
+/// a long walk for a small queue in a big table.)
+pub async fn task_list_queue_desc(
+    conn: &mut SqliteConnection,
+    queue: &str,
+    name: Option<&str>,
+    before_id: i64,
+    limit: u32,
+) -> sqlx::Result<Vec<TaskRow>> {
+    let raws = sqlx::query_as!(
+        TaskRaw,
+        r#"SELECT id AS "id!: i64", queue AS "queue!: String", name AS "name!: String",
+             payload AS "payload!: Vec<u8>", state AS "state!: String",
+             priority AS "priority!: i16", attempt AS "attempt!: u32",
+             max_attempts AS "max_attempts!: u32", run_at AS "run_at!: i64",
+             lease_until AS "lease_until?: i64", lease_epoch AS "lease_epoch!: i64",
+             worker_id AS "worker_id?: String", idempotency_key AS "idempotency_key?: String",
+             trace_context AS "trace_context?: String", last_error AS "last_error?: String",
+             lower(hex(unique_key)) AS "unique_key?: String",
+             EXISTS (SELECT 1 FROM taskq_unique AS u WHERE u.unique_key = taskq_tasks.unique_key
+                       AND u.task_id = taskq_tasks.id) AS "unique_held!: bool",
+             created_at AS "created_at!: i64", updated_at AS "updated_at!: i64",
+             finished_at AS "finished_at?: i64", snoozes AS "snoozes!: u32",
+             deadline AS "deadline?: i64", attempted_at AS "attempted_at?: i64"
+           FROM taskq_tasks
+           WHERE queue = ?1 AND (?2 IS NULL OR name = ?2) AND id < ?3
+           ORDER BY id DESC LIMIT ?4"#,
+        queue,
+        name,
+        before_id,
+        limit,
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    raws.into_iter().map(TaskRaw::into_row).collect()
+}
+
+/// Like [`task_list_queue_desc`], `id > after_id`, oldest id first.
+pub async fn task_list_queue_asc(
+    conn: &mut SqliteConnection,
+    queue: &str,
+    name: Option<&str>,
     after_id: i64,
     limit: u32,
 ) -> sqlx::Result<Vec<TaskRow>> {
@@ -170,20 +306,65 @@ pub async fn task_list(
                        AND u.task_id = taskq_tasks.id) AS "unique_held!: bool",
              created_at AS "created_at!: i64", updated_at AS "updated_at!: i64",
              finished_at AS "finished_at?: i64", snoozes AS "snoozes!: u32",
-             deadline AS "deadline?: i64"
+             deadline AS "deadline?: i64", attempted_at AS "attempted_at?: i64"
            FROM taskq_tasks
-           WHERE id > ?1 AND (?2 IS NULL OR queue = ?2) AND (?3 IS NULL OR state = ?3)
-             AND (?4 IS NULL OR name = ?4)
-           ORDER BY id LIMIT ?5"#,
+           WHERE queue = ?1 AND (?2 IS NULL OR name = ?2) AND id > ?3
+           ORDER BY id LIMIT ?4"#,
+        queue,
+        name,
         after_id,
-        f.queue,
-        f.state,
-        f.name,
         limit,
     )
     .fetch_all(&mut *conn)
     .await?;
     raws.into_iter().map(TaskRaw::into_row).collect()
+}
+
+/// Terminal tasks per state and minute over the last `minutes` minutes (database clock):
+/// `(state, minutes ago, count)`, minute 0 being the last 60 seconds. A range read of
+/// `ix_taskq_finished` per state.
+pub async fn task_finished_per_minute(
+    conn: &mut SqliteConnection,
+    minutes: u32,
+) -> sqlx::Result<Vec<(String, u32, u64)>> {
+    let window_us = i64::from(minutes) * 60_000_000;
+    let rows = sqlx::query!(
+        r#"SELECT state AS "state!: String",
+             ((SELECT us FROM taskq_clock) - finished_at) / 60000000 AS "ago!: i64",
+             COUNT(*) AS "n!: i64"
+           FROM taskq_tasks
+           WHERE state IN ('succeeded', 'dead', 'canceled', 'expired')
+             AND finished_at > (SELECT us FROM taskq_clock) - ?1
+           GROUP BY 1, 2
+           ORDER BY 1, 2"#,
+        window_us
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .filter(|r| r.ago >= 0 && r.ago < i64::from(minutes))
+        .map(|r| (r.state, r.ago as u32, r.n.max(0) as u64))
+        .collect())
+}
+
+/// How many tasks in terminal `state` finished more than `age_secs` ago (what [`task_prune`]
+/// would delete, without its limit).
+pub async fn task_prune_count(
+    conn: &mut SqliteConnection,
+    state: &str,
+    age_secs: u64,
+) -> sqlx::Result<u64> {
+    let age_us = i64::try_from(age_secs.saturating_mul(1_000_000)).unwrap_or(i64::MAX);
+    let n = sqlx::query_scalar!(
+        r#"SELECT COUNT(*) AS "n!: i64" FROM taskq_tasks
+           WHERE state = ?1 AND finished_at < (SELECT us FROM taskq_clock) - ?2"#,
+        state,
+        age_us
+    )
+    .fetch_one(&mut *conn)
+    .await?;
+    Ok(n.max(0) as u64)
 }
 
 /// Number of tasks matching `f`.
@@ -243,6 +424,57 @@ pub async fn task_stats(conn: &mut SqliteConnection) -> sqlx::Result<Vec<QueueSt
                 count: r.count.max(0) as u64,
                 oldest_run_at: opt_time(r.oldest_run_at)?,
                 earliest_lease_until: opt_time(r.earliest_lease_until)?,
+            })
+        })
+        .collect()
+}
+
+/// Counts by queue of the pending and running tasks with the earliest `run_at`, ordered by
+/// queue and state; `earliest_lease_until` is `None`, as on MySQL (whose `task_stats` reads
+/// the leases apart; [`task_stats`] here has them).
+pub async fn task_stats_active(conn: &mut SqliteConnection) -> sqlx::Result<Vec<QueueStateCount>> {
+    let rows = sqlx::query!(
+        r#"SELECT queue AS "queue!: String", state AS "state!: String", COUNT(*) AS "count!: i64",
+             MIN(run_at) AS "oldest_run_at?: i64"
+           FROM taskq_tasks WHERE state IN ('pending', 'running')
+           GROUP BY queue, state ORDER BY queue, state"#
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    rows.into_iter()
+        .map(|r| {
+            Ok(QueueStateCount {
+                queue: r.queue,
+                state: r.state,
+                count: r.count.max(0) as u64,
+                oldest_run_at: opt_time(r.oldest_run_at)?,
+                earliest_lease_until: None,
+            })
+        })
+        .collect()
+}
+
+/// Counts by queue of the tasks in terminal states with the earliest `run_at`, ordered by
+/// queue and state (`earliest_lease_until` is `None`).
+pub async fn task_stats_terminal(
+    conn: &mut SqliteConnection,
+) -> sqlx::Result<Vec<QueueStateCount>> {
+    let rows = sqlx::query!(
+        r#"SELECT queue AS "queue!: String", state AS "state!: String", COUNT(*) AS "count!: i64",
+             MIN(run_at) AS "oldest_run_at?: i64"
+           FROM taskq_tasks WHERE state IN ('succeeded', 'dead', 'canceled', 'expired')
+           GROUP BY queue, state ORDER BY queue, state"#
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    rows.into_iter()
+        .map(|r| {
+            Ok(QueueStateCount {
+                queue: r.queue,
+                state: r.state,
+                count: r.count.max(0) as u64,
+                oldest_run_at: opt_time(r.oldest_run_at)?,
+                earliest_lease_until: None,
             })
         })
         .collect()

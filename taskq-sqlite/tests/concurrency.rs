@@ -39,6 +39,7 @@ async fn drain(pool: &sqlx::SqlitePool, worker: &str) -> Vec<i64> {
             limit: 8,
             lease_us: 60_000_000,
             worker_id: worker,
+            limited: false,
         };
         let got = task_claim(&mut c, &req).await.unwrap();
         if got.tasks.is_empty() {
@@ -51,13 +52,16 @@ async fn drain(pool: &sqlx::SqlitePool, worker: &str) -> Vec<i64> {
                 id: t.id,
                 epoch: t.lease_epoch,
                 state: "succeeded",
+                attempt: t.attempt,
+                outcome: "succeeded",
                 delay_us: 0,
                 error: None,
+                follow_up: None,
             })
             .collect();
         let written = task_finish(&mut c, &batch).await.unwrap();
         assert_eq!(
-            written.len(),
+            written.written.len(),
             batch.len(),
             "our own leases are ours to write"
         );

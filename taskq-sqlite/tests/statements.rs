@@ -18,6 +18,7 @@ fn claim<'a>(queue: &'a str, names: &'a [&'a str], limit: u32) -> ClaimRequest<'
         limit,
         lease_us: 30_000_000,
         worker_id: W,
+        limited: false,
     }
 }
 
@@ -32,13 +33,21 @@ async fn get(c: &mut SqliteConnection, id: i64) -> TaskRow {
     task_get(c, id).await.unwrap().expect("task exists")
 }
 
+/// A write-back of attempt 1 (the outcome named after the state).
 fn finish(id: i64, epoch: i64, state: &'static str) -> Finish {
+    let outcome = match state {
+        "pending" | "dead" => "failed",
+        s => s,
+    };
     Finish {
         id,
         epoch,
         state,
+        attempt: 1,
+        outcome,
         delay_us: 0,
         error: None,
+        follow_up: None,
     }
 }
 
@@ -226,7 +235,8 @@ async fn finish_writes_each_outcome_and_the_epoch_fences_a_stale_one() {
         finish(ids[0], 0, "dead"),
     ];
     let written = task_finish(&mut c, &batch).await.unwrap();
-    assert_eq!(written, ids);
+    assert_eq!(written.written, ids);
+    assert!(written.followed.is_empty());
 
     let ok = get(&mut c, ids[0]).await;
     assert_eq!(ok.state, "succeeded");
@@ -253,6 +263,7 @@ async fn finish_writes_each_outcome_and_the_epoch_fences_a_stale_one() {
         task_finish(&mut c, &[finish(ids[0], 1, "dead")])
             .await
             .unwrap()
+            .written
             .is_empty()
     );
     assert_eq!(get(&mut c, ids[0]).await.state, "succeeded");
@@ -290,8 +301,15 @@ async fn reaper_requeues_kills_or_cancels_expired_leases_and_fences_the_old_atte
     task_claim(&mut c, &claim("q", &["b"], 10)).await.unwrap();
     assert!(task_request_cancel(&mut c, cancel).await.unwrap());
 
-    let reaped = task_reap_expired(&mut c, 100).await.unwrap();
-    let states: Vec<(i64, &str)> = reaped.iter().map(|r| (r.id, r.state.as_str())).collect();
+    let reaped = task_reap_expired(&mut c, &["a"], 100, |_| None)
+        .await
+        .unwrap();
+    assert!(reaped.followed.is_empty());
+    let states: Vec<(i64, &str)> = reaped
+        .rows
+        .iter()
+        .map(|r| (r.id, r.state.as_str()))
+        .collect();
     assert_eq!(
         states,
         vec![(requeue, "pending"), (last, "dead"), (cancel, "canceled")]
@@ -312,6 +330,7 @@ async fn reaper_requeues_kills_or_cancels_expired_leases_and_fences_the_old_atte
         task_finish(&mut c, &[finish(requeue, 1, "succeeded")])
             .await
             .unwrap()
+            .written
             .is_empty()
     );
     assert_eq!(
@@ -324,7 +343,13 @@ async fn reaper_requeues_kills_or_cancels_expired_leases_and_fences_the_old_atte
     let again = task_claim(&mut c, &claim("q", &["a"], 10)).await.unwrap();
     assert_eq!(again.tasks.len(), 1);
     assert_eq!((again.tasks[0].attempt, again.tasks[0].lease_epoch), (2, 3));
-    assert!(task_reap_expired(&mut c, 100).await.unwrap().is_empty());
+    assert!(
+        task_reap_expired(&mut c, &["a"], 100, |_| None)
+            .await
+            .unwrap()
+            .rows
+            .is_empty()
+    );
 }
 
 #[tokio::test]
@@ -713,8 +738,10 @@ async fn list_count_stats_and_pending_by_name() {
         name: Some("a"),
     };
     assert_eq!(task_count(&mut c, &f).await.unwrap(), 3);
-    let page1 = task_list(&mut c, &f, 0, 2).await.unwrap();
-    let page2 = task_list(&mut c, &f, page1[1].id, 2).await.unwrap();
+    let page1 = task_list(&mut c, &f, 0, i64::MAX, 2).await.unwrap();
+    let page2 = task_list(&mut c, &f, page1[1].id, i64::MAX, 2)
+        .await
+        .unwrap();
     assert_eq!(
         page1.iter().map(|t| t.id).collect::<Vec<_>>(),
         vec![ids[0], ids[3]]
