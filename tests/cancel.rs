@@ -45,7 +45,7 @@ impl Task for Long {
     const NAME: &'static str = "long";
     const MAX_ATTEMPTS: u32 = 5;
     async fn run(self, cx: TaskContext) -> Result<(), TaskError> {
-        let seen = cx.state::<Seen>().unwrap();
+        let seen = cx.data::<Seen>().unwrap();
         let _guard = OnDrop(seen.dropped.clone());
         seen.started
             .store(true, std::sync::atomic::Ordering::SeqCst);
@@ -66,7 +66,7 @@ fn worker(db: &TestDb, seen: &Seen, grace: Duration) -> RunningWorker {
     RunningWorker::spawn(
         fast_worker(&db.pool)
             .register::<Long>()
-            .state(seen.clone())
+            .data(seen.clone())
             .lease(Duration::from_secs(3))
             .heartbeat(Duration::from_millis(200))
             .cancel_grace(grace),
@@ -550,7 +550,7 @@ async fn a_grace_longer_than_the_lease_lets_the_reaper_cancel_and_fences_the_lat
     let w = RunningWorker::spawn(
         fast_worker(&db.pool)
             .register::<Long>()
-            .state(seen.clone())
+            .data(seen.clone())
             .lease(Duration::from_secs(1))
             .heartbeat(Duration::from_millis(200))
             .cancel_grace(Duration::from_secs(3)),

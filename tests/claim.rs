@@ -28,8 +28,8 @@ struct Step {
 impl Task for Step {
     const NAME: &'static str = "step";
     async fn run(self, cx: TaskContext) -> Result<(), TaskError> {
-        cx.state::<Started>()
-            .expect("Started state registered")
+        cx.data::<Started>()
+            .expect("Started data registered")
             .0
             .lock()
             .unwrap()
@@ -80,7 +80,7 @@ fn spawn_worker(db: &TestDb, started: &Started) -> RunningWorker {
     RunningWorker::spawn(
         fast_worker(&db.pool)
             .register::<Step>()
-            .state(started.clone())
+            .data(started.clone())
             .queue("default", 4),
     )
 }

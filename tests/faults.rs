@@ -599,7 +599,7 @@ async fn errors_keep_characters_outside_the_database_default_charset() {
     let w = taskq_tests::RunningWorker::spawn(
         taskq_tests::fast_worker(&db.pool)
             .register::<faults_support::AlwaysFails>()
-            .state(faults_support::Seen::default()),
+            .data(faults_support::Seen::default()),
     );
     let client = taskq::Client::new(db.pool.clone());
     taskq_tests::wait_until(Duration::from_secs(20), "dead", || async {

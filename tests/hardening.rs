@@ -38,7 +38,7 @@ impl Task for Edge {
         match self.mode {
             Mode::AfterTimeout { ok } => {
                 let reason = cx.cancel_signal().canceled().await;
-                cx.state::<Seen>().unwrap().0.lock().unwrap().push(reason);
+                cx.data::<Seen>().unwrap().0.lock().unwrap().push(reason);
                 if ok {
                     Ok(())
                 } else {
@@ -59,7 +59,7 @@ impl Task for Edge {
 fn worker(db: &TestDb, seen: &Seen) -> taskq::WorkerBuilder {
     fast_worker(&db.pool)
         .register::<Edge>()
-        .state(seen.clone())
+        .data(seen.clone())
         .cancel_grace(Duration::from_secs(5))
 }
 

@@ -112,7 +112,7 @@ impl Task for Gated {
         if cx.worker_id() == "B" {
             return Ok(());
         }
-        let gate = cx.state::<Gate>().unwrap();
+        let gate = cx.data::<Gate>().unwrap();
         let _permit = gate.0.acquire().await.unwrap();
         Err(TaskError::msg("A failed late"))
     }
@@ -233,7 +233,7 @@ async fn a_lost_lease_is_recorded_by_the_reaper_and_a_fenced_write_back_appends_
             .worker_id("A")
             .queue("default", 1)
             .register::<Gated>()
-            .state(gate.clone())
+            .data(gate.clone())
             .lease(Duration::from_secs(60))
             .heartbeat(Duration::from_secs(50))
             .reaper_interval(Duration::from_secs(3600))
@@ -254,7 +254,7 @@ async fn a_lost_lease_is_recorded_by_the_reaper_and_a_fenced_write_back_appends_
         fast_worker(&db.pool)
             .worker_id("B")
             .register::<Gated>()
-            .state(gate.clone()),
+            .data(gate.clone()),
     );
     wait_state(&client, id, TaskState::Succeeded).await;
     b.stop().await;
@@ -353,7 +353,7 @@ async fn a_task_given_back_at_shutdown_is_recorded_released() {
         fast_worker(&db.pool)
             .worker_id("A")
             .register::<Gated>()
-            .state(gate)
+            .data(gate)
             .shutdown_timeout(Duration::from_millis(200)),
     );
     wait_state(&client, id, TaskState::Running).await;

@@ -44,7 +44,7 @@ enum Event {
     Finished,
 }
 
-/// State shared with the handlers.
+/// Data shared with the handlers (`WorkerBuilder::data`).
 #[derive(Clone)]
 struct Ctl {
     /// A pool that does not go through the proxy.
@@ -96,7 +96,7 @@ impl Task for Partitioned {
     const NAME: &'static str = "partitioned";
     const MAX_ATTEMPTS: u32 = 5;
     async fn run(self, cx: TaskContext) -> Result<(), TaskError> {
-        let ctl = cx.state::<Ctl>().unwrap();
+        let ctl = cx.data::<Ctl>().unwrap();
         let db_now: NaiveDateTime = sqlx::query_scalar("SELECT UTC_TIMESTAMP(6)")
             .fetch_one(&ctl.direct)
             .await
@@ -177,7 +177,7 @@ impl Partition {
         fast_worker(&pool_through(&self.db, &self.proxy))
             .worker_id("A")
             .register::<Partitioned>()
-            .state(self.ctl.clone())
+            .data(self.ctl.clone())
             .lease(LEASE)
             .cancel_grace(cancel_grace)
     }
@@ -208,7 +208,7 @@ async fn a_black_holed_heartbeat_cancels_the_handler_before_its_lease_ends() {
         fast_worker(&db.pool)
             .worker_id("B")
             .register::<Partitioned>()
-            .state(ctl.clone())
+            .data(ctl.clone())
             .lease(lease),
     );
     wait_until(Duration::from_secs(15), "the task is finished", || async {

@@ -1,5 +1,5 @@
 //! `taskq::run_registered(pool)` in a real process: the `taskq-registered-worker` binary runs
-//! its `#[taskq::task]` (which takes the pool as `State<MySqlPool>`) until SIGTERM, then shuts
+//! its `#[taskq::task]` (which takes the pool as `Data<MySqlPool>`) until SIGTERM, then shuts
 //! down gracefully, prints its report and exits 0.
 
 #[path = "registered_support/mod.rs"]

@@ -53,8 +53,8 @@ impl Runs {
 struct Started(Arc<Mutex<Vec<u32>>>);
 
 async fn run_script(n: u32, steps: &[Step], cx: &TaskContext) -> Result<(), TaskError> {
-    let runs = cx.state::<Runs>().expect("Runs state registered");
-    if let Some(started) = cx.state::<Started>() {
+    let runs = cx.data::<Runs>().expect("Runs data registered");
+    if let Some(started) = cx.data::<Started>() {
         started.0.lock().unwrap().push(n);
     }
     let k = {
@@ -145,7 +145,7 @@ fn worker(db: &TestDb, runs: &Runs) -> taskq::WorkerBuilder {
         .register::<Script>()
         .register::<Sleepy>()
         .register::<ShortLived>()
-        .state(runs.clone())
+        .data(runs.clone())
 }
 
 async fn get(db: &TestDb, id: TaskId) -> TaskInfo {
@@ -401,7 +401,7 @@ async fn a_rescheduled_or_reprioritized_task_runs_accordingly() {
         .unwrap();
     let w = RunningWorker::spawn(
         worker(&db, &runs)
-            .state(started.clone())
+            .data(started.clone())
             .queue("default", 1)
             .claim_batch(1),
     );

@@ -21,7 +21,7 @@ struct Traced(u32);
 impl Task for Traced {
     const NAME: &'static str = "traced";
     async fn run(self, cx: TaskContext) -> Result<(), TaskError> {
-        let seen = cx.state::<Seen>().unwrap();
+        let seen = cx.data::<Seen>().unwrap();
         seen.0
             .lock()
             .unwrap()
@@ -65,7 +65,7 @@ async fn trace_context_goes_from_the_request_to_the_handler() {
     let w = RunningWorker::spawn(
         fast_worker(&db.pool)
             .register::<Traced>()
-            .state(seen.clone())
+            .data(seen.clone())
             .trace_link(move |_span, ctx| links2.lock().unwrap().push(ctx.to_owned())),
     );
     wait_until(Duration::from_secs(10), "3 succeeded", || async {

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use sqlx::Connection;
 use taskq::{
-    Client, Enqueued, Error, State, Task, TaskContext, TaskError, TaskId, TaskState, Unique,
+    Client, Data, Enqueued, Error, Task, TaskContext, TaskError, TaskId, TaskState, Unique,
     UniqueBy, UniqueHold, client::TaskInfo,
 };
 use taskq_tests::{RunningWorker, TestDb, fast_worker, wait_until};
@@ -55,21 +55,21 @@ impl Gate {
 
 /// Unique by the whole payload, held while pending (the default).
 #[taskq::task(queue = "u", unique)]
-async fn sync_account(account: u64, gate: State<Gate>) -> Result<(), TaskError> {
+async fn sync_account(account: u64, gate: Data<Gate>) -> Result<(), TaskError> {
     gate.pass(format!("sync {account}")).await;
     Ok(())
 }
 
 /// Unique by `account` only, held while pending or running.
 #[taskq::task(queue = "u", unique(by = [account], while = "running"))]
-async fn rebuild(account: u64, reason: String, gate: State<Gate>) -> Result<(), TaskError> {
+async fn rebuild(account: u64, reason: String, gate: Data<Gate>) -> Result<(), TaskError> {
     gate.pass(format!("rebuild {account} {reason}")).await;
     Ok(())
 }
 
 /// One per account per hour-long window.
 #[taskq::task(queue = "u", unique(by = [account], period = "1h"))]
-async fn digest(account: u64, gate: State<Gate>) -> Result<(), TaskError> {
+async fn digest(account: u64, gate: Data<Gate>) -> Result<(), TaskError> {
     gate.pass(format!("digest {account}")).await;
     Ok(())
 }
@@ -85,7 +85,7 @@ impl Task for Plain {
     const NAME: &'static str = "plain";
     const QUEUE: &'static str = "u";
     async fn run(self, cx: TaskContext) -> Result<(), TaskError> {
-        let gate = cx.state::<Gate>().expect("gate registered");
+        let gate = cx.data::<Gate>().expect("gate registered");
         gate.pass(format!("plain {} {}", self.account, self.text))
             .await;
         Ok(())
@@ -124,7 +124,7 @@ impl Task for Flaky {
     const NAME: &'static str = "flaky";
     const QUEUE: &'static str = "u";
     async fn run(self, cx: TaskContext) -> Result<(), TaskError> {
-        let gate = cx.state::<Gate>().expect("gate registered");
+        let gate = cx.data::<Gate>().expect("gate registered");
         gate.pass(format!("flaky {}", self.account)).await;
         if cx.attempt() == 1 {
             return Err(TaskError::retry_after(
@@ -147,7 +147,7 @@ fn worker(db: &TestDb, gate: &Gate) -> taskq::WorkerBuilder {
         .register::<Plain>()
         .register::<Doomed>()
         .register::<Flaky>()
-        .state(gate.clone())
+        .data(gate.clone())
 }
 
 async fn info(db: &TestDb, id: TaskId) -> TaskInfo {

@@ -52,7 +52,7 @@ impl Task for Job {
     const MAX_ATTEMPTS: u32 = 3;
     const BACKOFF: Backoff = Backoff::constant(Duration::from_millis(50));
     async fn run(self, cx: TaskContext) -> Result<(), TaskError> {
-        let runs = cx.state::<Runs>().expect("Runs state registered");
+        let runs = cx.data::<Runs>().expect("Runs data registered");
         let count = {
             let mut m = runs.0.lock().unwrap();
             let c = m.entry(self.n).or_default();
@@ -74,9 +74,7 @@ impl Task for Job {
                 std::io::Error::other("not yet"),
             )),
             Mode::MissingTable => {
-                let pool = cx
-                    .state::<sqlx::MySqlPool>()
-                    .expect("pool state registered");
+                let pool = cx.data::<sqlx::MySqlPool>().expect("pool data registered");
                 sqlx::query("SELECT 1 FROM no_such_table")
                     .execute(&pool)
                     .await
@@ -130,8 +128,8 @@ fn worker(db: &TestDb, runs: &Runs) -> taskq::WorkerBuilder {
     fast_worker(&db.pool)
         .register::<Job>()
         .register::<Slow>()
-        .state(runs.clone())
-        .state(db.pool.clone())
+        .data(runs.clone())
+        .data(db.pool.clone())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -589,7 +587,7 @@ async fn invalid_settings_are_typed_errors() {
         base().queue("", 1).build(),
         Err(Error::InvalidName { .. })
     ));
-    // Job reads Runs through cx.state() (not an injected State<T>), so this builds.
+    // Job reads Runs through cx.data() (not an injected Data<T>), so this builds.
     assert!(base().build().is_ok());
 }
 

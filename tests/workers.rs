@@ -25,7 +25,7 @@ impl Task for Hold {
     const NAME: &'static str = "hold";
     const QUEUE: &'static str = "holding";
     async fn run(self, cx: TaskContext) -> Result<(), TaskError> {
-        let gate = cx.state::<Gate>().expect("Gate state registered");
+        let gate = cx.data::<Gate>().expect("Gate data registered");
         let _permit = gate.0.acquire().await.expect("gate open");
         Ok(())
     }
@@ -53,7 +53,7 @@ async fn a_running_worker_is_listed_with_its_tasks_and_marked_stopped_at_shutdow
     let a = RunningWorker::spawn(
         fast_worker(&db.pool)
             .register::<Hold>()
-            .state(gate.clone())
+            .data(gate.clone())
             .queue("holding", 4)
             .queue("other", 2)
             .lease(Duration::from_secs(3))
@@ -63,7 +63,7 @@ async fn a_running_worker_is_listed_with_its_tasks_and_marked_stopped_at_shutdow
     let b = RunningWorker::spawn(
         fast_worker(&db.pool)
             .register::<Hold>()
-            .state(gate.clone())
+            .data(gate.clone())
             .queue("other", 1)
             .worker_id("worker-b"),
     );
@@ -173,7 +173,7 @@ async fn gone_workers_are_not_alive_and_old_rows_are_cleaned_up() {
     let w = RunningWorker::spawn(
         fast_worker(&db.pool)
             .register::<Hold>()
-            .state(gate)
+            .data(gate)
             .retention(taskq::worker::Retention {
                 interval: Duration::from_millis(100),
                 ..taskq::worker::Retention::disabled()
@@ -223,7 +223,7 @@ async fn health_follows_the_database_round_trips() {
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let worker = fast_worker(&pool)
         .register::<Hold>()
-        .state(Gate(Arc::new(Semaphore::new(100))))
+        .data(Gate(Arc::new(Semaphore::new(100))))
         .lease(lease)
         .shutdown_signal(async move {
             let _ = rx.await;

@@ -111,9 +111,9 @@ async fn healthz_is_503_while_the_database_is_unreachable() {
     let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
     let worker = taskq::Worker::builder(pool.clone())
         .register::<WelcomeMail>()
-        .state(pool.clone())
-        .state(reqwest::Client::new())
-        .state(example_axum_service::MailApi {
+        .data(pool.clone())
+        .data(reqwest::Client::new())
+        .data(example_axum_service::MailApi {
             base_url: "http://127.0.0.1:9".into(),
         })
         .lease(Duration::from_secs(1))

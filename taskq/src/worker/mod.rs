@@ -45,7 +45,7 @@ pub use health::{HealthStatus, WorkerHealth, WorkerPhase};
 pub use observe::{OutcomeEvent, TaskOutcome};
 pub use stats::{StatsSnapshot, WorkerStats};
 
-use crate::context::{CancelReason, StateMap};
+use crate::context::{CancelReason, DataMap};
 use crate::error::Result;
 use crate::registry::Registration;
 use crate::store::{self, Store};
@@ -59,7 +59,7 @@ pub struct Worker {
     user_pool: MySqlPool,
     cfg: Config,
     handlers: HashMap<&'static str, Registration>,
-    state: StateMap,
+    data: DataMap,
     shutdown: Option<ShutdownFuture>,
     trace_link: Option<TraceLink>,
     observers: Vec<observe::Observer>,
@@ -83,11 +83,11 @@ pub struct ShutdownReport {
 /// Runs a worker for every `#[task]` registered in this binary, with the default settings,
 /// until SIGINT or SIGTERM; then shuts down gracefully and returns.
 ///
-/// `pool` is also registered as state, so handlers can take `State<MySqlPool>`.
+/// `pool` is also registered as data, so handlers can take `Data<MySqlPool>`.
 pub async fn run_registered(pool: MySqlPool) -> Result<ShutdownReport> {
     Worker::builder(pool.clone())
         .register_all()
-        .state(pool)
+        .data(pool)
         .build()?
         .run()
         .await
@@ -124,7 +124,7 @@ impl Worker {
             user_pool,
             cfg,
             handlers,
-            state,
+            data,
             shutdown,
             trace_link,
             observers,
@@ -146,7 +146,7 @@ impl Worker {
             cfg,
             handlers,
             names_json,
-            state: Arc::new(state),
+            data: Arc::new(data),
             inflight: Mutex::default(),
             executing: AtomicUsize::new(0),
             slot_freed: Notify::new(),
@@ -340,7 +340,7 @@ pub(crate) struct Shared {
     pub handlers: HashMap<&'static str, Registration>,
     /// JSON array of the task names this worker handles.
     pub names_json: String,
-    pub state: Arc<StateMap>,
+    pub data: Arc<DataMap>,
     /// The lease table: one record per attempt this worker holds.
     pub inflight: Mutex<Leases>,
     /// Executors currently running a handler.
