@@ -228,7 +228,9 @@ fn holding_worker(db: &TestDb, id: &str) -> taskq::WorkerBuilder {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_death_enqueues_exactly_one_follow_up_with_the_dead_tasks_fields() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let client = Client::new(db.pool.clone());
     let seen = Seen::default();
     let id = FlakyExport { order_id: 7 }
@@ -289,7 +291,9 @@ async fn a_death_enqueues_exactly_one_follow_up_with_the_dead_tasks_fields() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hand_written_hooks_follow_permanent_and_undecodable_deaths() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let seen = Seen::default();
     let a = Hand {
         fail: "bad input".into(),
@@ -340,7 +344,9 @@ async fn hand_written_hooks_follow_permanent_and_undecodable_deaths() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_follow_up_that_cannot_be_built_does_not_hold_the_death_back() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let client = Client::new(db.pool.clone());
     let id = BadHook.enqueue(&db.pool).await.unwrap().id;
     let w = RunningWorker::spawn(fast_worker(&db.pool).register::<BadHook>());
@@ -358,7 +364,9 @@ async fn a_follow_up_that_cannot_be_built_does_not_hold_the_death_back() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fenced_write_back_enqueues_no_follow_up() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let client = Client::new(db.pool.clone());
     let gate = Gate(Arc::new(Semaphore::new(0)));
     let stale = Gated { n: 1 }.enqueue(&db.pool).await.unwrap().id;
@@ -409,7 +417,9 @@ async fn a_fenced_write_back_enqueues_no_follow_up() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reaped_last_attempt_gets_one_follow_up_from_a_reaper_that_registers_it() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let client = Client::new(db.pool.clone());
     let gate = Gate(Arc::new(Semaphore::new(0)));
     let last = Gated { n: 1 }.enqueue(&db.pool).await.unwrap().id;
@@ -523,7 +533,9 @@ async fn a_reaped_last_attempt_gets_one_follow_up_from_a_reaper_that_registers_i
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_success_chains_pass_the_payload_along() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let seen = Seen::default();
     let id = StepOne { n: 5 }.enqueue(&db.pool).await.unwrap().id;
     let w = RunningWorker::spawn(
@@ -562,7 +574,9 @@ async fn on_success_chains_pass_the_payload_along() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn observers_see_every_outcome_and_a_panicking_one_does_not_stop_the_worker() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let client = Client::new(db.pool.clone());
     let mut ids = Vec::new();
     for m in [
@@ -632,7 +646,9 @@ async fn observers_see_every_outcome_and_a_panicking_one_does_not_stop_the_worke
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_unique_tasks_death_frees_its_identity_and_enqueues_its_follow_up_together() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let client = Client::new(db.pool.clone());
     let seen = Seen::default();
     let id = UniqueExport { order_id: 3 }

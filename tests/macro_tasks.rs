@@ -219,7 +219,9 @@ fn sample() -> RichPayload {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn payload_round_trips_through_json_exactly() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let sent = sample();
     let done = sent.clone().enqueue(&db.pool).await.unwrap();
     assert!(!done.duplicate);
@@ -257,7 +259,9 @@ async fn payload_round_trips_through_json_exactly() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn defaults_and_attributes_land_in_the_row() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let plain = PlainDefaults { n: 1 }.enqueue(&db.pool).await.unwrap();
     let t = row(&db, plain.id).await;
     assert_eq!(t.name, "plain_defaults");
@@ -295,7 +299,9 @@ async fn defaults_and_attributes_land_in_the_row() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn enqueue_helpers_apply_their_options() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
 
     // enqueue_tx is the caller's transaction: a rollback leaves nothing behind.
     let mut tx = db.pool.begin().await.unwrap();
@@ -394,7 +400,9 @@ async fn a_task_from_another_module_registers_and_runs_with_its_data() {
         reg.type_name()
     );
 
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let ledger = Ledger::default();
     let ok = ChargeInvoice {
         invoice_id: 7,
@@ -459,7 +467,9 @@ async fn a_task_from_another_module_registers_and_runs_with_its_data() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn custom_injected_parameters_run() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let id = PerTenant { n: 1 }.enqueue(&db.pool).await.unwrap().id;
     let worker = Running::start(
         taskq::Worker::builder(db.pool.clone())
@@ -500,7 +510,9 @@ async fn the_handler_stays_callable_directly() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn missing_data_fails_at_start_up() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let err = taskq::Worker::builder(db.pool.clone())
         .register::<ChargeInvoice>()
         .build()
@@ -541,7 +553,9 @@ async fn missing_data_fails_at_start_up() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn duplicate_names_fail_at_start_up_naming_both_types() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let err = taskq::Worker::builder(db.pool.clone())
         .register_all()
         .build()

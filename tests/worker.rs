@@ -134,7 +134,9 @@ fn worker(db: &TestDb, runs: &Runs) -> taskq::WorkerBuilder {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runs_tasks_and_records_success() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let runs = Runs::default();
     let ids: Vec<TaskId> = futures_lite_join(&db, 0..50, Mode::Ok).await;
     let w = RunningWorker::spawn(worker(&db, &runs));
@@ -162,7 +164,9 @@ async fn futures_lite_join(db: &TestDb, range: std::ops::Range<u32>, mode: Mode)
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failures_retry_with_backoff_then_succeed_or_go_dead() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let runs = Runs::default();
     let flaky = job(&db, 1, Mode::FailTimes(2)).await;
     let hopeless = job(&db, 2, Mode::FailTimes(99)).await;
@@ -207,7 +211,9 @@ async fn failures_retry_with_backoff_then_succeed_or_go_dead() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retry_after_is_honoured() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let runs = Runs::default();
     let id = job(&db, 1, Mode::RetryAfterMs(60_000)).await;
     let w = RunningWorker::spawn(worker(&db, &runs));
@@ -232,7 +238,9 @@ async fn retry_after_is_honoured() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_panic_is_a_failure_not_a_crash() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let runs = Runs::default();
     let bad = Job {
         n: 1,
@@ -261,7 +269,9 @@ async fn a_panic_is_a_failure_not_a_crash() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_timeout_cancels_the_handler_and_counts_as_a_failure() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let runs = Runs::default();
     let id = Slow.enqueue(&db.pool).await.unwrap().id;
     let w = RunningWorker::spawn(worker(&db, &runs).cancel_grace(Duration::from_millis(50)));
@@ -273,7 +283,9 @@ async fn a_timeout_cancels_the_handler_and_counts_as_a_failure() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn undecodable_payloads_and_unknown_names() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let runs = Runs::default();
     for (name, payload) in [
         ("job", &b"{\"n\": \"not a number\"}"[..]),
@@ -334,7 +346,9 @@ async fn undecodable_payloads_and_unknown_names() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_reaper_requeues_expired_leases_and_buries_exhausted_ones() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let runs = Runs::default();
     let again = job(&db, 1, Mode::Ok).await;
     let exhausted = job(&db, 2, Mode::Ok).await;
@@ -367,7 +381,9 @@ async fn the_reaper_requeues_expired_leases_and_buries_exhausted_ones() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_lease_cancels_the_handler_and_its_write_back_is_fenced() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let runs = Runs::default();
     let id = job(&db, 1, Mode::WaitCancel).await;
     let w = RunningWorker::spawn(
@@ -412,7 +428,9 @@ async fn a_lost_lease_cancels_the_handler_and_its_write_back_is_fenced() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_waits_for_handlers_then_releases_the_rest() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let runs = Runs::default();
     let quick = job(&db, 1, Mode::Sleep(300)).await;
     let stuck = job(&db, 2, Mode::Sleep(60_000)).await;
@@ -451,7 +469,9 @@ async fn shutdown_waits_for_handlers_then_releases_the_rest() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retention_prunes_old_terminal_tasks_only() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let runs = Runs::default();
     for n in 0..6 {
         job(&db, n, Mode::Ok).await;
@@ -493,7 +513,9 @@ async fn retention_prunes_old_terminal_tasks_only() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn several_workers_run_each_task_exactly_once() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let runs = Runs::default();
     let n = 600;
     let mut tx = db.pool.begin().await.unwrap();
@@ -544,7 +566,9 @@ async fn several_workers_run_each_task_exactly_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_process_enqueue_wakes_an_idle_worker() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let runs = Runs::default();
     let w = RunningWorker::spawn(
         worker(&db, &runs).poll_interval(Duration::from_secs(30), Duration::from_secs(30)),
@@ -562,7 +586,9 @@ async fn in_process_enqueue_wakes_an_idle_worker() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invalid_settings_are_typed_errors() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let cfg = |b: taskq::WorkerBuilder| match b.build() {
         Err(Error::Config(m)) => m,
         Err(e) => panic!("unexpected error {e}"),
@@ -607,7 +633,9 @@ async fn lock_ten_candidates(conn: &mut sqlx::MySqlConnection, candidates: &[u64
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_in_progress_never_blocks_producers() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     for n in 0..20 {
         job(&db, n, Mode::Ok).await;
     }
@@ -664,7 +692,9 @@ async fn a_claim_in_progress_never_blocks_producers() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_queue_is_not_claimed_until_resumed() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let runs = Runs::default();
     let client = Client::new(db.pool.clone());
     client.pause_queue("default").await.unwrap();

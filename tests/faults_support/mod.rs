@@ -73,14 +73,7 @@ impl FaultDb {
     /// Starts a private server, or returns `None` when the machine has none (the test is
     /// skipped, unless `TASKQ_REQUIRE_PRIVATE_SERVER` is set).
     pub async fn start_or_skip(extra_args: &[&str]) -> Option<Self> {
-        let server = if extra_args.is_empty() {
-            PrivateServer::start_or_skip().await?
-        } else {
-            match PrivateServer::start_with_args(extra_args).await {
-                Ok(s) => s,
-                Err(e) => panic!("{e}"),
-            }
-        };
+        let server = PrivateServer::start_with_args_or_skip(extra_args).await?;
         Some(Self::on(server).await)
     }
 
