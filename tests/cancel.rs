@@ -45,7 +45,7 @@ impl Task for Long {
     const NAME: &'static str = "long";
     const MAX_ATTEMPTS: u32 = 5;
     async fn run(self, cx: TaskContext) -> Result<(), TaskError> {
-        let seen = cx.state::<Seen>().unwrap();
+        let seen = cx.data::<Seen>().unwrap();
         let _guard = OnDrop(seen.dropped.clone());
         seen.started
             .store(true, std::sync::atomic::Ordering::SeqCst);
@@ -66,7 +66,7 @@ fn worker(db: &TestDb, seen: &Seen, grace: Duration) -> RunningWorker {
     RunningWorker::spawn(
         fast_worker(&db.pool)
             .register::<Long>()
-            .state(seen.clone())
+            .data(seen.clone())
             .lease(Duration::from_secs(3))
             .heartbeat(Duration::from_millis(200))
             .cancel_grace(grace),
@@ -93,7 +93,9 @@ async fn cancel_requested(db: &TestDb, id: TaskId) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cooperative_handler_that_fails_is_recorded_canceled() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let client = Client::new(db.pool.clone());
     let seen = Seen::default();
     let id = Long(React::Fail).enqueue(&db.pool).await.unwrap().id;
@@ -130,7 +132,9 @@ async fn a_cooperative_handler_that_fails_is_recorded_canceled() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_success_within_the_grace_is_recorded_succeeded() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let client = Client::new(db.pool.clone());
     let seen = Seen::default();
     let id = Long(React::Succeed).enqueue(&db.pool).await.unwrap().id;
@@ -152,7 +156,9 @@ async fn a_success_within_the_grace_is_recorded_succeeded() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handler_that_ignores_the_signal_is_aborted_after_the_grace() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let client = Client::new(db.pool.clone());
     let seen = Seen::default();
     let id = Long(React::Ignore).enqueue(&db.pool).await.unwrap().id;
@@ -180,7 +186,9 @@ async fn a_handler_that_ignores_the_signal_is_aborted_after_the_grace() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_reaper_cancels_an_expired_cancel_requested_task() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let client = Client::new(db.pool.clone());
     let id = Long(React::Ignore).enqueue(&db.pool).await.unwrap().id;
     // A worker claimed it and died (attempts left, so without the request it would go back
@@ -233,7 +241,9 @@ async fn the_reaper_cancels_an_expired_cancel_requested_task() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retry_written_before_the_request_was_seen_cancels_the_next_attempt() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let client = Client::new(db.pool.clone());
     let id = Long(React::Fail).enqueue(&db.pool).await.unwrap().id;
     // Requested on a running attempt whose outcome (a retry) then won the race.
@@ -288,7 +298,9 @@ async fn identities(db: &TestDb) -> i64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_canceled_running_unique_task_frees_its_identity() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let client = Client::new(db.pool.clone());
     let id = Solo { account: 7 }.enqueue(&db.pool).await.unwrap().id;
     let w = RunningWorker::spawn(
@@ -315,7 +327,9 @@ async fn a_canceled_running_unique_task_frees_its_identity() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_reaper_frees_the_identity_of_a_canceled_unique_task() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let client = Client::new(db.pool.clone());
     let id = Solo { account: 8 }.enqueue(&db.pool).await.unwrap().id;
     // Claimed by a worker that then died: running, lease in the future, identity held.
@@ -368,7 +382,9 @@ fn row(name: &str, state: &str, n: i64) -> (String, String, i64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_where_counts_in_a_dry_run_and_cancels_in_batches() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let client = Client::new(db.pool.clone());
     // 1,100 pending `long` tasks (more than two batches of 500), one of them running, one
     // enqueued two hours ago; and a pending unique `solo` task.
@@ -474,7 +490,9 @@ async fn cancel_where_counts_in_a_dry_run_and_cancels_in_batches() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retry_where_counts_in_a_dry_run_and_retries_matching_dead_tasks() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let client = Client::new(db.pool.clone());
     let mut ids = Vec::new();
     for _ in 0..4 {
@@ -541,7 +559,9 @@ async fn retry_where_counts_in_a_dry_run_and_retries_matching_dead_tasks() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_grace_longer_than_the_lease_lets_the_reaper_cancel_and_fences_the_late_write_back() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let client = Client::new(db.pool.clone());
     let seen = Seen::default();
     let id = Long(React::Ignore).enqueue(&db.pool).await.unwrap().id;
@@ -550,7 +570,7 @@ async fn a_grace_longer_than_the_lease_lets_the_reaper_cancel_and_fences_the_lat
     let w = RunningWorker::spawn(
         fast_worker(&db.pool)
             .register::<Long>()
-            .state(seen.clone())
+            .data(seen.clone())
             .lease(Duration::from_secs(1))
             .heartbeat(Duration::from_millis(200))
             .cancel_grace(Duration::from_secs(3)),

@@ -103,7 +103,9 @@ fn assert_every_second(name: &str, ticks: &[Tick]) {
 /// and the next tick.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_worker_enqueues_one_task_per_tick() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let started = db_now(&db).await;
     let w = RunningWorker::spawn(fast_worker(&db.pool).register::<EverySecond>());
     wait_until(Duration::from_secs(20), "5 ticks", || async {
@@ -154,7 +156,9 @@ async fn one_worker_enqueues_one_task_per_tick() {
 /// half-hour offset, which moves its ticks to half past in UTC.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn missed_ticks_follow_the_policy() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     // The rows a previous deploy left, with the same definitions (m_all in India, UTC+05:30,
     // so its hourly ticks fall at half past in UTC).
     for (name, tz) in [
@@ -240,7 +244,9 @@ async fn missed_ticks_follow_the_policy() {
 /// and the new expression's ticks start after that (no old tick re-fired, none twice).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_changed_expression_takes_effect_on_deploy() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let old = RunningWorker::spawn(
         fast_worker(&db.pool).schedule(Schedule::new("* * * * * *", beat("old")).name("report")),
     );
@@ -290,7 +296,9 @@ async fn a_changed_expression_takes_effect_on_deploy() {
 /// one. Its row stays, overdue, until an operator deletes it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_removed_schedule_stops_firing() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let a = RunningWorker::spawn(
         fast_worker(&db.pool)
             .schedule(Schedule::new("* * * * * *", beat("keep")).name("keep"))
@@ -350,7 +358,9 @@ async fn a_removed_schedule_stops_firing() {
 /// task rows, says which ticks are done.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn old_ticks_do_not_fire_again_after_retention() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let sched = || Schedule::new("* * * * * *", beat("r")).name("retained");
     let a = RunningWorker::spawn(fast_worker(&db.pool).schedule(sched()));
     wait_until(Duration::from_secs(15), "3 ticks", || async {
@@ -382,7 +392,9 @@ async fn old_ticks_do_not_fire_again_after_retention() {
 /// one given to the builder for such a queue is an error (below).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_fires_only_schedules_of_its_queues() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let w = RunningWorker::spawn(
         fast_worker(&db.pool)
             .register::<EverySecond>()
@@ -484,7 +496,9 @@ async fn bad_schedules_are_typed_errors_at_build() {
 /// unique idempotency key would still keep one row per tick, but the counters would not add up.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn racing_workers_enqueue_a_tick_once() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let sched = || Schedule::new("* * * * * *", beat("race")).name("race");
     let workers: Vec<RunningWorker> = (0..4)
         .map(|_| RunningWorker::spawn(fast_worker(&db.pool).schedule(sched())))
@@ -599,7 +613,9 @@ impl FleetWorker {
 /// enqueued by exactly one process.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eight_processes_enqueue_exactly_one_task_per_tick() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let url = db.options.to_url_lossy().to_string();
     let name = FleetTick::NAME;
     let mut fleet = Vec::new();

@@ -42,7 +42,9 @@ async fn count_orders(db: &TestDb) -> i64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn commit_makes_business_row_and_task_visible_together() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     business_table(&db).await;
     let mut tx = db.pool.begin().await.unwrap();
     sqlx::query("INSERT INTO orders VALUES (1, 100)")
@@ -69,7 +71,9 @@ async fn commit_makes_business_row_and_task_visible_together() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rollback_leaves_neither_row() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     business_table(&db).await;
     let mut tx = db.pool.begin().await.unwrap();
     sqlx::query("INSERT INTO orders VALUES (1, 100)")
@@ -91,7 +95,9 @@ async fn rollback_leaves_neither_row() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thousand_mixed_transactions_leave_exactly_the_committed_tasks() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     business_table(&db).await;
     let mut committed = 0i64;
     let mut handles = Vec::new();
@@ -146,7 +152,9 @@ async fn a_thousand_mixed_transactions_leave_exactly_the_committed_tasks() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn enqueue_works_on_pool_connections_and_plain_connections() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let a = note("pool").enqueue(&db.pool).await.unwrap();
     let mut conn = db.pool.acquire().await.unwrap();
     let b = note("pooled conn").enqueue_tx(&mut conn).await.unwrap();
@@ -157,7 +165,9 @@ async fn enqueue_works_on_pool_connections_and_plain_connections() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn options_land_in_the_row() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let client = Client::new(db.pool.clone());
     let delayed = note("d")
         .enqueue_options()
@@ -193,7 +203,9 @@ async fn options_land_in_the_row() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn duplicate_idempotency_key_returns_the_existing_task() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let first = note("a")
         .enqueue_options()
         .with_idempotency_key("k1")
@@ -229,7 +241,9 @@ async fn duplicate_idempotency_key_returns_the_existing_task() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_duplicates_insert_one_row() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     for round in 0..5 {
         let key = format!("race-{round}");
         let mut handles = Vec::new();
@@ -283,7 +297,9 @@ impl Task for LongName {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_is_a_typed_error_and_writes_nothing() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let p = &db.pool;
     let e = note("x")
         .enqueue_options()
@@ -392,7 +408,9 @@ async fn bad_input_is_a_typed_error_and_writes_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn payload_at_the_limit_is_accepted() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     // {"text":"..."} is 11 bytes of framing.
     let exact = Note {
         text: "x".repeat(989),

@@ -44,7 +44,9 @@ async fn payload_of(db: &TestDb, id: TaskId) -> Vec<u8> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn empty_input_writes_nothing() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let mut tx = db.pool.begin().await.unwrap();
     let out = taskq::enqueue_many(&mut tx, Vec::<Note>::new())
         .await
@@ -56,7 +58,9 @@ async fn empty_input_writes_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rows_get_their_ids_in_input_order_and_payloads_round_trip() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     // Texts that stress the encoding: quotes, backslashes, control characters, non-ASCII.
     let texts: Vec<String> = (0..300)
         .map(|i| format!("n{i} \"q\" \\ \u{0}\t\n é 漢字 🚀 {}", "x".repeat(i % 7)))
@@ -94,7 +98,9 @@ async fn rows_get_their_ids_in_input_order_and_payloads_round_trip() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn per_task_options_are_applied() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let client = Client::new(db.pool.clone());
     let at = db_now(&db).await + chrono::Duration::hours(5);
     let batch = vec![
@@ -135,7 +141,9 @@ async fn per_task_options_are_applied() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invisible_until_commit_and_gone_on_rollback() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let mut tx = db.pool.begin().await.unwrap();
     taskq::enqueue_many(&mut tx, (0..50).map(|i| note(i.to_string())))
         .await
@@ -158,7 +166,9 @@ type Case = (Enqueue<Note>, fn(&Error) -> bool);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_invalid_task_writes_nothing() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     // On a plain (autocommit) connection, so a partial write would stay.
     let mut conn = db.pool.acquire().await.unwrap();
     let cases: Vec<Case> = vec![
@@ -194,7 +204,9 @@ async fn one_invalid_task_writes_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idempotency_keys_in_a_batch_deduplicate_per_row() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let existing = note("old")
         .enqueue_options()
         .with_idempotency_key("k1")
@@ -230,7 +242,9 @@ async fn idempotency_keys_in_a_batch_deduplicate_per_row() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn large_inputs_span_several_statements() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let n = 12_345;
     let mut tx = db.pool.begin().await.unwrap();
     let out = taskq::enqueue_many(&mut tx, (0..n).map(|i| note(format!("{i:0>200}"))))
@@ -262,21 +276,14 @@ async fn large_inputs_span_several_statements() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ids_are_exact_under_autoinc_lock_mode_2_with_interleaved_inserts() {
     use taskq_tests::server::PrivateServer;
-    let server = match PrivateServer::start_with_args(&[
+    let Some(server) = PrivateServer::start_with_args_or_skip(&[
         "--innodb-autoinc-lock-mode=2",
         "--auto-increment-increment=3",
         "--auto-increment-offset=2",
     ])
     .await
-    {
-        Ok(s) => s,
-        Err(taskq_tests::server::StartError::Unavailable(msg))
-            if std::env::var_os("TASKQ_REQUIRE_PRIVATE_SERVER").is_none() =>
-        {
-            eprintln!("skipped: {msg}");
-            return;
-        }
-        Err(e) => panic!("{e}"),
+    else {
+        return;
     };
     let url = server.create_database("mode2").await.unwrap();
     let pool = sqlx::mysql::MySqlPoolOptions::new()

@@ -13,7 +13,8 @@
 //! `TASKQ_MARIADB_INSTALL_DB`); on Debian/Ubuntu `apt-get install mariadb-server` provides them.
 //! No running service is needed and the shared server is never touched: each test starts its
 //! own server on a temporary datadir (~115 MB, removed afterwards) and a free port. Without a
-//! server binary the tests print `skipped: no mariadbd/mysqld binary found` and pass; set
+//! server binary (or with the loopback interface down) the tests print
+//! `SKIPPED private server: <test>: <why>` and pass; set
 //! `TASKQ_REQUIRE_PRIVATE_SERVER=1` to make that a failure (CI).
 //!
 //! Besides the two smoke tests of the support code, one test per scenario of
@@ -599,7 +600,7 @@ async fn errors_keep_characters_outside_the_database_default_charset() {
     let w = taskq_tests::RunningWorker::spawn(
         taskq_tests::fast_worker(&db.pool)
             .register::<faults_support::AlwaysFails>()
-            .state(faults_support::Seen::default()),
+            .data(faults_support::Seen::default()),
     );
     let client = taskq::Client::new(db.pool.clone());
     taskq_tests::wait_until(Duration::from_secs(20), "dead", || async {

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use taskq::{
-    Client, DeadTask, FollowUp, OnDead, State, SucceededTask, Task, TaskContext, TaskError, TaskId,
+    Client, Data, DeadTask, FollowUp, OnDead, SucceededTask, Task, TaskContext, TaskError, TaskId,
     TaskState, worker::OutcomeEvent, worker::TaskOutcome,
 };
 use taskq_tests::{RunningWorker, TestDb, fast_worker, wait_until};
@@ -50,7 +50,7 @@ async fn flaky_export(order_id: i64) -> Result<(), TaskError> {
 
 /// The `on_dead` target: records what it was handed.
 #[taskq::task(queue = "ops", priority = -5, max_attempts = 3)]
-async fn notify_ops(dead: DeadTask, seen: State<Seen>) -> Result<(), TaskError> {
+async fn notify_ops(dead: DeadTask, seen: Data<Seen>) -> Result<(), TaskError> {
     seen.push("notify_ops", &dead);
     Ok(())
 }
@@ -64,28 +64,28 @@ async fn step_one(n: i64) -> Result<(), TaskError> {
 
 /// Second step: gets the first step's payload, and is itself chained.
 #[taskq::task(on_success = self::step_three)]
-async fn step_two(prev: SucceededTask, seen: State<Seen>) -> Result<(), TaskError> {
+async fn step_two(prev: SucceededTask, seen: Data<Seen>) -> Result<(), TaskError> {
     seen.push("step_two", &prev);
     Ok(())
 }
 
 /// Last step.
 #[taskq::task]
-async fn step_three(prev: SucceededTask, seen: State<Seen>) -> Result<(), TaskError> {
+async fn step_three(prev: SucceededTask, seen: Data<Seen>) -> Result<(), TaskError> {
     seen.push("step_three", &prev);
     Ok(())
 }
 
 /// Waits at the gate, then fails; one attempt only, so the failure is a death.
 #[taskq::task(max_attempts = 1, on_dead = notify_ops)]
-async fn gated(n: i64, gate: State<Gate>) -> Result<(), TaskError> {
+async fn gated(n: i64, gate: Data<Gate>) -> Result<(), TaskError> {
     let _permit = gate.0.0.acquire().await.unwrap(); // ignores its cancel signal on purpose
     Err(TaskError::msg(format!("gated {n} failed")))
 }
 
 /// Like `gated` but with attempts left: the reaper sends it back to pending.
 #[taskq::task(max_attempts = 5, on_dead = notify_ops)]
-async fn gated_retry(n: i64, gate: State<Gate>) -> Result<(), TaskError> {
+async fn gated_retry(n: i64, gate: Data<Gate>) -> Result<(), TaskError> {
     let _permit = gate.0.0.acquire().await.unwrap();
     Err(TaskError::msg(format!("gated_retry {n} failed")))
 }
@@ -228,7 +228,9 @@ fn holding_worker(db: &TestDb, id: &str) -> taskq::WorkerBuilder {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_death_enqueues_exactly_one_follow_up_with_the_dead_tasks_fields() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let client = Client::new(db.pool.clone());
     let seen = Seen::default();
     let id = FlakyExport { order_id: 7 }
@@ -240,7 +242,7 @@ async fn a_death_enqueues_exactly_one_follow_up_with_the_dead_tasks_fields() {
         fast_worker(&db.pool)
             .register::<FlakyExport>()
             .register::<NotifyOps>()
-            .state(seen.clone()),
+            .data(seen.clone()),
     );
     wait_until(Duration::from_secs(15), "notify_ops ran", || async {
         !seen.of("notify_ops").is_empty()
@@ -289,7 +291,9 @@ async fn a_death_enqueues_exactly_one_follow_up_with_the_dead_tasks_fields() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hand_written_hooks_follow_permanent_and_undecodable_deaths() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let seen = Seen::default();
     let a = Hand {
         fail: "bad input".into(),
@@ -312,7 +316,7 @@ async fn hand_written_hooks_follow_permanent_and_undecodable_deaths() {
         fast_worker(&db.pool)
             .register::<Hand>()
             .register::<NotifyOps>()
-            .state(seen.clone()),
+            .data(seen.clone()),
     );
     wait_until(Duration::from_secs(15), "both follow-ups ran", || async {
         seen.of("notify_ops").len() == 2
@@ -340,7 +344,9 @@ async fn hand_written_hooks_follow_permanent_and_undecodable_deaths() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_follow_up_that_cannot_be_built_does_not_hold_the_death_back() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let client = Client::new(db.pool.clone());
     let id = BadHook.enqueue(&db.pool).await.unwrap().id;
     let w = RunningWorker::spawn(fast_worker(&db.pool).register::<BadHook>());
@@ -358,7 +364,9 @@ async fn a_follow_up_that_cannot_be_built_does_not_hold_the_death_back() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fenced_write_back_enqueues_no_follow_up() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let client = Client::new(db.pool.clone());
     let gate = Gate(Arc::new(Semaphore::new(0)));
     let stale = Gated { n: 1 }.enqueue(&db.pool).await.unwrap().id;
@@ -367,7 +375,7 @@ async fn a_fenced_write_back_enqueues_no_follow_up() {
     let a = RunningWorker::spawn(
         holding_worker(&db, "A")
             .register::<Gated>()
-            .state(gate.clone()),
+            .data(gate.clone()),
     );
     wait_until(Duration::from_secs(10), "A holds both tasks", || async {
         db.count("state = 'running'").await == 2
@@ -409,7 +417,9 @@ async fn a_fenced_write_back_enqueues_no_follow_up() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reaped_last_attempt_gets_one_follow_up_from_a_reaper_that_registers_it() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let client = Client::new(db.pool.clone());
     let gate = Gate(Arc::new(Semaphore::new(0)));
     let last = Gated { n: 1 }.enqueue(&db.pool).await.unwrap().id;
@@ -420,7 +430,7 @@ async fn a_reaped_last_attempt_gets_one_follow_up_from_a_reaper_that_registers_i
             .queue("default", 2)
             .register::<Gated>()
             .register::<GatedRetry>()
-            .state(gate.clone()),
+            .data(gate.clone()),
     );
     wait_until(Duration::from_secs(10), "A holds both tasks", || async {
         db.count("state = 'running'").await == 2
@@ -470,8 +480,8 @@ async fn a_reaped_last_attempt_gets_one_follow_up_from_a_reaper_that_registers_i
             .queue("ops", 2)
             .register::<Gated>()
             .register::<NotifyOps>()
-            .state(seen.clone())
-            .state(gate.clone())
+            .data(seen.clone())
+            .data(gate.clone())
             .on_outcome(move |e| sink.lock().unwrap().push(e.clone())),
     );
     wait_until(Duration::from_secs(10), "the follow-up ran", || async {
@@ -523,7 +533,9 @@ async fn a_reaped_last_attempt_gets_one_follow_up_from_a_reaper_that_registers_i
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_success_chains_pass_the_payload_along() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let seen = Seen::default();
     let id = StepOne { n: 5 }.enqueue(&db.pool).await.unwrap().id;
     let w = RunningWorker::spawn(
@@ -531,7 +543,7 @@ async fn on_success_chains_pass_the_payload_along() {
             .register::<StepOne>()
             .register::<StepTwo>()
             .register::<StepThree>()
-            .state(seen.clone()),
+            .data(seen.clone()),
     );
     wait_until(Duration::from_secs(10), "the chain ran", || async {
         !seen.of("step_three").is_empty()
@@ -562,7 +574,9 @@ async fn on_success_chains_pass_the_payload_along() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn observers_see_every_outcome_and_a_panicking_one_does_not_stop_the_worker() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let client = Client::new(db.pool.clone());
     let mut ids = Vec::new();
     for m in [
@@ -632,7 +646,9 @@ async fn observers_see_every_outcome_and_a_panicking_one_does_not_stop_the_worke
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_unique_tasks_death_frees_its_identity_and_enqueues_its_follow_up_together() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let client = Client::new(db.pool.clone());
     let seen = Seen::default();
     let id = UniqueExport { order_id: 3 }
@@ -644,7 +660,7 @@ async fn a_unique_tasks_death_frees_its_identity_and_enqueues_its_follow_up_toge
         fast_worker(&db.pool)
             .register::<UniqueExport>()
             .register::<NotifyOps>()
-            .state(seen.clone()),
+            .data(seen.clone()),
     );
     wait_until(Duration::from_secs(10), "notify_ops ran", || async {
         !seen.of("notify_ops").is_empty()

@@ -112,7 +112,7 @@ impl Task for Gated {
         if cx.worker_id() == "B" {
             return Ok(());
         }
-        let gate = cx.state::<Gate>().unwrap();
+        let gate = cx.data::<Gate>().unwrap();
         let _permit = gate.0.acquire().await.unwrap();
         Err(TaskError::msg("A failed late"))
     }
@@ -149,7 +149,9 @@ fn summary(attempts: &[Attempt]) -> Vec<(u32, u64, AttemptOutcome)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_that_fails_twice_then_succeeds_has_three_entries() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let client = Client::new(db.pool.clone());
     let id = Flaky.enqueue(&db.pool).await.unwrap().id;
     assert_eq!(client.attempts(id).await.unwrap(), vec![]);
@@ -186,7 +188,9 @@ async fn a_task_that_fails_twice_then_succeeds_has_three_entries() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn timeouts_and_panics_are_recorded_as_such() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let client = Client::new(db.pool.clone());
     let slow = Slow.enqueue(&db.pool).await.unwrap().id;
     let boom = Boom.enqueue(&db.pool).await.unwrap().id;
@@ -220,7 +224,9 @@ async fn timeouts_and_panics_are_recorded_as_such() {
 /// task to success; A's late write-back is fenced and appends nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_lease_is_recorded_by_the_reaper_and_a_fenced_write_back_appends_nothing() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let client = Client::new(db.pool.clone());
     let gate = Gate(Arc::new(Semaphore::new(0)));
     let id = Gated { on_cancel: false }
@@ -233,7 +239,7 @@ async fn a_lost_lease_is_recorded_by_the_reaper_and_a_fenced_write_back_appends_
             .worker_id("A")
             .queue("default", 1)
             .register::<Gated>()
-            .state(gate.clone())
+            .data(gate.clone())
             .lease(Duration::from_secs(60))
             .heartbeat(Duration::from_secs(50))
             .reaper_interval(Duration::from_secs(3600))
@@ -254,7 +260,7 @@ async fn a_lost_lease_is_recorded_by_the_reaper_and_a_fenced_write_back_appends_
         fast_worker(&db.pool)
             .worker_id("B")
             .register::<Gated>()
-            .state(gate.clone()),
+            .data(gate.clone()),
     );
     wait_state(&client, id, TaskState::Succeeded).await;
     b.stop().await;
@@ -291,7 +297,9 @@ async fn a_lost_lease_is_recorded_by_the_reaper_and_a_fenced_write_back_appends_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_reaper_records_canceled_for_a_cancel_requested_lease() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let client = Client::new(db.pool.clone());
     let id = Quick.enqueue(&db.pool).await.unwrap().id;
     // Claimed by a worker that died; a cancel was requested meanwhile.
@@ -318,7 +326,9 @@ async fn the_reaper_records_canceled_for_a_cancel_requested_lease() {
 /// A task claimed before migration 10 (no `attempted_at`) gets an entry without a start.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_attempt_started_before_the_upgrade_has_no_start() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let client = Client::new(db.pool.clone());
     let id = Quick.enqueue(&db.pool).await.unwrap().id;
     exec(
@@ -341,7 +351,9 @@ async fn an_attempt_started_before_the_upgrade_has_no_start() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_given_back_at_shutdown_is_recorded_released() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let client = Client::new(db.pool.clone());
     let gate = Gate(Arc::new(Semaphore::new(0)));
     let id = Gated { on_cancel: false }
@@ -353,7 +365,7 @@ async fn a_task_given_back_at_shutdown_is_recorded_released() {
         fast_worker(&db.pool)
             .worker_id("A")
             .register::<Gated>()
-            .state(gate)
+            .data(gate)
             .shutdown_timeout(Duration::from_millis(200)),
     );
     wait_state(&client, id, TaskState::Running).await;
@@ -372,7 +384,9 @@ async fn a_task_given_back_at_shutdown_is_recorded_released() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_canceled_running_task_is_recorded_canceled_and_audited() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let client = Client::new(db.pool.clone()).with_actor("ops:alice");
     let id = Gated { on_cancel: true }
         .enqueue(&db.pool)
@@ -405,7 +419,9 @@ async fn a_canceled_running_task_is_recorded_canceled_and_audited() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_snooze_is_recorded_and_the_attempt_number_does_not_advance() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let client = Client::new(db.pool.clone());
     let id = Sleepy.enqueue(&db.pool).await.unwrap().id;
     let w = RunningWorker::spawn(fast_worker(&db.pool).register::<Sleepy>());
@@ -423,7 +439,9 @@ async fn a_snooze_is_recorded_and_the_attempt_number_does_not_advance() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn error_texts_are_cut_and_the_history_keeps_the_latest_entries() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let client = Client::new(db.pool.clone());
     let verbose = Verbose(3000).enqueue(&db.pool).await.unwrap().id;
     let quick = Quick.enqueue(&db.pool).await.unwrap().id;
@@ -473,7 +491,9 @@ async fn error_texts_are_cut_and_the_history_keeps_the_latest_entries() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retention_deletes_the_task_with_its_history_and_old_audit_rows() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let client = Client::new(db.pool.clone());
     let id = Flaky.enqueue(&db.pool).await.unwrap().id;
     let w = RunningWorker::spawn(fast_worker(&db.pool).register::<Flaky>());
@@ -559,7 +579,9 @@ fn actions(entries: &[AuditEntry]) -> Vec<(&str, &str)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn operator_actions_are_audited_with_their_actor() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let plain = Client::new(db.pool.clone());
     assert_eq!(plain.actor(), taskq::limits::DEFAULT_ACTOR);
     let client = plain.clone().with_actor("cli:bob@ops-1");
@@ -813,7 +835,9 @@ async fn failed_per_minute(client: &Client, minutes: u32) -> Vec<(String, u32, u
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failed_attempts_per_minute_counts_the_histories_in_the_window() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let client = Client::new(db.pool.clone());
     // Real attempts: two failures then a success, a timeout, a panic (all in the last minute).
     let flaky = Flaky.enqueue(&db.pool).await.unwrap().id;

@@ -146,7 +146,9 @@ fn mean(samples: &[i64]) -> f64 {
 /// runs with many more tasks at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn four_processes_never_run_more_than_the_limit_and_scale_up_when_it_is_raised() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let client = Client::new(db.pool.clone());
     let url = db.options.to_url_lossy().to_string();
     client.set_queue_limit(QUEUE, Some(3)).await.unwrap();
@@ -256,7 +258,9 @@ impl Task for Quick {
 /// clock holds more than 5 claims, so 20 tasks take at least 4 windows.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rate_limit_holds_per_window_across_workers() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     for sql in [CLAIM_LOG, CLAIM_TRIGGER] {
         sqlx::raw_sql(sql).execute(&db.pool).await.unwrap();
     }
@@ -316,7 +320,9 @@ async fn a_rate_limit_holds_per_window_across_workers() {
 /// Invalid limits are typed errors and write nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invalid_limits_are_rejected_and_write_nothing() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let client = Client::new(db.pool.clone());
     let invalid = |e: Error| {
         assert!(matches!(e, Error::InvalidOption(_)), "{e:?}");
@@ -392,7 +398,9 @@ async fn invalid_limits_are_rejected_and_write_nothing() {
 /// it lets the worker fill its slots again; `Client::queues` shows the limit and the counts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_limit_set_live_holds_and_clearing_it_lifts_it() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let client = Client::new(db.pool.clone());
     // poll_max 100 ms: the worker re-reads the queue controls every 100 ms.
     let worker = RunningWorker::spawn(fast_worker(&db.pool).register::<Nap>().queue(QUEUE, 8));
@@ -437,7 +445,9 @@ async fn a_limit_set_live_holds_and_clearing_it_lifts_it() {
 /// queue is under the new limit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lowering_a_limit_lets_running_tasks_finish_and_starts_nothing_above_it() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let client = Client::new(db.pool.clone());
     client.set_queue_limit(QUEUE, Some(4)).await.unwrap();
     let worker = RunningWorker::spawn(fast_worker(&db.pool).register::<Nap>().queue(QUEUE, 8));
@@ -497,7 +507,9 @@ async fn only_limited_queues_take_the_queue_row_lock() {
             Ok(())
         }
     }
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let client = Client::new(db.pool.clone());
     // Both queues have a row; only `capped` has a limit.
     client.set_queue_limit("free", Some(5)).await.unwrap();

@@ -1,6 +1,6 @@
 //! `#[taskq::task]` against a real database: payloads round-trip, attributes land in the row,
 //! the enqueue helpers work, tasks from another module register and run, and start-up
-//! catches missing state and duplicate names.
+//! catches missing data and duplicate names.
 
 #[path = "macro_support/mod.rs"]
 mod macro_support;
@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use taskq::{
-    __private::StateRequirement, Backoff, Client, Error, FromTaskContext, Task, TaskContext,
+    __private::DataRequirement, Backoff, Client, Error, FromTaskContext, Task, TaskContext,
     TaskError, TaskId, TaskState, WorkerBuilder, client::TaskInfo,
 };
 use taskq_tests::TestDb;
@@ -87,7 +87,7 @@ async fn with_attrs(n: i32) -> Result<(), TaskError> {
     Ok(())
 }
 
-/// Application state reached through a custom `#[inject]` extractor.
+/// Shared data reached through a custom `#[inject]` extractor.
 #[derive(Clone)]
 struct TenantName(String);
 
@@ -95,12 +95,12 @@ struct Tenant(String);
 
 impl FromTaskContext for Tenant {
     fn from_task_context(cx: &TaskContext) -> Result<Self, TaskError> {
-        cx.state::<TenantName>()
+        cx.data::<TenantName>()
             .map(|t| Tenant(t.0))
             .ok_or_else(|| TaskError::permanent(Error::Config("no tenant".into())))
     }
-    fn requirement() -> Option<StateRequirement> {
-        Some(StateRequirement::of::<TenantName>())
+    fn requirement() -> Option<DataRequirement> {
+        Some(DataRequirement::of::<TenantName>())
     }
 }
 
@@ -219,7 +219,9 @@ fn sample() -> RichPayload {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn payload_round_trips_through_json_exactly() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let sent = sample();
     let done = sent.clone().enqueue(&db.pool).await.unwrap();
     assert!(!done.duplicate);
@@ -257,7 +259,9 @@ async fn payload_round_trips_through_json_exactly() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn defaults_and_attributes_land_in_the_row() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let plain = PlainDefaults { n: 1 }.enqueue(&db.pool).await.unwrap();
     let t = row(&db, plain.id).await;
     assert_eq!(t.name, "plain_defaults");
@@ -295,7 +299,9 @@ async fn defaults_and_attributes_land_in_the_row() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn enqueue_helpers_apply_their_options() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
 
     // enqueue_tx is the caller's transaction: a rollback leaves nothing behind.
     let mut tx = db.pool.begin().await.unwrap();
@@ -381,7 +387,7 @@ async fn enqueue_helpers_apply_their_options() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_task_from_another_module_registers_and_runs_with_its_state() {
+async fn a_task_from_another_module_registers_and_runs_with_its_data() {
     let registered = taskq::registry::registered();
     let reg = registered
         .iter()
@@ -394,7 +400,9 @@ async fn a_task_from_another_module_registers_and_runs_with_its_state() {
         reg.type_name()
     );
 
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let ledger = Ledger::default();
     let ok = ChargeInvoice {
         invoice_id: 7,
@@ -419,7 +427,7 @@ async fn a_task_from_another_module_registers_and_runs_with_its_state() {
         taskq::Worker::builder(db.pool.clone())
             .register::<ChargeInvoice>()
             .register::<ParseAmount>()
-            .state(ledger.clone()),
+            .data(ledger.clone()),
     );
     let t = wait_state(&db, ok.id, TaskState::Succeeded).await;
     assert_eq!(t.attempt, 1);
@@ -459,12 +467,14 @@ async fn a_task_from_another_module_registers_and_runs_with_its_state() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn custom_injected_parameters_run() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let id = PerTenant { n: 1 }.enqueue(&db.pool).await.unwrap().id;
     let worker = Running::start(
         taskq::Worker::builder(db.pool.clone())
             .register::<PerTenant>()
-            .state(TenantName("acme".into())),
+            .data(TenantName("acme".into())),
     );
     wait_state(&db, id, TaskState::Succeeded).await;
     worker.stop().await;
@@ -473,23 +483,23 @@ async fn custom_injected_parameters_run() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_handler_stays_callable_directly() {
     let ledger = Ledger::default();
-    let mut states = taskq::StateMap::new();
-    states.insert(ledger.clone());
-    let cx = TaskContext::for_test(99, states);
+    let mut data = taskq::DataMap::new();
+    data.insert(ledger.clone());
+    let cx = TaskContext::for_test(99, data);
     let cancel = cx.cancel_signal().clone();
-    macro_support::charge_invoice(1, "direct".into(), cx, taskq::State(ledger.clone()), cancel)
+    macro_support::charge_invoice(1, "direct".into(), cx, taskq::Data(ledger.clone()), cancel)
         .await
         .unwrap();
     assert_eq!(ledger.0.lock().unwrap()[0], (99, 1, 1, "direct".to_owned()));
 
     // And through the Task impl, as a worker would.
-    let mut states = taskq::StateMap::new();
-    states.insert(ledger.clone());
+    let mut data = taskq::DataMap::new();
+    data.insert(ledger.clone());
     ChargeInvoice {
         invoice_id: 2,
         memo: "via run".into(),
     }
-    .run(TaskContext::for_test(100, states))
+    .run(TaskContext::for_test(100, data))
     .await
     .unwrap();
     assert_eq!(
@@ -499,30 +509,32 @@ async fn the_handler_stays_callable_directly() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn missing_state_fails_at_start_up() {
-    let db = TestDb::new().await;
+async fn missing_data_fails_at_start_up() {
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let err = taskq::Worker::builder(db.pool.clone())
         .register::<ChargeInvoice>()
         .build()
         .err()
-        .expect("build fails without the Ledger state");
+        .expect("build fails without the Ledger data");
     match err {
-        Error::MissingState { task, ty } => {
+        Error::MissingData { task, ty } => {
             assert_eq!(task, "charge_invoice");
             assert!(ty.ends_with("macro_support::Ledger"), "{ty}");
         }
-        other => panic!("expected MissingState, got {other:?}"),
+        other => panic!("expected MissingData, got {other:?}"),
     }
 
     let err = taskq::Worker::builder(db.pool.clone())
         .register::<PerTenant>()
         .build()
         .err()
-        .expect("build fails without the TenantName state");
+        .expect("build fails without the TenantName data");
     assert!(
         matches!(
             err,
-            Error::MissingState {
+            Error::MissingData {
                 task: "per_tenant",
                 ..
             }
@@ -530,7 +542,7 @@ async fn missing_state_fails_at_start_up() {
         "{err:?}"
     );
 
-    // Tasks without state need none.
+    // Tasks without data need none.
     assert!(
         taskq::Worker::builder(db.pool.clone())
             .register::<PlainDefaults>()
@@ -541,7 +553,9 @@ async fn missing_state_fails_at_start_up() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn duplicate_names_fail_at_start_up_naming_both_types() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let err = taskq::Worker::builder(db.pool.clone())
         .register_all()
         .build()

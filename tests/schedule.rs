@@ -53,8 +53,8 @@ impl Runs {
 struct Started(Arc<Mutex<Vec<u32>>>);
 
 async fn run_script(n: u32, steps: &[Step], cx: &TaskContext) -> Result<(), TaskError> {
-    let runs = cx.state::<Runs>().expect("Runs state registered");
-    if let Some(started) = cx.state::<Started>() {
+    let runs = cx.data::<Runs>().expect("Runs data registered");
+    if let Some(started) = cx.data::<Started>() {
         started.0.lock().unwrap().push(n);
     }
     let k = {
@@ -145,7 +145,7 @@ fn worker(db: &TestDb, runs: &Runs) -> taskq::WorkerBuilder {
         .register::<Script>()
         .register::<Sleepy>()
         .register::<ShortLived>()
-        .state(runs.clone())
+        .data(runs.clone())
 }
 
 async fn get(db: &TestDb, id: TaskId) -> TaskInfo {
@@ -184,7 +184,9 @@ fn secs(a: DateTime<Utc>, b: DateTime<Utc>) -> f64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_snooze_does_not_use_up_an_attempt() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let runs = Runs::default();
     // max_attempts = 1: three snoozes, then a success.
     let id = script(
@@ -216,7 +218,9 @@ async fn a_snooze_does_not_use_up_an_attempt() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_snooze_moves_run_at_by_its_delay_and_keeps_the_last_error() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let runs = Runs::default();
     // Fails once (a real error), then snoozes for an hour.
     let id = Sleepy {
@@ -261,7 +265,9 @@ async fn a_snooze_moves_run_at_by_its_delay_and_keeps_the_last_error() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn snoozes_beyond_max_snoozes_count_as_failed_attempts() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let runs = Runs::default();
     // MAX_SNOOZES = 2, MAX_ATTEMPTS = 2, snoozes every time.
     let id = Sleepy {
@@ -293,7 +299,9 @@ async fn snoozes_beyond_max_snoozes_count_as_failed_attempts() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reschedule_and_priority_change_pending_tasks_only() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let client = Client::new(db.pool.clone());
     let id = script(1, &[Step::Ok]).enqueue(&db.pool).await.unwrap().id;
 
@@ -380,7 +388,9 @@ async fn reschedule_and_priority_change_pending_tasks_only() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rescheduled_or_reprioritized_task_runs_accordingly() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let client = Client::new(db.pool.clone());
     let runs = Runs::default();
     let started = Started::default();
@@ -401,7 +411,7 @@ async fn a_rescheduled_or_reprioritized_task_runs_accordingly() {
         .unwrap();
     let w = RunningWorker::spawn(
         worker(&db, &runs)
-            .state(started.clone())
+            .data(started.clone())
             .queue("default", 1)
             .claim_batch(1),
     );
@@ -419,7 +429,9 @@ async fn a_rescheduled_or_reprioritized_task_runs_accordingly() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_past_its_deadline_is_never_started() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let runs = Runs::default();
     let now = db_now(&db).await;
     let past = script(1, &[Step::Ok])
@@ -517,7 +529,9 @@ async fn a_task_past_its_deadline_is_never_started() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_running_task_is_not_stopped_by_its_deadline() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let runs = Runs::default();
     let id = script(1, &[Step::SleepMs(800)])
         .with_ttl(Duration::from_millis(300))
@@ -543,7 +557,9 @@ async fn a_running_task_is_not_stopped_by_its_deadline() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retry_or_snooze_due_after_the_deadline_expires() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let runs = Runs::default();
     // Fails, and its retry is due after its deadline.
     let retried = ShortLived {
@@ -578,7 +594,9 @@ async fn a_retry_or_snooze_due_after_the_deadline_expires() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn expired_and_live_tasks_in_one_claim() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let runs = Runs::default();
     let now = db_now(&db).await;
     let mut tx = db.pool.begin().await.unwrap();
@@ -630,7 +648,9 @@ async fn hold_rows(db: &TestDb, ids: &[u64]) -> sqlx::pool::PoolConnection<sqlx:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_locking_scan_expires_rows_past_their_deadline_too() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let runs = Runs::default();
     let now = db_now(&db).await;
     let mut tx = db.pool.begin().await.unwrap();
@@ -669,7 +689,9 @@ async fn the_locking_scan_expires_rows_past_their_deadline_too() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deadlines_are_stored_by_every_enqueue_path_and_checked() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let at = DateTime::parse_from_rfc3339("2030-01-02T03:04:05.678901Z")
         .unwrap()
         .with_timezone(&Utc);
@@ -749,7 +771,9 @@ async fn deadlines_are_stored_by_every_enqueue_path_and_checked() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn expired_tasks_are_pruned_by_their_own_retention() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let runs = Runs::default();
     for n in 0..4 {
         script(n, &[Step::Ok]).enqueue(&db.pool).await.unwrap();

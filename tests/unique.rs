@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use sqlx::Connection;
 use taskq::{
-    Client, Enqueued, Error, State, Task, TaskContext, TaskError, TaskId, TaskState, Unique,
+    Client, Data, Enqueued, Error, Task, TaskContext, TaskError, TaskId, TaskState, Unique,
     UniqueBy, UniqueHold, client::TaskInfo,
 };
 use taskq_tests::{RunningWorker, TestDb, fast_worker, wait_until};
@@ -55,21 +55,21 @@ impl Gate {
 
 /// Unique by the whole payload, held while pending (the default).
 #[taskq::task(queue = "u", unique)]
-async fn sync_account(account: u64, gate: State<Gate>) -> Result<(), TaskError> {
+async fn sync_account(account: u64, gate: Data<Gate>) -> Result<(), TaskError> {
     gate.pass(format!("sync {account}")).await;
     Ok(())
 }
 
 /// Unique by `account` only, held while pending or running.
 #[taskq::task(queue = "u", unique(by = [account], while = "running"))]
-async fn rebuild(account: u64, reason: String, gate: State<Gate>) -> Result<(), TaskError> {
+async fn rebuild(account: u64, reason: String, gate: Data<Gate>) -> Result<(), TaskError> {
     gate.pass(format!("rebuild {account} {reason}")).await;
     Ok(())
 }
 
 /// One per account per hour-long window.
 #[taskq::task(queue = "u", unique(by = [account], period = "1h"))]
-async fn digest(account: u64, gate: State<Gate>) -> Result<(), TaskError> {
+async fn digest(account: u64, gate: Data<Gate>) -> Result<(), TaskError> {
     gate.pass(format!("digest {account}")).await;
     Ok(())
 }
@@ -85,7 +85,7 @@ impl Task for Plain {
     const NAME: &'static str = "plain";
     const QUEUE: &'static str = "u";
     async fn run(self, cx: TaskContext) -> Result<(), TaskError> {
-        let gate = cx.state::<Gate>().expect("gate registered");
+        let gate = cx.data::<Gate>().expect("gate registered");
         gate.pass(format!("plain {} {}", self.account, self.text))
             .await;
         Ok(())
@@ -124,7 +124,7 @@ impl Task for Flaky {
     const NAME: &'static str = "flaky";
     const QUEUE: &'static str = "u";
     async fn run(self, cx: TaskContext) -> Result<(), TaskError> {
-        let gate = cx.state::<Gate>().expect("gate registered");
+        let gate = cx.data::<Gate>().expect("gate registered");
         gate.pass(format!("flaky {}", self.account)).await;
         if cx.attempt() == 1 {
             return Err(TaskError::retry_after(
@@ -147,7 +147,7 @@ fn worker(db: &TestDb, gate: &Gate) -> taskq::WorkerBuilder {
         .register::<Plain>()
         .register::<Doomed>()
         .register::<Flaky>()
-        .state(gate.clone())
+        .data(gate.clone())
 }
 
 async fn info(db: &TestDb, id: TaskId) -> TaskInfo {
@@ -198,7 +198,9 @@ async fn db_clock_us(db: &TestDb) -> i64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_duplicate_while_pending_returns_the_pending_task_inside_the_callers_transaction() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     sqlx::query("CREATE TABLE orders (id BIGINT PRIMARY KEY)")
         .execute(&db.pool)
         .await
@@ -256,7 +258,9 @@ async fn a_duplicate_while_pending_returns_the_pending_task_inside_the_callers_t
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_finished_task_frees_its_identity() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let gate = Gate::new(true);
     let first = new(&SyncAccount { account: 1 }.enqueue(&db.pool).await.unwrap());
     let w = RunningWorker::spawn(worker(&db, &gate));
@@ -289,7 +293,9 @@ async fn a_finished_task_frees_its_identity() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn while_pending_a_started_task_no_longer_holds_its_identity() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let gate = Gate::new(false);
     let first = new(&SyncAccount { account: 1 }.enqueue(&db.pool).await.unwrap());
     let w = RunningWorker::spawn(worker(&db, &gate));
@@ -316,7 +322,9 @@ async fn while_pending_a_started_task_no_longer_holds_its_identity() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn while_running_a_started_task_holds_its_identity_by_a_subset_of_fields() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let gate = Gate::new(false);
     let first = new(&Rebuild {
         account: 1,
@@ -377,7 +385,9 @@ async fn while_running_a_started_task_holds_its_identity_by_a_subset_of_fields()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retry_keeps_a_while_running_identity_and_a_while_pending_one_is_not_taken_back() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let gate = Gate::new(true);
     let w = RunningWorker::spawn(worker(&db, &gate));
     // while = "running": pending again for its retry, it still holds the identity.
@@ -440,7 +450,9 @@ async fn a_retry_keeps_a_while_running_identity_and_a_while_pending_one_is_not_t
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_window_holds_the_identity_through_success_until_it_ends() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let gate = Gate::new(true);
     let w = RunningWorker::spawn(worker(&db, &gate));
     let first = new(&Digest { account: 1 }.enqueue(&db.pool).await.unwrap());
@@ -505,7 +517,9 @@ async fn a_window_holds_the_identity_through_success_until_it_ends() {
 /// 16 connections, each in its own transaction at `isolation`, enqueue the same unique task
 /// at once and commit: one task, every caller gets its id, 15 learn they were duplicates.
 async fn concurrent_duplicates(isolation: &str) {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let pool = db.pool_with(16).await;
     for round in 0..5u64 {
         let barrier = Arc::new(tokio::sync::Barrier::new(16));
@@ -570,7 +584,9 @@ async fn concurrent_duplicates_from_16_connections_make_one_task_repeatable_read
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn enqueue_many_makes_one_task_per_identity_and_reports_each_input() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let existing = new(&SyncAccount { account: 3 }.enqueue(&db.pool).await.unwrap());
     let mut tx = db.pool.begin().await.unwrap();
     let outs = taskq::enqueue_many(
@@ -615,7 +631,9 @@ async fn enqueue_many_makes_one_task_per_identity_and_reports_each_input() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idempotency_keys_keep_their_meaning_next_to_unique_identities() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let gate = Gate::new(true);
     let rebuild = |account: u64, key: &str| {
         Rebuild {
@@ -660,7 +678,9 @@ async fn idempotency_keys_keep_their_meaning_next_to_unique_identities() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_open_duplicate_keeps_a_pending_task_from_starting_but_not_the_queue() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let gate = Gate::new(true);
     let held = new(&SyncAccount { account: 1 }.enqueue(&db.pool).await.unwrap());
     // A producer's transaction learns it is a duplicate of `held` and stays open.
@@ -690,7 +710,9 @@ async fn an_open_duplicate_keeps_a_pending_task_from_starting_but_not_the_queue(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_open_duplicate_defers_the_write_back_that_frees_the_identity_not_the_others() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let gate = Gate::new(false);
     let held = new(&Rebuild {
         account: 1,
@@ -743,7 +765,9 @@ async fn an_open_duplicate_defers_the_write_back_that_frees_the_identity_not_the
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_reaper_frees_the_identity_of_a_task_it_buries_and_keeps_a_requeued_ones() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let gate = Gate::new(false);
     let buried = new(&Rebuild {
         account: 1,
@@ -822,7 +846,9 @@ async fn the_reaper_frees_the_identity_of_a_task_it_buries_and_keeps_a_requeued_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_frees_the_identity_and_retry_dead_takes_it_back_or_names_the_holder() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let gate = Gate::new(true);
     let client = Client::new(db.pool.clone());
     // Cancel frees it.
@@ -899,7 +925,9 @@ async fn cancel_frees_the_identity_and_retry_dead_takes_it_back_or_names_the_hol
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn per_enqueue_declarations_and_bad_ones() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     // `with_unique(None)` turns a declaration off; `with_unique(..)` replaces it.
     new(&SyncAccount { account: 1 }
         .with_unique(None)
@@ -966,7 +994,9 @@ async fn per_enqueue_declarations_and_bad_ones() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_identities_of_ended_windows_are_pruned() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let one_s = Unique::fields(&["account"]).period(Duration::from_secs(1));
     let windowed = new(&plain(1, "w")
         .with_unique(one_s)
@@ -1010,7 +1040,9 @@ async fn the_identities_of_ended_windows_are_pruned() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_open_duplicate_blocks_no_other_enqueue() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let mut held = Vec::new();
     for account in (0..40).step_by(2) {
         held.push(new(&SyncAccount { account }
@@ -1054,7 +1086,9 @@ async fn an_open_duplicate_blocks_no_other_enqueue() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_unique_enqueue_leaves_no_identity_behind() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     // The task row's insert fails (as a constraint or trigger of the application's own would
     // make it), after the identity was reserved.
     sqlx::raw_sql(
@@ -1122,7 +1156,9 @@ async fn a_failed_unique_enqueue_leaves_no_identity_behind() {
 /// that will never run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_expired_task_frees_its_identity() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let gate = Gate::new(true);
     let short = |reason: &str| {
         Rebuild {

@@ -52,7 +52,7 @@ impl Task for Job {
     const MAX_ATTEMPTS: u32 = 3;
     const BACKOFF: Backoff = Backoff::constant(Duration::from_millis(50));
     async fn run(self, cx: TaskContext) -> Result<(), TaskError> {
-        let runs = cx.state::<Runs>().expect("Runs state registered");
+        let runs = cx.data::<Runs>().expect("Runs data registered");
         let count = {
             let mut m = runs.0.lock().unwrap();
             let c = m.entry(self.n).or_default();
@@ -74,9 +74,7 @@ impl Task for Job {
                 std::io::Error::other("not yet"),
             )),
             Mode::MissingTable => {
-                let pool = cx
-                    .state::<sqlx::MySqlPool>()
-                    .expect("pool state registered");
+                let pool = cx.data::<sqlx::MySqlPool>().expect("pool data registered");
                 sqlx::query("SELECT 1 FROM no_such_table")
                     .execute(&pool)
                     .await
@@ -130,13 +128,15 @@ fn worker(db: &TestDb, runs: &Runs) -> taskq::WorkerBuilder {
     fast_worker(&db.pool)
         .register::<Job>()
         .register::<Slow>()
-        .state(runs.clone())
-        .state(db.pool.clone())
+        .data(runs.clone())
+        .data(db.pool.clone())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runs_tasks_and_records_success() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let runs = Runs::default();
     let ids: Vec<TaskId> = futures_lite_join(&db, 0..50, Mode::Ok).await;
     let w = RunningWorker::spawn(worker(&db, &runs));
@@ -164,7 +164,9 @@ async fn futures_lite_join(db: &TestDb, range: std::ops::Range<u32>, mode: Mode)
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failures_retry_with_backoff_then_succeed_or_go_dead() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let runs = Runs::default();
     let flaky = job(&db, 1, Mode::FailTimes(2)).await;
     let hopeless = job(&db, 2, Mode::FailTimes(99)).await;
@@ -209,7 +211,9 @@ async fn failures_retry_with_backoff_then_succeed_or_go_dead() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retry_after_is_honoured() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let runs = Runs::default();
     let id = job(&db, 1, Mode::RetryAfterMs(60_000)).await;
     let w = RunningWorker::spawn(worker(&db, &runs));
@@ -234,7 +238,9 @@ async fn retry_after_is_honoured() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_panic_is_a_failure_not_a_crash() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let runs = Runs::default();
     let bad = Job {
         n: 1,
@@ -263,7 +269,9 @@ async fn a_panic_is_a_failure_not_a_crash() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_timeout_cancels_the_handler_and_counts_as_a_failure() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let runs = Runs::default();
     let id = Slow.enqueue(&db.pool).await.unwrap().id;
     let w = RunningWorker::spawn(worker(&db, &runs).cancel_grace(Duration::from_millis(50)));
@@ -275,7 +283,9 @@ async fn a_timeout_cancels_the_handler_and_counts_as_a_failure() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn undecodable_payloads_and_unknown_names() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let runs = Runs::default();
     for (name, payload) in [
         ("job", &b"{\"n\": \"not a number\"}"[..]),
@@ -336,7 +346,9 @@ async fn undecodable_payloads_and_unknown_names() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_reaper_requeues_expired_leases_and_buries_exhausted_ones() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let runs = Runs::default();
     let again = job(&db, 1, Mode::Ok).await;
     let exhausted = job(&db, 2, Mode::Ok).await;
@@ -369,7 +381,9 @@ async fn the_reaper_requeues_expired_leases_and_buries_exhausted_ones() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_lease_cancels_the_handler_and_its_write_back_is_fenced() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let runs = Runs::default();
     let id = job(&db, 1, Mode::WaitCancel).await;
     let w = RunningWorker::spawn(
@@ -414,7 +428,9 @@ async fn a_lost_lease_cancels_the_handler_and_its_write_back_is_fenced() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_waits_for_handlers_then_releases_the_rest() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let runs = Runs::default();
     let quick = job(&db, 1, Mode::Sleep(300)).await;
     let stuck = job(&db, 2, Mode::Sleep(60_000)).await;
@@ -453,7 +469,9 @@ async fn shutdown_waits_for_handlers_then_releases_the_rest() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retention_prunes_old_terminal_tasks_only() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let runs = Runs::default();
     for n in 0..6 {
         job(&db, n, Mode::Ok).await;
@@ -495,7 +513,9 @@ async fn retention_prunes_old_terminal_tasks_only() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn several_workers_run_each_task_exactly_once() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let runs = Runs::default();
     let n = 600;
     let mut tx = db.pool.begin().await.unwrap();
@@ -546,7 +566,9 @@ async fn several_workers_run_each_task_exactly_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_process_enqueue_wakes_an_idle_worker() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let runs = Runs::default();
     let w = RunningWorker::spawn(
         worker(&db, &runs).poll_interval(Duration::from_secs(30), Duration::from_secs(30)),
@@ -564,7 +586,9 @@ async fn in_process_enqueue_wakes_an_idle_worker() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invalid_settings_are_typed_errors() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let cfg = |b: taskq::WorkerBuilder| match b.build() {
         Err(Error::Config(m)) => m,
         Err(e) => panic!("unexpected error {e}"),
@@ -589,7 +613,7 @@ async fn invalid_settings_are_typed_errors() {
         base().queue("", 1).build(),
         Err(Error::InvalidName { .. })
     ));
-    // Job reads Runs through cx.state() (not an injected State<T>), so this builds.
+    // Job reads Runs through cx.data() (not an injected Data<T>), so this builds.
     assert!(base().build().is_ok());
 }
 
@@ -609,7 +633,9 @@ async fn lock_ten_candidates(conn: &mut sqlx::MySqlConnection, candidates: &[u64
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_in_progress_never_blocks_producers() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     for n in 0..20 {
         job(&db, n, Mode::Ok).await;
     }
@@ -666,7 +692,9 @@ async fn a_claim_in_progress_never_blocks_producers() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_queue_is_not_claimed_until_resumed() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let runs = Runs::default();
     let client = Client::new(db.pool.clone());
     client.pause_queue("default").await.unwrap();

@@ -117,7 +117,9 @@ fn row<'a>(stdout: &'a str, cells: &[&str]) -> Option<&'a str> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stats_shows_counts_ages_and_leases() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let empty = taskq(Some(url(&db)), &["stats"]).await;
     assert_eq!(empty.code, 0, "{empty:?}");
     assert!(empty.stdout.contains("no tasks"), "{empty:?}");
@@ -179,7 +181,9 @@ async fn stats_shows_counts_ages_and_leases() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn names_shows_pending_tasks_per_name_so_an_unhandled_one_stands_out() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let u = || Some(url(&db));
     let empty = taskq(u(), &["names"]).await;
     assert_eq!(empty.code, 0, "{empty:?}");
@@ -278,7 +282,9 @@ async fn names_shows_pending_tasks_per_name_so_an_unhandled_one_stands_out() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn list_filters_and_pages() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let mut ids = Vec::new();
     for n in 0..4 {
         ids.push(ping(&db, n).await);
@@ -360,7 +366,9 @@ async fn list_filters_and_pages() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn show_prints_every_field_the_error_and_the_payload() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let id = ping(&db, 7).await;
     make_dead(&db, id).await;
     let out = taskq(Some(url(&db)), &["show", &id.to_string()]).await;
@@ -438,7 +446,9 @@ async fn show_prints_every_field_the_error_and_the_payload() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn show_and_retry_of_a_unique_task() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let by_n = Unique::fields(&["n"]).while_running();
     let enqueue = |tag: &str| {
         Ping {
@@ -486,7 +496,9 @@ async fn show_and_retry_of_a_unique_task() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retry_moves_dead_tasks_back_to_pending() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let client = Client::new(db.pool.clone());
     let u = || Some(url(&db));
     let dead = ping(&db, 1).await;
@@ -550,7 +562,9 @@ async fn retry_moves_dead_tasks_back_to_pending() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_pending_now_and_running_by_request() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let client = Client::new(db.pool.clone());
     let pending = ping(&db, 1).await;
     let running = ping(&db, 2).await;
@@ -599,7 +613,9 @@ async fn cancel_pending_now_and_running_by_request() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn purge_deletes_old_terminal_tasks_and_prints_the_count() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let age = |state: &str, days: u32| {
         format!(
             "UPDATE taskq_tasks SET state = '{state}',
@@ -665,7 +681,9 @@ async fn purge_deletes_old_terminal_tasks_and_prints_the_count() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn migrate_applies_the_schema() {
-    let db = TestDb::empty().await;
+    let Some(db) = TestDb::empty_or_skip().await else {
+        return;
+    };
     let out = taskq(Some(url(&db)), &["migrate"]).await;
     assert_eq!(out.code, 0, "{out:?}");
     assert!(out.stdout.contains("migrations applied"), "{out:?}");
@@ -676,7 +694,9 @@ async fn migrate_applies_the_schema() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn database_url_flag_and_connection_errors() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     // --database-url wins over the environment.
     let flag = taskq(
         Some("mysql://root@127.0.0.1:1/x".into()),
@@ -741,7 +761,9 @@ async fn database_url_flag_and_connection_errors() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pause_and_resume_a_queue() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let client = Client::new(db.pool.clone());
     let out = taskq(Some(url(&db)), &["pause", "mail"]).await;
     assert_eq!(out.code, 0, "{out:?}");
@@ -761,7 +783,9 @@ async fn pause_and_resume_a_queue() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn limit_rate_limit_and_queues() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let client = Client::new(db.pool.clone());
     ping(&db, 1).await;
     let running = ping(&db, 2).await;
@@ -852,7 +876,9 @@ async fn limit_rate_limit_and_queues() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_without_taskq_tables_is_reported_once_with_the_fix() {
-    let db = TestDb::empty().await;
+    let Some(db) = TestDb::empty_or_skip().await else {
+        return;
+    };
     for args in [
         &["show", "1"][..],
         &["stats"],
@@ -901,7 +927,9 @@ async fn a_database_without_taskq_tables_is_reported_once_with_the_fix() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn show_says_why_a_dead_task_died() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let dead = |attempt: u32, max: u32, error: &str| {
         let sql = format!(
             "UPDATE taskq_tasks SET state = 'dead', attempt = {attempt}, max_attempts = {max},
@@ -953,7 +981,9 @@ async fn show_says_why_a_dead_task_died() {
 /// deleted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn schedules_lists_next_ticks_and_overdue_ones() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let client = Client::new(db.pool.clone());
     let empty = taskq(Some(url(&db)), &["schedules"]).await;
     assert_eq!(empty.code, 0, "{empty:?}");
@@ -1075,7 +1105,9 @@ async fn schedules_lists_next_ticks_and_overdue_ones() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reschedule_and_priority_of_a_pending_task() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let client = Client::new(db.pool.clone());
     let id = ping(&db, 1).await;
     let sid = id.to_string();
@@ -1177,7 +1209,9 @@ async fn reschedule_and_priority_of_a_pending_task() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn expired_and_snoozed_tasks_are_visible() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let expired = ping(&db, 1).await;
     exec(
         &db,
@@ -1263,7 +1297,9 @@ async fn expired_and_snoozed_tasks_are_visible() {
 /// stopped and gone ones; `--json` gives every field.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn workers_lists_live_workers_with_their_running_tasks() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let empty = taskq(Some(url(&db)), &["workers"]).await;
     assert_eq!(empty.code, 0, "{empty:?}");
     assert!(empty.stdout.contains("no live workers"), "{empty:?}");
@@ -1347,7 +1383,9 @@ async fn workers_lists_live_workers_with_their_running_tasks() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bulk_cancel_and_retry_by_filter_with_dry_runs() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let client = Client::new(db.pool.clone());
     let u = || Some(url(&db));
     let pending: Vec<TaskId> = [ping(&db, 1).await, ping(&db, 2).await].into();
@@ -1445,7 +1483,9 @@ async fn bulk_cancel_and_retry_by_filter_with_dry_runs() {
 
 #[tokio::test]
 async fn web_serves_the_dashboard_and_refuses_to_start_without_credentials() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let no_auth = taskq(Some(url(&db)), &["web", "--listen", "127.0.0.1:0"]).await;
     assert_eq!(no_auth.code, 2, "{no_auth:?}");
     assert!(
@@ -1522,7 +1562,9 @@ async fn web_serves_the_dashboard_and_refuses_to_start_without_credentials() {
 /// `taskq show` prints the attempt history as a table (and in `--json`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn show_prints_the_attempts() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let id = ping(&db, 1).await;
     let none = taskq(Some(url(&db)), &["show", &id.to_string()]).await;
     assert!(
@@ -1602,7 +1644,9 @@ async fn show_prints_the_attempts() {
 /// `taskq audit` lists them newest first, by task or queue.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn audit_lists_cli_actions_with_their_actor() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let id = ping(&db, 1).await;
     let out = taskq(
         Some(url(&db)),

@@ -87,7 +87,7 @@ fn check_cron_payload(f: &ItemFn, attrs: &TaskAttrs, h: &Handler) -> syn::Result
         span,
         format!(
             "a `cron` task is enqueued by the scheduler without arguments, so it cannot take payload \
-             parameters, but `{}` has {names}; inject what it needs (`TaskContext`, `State<T>`, \
+             parameters, but `{}` has {names}; inject what it needs (`TaskContext`, `Data<T>`, \
              `#[inject]`), or schedule a task with a payload on the worker: \
              `WorkerBuilder::cron(\"<expression>\", {} {{ .. }})`",
             f.sig.ident.unraw(),
@@ -484,9 +484,9 @@ pub fn generate(
             }
         }
     }
-    let required_state = (!requirements.is_empty()).then(|| {
+    let required_data = (!requirements.is_empty()).then(|| {
         quote! {
-            fn required_state() -> ::std::vec::Vec<::taskq::__private::StateRequirement> {
+            fn required_data() -> ::std::vec::Vec<::taskq::__private::DataRequirement> {
                 let mut __taskq_required = ::std::vec::Vec::new();
                 #(#requirements)*
                 __taskq_required
@@ -514,7 +514,7 @@ pub fn generate(
                 message = "`{Self}` cannot be a task payload parameter",
                 label = "payload parameters are stored as JSON",
                 note = "payload types must implement serde's `Serialize` and `Deserialize` (e.g. `#[derive(serde::Serialize, serde::Deserialize)]`) and be `Send + Sync + 'static`",
-                note = "if `{Self}` is shared state such as a database pool or an HTTP client, take it as `State<{Self}>` and register it with `WorkerBuilder::state`"
+                note = "if `{Self}` is a shared value such as a database pool or an HTTP client, take it as `taskq::Data<{Self}>` and register it with `WorkerBuilder::data`"
             )]
             trait __TaskqPayload {}
             impl<T> __TaskqPayload for T where
@@ -584,7 +584,7 @@ pub fn generate(
                 }
             }
 
-            #required_state
+            #required_data
             #schedule
         }
 
@@ -764,7 +764,7 @@ mod tests {
             ),
             quote! {
                 /// Exports an order.
-                pub async fn order_export(order_id: i64, note: String, cx: TaskContext, db: State<Pool>) -> Result<(), MyErr> { Ok(()) }
+                pub async fn order_export(order_id: i64, note: String, cx: TaskContext, db: Data<Pool>) -> Result<(), MyErr> { Ok(()) }
             },
         );
         for needle in [
@@ -779,8 +779,8 @@ mod tests {
             "const PRIORITY : i16 = - 2i16",
             "Duration :: from_millis (30000u64)",
             ":: taskq :: Backoff :: exponential (:: core :: time :: Duration :: from_millis (1000u64) , :: core :: time :: Duration :: from_millis (600000u64))",
-            "fn required_state",
-            "< State < Pool > as :: taskq :: FromTaskContext > :: requirement ()",
+            "fn required_data",
+            "< Data < Pool > as :: taskq :: FromTaskContext > :: requirement ()",
             "order_export (self . order_id , self . note , __taskq_inject_2 , __taskq_inject_3)",
             "inventory :: submit !",
             "Registration :: of :: < OrderExport > ()",
@@ -886,7 +886,7 @@ mod tests {
             "const MAX_SNOOZES",
             "const TTL",
             "const UNIQUE",
-            "fn required_state",
+            "fn required_data",
         ] {
             assert!(!out.contains(absent), "unexpected {absent:?} in\n{out}");
         }

@@ -6,7 +6,11 @@ use syn::spanned::Spanned;
 use syn::{Attribute, FnArg, GenericArgument, Ident, ItemFn, Pat, PathArguments, ReturnType, Type};
 
 /// Last path segments that mark a parameter as injected rather than payload.
-pub const INJECTED_TYPES: &[&str] = &["TaskContext", "CancelSignal", "State"];
+pub const INJECTED_TYPES: &[&str] = &["TaskContext", "CancelSignal", "Data"];
+
+/// Last path segment of taskq's former name for `Data` (and of axum's extractor): a parameter
+/// of this type without `#[payload]` or `#[inject]` is an error that names `Data<T>`.
+const FORMER_DATA_NAME: &str = "State";
 
 /// One parameter of the handler.
 #[derive(Clone)]
@@ -168,7 +172,13 @@ pub fn analyze(f: &ItemFn, consumed: &[Vec<Attribute>]) -> syn::Result<Handler> 
             }
             (Some(_), None) => true,
             (None, Some(_)) => false,
-            (None, None) => is_injected_type(&ty),
+            (None, None) => {
+                if let Some(e) = former_data_name(pt, &ty) {
+                    errors.push(e);
+                    continue;
+                }
+                is_injected_type(&ty)
+            }
         };
         if let Type::ImplTrait(it) = &ty {
             errors.push(syn::Error::new(
@@ -250,6 +260,46 @@ pub fn is_injected_type(ty: &Type) -> bool {
         Type::Paren(p) => is_injected_type(&p.elem),
         _ => false,
     }
+}
+
+/// The error for a parameter typed `State<T>` (taskq's shared values are `Data<T>`), if it is
+/// one.
+fn former_data_name(pt: &syn::PatType, ty: &Type) -> Option<syn::Error> {
+    let Type::Path(tp) = ty else { return None };
+    let last = tp.path.segments.last()?;
+    if tp.qself.is_some() || last.ident != FORMER_DATA_NAME {
+        return None;
+    }
+    let inner = match &last.arguments {
+        PathArguments::AngleBracketed(a) => tidy_tokens(&a.args),
+        _ => "T".to_owned(),
+    };
+    let param = match &*pt.pat {
+        Pat::Ident(pi) => format!("{}: ", pi.ident),
+        _ => String::new(),
+    };
+    Some(syn::Error::new(
+        ty.span(),
+        format!(
+            "taskq injects shared values as `taskq::Data<T>`, not `State<T>`: write \
+             `{param}Data<{inner}>` (with `use taskq::Data;`) and register the value with \
+             `WorkerBuilder::data`; if `State` is a payload type of yours, mark the parameter \
+             `#[payload]`"
+        ),
+    ))
+}
+
+/// Tokens as a person would write them (`sqlx::Pool<MySql>`, not `sqlx :: Pool < MySql >`).
+fn tidy_tokens(t: &impl quote::ToTokens) -> String {
+    quote::quote!(#t)
+        .to_string()
+        .replace(" :: ", "::")
+        .replace(":: ", "::")
+        .replace(" < ", "<")
+        .replace(" <", "<")
+        .replace("< ", "<")
+        .replace(" >", ">")
+        .replace(" ,", ",")
 }
 
 fn owned_suggestion(r: &syn::TypeReference) -> String {
@@ -345,7 +395,7 @@ mod tests {
                 order_id: i64,
                 mut note: String,
                 cx: TaskContext,
-                db: taskq::State<Pool>,
+                db: taskq::Data<Pool>,
                 stop: CancelSignal,
                 #[inject] mailer: Mailer,
                 #[payload] state: State,
@@ -382,6 +432,41 @@ mod tests {
             })
             .collect();
         assert_eq!(kept, [0, 1]);
+    }
+
+    #[test]
+    fn state_params_name_data_unless_marked() {
+        let e = errors(parse_quote!(
+            async fn t(id: u64, db: taskq::State<sqlx::Pool<MySql>>, s: State) -> Result<(), E> {
+                Ok(())
+            }
+        ));
+        assert_eq!(
+            e,
+            [
+                "taskq injects shared values as `taskq::Data<T>`, not `State<T>`: write \
+                 `db: Data<sqlx::Pool<MySql>>` (with `use taskq::Data;`) and register the value \
+                 with `WorkerBuilder::data`; if `State` is a payload type of yours, mark the \
+                 parameter `#[payload]`",
+                "taskq injects shared values as `taskq::Data<T>`, not `State<T>`: write \
+                 `s: Data<T>` (with `use taskq::Data;`) and register the value with \
+                 `WorkerBuilder::data`; if `State` is a payload type of yours, mark the \
+                 parameter `#[payload]`",
+            ]
+        );
+        // Marked, it is what the marker says.
+        let h = run(parse_quote!(
+            async fn t(#[payload] s: State, #[inject] a: State<A>) -> Result<(), E> {
+                Ok(())
+            }
+        ))
+        .unwrap();
+        let kinds: Vec<bool> = h
+            .params
+            .iter()
+            .map(|p| matches!(p.kind, ParamKind::Injected))
+            .collect();
+        assert_eq!(kinds, [false, true]);
     }
 
     #[test]

@@ -73,10 +73,13 @@ async fn an_operator_retries_a_dead_task_and_pauses_its_queue_in_chromium() {
     };
     // Mounted under a prefix, as in an app that serves other routes; the overview reloads
     // itself, but not while the test clicks.
-    let served = serve("/ops/taskq", |d| {
+    let Some(served) = serve("/ops/taskq", |d| {
         d.refresh_interval(Duration::from_secs(60))
     })
-    .await;
+    .await
+    else {
+        return;
+    };
     let db = &served.db;
     let worker = RunningWorker::spawn(
         fast_worker(&db.pool)
@@ -343,7 +346,9 @@ async fn stored_markup_is_shown_as_text_and_never_runs_in_chromium() {
     let Some(b) = Browser::start("stored_markup_is_shown_as_text_and_never_runs").await else {
         return;
     };
-    let served = serve("", |d| d.refresh_interval(Duration::ZERO)).await;
+    let Some(served) = serve("", |d| d.refresh_interval(Duration::ZERO)).await else {
+        return;
+    };
     let db = &served.db;
     let payload = serde_json::json!({"note": SCRIPT, "html": ATTR, "link": JS_LINK}).to_string();
     let error = format!("{CLOSE_PRE}{SCRIPT}{ATTR}");

@@ -52,7 +52,9 @@ fn token_app() -> impl FnOnce(taskq_web::DashboardBuilder) -> taskq_web::Dashboa
 
 #[tokio::test]
 async fn configuration_requires_credentials_or_an_explicit_opt_out() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let b = || Dashboard::builder(db.pool.clone());
     let e = b().build().unwrap_err().to_string();
     assert!(e.contains("insecure_no_auth"), "{e}");
@@ -75,7 +77,9 @@ async fn configuration_requires_credentials_or_an_explicit_opt_out() {
 
 #[tokio::test]
 async fn authentication_of_pages_and_api() {
-    let a = app(|b| b.bearer_token(TOKEN).basic_auth("ops", "pa55word")).await;
+    let Some(a) = app(|b| b.bearer_token(TOKEN).basic_auth("ops", "pa55word")).await else {
+        return;
+    };
     let r = &a.router;
     for path in ["/", "/tasks", "/tasks/1", "/bulk?action=retry"] {
         let none = send(r, Method::GET, path, Cred::None, &[], None).await;
@@ -157,7 +161,9 @@ async fn authentication_of_pages_and_api() {
     assert_eq!(client.paused_queues().await.unwrap()[0].0, "q1");
 
     // Token only: the 401 page has no Basic challenge.
-    let t = app(token_app()).await;
+    let Some(t) = app(token_app()).await else {
+        return;
+    };
     let none = send(&t.router, Method::GET, "/", Cred::None, &[], None).await;
     assert_eq!(none.status, StatusCode::UNAUTHORIZED);
     assert!(none.headers.get(header::WWW_AUTHENTICATE).is_none());
@@ -166,7 +172,9 @@ async fn authentication_of_pages_and_api() {
 
 #[tokio::test]
 async fn login_page_sets_a_session_cookie_and_logout_ends_it() {
-    let a = app(token_app()).await;
+    let Some(a) = app(token_app()).await else {
+        return;
+    };
     let r = &a.router;
     let login = send(r, Method::GET, "/login", Cred::None, &[], None).await;
     assert_eq!(login.status, StatusCode::OK);
@@ -270,7 +278,9 @@ async fn login_page_sets_a_session_cookie_and_logout_ends_it() {
 
 #[tokio::test]
 async fn every_form_post_needs_the_csrf_token() {
-    let a = app(token_app()).await;
+    let Some(a) = app(token_app()).await else {
+        return;
+    };
     let client = taskq::Client::new(a.db.pool.clone());
     let dead = insert(&a.db, "q1", "t", "{}", "dead").await;
     let token = a.csrf("/").await;
@@ -322,7 +332,9 @@ async fn every_form_post_needs_the_csrf_token() {
 
 #[tokio::test]
 async fn read_only_mode_hides_and_refuses_every_change() {
-    let a = app(|b| b.bearer_token(TOKEN).read_only(true)).await;
+    let Some(a) = app(|b| b.bearer_token(TOKEN).read_only(true)).await else {
+        return;
+    };
     let client = taskq::Client::new(a.db.pool.clone());
     let dead = insert(&a.db, "q1", "t", "{}", "dead").await;
     let pending = insert(&a.db, "q1", "t", "{}", "pending").await;
@@ -422,7 +434,9 @@ fn resolve(base: &str, rel: &str) -> String {
 
 #[tokio::test]
 async fn mounted_under_a_prefix_every_link_resolves() {
-    let db = TestDb::new().await;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
     let dashboard = Dashboard::builder(db.pool.clone())
         .bearer_token(TOKEN)
         .build()
@@ -529,7 +543,9 @@ async fn mounted_under_a_prefix_every_link_resolves() {
 
 #[tokio::test]
 async fn keyset_pagination_visits_every_matching_task_once() {
-    let a = app(|b| b.bearer_token(TOKEN).max_page_size(7)).await;
+    let Some(a) = app(|b| b.bearer_token(TOKEN).max_page_size(7)).await else {
+        return;
+    };
     let mut ids = vec![];
     for i in 0..40 {
         let queue = if i % 3 == 0 { "other" } else { "main" };
@@ -636,7 +652,9 @@ async fn keyset_pagination_visits_every_matching_task_once() {
 
 #[tokio::test]
 async fn enqueue_by_name_checks_the_registered_tasks() {
-    let a = app(token_app()).await;
+    let Some(a) = app(token_app()).await else {
+        return;
+    };
     // Unknown name: 404, nothing inserted.
     let r = a
         .api_post(
@@ -761,7 +779,9 @@ async fn enqueue_by_name_checks_the_registered_tasks() {
 
 #[tokio::test]
 async fn the_openapi_document_lists_exactly_the_served_routes() {
-    let a = app(token_app()).await;
+    let Some(a) = app(token_app()).await else {
+        return;
+    };
     let doc = a.get("/api/v1/openapi.json").await;
     assert_eq!(doc.status, StatusCode::OK);
     let doc = doc.json();
@@ -815,7 +835,9 @@ async fn the_openapi_document_lists_exactly_the_served_routes() {
 
 #[tokio::test]
 async fn everything_from_the_database_is_escaped() {
-    let a = app(token_app()).await;
+    let Some(a) = app(token_app()).await else {
+        return;
+    };
     let evil = [
         "<script>alert(1)</script>",
         "\"><img src=x onerror=alert(1)>",
@@ -918,7 +940,9 @@ async fn everything_from_the_database_is_escaped() {
 
 #[tokio::test]
 async fn task_actions_and_queue_controls() {
-    let a = app(token_app()).await;
+    let Some(a) = app(token_app()).await else {
+        return;
+    };
     let dead = insert(&a.db, "q1", "t", "{}", "dead").await;
     let pending = insert(&a.db, "q1", "t", "{}", "pending").await;
     let running = insert(&a.db, "q1", "t", "{}", "running").await;
@@ -1139,7 +1163,9 @@ async fn task_actions_and_queue_controls() {
 
 #[tokio::test]
 async fn bulk_actions_show_the_count_before_they_run() {
-    let a = app(token_app()).await;
+    let Some(a) = app(token_app()).await else {
+        return;
+    };
     let mut q1 = vec![];
     for _ in 0..3 {
         q1.push(insert(&a.db, "q1", "t", "{}", "dead").await);
@@ -1231,7 +1257,9 @@ async fn bulk_actions_show_the_count_before_they_run() {
 
 #[tokio::test]
 async fn overview_shows_counts_throughput_age_and_refreshes() {
-    let a = app(|b| b.bearer_token(TOKEN).throughput_minutes(5)).await;
+    let Some(a) = app(|b| b.bearer_token(TOKEN).throughput_minutes(5)).await else {
+        return;
+    };
     for _ in 0..4 {
         insert(&a.db, "mail", "t", "{}", "succeeded").await;
     }
@@ -1286,7 +1314,9 @@ async fn overview_shows_counts_throughput_age_and_refreshes() {
 
 #[tokio::test]
 async fn served_on_a_real_listener_under_a_prefix() {
-    let served = support::serve("/ops/taskq", |b| b).await;
+    let Some(served) = support::serve("/ops/taskq", |b| b).await else {
+        return;
+    };
     insert(&served.db, "q", "t", "{}", "pending").await;
     let (status, body) = support::raw_get(
         served.addr,
@@ -1344,7 +1374,9 @@ fn throughput_row<'b>(body: &'b str, label: &str) -> &'b str {
 
 #[tokio::test]
 async fn overview_shows_failed_attempts_limits_and_when_terminal_counts_were_taken() {
-    let a = app(|b| b.bearer_token(TOKEN).throughput_minutes(5)).await;
+    let Some(a) = app(|b| b.bearer_token(TOKEN).throughput_minutes(5)).await else {
+        return;
+    };
     let client = taskq::Client::new(a.db.pool.clone());
     // Dead after a failure and a timeout in the last minute; a lost lease 2 min ago on a task
     // pending again; a succeeded task whose first attempt panicked 3 min ago.
@@ -1467,11 +1499,14 @@ async fn overview_shows_failed_attempts_limits_and_when_terminal_counts_were_tak
 
 #[tokio::test]
 async fn terminal_counts_are_reused_until_their_maximum_age_or_an_action() {
-    let a = app(|b| {
+    let Some(a) = app(|b| {
         b.bearer_token(TOKEN)
             .terminal_counts_max_age(std::time::Duration::from_secs(3600))
     })
-    .await;
+    .await
+    else {
+        return;
+    };
     let dead = insert(&a.db, "q", "t", "{}", "dead").await;
     let counts = |body: serde_json::Value| {
         let q = body["queues"]
@@ -1508,11 +1543,14 @@ async fn terminal_counts_are_reused_until_their_maximum_age_or_an_action() {
     assert_ne!(third["terminal_counts_at"], first["terminal_counts_at"]);
 
     // With a maximum age of zero every request counts.
-    let fresh = app(|b| {
+    let Some(fresh) = app(|b| {
         b.bearer_token(TOKEN)
             .terminal_counts_max_age(std::time::Duration::ZERO)
     })
-    .await;
+    .await
+    else {
+        return;
+    };
     insert(&fresh.db, "q", "t", "{}", "dead").await;
     assert_eq!(counts(fresh.get("/api/v1/queues").await.json()), (0, 1, 0));
     insert(&fresh.db, "q", "t", "{}", "dead").await;

@@ -1,5 +1,5 @@
 //! What a handler can receive besides its payload: the task's own [`TaskContext`], a
-//! [`CancelSignal`], and application [`State`] registered on the worker.
+//! [`CancelSignal`], and shared [`Data`] registered on the worker.
 
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
@@ -22,7 +22,7 @@ pub struct TaskContext {
     pub(crate) lease_epoch: u64,
     pub(crate) worker_id: Arc<str>,
     pub(crate) cancel: CancelSignal,
-    pub(crate) state: Arc<StateMap>,
+    pub(crate) data: Arc<DataMap>,
     pub(crate) trace_context: Option<Arc<str>>,
 }
 
@@ -69,13 +69,14 @@ impl TaskContext {
     pub fn trace_context(&self) -> Option<&str> {
         self.trace_context.as_deref()
     }
-    /// Shared application state of type `T`, if registered on the worker.
-    pub fn state<T: Clone + Send + Sync + 'static>(&self) -> Option<T> {
-        self.state.get::<T>()
+    /// A clone of the shared data of type `T`, if registered on the worker
+    /// ([`WorkerBuilder::data`](crate::WorkerBuilder::data)).
+    pub fn data<T: Clone + Send + Sync + 'static>(&self) -> Option<T> {
+        self.data.get::<T>()
     }
 
     /// A context for calling a handler directly in unit tests (no worker, no database).
-    pub fn for_test(id: u64, states: StateMap) -> Self {
+    pub fn for_test(id: u64, data: DataMap) -> Self {
         Self {
             id: TaskId(id),
             name: "test".into(),
@@ -86,7 +87,7 @@ impl TaskContext {
             lease_epoch: 1,
             worker_id: "test".into(),
             cancel: CancelSignal::never(),
-            state: Arc::new(states),
+            data: Arc::new(data),
             trace_context: None,
         }
     }
@@ -166,13 +167,13 @@ impl CancelSignal {
     }
 }
 
-/// Type-keyed application state shared by all handlers of a worker.
+/// Type-keyed shared data (one value per type) for all handlers of a worker.
 #[derive(Default, Debug)]
-pub struct StateMap {
+pub struct DataMap {
     map: HashMap<TypeId, (Box<dyn Any + Send + Sync>, &'static str)>,
 }
 
-impl StateMap {
+impl DataMap {
     /// An empty map.
     pub fn new() -> Self {
         Self::default()
@@ -192,21 +193,21 @@ impl StateMap {
             .cloned()
     }
     /// Whether a value of this type is present.
-    pub fn contains(&self, req: &StateRequirement) -> bool {
+    pub fn contains(&self, req: &DataRequirement) -> bool {
         self.map.contains_key(&req.type_id)
     }
 }
 
-/// A state type a task needs; see [`Task::required_state`](crate::Task::required_state).
+/// A data type a task needs; see [`Task::required_data`](crate::Task::required_data).
 #[derive(Debug, Clone, Copy)]
-pub struct StateRequirement {
-    /// `TypeId` of the state.
+pub struct DataRequirement {
+    /// `TypeId` of the data.
     pub type_id: TypeId,
     /// Its Rust type name, for error messages.
     pub type_name: &'static str,
 }
 
-impl StateRequirement {
+impl DataRequirement {
     /// The requirement for `T`.
     pub fn of<T: 'static>() -> Self {
         Self {
@@ -219,13 +220,13 @@ impl StateRequirement {
 /// Something a `#[task]` handler parameter can be extracted as, instead of payload.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be injected into a taskq handler",
-    note = "injected parameters must be `TaskContext`, `CancelSignal` or `State<T>`; payload parameters must be plain serde types"
+    note = "injected parameters must be `TaskContext`, `CancelSignal` or `Data<T>`; payload parameters must be plain serde types"
 )]
 pub trait FromTaskContext: Sized {
     /// Extracts the value for one attempt.
     fn from_task_context(cx: &TaskContext) -> Result<Self, TaskError>;
-    /// The state type this extractor needs, checked when the worker starts.
-    fn requirement() -> Option<StateRequirement> {
+    /// The data type this extractor needs, checked when the worker starts.
+    fn requirement() -> Option<DataRequirement> {
         None
     }
 }
@@ -242,41 +243,42 @@ impl FromTaskContext for CancelSignal {
     }
 }
 
-/// Application state registered with [`WorkerBuilder::state`](crate::WorkerBuilder::state),
-/// injected into handlers like axum's `State` extractor.
+/// A shared value (a database pool, an HTTP client, settings) registered with
+/// [`WorkerBuilder::data`](crate::WorkerBuilder::data) and injected into handlers, one value
+/// per type; derefs to `T`. Like actix-web's and apalis' `Data`.
 ///
 /// ```
-/// use taskq::{State, TaskError};
+/// use taskq::{Data, TaskError};
 /// #[derive(Clone)]
 /// struct Mailer { from: String }
 ///
 /// #[taskq::task(queue = "mail")]
-/// async fn welcome(user_id: i64, mailer: State<Mailer>) -> Result<(), TaskError> {
+/// async fn welcome(user_id: i64, mailer: Data<Mailer>) -> Result<(), TaskError> {
 ///     let _ = (&mailer.from, user_id);
 ///     Ok(())
 /// }
 /// ```
 #[derive(Debug, Clone, Copy, Default)]
-pub struct State<T>(pub T);
+pub struct Data<T>(pub T);
 
-impl<T> std::ops::Deref for State<T> {
+impl<T> std::ops::Deref for Data<T> {
     type Target = T;
     fn deref(&self) -> &T {
         &self.0
     }
 }
 
-impl<T: Clone + Send + Sync + 'static> FromTaskContext for State<T> {
+impl<T: Clone + Send + Sync + 'static> FromTaskContext for Data<T> {
     fn from_task_context(cx: &TaskContext) -> Result<Self, TaskError> {
-        cx.state.get::<T>().map(State).ok_or_else(|| {
-            TaskError::permanent(crate::error::Error::MissingState {
+        cx.data.get::<T>().map(Data).ok_or_else(|| {
+            TaskError::permanent(crate::error::Error::MissingData {
                 task: "?",
                 ty: std::any::type_name::<T>(),
             })
         })
     }
-    fn requirement() -> Option<StateRequirement> {
-        Some(StateRequirement::of::<T>())
+    fn requirement() -> Option<DataRequirement> {
+        Some(DataRequirement::of::<T>())
     }
 }
 
@@ -295,13 +297,13 @@ mod tests {
     }
 
     #[test]
-    fn state_map_returns_clones_by_type() {
-        let mut m = StateMap::new();
+    fn data_map_returns_clones_by_type() {
+        let mut m = DataMap::new();
         m.insert(7u32);
         m.insert(String::from("x"));
         assert_eq!(m.get::<u32>(), Some(7));
         assert_eq!(m.get::<String>().as_deref(), Some("x"));
         assert_eq!(m.get::<i64>(), None);
-        assert!(m.contains(&StateRequirement::of::<u32>()));
+        assert!(m.contains(&DataRequirement::of::<u32>()));
     }
 }

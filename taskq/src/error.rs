@@ -108,15 +108,15 @@ pub enum Error {
         /// Rust type of the second registration (full path, from `std::any::type_name`).
         second: &'static str,
     },
-    /// A task needs application state that was not registered on the worker.
+    /// A task takes [`Data<T>`](crate::Data) of a type that was not registered on the worker.
     #[error(
-        "task {task:?} needs state of type {}, which was not registered on the worker (register a value of that type with WorkerBuilder::state before build)",
+        "task {task:?} needs data of type {}, which was not registered: call WorkerBuilder::data with a value of that type before build",
         short_type_name(ty)
     )]
-    MissingState {
+    MissingData {
         /// Task name.
         task: &'static str,
-        /// Rust type name of the missing state (full path, from `std::any::type_name`).
+        /// Rust type name of the missing data (full path, from `std::any::type_name`).
         ty: &'static str,
     },
     /// The database server at `target` could not be reached or refused the session: connection
@@ -211,8 +211,8 @@ impl Error {
                 .field("first", first)
                 .field("second", second)
                 .finish(),
-            Error::MissingState { task, ty } => f
-                .debug_struct("MissingState")
+            Error::MissingData { task, ty } => f
+                .debug_struct("MissingData")
                 .field("task", task)
                 .field("ty", ty)
                 .finish(),
@@ -681,19 +681,18 @@ mod tests {
     }
 
     #[test]
-    fn missing_state_reads_the_same_in_display_and_debug() {
-        let e = Error::MissingState {
+    fn missing_data_reads_the_same_in_display_and_debug() {
+        let e = Error::MissingData {
             task: "send_mail",
             ty: POOL,
         };
-        let sentence = "task \"send_mail\" needs state of type Pool<MySql>, which was not \
-            registered on the worker (register a value of that type with WorkerBuilder::state \
-            before build)";
+        let sentence = "task \"send_mail\" needs data of type Pool<MySql>, which was not \
+            registered: call WorkerBuilder::data with a value of that type before build";
         assert_eq!(e.to_string(), sentence);
         assert_eq!(format!("{e:?}"), sentence);
         // `{:#?}` keeps the structure, with the full type name.
         let structure = format!("{e:#?}");
-        assert!(structure.starts_with("MissingState {"), "{structure}");
+        assert!(structure.starts_with("MissingData {"), "{structure}");
         assert!(structure.contains(POOL), "{structure}");
     }
 

@@ -56,7 +56,7 @@ pub mod worker;
 pub use backend::Backend;
 pub use client::Client;
 pub use connect::{connect, create_database};
-pub use context::{CancelReason, CancelSignal, FromTaskContext, State, StateMap, TaskContext};
+pub use context::{CancelReason, CancelSignal, Data, DataMap, FromTaskContext, TaskContext};
 pub use enqueue::{AsConnection, Enqueue, Enqueued, IntoEnqueue, enqueue_many};
 pub use error::{Error, Result, ResultExt, TaskError, TaskErrorKind};
 pub use followup::{DeadTask, FollowUp, OnDead, OnSuccess, SucceededTask};
@@ -97,13 +97,13 @@ pub mod settings {
 /// `timezone` (default `"UTC"`) and `missed_ticks` (`"latest"`, the default, `"skip"` or
 /// `"all(N)"`; see [`MissedTicks`]).
 ///
-/// Parameters of type [`TaskContext`], [`CancelSignal`] or [`State<T>`](State), or marked
+/// Parameters of type [`TaskContext`], [`CancelSignal`] or [`Data<T>`](Data), or marked
 /// `#[inject]`, are injected by the worker; every other parameter is payload.
 ///
 /// ```no_run
 /// use std::time::Duration;
 /// use sqlx::MySqlPool;
-/// use taskq::{ResultExt, State, TaskContext, TaskError};
+/// use taskq::{Data, ResultExt, TaskContext, TaskError};
 ///
 /// #[derive(Debug)]
 /// struct ExportError(String);
@@ -121,7 +121,7 @@ pub mod settings {
 ///     order_id: i64,
 ///     format: String,
 ///     cx: TaskContext,
-///     db: State<MySqlPool>,
+///     db: Data<MySqlPool>,
 /// ) -> Result<(), TaskError> {
 ///     let version: u32 = format.trim_start_matches('v').parse().permanent()?; // never retried
 ///     let (_status,): (String,) = sqlx::query_as("SELECT 'ok'").fetch_one(&*db).await?; // retried
@@ -140,10 +140,10 @@ pub mod settings {
 /// tx.commit().await?;
 /// println!("queued task {}", queued.id);
 ///
-/// // In the worker process: register the pool the handlers take as `State<MySqlPool>`.
+/// // In the worker process: register the pool the handlers take as `Data<MySqlPool>`.
 /// taskq::Worker::builder(pool.clone())
 ///     .register_all()
-///     .state(pool.clone())
+///     .data(pool.clone())
 ///     .build()?
 ///     .run()
 ///     .await?;
@@ -155,7 +155,7 @@ pub use taskq_macros::task;
 #[doc(hidden)]
 pub mod __private {
     pub use crate::backend::{ConnHandle, StoreHandle};
-    pub use crate::context::StateRequirement;
+    pub use crate::context::DataRequirement;
     pub use crate::followup::FollowUpFrom;
     pub use chrono;
     pub use inventory;

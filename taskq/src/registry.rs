@@ -6,7 +6,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use crate::context::{StateRequirement, TaskContext};
+use crate::context::{DataRequirement, TaskContext};
 use crate::enqueue::{AsConnection, Enqueue, Enqueued, Prepared};
 use crate::error::{Error, Result, TaskError};
 use crate::followup::{OnDead, OnSuccess};
@@ -29,7 +29,7 @@ pub struct Registration {
     pub(crate) timeout: Option<Duration>,
     pub(crate) backoff: Backoff,
     pub(crate) max_snoozes: u32,
-    pub(crate) required_state: fn() -> Vec<StateRequirement>,
+    pub(crate) required_data: fn() -> Vec<DataRequirement>,
     pub(crate) run: fn(&[u8], TaskContext) -> std::result::Result<BoxFuture, serde_json::Error>,
     /// The schedule declared with the task ([`Task::schedule`]), validated.
     pub(crate) schedule: fn() -> Option<Result<ScheduleDef>>,
@@ -113,7 +113,7 @@ impl Registration {
             timeout: T::TIMEOUT,
             backoff: T::BACKOFF,
             max_snoozes: T::MAX_SNOOZES,
-            required_state: T::required_state,
+            required_data: T::required_data,
             run: run_erased::<T>,
             schedule: schedule_erased::<T>,
             prepare_json: prepare_json_erased::<T>,

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde::{Serialize, de::DeserializeOwned};
 
-use crate::context::{StateRequirement, TaskContext};
+use crate::context::{DataRequirement, TaskContext};
 use crate::enqueue::{AsConnection, Enqueue, Enqueued};
 use crate::error::{Result, TaskError};
 #[cfg(doc)]
@@ -103,10 +103,10 @@ pub trait Task: Serialize + DeserializeOwned + Send + Sync + 'static {
     /// Runs one attempt. Must be idempotent: at-least-once delivery may run it again.
     fn run(self, cx: TaskContext) -> impl Future<Output = Result<(), TaskError>> + Send;
 
-    /// Application state this task extracts from its context, checked at worker start-up.
-    /// Written by `#[task]` for its `State<T>` parameters; not meant to be implemented by hand.
+    /// Shared data this task extracts from its context, checked at worker start-up.
+    /// Written by `#[task]` for its `Data<T>` parameters; not meant to be implemented by hand.
     #[doc(hidden)]
-    fn required_state() -> Vec<StateRequirement> {
+    fn required_data() -> Vec<DataRequirement> {
         Vec::new()
     }
 

@@ -56,7 +56,7 @@ async fn main() {
         .poll_interval(Duration::from_millis(10), Duration::from_millis(100))
         .cancel_grace(Duration::from_millis(500))
         .retention(taskq::worker::Retention::disabled())
-        .state(pool.clone())
+        .data(pool.clone())
         .build()
         .expect("valid worker settings");
     println!("ready {}", worker.id());

@@ -9,7 +9,7 @@
 //! Connects a pool to the database given as the first argument (else
 //! `TASKQ_REGISTERED_WORKER_URL`) and runs every `#[taskq::task]` of this binary (the
 //! [`registered_effect`](registered_support::registered_effect) task, which takes the pool as
-//! `State<MySqlPool>`) with the default settings until SIGINT/SIGTERM. Then it prints
+//! `Data<MySqlPool>`) with the default settings until SIGINT/SIGTERM. Then it prints
 //! `report <json>` (released and unacknowledged task ids, final counters) and exits 0; it exits
 //! 1 if the worker fails and 2 without a database URL.
 

@@ -73,14 +73,7 @@ impl FaultDb {
     /// Starts a private server, or returns `None` when the machine has none (the test is
     /// skipped, unless `TASKQ_REQUIRE_PRIVATE_SERVER` is set).
     pub async fn start_or_skip(extra_args: &[&str]) -> Option<Self> {
-        let server = if extra_args.is_empty() {
-            PrivateServer::start_or_skip().await?
-        } else {
-            match PrivateServer::start_with_args(extra_args).await {
-                Ok(s) => s,
-                Err(e) => panic!("{e}"),
-            }
-        };
+        let server = PrivateServer::start_with_args_or_skip(extra_args).await?;
         Some(Self::on(server).await)
     }
 
@@ -185,8 +178,8 @@ pub async fn events(pool: &MySqlPool, id: u64) -> Vec<Event> {
 
 async fn record_event(cx: &TaskContext, event: &str) -> Result<(), TaskError> {
     let pool = cx
-        .state::<MySqlPool>()
-        .ok_or_else(|| TaskError::permanent(std::io::Error::other("no MySqlPool state")))?;
+        .data::<MySqlPool>()
+        .ok_or_else(|| TaskError::permanent(std::io::Error::other("no MySqlPool data")))?;
     sqlx::query(
         "INSERT INTO fault_events (task_id, worker_id, lease_epoch, attempt, event, at)
          VALUES (?, ?, ?, ?, ?, UTC_TIMESTAMP(6))",
@@ -268,7 +261,7 @@ impl Seen {
 }
 
 fn seen(cx: &TaskContext) -> Seen {
-    cx.state::<Seen>().expect("Seen state registered")
+    cx.data::<Seen>().expect("Seen data registered")
 }
 
 /// Load of scenarios 3, 4 and 7: records the execution, sleeps, succeeds. No database access,
@@ -348,7 +341,7 @@ impl Task for Ship {
     const MAX_ATTEMPTS: u32 = 5;
     const BACKOFF: Backoff = Backoff::constant(Duration::from_millis(100));
     async fn run(self, cx: TaskContext) -> Result<(), TaskError> {
-        let pool = cx.state::<MySqlPool>().expect("MySqlPool state");
+        let pool = cx.data::<MySqlPool>().expect("MySqlPool data registered");
         let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM fault_orders WHERE id = ?")
             .bind(self.order_id)
             .fetch_one(&pool)

@@ -67,7 +67,7 @@ fn other_worker(db: &FaultDb, id: &str, s: &ChildSettings) -> RunningWorker {
             .lease(s.lease)
             .heartbeat(s.heartbeat)
             .reaper_interval(s.reaper)
-            .state(db.pool.clone()),
+            .data(db.pool.clone()),
     )
 }
 
@@ -389,7 +389,7 @@ fn load_workers(pool: &MySqlPool, s: &LoadSettings, seen: &Seen) -> Vec<RunningW
                     .lease(s.lease)
                     .heartbeat(s.lease / 4)
                     .reaper_interval(Duration::from_millis(200))
-                    .state(seen.clone()),
+                    .data(seen.clone()),
             )
         })
         .collect()
@@ -510,8 +510,8 @@ pub async fn transactions(db: &FaultDb, total: u64, producers: u64) -> TxRun {
         fast_worker(&db.pool)
             .register::<Ship>()
             .queue("orders", 8)
-            .state(db.pool.clone())
-            .state(seen.clone()),
+            .data(db.pool.clone())
+            .data(seen.clone()),
     );
     let started = Instant::now();
     let next = Arc::new(AtomicU64::new(0));
@@ -798,7 +798,7 @@ pub async fn bad_data(db: &FaultDb, good: u32) -> BadRun {
             .register::<Text>()
             .register::<AlwaysFails>()
             .queue("bad", 4)
-            .state(seen.clone()),
+            .data(seen.clone()),
     );
     let settled: Vec<u64> = cases
         .iter()
@@ -931,7 +931,7 @@ pub async fn poison(
             .heartbeat(Duration::from_millis(500))
             .cancel_grace(Duration::from_millis(200))
             .shutdown_timeout(Duration::from_millis(500))
-            .state(seen.clone()),
+            .data(seen.clone()),
     );
     let sql = format!(
         "SELECT COUNT(*) FROM taskq_tasks WHERE state = 'succeeded' AND id > {first} AND name = 'fault_work'"

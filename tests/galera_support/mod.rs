@@ -71,7 +71,7 @@ impl Task for Work {
     const QUEUE: &'static str = "galera";
     const MAX_ATTEMPTS: u32 = 25;
     async fn run(self, cx: TaskContext) -> Result<(), TaskError> {
-        let runs = cx.state::<Runs>().expect("Runs registered");
+        let runs = cx.data::<Runs>().expect("Runs registered");
         runs.0
             .lock()
             .unwrap()
@@ -152,7 +152,7 @@ pub fn worker(pool: &MySqlPool, runs: &Runs, concurrency: usize, id: &str) -> Ru
     RunningWorker::spawn(
         fast_worker(pool)
             .register::<Work>()
-            .state(runs.clone())
+            .data(runs.clone())
             .queue(Work::QUEUE, concurrency)
             .lease(LEASE)
             .heartbeat(Duration::from_secs(1))

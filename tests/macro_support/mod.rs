@@ -3,7 +3,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use taskq::{CancelSignal, ResultExt, State, TaskContext, TaskError};
+use taskq::{CancelSignal, Data, ResultExt, TaskContext, TaskError};
 
 /// One run of a billing handler: (task id, attempt, invoice id, memo).
 pub type Charge = (u64, u32, u64, String);
@@ -30,7 +30,7 @@ pub async fn charge_invoice(
     invoice_id: u64,
     memo: String,
     cx: TaskContext,
-    State(ledger): State<Ledger>,
+    Data(ledger): Data<Ledger>,
     cancel: CancelSignal,
 ) -> Result<(), ChargeError> {
     assert!(!cancel.is_canceled());

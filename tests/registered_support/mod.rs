@@ -5,7 +5,7 @@
 #![allow(dead_code)]
 
 use sqlx::MySqlPool;
-use taskq::{State, TaskError};
+use taskq::{Data, TaskError};
 
 /// The table [`registered_effect`] writes, one row per run.
 pub const EFFECTS_TABLE: &str = "
@@ -17,7 +17,7 @@ CREATE TABLE registered_effects (
 /// Inserts `n` into `registered_effects` through the pool the worker injects as state
 /// (`run_registered` registers the pool it is given).
 #[taskq::task(queue = "registered", max_attempts = 3, backoff = "constant(100ms)")]
-pub async fn registered_effect(n: u32, db: State<MySqlPool>) -> Result<(), TaskError> {
+pub async fn registered_effect(n: u32, db: Data<MySqlPool>) -> Result<(), TaskError> {
     sqlx::query("INSERT INTO registered_effects (n) VALUES (?)")
         .bind(n)
         .execute(&*db)

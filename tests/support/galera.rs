@@ -26,8 +26,8 @@
 //! refuses application statements (`WSREP has not yet prepared node for application use`,
 //! error 1047) while the other two keep quorum.
 //!
-//! [`GaleraCluster::start_or_skip`] prints `skipped: …` and returns `None` when there is no
-//! server binary or no Galera provider, unless `TASKQ_REQUIRE_PRIVATE_SERVER` is set (CI).
+//! [`GaleraCluster::start_or_skip`] prints `SKIPPED private server: …` and returns `None` when
+//! there is no server binary, no loopback or no Galera provider, unless `TASKQ_REQUIRE_PRIVATE_SERVER` is set (CI).
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 use sqlx::{Connection, MySqlConnection};
 
 use crate::server::{
-    PrivateServer, StartError, find_binaries, free_port, is_root, sweep_stale_dirs,
+    PrivateServer, StartError, find_binaries, free_port, is_root, loopback_works, sweep_stale_dirs,
 };
 
 /// Where Debian's `galera-4` installs the provider; `TASKQ_GALERA_PROVIDER` overrides it.
@@ -85,8 +85,7 @@ impl GaleraCluster {
             Err(StartError::Unavailable(msg))
                 if std::env::var_os("TASKQ_REQUIRE_PRIVATE_SERVER").is_none() =>
             {
-                use std::io::Write as _;
-                let _ = writeln!(std::io::stderr(), "skipped: {msg}");
+                super::server::report_skip(&msg);
                 None
             }
             Err(e) => panic!("{e}"),
@@ -97,6 +96,7 @@ impl GaleraCluster {
     /// component of three.
     pub async fn start() -> Result<Self, StartError> {
         let bins = find_binaries()?;
+        loopback_works()?;
         let provider = Self::provider().ok_or_else(|| {
             StartError::Unavailable(format!(
                 "no Galera provider at {DEFAULT_PROVIDER} (install galera-4, or set TASKQ_GALERA_PROVIDER)"

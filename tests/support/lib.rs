@@ -2,9 +2,14 @@
 //!
 //! The server is `TASKQ_TEST_DATABASE_URL` when set (any database path is ignored), else the
 //! local server at `mysql://root@127.0.0.1:3306`, started with
-//! `start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd` if it does not
-//! answer. Each [`TestDb`] creates its own `taskq_t_<random>` database, applies taskq's
-//! migrations, and drops it when dropped.
+//! `start-stop-daemon --start --background --exec /usr/sbin/mariadbd` if it does not answer.
+//! Each [`TestDb`] creates its own `taskq_t_<random>` database, applies taskq's migrations, and
+//! drops it when dropped.
+//!
+//! With no server, tests skip: `TestDb::new_or_skip()` prints `SKIPPED mysql: <test>: no
+//! server at <url> (...)` to stderr and returns `None`, and the test returns and passes. Set
+//! `TASKQ_REQUIRE_MYSQL=1` (or `TASKQ_REQUIRE_PRIVATE_SERVER=1`, as CI does) to make that a
+//! failure instead.
 
 use std::str::FromStr;
 use std::sync::OnceLock;
@@ -28,36 +33,130 @@ fn server_options() -> MySqlConnectOptions {
         .disable_statement_logging()
 }
 
-/// Makes sure the server answers, starting the local MariaDB once if needed.
-async fn ensure_server() {
-    static STARTED: OnceLock<()> = OnceLock::new();
-    if server_options().connect().await.is_ok() {
-        return;
+/// Whether a test without a server fails instead of skipping: `TASKQ_REQUIRE_MYSQL` or
+/// `TASKQ_REQUIRE_PRIVATE_SERVER` is set (to anything, like the private-server check; CI sets
+/// both to 1).
+pub fn mysql_required() -> bool {
+    ["TASKQ_REQUIRE_MYSQL", "TASKQ_REQUIRE_PRIVATE_SERVER"]
+        .iter()
+        .any(|v| std::env::var_os(v).is_some())
+}
+
+/// How long [`server_check`] waits for a local MariaDB it started itself.
+const STARTED_SERVER_WAIT: Duration = Duration::from_secs(15);
+/// How long it waits when a `mariadbd` process already exists but does not answer (it may be
+/// starting, or be another network namespace's server).
+const RUNNING_SERVER_WAIT: Duration = Duration::from_secs(3);
+/// Bound of one connection attempt.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+async fn answers() -> bool {
+    matches!(
+        tokio::time::timeout(CONNECT_TIMEOUT, server_options().connect()).await,
+        Ok(Ok(_))
+    )
+}
+
+/// Whether the server answers, checked once per test binary (every test of the binary gets the
+/// same answer). Without `TASKQ_TEST_DATABASE_URL` and no answer, it starts the local MariaDB
+/// (`start-stop-daemon --start --background --exec /usr/sbin/mariadbd`) and waits for it, at
+/// most [`STARTED_SERVER_WAIT`]; every wait is bounded, so no test hangs on a missing server.
+fn server_check() -> &'static Result<(), String> {
+    static CHECK: OnceLock<Result<(), String>> = OnceLock::new();
+    CHECK.get_or_init(|| {
+        // Its own thread and runtime: callers are on different tests' runtimes, and the
+        // first caller blocks the others until the answer is known.
+        std::thread::spawn(|| {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime for the server check")
+                .block_on(check_server())
+        })
+        .join()
+        .expect("the server check does not panic")
+    })
+}
+
+async fn check_server() -> Result<(), String> {
+    if answers().await {
+        return Ok(());
     }
-    if std::env::var_os("TASKQ_TEST_DATABASE_URL").is_none() && STARTED.set(()).is_ok() {
-        let _ = std::process::Command::new("start-stop-daemon")
-            .args([
-                "--start",
-                "--oknodo",
-                "--background",
-                "--exec",
-                "/usr/sbin/mariadbd",
-            ])
-            .status();
+    let mut wait = Duration::ZERO;
+    let daemon = "/usr/sbin/mariadbd";
+    if std::env::var_os("TASKQ_TEST_DATABASE_URL").is_none()
+        && std::path::Path::new(daemon).exists()
+    {
+        let sss = |args: &[&str]| {
+            std::process::Command::new("start-stop-daemon")
+                .args(args)
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        // Exit 0 from `--stop --test`: a mariadbd process exists (maybe still starting).
+        wait = if sss(&["--stop", "--test", "--exec", daemon]) {
+            RUNNING_SERVER_WAIT
+        } else if sss(&["--start", "--background", "--exec", daemon]) {
+            STARTED_SERVER_WAIT
+        } else {
+            Duration::ZERO
+        };
     }
-    for _ in 0..100 {
-        if server_options().connect().await.is_ok() {
-            return;
-        }
+    let deadline = tokio::time::Instant::now() + wait;
+    while tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(200)).await;
+        if answers().await {
+            return Ok(());
+        }
     }
-    panic!(
-        "no MySQL/MariaDB server answers at {} (set TASKQ_TEST_DATABASE_URL)",
+    Err(format!(
+        "no server at {} (set TASKQ_TEST_DATABASE_URL or install MariaDB)",
         server_url()
-    );
+    ))
+}
+
+/// Whether the MySQL/MariaDB server answers; if not, prints
+/// `SKIPPED mysql: <test>: no server at <url> (...)` to stderr and returns `false`, or panics
+/// when [`mysql_required`]. For tests that need the server but no [`TestDb`]:
+///
+/// ```ignore
+/// if !taskq_tests::mysql_or_skip() { return; }
+/// ```
+pub fn mysql_or_skip() -> bool {
+    match server_check() {
+        Ok(()) => true,
+        Err(why) if mysql_required() => panic!(
+            "{why}; TASKQ_REQUIRE_MYSQL / TASKQ_REQUIRE_PRIVATE_SERVER is set, so this fails \
+             instead of skipping"
+        ),
+        Err(why) => {
+            // libtest runs each test on its own thread, named after the test: one line per
+            // test, however many databases it asks for.
+            thread_local!(static REPORTED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) });
+            if !REPORTED.replace(true) {
+                let thread = std::thread::current();
+                let test = thread.name().unwrap_or("?");
+                // Written to stderr directly so libtest's output capture does not hide it.
+                use std::io::Write as _;
+                let _ = writeln!(std::io::stderr(), "SKIPPED mysql: {test}: {why}");
+            }
+            false
+        }
+    }
 }
 
 /// A fresh database with taskq's schema, dropped when this value is dropped.
+///
+/// There is no constructor that panics without a server: every test starts with
+///
+/// ```ignore
+/// let Some(db) = TestDb::new_or_skip().await else { return };
+/// ```
+///
+/// which, on a machine with no MySQL/MariaDB server, prints one `SKIPPED mysql: ...` line and
+/// passes (fails with `TASKQ_REQUIRE_MYSQL=1` or `TASKQ_REQUIRE_PRIVATE_SERVER=1`).
 pub struct TestDb {
     /// Pool on the test database.
     pub pool: MySqlPool,
@@ -68,18 +167,22 @@ pub struct TestDb {
 }
 
 impl TestDb {
-    /// A new empty database with taskq's migrations applied.
-    pub async fn new() -> Self {
-        let db = Self::empty().await;
+    /// A new database with taskq's migrations applied, or `None` when no server answers
+    /// (see [`mysql_or_skip`]).
+    pub async fn new_or_skip() -> Option<Self> {
+        let db = Self::empty_or_skip().await?;
         taskq::migrate(&db.pool)
             .await
             .expect("taskq migrations apply");
-        db
+        Some(db)
     }
 
-    /// A new empty database without any migration.
-    pub async fn empty() -> Self {
-        ensure_server().await;
+    /// A new empty database without any migration, or `None` when no server answers (see
+    /// [`mysql_or_skip`]).
+    pub async fn empty_or_skip() -> Option<Self> {
+        if !mysql_or_skip() {
+            return None;
+        }
         let name = format!("taskq_t_{:016x}", fastrand::u64(..));
         let mut admin = server_options()
             .connect()
@@ -96,11 +199,11 @@ impl TestDb {
             .connect_with(options.clone())
             .await
             .expect("connect to the test database");
-        Self {
+        Some(Self {
             pool,
             name,
             options,
-        }
+        })
     }
 
     /// A pool on the same database with its own settings.

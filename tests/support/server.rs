@@ -9,8 +9,8 @@
 //!
 //! Binaries are looked up on `PATH`, then in `/usr/sbin`, `/usr/local/mysql/bin` and
 //! `/usr/local/bin`; `TASKQ_MARIADBD` and `TASKQ_MARIADB_INSTALL_DB` override them. When no
-//! server binary exists, [`PrivateServer::start_or_skip`] prints
-//! `skipped: no mariadbd/mysqld binary found` and returns `None`, so tests can return early;
+//! server binary exists (or the loopback interface is down), [`PrivateServer::start_or_skip`]
+//! prints `SKIPPED private server: <test>: <why>` and returns `None`, so tests can return early;
 //! set `TASKQ_REQUIRE_PRIVATE_SERVER=1` (as CI should) to make that a failure instead.
 //!
 //! Root logs in over TCP with an empty password (`--auth-root-authentication-method=normal`);
@@ -107,6 +107,7 @@ impl PrivateServer {
     /// kept for every [`restart`](Self::restart).
     pub async fn start_with_args(extra_args: &[&str]) -> Result<Self, StartError> {
         let bins = find_binaries()?;
+        loopback_works()?;
         sweep_stale_dirs();
         let mut last_err = String::new();
         // The free port is only reserved until the listener is dropped; retry if it got taken.
@@ -142,35 +143,36 @@ impl PrivateServer {
         Err(StartError::Failed(last_err))
     }
 
-    /// Starts a private server, or prints `skipped: no mariadbd/mysqld binary found` and
-    /// returns `None` when the machine has no server binary (unless
+    /// Starts a private server, or prints `SKIPPED private server: <test>: <why>` and returns
+    /// `None` when the machine has no server binary or no loopback (unless
     /// `TASKQ_REQUIRE_PRIVATE_SERVER` is set). Panics when the binaries exist but fail.
     ///
     /// ```ignore
     /// let Some(server) = PrivateServer::start_or_skip().await else { return };
     /// ```
     pub async fn start_or_skip() -> Option<Self> {
-        match Self::start().await {
+        Self::start_with_args_or_skip(&[]).await
+    }
+
+    /// [`start_or_skip`](Self::start_or_skip) with extra server options, as
+    /// [`start_with_args`](Self::start_with_args).
+    pub async fn start_with_args_or_skip(extra_args: &[&str]) -> Option<Self> {
+        match Self::start_with_args(extra_args).await {
             Ok(server) => Some(server),
             Err(StartError::Unavailable(msg))
                 if std::env::var_os("TASKQ_REQUIRE_PRIVATE_SERVER").is_none() =>
             {
-                // Written to stderr directly so libtest's output capture does not hide it.
-                use std::io::Write as _;
-                let _ = writeln!(
-                    std::io::stderr(),
-                    "skipped: no mariadbd/mysqld binary found ({msg})"
-                );
+                report_skip(&msg);
                 None
             }
             Err(e) => panic!("{e}"),
         }
     }
 
-    /// Whether a server binary exists on this machine (what [`start_or_skip`](Self::start_or_skip)
-    /// checks before skipping).
+    /// Whether a server binary exists on this machine and its loopback works (what
+    /// [`start_or_skip`](Self::start_or_skip) checks before skipping).
     pub fn available() -> bool {
-        find_binaries().is_ok()
+        find_binaries().is_ok() && loopback_works().is_ok()
     }
 
     /// `mysql://root@127.0.0.1:PORT`, without a database.
@@ -650,6 +652,28 @@ pub(crate) fn is_root() -> bool {
 }
 
 /// A port that was free a moment ago on 127.0.0.1.
+/// Prints `SKIPPED private server: <test>: <why>` to stderr (directly, so libtest's output
+/// capture does not hide it).
+pub(crate) fn report_skip(why: &str) {
+    let thread = std::thread::current();
+    let test = thread.name().unwrap_or("?");
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stderr(), "SKIPPED private server: {test}: {why}");
+}
+
+/// Whether this machine can reach its own loopback over TCP (private servers listen on
+/// `127.0.0.1`): a network namespace with `lo` down cannot (`Network is unreachable`), which
+/// makes a private server as unavailable as a missing binary.
+pub(crate) fn loopback_works() -> Result<(), StartError> {
+    let unusable = |e: std::io::Error| {
+        StartError::Unavailable(format!("no TCP over the loopback interface ({e})"))
+    };
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).map_err(unusable)?;
+    let addr = listener.local_addr().map_err(unusable)?;
+    std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2)).map_err(unusable)?;
+    Ok(())
+}
+
 pub(crate) fn free_port() -> std::io::Result<u16> {
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
     Ok(listener.local_addr()?.port())

@@ -3,8 +3,9 @@
 //! - `POST /signups {"email": ...}` inserts a user **and** enqueues its welcome mail in one
 //!   transaction (commit = both, rollback = neither).
 //! - The worker runs in the same process. The handler receives the database pool, a
-//!   `reqwest::Client` and the mail API's address as injected [`State`](taskq::State): register
-//!   any `Clone + Send + Sync` value with `WorkerBuilder::state`.
+//!   `reqwest::Client` and the mail API's address as injected [`Data`](taskq::Data): register
+//!   any `Clone + Send + Sync` value with `WorkerBuilder::data`. Routes take axum's `State`,
+//!   task handlers taskq's `Data`: the two names do not clash.
 //! - The "mail provider" is a route of the same app (`POST /provider/messages`), so the example
 //!   runs without anything else; it de-duplicates by `Idempotency-Key`, as real providers do.
 //! - One shutdown signal stops both: axum stops accepting and drains requests, the worker stops
@@ -17,12 +18,12 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::extract::State as AxumState;
+use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use sqlx::MySqlPool;
-use taskq::{State, TaskContext, TaskError, Worker, worker::ShutdownReport, worker::WorkerHealth};
+use taskq::{Data, TaskContext, TaskError, Worker, worker::ShutdownReport, worker::WorkerHealth};
 use tokio::sync::watch;
 
 /// Where the mail API lives (injected into handlers next to the HTTP client).
@@ -46,9 +47,9 @@ pub struct Outbox {
 pub async fn welcome_mail(
     user_id: i64,
     cx: TaskContext,
-    db: State<MySqlPool>,
-    http: State<reqwest::Client>,
-    api: State<MailApi>,
+    db: Data<MySqlPool>,
+    http: Data<reqwest::Client>,
+    api: Data<MailApi>,
 ) -> Result<(), TaskError> {
     let user: Option<(String, Option<String>)> =
         sqlx::query_as("SELECT email, CAST(welcomed_at AS CHAR) FROM users WHERE id = ?")
@@ -82,7 +83,7 @@ struct Signup {
 }
 
 async fn signup(
-    AxumState(app): AxumState<App>,
+    State(app): State<App>,
     Json(body): Json<Signup>,
 ) -> Result<Json<serde_json::Value>, (StatusCode, String)> {
     let err = |e: &dyn std::fmt::Display| (StatusCode::INTERNAL_SERVER_ERROR, e.to_string());
@@ -111,7 +112,7 @@ struct Message {
 
 /// The fake mail provider: accepts a message once per idempotency key.
 async fn provider_messages(
-    AxumState(app): AxumState<App>,
+    State(app): State<App>,
     headers: HeaderMap,
     Json(msg): Json<Message>,
 ) -> StatusCode {
@@ -129,7 +130,7 @@ async fn provider_messages(
 /// `{"worker_id":"web-1-4242-0a1b","phase":"running","live":true,"ready":true,
 /// "last_db_ok_ms_ago":112,"max_db_age_ms":30000}`.
 async fn healthz(
-    AxumState(health): AxumState<WorkerHealth>,
+    State(health): State<WorkerHealth>,
 ) -> (StatusCode, Json<taskq::worker::HealthStatus>) {
     let status = health.status();
     let code = if status.ready {
@@ -182,13 +183,13 @@ pub async fn serve(
     };
     let worker = Worker::builder(pool.clone())
         .register::<WelcomeMail>()
-        .state(pool.clone())
-        .state(
+        .data(pool.clone())
+        .data(
             reqwest::Client::builder()
                 .timeout(Duration::from_secs(10))
                 .build()?,
         )
-        .state(api)
+        .data(api)
         .shutdown_timeout(Duration::from_secs(10))
         .shutdown_signal(wait(shutdown.clone()))
         .build()?;

@@ -1,12 +1,12 @@
 use std::time::Duration;
 
 use sqlx::MySqlPool;
-use taskq::{ResultExt, State, TaskError};
+use taskq::{Data, ResultExt, TaskError};
 
 /// Sends the welcome mail of one user. Idempotent: a user already welcomed is a success, so
 /// running it twice (at-least-once delivery) sends one mail.
 #[taskq::task(queue = "mail", max_attempts = 8, timeout = "30s")]
-async fn send_welcome(user_id: u64, db: State<MySqlPool>) -> Result<(), TaskError> {
+async fn send_welcome(user_id: u64, db: Data<MySqlPool>) -> Result<(), TaskError> {
     // A user that does not exist never will: a permanent error sends the task to `dead`.
     let email: String = sqlx::query_scalar("SELECT email FROM users WHERE id = ?")
         .bind(user_id)
@@ -69,7 +69,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // `taskq::run_registered(pool).await?`; this program stops it once every user is welcomed.
     let report = taskq::Worker::builder(pool.clone())
         .register_all()
-        .state(pool.clone()) // what `State<MySqlPool>` receives
+        .data(pool.clone()) // what `Data<MySqlPool>` receives
         .shutdown_signal(all_welcomed(pool.clone()))
         .build()?
         .run()

@@ -17,9 +17,9 @@ use std::time::Duration;
 
 use sqlx::MySqlPool;
 
-use taskq::{State, TaskContext, TaskError, Worker};
+use taskq::{Data, TaskContext, TaskError, Worker};
 
-/// Settings the handler reads (shared state, injected by the worker).
+/// Settings the handler reads (`Data<Settings>`, injected by the worker).
 #[derive(Clone, Debug)]
 struct Settings {
     slow: Duration,
@@ -31,8 +31,8 @@ struct Settings {
 async fn order_export(
     order_id: i64,
     cx: TaskContext,
-    db: State<MySqlPool>,
-    settings: State<Settings>,
+    db: Data<MySqlPool>,
+    settings: Data<Settings>,
 ) -> Result<(), TaskError> {
     println!(
         "[{}] exporting order {order_id} (attempt {})",
@@ -198,8 +198,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let worker = |slow: Duration, lease: Duration| {
         Worker::builder(pool.clone())
             .register_all()
-            .state(pool.clone())
-            .state(Settings { slow })
+            .data(pool.clone())
+            .data(Settings { slow })
             .lease(lease)
             .heartbeat(lease / 4)
             .reaper_interval(Duration::from_millis(200))

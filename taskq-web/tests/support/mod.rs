@@ -81,14 +81,15 @@ pub struct App {
 }
 
 /// A router built by `configure` from a builder on a fresh database (with the bearer token
-/// [`TOKEN`] unless `configure` replaces the credentials).
-pub async fn app(configure: impl FnOnce(DashboardBuilder) -> DashboardBuilder) -> App {
-    let db = TestDb::new().await;
+/// [`TOKEN`] unless `configure` replaces the credentials); `None` (the test skips) when no
+/// MySQL server answers.
+pub async fn app(configure: impl FnOnce(DashboardBuilder) -> DashboardBuilder) -> Option<App> {
+    let db = TestDb::new_or_skip().await?;
     let router = configure(Dashboard::builder(db.pool.clone()))
         .build()
         .expect("valid dashboard configuration")
         .router();
-    App { db, router }
+    Some(App { db, router })
 }
 
 /// A request through `router` (one `oneshot` call).
@@ -240,12 +241,13 @@ impl Drop for Served {
 }
 
 /// Serves a dashboard configured by `configure` (bearer token [`TOKEN`] by default), mounted
-/// under `prefix` (`""`: at the root), on `127.0.0.1:0`.
+/// under `prefix` (`""`: at the root), on `127.0.0.1:0`; `None` (the test skips) when no MySQL
+/// server answers.
 pub async fn serve(
     prefix: &str,
     configure: impl FnOnce(DashboardBuilder) -> DashboardBuilder,
-) -> Served {
-    let db = TestDb::new().await;
+) -> Option<Served> {
+    let db = TestDb::new_or_skip().await?;
     let dashboard = configure(Dashboard::builder(db.pool.clone()).bearer_token(TOKEN))
         .build()
         .expect("valid dashboard configuration");
@@ -259,12 +261,12 @@ pub async fn serve(
     let server = tokio::spawn(async move {
         axum::serve(listener, router).await.unwrap();
     });
-    Served {
+    Some(Served {
         addr,
         prefix: prefix.to_owned(),
         db,
         server,
-    }
+    })
 }
 
 /// A plain HTTP/1.1 GET over a TCP stream (no client library): status and body.

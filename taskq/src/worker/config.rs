@@ -6,7 +6,7 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use crate::backend::Store;
-use crate::context::StateMap;
+use crate::context::DataMap;
 use crate::enqueue::{IntoEnqueue, MAX_DELAY, MAX_QUEUE_LEN, validate_name};
 use crate::error::{Error, Result};
 use crate::registry::{self, Registration};
@@ -98,7 +98,7 @@ pub(crate) struct Config {
 ///     .queue("orders", 4)
 ///     .lease(Duration::from_secs(10))
 ///     .heartbeat(Duration::from_secs(3))
-///     .state(reqwest_like_client())
+///     .data(reqwest_like_client())
 ///     .shutdown_signal(async { tokio::signal::ctrl_c().await.ok(); })
 ///     .build()?
 ///     .run()
@@ -127,7 +127,7 @@ pub struct WorkerBuilder {
     db_connections: Option<u32>,
     backlog_interval: Option<Duration>,
     worker_id: Option<String>,
-    state: StateMap,
+    data: DataMap,
     shutdown: Option<ShutdownFuture>,
     trace_link: Option<TraceLink>,
     schedules: Vec<Result<ScheduleDef>>,
@@ -155,7 +155,7 @@ impl WorkerBuilder {
             db_connections: None,
             backlog_interval: None,
             worker_id: None,
-            state: StateMap::new(),
+            data: DataMap::new(),
             shutdown: None,
             trace_link: None,
             schedules: Vec::new(),
@@ -290,9 +290,10 @@ impl WorkerBuilder {
         self.worker_id = Some(id.into());
         self
     }
-    /// Registers application state handlers receive as [`State<T>`](crate::State).
-    pub fn state<T: Clone + Send + Sync + 'static>(mut self, value: T) -> Self {
-        self.state.insert(value);
+    /// Registers a shared value (a pool, an HTTP client, settings) handlers receive as
+    /// [`Data<T>`](crate::Data), one per type.
+    pub fn data<T: Clone + Send + Sync + 'static>(mut self, value: T) -> Self {
+        self.data.insert(value);
         self
     }
     /// Called with each task's `taskq.task` span and the trace context recorded at enqueue
@@ -333,7 +334,7 @@ impl WorkerBuilder {
         self
     }
 
-    /// Validates the settings and the handlers (duplicate names, missing state).
+    /// Validates the settings and the handlers (duplicate names, missing data).
     pub fn build(self) -> Result<Worker> {
         let cfg_err = |m: String| Err(Error::Config(m));
         let handlers = registry::by_name(&self.registrations)?;
@@ -396,9 +397,9 @@ impl WorkerBuilder {
             return cfg_err("claim batch must be at least 1".into());
         }
         for r in handlers.values() {
-            for req in (r.required_state)() {
-                if !self.state.contains(&req) {
-                    return Err(Error::MissingState {
+            for req in (r.required_data)() {
+                if !self.data.contains(&req) {
+                    return Err(Error::MissingData {
                         task: r.name,
                         ty: req.type_name,
                     });
@@ -440,7 +441,7 @@ impl WorkerBuilder {
                 schedules,
             },
             handlers,
-            state: self.state,
+            data: self.data,
             shutdown: self.shutdown,
             trace_link: self.trace_link,
             observers: self.observers,

@@ -355,7 +355,7 @@ async fn attempt(
         lease_epoch: task.lease_epoch,
         worker_id: shared.worker_id.clone(),
         cancel: signal.clone(),
-        state: shared.state.clone(),
+        data: shared.data.clone(),
         trace_context: task.trace_context.as_deref().map(Arc::from),
     };
     let fut = match (handler.run)(&task.payload, cx) {

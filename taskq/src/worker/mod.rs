@@ -44,7 +44,7 @@ pub use observe::{OutcomeEvent, TaskOutcome};
 pub use stats::{StatsSnapshot, WorkerStats};
 
 use crate::backend::{Backend, Store, leases_json};
-use crate::context::{CancelReason, StateMap};
+use crate::context::{CancelReason, DataMap};
 use crate::error::Result;
 use crate::registry::Registration;
 use crate::task::TaskId;
@@ -57,7 +57,7 @@ pub struct Worker {
     user_store: Store,
     cfg: Config,
     handlers: HashMap<&'static str, Registration>,
-    state: StateMap,
+    data: DataMap,
     shutdown: Option<ShutdownFuture>,
     trace_link: Option<TraceLink>,
     observers: Vec<observe::Observer>,
@@ -82,11 +82,11 @@ pub struct ShutdownReport {
 /// until SIGINT or SIGTERM; then shuts down gracefully and returns.
 ///
 /// `pool` (a `MySqlPool`, or with the `sqlite` feature a `SqlitePool`) is also registered as
-/// state, so handlers can take `State<MySqlPool>` (resp. `State<SqlitePool>`).
+/// data, so handlers can take `Data<MySqlPool>` (resp. `Data<SqlitePool>`).
 pub async fn run_registered<DB: Backend>(pool: sqlx::Pool<DB>) -> Result<ShutdownReport> {
     Worker::builder(pool.clone())
         .register_all()
-        .state(pool)
+        .data(pool)
         .build()?
         .run()
         .await
@@ -124,7 +124,7 @@ impl Worker {
             user_store,
             cfg,
             handlers,
-            state,
+            data,
             shutdown,
             trace_link,
             observers,
@@ -146,7 +146,7 @@ impl Worker {
             cfg,
             handlers,
             names_json,
-            state: Arc::new(state),
+            data: Arc::new(data),
             inflight: Mutex::default(),
             executing: AtomicUsize::new(0),
             slot_freed: Notify::new(),
@@ -323,7 +323,7 @@ pub(crate) struct Shared {
     pub handlers: HashMap<&'static str, Registration>,
     /// JSON array of the task names this worker handles.
     pub names_json: String,
-    pub state: Arc<StateMap>,
+    pub data: Arc<DataMap>,
     /// The lease table: one record per attempt this worker holds.
     pub inflight: Mutex<Leases>,
     /// Executors currently running a handler.

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use taskq::{CancelSignal, State, TaskContext, TaskError};
+use taskq::{CancelSignal, Data, TaskContext, TaskError};
 
 /// Tasks of this binary.
 pub mod tasks {
@@ -30,7 +30,7 @@ pub mod tasks {
     pub async fn send_email(
         cx: TaskContext,
         to: String,
-        http: State<Http>,
+        http: Data<Http>,
         subject: Option<String>,
         _stop: CancelSignal,
     ) -> Result<(), TaskError> {
