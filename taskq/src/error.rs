@@ -133,6 +133,17 @@ pub enum Error {
         /// The error from sqlx (the underlying cause).
         source: sqlx::Error,
     },
+    /// A SQLite database file could not be opened or created (feature `sqlite`): the path and
+    /// what to check.
+    #[error(
+        "cannot open the SQLite database {path}: {source}: does its directory exist, and may this process read and write there?"
+    )]
+    Open {
+        /// The file.
+        path: String,
+        /// The error from sqlx.
+        source: sqlx::Error,
+    },
     /// A database error. Connection failures read like [`Error::Connect`] without the address;
     /// a missing taskq table says to run the migrations.
     #[error("{}", database_sentence(.0))]
@@ -219,6 +230,11 @@ impl Error {
             Error::Connect { target, source } => f
                 .debug_struct("Connect")
                 .field("target", target)
+                .field("source", source)
+                .finish(),
+            Error::Open { path, source } => f
+                .debug_struct("Open")
+                .field("path", path)
                 .field("source", source)
                 .finish(),
             Error::Database(e) => f.debug_tuple("Database").field(e).finish(),

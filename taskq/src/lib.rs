@@ -68,6 +68,26 @@ pub use unique::{Unique, UniqueBy, UniqueHold};
 pub use wake::notify;
 pub use worker::{Worker, WorkerBuilder, run_registered};
 
+/// SQLite (feature `sqlite`): opening a database file with taskq's settings. Pass the pool
+/// to taskq as you would a MySQL one (`taskq::migrate(&pool)`, `Worker::builder(pool)`,
+/// `enqueue_tx(&mut tx)`): the backend follows the pool's type.
+///
+/// ```no_run
+/// # async fn f() -> taskq::Result<()> {
+/// let pool = taskq::sqlite::connect("sqlite://app.db").await?; // created if missing
+/// taskq::migrate(&pool).await?;
+/// let mut tx = taskq::sqlite::begin(&pool).await?; // BEGIN IMMEDIATE: see `begin`
+/// // sqlx::query("INSERT INTO orders ...").execute(&mut *tx).await?;
+/// // OrderExport { order_id }.enqueue_tx(&mut tx).await?;
+/// tx.commit().await?;
+/// # Ok(()) }
+/// ```
+#[cfg(feature = "sqlite")]
+pub mod sqlite {
+    pub use crate::backend::sqlite::{begin, connect, open};
+    pub use taskq_sqlite::connect::{DEFAULT_BUSY_TIMEOUT, DEFAULT_MAX_CONNECTIONS, tune};
+}
+
 /// Process-wide settings: set once at start-up, before the first enqueue.
 pub mod settings {
     pub use crate::enqueue::{payload_limit, set_payload_limit};

@@ -252,6 +252,7 @@ impl Drop for TestDb {
     }
 }
 
+pub mod backends;
 pub mod galera;
 pub mod proxy;
 pub mod server;
@@ -317,7 +318,7 @@ where
 }
 
 /// A worker builder with test-friendly intervals (fast polling, short reaper, no retention).
-pub fn fast_worker(pool: &MySqlPool) -> taskq::WorkerBuilder {
+pub fn fast_worker<B: taskq::Backend>(pool: &sqlx::Pool<B>) -> taskq::WorkerBuilder {
     taskq::Worker::builder(pool.clone())
         .poll_interval(Duration::from_millis(10), Duration::from_millis(100))
         .reaper_interval(Duration::from_millis(100))

@@ -38,6 +38,48 @@ pub(crate) async fn migrate(pool: &SqlitePool) -> crate::Result<()> {
     q::migrate(pool).await.map_err(crate::Error::from)
 }
 
+/// A pool on the SQLite database of `url` (`sqlite://path/to/app.db`, `sqlite:app.db`,
+/// `sqlite:///abs/path.db`, or a plain path), created if missing, with taskq's settings: WAL
+/// journal (readers never wait for the writer), a 5 s busy timeout, `synchronous = NORMAL`,
+/// foreign keys on. Up to [`DEFAULT_MAX_CONNECTIONS`](taskq_sqlite::connect::DEFAULT_MAX_CONNECTIONS)
+/// connections. A file that cannot be opened gives [`Error::Open`](crate::Error::Open) naming it.
+pub async fn connect(url: &str) -> crate::Result<SqlitePool> {
+    let opts = if url.starts_with("sqlite:") {
+        q::connect_options_from_url(url).map_err(|e| crate::Error::Open {
+            path: url.to_owned(),
+            source: e,
+        })?
+    } else {
+        q::connect_options(url)
+    };
+    open_with(opts).await
+}
+
+/// [`connect`] on a file path.
+pub async fn open(path: impl AsRef<std::path::Path>) -> crate::Result<SqlitePool> {
+    open_with(q::connect_options(path)).await
+}
+
+async fn open_with(opts: SqliteConnectOptions) -> crate::Result<SqlitePool> {
+    let path = opts.get_filename().display().to_string();
+    SqlitePoolOptions::new()
+        .max_connections(q::connect::DEFAULT_MAX_CONNECTIONS)
+        .connect_with(opts)
+        .await
+        .map_err(|source| crate::Error::Open { path, source })
+}
+
+/// Begins a transaction that writes, with `BEGIN IMMEDIATE`: it takes the database's write
+/// lock at once (waiting up to the busy timeout). Use it for the transaction that inserts a
+/// business row and enqueues its task: a plain `pool.begin()` takes the lock at the first
+/// write, and if another connection committed since the transaction's first read, that write
+/// fails at once with "database is locked" instead of waiting.
+pub async fn begin(pool: &SqlitePool) -> crate::Result<Transaction<'static, Sqlite>> {
+    q::begin_immediate(pool)
+        .await
+        .map_err(crate::Error::Database)
+}
+
 fn id(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
@@ -275,7 +317,10 @@ impl Store {
 
     pub(crate) async fn task_get(&self, id_: TaskId) -> sqlx::Result<Option<TaskInfo>> {
         let mut c = self.conn().await?;
-        q::task_get(&mut c, id(id_.0)).await?.map(task_info).transpose()
+        q::task_get(&mut c, id(id_.0))
+            .await?
+            .map(task_info)
+            .transpose()
     }
 
     pub(crate) async fn task_list(
@@ -348,11 +393,7 @@ impl Store {
         q::task_failed_attempts_per_minute(&mut c, minutes).await
     }
 
-    pub(crate) async fn task_prune_count(
-        &self,
-        s: TaskState,
-        age_secs: u64,
-    ) -> sqlx::Result<u64> {
+    pub(crate) async fn task_prune_count(&self, s: TaskState, age_secs: u64) -> sqlx::Result<u64> {
         let mut c = self.conn().await?;
         q::task_prune_count(&mut c, s.as_str(), age_secs).await
     }
@@ -419,7 +460,11 @@ impl Store {
         )
     }
 
-    pub(crate) async fn task_bulk_count(&self, f: &TaskFilter<'_>, age_us: i64) -> sqlx::Result<u64> {
+    pub(crate) async fn task_bulk_count(
+        &self,
+        f: &TaskFilter<'_>,
+        age_us: i64,
+    ) -> sqlx::Result<u64> {
         let mut c = self.conn().await?;
         let s = f.state.map_or("", TaskState::as_str);
         q::task_bulk_count(&mut c, s, &filter(f), age_us).await
@@ -448,7 +493,11 @@ impl Store {
         q::task_request_cancel(conn, id(t.0)).await
     }
 
-    pub(crate) async fn task_cancel(&self, conn: &mut SqliteConnection, t: TaskId) -> sqlx::Result<bool> {
+    pub(crate) async fn task_cancel(
+        &self,
+        conn: &mut SqliteConnection,
+        t: TaskId,
+    ) -> sqlx::Result<bool> {
         q::task_cancel(conn, id(t.0)).await
     }
 
@@ -636,7 +685,10 @@ impl Store {
         q::db_now(&mut c).await
     }
 
-    pub(crate) async fn db_now_on(&self, conn: &mut SqliteConnection) -> sqlx::Result<DateTime<Utc>> {
+    pub(crate) async fn db_now_on(
+        &self,
+        conn: &mut SqliteConnection,
+    ) -> sqlx::Result<DateTime<Utc>> {
         q::db_now(conn).await
     }
 
@@ -667,11 +719,19 @@ impl Store {
         )
     }
 
-    pub(crate) async fn queue_pause(&self, conn: &mut SqliteConnection, queue: &str) -> sqlx::Result<()> {
+    pub(crate) async fn queue_pause(
+        &self,
+        conn: &mut SqliteConnection,
+        queue: &str,
+    ) -> sqlx::Result<()> {
         q::queue_pause(conn, queue).await
     }
 
-    pub(crate) async fn queue_resume(&self, conn: &mut SqliteConnection, queue: &str) -> sqlx::Result<bool> {
+    pub(crate) async fn queue_resume(
+        &self,
+        conn: &mut SqliteConnection,
+        queue: &str,
+    ) -> sqlx::Result<bool> {
         q::queue_resume(conn, queue).await
     }
 
@@ -697,7 +757,11 @@ impl Store {
             .collect())
     }
 
-    pub(crate) async fn queue_set_limit(&self, queue: &str, limit: Option<u32>) -> sqlx::Result<()> {
+    pub(crate) async fn queue_set_limit(
+        &self,
+        queue: &str,
+        limit: Option<u32>,
+    ) -> sqlx::Result<()> {
         let mut c = self.conn().await?;
         q::queue_set_limit(&mut c, queue, limit).await
     }
@@ -813,19 +877,35 @@ impl Store {
             .collect())
     }
 
-    pub(crate) async fn schedule_delete(&self, conn: &mut SqliteConnection, name: &str) -> sqlx::Result<bool> {
+    pub(crate) async fn schedule_delete(
+        &self,
+        conn: &mut SqliteConnection,
+        name: &str,
+    ) -> sqlx::Result<bool> {
         q::schedule_delete(conn, name).await
     }
 
-    pub(crate) async fn worker_start(&self, conn: &mut SqliteConnection, w: &WorkerRow<'_>) -> sqlx::Result<()> {
+    pub(crate) async fn worker_start(
+        &self,
+        conn: &mut SqliteConnection,
+        w: &WorkerRow<'_>,
+    ) -> sqlx::Result<()> {
         q::worker_start(conn, &worker_row(w)).await
     }
 
-    pub(crate) async fn worker_seen(&self, conn: &mut SqliteConnection, w: &WorkerRow<'_>) -> sqlx::Result<()> {
+    pub(crate) async fn worker_seen(
+        &self,
+        conn: &mut SqliteConnection,
+        w: &WorkerRow<'_>,
+    ) -> sqlx::Result<()> {
         q::worker_seen(conn, &worker_row(w)).await
     }
 
-    pub(crate) async fn worker_stop(&self, conn: &mut SqliteConnection, worker_id: &str) -> sqlx::Result<bool> {
+    pub(crate) async fn worker_stop(
+        &self,
+        conn: &mut SqliteConnection,
+        worker_id: &str,
+    ) -> sqlx::Result<bool> {
         q::worker_stop(conn, worker_id).await
     }
 
