@@ -1,14 +1,19 @@
-//! `taskq-fault-worker`: a worker process for the fault tests (scenarios 1 and 2), to be
-//! killed, paused and terminated by its parent.
+//! `taskq-fault-worker`: a worker process for the fault tests (scenarios 1 and 2 on MySQL; on
+//! SQLite also the transaction, poison and starvation scenarios), to be killed, paused and
+//! terminated by its parent.
 //!
 //! ```text
 //! taskq-fault-worker --url mysql://root@127.0.0.1:PORT/faults --id A-1 \
 //!     [--lease-ms 2000] [--heartbeat-ms 500] [--reaper-ms 200] [--shutdown-ms 5000] [--concurrency 8]
+//! taskq-fault-worker --url sqlite:///tmp/faults.db --id A-1 [--queues load:4,orders:8] ...
 //! ```
 //!
-//! Works the `faults` queue with the [`Hold`] task, prints `ready <id>` once the worker is
-//! built, runs until SIGINT/SIGTERM, then prints `report <json>` (released and unacknowledged
-//! task ids, final counters) and exits 0.
+//! On MySQL it works the `faults` queue with the [`Hold`] task. On SQLite (a `sqlite:` URL) it
+//! handles every scenario task ([`Hold`], [`Ship`], [`Work`], [`Poison`], [`PoisonTimed`]) and
+//! works `--queues` (default `faults:<concurrency>`); handlers record their executions in the
+//! database's `fault_events`. Prints `ready <id>` once the worker is built, runs until
+//! SIGINT/SIGTERM, then prints `report <json>` (released and unacknowledged task ids, final
+//! counters) and exits 0.
 
 #[path = "../faults_support/mod.rs"]
 mod faults_support;
@@ -17,7 +22,7 @@ use std::collections::HashMap;
 use std::io::Write as _;
 use std::time::Duration;
 
-use faults_support::Hold;
+use faults_support::{Hold, Poison, PoisonTimed, Seen, Ship, Work};
 use sqlx::mysql::MySqlPoolOptions;
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -40,14 +45,36 @@ async fn main() {
     let id = opts.get("id").expect("--id");
     let concurrency: usize = opts.get("concurrency").map_or(8, |v| v.parse().unwrap());
 
-    let pool = MySqlPoolOptions::new()
-        .max_connections(4)
-        .connect(url)
-        .await
-        .expect("connect");
-    let worker = taskq::Worker::builder(pool.clone())
-        .register::<Hold>()
-        .queue("faults", concurrency)
+    let builder = if url.starts_with("sqlite:") {
+        let pool = taskq::sqlite::connect(url).await.expect("open the file");
+        let mut b = taskq::Worker::builder(pool.clone())
+            .register::<Hold>()
+            .register::<Ship>()
+            .register::<Work>()
+            .register::<Poison>()
+            .register::<PoisonTimed>()
+            .data(pool)
+            .data(Seen::default());
+        let queues = opts
+            .get("queues")
+            .map_or_else(|| format!("faults:{concurrency}"), |q| (*q).to_owned());
+        for q in queues.split(',') {
+            let (name, n) = q.split_once(':').expect("--queues name:n,...");
+            b = b.queue(name, n.parse().expect("a concurrency"));
+        }
+        b
+    } else {
+        let pool = MySqlPoolOptions::new()
+            .max_connections(4)
+            .connect(url)
+            .await
+            .expect("connect");
+        taskq::Worker::builder(pool.clone())
+            .register::<Hold>()
+            .queue("faults", concurrency)
+            .data(pool)
+    };
+    let worker = builder
         .worker_id(*id)
         .lease(ms("lease-ms", 2000))
         .heartbeat(ms("heartbeat-ms", 500))
@@ -56,7 +83,6 @@ async fn main() {
         .poll_interval(Duration::from_millis(10), Duration::from_millis(100))
         .cancel_grace(Duration::from_millis(500))
         .retention(taskq::worker::Retention::disabled())
-        .data(pool.clone())
         .build()
         .expect("valid worker settings");
     println!("ready {}", worker.id());

@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod scenarios;
+pub mod sqlite;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -14,8 +15,8 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use sqlx::MySqlPool;
 use sqlx::mysql::MySqlPoolOptions;
+use sqlx::{MySqlPool, SqlitePool};
 use taskq::{Backoff, Task, TaskContext, TaskError};
 use taskq_tests::server::PrivateServer;
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
@@ -177,6 +178,9 @@ pub async fn events(pool: &MySqlPool, id: u64) -> Vec<Event> {
 }
 
 async fn record_event(cx: &TaskContext, event: &str) -> Result<(), TaskError> {
+    if cx.data::<SqlitePool>().is_some() {
+        return sqlite_log(cx, event).await;
+    }
     let pool = cx
         .data::<MySqlPool>()
         .ok_or_else(|| TaskError::permanent(std::io::Error::other("no MySqlPool data")))?;
@@ -187,6 +191,27 @@ async fn record_event(cx: &TaskContext, event: &str) -> Result<(), TaskError> {
     .bind(cx.id().0)
     .bind(cx.worker_id())
     .bind(cx.lease_epoch())
+    .bind(cx.attempt())
+    .bind(event)
+    .execute(&pool)
+    .await?;
+    Ok(())
+}
+
+/// On SQLite (a `SqlitePool` registered as data), records the event in `fault_events` with
+/// the database clock: the SQLite scenarios run handlers in several processes, so executions
+/// are counted from the database, not from memory. Does nothing on MySQL.
+async fn sqlite_log(cx: &TaskContext, event: &str) -> Result<(), TaskError> {
+    let Some(pool) = cx.data::<SqlitePool>() else {
+        return Ok(());
+    };
+    sqlx::query(
+        "INSERT INTO fault_events (task_id, worker_id, lease_epoch, attempt, event, at)
+         VALUES (?, ?, ?, ?, ?, (SELECT us FROM taskq_clock))",
+    )
+    .bind(cx.id().0 as i64)
+    .bind(cx.worker_id())
+    .bind(cx.lease_epoch() as i64)
     .bind(cx.attempt())
     .bind(event)
     .execute(&pool)
@@ -264,6 +289,14 @@ fn seen(cx: &TaskContext) -> Seen {
     cx.data::<Seen>().expect("Seen data registered")
 }
 
+/// Records an execution in memory and, on SQLite, in `fault_events` (see [`sqlite_log`]).
+async fn note(cx: &TaskContext, note: impl Into<String>) -> Result<(), TaskError> {
+    let note = note.into();
+    sqlite_log(cx, &note).await?;
+    seen(cx).record(cx, note);
+    Ok(())
+}
+
 /// Load of scenarios 3, 4 and 7: records the execution, sleeps, succeeds. No database access,
 /// so every failure comes from the worker's own statements.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -278,7 +311,7 @@ impl Task for Work {
     const MAX_ATTEMPTS: u32 = 100;
     const BACKOFF: Backoff = Backoff::constant(Duration::from_millis(100));
     async fn run(self, cx: TaskContext) -> Result<(), TaskError> {
-        seen(&cx).record(&cx, "");
+        note(&cx, "").await?;
         tokio::time::sleep(Duration::from_millis(self.sleep_ms)).await;
         Ok(())
     }
@@ -291,6 +324,9 @@ pub enum PoisonMode {
     Panic,
     /// Never returns and ignores its cancel signal.
     Hang,
+    /// Ends its whole worker process (`std::process::exit(3)`): the lease expires and another
+    /// process's reaper returns the task, counting the attempt.
+    Exit,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -304,10 +340,11 @@ impl Task for Poison {
     const MAX_ATTEMPTS: u32 = 3;
     const BACKOFF: Backoff = Backoff::constant(Duration::from_millis(100));
     async fn run(self, cx: TaskContext) -> Result<(), TaskError> {
-        seen(&cx).record(&cx, format!("{:?}", self.mode));
+        note(&cx, format!("{:?}", self.mode)).await?;
         match self.mode {
             PoisonMode::Panic => panic!("poison pill {}", cx.id()),
             PoisonMode::Hang => std::future::pending().await,
+            PoisonMode::Exit => std::process::exit(3),
         }
     }
 }
@@ -323,7 +360,7 @@ impl Task for PoisonTimed {
     const TIMEOUT: Option<Duration> = Some(Duration::from_millis(500));
     const BACKOFF: Backoff = Backoff::constant(Duration::from_millis(100));
     async fn run(self, cx: TaskContext) -> Result<(), TaskError> {
-        seen(&cx).record(&cx, "hang");
+        note(&cx, "hang").await?;
         std::future::pending().await
     }
 }
@@ -341,12 +378,19 @@ impl Task for Ship {
     const MAX_ATTEMPTS: u32 = 5;
     const BACKOFF: Backoff = Backoff::constant(Duration::from_millis(100));
     async fn run(self, cx: TaskContext) -> Result<(), TaskError> {
-        let pool = cx.data::<MySqlPool>().expect("MySqlPool data registered");
-        let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM fault_orders WHERE id = ?")
-            .bind(self.order_id)
-            .fetch_one(&pool)
-            .await?;
-        seen(&cx).record(&cx, if n == 1 { "found" } else { "orphan" });
+        let n: i64 = if let Some(pool) = cx.data::<SqlitePool>() {
+            sqlx::query_scalar("SELECT COUNT(*) FROM fault_orders WHERE id = ?")
+                .bind(self.order_id as i64)
+                .fetch_one(&pool)
+                .await?
+        } else {
+            let pool = cx.data::<MySqlPool>().expect("MySqlPool data registered");
+            sqlx::query_scalar("SELECT COUNT(*) FROM fault_orders WHERE id = ?")
+                .bind(self.order_id)
+                .fetch_one(&pool)
+                .await?
+        };
+        note(&cx, if n == 1 { "found" } else { "orphan" }).await?;
         if n != 1 {
             return Err(TaskError::permanent(std::io::Error::other(format!(
                 "orphan: order {} does not exist",
@@ -413,6 +457,8 @@ pub struct ChildSettings {
     pub reaper: Duration,
     pub shutdown_timeout: Duration,
     pub concurrency: usize,
+    /// `queue:concurrency,...` to work instead of `faults` (SQLite children only).
+    pub queues: Option<String>,
 }
 
 impl Default for ChildSettings {
@@ -423,6 +469,7 @@ impl Default for ChildSettings {
             reaper: Duration::from_millis(200),
             shutdown_timeout: Duration::from_secs(5),
             concurrency: 8,
+            queues: None,
         }
     }
 }
@@ -456,6 +503,7 @@ impl ChildWorker {
             .args(["--reaper-ms", &ms(s.reaper)])
             .args(["--shutdown-ms", &ms(s.shutdown_timeout)])
             .args(["--concurrency", &s.concurrency.to_string()])
+            .args(s.queues.iter().flat_map(|q| ["--queues", q.as_str()]))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -492,6 +540,11 @@ impl ChildWorker {
     /// Sends `SIG<sig>` (e.g. `STOP`, `CONT`, `TERM`).
     pub fn signal(&self, sig: &str) {
         send_signal(self.pid, sig);
+    }
+
+    /// Whether the child has exited, and how (without waiting).
+    pub fn try_exit(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().expect("poll the child")
     }
 
     /// Waits (up to `timeout`) for the child to exit and returns its report.
