@@ -7,6 +7,10 @@
 //!                                                 #     outage | chaos | tx | bad | poison |
 //!                                                 #     blackhole
 //! target/release/taskq-reliability galera         # 3-node Galera cluster (galera-4)
+//! target/release/taskq-reliability sqlite         # the SQLite scenarios, no server needed:
+//!                                                 # sqlite-env | sqlite-kill | sqlite-graceful |
+//!                                                 # sqlite-pause | sqlite-tx | sqlite-poison |
+//!                                                 # sqlite-starve
 //! ```
 //!
 //! Options (all optional): `--trials N` (kill: 20, graceful: 10, pause: 5), `--tasks N`
@@ -25,6 +29,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use faults_support::scenarios::{self, LoadRun, LoadSettings, PoisonKind};
+use faults_support::sqlite::{self as sq, SqliteFaultDb, StarveSettings};
 use faults_support::{FaultDb, min_median_max};
 use taskq_tests::server::PrivateServer;
 
@@ -114,6 +119,354 @@ async fn main() {
     if what == "galera" {
         galera(&args).await;
     }
+    // Not part of `all` (which is MySQL): `sqlite` runs every SQLite scenario.
+    let sq = |name: &str| what == "sqlite" || what == format!("sqlite-{name}");
+    if sq("env") {
+        sqlite_env().await;
+    }
+    if sq("kill") {
+        sqlite_kill(&args, false).await;
+    }
+    if sq("graceful") {
+        sqlite_kill(&args, true).await;
+    }
+    if sq("pause") {
+        sqlite_pause(&args).await;
+    }
+    if sq("tx") {
+        sqlite_tx(&args).await;
+    }
+    if sq("poison") {
+        sqlite_poison(&args).await;
+    }
+    if sq("starve") {
+        sqlite_starve(&args).await;
+    }
+}
+
+async fn sqlite_env() {
+    let db = SqliteFaultDb::create().await;
+    let (version, journal, sync, busy): (String, String, i64, i64) = sqlx::query_as(
+        "SELECT sqlite_version(), (SELECT journal_mode FROM pragma_journal_mode),
+                (SELECT synchronous FROM pragma_synchronous), (SELECT timeout FROM pragma_busy_timeout)",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    let dir = db.file.path.parent().unwrap().display().to_string();
+    let fs = std::process::Command::new("df")
+        .args(["-T", &dir])
+        .output()
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .nth(1)
+                .unwrap_or("")
+                .to_owned()
+        })
+        .unwrap_or_default();
+    println!("## SQLite environment\n");
+    println!("| | |\n|---|---|");
+    println!("| SQLite (bundled with sqlx) | {version} |");
+    println!("| journal_mode / synchronous / busy_timeout | {journal} / {sync} / {busy} ms |");
+    println!(
+        "| file | {dir} ({}) |",
+        fs.split_whitespace().nth(1).unwrap_or("?")
+    );
+    println!(
+        "| cpus | {} |",
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+    println!(
+        "| build | {} |\n",
+        if cfg!(debug_assertions) {
+            "debug"
+        } else {
+            "release"
+        }
+    );
+}
+
+async fn sqlite_kill(args: &Args, graceful: bool) {
+    let trials = args.num("trials", if graceful { 10 } else { 20 }) as usize;
+    let tasks = args.num("tasks-per-trial", 2) as usize;
+    let db = SqliteFaultDb::create().await;
+    db.log_transitions().await;
+    let exe = exe();
+    let (mut takeover, mut after_release, mut per_trial_max) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut all_ok, mut not_released) = (true, 0);
+    for trial in 0..trials {
+        let t = sq::takeover_trial(&db, &exe, tasks, graceful, trial).await;
+        let want = if graceful { (3, 1) } else { (3, 2) };
+        all_ok &= t.rows.iter().all(|r| {
+            r.state == "succeeded"
+                && r.worker_id.as_deref() == Some(t.second.as_str())
+                && (r.lease_epoch, r.attempt) == want
+        });
+        per_trial_max.push(t.takeover.iter().cloned().fold(0.0, f64::max));
+        takeover.extend(t.takeover);
+        after_release.extend(t.after_release);
+        not_released += t.not_released.len();
+    }
+    if graceful {
+        println!(
+            "## SQLite 1b: SIGTERM with a 300 ms shutdown timeout, two processes on one file ({trials} trials × {tasks} tasks)\n"
+        );
+        println!("| measure (s) | min / median / max |\n|---|---|");
+        println!(
+            "| SIGTERM → other process's handler started | {} |",
+            mmm(&takeover)
+        );
+        println!(
+            "| release written → other process's handler started | {} |",
+            mmm(&after_release)
+        );
+        println!(
+            "| tasks not released (waited for lease expiry instead) | {not_released} of {} |",
+            trials * tasks
+        );
+        println!(
+            "\nevery task released (epoch 2), run by the other process at epoch 3, attempt 1: {all_ok}\n"
+        );
+    } else {
+        println!(
+            "## SQLite 1: SIGKILL mid-handler, lease 2 s, heartbeat 500 ms, reaper 200 ms, two processes on one file ({trials} trials × {tasks} tasks)\n"
+        );
+        println!("| measure (s) | min / median / max |\n|---|---|");
+        println!(
+            "| kill → other process's handler started (per task) | {} |",
+            mmm(&takeover)
+        );
+        println!(
+            "| kill → last task of the trial started | {} |",
+            mmm(&per_trial_max)
+        );
+        println!(
+            "\nevery task completed by the other process at epoch 3, attempt 2 (reaped once): {all_ok}\n"
+        );
+    }
+}
+
+async fn sqlite_pause(args: &Args) {
+    let trials = args.num("trials", 5) as usize;
+    let db = SqliteFaultDb::create().await;
+    let exe = exe();
+    println!(
+        "## SQLite 2: SIGSTOP past the 2 s lease, SIGCONT after the takeover ({trials} trials)\n"
+    );
+    println!(
+        "| trial | SIGSTOP → takeover (s) | re-stopped (held the write lock) | row kept (worker, state, epoch) | resumed handler saw | paused process: lost_leases / fenced / succeeded |"
+    );
+    println!("|---|---|---|---|---|---|");
+    for trial in 0..trials {
+        let (t, restops) = sq::pause_trial(&db, &exe, trial).await;
+        let r = &t.row_after_resume;
+        let kept = t.row_after_resume == t.row_before_resume;
+        let saw: Vec<_> = t
+            .events
+            .iter()
+            .filter(|e| e.worker_id == t.paused && e.event.starts_with("canceled:"))
+            .map(|e| e.event.clone())
+            .collect();
+        let s = &t.report.stats;
+        println!(
+            "| {trial} | {:.2} | {restops} | {} ({}, {}, {}) | {} | {} / {} / {} |",
+            t.takeover,
+            if kept { "unchanged" } else { "CHANGED" },
+            r.worker_id.as_deref().unwrap_or("-"),
+            r.state,
+            r.lease_epoch,
+            saw.join(", "),
+            s["lost_leases"],
+            s["fenced"],
+            s["succeeded"]
+        );
+    }
+    println!();
+}
+
+async fn sqlite_tx(args: &Args) {
+    let total = args.num("total", 10_000);
+    let workers = args.num("processes", 3) as usize;
+    let db = SqliteFaultDb::create().await;
+    let t = sq::transactions(&db, &exe(), total, 8, workers).await;
+    let run = &t.run;
+    let committed_orders: std::collections::BTreeSet<u64> =
+        run.expected.iter().map(|e| e.0).collect();
+    let task_orders: std::collections::BTreeSet<u64> = run.tasks.iter().map(|t| t.0).collect();
+    let orders: std::collections::BTreeSet<u64> = run.orders.iter().copied().collect();
+    println!(
+        "## SQLite 5: {total} transactions (`BEGIN IMMEDIATE`) from 8 producers, {workers} worker processes on the file\n"
+    );
+    println!("| | |\n|---|---|");
+    println!("| committed | {} |", run.committed);
+    println!("| rolled back explicitly | {} |", run.rolled_back);
+    println!(
+        "| failed after the enqueue (duplicate key), dropped | {} |",
+        run.failed_after_enqueue
+    );
+    println!("| dropped without commit | {} |", run.dropped);
+    println!(
+        "| business rows / task rows | {} / {} |",
+        run.orders.len(),
+        run.tasks.len()
+    );
+    println!(
+        "| tasks without a business row | {} |",
+        task_orders.difference(&orders).count()
+    );
+    println!(
+        "| business rows without a task | {} |",
+        orders.difference(&task_orders).count()
+    );
+    println!(
+        "| (order, task) pairs equal to the committed ones | {} |",
+        run.tasks == run.expected
+    );
+    println!(
+        "| committed rows = business rows | {} |",
+        committed_orders == orders
+    );
+    println!(
+        "| handler runs (all processes) / found their row / missed it | {} / {} / {} |",
+        t.executions.total(),
+        run.found,
+        run.orphans_seen
+    );
+    println!(
+        "| tasks run more than once / of them after an expired lease | {} / {} |",
+        t.executions.duplicated().len(),
+        t.executions.reaped().len()
+    );
+    println!(
+        "| invariants (each committed task ran; no epoch twice; duplicates ⊆ reaped) | {} |",
+        match t.executions.check() {
+            Ok(()) => "hold".to_owned(),
+            Err(e) => format!("VIOLATED: {e}"),
+        }
+    );
+    println!(
+        "| succeeded per process | {} |",
+        t.reports
+            .iter()
+            .map(|(id, r)| format!("{id}: {}", r.stats["succeeded"]))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    println!(
+        "| producer `BEGIN IMMEDIATE` past the busy timeout (retried) | {} |",
+        t.busy_retries
+    );
+    println!(
+        "| producer time | {:.1} s ({:.0} tx/s) |",
+        run.elapsed.as_secs_f64(),
+        total as f64 / run.elapsed.as_secs_f64()
+    );
+    println!(
+        "| last commit → all tasks done | {:.2} s |\n",
+        t.drain.as_secs_f64()
+    );
+}
+
+async fn sqlite_poison(args: &Args) {
+    let tasks = args.num("tasks", 2000) as u32;
+    let db = SqliteFaultDb::create().await;
+    let run = sq::poison(&db, &exe(), tasks, 2).await;
+    println!(
+        "## SQLite 7: poison pills among {tasks} ordinary tasks (100 ms), 2 processes × concurrency 4, lease 2 s\n"
+    );
+    println!("| pill | end state | attempt | handler runs | last error |\n|---|---|---|---|---|");
+    for (label, r, n) in [
+        ("panics every attempt", &run.panic, run.panic_runs),
+        ("hangs, 500 ms timeout", &run.timed, run.timed_runs),
+        ("exits its process", &run.exit, run.exit_runs),
+    ] {
+        println!(
+            "| {label} | {} | {} | {n} | {} |",
+            r.state,
+            r.attempt,
+            r.last_error.as_deref().unwrap_or("")
+        );
+    }
+    println!(
+        "\nprocesses ended by the exit pill (replaced): {}; ordinary tasks: {} succeeded of {}, {} handler runs, {} run twice (all after an expired lease in an ended process); invariants: {}; {:.1} s\n",
+        run.exited.len(),
+        run.work
+            .rows
+            .iter()
+            .filter(|r| r.state == "succeeded")
+            .count(),
+        run.work.rows.len(),
+        run.work.total(),
+        run.work.duplicated().len(),
+        match run.work.check() {
+            Ok(()) => "hold".to_owned(),
+            Err(e) => format!("VIOLATED: {e}"),
+        },
+        run.elapsed.as_secs_f64()
+    );
+}
+
+async fn sqlite_starve(args: &Args) {
+    let processes = args.num("processes", 4) as usize;
+    let leases: Vec<u64> = args
+        .opts
+        .get("lease-ms")
+        .map_or("2000,6000,15000".to_owned(), |v| v.clone())
+        .split(',')
+        .map(|v| v.parse().expect("lease-ms: a list of numbers"))
+        .collect();
+    let exe = exe();
+    println!(
+        "## SQLite: {processes} processes on one file under write load (heartbeat = lease / 3, busy timeout 5 s)\n"
+    );
+    println!(
+        "| lease | short tasks run per process | long leases lost | least lease time left per process (s) | statement timeouts / db errors per process | producer tx (busy) | time |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    for lease_ms in leases {
+        let db = SqliteFaultDb::create().await;
+        let lease = Duration::from_millis(lease_ms);
+        let s = StarveSettings {
+            processes,
+            lease,
+            hold: lease * 3,
+            long_per_process: 2,
+            load_concurrency: args.num("concurrency", 8) as usize,
+            producers: args.num("producers", 4) as usize,
+        };
+        let run = sq::starvation(&db, &exe, &s).await;
+        let check = run.executions.check();
+        println!(
+            "| {:.0} s | {} | {} of {} | {} | {} | {} ({}) | {:.0} s{} |",
+            lease.as_secs_f64(),
+            run.load_share
+                .iter()
+                .map(|(_, n)| n.to_string())
+                .collect::<Vec<_>>()
+                .join(" / "),
+            run.long_lost,
+            run.long_total,
+            run.min_slack
+                .iter()
+                .map(|(_, v)| format!("{v:.2}"))
+                .collect::<Vec<_>>()
+                .join(" / "),
+            run.per_process
+                .iter()
+                .map(|p| format!("{}/{}", p.3, p.4))
+                .collect::<Vec<_>>()
+                .join(" "),
+            run.produced,
+            run.producer_busy,
+            run.elapsed.as_secs_f64(),
+            match check {
+                Ok(()) => String::new(),
+                Err(e) => format!(" VIOLATED: {e}"),
+            }
+        );
+    }
+    println!();
 }
 
 /// Drains on a three-node Galera cluster: all workers on one node (single writer) against one
