@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! taskq-fault-worker --url mysql://root@127.0.0.1:PORT/faults --id A-1 \
-//!     [--lease-ms 2000] [--heartbeat-ms 500] [--reaper-ms 200] [--shutdown-ms 5000] [--concurrency 8]
+//!     [--lease-ms 2000] [--heartbeat-ms 500] [--reaper-ms 200] [--shutdown-ms 5000] [--concurrency 8] [--grace-ms 500]
 //! taskq-fault-worker --url sqlite:///tmp/faults.db --id A-1 [--queues load:4,orders:8] ...
 //! ```
 //!
@@ -81,7 +81,7 @@ async fn main() {
         .reaper_interval(ms("reaper-ms", 200))
         .shutdown_timeout(ms("shutdown-ms", 5000))
         .poll_interval(Duration::from_millis(10), Duration::from_millis(100))
-        .cancel_grace(Duration::from_millis(500))
+        .cancel_grace(ms("grace-ms", 500))
         .retention(taskq::worker::Retention::disabled())
         .build()
         .expect("valid worker settings");

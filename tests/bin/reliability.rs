@@ -10,7 +10,7 @@
 //! target/release/taskq-reliability sqlite         # the SQLite scenarios, no server needed:
 //!                                                 # sqlite-env | sqlite-kill | sqlite-graceful |
 //!                                                 # sqlite-pause | sqlite-tx | sqlite-poison |
-//!                                                 # sqlite-starve
+//!                                                 # sqlite-drain | sqlite-starve
 //! ```
 //!
 //! Options (all optional): `--trials N` (kill: 20, graceful: 10, pause: 5), `--tasks N`
@@ -139,9 +139,40 @@ async fn main() {
     if sq("poison") {
         sqlite_poison(&args).await;
     }
+    if sq("drain") {
+        sqlite_drain(&args).await;
+    }
     if sq("starve") {
         sqlite_starve(&args).await;
     }
+}
+
+async fn sqlite_drain(args: &Args) {
+    let processes = args.num("processes", 4) as usize;
+    let tasks = args.num("tasks", 2000) as u32;
+    let trials = args.num("trials", 5);
+    println!(
+        "## SQLite: {tasks} short tasks (one transaction) drained by {processes} idle processes × concurrency 8\n"
+    );
+    println!("| trial | tasks run per process | drain time | invariants |\n|---|---|---|---|");
+    for trial in 0..trials {
+        let db = SqliteFaultDb::create().await;
+        let (share, took, ex) = sq::drain(&db, &exe(), processes, tasks, 8).await;
+        println!(
+            "| {trial} | {} | {:.2} s | {} |",
+            share
+                .iter()
+                .map(|(_, n)| n.to_string())
+                .collect::<Vec<_>>()
+                .join(" / "),
+            took.as_secs_f64(),
+            match ex.check() {
+                Ok(()) => "hold".to_owned(),
+                Err(e) => format!("VIOLATED: {e}"),
+            }
+        );
+    }
+    println!();
 }
 
 async fn sqlite_env() {

@@ -459,6 +459,7 @@ pub struct ChildSettings {
     pub concurrency: usize,
     /// `queue:concurrency,...` to work instead of `faults` (SQLite children only).
     pub queues: Option<String>,
+    pub cancel_grace: Duration,
 }
 
 impl Default for ChildSettings {
@@ -470,6 +471,7 @@ impl Default for ChildSettings {
             shutdown_timeout: Duration::from_secs(5),
             concurrency: 8,
             queues: None,
+            cancel_grace: Duration::from_millis(500),
         }
     }
 }
@@ -503,6 +505,7 @@ impl ChildWorker {
             .args(["--reaper-ms", &ms(s.reaper)])
             .args(["--shutdown-ms", &ms(s.shutdown_timeout)])
             .args(["--concurrency", &s.concurrency.to_string()])
+            .args(["--grace-ms", &ms(s.cancel_grace)])
             .args(s.queues.iter().flat_map(|q| ["--queues", q.as_str()]))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

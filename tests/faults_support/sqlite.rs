@@ -655,8 +655,8 @@ pub struct SqlitePoisonRun {
 
 /// Poison pills on queue `load` (concurrency 4 per process, `processes` processes, lease 2 s):
 /// a handler that panics on every attempt, one that hangs under a 500 ms timeout, and (due
-/// 1.5 s later, once those two are dead) one that exits its process, among `tasks` ordinary
-/// tasks of 100 ms. A child that exits is replaced (as a
+/// 3 s later, once those two are dead) one that exits its process, all at priority -1, among
+/// `tasks` ordinary tasks of 100 ms. A child that exits is replaced (as a
 /// supervisor would); the scenario ends when the ordinary tasks succeeded and the pills are
 /// terminal.
 pub async fn poison(
@@ -667,23 +667,23 @@ pub async fn poison(
 ) -> SqlitePoisonRun {
     let pool = &db.pool;
     let id = |e: taskq::Enqueued| e.id.0;
-    let panic = id(Poison {
-        mode: PoisonMode::Panic,
-    }
-    .enqueue(pool)
-    .await
-    .unwrap());
-    // Due after the panicking and timed-out pills are done (~0.3 s and ~1.2 s), so that the
-    // processes it ends hold only ordinary tasks.
-    let exit = id(Poison {
-        mode: PoisonMode::Exit,
-    }
-    .enqueue_options()
-    .with_delay(Duration::from_millis(1500))
-    .enqueue(pool)
-    .await
-    .unwrap());
-    let timed = id(PoisonTimed.enqueue(pool).await.unwrap());
+    // The pills run first (priority -1): a retry's `run_at` is later than the ordinary tasks',
+    // so at the default priority its next attempt would wait behind all of them. The exit
+    // pill is due 3 s later, once the panicking and timed-out pills are dead (~0.3 s and
+    // ~1.2 s), so the processes it ends hold only ordinary tasks.
+    let pill = |mode| Poison { mode }.enqueue_options().with_priority(-1);
+    let panic = id(pill(PoisonMode::Panic).enqueue(pool).await.unwrap());
+    let exit = id(pill(PoisonMode::Exit)
+        .with_delay(Duration::from_secs(3))
+        .enqueue(pool)
+        .await
+        .unwrap());
+    let timed = id(PoisonTimed
+        .enqueue_options()
+        .with_priority(-1)
+        .enqueue(pool)
+        .await
+        .unwrap());
     let mut work = Vec::new();
     let mut tx = taskq::sqlite::begin(pool).await.unwrap();
     for n in 0..tasks {
@@ -940,6 +940,130 @@ pub async fn starvation(db: &SqliteFaultDb, exe: &Path, s: &StarveSettings) -> S
         producer_busy: busy.load(Ordering::Relaxed),
         executions,
         elapsed,
+    }
+}
+
+/// A drain: `processes` children (all started and idle first) work `tasks` short tasks
+/// enqueued in one transaction. Returns the tasks each process ran and the drain time.
+pub async fn drain(
+    db: &SqliteFaultDb,
+    exe: &Path,
+    processes: usize,
+    tasks: u32,
+    concurrency: usize,
+) -> (Vec<(String, usize)>, Duration, Executions) {
+    let settings = ChildSettings {
+        queues: Some(format!("load:{concurrency}")),
+        ..ChildSettings::default()
+    };
+    let children = Children::spawn(exe, &db.url, "drain-", processes, &settings).await;
+    // Every child past its first (empty) claim.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let started = Instant::now();
+    let mut tx = taskq::sqlite::begin(&db.pool).await.unwrap();
+    for n in 0..tasks {
+        Work { n, sleep_ms: 0 }.enqueue_tx(&mut tx).await.unwrap();
+    }
+    tx.commit().await.unwrap();
+    wait_for(Duration::from_secs(120), "drained", || async {
+        db.count("state <> 'succeeded'").await == 0
+    })
+    .await;
+    let took = started.elapsed();
+    children.stop().await;
+    let ex = Executions::read(db, &[]).await;
+    let mut share: HashMap<String, usize> =
+        (0..processes).map(|p| (format!("drain-{p}"), 0)).collect();
+    for e in ex.by_task.values().flatten() {
+        *share.entry(e.worker_id.clone()).or_default() += 1;
+    }
+    let mut share: Vec<_> = share.into_iter().collect();
+    share.sort();
+    (share, took, ex)
+}
+
+/// Result of a write-lock hold trial.
+#[derive(Debug)]
+pub struct LockHoldTrial {
+    pub rows: Vec<Row>,
+    /// Events of the trial's tasks, by task.
+    pub events: HashMap<u64, Vec<Event>>,
+    pub report: ChildReport,
+    /// Whether every lease was renewed after the lock was released without being lost: each
+    /// task still `running` at epoch 1 with its lease ending at least `lease - heartbeat` after
+    /// the release (database clock).
+    pub renewed: bool,
+    /// The longest outage this setting survives in the worst case:
+    /// `lease - heartbeat - min(cancel grace, lease / 2)`.
+    pub tolerated: Duration,
+}
+
+/// A child holds `tasks` [`Hold`] tasks with `settings`; the test process takes SQLite's write
+/// lock (`BEGIN IMMEDIATE` and a write) and keeps it for `hold`, the way a long application
+/// transaction, a checkpoint or a stopped process would: every heartbeat waits. Then the lock
+/// is released, and the trial reads whether the leases survived.
+pub async fn lock_hold_trial(
+    db: &SqliteFaultDb,
+    exe: &Path,
+    settings: &ChildSettings,
+    tasks: usize,
+    hold: Duration,
+    trial: usize,
+) -> LockHoldTrial {
+    let ids = enqueue_holds(&db.pool, tasks).await;
+    let a_id = format!("locked-{trial}");
+    let a = ChildWorker::spawn(exe, &db.url, &a_id, settings).await;
+    db.wait_started_by(&ids, &a_id, Duration::from_secs(30))
+        .await;
+    let mut lock = taskq::sqlite::begin(&db.pool)
+        .await
+        .expect("take the write lock");
+    sqlx::query("INSERT INTO fault_orders (ref) VALUES ('lock')")
+        .execute(&mut *lock)
+        .await
+        .unwrap();
+    tokio::time::sleep(hold).await;
+    lock.rollback().await.unwrap();
+    let released_us = db.scalar("SELECT us FROM taskq_clock").await;
+    let list = id_list(&ids);
+    let want = released_us + (settings.lease - settings.heartbeat).as_micros() as i64;
+    let renewed_sql = format!(
+        "SELECT COUNT(*) FROM taskq_tasks WHERE id IN ({list}) AND state = 'running'
+           AND lease_epoch = 1 AND lease_until >= {want}"
+    );
+    // A renewal that went through lands within one heartbeat after the release.
+    let deadline = Instant::now() + settings.heartbeat + Duration::from_secs(2);
+    let mut renewed = false;
+    while Instant::now() < deadline {
+        if db.scalar(&renewed_sql).await == ids.len() as i64 {
+            renewed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    if !renewed {
+        // Lost: the child's reaper returns the tasks and its claim loop runs them again.
+        db.wait_state(
+            &ids,
+            "succeeded",
+            settings.lease * 3 + Duration::from_secs(20),
+        )
+        .await;
+    }
+    a.signal("TERM");
+    let report = a.report(Duration::from_secs(60)).await;
+    let mut events = db.all_events().await;
+    events.retain(|id, _| ids.contains(id));
+    let margin = settings.cancel_grace.min(settings.lease / 2);
+    LockHoldTrial {
+        rows: db.rows(&ids).await,
+        events,
+        report,
+        renewed,
+        tolerated: settings
+            .lease
+            .saturating_sub(settings.heartbeat)
+            .saturating_sub(margin),
     }
 }
 
