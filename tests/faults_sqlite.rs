@@ -49,8 +49,9 @@ async fn sqlite_sigkill_mid_handler_another_process_completes_every_task() {
         }
         assert_eq!(t.second_epochs, vec![3; 3]);
         for s in &t.takeover {
-            // Not before the 2 s lease could end; within a generous bound after.
-            assert!(*s > 1.5 && *s < 4.0, "takeover {s} s with a 2 s lease");
+            // After the lease (last renewed up to a heartbeat, 500 ms, before the kill; more on
+            // a loaded machine), within a generous bound.
+            assert!(*s > 0.5 && *s < 4.0, "takeover {s} s with a 2 s lease");
         }
         // Each task ran exactly twice: once in the killed process, once after the reap.
         for r in &t.rows {
@@ -91,8 +92,8 @@ async fn sqlite_sigterm_releases_running_tasks_to_another_process() {
         assert_eq!(r.last_error, None, "handed over, not reaped: {r:?}");
     }
     // Handed over without waiting for the 2 s lease.
-    for s in &t.takeover {
-        assert!(*s < 1.5, "released task started {s} s after SIGTERM");
+    for s in &t.after_release {
+        assert!(*s < 2.0, "released task started {s} s after its release");
     }
 }
 
@@ -304,6 +305,7 @@ async fn sqlite_write_lock_held_past_the_lease_loses_it_and_the_task_runs_again(
         &s,
         2,
         Duration::from_millis(2500),
+        Duration::ZERO,
         0,
     )
     .await;
@@ -353,6 +355,7 @@ async fn sqlite_write_lock_held_under_the_busy_timeout_keeps_a_three_busy_timeou
         &s,
         2,
         Duration::from_millis(4500),
+        Duration::ZERO,
         0,
     )
     .await;

@@ -10,7 +10,7 @@
 //! target/release/taskq-reliability sqlite         # the SQLite scenarios, no server needed:
 //!                                                 # sqlite-env | sqlite-kill | sqlite-graceful |
 //!                                                 # sqlite-pause | sqlite-tx | sqlite-poison |
-//!                                                 # sqlite-drain | sqlite-starve
+//!                                                 # sqlite-drain | sqlite-starve | sqlite-lock
 //! ```
 //!
 //! Options (all optional): `--trials N` (kill: 20, graceful: 10, pause: 5), `--tasks N`
@@ -145,6 +145,55 @@ async fn main() {
     if sq("starve") {
         sqlite_starve(&args).await;
     }
+    if sq("lock") {
+        sqlite_lock(&args).await;
+    }
+}
+
+/// The write lock held by another process for a while, at a random phase of the heartbeat:
+/// which holds each lease setting survives.
+async fn sqlite_lock(args: &Args) {
+    let trials = args.num("trials", 3) as usize;
+    let exe = exe();
+    let ms = Duration::from_millis;
+    let settings: [(Duration, Duration, Duration, &[u64]); 2] = [
+        (ms(2000), ms(667), ms(500), &[500, 800, 1200, 2500]),
+        (ms(15000), ms(5000), ms(5000), &[4500, 8000, 12000]),
+    ];
+    println!(
+        "## SQLite: write lock held by another process, taken at a random point of the heartbeat ({trials} trials each, 2 tasks)\n"
+    );
+    println!(
+        "| lease / heartbeat / cancel grace | tolerated at worst | lock held | trials with every lease renewed | leases lost (all trials) |\n|---|---|---|---|---|"
+    );
+    for (lease, heartbeat, grace, holds) in settings {
+        let cs = faults_support::ChildSettings {
+            lease,
+            heartbeat,
+            cancel_grace: grace,
+            ..Default::default()
+        };
+        for &hold in holds {
+            let (mut kept, mut lost, mut tolerated) = (0, 0, Duration::ZERO);
+            for trial in 0..trials {
+                let db = SqliteFaultDb::create().await;
+                let phase = ms(fastrand::u64(0..heartbeat.as_millis() as u64));
+                let t = sq::lock_hold_trial(&db, &exe, &cs, 2, ms(hold), phase, trial).await;
+                kept += usize::from(t.renewed);
+                lost += t.report.stats["lost_leases"];
+                tolerated = t.tolerated;
+            }
+            println!(
+                "| {:.1} / {:.2} / {:.1} s | {:.2} s | {:.1} s | {kept} of {trials} | {lost} |",
+                lease.as_secs_f64(),
+                heartbeat.as_secs_f64(),
+                grace.as_secs_f64(),
+                tolerated.as_secs_f64(),
+                hold as f64 / 1000.0
+            );
+        }
+    }
+    println!();
 }
 
 async fn sqlite_drain(args: &Args) {

@@ -1001,13 +1001,15 @@ pub struct LockHoldTrial {
 /// A child holds `tasks` [`Hold`] tasks with `settings`; the test process takes SQLite's write
 /// lock (`BEGIN IMMEDIATE` and a write) and keeps it for `hold`, the way a long application
 /// transaction, a checkpoint or a stopped process would: every heartbeat waits. Then the lock
-/// is released, and the trial reads whether the leases survived.
+/// is released, and the trial reads whether the leases survived. The lock is taken `phase`
+/// after the handlers started (the claim is the first renewal).
 pub async fn lock_hold_trial(
     db: &SqliteFaultDb,
     exe: &Path,
     settings: &ChildSettings,
     tasks: usize,
     hold: Duration,
+    phase: Duration,
     trial: usize,
 ) -> LockHoldTrial {
     let ids = enqueue_holds(&db.pool, tasks).await;
@@ -1015,6 +1017,7 @@ pub async fn lock_hold_trial(
     let a = ChildWorker::spawn(exe, &db.url, &a_id, settings).await;
     db.wait_started_by(&ids, &a_id, Duration::from_secs(30))
         .await;
+    tokio::time::sleep(phase).await;
     let mut lock = taskq::sqlite::begin(&db.pool)
         .await
         .expect("take the write lock");
