@@ -360,6 +360,11 @@ async fn the_reaper_frees_the_identity_of_a_canceled_unique_task() {
     .await;
     assert_eq!(identities(&db).await, 0);
     assert_eq!(client.get(id).await.unwrap().lease_epoch, 2);
+    // Counted right after the reap's commit, which the state above may have beaten.
+    wait_until(Duration::from_secs(5), "the reap counted", || async {
+        reaper.stats.snapshot().reaped == 1
+    })
+    .await;
     assert_eq!(reaper.stop().await.stats.reaped, 1);
     // The first worker never learned (its heartbeat is 50 s away); its shutdown release is
     // fenced by the epoch: the task stays canceled.
