@@ -20,7 +20,9 @@ use sqlx::{MySql, Pool, Sqlite};
 use crate::TestDb;
 
 /// A backend the conformance tests run on.
-pub trait TestBackend: taskq::Backend + Sized {
+pub trait TestBackend:
+    taskq::Backend<Connection: taskq::AsConnection<Database = Self>> + Sized
+{
     /// `"mysql"` or `"sqlite"`.
     const LABEL: &'static str;
 
@@ -49,6 +51,30 @@ pub trait TestBackend: taskq::Backend + Sized {
     /// Begins a transaction meant to write (SQLite: `BEGIN IMMEDIATE`, see
     /// `taskq::sqlite::begin`).
     fn begin(pool: &Pool<Self>) -> impl Future<Output = sqlx::Transaction<'static, Self>> + Send;
+
+    /// SQL for the database clock's now, in the type of taskq's time columns (MySQL:
+    /// `UTC_TIMESTAMP(6)`, a `DATETIME(6)`; SQLite: µs since the Unix epoch from the view
+    /// `taskq_clock`).
+    const NOW: &'static str;
+
+    /// SQL for the time `expr` (a time column or [`NOW`](Self::NOW)) moved by `us`
+    /// microseconds (negative: earlier).
+    fn shift_sql(expr: &str, us: i64) -> String;
+
+    /// SQL for the text at JSON `path` of `expr`, a JSON column or the (binary) payload.
+    fn json_text_sql(expr: &str, path: &str) -> String;
+
+    /// Runs a query returning one time (one of taskq's time columns, or NULL).
+    fn time(
+        pool: &Pool<Self>,
+        sql: &str,
+    ) -> impl Future<Output = Option<chrono::DateTime<chrono::Utc>>> + Send;
+
+    /// Runs a query returning one text value (or NULL).
+    fn text(pool: &Pool<Self>, sql: &str) -> impl Future<Output = Option<String>> + Send;
+
+    /// Runs a query returning one integer column, all rows.
+    fn ints(pool: &Pool<Self>, sql: &str) -> impl Future<Output = Vec<i64>> + Send;
 }
 
 /// A database of backend `B` for one test.
@@ -93,6 +119,75 @@ impl<B: TestBackend> Db<B> {
         B::begin(&self.pool).await
     }
 
+    /// SQL for the database clock's now (see [`TestBackend::NOW`]).
+    pub fn now(&self) -> &'static str {
+        B::NOW
+    }
+
+    /// SQL for the database clock's now minus `d`.
+    pub fn ago(&self, d: Duration) -> String {
+        B::shift_sql(B::NOW, -micros(d))
+    }
+
+    /// SQL for the database clock's now plus `d`.
+    pub fn from_now(&self, d: Duration) -> String {
+        B::shift_sql(B::NOW, micros(d))
+    }
+
+    /// SQL for the text at JSON `path` of `expr` (a JSON column or the payload).
+    pub fn json_text(&self, expr: &str, path: &str) -> String {
+        B::json_text_sql(expr, path)
+    }
+
+    /// Moves the time columns `cols` of `table`'s rows matching `cond` by `us` microseconds
+    /// (negative: into the past) and returns the rows changed. NULL times stay NULL.
+    pub async fn shift_times(&self, table: &str, cond: &str, cols: &[&str], us: i64) -> u64 {
+        let set = cols
+            .iter()
+            .map(|c| format!("{c} = {}", B::shift_sql(c, us)))
+            .collect::<Vec<_>>()
+            .join(", ");
+        self.exec(&format!("UPDATE {table} SET {set} WHERE {cond}"))
+            .await
+    }
+
+    /// Moves the time columns `cols` of the tasks matching `cond` `d` into the past.
+    pub async fn backdate(&self, cond: &str, cols: &[&str], d: Duration) -> u64 {
+        self.shift_times("taskq_tasks", cond, cols, -micros(d))
+            .await
+    }
+
+    /// Sets the time column `col` of the tasks matching `cond` to now minus `d`.
+    pub async fn set_ago(&self, cond: &str, col: &str, d: Duration) -> u64 {
+        self.exec(&format!(
+            "UPDATE taskq_tasks SET {col} = {} WHERE {cond}",
+            self.ago(d)
+        ))
+        .await
+    }
+
+    /// The database clock's now.
+    pub async fn server_now(&self) -> chrono::DateTime<chrono::Utc> {
+        self.time(&format!("SELECT {}", B::NOW))
+            .await
+            .expect("now is not NULL")
+    }
+
+    /// Runs a query returning one time (or NULL).
+    pub async fn time(&self, sql: &str) -> Option<chrono::DateTime<chrono::Utc>> {
+        B::time(&self.pool, sql).await
+    }
+
+    /// Runs a query returning one text value (or NULL).
+    pub async fn text(&self, sql: &str) -> Option<String> {
+        B::text(&self.pool, sql).await
+    }
+
+    /// Runs a query returning one integer column, all rows.
+    pub async fn ints(&self, sql: &str) -> Vec<i64> {
+        B::ints(&self.pool, sql).await
+    }
+
     /// A second pool on the same database.
     pub async fn another_pool(&self, max: u32) -> Pool<B> {
         B::another_pool(self, max).await
@@ -109,9 +204,44 @@ impl<B: TestBackend> Db<B> {
     }
 }
 
+fn micros(d: Duration) -> i64 {
+    i64::try_from(d.as_micros()).expect("a test duration fits in i64 microseconds")
+}
+
 impl TestBackend for MySql {
     const LABEL: &'static str = "mysql";
     type Guard = TestDb;
+    const NOW: &'static str = "UTC_TIMESTAMP(6)";
+
+    fn shift_sql(expr: &str, us: i64) -> String {
+        format!("({expr} + INTERVAL {us} MICROSECOND)")
+    }
+
+    fn json_text_sql(expr: &str, path: &str) -> String {
+        format!("JSON_UNQUOTE(JSON_EXTRACT(CONVERT({expr} USING utf8mb4), '{path}'))")
+    }
+
+    async fn time(pool: &Pool<Self>, sql: &str) -> Option<chrono::DateTime<chrono::Utc>> {
+        sqlx::query_scalar::<_, Option<chrono::NaiveDateTime>>(sqlx::AssertSqlSafe(sql.to_owned()))
+            .fetch_one(pool)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+            .map(|t| t.and_utc())
+    }
+
+    async fn text(pool: &Pool<Self>, sql: &str) -> Option<String> {
+        sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned()))
+            .fetch_one(pool)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+
+    async fn ints(pool: &Pool<Self>, sql: &str) -> Vec<i64> {
+        sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned()))
+            .fetch_all(pool)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
 
     async fn create() -> Option<Db<Self>> {
         let db = TestDb::new_or_skip().await?;
@@ -186,6 +316,38 @@ impl Drop for SqliteFile {
 impl TestBackend for Sqlite {
     const LABEL: &'static str = "sqlite";
     type Guard = SqliteFile;
+    const NOW: &'static str = "(SELECT us FROM taskq_clock)";
+
+    fn shift_sql(expr: &str, us: i64) -> String {
+        format!("({expr} + {us})")
+    }
+
+    fn json_text_sql(expr: &str, path: &str) -> String {
+        // A BLOB would be read as JSONB (SQLite 3.45+): the payload is JSON text as bytes.
+        format!("json_extract(CAST({expr} AS TEXT), '{path}')")
+    }
+
+    async fn time(pool: &Pool<Self>, sql: &str) -> Option<chrono::DateTime<chrono::Utc>> {
+        sqlx::query_scalar::<_, Option<i64>>(sqlx::AssertSqlSafe(sql.to_owned()))
+            .fetch_one(pool)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+            .map(|us| chrono::DateTime::from_timestamp_micros(us).expect("a time in range"))
+    }
+
+    async fn text(pool: &Pool<Self>, sql: &str) -> Option<String> {
+        sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned()))
+            .fetch_one(pool)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+
+    async fn ints(pool: &Pool<Self>, sql: &str) -> Vec<i64> {
+        sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned()))
+            .fetch_all(pool)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
 
     async fn create() -> Option<Db<Self>> {
         let file = SqliteFile::new();
