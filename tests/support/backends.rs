@@ -204,6 +204,28 @@ impl<B: TestBackend> Db<B> {
     }
 }
 
+impl Db<MySql> {
+    /// A MySQL [`Db`] of a [`TestDb`], for the MySQL-only tests of a conformance file.
+    pub fn from_test_db(db: TestDb) -> Self {
+        Self {
+            pool: db.pool.clone(),
+            _guard: db,
+        }
+    }
+
+    /// The [`TestDb`] it wraps.
+    pub fn test_db(&self) -> &TestDb {
+        &self._guard
+    }
+}
+
+/// SQL for a blob literal of `bytes` (`X'..'`, on both backends): the payload column is
+/// binary, and SQLite's STRICT table refuses text there.
+pub fn blob(bytes: &[u8]) -> String {
+    let hex: String = bytes.iter().map(|b| format!("{b:02X}")).collect();
+    format!("X'{hex}'")
+}
+
 fn micros(d: Duration) -> i64 {
     i64::try_from(d.as_micros()).expect("a test duration fits in i64 microseconds")
 }
@@ -237,10 +259,19 @@ impl TestBackend for MySql {
     }
 
     async fn ints(pool: &Pool<Self>, sql: &str) -> Vec<i64> {
-        sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned()))
+        use sqlx::Row as _;
+        // Ids are BIGINT UNSIGNED on MySQL.
+        sqlx::query(sqlx::AssertSqlSafe(sql.to_owned()))
             .fetch_all(pool)
             .await
             .unwrap_or_else(|e| panic!("{sql}: {e}"))
+            .iter()
+            .map(|r| {
+                r.try_get::<i64, _>(0)
+                    .or_else(|_| r.try_get::<u64, _>(0).map(|v| v as i64))
+                    .unwrap_or_else(|e| panic!("{sql}: {e}"))
+            })
+            .collect()
     }
 
     async fn create() -> Option<Db<Self>> {
@@ -264,10 +295,9 @@ impl TestBackend for MySql {
     }
 
     async fn scalar(pool: &Pool<Self>, sql: &str) -> i64 {
-        sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned()))
-            .fetch_one(pool)
-            .await
-            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        let ints = Self::ints(pool, sql).await;
+        assert_eq!(ints.len(), 1, "{sql}: one row");
+        ints[0]
     }
 
     async fn exec_in(conn: &mut Self::Connection, sql: &str) -> u64 {
