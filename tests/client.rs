@@ -22,11 +22,7 @@ async fn set_state(db: &TestDb, id: TaskId, state: &str) {
         .unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cancel_cancels_pending_tasks_and_requests_running_ones() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn cancel_cancels_pending_tasks_and_requests_running_ones<B: TestBackend>(db: Db<B>) {
     let client = Client::new(db.pool.clone());
     let a = Ping(1).enqueue(&db.pool).await.unwrap().id;
     assert_eq!(
@@ -63,11 +59,7 @@ async fn cancel_cancels_pending_tasks_and_requests_running_ones() {
     assert_eq!(client.get(b).await.unwrap().state, TaskState::Running);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn list_and_count_filter_by_queue_state_and_name() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn list_and_count_filter_by_queue_state_and_name<B: TestBackend>(db: Db<B>) {
     let client = Client::new(db.pool.clone());
     let mut ids = Vec::new();
     for i in 0..5 {
@@ -123,11 +115,7 @@ async fn list_and_count_filter_by_queue_state_and_name() {
     assert_eq!(get("other", TaskState::Pending), Some(3));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn retry_dead_resets_attempts_and_bumps_the_epoch() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn retry_dead_resets_attempts_and_bumps_the_epoch<B: TestBackend>(db: Db<B>) {
     let client = Client::new(db.pool.clone());
     let id = Ping(1).enqueue(&db.pool).await.unwrap().id;
     assert!(matches!(
@@ -168,11 +156,7 @@ async fn double_rows(db: &TestDb, times: u32) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn db_now_is_the_database_clock() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn db_now_is_the_database_clock<B: TestBackend>(db: Db<B>) {
     let client = Client::new(db.pool.clone());
     let before = client.db_now().await.unwrap();
     let id = Ping(1).enqueue(&db.pool).await.unwrap().id;
@@ -189,11 +173,7 @@ async fn db_now_is_the_database_clock() {
     assert!((server - after).num_seconds().abs() < 5);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn retry_all_dead_moves_every_dead_task_in_batches() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn retry_all_dead_moves_every_dead_task_in_batches<B: TestBackend>(db: Db<B>) {
     let client = Client::new(db.pool.clone());
     let seed = Ping(0).enqueue(&db.pool).await.unwrap().id;
     sqlx::query(
@@ -601,3 +581,11 @@ async fn a_queue_filter_without_a_state_pages_beyond_the_primary_key_probe() {
         vec![small[7], small[6], small[5]]
     );
 }
+
+taskq_tests::conformance!(
+    cancel_cancels_pending_tasks_and_requests_running_ones,
+    list_and_count_filter_by_queue_state_and_name,
+    retry_dead_resets_attempts_and_bumps_the_epoch,
+    db_now_is_the_database_clock,
+    retry_all_dead_moves_every_dead_task_in_batches,
+);
