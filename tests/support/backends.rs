@@ -33,6 +33,22 @@ pub trait TestBackend:
     /// here (the reason printed as a `SKIPPED` line).
     fn create() -> impl Future<Output = Option<Db<Self>>> + Send;
 
+    /// A fresh database without any table, or `None` like [`create`](Self::create).
+    fn create_empty() -> impl Future<Output = Option<Db<Self>>> + Send;
+
+    /// taskq's migrator for this backend.
+    fn taskq_migrator() -> sqlx::migrate::Migrator;
+
+    /// Runs `migrator` (all of it, or up to `target` included) on `pool`.
+    fn run_migrator<'a>(
+        migrator: &'a sqlx::migrate::Migrator,
+        pool: &'a Pool<Self>,
+        target: Option<i64>,
+    ) -> impl Future<Output = Result<(), sqlx::migrate::MigrateError>> + Send + 'a;
+
+    /// The names of the database's tables, sorted (SQLite's own `sqlite_*` tables left out).
+    fn tables(pool: &Pool<Self>) -> impl Future<Output = Vec<String>> + Send;
+
     /// A second pool on the same database (another "process").
     fn another_pool(db: &Db<Self>, max: u32) -> impl Future<Output = Pool<Self>> + Send;
 
@@ -188,6 +204,20 @@ impl<B: TestBackend> Db<B> {
         B::ints(&self.pool, sql).await
     }
 
+    /// The names of the database's tables, sorted (SQLite's own `sqlite_*` tables left out).
+    pub async fn tables(&self) -> Vec<String> {
+        B::tables(&self.pool).await
+    }
+
+    /// Runs `migrator` (all of it, or up to `target` included) on this database.
+    pub async fn run_migrator(
+        &self,
+        migrator: &sqlx::migrate::Migrator,
+        target: Option<i64>,
+    ) -> Result<(), sqlx::migrate::MigrateError> {
+        B::run_migrator(migrator, &self.pool, target).await
+    }
+
     /// A second pool on the same database.
     pub async fn another_pool(&self, max: u32) -> Pool<B> {
         B::another_pool(self, max).await
@@ -286,6 +316,37 @@ impl TestBackend for MySql {
         db._guard.pool_with(max).await
     }
 
+    async fn create_empty() -> Option<Db<Self>> {
+        TestDb::empty_or_skip().await.map(Db::from_test_db)
+    }
+
+    fn taskq_migrator() -> sqlx::migrate::Migrator {
+        taskq::migrator()
+    }
+
+    async fn run_migrator(
+        migrator: &sqlx::migrate::Migrator,
+        pool: &Pool<Self>,
+        target: Option<i64>,
+    ) -> Result<(), sqlx::migrate::MigrateError> {
+        match target {
+            Some(v) => migrator.run_to(v, pool).await,
+            None => migrator.run(pool).await,
+        }
+    }
+
+    async fn tables(pool: &Pool<Self>) -> Vec<String> {
+        let mut t: Vec<String> = sqlx::query_scalar(
+            "SELECT CAST(table_name AS CHAR) FROM information_schema.tables
+             WHERE table_schema = DATABASE()",
+        )
+        .fetch_all(pool)
+        .await
+        .expect("list tables");
+        t.sort();
+        t
+    }
+
     async fn exec(pool: &Pool<Self>, sql: &str) -> u64 {
         sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_owned()))
             .execute(pool)
@@ -379,6 +440,39 @@ impl TestBackend for Sqlite {
             .unwrap_or_else(|e| panic!("{sql}: {e}"))
     }
 
+    async fn create_empty() -> Option<Db<Self>> {
+        let file = SqliteFile::new();
+        let pool = taskq::sqlite::open(&file.path)
+            .await
+            .expect("open a SQLite file in the temp directory");
+        Some(Db { pool, _guard: file })
+    }
+
+    fn taskq_migrator() -> sqlx::migrate::Migrator {
+        taskq_sqlite::migrate::migrator()
+    }
+
+    async fn run_migrator(
+        migrator: &sqlx::migrate::Migrator,
+        pool: &Pool<Self>,
+        target: Option<i64>,
+    ) -> Result<(), sqlx::migrate::MigrateError> {
+        match target {
+            Some(v) => migrator.run_to(v, pool).await,
+            None => migrator.run(pool).await,
+        }
+    }
+
+    async fn tables(pool: &Pool<Self>) -> Vec<String> {
+        sqlx::query_scalar(
+            "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%'
+             ORDER BY name",
+        )
+        .fetch_all(pool)
+        .await
+        .expect("list tables")
+    }
+
     async fn create() -> Option<Db<Self>> {
         let file = SqliteFile::new();
         let pool = taskq::sqlite::open(&file.path)
@@ -432,7 +526,8 @@ impl TestBackend for Sqlite {
 pub const WAIT: Duration = Duration::from_secs(20);
 
 /// Runs each listed `async fn name<B: TestBackend>(db: Db<B>)` as two tests, `name::mysql`
-/// and `name::sqlite`, each on a fresh database of its backend.
+/// and `name::sqlite`, each on a fresh database of its backend (`conformance!(empty: ..)`:
+/// a fresh database without taskq's tables).
 ///
 /// ```ignore
 /// async fn commit_makes_the_task_visible<B: TestBackend>(db: Db<B>) { .. }
@@ -440,6 +535,27 @@ pub const WAIT: Duration = Duration::from_secs(20);
 /// ```
 #[macro_export]
 macro_rules! conformance {
+    (empty: $($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn mysql() {
+                if let Some(db) =
+                    <sqlx::MySql as $crate::backends::TestBackend>::create_empty().await
+                {
+                    super::$name(db).await;
+                }
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn sqlite() {
+                if let Some(db) =
+                    <sqlx::Sqlite as $crate::backends::TestBackend>::create_empty().await
+                {
+                    super::$name(db).await;
+                }
+            }
+        }
+    )*};
     ($($name:ident),* $(,)?) => {$(
         mod $name {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
