@@ -89,6 +89,9 @@ pub trait TestBackend:
     /// Runs a query returning one text value (or NULL).
     fn text(pool: &Pool<Self>, sql: &str) -> impl Future<Output = Option<String>> + Send;
 
+    /// Runs a query returning one binary column (e.g. the payload), all rows.
+    fn blobs(pool: &Pool<Self>, sql: &str) -> impl Future<Output = Vec<Vec<u8>>> + Send;
+
     /// Runs a query returning one integer column, all rows.
     fn ints(pool: &Pool<Self>, sql: &str) -> impl Future<Output = Vec<i64>> + Send;
 }
@@ -199,6 +202,11 @@ impl<B: TestBackend> Db<B> {
         B::text(&self.pool, sql).await
     }
 
+    /// Runs a query returning one binary column (e.g. the payload), all rows.
+    pub async fn blobs(&self, sql: &str) -> Vec<Vec<u8>> {
+        B::blobs(&self.pool, sql).await
+    }
+
     /// Runs a query returning one integer column, all rows.
     pub async fn ints(&self, sql: &str) -> Vec<i64> {
         B::ints(&self.pool, sql).await
@@ -284,6 +292,13 @@ impl TestBackend for MySql {
     async fn text(pool: &Pool<Self>, sql: &str) -> Option<String> {
         sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned()))
             .fetch_one(pool)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+
+    async fn blobs(pool: &Pool<Self>, sql: &str) -> Vec<Vec<u8>> {
+        sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned()))
+            .fetch_all(pool)
             .await
             .unwrap_or_else(|e| panic!("{sql}: {e}"))
     }
@@ -429,6 +444,13 @@ impl TestBackend for Sqlite {
     async fn text(pool: &Pool<Self>, sql: &str) -> Option<String> {
         sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned()))
             .fetch_one(pool)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+
+    async fn blobs(pool: &Pool<Self>, sql: &str) -> Vec<Vec<u8>> {
+        sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned()))
+            .fetch_all(pool)
             .await
             .unwrap_or_else(|e| panic!("{sql}: {e}"))
     }
