@@ -89,6 +89,12 @@ pub trait TestBackend:
     /// Runs a query returning one text value (or NULL).
     fn text(pool: &Pool<Self>, sql: &str) -> impl Future<Output = Option<String>> + Send;
 
+    /// SQL for the text of `parts` (SQL expressions) joined by `|`.
+    fn concat_sql(parts: &[&str]) -> String;
+
+    /// Runs a query returning one text column, all rows.
+    fn strings(pool: &Pool<Self>, sql: &str) -> impl Future<Output = Vec<String>> + Send;
+
     /// Runs a query returning one binary column (e.g. the payload), all rows.
     fn blobs(pool: &Pool<Self>, sql: &str) -> impl Future<Output = Vec<Vec<u8>>> + Send;
 
@@ -202,6 +208,23 @@ impl<B: TestBackend> Db<B> {
         B::text(&self.pool, sql).await
     }
 
+    /// Runs `SELECT <parts joined by '|'> <rest>` (`rest`: `FROM ... WHERE ... ORDER BY ...`)
+    /// and returns each row's parts as text, e.g.
+    /// `db.rows(&["name", "state", "COUNT(*)"], "FROM taskq_tasks GROUP BY name, state")`.
+    pub async fn rows(&self, parts: &[&str], rest: &str) -> Vec<Vec<String>> {
+        let sql = format!("SELECT {} {rest}", B::concat_sql(parts));
+        B::strings(&self.pool, &sql)
+            .await
+            .into_iter()
+            .map(|r| r.split('|').map(str::to_owned).collect())
+            .collect()
+    }
+
+    /// Runs a query returning one text column, all rows.
+    pub async fn strings(&self, sql: &str) -> Vec<String> {
+        B::strings(&self.pool, sql).await
+    }
+
     /// Runs a query returning one binary column (e.g. the payload), all rows.
     pub async fn blobs(&self, sql: &str) -> Vec<Vec<u8>> {
         B::blobs(&self.pool, sql).await
@@ -292,6 +315,20 @@ impl TestBackend for MySql {
     async fn text(pool: &Pool<Self>, sql: &str) -> Option<String> {
         sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned()))
             .fetch_one(pool)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+
+    fn concat_sql(parts: &[&str]) -> String {
+        format!(
+            "CONVERT(CONCAT_WS('|', {}) USING utf8mb4)",
+            parts.join(", ")
+        )
+    }
+
+    async fn strings(pool: &Pool<Self>, sql: &str) -> Vec<String> {
+        sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned()))
+            .fetch_all(pool)
             .await
             .unwrap_or_else(|e| panic!("{sql}: {e}"))
     }
@@ -444,6 +481,17 @@ impl TestBackend for Sqlite {
     async fn text(pool: &Pool<Self>, sql: &str) -> Option<String> {
         sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned()))
             .fetch_one(pool)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+
+    fn concat_sql(parts: &[&str]) -> String {
+        format!("({})", parts.join(" || '|' || "))
+    }
+
+    async fn strings(pool: &Pool<Self>, sql: &str) -> Vec<String> {
+        sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned()))
+            .fetch_all(pool)
             .await
             .unwrap_or_else(|e| panic!("{sql}: {e}"))
     }
