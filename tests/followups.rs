@@ -202,13 +202,8 @@ async fn epoch(db: &TestDb, id: TaskId) -> u64 {
 }
 
 async fn expire_leases(db: &TestDb) {
-    sqlx::query(
-        "UPDATE taskq_tasks SET lease_until = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND
-         WHERE state = 'running'",
-    )
-    .execute(&db.pool)
-    .await
-    .unwrap();
+    db.exec(&format!("UPDATE taskq_tasks SET lease_until = {}
+         WHERE state = 'running'", db.ago(Duration::from_secs(1)))).await;
 }
 
 /// A worker that holds what it claims: long lease, rare heartbeat, no reaper, long grace.
@@ -226,11 +221,7 @@ fn holding_worker(db: &TestDb, id: &str) -> taskq::WorkerBuilder {
 // ---------------------------------------------------------------------------------------------
 // Tests
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_death_enqueues_exactly_one_follow_up_with_the_dead_tasks_fields() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn a_death_enqueues_exactly_one_follow_up_with_the_dead_tasks_fields<B: TestBackend>(db: Db<B>) {
     let client = Client::new(db.pool.clone());
     let seen = Seen::default();
     let id = FlakyExport { order_id: 7 }
@@ -289,11 +280,7 @@ async fn a_death_enqueues_exactly_one_follow_up_with_the_dead_tasks_fields() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn hand_written_hooks_follow_permanent_and_undecodable_deaths() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn hand_written_hooks_follow_permanent_and_undecodable_deaths<B: TestBackend>(db: Db<B>) {
     let seen = Seen::default();
     let a = Hand {
         fail: "bad input".into(),
@@ -342,11 +329,7 @@ async fn hand_written_hooks_follow_permanent_and_undecodable_deaths() {
     assert_eq!(rows(&db, "notify_ops").await.len(), 2);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_follow_up_that_cannot_be_built_does_not_hold_the_death_back() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn a_follow_up_that_cannot_be_built_does_not_hold_the_death_back<B: TestBackend>(db: Db<B>) {
     let client = Client::new(db.pool.clone());
     let id = BadHook.enqueue(&db.pool).await.unwrap().id;
     let w = RunningWorker::spawn(fast_worker(&db.pool).register::<BadHook>());
@@ -362,11 +345,7 @@ async fn a_follow_up_that_cannot_be_built_does_not_hold_the_death_back() {
     assert_eq!(db.count("id <> 0").await, 1, "nothing else was enqueued");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_fenced_write_back_enqueues_no_follow_up() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn a_fenced_write_back_enqueues_no_follow_up<B: TestBackend>(db: Db<B>) {
     let client = Client::new(db.pool.clone());
     let gate = Gate(Arc::new(Semaphore::new(0)));
     let stale = Gated { n: 1 }.enqueue(&db.pool).await.unwrap().id;
@@ -382,11 +361,7 @@ async fn a_fenced_write_back_enqueues_no_follow_up() {
     })
     .await;
     // Another holder took `stale` over meanwhile (its epoch moved, still running).
-    sqlx::query("UPDATE taskq_tasks SET lease_epoch = lease_epoch + 1 WHERE id = ?")
-        .bind(stale.0)
-        .execute(&db.pool)
-        .await
-        .unwrap();
+    db.exec(&format!("UPDATE taskq_tasks SET lease_epoch = lease_epoch + 1 WHERE id = {}", stale.0)).await;
     gate.0.add_permits(2);
     wait_until(Duration::from_secs(10), "both write-backs done", || async {
         let s = a.stats.snapshot();
@@ -415,11 +390,7 @@ async fn a_fenced_write_back_enqueues_no_follow_up() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_reaped_last_attempt_gets_one_follow_up_from_a_reaper_that_registers_it() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn a_reaped_last_attempt_gets_one_follow_up_from_a_reaper_that_registers_it<B: TestBackend>(db: Db<B>) {
     let client = Client::new(db.pool.clone());
     let gate = Gate(Arc::new(Semaphore::new(0)));
     let last = Gated { n: 1 }.enqueue(&db.pool).await.unwrap().id;
@@ -531,11 +502,7 @@ async fn a_reaped_last_attempt_gets_one_follow_up_from_a_reaper_that_registers_i
     assert_eq!(rows(&db, "notify_ops").await.len(), 1);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn on_success_chains_pass_the_payload_along() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn on_success_chains_pass_the_payload_along<B: TestBackend>(db: Db<B>) {
     let seen = Seen::default();
     let id = StepOne { n: 5 }.enqueue(&db.pool).await.unwrap().id;
     let w = RunningWorker::spawn(
@@ -572,11 +539,7 @@ async fn on_success_chains_pass_the_payload_along() {
     assert_eq!(rows(&db, "step_three").await.len(), 1);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn observers_see_every_outcome_and_a_panicking_one_does_not_stop_the_worker() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn observers_see_every_outcome_and_a_panicking_one_does_not_stop_the_worker<B: TestBackend>(db: Db<B>) {
     let client = Client::new(db.pool.clone());
     let mut ids = Vec::new();
     for m in [
@@ -644,11 +607,7 @@ async fn observers_see_every_outcome_and_a_panicking_one_does_not_stop_the_worke
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_unique_tasks_death_frees_its_identity_and_enqueues_its_follow_up_together() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn a_unique_tasks_death_frees_its_identity_and_enqueues_its_follow_up_together<B: TestBackend>(db: Db<B>) {
     let client = Client::new(db.pool.clone());
     let seen = Seen::default();
     let id = UniqueExport { order_id: 3 }
@@ -685,3 +644,14 @@ async fn a_unique_tasks_death_frees_its_identity_and_enqueues_its_follow_up_toge
         .unwrap();
     assert!(!again.duplicate);
 }
+
+taskq_tests::conformance!(
+    a_death_enqueues_exactly_one_follow_up_with_the_dead_tasks_fields,
+    hand_written_hooks_follow_permanent_and_undecodable_deaths,
+    a_follow_up_that_cannot_be_built_does_not_hold_the_death_back,
+    a_fenced_write_back_enqueues_no_follow_up,
+    a_reaped_last_attempt_gets_one_follow_up_from_a_reaper_that_registers_it,
+    on_success_chains_pass_the_payload_along,
+    observers_see_every_outcome_and_a_panicking_one_does_not_stop_the_worker,
+    a_unique_tasks_death_frees_its_identity_and_enqueues_its_follow_up_together,
+);

@@ -411,7 +411,7 @@ async fn error_texts_are_cut_and_the_history_keeps_the_latest_entries<B: TestBac
         .collect();
     db.exec(&format!(
         "UPDATE taskq_tasks SET attempts = '{}', lease_epoch = 100 WHERE id = {}",
-        serde_json::Value::from(full).to_string(),
+        serde_json::Value::from(full),
         quick.0
     ))
     .await;
