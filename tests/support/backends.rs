@@ -49,6 +49,9 @@ pub trait TestBackend:
     /// The names of the database's tables, sorted (SQLite's own `sqlite_*` tables left out).
     fn tables(pool: &Pool<Self>) -> impl Future<Output = Vec<String>> + Send;
 
+    /// A URL another process can open the database with (`mysql://…` or `sqlite://…`).
+    fn url(db: &Db<Self>) -> String;
+
     /// A second pool on the same database (another "process").
     fn another_pool(db: &Db<Self>, max: u32) -> impl Future<Output = Pool<Self>> + Send;
 
@@ -249,6 +252,11 @@ impl<B: TestBackend> Db<B> {
         B::run_migrator(migrator, &self.pool, target).await
     }
 
+    /// A URL another process can open the database with (`mysql://…` or `sqlite://…`).
+    pub fn url(&self) -> String {
+        B::url(self)
+    }
+
     /// A second pool on the same database.
     pub async fn another_pool(&self, max: u32) -> Pool<B> {
         B::another_pool(self, max).await
@@ -372,6 +380,11 @@ impl TestBackend for MySql {
         TestDb::empty_or_skip().await.map(Db::from_test_db)
     }
 
+    fn url(db: &Db<Self>) -> String {
+        use sqlx::ConnectOptions as _;
+        db._guard.options.to_url_lossy().to_string()
+    }
+
     fn taskq_migrator() -> sqlx::migrate::Migrator {
         taskq::migrator()
     }
@@ -486,7 +499,8 @@ impl TestBackend for Sqlite {
     }
 
     fn concat_sql(parts: &[&str]) -> String {
-        format!("({})", parts.join(" || '|' || "))
+        let parts: Vec<String> = parts.iter().map(|p| format!("({p})")).collect();
+        format!("CAST({} AS TEXT)", parts.join(" || '|' || "))
     }
 
     async fn strings(pool: &Pool<Self>, sql: &str) -> Vec<String> {
@@ -508,6 +522,10 @@ impl TestBackend for Sqlite {
             .fetch_all(pool)
             .await
             .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+
+    fn url(db: &Db<Self>) -> String {
+        format!("sqlite://{}", db._guard.path.display())
     }
 
     async fn create_empty() -> Option<Db<Self>> {
