@@ -10,6 +10,17 @@
 //! MySQL databases come from [`TestDb`](crate::TestDb) (skipped, with a `SKIPPED mysql:` line,
 //! when no server answers); SQLite databases are fresh files in the temp directory, deleted
 //! when the [`Db`] is dropped. Both have taskq's migrations applied.
+//!
+//! Raw SQL in a test stays in the two dialects' common subset; what differs goes through a
+//! [`Db`] helper instead of a branch in the test: times ([`Db::now`], [`Db::ago`],
+//! [`Db::from_now`], [`Db::set_ago`], [`Db::backdate`], [`Db::shift_times`],
+//! [`Db::server_now`], [`Db::time`]: MySQL `DATETIME(6)` from `UTC_TIMESTAMP(6)`, SQLite µs
+//! from the view `taskq_clock`), JSON ([`Db::json_text`]), binary literals ([`blob`]), reads
+//! ([`Db::scalar`], [`Db::ints`], [`Db::text`], [`Db::strings`], [`Db::blobs`], [`Db::rows`])
+//! and the schema ([`Db::tables`], [`TestBackend::taskq_migrator`]). A test that is
+//! InnoDB/MySQL-specific stays a plain `#[tokio::test]` in the same file, with a comment
+//! saying why, and may wrap its [`TestDb`](crate::TestDb) in [`Db::from_test_db`] to share
+//! the file's helpers.
 
 use std::future::Future;
 use std::path::PathBuf;
