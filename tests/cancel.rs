@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 use taskq::{
     CancelReason, Client, Task, TaskContext, TaskError, TaskId, TaskState, Unique, client::Canceled,
 };
-use taskq_tests::{RunningWorker, TestDb, fast_worker, wait_until};
+use taskq_tests::backends::{Db, TestBackend};
+use taskq_tests::{RunningWorker, wait_until};
 
 /// What the handlers saw.
 #[derive(Clone, Default)]
@@ -62,9 +63,9 @@ impl Task for Long {
     }
 }
 
-fn worker(db: &TestDb, seen: &Seen, grace: Duration) -> RunningWorker {
+fn worker<B: TestBackend>(db: &Db<B>, seen: &Seen, grace: Duration) -> RunningWorker {
     RunningWorker::spawn(
-        fast_worker(&db.pool)
+        db.worker()
             .register::<Long>()
             .data(seen.clone())
             .lease(Duration::from_secs(3))
@@ -81,21 +82,16 @@ async fn started(client: &Client, seen: &Seen, id: TaskId) {
     .await;
 }
 
-async fn cancel_requested(db: &TestDb, id: TaskId) -> bool {
-    let (set,): (bool,) =
-        sqlx::query_as("SELECT cancel_requested_at IS NOT NULL FROM taskq_tasks WHERE id = ?")
-            .bind(id.0)
-            .fetch_one(&db.pool)
-            .await
-            .unwrap();
-    set
+async fn cancel_requested<B: TestBackend>(db: &Db<B>, id: TaskId) -> bool {
+    db.count(&format!(
+        "id = {} AND cancel_requested_at IS NOT NULL",
+        id.0
+    ))
+    .await
+        == 1
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cooperative_handler_that_fails_is_recorded_canceled() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn a_cooperative_handler_that_fails_is_recorded_canceled<B: TestBackend>(db: Db<B>) {
     let client = Client::new(db.pool.clone());
     let seen = Seen::default();
     let id = Long(React::Fail).enqueue(&db.pool).await.unwrap().id;
@@ -123,6 +119,11 @@ async fn a_cooperative_handler_that_fails_is_recorded_canceled() {
     assert_eq!(t.lease_epoch, 1, "written by the attempt's own epoch");
     assert!(t.finished_at.is_some());
     assert!(t.lease_until.is_none());
+    // The counter moves just after the write-back the test saw.
+    wait_until(Duration::from_secs(5), "the cancel is counted", || async {
+        w.stats.snapshot().canceled == 1
+    })
+    .await;
     let stats = w.stats.snapshot();
     assert_eq!((stats.canceled, stats.lost_leases, stats.fenced), (1, 0, 0));
     w.stop().await;
@@ -130,11 +131,7 @@ async fn a_cooperative_handler_that_fails_is_recorded_canceled() {
     assert_eq!(db.count("state = 'pending'").await, 0);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_success_within_the_grace_is_recorded_succeeded() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn a_success_within_the_grace_is_recorded_succeeded<B: TestBackend>(db: Db<B>) {
     let client = Client::new(db.pool.clone());
     let seen = Seen::default();
     let id = Long(React::Succeed).enqueue(&db.pool).await.unwrap().id;
@@ -154,11 +151,7 @@ async fn a_success_within_the_grace_is_recorded_succeeded() {
     w.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_handler_that_ignores_the_signal_is_aborted_after_the_grace() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn a_handler_that_ignores_the_signal_is_aborted_after_the_grace<B: TestBackend>(db: Db<B>) {
     let client = Client::new(db.pool.clone());
     let seen = Seen::default();
     let id = Long(React::Ignore).enqueue(&db.pool).await.unwrap().id;
@@ -184,31 +177,20 @@ async fn a_handler_that_ignores_the_signal_is_aborted_after_the_grace() {
     assert_eq!(client.get(id).await.unwrap().state, TaskState::Canceled);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_reaper_cancels_an_expired_cancel_requested_task() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn the_reaper_cancels_an_expired_cancel_requested_task<B: TestBackend>(db: Db<B>) {
     let client = Client::new(db.pool.clone());
     let id = Long(React::Ignore).enqueue(&db.pool).await.unwrap().id;
     // A worker claimed it and died (attempts left, so without the request it would go back
     // to pending).
-    sqlx::query(
-        "UPDATE taskq_tasks SET state = 'running', attempt = 1, lease_epoch = 1, worker_id = 'gone',
-           lease_until = UTC_TIMESTAMP(6) + INTERVAL 1 HOUR WHERE id = ?",
-    )
-    .bind(id.0)
-    .execute(&db.pool)
-    .await
-    .unwrap();
+    db.exec(&format!("UPDATE taskq_tasks SET state = 'running', attempt = 1, lease_epoch = 1, worker_id = 'gone',
+           lease_until = {} WHERE id = {}", db.from_now(Duration::from_secs(3600)), id.0)).await;
     assert_eq!(client.cancel(id).await.unwrap(), Canceled::Requested);
-    sqlx::query(
-        "UPDATE taskq_tasks SET lease_until = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE id = ?",
-    )
-    .bind(id.0)
-    .execute(&db.pool)
-    .await
-    .unwrap();
+    db.exec(&format!(
+        "UPDATE taskq_tasks SET lease_until = {} WHERE id = {}",
+        db.ago(Duration::from_secs(1)),
+        id.0
+    ))
+    .await;
     let seen = Seen::default();
     let w = worker(&db, &seen, Duration::from_secs(1));
     wait_until(
@@ -228,38 +210,29 @@ async fn the_reaper_cancels_an_expired_cancel_requested_task() {
     assert!(!seen.started.load(std::sync::atomic::Ordering::SeqCst));
     assert_eq!(client.get(id).await.unwrap().state, TaskState::Canceled);
     // The dead worker's late write-back is fenced.
-    let late = sqlx::query(
-        "UPDATE taskq_tasks SET state = 'succeeded' WHERE id = ? AND lease_epoch = 1 AND state = 'running'",
-    )
-    .bind(id.0)
-    .execute(&db.pool)
-    .await
-    .unwrap();
-    assert_eq!(late.rows_affected(), 0);
+    let late = db.exec(&format!("UPDATE taskq_tasks SET state = 'succeeded' WHERE id = {} AND lease_epoch = 1 AND state = 'running'", id.0)).await;
+    assert_eq!(late, 0);
     w.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_retry_written_before_the_request_was_seen_cancels_the_next_attempt() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn a_retry_written_before_the_request_was_seen_cancels_the_next_attempt<B: TestBackend>(
+    db: Db<B>,
+) {
     let client = Client::new(db.pool.clone());
     let id = Long(React::Fail).enqueue(&db.pool).await.unwrap().id;
     // Requested on a running attempt whose outcome (a retry) then won the race.
-    sqlx::query(
-        "UPDATE taskq_tasks SET state = 'running', attempt = 1, lease_epoch = 1 WHERE id = ?",
-    )
-    .bind(id.0)
-    .execute(&db.pool)
-    .await
-    .unwrap();
+    db.exec(&format!(
+        "UPDATE taskq_tasks SET state = 'running', attempt = 1, lease_epoch = 1 WHERE id = {}",
+        id.0
+    ))
+    .await;
     assert_eq!(client.cancel(id).await.unwrap(), Canceled::Requested);
-    sqlx::query("UPDATE taskq_tasks SET state = 'pending', run_at = UTC_TIMESTAMP(6) WHERE id = ?")
-        .bind(id.0)
-        .execute(&db.pool)
-        .await
-        .unwrap();
+    db.exec(&format!(
+        "UPDATE taskq_tasks SET state = 'pending', run_at = {} WHERE id = {}",
+        db.now(),
+        id.0
+    ))
+    .await;
     let seen = Seen::default();
     let w = worker(&db, &seen, Duration::from_secs(5));
     wait_until(
@@ -289,22 +262,15 @@ impl Task for Solo {
     }
 }
 
-async fn identities(db: &TestDb) -> i64 {
-    sqlx::query_scalar("SELECT COUNT(*) FROM taskq_unique")
-        .fetch_one(&db.pool)
-        .await
-        .unwrap()
+async fn identities<B: TestBackend>(db: &Db<B>) -> i64 {
+    db.scalar("SELECT COUNT(*) FROM taskq_unique").await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_canceled_running_unique_task_frees_its_identity() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn a_canceled_running_unique_task_frees_its_identity<B: TestBackend>(db: Db<B>) {
     let client = Client::new(db.pool.clone());
     let id = Solo { account: 7 }.enqueue(&db.pool).await.unwrap().id;
     let w = RunningWorker::spawn(
-        fast_worker(&db.pool)
+        db.worker()
             .register::<Solo>()
             .lease(Duration::from_secs(3))
             .heartbeat(Duration::from_millis(200)),
@@ -325,16 +291,12 @@ async fn a_canceled_running_unique_task_frees_its_identity() {
     w.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_reaper_frees_the_identity_of_a_canceled_unique_task() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn the_reaper_frees_the_identity_of_a_canceled_unique_task<B: TestBackend>(db: Db<B>) {
     let client = Client::new(db.pool.clone());
     let id = Solo { account: 8 }.enqueue(&db.pool).await.unwrap().id;
     // Claimed by a worker that then died: running, lease in the future, identity held.
     let w = RunningWorker::spawn(
-        fast_worker(&db.pool)
+        db.worker()
             .register::<Solo>()
             .lease(Duration::from_secs(60))
             .heartbeat(Duration::from_secs(50))
@@ -346,20 +308,24 @@ async fn the_reaper_frees_the_identity_of_a_canceled_unique_task() {
     })
     .await;
     assert_eq!(client.cancel(id).await.unwrap(), Canceled::Requested);
-    sqlx::query(
-        "UPDATE taskq_tasks SET lease_until = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE id = ?",
-    )
-    .bind(id.0)
-    .execute(&db.pool)
-    .await
-    .unwrap();
-    let reaper = RunningWorker::spawn(fast_worker(&db.pool).register::<Long>());
+    db.exec(&format!(
+        "UPDATE taskq_tasks SET lease_until = {} WHERE id = {}",
+        db.ago(Duration::from_secs(1)),
+        id.0
+    ))
+    .await;
+    let reaper = RunningWorker::spawn(db.worker().register::<Long>());
     wait_until(Duration::from_secs(10), "reaped to canceled", || async {
         client.get(id).await.unwrap().state == TaskState::Canceled
     })
     .await;
     assert_eq!(identities(&db).await, 0);
     assert_eq!(client.get(id).await.unwrap().lease_epoch, 2);
+    // Counted right after the reap's commit, which the state above may have beaten.
+    wait_until(Duration::from_secs(5), "the reap counted", || async {
+        reaper.stats.snapshot().reaped == 1
+    })
+    .await;
     assert_eq!(reaper.stop().await.stats.reaped, 1);
     // The first worker never learned (its heartbeat is 50 s away); its shutdown release is
     // fenced by the epoch: the task stays canceled.
@@ -367,24 +333,22 @@ async fn the_reaper_frees_the_identity_of_a_canceled_unique_task() {
     assert_eq!(client.get(id).await.unwrap().state, TaskState::Canceled);
 }
 
-async fn states(db: &TestDb) -> Vec<(String, String, i64)> {
-    sqlx::query_as(
-        "SELECT name, CAST(state AS CHAR), COUNT(*) FROM taskq_tasks GROUP BY name, state ORDER BY name, 2",
+async fn states<B: TestBackend>(db: &Db<B>) -> Vec<(String, String, i64)> {
+    db.rows(
+        &["name", "state", "COUNT(*)"],
+        "FROM taskq_tasks GROUP BY name, state ORDER BY name, CAST(state AS CHAR(16))",
     )
-    .fetch_all(&db.pool)
     .await
-    .unwrap()
+    .into_iter()
+    .map(|r| (r[0].clone(), r[1].clone(), r[2].parse().unwrap()))
+    .collect()
 }
 
 fn row(name: &str, state: &str, n: i64) -> (String, String, i64) {
     (name.into(), state.into(), n)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cancel_where_counts_in_a_dry_run_and_cancels_in_batches() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn cancel_where_counts_in_a_dry_run_and_cancels_in_batches<B: TestBackend>(db: Db<B>) {
     let client = Client::new(db.pool.clone());
     // 1,100 pending `long` tasks (more than two batches of 500), one of them running, one
     // enqueued two hours ago; and a pending unique `solo` task.
@@ -397,18 +361,13 @@ async fn cancel_where_counts_in_a_dry_run_and_cancels_in_batches() {
         .collect();
     drop(conn);
     let solo = Solo { account: 1 }.enqueue(&db.pool).await.unwrap().id;
-    sqlx::query("UPDATE taskq_tasks SET state = 'running', attempt = 1, lease_epoch = 1, lease_until = UTC_TIMESTAMP(6) + INTERVAL 1 HOUR WHERE id = ?")
-        .bind(ids[0].0)
-        .execute(&db.pool)
-        .await
-        .unwrap();
-    sqlx::query(
-        "UPDATE taskq_tasks SET created_at = UTC_TIMESTAMP(6) - INTERVAL 2 HOUR WHERE id = ?",
-    )
-    .bind(ids[1].0)
-    .execute(&db.pool)
-    .await
-    .unwrap();
+    db.exec(&format!("UPDATE taskq_tasks SET state = 'running', attempt = 1, lease_epoch = 1, lease_until = {} WHERE id = {}", db.from_now(Duration::from_secs(3600)), ids[0].0)).await;
+    db.exec(&format!(
+        "UPDATE taskq_tasks SET created_at = {} WHERE id = {}",
+        db.ago(Duration::from_secs(7200)),
+        ids[1].0
+    ))
+    .await;
 
     let by_name = |name: &str| taskq::client::BulkFilter {
         name: Some(name.into()),
@@ -488,34 +447,24 @@ async fn cancel_where_counts_in_a_dry_run_and_cancels_in_batches() {
     assert_eq!(identities(&db).await, 0);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn retry_where_counts_in_a_dry_run_and_retries_matching_dead_tasks() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn retry_where_counts_in_a_dry_run_and_retries_matching_dead_tasks<B: TestBackend>(
+    db: Db<B>,
+) {
     let client = Client::new(db.pool.clone());
     let mut ids = Vec::new();
     for _ in 0..4 {
         ids.push(Long(React::Fail).enqueue(&db.pool).await.unwrap().id);
     }
     let solo = Solo { account: 2 }.enqueue(&db.pool).await.unwrap().id;
-    sqlx::query("UPDATE taskq_tasks SET state = 'dead', attempt = 5, lease_epoch = 3, finished_at = UTC_TIMESTAMP(6) WHERE id <> ?")
-        .bind(ids[3].0)
-        .execute(&db.pool)
-        .await
-        .unwrap();
-    sqlx::query(
-        "UPDATE taskq_tasks SET created_at = UTC_TIMESTAMP(6) - INTERVAL 2 HOUR WHERE id = ?",
-    )
-    .bind(ids[0].0)
-    .execute(&db.pool)
-    .await
-    .unwrap();
+    db.exec(&format!("UPDATE taskq_tasks SET state = 'dead', attempt = 5, lease_epoch = 3, finished_at = {} WHERE id <> {}", db.now(), ids[3].0)).await;
+    db.exec(&format!(
+        "UPDATE taskq_tasks SET created_at = {} WHERE id = {}",
+        db.ago(Duration::from_secs(7200)),
+        ids[0].0
+    ))
+    .await;
     // The dead unique task gave its identity up when it died.
-    sqlx::query("DELETE FROM taskq_unique")
-        .execute(&db.pool)
-        .await
-        .unwrap();
+    db.exec("DELETE FROM taskq_unique").await;
 
     let all = taskq::client::BulkFilter::default();
     assert_eq!(client.retry_where(&all, true).await.unwrap(), 4);
@@ -557,18 +506,18 @@ async fn retry_where_counts_in_a_dry_run_and_retries_matching_dead_tasks() {
     assert_eq!(db.count("state = 'pending'").await, 5);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_grace_longer_than_the_lease_lets_the_reaper_cancel_and_fences_the_late_write_back() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn a_grace_longer_than_the_lease_lets_the_reaper_cancel_and_fences_the_late_write_back<
+    B: TestBackend,
+>(
+    db: Db<B>,
+) {
     let client = Client::new(db.pool.clone());
     let seen = Seen::default();
     let id = Long(React::Ignore).enqueue(&db.pool).await.unwrap().id;
     // The lease (1 s) runs out long before the grace (3 s): the worker's own reaper cancels
     // the task while the handler is still within its grace.
     let w = RunningWorker::spawn(
-        fast_worker(&db.pool)
+        db.worker()
             .register::<Long>()
             .data(seen.clone())
             .lease(Duration::from_secs(1))
@@ -604,3 +553,16 @@ async fn a_grace_longer_than_the_lease_lets_the_reaper_cancel_and_fences_the_lat
     w.stop().await;
     assert_eq!(client.get(id).await.unwrap().state, TaskState::Canceled);
 }
+
+taskq_tests::conformance!(
+    a_cooperative_handler_that_fails_is_recorded_canceled,
+    a_success_within_the_grace_is_recorded_succeeded,
+    a_handler_that_ignores_the_signal_is_aborted_after_the_grace,
+    the_reaper_cancels_an_expired_cancel_requested_task,
+    a_retry_written_before_the_request_was_seen_cancels_the_next_attempt,
+    a_canceled_running_unique_task_frees_its_identity,
+    the_reaper_frees_the_identity_of_a_canceled_unique_task,
+    cancel_where_counts_in_a_dry_run_and_cancels_in_batches,
+    retry_where_counts_in_a_dry_run_and_retries_matching_dead_tasks,
+    a_grace_longer_than_the_lease_lets_the_reaper_cancel_and_fences_the_late_write_back,
+);

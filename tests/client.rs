@@ -1,7 +1,7 @@
 //! `Client`: status, list/count, cancel and retry of dead tasks.
 
 use taskq::{Client, Error, Task, TaskContext, TaskError, TaskId, TaskState, client::ListFilter};
-use taskq_tests::TestDb;
+use taskq_tests::backends::{Db, TestBackend, blob};
 
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 struct Ping(u32);
@@ -13,20 +13,16 @@ impl Task for Ping {
     }
 }
 
-async fn set_state(db: &TestDb, id: TaskId, state: &str) {
-    sqlx::query("UPDATE taskq_tasks SET state = ?, finished_at = UTC_TIMESTAMP(6) WHERE id = ?")
-        .bind(state)
-        .bind(id.0)
-        .execute(&db.pool)
-        .await
-        .unwrap();
+async fn set_state<B: TestBackend>(db: &Db<B>, id: TaskId, state: &str) {
+    db.exec(&format!(
+        "UPDATE taskq_tasks SET state = '{state}', finished_at = {} WHERE id = {}",
+        db.now(),
+        id.0
+    ))
+    .await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cancel_cancels_pending_tasks_and_requests_running_ones() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn cancel_cancels_pending_tasks_and_requests_running_ones<B: TestBackend>(db: Db<B>) {
     let client = Client::new(db.pool.clone());
     let a = Ping(1).enqueue(&db.pool).await.unwrap().id;
     assert_eq!(
@@ -63,11 +59,7 @@ async fn cancel_cancels_pending_tasks_and_requests_running_ones() {
     assert_eq!(client.get(b).await.unwrap().state, TaskState::Running);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn list_and_count_filter_by_queue_state_and_name() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn list_and_count_filter_by_queue_state_and_name<B: TestBackend>(db: Db<B>) {
     let client = Client::new(db.pool.clone());
     let mut ids = Vec::new();
     for i in 0..5 {
@@ -123,11 +115,7 @@ async fn list_and_count_filter_by_queue_state_and_name() {
     assert_eq!(get("other", TaskState::Pending), Some(3));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn retry_dead_resets_attempts_and_bumps_the_epoch() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn retry_dead_resets_attempts_and_bumps_the_epoch<B: TestBackend>(db: Db<B>) {
     let client = Client::new(db.pool.clone());
     let id = Ping(1).enqueue(&db.pool).await.unwrap().id;
     assert!(matches!(
@@ -137,13 +125,11 @@ async fn retry_dead_resets_attempts_and_bumps_the_epoch() {
             ..
         })
     ));
-    sqlx::query(
-        "UPDATE taskq_tasks SET state = 'dead', attempt = 20, lease_epoch = 20 WHERE id = ?",
-    )
-    .bind(id.0)
-    .execute(&db.pool)
-    .await
-    .unwrap();
+    db.exec(&format!(
+        "UPDATE taskq_tasks SET state = 'dead', attempt = 20, lease_epoch = 20 WHERE id = {}",
+        id.0
+    ))
+    .await;
     client.retry_dead(id).await.unwrap();
     let info = client.get(id).await.unwrap();
     assert_eq!(
@@ -154,25 +140,19 @@ async fn retry_dead_resets_attempts_and_bumps_the_epoch() {
 }
 
 /// Doubles every row of the table `times` times (a portable way to make many rows).
-async fn double_rows(db: &TestDb, times: u32) {
+async fn double_rows<B: TestBackend>(db: &Db<B>, times: u32) {
     for _ in 0..times {
-        sqlx::query(
+        db.exec(
             "INSERT INTO taskq_tasks (queue, name, payload, state, priority, attempt, max_attempts,
                run_at, lease_epoch, created_at, updated_at, finished_at)
              SELECT queue, name, payload, state, priority, attempt, max_attempts,
                run_at, lease_epoch, created_at, updated_at, finished_at FROM taskq_tasks",
         )
-        .execute(&db.pool)
-        .await
-        .unwrap();
+        .await;
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn db_now_is_the_database_clock() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn db_now_is_the_database_clock<B: TestBackend>(db: Db<B>) {
     let client = Client::new(db.pool.clone());
     let before = client.db_now().await.unwrap();
     let id = Ping(1).enqueue(&db.pool).await.unwrap().id;
@@ -182,28 +162,20 @@ async fn db_now_is_the_database_clock() {
         before <= created && created <= after,
         "{before} {created} {after}"
     );
-    let (server,): (chrono::DateTime<chrono::Utc>,) = sqlx::query_as("SELECT UTC_TIMESTAMP(6)")
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
+    let server = db.server_now().await;
     assert!((server - after).num_seconds().abs() < 5);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn retry_all_dead_moves_every_dead_task_in_batches() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn retry_all_dead_moves_every_dead_task_in_batches<B: TestBackend>(db: Db<B>) {
     let client = Client::new(db.pool.clone());
     let seed = Ping(0).enqueue(&db.pool).await.unwrap().id;
-    sqlx::query(
+    db.exec(&format!(
         "UPDATE taskq_tasks SET state = 'dead', attempt = 5, lease_epoch = 7,
-           finished_at = UTC_TIMESTAMP(6) WHERE id = ?",
-    )
-    .bind(seed.0)
-    .execute(&db.pool)
-    .await
-    .unwrap();
+           finished_at = {} WHERE id = {}",
+        db.now(),
+        seed.0
+    ))
+    .await;
     double_rows(&db, 10).await; // 1024 dead tasks: more than two batches
     let batch = u64::from(Client::BATCH);
     assert!(1024 > 2 * batch);
@@ -225,11 +197,11 @@ async fn retry_all_dead_moves_every_dead_task_in_batches() {
         .await
         .unwrap()
         .id;
-    sqlx::query("UPDATE taskq_tasks SET state = 'dead' WHERE id = ?")
-        .bind(bare.0)
-        .execute(&db.pool)
-        .await
-        .unwrap();
+    db.exec(&format!(
+        "UPDATE taskq_tasks SET state = 'dead' WHERE id = {}",
+        bare.0
+    ))
+    .await;
     let pending = Ping(10).enqueue(&db.pool).await.unwrap().id;
     let canceled = Ping(11).enqueue(&db.pool).await.unwrap().id;
     client.cancel(canceled).await.unwrap();
@@ -257,25 +229,18 @@ async fn retry_all_dead_moves_every_dead_task_in_batches() {
     assert_eq!(client.retry_all_dead(None).await.unwrap(), 0);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn purge_deletes_old_terminal_tasks_only() {
+async fn purge_deletes_old_terminal_tasks_only<B: TestBackend>(db: Db<B>) {
     use std::time::Duration;
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
     let client = Client::new(db.pool.clone());
-    let old = |state: &str, days: u32| {
+    let old = |id: TaskId, state: &str, days: u64| {
         format!(
-            "UPDATE taskq_tasks SET state = '{state}',
-               finished_at = UTC_TIMESTAMP(6) - INTERVAL {days} DAY WHERE id = ?"
+            "UPDATE taskq_tasks SET state = '{state}', finished_at = {} WHERE id = {}",
+            db.ago(Duration::from_secs(days * 86_400)),
+            id.0
         )
     };
     let seed = Ping(0).enqueue(&db.pool).await.unwrap().id;
-    sqlx::query(sqlx::AssertSqlSafe(old("succeeded", 10)))
-        .bind(seed.0)
-        .execute(&db.pool)
-        .await
-        .unwrap();
+    db.exec(&old(seed, "succeeded", 10)).await;
     double_rows(&db, 10).await; // 1024 old succeeded tasks
     let mut keep = Vec::new();
     for (i, (state, days)) in [
@@ -288,22 +253,14 @@ async fn purge_deletes_old_terminal_tasks_only() {
     .enumerate()
     {
         let id = Ping(i as u32).enqueue(&db.pool).await.unwrap().id;
-        sqlx::query(sqlx::AssertSqlSafe(old(state, days)))
-            .bind(id.0)
-            .execute(&db.pool)
-            .await
-            .unwrap();
+        db.exec(&old(id, state, days)).await;
         if days == 1 {
             keep.push(id);
         }
     }
     // Old but not terminal: never purged.
     let running = Ping(20).enqueue(&db.pool).await.unwrap().id;
-    sqlx::query(sqlx::AssertSqlSafe(old("running", 30)))
-        .bind(running.0)
-        .execute(&db.pool)
-        .await
-        .unwrap();
+    db.exec(&old(running, "running", 30)).await;
     let pending = Ping(21).enqueue(&db.pool).await.unwrap().id;
     let week = Duration::from_secs(7 * 86_400);
 
@@ -339,6 +296,7 @@ async fn purge_deletes_old_terminal_tasks_only() {
     assert_eq!(db.count("1 = 1").await, 2);
 }
 
+// MySQL only: the address of a MySQL pool that cannot connect (a SQLite file has none).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_database_is_named_with_what_to_check() {
     let pool = sqlx::mysql::MySqlPoolOptions::new()
@@ -363,35 +321,36 @@ async fn an_unreachable_database_is_named_with_what_to_check() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_database_without_taskq_tables_says_to_migrate() {
-    let Some(db) = TestDb::empty_or_skip().await else {
-        return;
-    };
+async fn a_database_without_taskq_tables_says_to_migrate<B: TestBackend>(db: Db<B>) {
+    db.exec("DROP TABLE taskq_tasks").await;
     let e = Client::new(db.pool.clone())
         .get(TaskId(1))
         .await
         .unwrap_err();
     let text = e.to_string();
-    assert!(
-        text.starts_with("database error: 1146 (42S02): Table '"),
-        "{text}"
-    );
-    assert!(
-        text.ends_with(
-            "taskq_tasks' doesn't exist (taskq's tables are missing: run taskq::migrate(&pool) \
-             at start-up, or `taskq migrate`)"
+    // The database's own error text differs by backend; taskq's hint is the same.
+    let (start, end) = match db.label() {
+        "mysql" => (
+            "database error: 1146 (42S02): Table '",
+            "taskq_tasks' doesn't exist",
         ),
+        _ => (
+            "database error: (code: 1) no such table: taskq_tasks",
+            "no such table: taskq_tasks",
+        ),
+    };
+    assert!(text.starts_with(start), "{text}");
+    assert!(
+        text.ends_with(&format!(
+            "{end} (taskq's tables are missing: run taskq::migrate(&pool) \
+             at start-up, or `taskq migrate`)"
+        )),
         "{text}"
     );
     assert_eq!(format!("{e:?}"), text, "Debug repeats nothing");
 }
 
-#[tokio::test]
-async fn newest_first_pages_finished_per_minute_and_purge_count() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn newest_first_pages_finished_per_minute_and_purge_count<B: TestBackend>(db: Db<B>) {
     let client = Client::new(db.pool.clone());
     let mut ids = vec![];
     for n in 0..5 {
@@ -428,13 +387,12 @@ async fn newest_first_pages_finished_per_minute_and_purge_count() {
     set_state(&db, ids[1], "dead").await;
     set_state(&db, ids[2], "succeeded").await;
     set_state(&db, ids[3], "dead").await;
-    sqlx::query(
-        "UPDATE taskq_tasks SET finished_at = UTC_TIMESTAMP(6) - INTERVAL 190 SECOND WHERE id = ?",
+    db.set_ago(
+        &format!("id = {}", ids[3].0),
+        "finished_at",
+        std::time::Duration::from_secs(190),
     )
-    .bind(ids[3].0)
-    .execute(&db.pool)
-    .await
-    .unwrap();
+    .await;
     let mut per = client.finished_per_minute(10).await.unwrap();
     per.sort_by_key(|p| (p.minutes_ago, p.state.as_str() != "succeeded"));
     let got: Vec<(u32, TaskState, u64)> = per
@@ -485,18 +443,14 @@ async fn newest_first_pages_finished_per_minute_and_purge_count() {
 }
 
 /// Inserts a task row with an explicit id (any queue, name, state).
-async fn insert_at(db: &TestDb, id: u64, queue: &str, name: &str, state: &str) {
-    sqlx::query(
+async fn insert_at<B: TestBackend>(db: &Db<B>, id: u64, queue: &str, name: &str, state: &str) {
+    let now = db.now();
+    db.exec(&format!(
         "INSERT INTO taskq_tasks (id, queue, name, payload, state, max_attempts, run_at, created_at, updated_at)
-         VALUES (?, ?, ?, '{}', ?, 3, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))",
-    )
-    .bind(id)
-    .bind(queue)
-    .bind(name)
-    .bind(state)
-    .execute(&db.pool)
-    .await
-    .unwrap();
+         VALUES ({id}, '{queue}', '{name}', {}, '{state}', 3, {now}, {now}, {now})",
+        blob(b"{}")
+    ))
+    .await;
 }
 
 /// Every id `filter` lists, page after page of `limit`.
@@ -514,11 +468,9 @@ async fn all_pages(client: &Client, mut filter: ListFilter, limit: u32) -> Vec<u
     }
 }
 
-#[tokio::test]
-async fn a_queue_filter_without_a_state_pages_beyond_the_primary_key_probe() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn a_queue_filter_without_a_state_pages_beyond_the_primary_key_probe<B: TestBackend>(
+    db: Db<B>,
+) {
     let client = Client::new(db.pool.clone());
     let probe = Client::LIST_PROBE_IDS;
     // A small queue spread over ids far apart (several probe windows), in every state, and
@@ -542,11 +494,12 @@ async fn a_queue_filter_without_a_state_pages_beyond_the_primary_key_probe() {
             insert_at(&db, id, "big", "t", states[(id % 6) as usize]).await;
         }
     }
-    let big: Vec<u64> =
-        sqlx::query_scalar("SELECT id FROM taskq_tasks WHERE queue = 'big' ORDER BY id")
-            .fetch_all(&db.pool)
-            .await
-            .unwrap();
+    let big: Vec<u64> = db
+        .ints("SELECT id FROM taskq_tasks WHERE queue = 'big' ORDER BY id")
+        .await
+        .into_iter()
+        .map(|id| id as u64)
+        .collect();
     let odd: Vec<u64> = small.iter().copied().skip(1).step_by(2).collect();
     for limit in [1, 2, 3, 50] {
         for newest_first in [false, true] {
@@ -601,3 +554,15 @@ async fn a_queue_filter_without_a_state_pages_beyond_the_primary_key_probe() {
         vec![small[7], small[6], small[5]]
     );
 }
+
+taskq_tests::conformance!(
+    cancel_cancels_pending_tasks_and_requests_running_ones,
+    list_and_count_filter_by_queue_state_and_name,
+    retry_dead_resets_attempts_and_bumps_the_epoch,
+    db_now_is_the_database_clock,
+    retry_all_dead_moves_every_dead_task_in_batches,
+    purge_deletes_old_terminal_tasks_only,
+    a_database_without_taskq_tables_says_to_migrate,
+    newest_first_pages_finished_per_minute_and_purge_count,
+    a_queue_filter_without_a_state_pages_beyond_the_primary_key_probe,
+);

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use taskq::{Client, Error, Task, TaskContext, TaskError, TaskState};
-use taskq_tests::TestDb;
+use taskq_tests::backends::{Db, TestBackend};
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 struct Note {
@@ -26,34 +26,23 @@ fn note(text: &str) -> Note {
     Note { text: text.into() }
 }
 
-async fn business_table(db: &TestDb) {
-    sqlx::query("CREATE TABLE orders (id BIGINT PRIMARY KEY, total INT NOT NULL)")
-        .execute(&db.pool)
-        .await
-        .unwrap();
+async fn business_table<B: TestBackend>(db: &Db<B>) {
+    db.exec("CREATE TABLE orders (id BIGINT PRIMARY KEY, total INT NOT NULL)")
+        .await;
 }
 
-async fn count_orders(db: &TestDb) -> i64 {
-    sqlx::query_scalar("SELECT COUNT(*) FROM orders")
-        .fetch_one(&db.pool)
-        .await
-        .unwrap()
+async fn count_orders<B: TestBackend>(db: &Db<B>) -> i64 {
+    db.scalar("SELECT COUNT(*) FROM orders").await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn commit_makes_business_row_and_task_visible_together() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn commit_makes_business_row_and_task_visible_together<B: TestBackend>(db: Db<B>) {
     business_table(&db).await;
-    let mut tx = db.pool.begin().await.unwrap();
-    sqlx::query("INSERT INTO orders VALUES (1, 100)")
-        .execute(&mut *tx)
-        .await
-        .unwrap();
+    let mut tx = db.begin().await;
+    db.exec_in(&mut tx, "INSERT INTO orders VALUES (1, 100)")
+        .await;
     let out = note("order 1").enqueue_tx(&mut tx).await.unwrap();
     assert!(!out.duplicate);
-    // Not visible to others before commit.
+    // Not visible to others before commit (SQLite: WAL readers see the last commit).
     assert_eq!(db.count("1=1").await, 0);
     assert_eq!(count_orders(&db).await, 0);
     tx.commit().await.unwrap();
@@ -69,17 +58,11 @@ async fn commit_makes_business_row_and_task_visible_together() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn rollback_leaves_neither_row() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn rollback_leaves_neither_row<B: TestBackend>(db: Db<B>) {
     business_table(&db).await;
-    let mut tx = db.pool.begin().await.unwrap();
-    sqlx::query("INSERT INTO orders VALUES (1, 100)")
-        .execute(&mut *tx)
-        .await
-        .unwrap();
+    let mut tx = db.begin().await;
+    db.exec_in(&mut tx, "INSERT INTO orders VALUES (1, 100)")
+        .await;
     note("x").enqueue_tx(&mut tx).await.unwrap();
     tx.rollback().await.unwrap();
     assert_eq!(count_orders(&db).await, 0);
@@ -87,17 +70,15 @@ async fn rollback_leaves_neither_row() {
 
     // Dropping the transaction without commit is a rollback too.
     {
-        let mut tx = db.pool.begin().await.unwrap();
+        let mut tx = db.begin().await;
         note("y").enqueue_tx(&mut tx).await.unwrap();
     }
     assert_eq!(db.count("1=1").await, 0);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_thousand_mixed_transactions_leave_exactly_the_committed_tasks() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn a_thousand_mixed_transactions_leave_exactly_the_committed_tasks<B: TestBackend>(
+    db: Db<B>,
+) {
     business_table(&db).await;
     let mut committed = 0i64;
     let mut handles = Vec::new();
@@ -108,12 +89,8 @@ async fn a_thousand_mixed_transactions_leave_exactly_the_committed_tasks() {
             let mut rng = fastrand::Rng::with_seed(worker as u64);
             for i in 0..125i64 {
                 let id = worker * 1000 + i;
-                let mut tx = pool.begin().await.unwrap();
-                sqlx::query("INSERT INTO orders VALUES (?, 1)")
-                    .bind(id)
-                    .execute(&mut *tx)
-                    .await
-                    .unwrap();
+                let mut tx = B::begin(&pool).await;
+                B::exec_in(&mut tx, &format!("INSERT INTO orders VALUES ({id}, 1)")).await;
                 Note {
                     text: id.to_string(),
                 }
@@ -139,22 +116,18 @@ async fn a_thousand_mixed_transactions_leave_exactly_the_committed_tasks() {
     assert_eq!(count_orders(&db).await, committed);
     assert_eq!(db.count("1=1").await, committed);
     // Zero orphans either way: every task has its order and every order its task.
-    let orphans: i64 = sqlx::query_scalar(
-        "SELECT COUNT(*) FROM taskq_tasks t LEFT JOIN orders o
-           ON o.id = CAST(JSON_UNQUOTE(JSON_EXTRACT(CONVERT(t.payload USING utf8mb4), '$.text')) AS SIGNED)
-         WHERE o.id IS NULL",
-    )
-    .fetch_one(&db.pool)
-    .await
-    .unwrap();
+    let orphans = db
+        .scalar(&format!(
+            "SELECT COUNT(*) FROM taskq_tasks t LEFT JOIN orders o
+               ON CAST(o.id AS CHAR(20)) = {}
+             WHERE o.id IS NULL",
+            db.json_text("t.payload", "$.text")
+        ))
+        .await;
     assert_eq!(orphans, 0);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn enqueue_works_on_pool_connections_and_plain_connections() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn enqueue_works_on_pool_connections_and_plain_connections<B: TestBackend>(db: Db<B>) {
     let a = note("pool").enqueue(&db.pool).await.unwrap();
     let mut conn = db.pool.acquire().await.unwrap();
     let b = note("pooled conn").enqueue_tx(&mut conn).await.unwrap();
@@ -163,11 +136,7 @@ async fn enqueue_works_on_pool_connections_and_plain_connections() {
     assert_eq!(db.count("state = 'pending'").await, 3);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn options_land_in_the_row() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn options_land_in_the_row<B: TestBackend>(db: Db<B>) {
     let client = Client::new(db.pool.clone());
     let delayed = note("d")
         .enqueue_options()
@@ -201,18 +170,14 @@ async fn options_land_in_the_row() {
     assert_eq!(client.get(scheduled.id).await.unwrap().run_at, at);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn duplicate_idempotency_key_returns_the_existing_task() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn duplicate_idempotency_key_returns_the_existing_task<B: TestBackend>(db: Db<B>) {
     let first = note("a")
         .enqueue_options()
         .with_idempotency_key("k1")
         .enqueue(&db.pool)
         .await
         .unwrap();
-    let mut tx = db.pool.begin().await.unwrap();
+    let mut tx = db.begin().await;
     let again = note("b")
         .enqueue_options()
         .with_idempotency_key("k1")
@@ -239,11 +204,7 @@ async fn duplicate_idempotency_key_returns_the_existing_task() {
     assert_eq!(db.count("idempotency_key IS NULL").await, 2);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn concurrent_duplicates_insert_one_row() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn concurrent_duplicates_insert_one_row<B: TestBackend>(db: Db<B>) {
     for round in 0..5 {
         let key = format!("race-{round}");
         let mut handles = Vec::new();
@@ -251,7 +212,7 @@ async fn concurrent_duplicates_insert_one_row() {
             let pool = db.pool.clone();
             let key = key.clone();
             handles.push(tokio::spawn(async move {
-                let mut tx = pool.begin().await.unwrap();
+                let mut tx = B::begin(&pool).await;
                 let out = Note {
                     text: i.to_string(),
                 }
@@ -295,11 +256,7 @@ impl Task for LongName {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bad_input_is_a_typed_error_and_writes_nothing() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn bad_input_is_a_typed_error_and_writes_nothing<B: TestBackend>(db: Db<B>) {
     let p = &db.pool;
     let e = note("x")
         .enqueue_options()
@@ -396,7 +353,7 @@ async fn bad_input_is_a_typed_error_and_writes_nothing() {
     assert!(matches!(e, Error::InvalidOption(_)), "{e}");
     let mut map = HashMap::new();
     map.insert((1, 2), 3);
-    let mut tx = p.begin().await.unwrap();
+    let mut tx = db.begin().await;
     let e = Unserializable { map }
         .enqueue_tx(&mut tx)
         .await
@@ -406,11 +363,7 @@ async fn bad_input_is_a_typed_error_and_writes_nothing() {
     assert_eq!(db.count("1=1").await, 0);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn payload_at_the_limit_is_accepted() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn payload_at_the_limit_is_accepted<B: TestBackend>(db: Db<B>) {
     // {"text":"..."} is 11 bytes of framing.
     let exact = Note {
         text: "x".repeat(989),
@@ -424,3 +377,15 @@ async fn payload_at_the_limit_is_accepted() {
     let info = Client::new(db.pool.clone()).get(out.id).await.unwrap();
     assert_eq!(info.payload.len(), 1000);
 }
+
+taskq_tests::conformance!(
+    commit_makes_business_row_and_task_visible_together,
+    rollback_leaves_neither_row,
+    a_thousand_mixed_transactions_leave_exactly_the_committed_tasks,
+    enqueue_works_on_pool_connections_and_plain_connections,
+    options_land_in_the_row,
+    duplicate_idempotency_key_returns_the_existing_task,
+    concurrent_duplicates_insert_one_row,
+    bad_input_is_a_typed_error_and_writes_nothing,
+    payload_at_the_limit_is_accepted,
+);

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use taskq::{Client, Enqueue, Error, Task, TaskContext, TaskError, TaskId, TaskState};
-use taskq_tests::TestDb;
+use taskq_tests::backends::{Db, TestBackend};
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 struct Note {
@@ -26,28 +26,23 @@ fn note(text: impl Into<String>) -> Note {
     Note { text: text.into() }
 }
 
-async fn db_now(db: &TestDb) -> chrono::DateTime<chrono::Utc> {
-    let now: chrono::NaiveDateTime = sqlx::query_scalar("SELECT UTC_TIMESTAMP(6)")
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
-    now.and_utc()
+async fn db_now<B: TestBackend>(db: &Db<B>) -> chrono::DateTime<chrono::Utc> {
+    db.server_now().await
 }
 
-async fn payload_of(db: &TestDb, id: TaskId) -> Vec<u8> {
-    sqlx::query_scalar("SELECT payload FROM taskq_tasks WHERE id = ?")
-        .bind(id.0)
-        .fetch_one(&db.pool)
-        .await
-        .unwrap()
+async fn payload_of<B: TestBackend>(db: &Db<B>, id: TaskId) -> Vec<u8> {
+    let mut rows = db
+        .blobs(&format!(
+            "SELECT payload FROM taskq_tasks WHERE id = {}",
+            id.0
+        ))
+        .await;
+    assert_eq!(rows.len(), 1, "task {id} exists");
+    rows.remove(0)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn empty_input_writes_nothing() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
-    let mut tx = db.pool.begin().await.unwrap();
+async fn empty_input_writes_nothing<B: TestBackend>(db: Db<B>) {
+    let mut tx = db.begin().await;
     let out = taskq::enqueue_many(&mut tx, Vec::<Note>::new())
         .await
         .unwrap();
@@ -56,16 +51,12 @@ async fn empty_input_writes_nothing() {
     assert_eq!(db.count("1=1").await, 0);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn rows_get_their_ids_in_input_order_and_payloads_round_trip() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn rows_get_their_ids_in_input_order_and_payloads_round_trip<B: TestBackend>(db: Db<B>) {
     // Texts that stress the encoding: quotes, backslashes, control characters, non-ASCII.
     let texts: Vec<String> = (0..300)
         .map(|i| format!("n{i} \"q\" \\ \u{0}\t\n é 漢字 🚀 {}", "x".repeat(i % 7)))
         .collect();
-    let mut tx = db.pool.begin().await.unwrap();
+    let mut tx = db.begin().await;
     let out = taskq::enqueue_many(&mut tx, texts.iter().map(note))
         .await
         .unwrap();
@@ -96,11 +87,7 @@ async fn rows_get_their_ids_in_input_order_and_payloads_round_trip() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn per_task_options_are_applied() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn per_task_options_are_applied<B: TestBackend>(db: Db<B>) {
     let client = Client::new(db.pool.clone());
     let at = db_now(&db).await + chrono::Duration::hours(5);
     let batch = vec![
@@ -139,12 +126,8 @@ async fn per_task_options_are_applied() {
     assert_eq!(payload_of(&db, out[3].id).await, br#"{"text":"opts"}"#);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn invisible_until_commit_and_gone_on_rollback() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
-    let mut tx = db.pool.begin().await.unwrap();
+async fn invisible_until_commit_and_gone_on_rollback<B: TestBackend>(db: Db<B>) {
+    let mut tx = db.begin().await;
     taskq::enqueue_many(&mut tx, (0..50).map(|i| note(i.to_string())))
         .await
         .unwrap();
@@ -152,7 +135,7 @@ async fn invisible_until_commit_and_gone_on_rollback() {
     tx.rollback().await.unwrap();
     assert_eq!(db.count("1=1").await, 0, "rolled back");
 
-    let mut tx = db.pool.begin().await.unwrap();
+    let mut tx = db.begin().await;
     taskq::enqueue_many(&mut tx, (0..50).map(|i| note(i.to_string())))
         .await
         .unwrap();
@@ -164,11 +147,7 @@ async fn invisible_until_commit_and_gone_on_rollback() {
 /// An invalid task and a check of the error it must produce.
 type Case = (Enqueue<Note>, fn(&Error) -> bool);
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn one_invalid_task_writes_nothing() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn one_invalid_task_writes_nothing<B: TestBackend>(db: Db<B>) {
     // On a plain (autocommit) connection, so a partial write would stay.
     let mut conn = db.pool.acquire().await.unwrap();
     let cases: Vec<Case> = vec![
@@ -202,11 +181,7 @@ async fn one_invalid_task_writes_nothing() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn idempotency_keys_in_a_batch_deduplicate_per_row() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn idempotency_keys_in_a_batch_deduplicate_per_row<B: TestBackend>(db: Db<B>) {
     let existing = note("old")
         .enqueue_options()
         .with_idempotency_key("k1")
@@ -221,7 +196,7 @@ async fn idempotency_keys_in_a_batch_deduplicate_per_row() {
         note("e").enqueue_options().with_idempotency_key("k2"), // repeats a key of this batch
         Enqueue::new(note("f")),
     ];
-    let mut tx = db.pool.begin().await.unwrap();
+    let mut tx = db.begin().await;
     let out = taskq::enqueue_many(&mut tx, batch).await.unwrap();
     tx.commit().await.unwrap();
     let dup: Vec<bool> = out.iter().map(|e| e.duplicate).collect();
@@ -240,13 +215,9 @@ async fn idempotency_keys_in_a_batch_deduplicate_per_row() {
     assert_eq!(payload_of(&db, out[3].id).await, br#"{"text":"d"}"#);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn large_inputs_span_several_statements() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn large_inputs_span_several_statements<B: TestBackend>(db: Db<B>) {
     let n = 12_345;
-    let mut tx = db.pool.begin().await.unwrap();
+    let mut tx = db.begin().await;
     let out = taskq::enqueue_many(&mut tx, (0..n).map(|i| note(format!("{i:0>200}"))))
         .await
         .unwrap();
@@ -254,11 +225,12 @@ async fn large_inputs_span_several_statements() {
     assert_eq!(out.len(), n);
     assert_eq!(db.count("1=1").await, n as i64);
     // Every returned id is a row with the matching payload.
-    let rows: Vec<(u64, Vec<u8>)> =
-        sqlx::query_as("SELECT id, payload FROM taskq_tasks ORDER BY id")
-            .fetch_all(&db.pool)
-            .await
-            .unwrap();
+    let ids = db.ints("SELECT id FROM taskq_tasks ORDER BY id").await;
+    let payloads = db
+        .blobs("SELECT payload FROM taskq_tasks ORDER BY id")
+        .await;
+    let rows: Vec<(u64, Vec<u8>)> = ids.into_iter().map(|id| id as u64).zip(payloads).collect();
+    assert_eq!(rows.len(), n);
     for ((i, e), (id, payload)) in out.iter().enumerate().zip(&rows) {
         assert_eq!(e.id.0, *id);
         assert_eq!(
@@ -273,6 +245,7 @@ async fn large_inputs_span_several_statements() {
 /// single-row inserts and an `auto_increment_increment` of 3 (as Galera sets it), so their
 /// ids interleave. Every returned id still holds its own input's payload, in input order, and
 /// the batches went out as multi-row statements (not one statement per row).
+// MySQL only: InnoDB's auto-increment lock mode and auto_increment_increment (Galera).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ids_are_exact_under_autoinc_lock_mode_2_with_interleaved_inserts() {
     use taskq_tests::server::PrivateServer;
@@ -361,3 +334,13 @@ async fn ids_are_exact_under_autoinc_lock_mode_2_with_interleaved_inserts() {
         all.len()
     );
 }
+
+taskq_tests::conformance!(
+    empty_input_writes_nothing,
+    rows_get_their_ids_in_input_order_and_payloads_round_trip,
+    per_task_options_are_applied,
+    invisible_until_commit_and_gone_on_rollback,
+    one_invalid_task_writes_nothing,
+    idempotency_keys_in_a_batch_deduplicate_per_row,
+    large_inputs_span_several_statements,
+);

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use taskq::{Client, Task, TaskContext, TaskError, TaskId, TaskState};
-use taskq_tests::{RunningWorker, TestDb, fast_worker, wait_until};
+use taskq_tests::backends::{Db, TestBackend};
+use taskq_tests::{RunningWorker, wait_until};
 use tokio::sync::Semaphore;
 
 /// Worker A's handlers wait here until the test opens the gate.
@@ -34,10 +35,7 @@ impl Task for Fenced {
     }
 }
 
-async fn interleave(a_fails: bool) {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn interleave<B: TestBackend>(db: Db<B>, a_fails: bool) {
     let client = Client::new(db.pool.clone());
     let gate = Gate(Arc::new(Semaphore::new(0)));
     let id: TaskId = Fenced { a_fails }.enqueue(&db.pool).await.unwrap().id;
@@ -45,7 +43,7 @@ async fn interleave(a_fails: bool) {
     // A: long lease and heartbeat, so nothing but the test moves its lease; one slot, which
     // its blocked handler keeps, so A cannot claim the task back after B's reaper frees it.
     let a = RunningWorker::spawn(
-        fast_worker(&db.pool)
+        db.worker()
             .worker_id("A")
             .queue("default", 1)
             .register::<Fenced>()
@@ -62,15 +60,14 @@ async fn interleave(a_fails: bool) {
     assert_eq!(client.get(id).await.unwrap().lease_epoch, 1);
 
     // A's lease expires (as if A were paused), B reaps, reclaims and finishes.
-    sqlx::query(
-        "UPDATE taskq_tasks SET lease_until = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE id = ?",
+    db.set_ago(
+        &format!("id = {}", id.0),
+        "lease_until",
+        Duration::from_secs(1),
     )
-    .bind(id.0)
-    .execute(&db.pool)
-    .await
-    .unwrap();
+    .await;
     let b = RunningWorker::spawn(
-        fast_worker(&db.pool)
+        db.worker()
             .worker_id("B")
             .register::<Fenced>()
             .data(gate.clone()),
@@ -117,12 +114,12 @@ async fn interleave(a_fails: bool) {
     assert!(!now.last_error.unwrap_or_default().contains("A failed late"));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stale_success_is_rejected() {
-    interleave(false).await;
+async fn a_stale_success_is_rejected<B: TestBackend>(db: Db<B>) {
+    interleave(db, false).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stale_failure_is_rejected() {
-    interleave(true).await;
+async fn a_stale_failure_is_rejected<B: TestBackend>(db: Db<B>) {
+    interleave(db, true).await;
 }
+
+taskq_tests::conformance!(a_stale_success_is_rejected, a_stale_failure_is_rejected);

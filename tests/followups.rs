@@ -12,7 +12,8 @@ use taskq::{
     Client, Data, DeadTask, FollowUp, OnDead, SucceededTask, Task, TaskContext, TaskError, TaskId,
     TaskState, worker::OutcomeEvent, worker::TaskOutcome,
 };
-use taskq_tests::{RunningWorker, TestDb, fast_worker, wait_until};
+use taskq_tests::backends::{Db, TestBackend, blob};
+use taskq_tests::{RunningWorker, wait_until};
 use tokio::sync::Semaphore;
 
 /// What the follow-up handlers received, in order.
@@ -169,51 +170,50 @@ struct Row {
     payload: Value,
 }
 
-/// `(queue, priority, max_attempts, state, idempotency_key, payload)`.
-type RawRow = (String, i16, u32, String, Option<String>, Vec<u8>);
+async fn rows<B: TestBackend>(db: &Db<B>, name: &str) -> Vec<Row> {
+    let ids = db
+        .ints(&format!(
+            "SELECT id FROM taskq_tasks WHERE name = '{name}' ORDER BY id"
+        ))
+        .await;
+    let mut rows = Vec::new();
+    for id in ids {
+        let col = |c: &str| format!("SELECT {c} FROM taskq_tasks WHERE id = {id}");
+        let text = |c: &str| col(&format!("CAST({c} AS CHAR(255))"));
+        rows.push(Row {
+            queue: db.text(&text("queue")).await.unwrap(),
+            priority: db.scalar(&col("priority")).await.try_into().unwrap(),
+            max_attempts: db.scalar(&col("max_attempts")).await.try_into().unwrap(),
+            state: db.text(&text("state")).await.unwrap(),
+            key: db.text(&text("idempotency_key")).await,
+            payload: serde_json::from_slice(&db.blobs(&col("payload")).await[0]).unwrap(),
+        });
+    }
+    rows
+}
 
-async fn rows(db: &TestDb, name: &str) -> Vec<Row> {
-    let rows: Vec<RawRow> = sqlx::query_as(
-        "SELECT queue, priority, max_attempts, CAST(state AS CHAR), idempotency_key, payload
-         FROM taskq_tasks WHERE name = ? ORDER BY id",
-    )
-    .bind(name)
-    .fetch_all(&db.pool)
+async fn epoch<B: TestBackend>(db: &Db<B>, id: TaskId) -> u64 {
+    db.scalar(&format!(
+        "SELECT lease_epoch FROM taskq_tasks WHERE id = {}",
+        id.0
+    ))
     .await
-    .unwrap();
-    rows.into_iter()
-        .map(|(queue, priority, max_attempts, state, key, p)| Row {
-            queue,
-            priority,
-            max_attempts,
-            state,
-            key,
-            payload: serde_json::from_slice(&p).unwrap(),
-        })
-        .collect()
+    .try_into()
+    .unwrap()
 }
 
-async fn epoch(db: &TestDb, id: TaskId) -> u64 {
-    sqlx::query_scalar("SELECT lease_epoch FROM taskq_tasks WHERE id = ?")
-        .bind(id.0)
-        .fetch_one(&db.pool)
-        .await
-        .unwrap()
-}
-
-async fn expire_leases(db: &TestDb) {
-    sqlx::query(
-        "UPDATE taskq_tasks SET lease_until = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND
+async fn expire_leases<B: TestBackend>(db: &Db<B>) {
+    db.exec(&format!(
+        "UPDATE taskq_tasks SET lease_until = {}
          WHERE state = 'running'",
-    )
-    .execute(&db.pool)
-    .await
-    .unwrap();
+        db.ago(Duration::from_secs(1))
+    ))
+    .await;
 }
 
 /// A worker that holds what it claims: long lease, rare heartbeat, no reaper, long grace.
-fn holding_worker(db: &TestDb, id: &str) -> taskq::WorkerBuilder {
-    fast_worker(&db.pool)
+fn holding_worker<B: TestBackend>(db: &Db<B>, id: &str) -> taskq::WorkerBuilder {
+    db.worker()
         .worker_id(id)
         .lease(Duration::from_secs(60))
         .heartbeat(Duration::from_secs(50))
@@ -226,11 +226,9 @@ fn holding_worker(db: &TestDb, id: &str) -> taskq::WorkerBuilder {
 // ---------------------------------------------------------------------------------------------
 // Tests
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_death_enqueues_exactly_one_follow_up_with_the_dead_tasks_fields() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn a_death_enqueues_exactly_one_follow_up_with_the_dead_tasks_fields<B: TestBackend>(
+    db: Db<B>,
+) {
     let client = Client::new(db.pool.clone());
     let seen = Seen::default();
     let id = FlakyExport { order_id: 7 }
@@ -239,7 +237,7 @@ async fn a_death_enqueues_exactly_one_follow_up_with_the_dead_tasks_fields() {
         .unwrap()
         .id;
     let w = RunningWorker::spawn(
-        fast_worker(&db.pool)
+        db.worker()
             .register::<FlakyExport>()
             .register::<NotifyOps>()
             .data(seen.clone()),
@@ -289,11 +287,7 @@ async fn a_death_enqueues_exactly_one_follow_up_with_the_dead_tasks_fields() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn hand_written_hooks_follow_permanent_and_undecodable_deaths() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn hand_written_hooks_follow_permanent_and_undecodable_deaths<B: TestBackend>(db: Db<B>) {
     let seen = Seen::default();
     let a = Hand {
         fail: "bad input".into(),
@@ -304,16 +298,16 @@ async fn hand_written_hooks_follow_permanent_and_undecodable_deaths() {
     .id;
     // A payload that is not JSON at all: the task dies undecodable, its follow-up gets the
     // bytes as a JSON string.
-    let b: u64 = sqlx::query(
+    let now = db.now();
+    db.exec(&format!(
         "INSERT INTO taskq_tasks (queue, name, payload, state, max_attempts, run_at, created_at, updated_at)
-         VALUES ('default', 'hand', 'not json', 'pending', 5, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))",
-    )
-    .execute(&db.pool)
-    .await
-    .unwrap()
-    .last_insert_id();
+         VALUES ('default', 'hand', {}, 'pending', 5, {now}, {now}, {now})",
+        blob(b"not json")
+    ))
+    .await;
+    let b = db.scalar("SELECT MAX(id) FROM taskq_tasks").await as u64;
     let w = RunningWorker::spawn(
-        fast_worker(&db.pool)
+        db.worker()
             .register::<Hand>()
             .register::<NotifyOps>()
             .data(seen.clone()),
@@ -342,14 +336,10 @@ async fn hand_written_hooks_follow_permanent_and_undecodable_deaths() {
     assert_eq!(rows(&db, "notify_ops").await.len(), 2);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_follow_up_that_cannot_be_built_does_not_hold_the_death_back() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn a_follow_up_that_cannot_be_built_does_not_hold_the_death_back<B: TestBackend>(db: Db<B>) {
     let client = Client::new(db.pool.clone());
     let id = BadHook.enqueue(&db.pool).await.unwrap().id;
-    let w = RunningWorker::spawn(fast_worker(&db.pool).register::<BadHook>());
+    let w = RunningWorker::spawn(db.worker().register::<BadHook>());
     wait_until(Duration::from_secs(10), "the task died", || async {
         client.get(id).await.unwrap().state == TaskState::Dead
     })
@@ -362,11 +352,7 @@ async fn a_follow_up_that_cannot_be_built_does_not_hold_the_death_back() {
     assert_eq!(db.count("id <> 0").await, 1, "nothing else was enqueued");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_fenced_write_back_enqueues_no_follow_up() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn a_fenced_write_back_enqueues_no_follow_up<B: TestBackend>(db: Db<B>) {
     let client = Client::new(db.pool.clone());
     let gate = Gate(Arc::new(Semaphore::new(0)));
     let stale = Gated { n: 1 }.enqueue(&db.pool).await.unwrap().id;
@@ -382,11 +368,11 @@ async fn a_fenced_write_back_enqueues_no_follow_up() {
     })
     .await;
     // Another holder took `stale` over meanwhile (its epoch moved, still running).
-    sqlx::query("UPDATE taskq_tasks SET lease_epoch = lease_epoch + 1 WHERE id = ?")
-        .bind(stale.0)
-        .execute(&db.pool)
-        .await
-        .unwrap();
+    db.exec(&format!(
+        "UPDATE taskq_tasks SET lease_epoch = lease_epoch + 1 WHERE id = {}",
+        stale.0
+    ))
+    .await;
     gate.0.add_permits(2);
     wait_until(Duration::from_secs(10), "both write-backs done", || async {
         let s = a.stats.snapshot();
@@ -415,11 +401,11 @@ async fn a_fenced_write_back_enqueues_no_follow_up() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_reaped_last_attempt_gets_one_follow_up_from_a_reaper_that_registers_it() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn a_reaped_last_attempt_gets_one_follow_up_from_a_reaper_that_registers_it<
+    B: TestBackend,
+>(
+    db: Db<B>,
+) {
     let client = Client::new(db.pool.clone());
     let gate = Gate(Arc::new(Semaphore::new(0)));
     let last = Gated { n: 1 }.enqueue(&db.pool).await.unwrap().id;
@@ -444,7 +430,7 @@ async fn a_reaped_last_attempt_gets_one_follow_up_from_a_reaper_that_registers_i
     let c_events: Arc<Mutex<Vec<OutcomeEvent>>> = Arc::default();
     let sink = c_events.clone();
     let c = RunningWorker::spawn(
-        fast_worker(&db.pool)
+        db.worker()
             .worker_id("C")
             .register::<Unrelated>()
             .on_outcome(move |e| sink.lock().unwrap().push(e.clone())),
@@ -475,7 +461,7 @@ async fn a_reaped_last_attempt_gets_one_follow_up_from_a_reaper_that_registers_i
     let b_events: Arc<Mutex<Vec<OutcomeEvent>>> = Arc::default();
     let sink = b_events.clone();
     let b = RunningWorker::spawn(
-        fast_worker(&db.pool)
+        db.worker()
             .worker_id("B")
             .queue("ops", 2)
             .register::<Gated>()
@@ -531,15 +517,11 @@ async fn a_reaped_last_attempt_gets_one_follow_up_from_a_reaper_that_registers_i
     assert_eq!(rows(&db, "notify_ops").await.len(), 1);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn on_success_chains_pass_the_payload_along() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn on_success_chains_pass_the_payload_along<B: TestBackend>(db: Db<B>) {
     let seen = Seen::default();
     let id = StepOne { n: 5 }.enqueue(&db.pool).await.unwrap().id;
     let w = RunningWorker::spawn(
-        fast_worker(&db.pool)
+        db.worker()
             .register::<StepOne>()
             .register::<StepTwo>()
             .register::<StepThree>()
@@ -572,11 +554,11 @@ async fn on_success_chains_pass_the_payload_along() {
     assert_eq!(rows(&db, "step_three").await.len(), 1);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn observers_see_every_outcome_and_a_panicking_one_does_not_stop_the_worker() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn observers_see_every_outcome_and_a_panicking_one_does_not_stop_the_worker<
+    B: TestBackend,
+>(
+    db: Db<B>,
+) {
     let client = Client::new(db.pool.clone());
     let mut ids = Vec::new();
     for m in [
@@ -590,7 +572,7 @@ async fn observers_see_every_outcome_and_a_panicking_one_does_not_stop_the_worke
     let events: Arc<Mutex<Vec<OutcomeEvent>>> = Arc::default();
     let sink = events.clone();
     let w = RunningWorker::spawn(
-        fast_worker(&db.pool)
+        db.worker()
             .register::<Mixed>()
             .on_outcome(|_| panic!("a broken observer"))
             .on_outcome(move |e| sink.lock().unwrap().push(e.clone())),
@@ -644,11 +626,11 @@ async fn observers_see_every_outcome_and_a_panicking_one_does_not_stop_the_worke
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_unique_tasks_death_frees_its_identity_and_enqueues_its_follow_up_together() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn a_unique_tasks_death_frees_its_identity_and_enqueues_its_follow_up_together<
+    B: TestBackend,
+>(
+    db: Db<B>,
+) {
     let client = Client::new(db.pool.clone());
     let seen = Seen::default();
     let id = UniqueExport { order_id: 3 }
@@ -657,7 +639,7 @@ async fn a_unique_tasks_death_frees_its_identity_and_enqueues_its_follow_up_toge
         .unwrap()
         .id;
     let w = RunningWorker::spawn(
-        fast_worker(&db.pool)
+        db.worker()
             .register::<UniqueExport>()
             .register::<NotifyOps>()
             .data(seen.clone()),
@@ -669,10 +651,7 @@ async fn a_unique_tasks_death_frees_its_identity_and_enqueues_its_follow_up_toge
     let stats = w.stop().await.stats;
     assert_eq!(client.get(id).await.unwrap().state, TaskState::Dead);
     assert_eq!((stats.dead, stats.follow_ups), (1, 1));
-    let held: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM taskq_unique")
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
+    let held = db.scalar("SELECT COUNT(*) FROM taskq_unique").await;
     assert_eq!(held, 0, "the identity was freed");
     assert_eq!(rows(&db, "notify_ops").await.len(), 1);
     assert_eq!(
@@ -685,3 +664,14 @@ async fn a_unique_tasks_death_frees_its_identity_and_enqueues_its_follow_up_toge
         .unwrap();
     assert!(!again.duplicate);
 }
+
+taskq_tests::conformance!(
+    a_death_enqueues_exactly_one_follow_up_with_the_dead_tasks_fields,
+    hand_written_hooks_follow_permanent_and_undecodable_deaths,
+    a_follow_up_that_cannot_be_built_does_not_hold_the_death_back,
+    a_fenced_write_back_enqueues_no_follow_up,
+    a_reaped_last_attempt_gets_one_follow_up_from_a_reaper_that_registers_it,
+    on_success_chains_pass_the_payload_along,
+    observers_see_every_outcome_and_a_panicking_one_does_not_stop_the_worker,
+    a_unique_tasks_death_frees_its_identity_and_enqueues_its_follow_up_together,
+);

@@ -11,7 +11,8 @@ use taskq::{
     client::AttemptOutcome, client::AuditEntry, client::AuditFilter, client::BulkFilter,
     client::Canceled, worker::Retention,
 };
-use taskq_tests::{RunningWorker, TestDb, fast_worker, wait_until};
+use taskq_tests::backends::{Db, TestBackend};
+use taskq_tests::{RunningWorker, wait_until};
 use tokio::sync::Semaphore;
 
 /// Fails its first two attempts, then succeeds.
@@ -118,14 +119,6 @@ impl Task for Gated {
     }
 }
 
-async fn exec(db: &TestDb, sql: &str, id: TaskId) {
-    sqlx::query(sqlx::AssertSqlSafe(sql.to_owned()))
-        .bind(id.0)
-        .execute(&db.pool)
-        .await
-        .unwrap();
-}
-
 async fn wait_state(client: &Client, id: TaskId, state: TaskState) {
     wait_until(
         Duration::from_secs(15),
@@ -147,17 +140,13 @@ fn summary(attempts: &[Attempt]) -> Vec<(u32, u64, AttemptOutcome)> {
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_task_that_fails_twice_then_succeeds_has_three_entries() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn a_task_that_fails_twice_then_succeeds_has_three_entries<B: TestBackend>(db: Db<B>) {
     let client = Client::new(db.pool.clone());
     let id = Flaky.enqueue(&db.pool).await.unwrap().id;
     assert_eq!(client.attempts(id).await.unwrap(), vec![]);
     assert_eq!(client.get(id).await.unwrap().attempted_at, None);
     let before = db_now(&client).await;
-    let w = RunningWorker::spawn(fast_worker(&db.pool).register::<Flaky>());
+    let w = RunningWorker::spawn(db.worker().register::<Flaky>());
     let worker_id = w.id.clone();
     wait_state(&client, id, TaskState::Succeeded).await;
     w.stop().await;
@@ -186,16 +175,12 @@ async fn a_task_that_fails_twice_then_succeeds_has_three_entries() {
     assert_eq!(t.last_error.as_deref(), Some("boom 2"));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn timeouts_and_panics_are_recorded_as_such() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn timeouts_and_panics_are_recorded_as_such<B: TestBackend>(db: Db<B>) {
     let client = Client::new(db.pool.clone());
     let slow = Slow.enqueue(&db.pool).await.unwrap().id;
     let boom = Boom.enqueue(&db.pool).await.unwrap().id;
     let w = RunningWorker::spawn(
-        fast_worker(&db.pool)
+        db.worker()
             .register::<Slow>()
             .register::<Boom>()
             .cancel_grace(Duration::from_millis(50)),
@@ -222,11 +207,11 @@ async fn timeouts_and_panics_are_recorded_as_such() {
 
 /// Worker A claims, its lease runs out; B's reaper records `lease_lost` with A's id, B runs the
 /// task to success; A's late write-back is fenced and appends nothing.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lost_lease_is_recorded_by_the_reaper_and_a_fenced_write_back_appends_nothing() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn a_lost_lease_is_recorded_by_the_reaper_and_a_fenced_write_back_appends_nothing<
+    B: TestBackend,
+>(
+    db: Db<B>,
+) {
     let client = Client::new(db.pool.clone());
     let gate = Gate(Arc::new(Semaphore::new(0)));
     let id = Gated { on_cancel: false }
@@ -235,7 +220,7 @@ async fn a_lost_lease_is_recorded_by_the_reaper_and_a_fenced_write_back_appends_
         .unwrap()
         .id;
     let a = RunningWorker::spawn(
-        fast_worker(&db.pool)
+        db.worker()
             .worker_id("A")
             .queue("default", 1)
             .register::<Gated>()
@@ -250,14 +235,14 @@ async fn a_lost_lease_is_recorded_by_the_reaper_and_a_fenced_write_back_appends_
     })
     .await;
     let a_started = client.get(id).await.unwrap().attempted_at.unwrap();
-    exec(
-        &db,
-        "UPDATE taskq_tasks SET lease_until = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE id = ?",
-        id,
-    )
+    db.exec(&format!(
+        "UPDATE taskq_tasks SET lease_until = {} WHERE id = {}",
+        db.ago(Duration::from_secs(1)),
+        id.0
+    ))
     .await;
     let b = RunningWorker::spawn(
-        fast_worker(&db.pool)
+        db.worker()
             .worker_id("B")
             .register::<Gated>()
             .data(gate.clone()),
@@ -295,25 +280,16 @@ async fn a_lost_lease_is_recorded_by_the_reaper_and_a_fenced_write_back_appends_
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_reaper_records_canceled_for_a_cancel_requested_lease() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn the_reaper_records_canceled_for_a_cancel_requested_lease<B: TestBackend>(db: Db<B>) {
     let client = Client::new(db.pool.clone());
     let id = Quick.enqueue(&db.pool).await.unwrap().id;
     // Claimed by a worker that died; a cancel was requested meanwhile.
-    exec(
-        &db,
-        "UPDATE taskq_tasks SET state = 'running', attempt = 1, lease_epoch = 1, worker_id = 'gone',
-           attempted_at = UTC_TIMESTAMP(6) - INTERVAL 1 MINUTE,
-           lease_until = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND,
-           cancel_requested_at = UTC_TIMESTAMP(6) WHERE id = ?",
-        id,
-    )
-    .await;
+    db.exec(&format!("UPDATE taskq_tasks SET state = 'running', attempt = 1, lease_epoch = 1, worker_id = 'gone',
+           attempted_at = {},
+           lease_until = {},
+           cancel_requested_at = {} WHERE id = {}", db.ago(Duration::from_secs(60)), db.ago(Duration::from_secs(1)), db.now(), id.0)).await;
     // A worker that does not handle the task: only its reaper acts.
-    let w = RunningWorker::spawn(fast_worker(&db.pool).register::<Flaky>());
+    let w = RunningWorker::spawn(db.worker().register::<Flaky>());
     wait_state(&client, id, TaskState::Canceled).await;
     w.stop().await;
     let attempts = client.attempts(id).await.unwrap();
@@ -324,21 +300,17 @@ async fn the_reaper_records_canceled_for_a_cancel_requested_lease() {
 }
 
 /// A task claimed before migration 10 (no `attempted_at`) gets an entry without a start.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_attempt_started_before_the_upgrade_has_no_start() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn an_attempt_started_before_the_upgrade_has_no_start<B: TestBackend>(db: Db<B>) {
     let client = Client::new(db.pool.clone());
     let id = Quick.enqueue(&db.pool).await.unwrap().id;
-    exec(
-        &db,
+    db.exec(&format!(
         "UPDATE taskq_tasks SET state = 'running', attempt = 1, lease_epoch = 1, worker_id = 'old',
-           lease_until = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE id = ?",
-        id,
-    )
+           lease_until = {} WHERE id = {}",
+        db.ago(Duration::from_secs(1)),
+        id.0
+    ))
     .await;
-    let w = RunningWorker::spawn(fast_worker(&db.pool).register::<Flaky>());
+    let w = RunningWorker::spawn(db.worker().register::<Flaky>());
     wait_state(&client, id, TaskState::Pending).await;
     w.stop().await;
     let attempts = client.attempts(id).await.unwrap();
@@ -349,11 +321,7 @@ async fn an_attempt_started_before_the_upgrade_has_no_start() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_task_given_back_at_shutdown_is_recorded_released() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn a_task_given_back_at_shutdown_is_recorded_released<B: TestBackend>(db: Db<B>) {
     let client = Client::new(db.pool.clone());
     let gate = Gate(Arc::new(Semaphore::new(0)));
     let id = Gated { on_cancel: false }
@@ -362,7 +330,7 @@ async fn a_task_given_back_at_shutdown_is_recorded_released() {
         .unwrap()
         .id;
     let w = RunningWorker::spawn(
-        fast_worker(&db.pool)
+        db.worker()
             .worker_id("A")
             .register::<Gated>()
             .data(gate)
@@ -382,11 +350,7 @@ async fn a_task_given_back_at_shutdown_is_recorded_released() {
     assert_eq!(attempts[0].error, None);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_canceled_running_task_is_recorded_canceled_and_audited() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn a_canceled_running_task_is_recorded_canceled_and_audited<B: TestBackend>(db: Db<B>) {
     let client = Client::new(db.pool.clone()).with_actor("ops:alice");
     let id = Gated { on_cancel: true }
         .enqueue(&db.pool)
@@ -394,7 +358,7 @@ async fn a_canceled_running_task_is_recorded_canceled_and_audited() {
         .unwrap()
         .id;
     let w = RunningWorker::spawn(
-        fast_worker(&db.pool)
+        db.worker()
             .register::<Gated>()
             .heartbeat(Duration::from_millis(200))
             .lease(Duration::from_secs(3)),
@@ -417,14 +381,10 @@ async fn a_canceled_running_task_is_recorded_canceled_and_audited() {
     assert_eq!(audit[0].queue.as_deref(), Some("default"));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_snooze_is_recorded_and_the_attempt_number_does_not_advance() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn a_snooze_is_recorded_and_the_attempt_number_does_not_advance<B: TestBackend>(db: Db<B>) {
     let client = Client::new(db.pool.clone());
     let id = Sleepy.enqueue(&db.pool).await.unwrap().id;
-    let w = RunningWorker::spawn(fast_worker(&db.pool).register::<Sleepy>());
+    let w = RunningWorker::spawn(db.worker().register::<Sleepy>());
     wait_state(&client, id, TaskState::Succeeded).await;
     w.stop().await;
     assert_eq!(
@@ -437,11 +397,7 @@ async fn a_snooze_is_recorded_and_the_attempt_number_does_not_advance() {
     assert_eq!(client.get(id).await.unwrap().attempt, 1);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn error_texts_are_cut_and_the_history_keeps_the_latest_entries() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn error_texts_are_cut_and_the_history_keeps_the_latest_entries<B: TestBackend>(db: Db<B>) {
     let client = Client::new(db.pool.clone());
     let verbose = Verbose(3000).enqueue(&db.pool).await.unwrap().id;
     let quick = Quick.enqueue(&db.pool).await.unwrap().id;
@@ -453,17 +409,13 @@ async fn error_texts_are_cut_and_the_history_keeps_the_latest_entries() {
                 "finished_at": "2020-01-01 00:00:01.000000", "outcome": "failed", "error": "x"})
         })
         .collect();
-    sqlx::query("UPDATE taskq_tasks SET attempts = ?, lease_epoch = 100 WHERE id = ?")
-        .bind(serde_json::Value::from(full).to_string())
-        .bind(quick.0)
-        .execute(&db.pool)
-        .await
-        .unwrap();
-    let w = RunningWorker::spawn(
-        fast_worker(&db.pool)
-            .register::<Verbose>()
-            .register::<Quick>(),
-    );
+    db.exec(&format!(
+        "UPDATE taskq_tasks SET attempts = '{}', lease_epoch = 100 WHERE id = {}",
+        serde_json::Value::from(full),
+        quick.0
+    ))
+    .await;
+    let w = RunningWorker::spawn(db.worker().register::<Verbose>().register::<Quick>());
     wait_state(&client, verbose, TaskState::Dead).await;
     wait_state(&client, quick, TaskState::Succeeded).await;
     w.stop().await;
@@ -489,25 +441,21 @@ async fn error_texts_are_cut_and_the_history_keeps_the_latest_entries() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn retention_deletes_the_task_with_its_history_and_old_audit_rows() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn retention_deletes_the_task_with_its_history_and_old_audit_rows<B: TestBackend>(db: Db<B>) {
     let client = Client::new(db.pool.clone());
     let id = Flaky.enqueue(&db.pool).await.unwrap().id;
-    let w = RunningWorker::spawn(fast_worker(&db.pool).register::<Flaky>());
+    let w = RunningWorker::spawn(db.worker().register::<Flaky>());
     wait_state(&client, id, TaskState::Succeeded).await;
     w.stop().await;
     assert_eq!(client.attempts(id).await.unwrap().len(), 3);
-    exec(
-        &db,
-        "UPDATE taskq_tasks SET finished_at = UTC_TIMESTAMP(6) - INTERVAL 2 HOUR WHERE id = ?",
-        id,
-    )
+    db.exec(&format!(
+        "UPDATE taskq_tasks SET finished_at = {} WHERE id = {}",
+        db.ago(Duration::from_secs(7200)),
+        id.0
+    ))
     .await;
     // Two audit rows: one older than the longest retention (1 day), one newer.
-    let mut tx = db.pool.begin().await.unwrap();
+    let mut tx = db.begin().await;
     let old = client
         .record_audit(&mut tx, "create", Some(id), None, serde_json::Value::Null)
         .await
@@ -523,23 +471,20 @@ async fn retention_deletes_the_task_with_its_history_and_old_audit_rows() {
         .await
         .unwrap();
     tx.commit().await.unwrap();
-    sqlx::query("UPDATE taskq_audit SET at = UTC_TIMESTAMP(6) - INTERVAL 2 DAY WHERE id = ?")
-        .bind(old)
-        .execute(&db.pool)
-        .await
-        .unwrap();
+    db.exec(&format!(
+        "UPDATE taskq_audit SET at = {} WHERE id = {}",
+        db.ago(Duration::from_secs(172800)),
+        old
+    ))
+    .await;
 
-    let w = RunningWorker::spawn(
-        fast_worker(&db.pool)
-            .register::<Flaky>()
-            .retention(Retention {
-                succeeded: Some(Duration::from_secs(3600)),
-                dead: Some(Duration::from_secs(3600)),
-                canceled: Some(Duration::from_secs(3600)),
-                expired: Some(Duration::from_secs(86_400)),
-                interval: Duration::from_millis(50),
-            }),
-    );
+    let w = RunningWorker::spawn(db.worker().register::<Flaky>().retention(Retention {
+        succeeded: Some(Duration::from_secs(3600)),
+        dead: Some(Duration::from_secs(3600)),
+        canceled: Some(Duration::from_secs(3600)),
+        expired: Some(Duration::from_secs(86_400)),
+        interval: Duration::from_millis(50),
+    }));
     wait_until(
         Duration::from_secs(10),
         "retention deleted the task",
@@ -563,10 +508,7 @@ async fn retention_deletes_the_task_with_its_history_and_old_audit_rows() {
     .await;
     w.stop().await;
     assert!(matches!(client.attempts(id).await, Err(Error::NotFound(t)) if t == id));
-    let (n,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM taskq_tasks")
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
+    let n = db.count("1 = 1").await;
     assert_eq!(n, 0, "the history went with its row");
 }
 
@@ -577,11 +519,7 @@ fn actions(entries: &[AuditEntry]) -> Vec<(&str, &str)> {
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn operator_actions_are_audited_with_their_actor() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn operator_actions_are_audited_with_their_actor<B: TestBackend>(db: Db<B>) {
     let plain = Client::new(db.pool.clone());
     assert_eq!(plain.actor(), taskq::limits::DEFAULT_ACTOR);
     let client = plain.clone().with_actor("cli:bob@ops-1");
@@ -590,11 +528,11 @@ async fn operator_actions_are_audited_with_their_actor() {
     let a = Quick.enqueue(&db.pool).await.unwrap().id;
     let b = Quick.enqueue(&db.pool).await.unwrap().id;
     let dead = Quick.enqueue(&db.pool).await.unwrap().id;
-    exec(
-        &db,
-        "UPDATE taskq_tasks SET state = 'dead', finished_at = UTC_TIMESTAMP(6) WHERE id = ?",
-        dead,
-    )
+    db.exec(&format!(
+        "UPDATE taskq_tasks SET state = 'dead', finished_at = {} WHERE id = {}",
+        db.now(),
+        dead.0
+    ))
     .await;
     client.reschedule(a, Duration::from_secs(60)).await.unwrap();
     client.set_priority(a, -5).await.unwrap();
@@ -734,13 +672,13 @@ async fn operator_actions_are_audited_with_their_actor() {
     assert_eq!(latest[1].detail["queue"], "bulk");
 
     // An application's own entry commits or rolls back with its transaction.
-    let mut tx = db.pool.begin().await.unwrap();
+    let mut tx = db.begin().await;
     client
         .record_audit(&mut tx, "create", Some(b), None, serde_json::Value::Null)
         .await
         .unwrap();
     tx.rollback().await.unwrap();
-    let mut tx = db.pool.begin().await.unwrap();
+    let mut tx = db.begin().await;
     client
         .record_audit(
             &mut tx,
@@ -777,46 +715,48 @@ async fn operator_actions_are_audited_with_their_actor() {
 /// Sets task `id` to `state`, due `run_at_s` seconds from now (negative: ago), finished
 /// `finished_ago_s` seconds ago (terminal states), with one history entry per
 /// `(outcome, ended seconds ago)`.
-async fn craft(
-    db: &TestDb,
+async fn craft<B: TestBackend>(
+    db: &Db<B>,
     id: TaskId,
     state: &str,
     run_at_s: i64,
     finished_ago_s: Option<i64>,
     entries: &[(&str, i64)],
 ) {
-    let entries: Vec<String> = entries
+    // The history in the stored format (the same JSON text on both backends), its times
+    // from the database clock.
+    let now = db.server_now().await;
+    let at = |ago: i64| {
+        (now - chrono::Duration::seconds(ago))
+            .format("%Y-%m-%d %H:%M:%S%.6f")
+            .to_string()
+    };
+    let entries: Vec<serde_json::Value> = entries
         .iter()
         .enumerate()
         .map(|(i, (outcome, ago))| {
-            format!(
-                "JSON_OBJECT('attempt', {n}, 'epoch', {n}, 'worker', 'w', 'started_at', \
-                 DATE_FORMAT(UTC_TIMESTAMP(6) - INTERVAL {s} SECOND, '%Y-%m-%d %H:%i:%s.%f'), \
-                 'finished_at', DATE_FORMAT(UTC_TIMESTAMP(6) - INTERVAL {ago} SECOND, '%Y-%m-%d %H:%i:%s.%f'), \
-                 'outcome', '{outcome}', 'error', NULL)",
-                n = i + 1,
-                s = ago + 1,
-            )
+            serde_json::json!({
+                "attempt": i + 1, "epoch": i + 1, "worker": "w",
+                "started_at": at(ago + 1), "finished_at": at(*ago),
+                "outcome": outcome, "error": null,
+            })
         })
         .collect();
-    let finished = finished_ago_s.map_or("NULL".to_owned(), |s| {
-        format!("UTC_TIMESTAMP(6) - INTERVAL {s} SECOND")
-    });
+    let secs = |s: i64| B::shift_sql(db.now(), s * 1_000_000);
+    let finished = finished_ago_s.map_or("NULL".to_owned(), |s| secs(-s));
     let lease = if state == "running" {
-        "UTC_TIMESTAMP(6) + INTERVAL 60 SECOND"
+        secs(60)
     } else {
-        "NULL"
+        "NULL".to_owned()
     };
-    exec(
-        db,
-        &format!(
-            "UPDATE taskq_tasks SET state = '{state}', run_at = UTC_TIMESTAMP(6) + INTERVAL {run_at_s} SECOND,
-               finished_at = {finished}, lease_until = {lease}, attempts = JSON_ARRAY({})
-             WHERE id = ?",
-            entries.join(", ")
-        ),
-        id,
-    )
+    db.exec(&format!(
+        "UPDATE taskq_tasks SET state = '{state}', run_at = {},
+           finished_at = {finished}, lease_until = {lease}, attempts = '{}'
+         WHERE id = {}",
+        secs(run_at_s),
+        serde_json::Value::from(entries),
+        id.0
+    ))
     .await;
 }
 
@@ -833,18 +773,14 @@ async fn failed_per_minute(client: &Client, minutes: u32) -> Vec<(String, u32, u
     v
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn failed_attempts_per_minute_counts_the_histories_in_the_window() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn failed_attempts_per_minute_counts_the_histories_in_the_window<B: TestBackend>(db: Db<B>) {
     let client = Client::new(db.pool.clone());
     // Real attempts: two failures then a success, a timeout, a panic (all in the last minute).
     let flaky = Flaky.enqueue(&db.pool).await.unwrap().id;
     let slow = Slow.enqueue(&db.pool).await.unwrap().id;
     let boom = Boom.enqueue(&db.pool).await.unwrap().id;
     let w = RunningWorker::spawn(
-        fast_worker(&db.pool)
+        db.worker()
             .register::<Flaky>()
             .register::<Slow>()
             .register::<Boom>()
@@ -946,3 +882,18 @@ async fn failed_attempts_per_minute_counts_the_histories_in_the_window() {
         ]
     );
 }
+
+taskq_tests::conformance!(
+    a_task_that_fails_twice_then_succeeds_has_three_entries,
+    timeouts_and_panics_are_recorded_as_such,
+    a_lost_lease_is_recorded_by_the_reaper_and_a_fenced_write_back_appends_nothing,
+    the_reaper_records_canceled_for_a_cancel_requested_lease,
+    an_attempt_started_before_the_upgrade_has_no_start,
+    a_task_given_back_at_shutdown_is_recorded_released,
+    a_canceled_running_task_is_recorded_canceled_and_audited,
+    a_snooze_is_recorded_and_the_attempt_number_does_not_advance,
+    error_texts_are_cut_and_the_history_keeps_the_latest_entries,
+    retention_deletes_the_task_with_its_history_and_old_audit_rows,
+    operator_actions_are_audited_with_their_actor,
+    failed_attempts_per_minute_counts_the_histories_in_the_window,
+);

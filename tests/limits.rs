@@ -12,9 +12,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use limits_support::{Nap, QUEUE};
-use sqlx::{ConnectOptions, MySqlPool};
 use taskq::{Client, Error, Task, TaskContext, TaskError, limits::MAX_QUEUE_LIMIT};
-use taskq_tests::{RunningWorker, TestDb, fast_worker, wait_until};
+use taskq_tests::backends::{Db, TestBackend};
+use taskq_tests::{RunningWorker, TestDb, wait_until};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
 
@@ -92,14 +92,17 @@ struct Sampler {
 }
 
 impl Sampler {
-    async fn start(db: &TestDb, queue: &'static str) -> Self {
-        let pool = db.pool_with(1).await;
+    async fn start<B: TestBackend>(db: &Db<B>, queue: &'static str) -> Self {
+        let pool = db.another_pool(1).await;
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let handle = tokio::spawn(async move {
             let mut samples = Vec::new();
             while !flag.load(Ordering::Acquire) {
-                samples.push(running(&pool, queue).await);
+                let sql = format!(
+                    "SELECT COUNT(*) FROM taskq_tasks WHERE state = 'running' AND queue = '{queue}'"
+                );
+                samples.push(B::scalar(&pool, &sql).await);
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
             samples
@@ -113,17 +116,14 @@ impl Sampler {
     }
 }
 
-async fn running(pool: &MySqlPool, queue: &str) -> i64 {
-    sqlx::query_scalar("SELECT COUNT(*) FROM taskq_tasks WHERE state = 'running' AND queue = ?")
-        .bind(queue)
-        .fetch_one(pool)
+async fn running<B: TestBackend>(db: &Db<B>, queue: &str) -> i64 {
+    db.count(&format!("state = 'running' AND queue = '{queue}'"))
         .await
-        .expect("count running")
 }
 
 /// Enqueues `n` naps of `ms` milliseconds each (jittered by up to half) in one transaction.
-async fn enqueue_naps(db: &TestDb, n: usize, ms: u64) {
-    let mut tx = db.pool.begin().await.unwrap();
+async fn enqueue_naps<B: TestBackend>(db: &Db<B>, n: usize, ms: u64) {
+    let mut tx = db.begin().await;
     let naps = (0..n).map(|_| Nap {
         ms: ms + fastrand::u64(..=ms / 2),
     });
@@ -131,7 +131,7 @@ async fn enqueue_naps(db: &TestDb, n: usize, ms: u64) {
     tx.commit().await.unwrap();
 }
 
-async fn succeeded(db: &TestDb, queue: &str) -> i64 {
+async fn succeeded<B: TestBackend>(db: &Db<B>, queue: &str) -> i64 {
     db.count(&format!("state = 'succeeded' AND queue = '{queue}'"))
         .await
 }
@@ -144,13 +144,13 @@ fn mean(samples: &[i64]) -> f64 {
 /// drain, the running count sampled every 5 ms on its own connection never exceeds 3, and is
 /// reached. Then the limit is raised to 32 without restarting anything, and a second batch
 /// runs with many more tasks at once.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn four_processes_never_run_more_than_the_limit_and_scale_up_when_it_is_raised() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn four_processes_never_run_more_than_the_limit_and_scale_up_when_it_is_raised<
+    B: TestBackend,
+>(
+    db: Db<B>,
+) {
     let client = Client::new(db.pool.clone());
-    let url = db.options.to_url_lossy().to_string();
+    let url = db.url();
     client.set_queue_limit(QUEUE, Some(3)).await.unwrap();
     let mut fleet = Vec::new();
     for i in 0..PROCESSES {
@@ -231,17 +231,28 @@ async fn four_processes_never_run_more_than_the_limit_and_scale_up_when_it_is_ra
 }
 
 /// Records when each task of queue `rated` was claimed (the claim statement's database
-/// clock), by a trigger on the claim's state change.
-const CLAIM_LOG: &str = "
-CREATE TABLE limit_claims (
-    task_id BIGINT UNSIGNED NOT NULL PRIMARY KEY,
-    at      DATETIME(6) NOT NULL
-) ENGINE = InnoDB";
-const CLAIM_TRIGGER: &str = "
-CREATE TRIGGER limit_claims_log AFTER UPDATE ON taskq_tasks FOR EACH ROW
-  IF OLD.state = 'pending' AND NEW.state = 'running' AND NEW.queue = 'rated' THEN
-    INSERT INTO limit_claims (task_id, at) VALUES (NEW.id, UTC_TIMESTAMP(6));
-  END IF";
+/// clock), by a trigger on the claim's state change; and the SQL of a claim's one-second
+/// window (seconds since the Unix epoch). Triggers and time types are the two dialects' own.
+const CLAIM_LOG_MYSQL: [&str; 3] = [
+    "CREATE TABLE limit_claims (
+         task_id BIGINT UNSIGNED NOT NULL PRIMARY KEY,
+         at      DATETIME(6) NOT NULL
+     ) ENGINE = InnoDB",
+    "CREATE TRIGGER limit_claims_log AFTER UPDATE ON taskq_tasks FOR EACH ROW
+       IF OLD.state = 'pending' AND NEW.state = 'running' AND NEW.queue = 'rated' THEN
+         INSERT INTO limit_claims (task_id, at) VALUES (NEW.id, UTC_TIMESTAMP(6));
+       END IF",
+    "TIMESTAMPDIFF(MICROSECOND, '1970-01-01', at) DIV 1000000",
+];
+const CLAIM_LOG_SQLITE: [&str; 3] = [
+    "CREATE TABLE limit_claims (task_id INTEGER NOT NULL PRIMARY KEY, at INTEGER NOT NULL)",
+    "CREATE TRIGGER limit_claims_log AFTER UPDATE ON taskq_tasks FOR EACH ROW
+       WHEN OLD.state = 'pending' AND NEW.state = 'running' AND NEW.queue = 'rated'
+       BEGIN
+         INSERT INTO limit_claims (task_id, at) VALUES (NEW.id, (SELECT us FROM taskq_clock));
+       END",
+    "at / 1000000",
+];
 
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 struct Quick(u32);
@@ -256,24 +267,23 @@ impl Task for Quick {
 
 /// A rate limit of 5 per second across three workers: no one-second window of the database
 /// clock holds more than 5 claims, so 20 tasks take at least 4 windows.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_rate_limit_holds_per_window_across_workers() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
+async fn a_rate_limit_holds_per_window_across_workers<B: TestBackend>(db: Db<B>) {
+    let [table, trigger, window] = match db.label() {
+        "mysql" => CLAIM_LOG_MYSQL,
+        _ => CLAIM_LOG_SQLITE,
     };
-    for sql in [CLAIM_LOG, CLAIM_TRIGGER] {
-        sqlx::raw_sql(sql).execute(&db.pool).await.unwrap();
-    }
+    db.exec(table).await;
+    db.exec(trigger).await;
     let client = Client::new(db.pool.clone());
     client
         .set_queue_rate_limit("rated", Some((5, Duration::from_secs(1))))
         .await
         .unwrap();
     let workers: Vec<RunningWorker> = (0..3)
-        .map(|_| RunningWorker::spawn(fast_worker(&db.pool).register::<Quick>().queue("rated", 8)))
+        .map(|_| RunningWorker::spawn(db.worker().register::<Quick>().queue("rated", 8)))
         .collect();
     const N: u32 = 20;
-    let mut tx = db.pool.begin().await.unwrap();
+    let mut tx = db.begin().await;
     taskq::enqueue_many(&mut tx, (0..N).map(Quick))
         .await
         .unwrap();
@@ -296,13 +306,15 @@ async fn a_rate_limit_holds_per_window_across_workers() {
     for w in workers {
         limited += w.stop().await.stats.claims_limited;
     }
-    let windows: Vec<(i64, i64)> = sqlx::query_as(
-        "SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01', at) DIV 1000000 AS w, COUNT(*)
-         FROM limit_claims GROUP BY w ORDER BY w",
-    )
-    .fetch_all(&db.pool)
-    .await
-    .unwrap();
+    let windows: Vec<(i64, i64)> = db
+        .rows(
+            &[window, "COUNT(*)"],
+            &format!("FROM limit_claims GROUP BY {window} ORDER BY {window}"),
+        )
+        .await
+        .iter()
+        .map(|r| (r[0].parse().unwrap(), r[1].parse().unwrap()))
+        .collect();
     eprintln!("claims per one-second window: {windows:?}; claims cut short: {limited}");
     assert_eq!(
         windows.iter().map(|w| w.1).sum::<i64>(),
@@ -318,11 +330,7 @@ async fn a_rate_limit_holds_per_window_across_workers() {
 }
 
 /// Invalid limits are typed errors and write nothing.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn invalid_limits_are_rejected_and_write_nothing() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn invalid_limits_are_rejected_and_write_nothing<B: TestBackend>(db: Db<B>) {
     let client = Client::new(db.pool.clone());
     let invalid = |e: Error| {
         assert!(matches!(e, Error::InvalidOption(_)), "{e:?}");
@@ -366,10 +374,7 @@ async fn invalid_limits_are_rejected_and_write_nothing() {
     );
     let e = client.set_queue_limit("", Some(3)).await.unwrap_err();
     assert!(matches!(e, Error::InvalidName { .. }), "{e:?}");
-    let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM taskq_queues")
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
+    let rows = db.scalar("SELECT COUNT(*) FROM taskq_queues").await;
     assert_eq!(rows, 0, "nothing written");
     assert!(client.queues().await.unwrap().is_empty());
 
@@ -396,14 +401,10 @@ async fn invalid_limits_are_rejected_and_write_nothing() {
 
 /// A limit set while a worker runs holds once the worker re-read the queue controls; clearing
 /// it lets the worker fill its slots again; `Client::queues` shows the limit and the counts.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_limit_set_live_holds_and_clearing_it_lifts_it() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn a_limit_set_live_holds_and_clearing_it_lifts_it<B: TestBackend>(db: Db<B>) {
     let client = Client::new(db.pool.clone());
     // poll_max 100 ms: the worker re-reads the queue controls every 100 ms.
-    let worker = RunningWorker::spawn(fast_worker(&db.pool).register::<Nap>().queue(QUEUE, 8));
+    let worker = RunningWorker::spawn(db.worker().register::<Nap>().queue(QUEUE, 8));
     tokio::time::sleep(Duration::from_millis(200)).await;
     client.set_queue_limit(QUEUE, Some(2)).await.unwrap();
     // Ten times the refresh interval.
@@ -411,7 +412,7 @@ async fn a_limit_set_live_holds_and_clearing_it_lifts_it() {
     enqueue_naps(&db, 12, 300).await;
     let sampler = Sampler::start(&db, QUEUE).await;
     wait_until(Duration::from_secs(30), "two running", || async {
-        running(&db.pool, QUEUE).await == 2
+        running(&db, QUEUE).await == 2
     })
     .await;
     let info = client.queues().await.unwrap();
@@ -430,7 +431,7 @@ async fn a_limit_set_live_holds_and_clearing_it_lifts_it() {
     wait_until(
         Duration::from_secs(30),
         "slots filled once cleared",
-        || async { running(&db.pool, QUEUE).await >= 4 },
+        || async { running(&db, QUEUE).await >= 4 },
     )
     .await;
     wait_until(Duration::from_secs(30), "all done", || async {
@@ -443,17 +444,15 @@ async fn a_limit_set_live_holds_and_clearing_it_lifts_it() {
 
 /// Lowering a limit below the running count stops nothing, and starts nothing new until the
 /// queue is under the new limit.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn lowering_a_limit_lets_running_tasks_finish_and_starts_nothing_above_it() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn lowering_a_limit_lets_running_tasks_finish_and_starts_nothing_above_it<B: TestBackend>(
+    db: Db<B>,
+) {
     let client = Client::new(db.pool.clone());
     client.set_queue_limit(QUEUE, Some(4)).await.unwrap();
-    let worker = RunningWorker::spawn(fast_worker(&db.pool).register::<Nap>().queue(QUEUE, 8));
+    let worker = RunningWorker::spawn(db.worker().register::<Nap>().queue(QUEUE, 8));
     enqueue_naps(&db, 8, 800).await;
     wait_until(Duration::from_secs(30), "four running", || async {
-        running(&db.pool, QUEUE).await == 4
+        running(&db, QUEUE).await == 4
     })
     .await;
     client.set_queue_limit(QUEUE, Some(1)).await.unwrap();
@@ -463,7 +462,7 @@ async fn lowering_a_limit_lets_running_tasks_finish_and_starts_nothing_above_it(
     })
     .await;
     wait_until(Duration::from_secs(30), "one more running", || async {
-        running(&db.pool, QUEUE).await == 1
+        running(&db, QUEUE).await == 1
     })
     .await;
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -487,6 +486,7 @@ async fn lowering_a_limit_lets_running_tasks_finish_and_starts_nothing_above_it(
 
 /// Claims of a queue without limits never lock its row (a worker drains it while another
 /// transaction holds that row), while claims of a limited queue wait for it.
+// MySQL only: InnoDB row locks (SQLite's claims never overlap another writer).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_limited_queues_take_the_queue_row_lock() {
     #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
@@ -510,6 +510,7 @@ async fn only_limited_queues_take_the_queue_row_lock() {
     let Some(db) = TestDb::new_or_skip().await else {
         return;
     };
+    let db = Db::from_test_db(db);
     let client = Client::new(db.pool.clone());
     // Both queues have a row; only `capped` has a limit.
     client.set_queue_limit("free", Some(5)).await.unwrap();
@@ -532,7 +533,7 @@ async fn only_limited_queues_take_the_queue_row_lock() {
             .unwrap();
     assert_eq!(locked, ["capped", "free"]);
     let worker = RunningWorker::spawn(
-        fast_worker(&db.pool)
+        db.worker()
             .register::<Free>()
             .register::<Capped>()
             .queue("free", 8)
@@ -562,3 +563,11 @@ async fn only_limited_queues_take_the_queue_row_lock() {
     let report = worker.stop().await;
     assert_eq!(report.stats.succeeded, 40);
 }
+
+taskq_tests::conformance!(
+    four_processes_never_run_more_than_the_limit_and_scale_up_when_it_is_raised,
+    a_rate_limit_holds_per_window_across_workers,
+    invalid_limits_are_rejected_and_write_nothing,
+    a_limit_set_live_holds_and_clearing_it_lifts_it,
+    lowering_a_limit_lets_running_tasks_finish_and_starts_nothing_above_it,
+);

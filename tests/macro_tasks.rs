@@ -14,7 +14,7 @@ use taskq::{
     __private::DataRequirement, Backoff, Client, Error, FromTaskContext, Task, TaskContext,
     TaskError, TaskId, TaskState, WorkerBuilder, client::TaskInfo,
 };
-use taskq_tests::TestDb;
+use taskq_tests::backends::{Db, TestBackend};
 
 use macro_support::{ChargeInvoice, Ledger, ParseAmount};
 
@@ -133,7 +133,7 @@ mod clash {
 // ---------------------------------------------------------------------------------------------
 // Helpers
 
-async fn row(db: &TestDb, id: TaskId) -> TaskInfo {
+async fn row<B: TestBackend>(db: &Db<B>, id: TaskId) -> TaskInfo {
     Client::new(db.pool.clone()).get(id).await.unwrap()
 }
 
@@ -152,7 +152,7 @@ where
     }
 }
 
-async fn wait_state(db: &TestDb, id: TaskId, state: TaskState) -> TaskInfo {
+async fn wait_state<B: TestBackend>(db: &Db<B>, id: TaskId, state: TaskState) -> TaskInfo {
     eventually(&format!("task {id} to be {state}"), || async {
         row(db, id).await.state == state
     })
@@ -217,11 +217,7 @@ fn sample() -> RichPayload {
 // ---------------------------------------------------------------------------------------------
 // Tests
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn payload_round_trips_through_json_exactly() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn payload_round_trips_through_json_exactly<B: TestBackend>(db: Db<B>) {
     let sent = sample();
     let done = sent.clone().enqueue(&db.pool).await.unwrap();
     assert!(!done.duplicate);
@@ -257,11 +253,7 @@ async fn payload_round_trips_through_json_exactly() {
     assert_eq!(back.added_later, 0);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn defaults_and_attributes_land_in_the_row() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn defaults_and_attributes_land_in_the_row<B: TestBackend>(db: Db<B>) {
     let plain = PlainDefaults { n: 1 }.enqueue(&db.pool).await.unwrap();
     let t = row(&db, plain.id).await;
     assert_eq!(t.name, "plain_defaults");
@@ -278,7 +270,7 @@ async fn defaults_and_attributes_land_in_the_row() {
     assert_eq!(<PlainDefaults as Task>::TTL, None);
     assert_eq!((t.snoozes, t.deadline), (0, None));
 
-    let mut tx = db.pool.begin().await.unwrap();
+    let mut tx = db.begin().await;
     let attrs = WithAttrs { n: 2 }.enqueue_tx(&mut tx).await.unwrap();
     tx.commit().await.unwrap();
     let t = row(&db, attrs.id).await;
@@ -297,14 +289,9 @@ async fn defaults_and_attributes_land_in_the_row() {
     assert_eq!(t.deadline, Some(t.created_at + chrono::Duration::hours(1)));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn enqueue_helpers_apply_their_options() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
-
+async fn enqueue_helpers_apply_their_options<B: TestBackend>(db: Db<B>) {
     // enqueue_tx is the caller's transaction: a rollback leaves nothing behind.
-    let mut tx = db.pool.begin().await.unwrap();
+    let mut tx = db.begin().await;
     let _ = PlainDefaults { n: 0 }.enqueue_tx(&mut tx).await.unwrap();
     tx.rollback().await.unwrap();
     assert_eq!(db.count("name = 'plain_defaults'").await, 0);
@@ -315,8 +302,10 @@ async fn enqueue_helpers_apply_their_options() {
         .await
         .unwrap();
     let cond = format!(
-        "id = {} AND run_at > UTC_TIMESTAMP(6) + INTERVAL 3500 SECOND AND run_at < UTC_TIMESTAMP(6) + INTERVAL 3700 SECOND",
-        delayed.id
+        "id = {} AND run_at > {} AND run_at < {}",
+        delayed.id,
+        db.from_now(Duration::from_secs(3500)),
+        db.from_now(Duration::from_secs(3700))
     );
     assert_eq!(db.count(&cond).await, 1, "run_at is about an hour ahead");
 
@@ -386,8 +375,7 @@ async fn enqueue_helpers_apply_their_options() {
     assert_eq!((t.deadline, t.priority), (Some(until), 2));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_task_from_another_module_registers_and_runs_with_its_data() {
+async fn a_task_from_another_module_registers_and_runs_with_its_data<B: TestBackend>(db: Db<B>) {
     let registered = taskq::registry::registered();
     let reg = registered
         .iter()
@@ -400,9 +388,6 @@ async fn a_task_from_another_module_registers_and_runs_with_its_data() {
         reg.type_name()
     );
 
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
     let ledger = Ledger::default();
     let ok = ChargeInvoice {
         invoice_id: 7,
@@ -465,11 +450,7 @@ async fn a_task_from_another_module_registers_and_runs_with_its_data() {
     assert_eq!(failing_runs, [1, 2, 3]);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn custom_injected_parameters_run() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn custom_injected_parameters_run<B: TestBackend>(db: Db<B>) {
     let id = PerTenant { n: 1 }.enqueue(&db.pool).await.unwrap().id;
     let worker = Running::start(
         taskq::Worker::builder(db.pool.clone())
@@ -508,11 +489,7 @@ async fn the_handler_stays_callable_directly() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn missing_data_fails_at_start_up() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn missing_data_fails_at_start_up<B: TestBackend>(db: Db<B>) {
     let err = taskq::Worker::builder(db.pool.clone())
         .register::<ChargeInvoice>()
         .build()
@@ -551,11 +528,7 @@ async fn missing_data_fails_at_start_up() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn duplicate_names_fail_at_start_up_naming_both_types() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn duplicate_names_fail_at_start_up_naming_both_types<B: TestBackend>(db: Db<B>) {
     let err = taskq::Worker::builder(db.pool.clone())
         .register_all()
         .build()
@@ -583,3 +556,13 @@ async fn duplicate_names_fail_at_start_up_naming_both_types() {
     // Silence "never constructed": these exist only to clash.
     let _ = (clash::FirstSame { a: 1 }, clash::SecondSame { b: 2 });
 }
+
+taskq_tests::conformance!(
+    payload_round_trips_through_json_exactly,
+    defaults_and_attributes_land_in_the_row,
+    enqueue_helpers_apply_their_options,
+    custom_injected_parameters_run,
+    missing_data_fails_at_start_up,
+    duplicate_names_fail_at_start_up_naming_both_types,
+    a_task_from_another_module_registers_and_runs_with_its_data,
+);

@@ -9,7 +9,8 @@ use taskq::{
     Backoff, Client, Error, ResultExt, Task, TaskContext, TaskError, TaskId, TaskState,
     client::DeadReason,
 };
-use taskq_tests::{RunningWorker, TestDb, fast_worker, wait_until};
+use taskq_tests::backends::{Db, TestBackend, blob};
+use taskq_tests::{RunningWorker, TestDb, wait_until};
 
 /// Execution counts by task number, shared with handlers as worker state.
 #[derive(Clone, Default)]
@@ -74,11 +75,15 @@ impl Task for Job {
                 std::io::Error::other("not yet"),
             )),
             Mode::MissingTable => {
-                let pool = cx.data::<sqlx::MySqlPool>().expect("pool data registered");
-                sqlx::query("SELECT 1 FROM no_such_table")
-                    .execute(&pool)
-                    .await
-                    .permanent()?;
+                let sql = "SELECT 1 FROM no_such_table";
+                match cx.data::<sqlx::MySqlPool>() {
+                    Some(pool) => sqlx::query(sql).execute(&pool).await.map(drop),
+                    None => {
+                        let pool = cx.data::<sqlx::SqlitePool>().expect("pool data registered");
+                        sqlx::query(sql).execute(&pool).await.map(drop)
+                    }
+                }
+                .permanent()?;
                 Ok(())
             }
             Mode::WaitCancel => {
@@ -102,15 +107,19 @@ impl Task for Slow {
     }
 }
 
-async fn job(db: &TestDb, n: u32, mode: Mode) -> TaskId {
+async fn job<B: TestBackend>(db: &Db<B>, n: u32, mode: Mode) -> TaskId {
     Job { n, mode }.enqueue(&db.pool).await.unwrap().id
 }
 
-async fn state_of(db: &TestDb, id: TaskId) -> taskq::client::TaskInfo {
+async fn state_of<B: TestBackend>(db: &Db<B>, id: TaskId) -> taskq::client::TaskInfo {
     Client::new(db.pool.clone()).get(id).await.unwrap()
 }
 
-async fn wait_state(db: &TestDb, id: TaskId, state: TaskState) -> taskq::client::TaskInfo {
+async fn wait_state<B: TestBackend>(
+    db: &Db<B>,
+    id: TaskId,
+    state: TaskState,
+) -> taskq::client::TaskInfo {
     let client = Client::new(db.pool.clone());
     wait_until(
         Duration::from_secs(20),
@@ -124,19 +133,15 @@ async fn wait_state(db: &TestDb, id: TaskId, state: TaskState) -> taskq::client:
     state_of(db, id).await
 }
 
-fn worker(db: &TestDb, runs: &Runs) -> taskq::WorkerBuilder {
-    fast_worker(&db.pool)
+fn worker<B: TestBackend>(db: &Db<B>, runs: &Runs) -> taskq::WorkerBuilder {
+    db.worker()
         .register::<Job>()
         .register::<Slow>()
         .data(runs.clone())
         .data(db.pool.clone())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn runs_tasks_and_records_success() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn runs_tasks_and_records_success<B: TestBackend>(db: Db<B>) {
     let runs = Runs::default();
     let ids: Vec<TaskId> = futures_lite_join(&db, 0..50, Mode::Ok).await;
     let w = RunningWorker::spawn(worker(&db, &runs));
@@ -154,7 +159,11 @@ async fn runs_tasks_and_records_success() {
     assert!(report.released.is_empty());
 }
 
-async fn futures_lite_join(db: &TestDb, range: std::ops::Range<u32>, mode: Mode) -> Vec<TaskId> {
+async fn futures_lite_join<B: TestBackend>(
+    db: &Db<B>,
+    range: std::ops::Range<u32>,
+    mode: Mode,
+) -> Vec<TaskId> {
     let mut ids = Vec::new();
     for n in range {
         ids.push(job(db, n, mode.clone()).await);
@@ -162,11 +171,7 @@ async fn futures_lite_join(db: &TestDb, range: std::ops::Range<u32>, mode: Mode)
     ids
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn failures_retry_with_backoff_then_succeed_or_go_dead() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn failures_retry_with_backoff_then_succeed_or_go_dead<B: TestBackend>(db: Db<B>) {
     let runs = Runs::default();
     let flaky = job(&db, 1, Mode::FailTimes(2)).await;
     let hopeless = job(&db, 2, Mode::FailTimes(99)).await;
@@ -200,20 +205,24 @@ async fn failures_retry_with_backoff_then_succeed_or_go_dead() {
     // sqlx's error includes its source's text: stored once, not "X: X".
     let t = wait_state(&db, missing_table, TaskState::Dead).await;
     let e = t.last_error.unwrap();
-    assert!(
-        e.starts_with("error returned from database: 1146 (42S02): Table '"),
-        "{e}"
-    );
-    assert_eq!(e.matches("doesn't exist").count(), 1, "{e}");
+    // The database's own error text differs by backend.
+    let (prefix, tail) = match db.label() {
+        "mysql" => (
+            "error returned from database: 1146 (42S02): Table '",
+            "doesn't exist",
+        ),
+        _ => (
+            "error returned from database: (code: 1) no such table: no_such_table",
+            "no such table",
+        ),
+    };
+    assert!(e.starts_with(prefix), "{e}");
+    assert_eq!(e.matches(tail).count(), 1, "{e}");
     let stats = w.stop().await.stats;
     assert_eq!((stats.retried, stats.dead, stats.succeeded), (4, 3, 1));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn retry_after_is_honoured() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn retry_after_is_honoured<B: TestBackend>(db: Db<B>) {
     let runs = Runs::default();
     let id = job(&db, 1, Mode::RetryAfterMs(60_000)).await;
     let w = RunningWorker::spawn(worker(&db, &runs));
@@ -236,11 +245,7 @@ async fn retry_after_is_honoured() {
     assert_eq!(t.last_error.as_deref(), Some("not yet"));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_panic_is_a_failure_not_a_crash() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn a_panic_is_a_failure_not_a_crash<B: TestBackend>(db: Db<B>) {
     let runs = Runs::default();
     let bad = Job {
         n: 1,
@@ -267,11 +272,7 @@ async fn a_panic_is_a_failure_not_a_crash() {
     assert_eq!(w.stop().await.stats.panics, 1);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_timeout_cancels_the_handler_and_counts_as_a_failure() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn a_timeout_cancels_the_handler_and_counts_as_a_failure<B: TestBackend>(db: Db<B>) {
     let runs = Runs::default();
     let id = Slow.enqueue(&db.pool).await.unwrap().id;
     let w = RunningWorker::spawn(worker(&db, &runs).cancel_grace(Duration::from_millis(50)));
@@ -281,26 +282,20 @@ async fn a_timeout_cancels_the_handler_and_counts_as_a_failure() {
     assert_eq!(w.stop().await.stats.timeouts, 2);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn undecodable_payloads_and_unknown_names() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn undecodable_payloads_and_unknown_names<B: TestBackend>(db: Db<B>) {
     let runs = Runs::default();
     for (name, payload) in [
         ("job", &b"{\"n\": \"not a number\"}"[..]),
         ("job", &b"\xff\xfe"[..]),
         ("nobody_handles_this", &b"{}"[..]),
     ] {
-        sqlx::query(
+        let now = db.now();
+        db.exec(&format!(
             "INSERT INTO taskq_tasks (queue, name, payload, state, max_attempts, run_at, created_at, updated_at)
-             VALUES ('default', ?, ?, 'pending', 5, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))",
-        )
-        .bind(name)
-        .bind(payload)
-        .execute(&db.pool)
-        .await
-        .unwrap();
+             VALUES ('default', '{name}', {}, 'pending', 5, {now}, {now}, {now})",
+            blob(payload)
+        ))
+        .await;
     }
     let ok = job(&db, 1, Mode::Ok).await;
     let w = RunningWorker::spawn(worker(&db, &runs));
@@ -309,11 +304,14 @@ async fn undecodable_payloads_and_unknown_names() {
         db.count("state = 'dead'").await == 2
     })
     .await;
-    let errors: Vec<String> =
-        sqlx::query_scalar("SELECT last_error FROM taskq_tasks WHERE state = 'dead' ORDER BY id")
-            .fetch_all(&db.pool)
-            .await
-            .unwrap();
+    let mut errors = Vec::new();
+    for id in db
+        .ints("SELECT id FROM taskq_tasks WHERE state = 'dead' ORDER BY id")
+        .await
+    {
+        let sql = format!("SELECT last_error FROM taskq_tasks WHERE id = {id}");
+        errors.push(db.text(&sql).await.unwrap());
+    }
     // The type is named as code writes it, without its module path.
     assert!(
         errors[0].starts_with("payload does not decode as Job: "),
@@ -344,23 +342,18 @@ async fn undecodable_payloads_and_unknown_names() {
     w.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_reaper_requeues_expired_leases_and_buries_exhausted_ones() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn the_reaper_requeues_expired_leases_and_buries_exhausted_ones<B: TestBackend>(db: Db<B>) {
     let runs = Runs::default();
     let again = job(&db, 1, Mode::Ok).await;
     let exhausted = job(&db, 2, Mode::Ok).await;
     // Simulate a crashed worker: running with an expired lease.
-    sqlx::query(
-        "UPDATE taskq_tasks SET state = 'running', attempt = IF(id = ?, 1, 3), lease_epoch = 7,
-           worker_id = 'crashed', lease_until = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND",
-    )
-    .bind(again.0)
-    .execute(&db.pool)
-    .await
-    .unwrap();
+    db.exec(&format!(
+        "UPDATE taskq_tasks SET state = 'running', attempt = CASE WHEN id = {} THEN 1 ELSE 3 END,
+           lease_epoch = 7, worker_id = 'crashed', lease_until = {}",
+        again.0,
+        db.ago(Duration::from_secs(1))
+    ))
+    .await;
     let w = RunningWorker::spawn(worker(&db, &runs));
     let t = wait_state(&db, again, TaskState::Succeeded).await;
     // Reaped (epoch 8) then claimed (epoch 9), second attempt.
@@ -379,11 +372,7 @@ async fn the_reaper_requeues_expired_leases_and_buries_exhausted_ones() {
     assert!(w.stop().await.stats.reaped >= 2);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lost_lease_cancels_the_handler_and_its_write_back_is_fenced() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn a_lost_lease_cancels_the_handler_and_its_write_back_is_fenced<B: TestBackend>(db: Db<B>) {
     let runs = Runs::default();
     let id = job(&db, 1, Mode::WaitCancel).await;
     let w = RunningWorker::spawn(
@@ -394,13 +383,11 @@ async fn a_lost_lease_cancels_the_handler_and_its_write_back_is_fenced() {
     );
     wait_state(&db, id, TaskState::Running).await;
     // Another holder takes the task over: its epoch moves on.
-    sqlx::query(
-        "UPDATE taskq_tasks SET lease_epoch = lease_epoch + 1, worker_id = 'other' WHERE id = ?",
-    )
-    .bind(id.0)
-    .execute(&db.pool)
-    .await
-    .unwrap();
+    db.exec(&format!(
+        "UPDATE taskq_tasks SET lease_epoch = lease_epoch + 1, worker_id = 'other' WHERE id = {}",
+        id.0
+    ))
+    .await;
     wait_until(
         Duration::from_secs(10),
         "handler saw its cancel signal",
@@ -426,11 +413,7 @@ async fn a_lost_lease_cancels_the_handler_and_its_write_back_is_fenced() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn shutdown_waits_for_handlers_then_releases_the_rest() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn shutdown_waits_for_handlers_then_releases_the_rest<B: TestBackend>(db: Db<B>) {
     let runs = Runs::default();
     let quick = job(&db, 1, Mode::Sleep(300)).await;
     let stuck = job(&db, 2, Mode::Sleep(60_000)).await;
@@ -457,32 +440,31 @@ async fn shutdown_waits_for_handlers_then_releases_the_rest() {
     );
     assert!(t.run_at <= chrono::Utc::now() + chrono::Duration::seconds(1));
     // Another worker starts it at once.
-    sqlx::query("UPDATE taskq_tasks SET payload = '{\"n\":2,\"mode\":\"Ok\"}' WHERE id = ?")
-        .bind(stuck.0)
-        .execute(&db.pool)
-        .await
-        .unwrap();
+    db.exec(&format!(
+        "UPDATE taskq_tasks SET payload = {} WHERE id = {}",
+        blob(br#"{"n":2,"mode":"Ok"}"#),
+        stuck.0
+    ))
+    .await;
     let w2 = RunningWorker::spawn(worker(&db, &runs));
     wait_state(&db, stuck, TaskState::Succeeded).await;
     w2.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn retention_prunes_old_terminal_tasks_only() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn retention_prunes_old_terminal_tasks_only<B: TestBackend>(db: Db<B>) {
     let runs = Runs::default();
     for n in 0..6 {
         job(&db, n, Mode::Ok).await;
     }
-    sqlx::query(
-        "UPDATE taskq_tasks SET state = ELT(1 + id % 3, 'succeeded', 'dead', 'canceled'),
-           finished_at = IF(id <= 3, UTC_TIMESTAMP(6) - INTERVAL 2 HOUR, UTC_TIMESTAMP(6))",
-    )
-    .execute(&db.pool)
-    .await
-    .unwrap();
+    db.exec(&format!(
+        "UPDATE taskq_tasks SET
+           state = CASE id % 3 WHEN 0 THEN 'succeeded' WHEN 1 THEN 'dead' ELSE 'canceled' END,
+           finished_at = CASE WHEN id <= 3 THEN {} ELSE {} END",
+        db.ago(Duration::from_secs(7200)),
+        db.now()
+    ))
+    .await;
+    let hour_ago = db.ago(Duration::from_secs(3600));
     let keep_dead = taskq::worker::Retention {
         succeeded: Some(Duration::from_secs(3600)),
         dead: None,
@@ -499,26 +481,18 @@ async fn retention_prunes_old_terminal_tasks_only() {
     .await;
     w.stop().await;
     // The old dead task is kept (dead retention disabled), recent ones are kept.
+    assert_eq!(db.count(&format!("finished_at < {hour_ago}")).await, 1);
     assert_eq!(
-        db.count("finished_at < UTC_TIMESTAMP(6) - INTERVAL 1 HOUR")
-            .await,
-        1
-    );
-    assert_eq!(
-        db.count("finished_at < UTC_TIMESTAMP(6) - INTERVAL 1 HOUR AND state = 'dead'")
+        db.count(&format!("finished_at < {hour_ago} AND state = 'dead'"))
             .await,
         1
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn several_workers_run_each_task_exactly_once() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn several_workers_run_each_task_exactly_once<B: TestBackend>(db: Db<B>) {
     let runs = Runs::default();
     let n = 600;
-    let mut tx = db.pool.begin().await.unwrap();
+    let mut tx = db.begin().await;
     for i in 0..n {
         Job {
             n: i,
@@ -554,21 +528,16 @@ async fn several_workers_run_each_task_exactly_once() {
         db.count("attempt = 1 AND lease_epoch = 1").await,
         i64::from(n)
     );
-    let distinct: i64 = sqlx::query_scalar("SELECT COUNT(DISTINCT worker_id) FROM taskq_tasks")
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
+    let distinct = db
+        .scalar("SELECT COUNT(DISTINCT worker_id) FROM taskq_tasks")
+        .await;
     assert!(
         distinct >= 2,
         "work was spread over workers: {claimed_by:?}"
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn in_process_enqueue_wakes_an_idle_worker() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn in_process_enqueue_wakes_an_idle_worker<B: TestBackend>(db: Db<B>) {
     let runs = Runs::default();
     let w = RunningWorker::spawn(
         worker(&db, &runs).poll_interval(Duration::from_secs(30), Duration::from_secs(30)),
@@ -584,11 +553,7 @@ async fn in_process_enqueue_wakes_an_idle_worker() {
     w.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn invalid_settings_are_typed_errors() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn invalid_settings_are_typed_errors<B: TestBackend>(db: Db<B>) {
     let cfg = |b: taskq::WorkerBuilder| match b.build() {
         Err(Error::Config(m)) => m,
         Err(e) => panic!("unexpected error {e}"),
@@ -631,11 +596,13 @@ async fn lock_ten_candidates(conn: &mut sqlx::MySqlConnection, candidates: &[u64
     .unwrap()
 }
 
+// MySQL only: InnoDB's SKIP LOCKED locking read of candidates and its next-key locks.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_in_progress_never_blocks_producers() {
-    let Some(db) = TestDb::new_or_skip().await else {
+    let Some(tdb) = TestDb::new_or_skip().await else {
         return;
     };
+    let db = Db::<sqlx::MySql>::from_test_db(tdb);
     for n in 0..20 {
         job(&db, n, Mode::Ok).await;
     }
@@ -690,11 +657,7 @@ async fn a_claim_in_progress_never_blocks_producers() {
         .unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_paused_queue_is_not_claimed_until_resumed() {
-    let Some(db) = TestDb::new_or_skip().await else {
-        return;
-    };
+async fn a_paused_queue_is_not_claimed_until_resumed<B: TestBackend>(db: Db<B>) {
     let runs = Runs::default();
     let client = Client::new(db.pool.clone());
     client.pause_queue("default").await.unwrap();
@@ -727,3 +690,102 @@ async fn a_paused_queue_is_not_claimed_until_resumed() {
         Err(Error::InvalidName { .. })
     ));
 }
+
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct Work {
+    n: u32,
+}
+
+impl Task for Work {
+    const NAME: &'static str = "work";
+    const QUEUE: &'static str = "work";
+    async fn run(self, _cx: TaskContext) -> Result<(), TaskError> {
+        Ok(())
+    }
+}
+
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct Flaky {
+    n: u32,
+}
+
+impl Task for Flaky {
+    const NAME: &'static str = "flaky";
+    const QUEUE: &'static str = "work";
+    const MAX_ATTEMPTS: u32 = 3;
+    const BACKOFF: taskq::Backoff = taskq::Backoff::constant(Duration::from_millis(10));
+    async fn run(self, cx: TaskContext) -> Result<(), TaskError> {
+        if self.n.is_multiple_of(2) && cx.attempt() < 2 {
+            return Err(TaskError::msg("first attempt fails"));
+        }
+        if !self.n.is_multiple_of(2) {
+            return Err(TaskError::msg("always fails"));
+        }
+        Ok(())
+    }
+}
+
+async fn a_worker_drains_every_task_once<B: TestBackend>(db: Db<B>) {
+    let mut tx = db.begin().await;
+    taskq::enqueue_many(&mut tx, (0..500).map(|n| Work { n }))
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    let w = RunningWorker::spawn(db.worker().register::<Work>().queue("work", 16));
+    wait_until(Duration::from_secs(20), "every task succeeded", || async {
+        db.count("state = 'succeeded'").await == 500
+    })
+    .await;
+    let report = w.stop().await;
+    assert_eq!(report.stats.succeeded, 500);
+    assert_eq!(db.count("attempt = 1 AND lease_epoch = 1").await, 500);
+}
+
+async fn failures_retry_then_die<B: TestBackend>(db: Db<B>) {
+    let mut tx = db.begin().await;
+    taskq::enqueue_many(&mut tx, (0..20).map(|n| Flaky { n }))
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    let w = RunningWorker::spawn(db.worker().register::<Flaky>().queue("work", 4));
+    wait_until(
+        Duration::from_secs(20),
+        "ten succeeded and ten dead",
+        || async {
+            db.count("state = 'succeeded'").await == 10 && db.count("state = 'dead'").await == 10
+        },
+    )
+    .await;
+    w.stop().await;
+    assert_eq!(db.count("state = 'succeeded' AND attempt = 2").await, 10);
+    assert_eq!(db.count("state = 'dead' AND attempt = 3").await, 10);
+    let dead = db
+        .client()
+        .list(&taskq::client::ListFilter {
+            state: Some(taskq::TaskState::Dead),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let attempts = db.client().attempts(dead[0].id).await.unwrap();
+    assert_eq!(attempts.len(), 3, "one history entry per attempt");
+}
+
+taskq_tests::conformance!(
+    a_worker_drains_every_task_once,
+    failures_retry_then_die,
+    runs_tasks_and_records_success,
+    failures_retry_with_backoff_then_succeed_or_go_dead,
+    retry_after_is_honoured,
+    a_panic_is_a_failure_not_a_crash,
+    a_timeout_cancels_the_handler_and_counts_as_a_failure,
+    undecodable_payloads_and_unknown_names,
+    the_reaper_requeues_expired_leases_and_buries_exhausted_ones,
+    a_lost_lease_cancels_the_handler_and_its_write_back_is_fenced,
+    shutdown_waits_for_handlers_then_releases_the_rest,
+    retention_prunes_old_terminal_tasks_only,
+    several_workers_run_each_task_exactly_once,
+    in_process_enqueue_wakes_an_idle_worker,
+    invalid_settings_are_typed_errors,
+    a_paused_queue_is_not_claimed_until_resumed,
+);

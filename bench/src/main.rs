@@ -7,11 +7,14 @@
 //!     [--targets-only | --unknown-names]
 //! cargo run --release -p taskq-bench -- --dashboard [--dashboard-tasks 1000000] [--requests 30]
 //!     [--keep-db]
+//! cargo run --release -p taskq-bench -- --sqlite [--sqlite-file target/bench-sqlite.db] [--quick]
+//!     [--out target/bench-sqlite.json] [--keep-db]
 //! ```
 //!
 //! It creates a scratch database (`taskq_bench_<random>`), runs every measurement in it and
 //! drops it. Statement counts come from the server's global `Questions` / `Com_*` counters,
-//! so nothing else should use the server meanwhile.
+//! so nothing else should use the server meanwhile. `--sqlite` needs no server: it measures
+//! taskq against hand-written SQL on an SQLite file (see `sqlite.rs`).
 
 use std::collections::HashMap;
 use std::str::FromStr;
@@ -26,6 +29,7 @@ use sqlx::{ConnectOptions, Connection, MySqlPool, Row};
 use taskq::{Task, TaskContext, TaskError};
 
 mod dashboard;
+mod sqlite;
 
 type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
@@ -71,7 +75,8 @@ fn noop(seq: u64) -> Noop {
 struct Opts {
     url: String,
     quick: bool,
-    out: String,
+    /// `--out`, when given (each mode has its default).
+    out: Option<String>,
     svg: String,
     million: bool,
     /// Only the two ratio targets at 16 (enqueue_tx vs raw, drain vs raw loop), for tuning.
@@ -86,6 +91,8 @@ struct Opts {
     dashboard: Option<dashboard::DashOpts>,
     /// Leave the scratch database in place (its name is printed).
     keep_db: bool,
+    /// Only the SQLite measurements, on this file (`--sqlite`, `--sqlite-file PATH`).
+    sqlite: Option<std::path::PathBuf>,
 }
 
 /// The dashboard settings of `o`, created with their defaults by the first `--dashboard*`.
@@ -101,7 +108,7 @@ fn parse_args() -> Res<Opts> {
         url: std::env::var("DATABASE_URL")
             .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306".to_owned()),
         quick: false,
-        out: "target/bench.json".into(),
+        out: None,
         svg: "docs/bench-throughput.svg".into(),
         million: true,
         targets_only: false,
@@ -109,13 +116,14 @@ fn parse_args() -> Res<Opts> {
         limits_only: false,
         dashboard: None,
         keep_db: false,
+        sqlite: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--database-url" => o.url = args.next().ok_or("--database-url needs a value")?,
             "--quick" => o.quick = true,
-            "--out" => o.out = args.next().ok_or("--out needs a value")?,
+            "--out" => o.out = Some(args.next().ok_or("--out needs a value")?),
             "--svg" => o.svg = args.next().ok_or("--svg needs a value")?,
             "--skip-million" => o.million = false,
             "--targets-only" => o.targets_only = true,
@@ -138,11 +146,20 @@ fn parse_args() -> Res<Opts> {
                     .ok_or("--requests needs a positive number")?
             }
             "--keep-db" => o.keep_db = true,
+            "--sqlite" => {
+                o.sqlite
+                    .get_or_insert_with(|| "target/bench-sqlite.db".into());
+            }
+            "--sqlite-file" => {
+                o.sqlite = Some(args.next().ok_or("--sqlite-file needs a path")?.into())
+            }
             "-h" | "--help" => {
                 println!(
                     "usage: taskq-bench [--database-url URL] [--quick] [--out FILE.json] \
                      [--svg FILE.svg] [--skip-million] [--targets-only | --unknown-names | --limits]\n\
                      \x20      taskq-bench --dashboard [--dashboard-tasks N] [--requests N] \
+                     [--keep-db]\n\
+                     \x20      taskq-bench --sqlite [--sqlite-file PATH] [--quick] [--out FILE.json] \
                      [--keep-db]\n\n\
                      --targets-only   only the ratio measurements, printed (a tuning aid)\n\
                      --unknown-names  only the claim with {UNKNOWN} pending tasks no worker \
@@ -151,7 +168,14 @@ fn parse_args() -> Res<Opts> {
                      with a limit of 1000 (never binding) and of 8, interleaved, printed\n\
                      --dashboard      only the dashboard's page times on a table of N tasks \
                      (default 1000000), --requests per page (default 30), printed\n\
-                     --keep-db        leave the scratch database in place and print its name"
+                     --sqlite         only taskq on an SQLite file vs hand-written SQL on the \
+                     same file (enqueue_tx vs INSERT+COMMIT at 1/4/16 connections, drains at \
+                     1/4/16 vs a batched claim loop, statements per task), printed and written \
+                     to --out (default target/bench-sqlite.json); no MySQL server needed\n\
+                     --sqlite-file    the SQLite file (default target/bench-sqlite.db; \
+                     deleted before and after the run); implies --sqlite\n\
+                     --keep-db        leave the scratch database (or SQLite file) in place and \
+                     print its name"
                 );
                 std::process::exit(0);
             }
@@ -585,7 +609,7 @@ struct Running {
     stats: Arc<taskq::worker::WorkerStats>,
 }
 
-fn start_worker(pool: &MySqlPool, concurrency: usize) -> Res<Running> {
+fn start_worker<DB: taskq::Backend>(pool: &sqlx::Pool<DB>, concurrency: usize) -> Res<Running> {
     let (stop, rx) = tokio::sync::oneshot::channel::<()>();
     let worker = taskq::Worker::builder(pool.clone())
         .register::<Noop>()
@@ -1584,6 +1608,11 @@ fn main() -> Res<()> {
 }
 
 async fn run(opts: Opts) -> Res<()> {
+    if let Some(file) = &opts.sqlite {
+        let sz = Sizes::new(opts.quick);
+        let out = opts.out.as_deref().unwrap_or("target/bench-sqlite.json");
+        return sqlite::run(&sz, file, out, opts.keep_db).await;
+    }
     let server = MySqlConnectOptions::from_str(&opts.url)?
         .database("")
         .disable_statement_logging();
@@ -1958,10 +1987,11 @@ async fn bench(opts: &Opts, pool: &MySqlPool) -> Res<()> {
         "unknown_names": unknown,
         "summary": out,
     });
-    if let Some(dir) = std::path::Path::new(&opts.out).parent() {
+    let out_file = opts.out.as_deref().unwrap_or("target/bench.json");
+    if let Some(dir) = std::path::Path::new(out_file).parent() {
         std::fs::create_dir_all(dir)?;
     }
-    std::fs::write(&opts.out, serde_json::to_string_pretty(&report)?)?;
+    std::fs::write(out_file, serde_json::to_string_pretty(&report)?)?;
     let mut bars = Vec::new();
     for (i, c) in conns.iter().enumerate() {
         bars.push(Bar {
@@ -2042,6 +2072,6 @@ async fn bench(opts: &Opts, pool: &MySqlPool) -> Res<()> {
         std::fs::create_dir_all(dir)?;
     }
     std::fs::write(&opts.svg, svg(&title, &bars, &lat))?;
-    eprintln!("wrote {} and {}", opts.out, opts.svg);
+    eprintln!("wrote {out_file} and {}", opts.svg);
     Ok(())
 }

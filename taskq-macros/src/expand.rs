@@ -602,10 +602,11 @@ pub fn generate(
                 ::taskq::Enqueue::new(self).enqueue_tx(conn).await
             }
 
-            /// Inserts this task on its own (autocommit), outside any caller transaction.
-            pub async fn enqueue(
+            /// Inserts this task on its own (autocommit), outside any caller transaction, on
+            /// either backend's pool.
+            pub async fn enqueue<DB: ::taskq::Backend>(
                 self,
-                pool: &::taskq::__private::sqlx::MySqlPool,
+                pool: &::taskq::__private::sqlx::Pool<DB>,
             ) -> ::taskq::Result<::taskq::Enqueued> {
                 ::taskq::Enqueue::new(self).enqueue(pool).await
             }

@@ -1,4 +1,5 @@
-//! taskq's SQLite backend: the schema and every SQL statement (issue 12, step 1).
+//! taskq's SQLite backend: the schema and every SQL statement (used by taskq's `sqlite`
+//! feature).
 #![doc = include_str!("../README.md")]
 
 pub mod clock;

@@ -43,7 +43,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use sqlx::MySqlPool;
 use taskq::Client;
 
 pub use api::api_routes;
@@ -111,14 +110,14 @@ pub(crate) struct Inner {
 pub(crate) type AppState = Arc<Inner>;
 
 impl Dashboard {
-    /// Starts a configuration on `pool` (a pool on the database taskq uses; a handful of
-    /// connections is plenty).
+    /// Starts a configuration on `pool` (a pool on the database taskq uses — a `MySqlPool`, or
+    /// with taskq's `sqlite` feature a `SqlitePool`; a handful of connections is plenty).
     ///
     /// Authentication is required by default: give a [`bearer_token`](DashboardBuilder::bearer_token)
     /// and/or [`basic_auth`](DashboardBuilder::basic_auth) credentials, or turn it off with
     /// [`insecure_no_auth`](DashboardBuilder::insecure_no_auth); otherwise
     /// [`build`](DashboardBuilder::build) fails.
-    pub fn builder(pool: MySqlPool) -> DashboardBuilder {
+    pub fn builder<DB: taskq::Backend>(pool: sqlx::Pool<DB>) -> DashboardBuilder {
         Self::builder_with_client(Client::new(pool))
     }
 

@@ -354,6 +354,22 @@ fn error_number(e: &sqlx::Error) -> Option<u16> {
     }
 }
 
+/// Whether `e` says one of taskq's tables does not exist (MySQL error 1146; SQLite has no
+/// number for it, only `SQLITE_ERROR` with the message `no such table: <name>`).
+fn is_missing_taskq_table(e: &sqlx::Error) -> bool {
+    let sqlx::Error::Database(db) = e else {
+        return false;
+    };
+    if error_number(e) == Some(er::NO_SUCH_TABLE) {
+        return db.message().contains("taskq_");
+    }
+    #[cfg(feature = "sqlite")]
+    if db.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some() {
+        return db.message().starts_with("no such table: taskq_");
+    }
+    false
+}
+
 /// For an error that means the database could not be reached or refused the session: what
 /// happened (short, for parentheses) and what to check. `None` for any other error.
 pub(crate) fn connect_problem(e: &sqlx::Error) -> Option<(String, &'static str)> {
@@ -423,9 +439,7 @@ fn database_sentence(e: &sqlx::Error) -> String {
              max_connections or acquire_timeout)"
             .to_owned(),
         e if connect_problem(e).is_some() => connect_sentence(None, e),
-        sqlx::Error::Database(db)
-            if error_number(e) == Some(er::NO_SUCH_TABLE) && db.message().contains("taskq_") =>
-        {
+        sqlx::Error::Database(db) if is_missing_taskq_table(e) => {
             format!(
                 "database error: {db} (taskq's tables are missing: run taskq::migrate(&pool) \
                  at start-up, or `taskq migrate`)"

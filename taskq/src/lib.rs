@@ -1,10 +1,12 @@
 //! # taskq
 //!
 //! A durable, transactional background task queue on the MySQL 8 / MariaDB database a service
-//! already has. Tasks are enqueued in the caller's own transaction: **they exist if that
-//! transaction commits, vanish if it rolls back, and are invisible to workers until commit.**
-//! Workers claim them with `FOR UPDATE SKIP LOCKED`, hold database-clock leases renewed by
-//! heartbeat, and fence every write-back with a lease epoch.
+//! already has — or, with the `sqlite` feature, on an embedded SQLite file. Tasks are enqueued
+//! in the caller's own transaction: **they exist if that transaction commits, vanish if it
+//! rolls back, and are invisible to workers until commit.** Workers claim them (MySQL: `FOR
+//! UPDATE SKIP LOCKED`; SQLite: under the write lock), hold database-clock leases renewed by
+//! heartbeat, and fence every write-back with a lease epoch. The backend follows the type of
+//! the pool or transaction you pass ([`Backend`]).
 //!
 //! Delivery is **at-least-once**: a handler can run more than once for the same task (after a
 //! crash, a lost lease or a timeout), so handlers must be idempotent. taskq is not a message

@@ -3,6 +3,7 @@
 //!
 //! ```text
 //! taskq-limit-worker --url mysql://root@127.0.0.1:3306/taskq_t_… --id fleet-3 [--concurrency 8]
+//! taskq-limit-worker --url sqlite:///tmp/taskq-t-….db --id fleet-3
 //! ```
 //!
 //! Works the `limited` queue with the [`Nap`](limits_support::Nap) task at the given
@@ -32,12 +33,17 @@ async fn main() {
     let url = opts.get("url").expect("--url");
     let id = opts.get("id").expect("--id");
     let concurrency: usize = opts.get("concurrency").map_or(8, |v| v.parse().unwrap());
-    let pool = MySqlPoolOptions::new()
-        .max_connections(2)
-        .connect(url)
-        .await
-        .expect("connect");
-    let worker = taskq::Worker::builder(pool)
+    let builder = if url.starts_with("sqlite:") {
+        taskq::Worker::builder(taskq::sqlite::connect(url).await.expect("open"))
+    } else {
+        let pool = MySqlPoolOptions::new()
+            .max_connections(2)
+            .connect(url)
+            .await
+            .expect("connect");
+        taskq::Worker::builder(pool)
+    };
+    let worker = builder
         .register::<limits_support::Nap>()
         .queue(limits_support::QUEUE, concurrency)
         .worker_id(*id)

@@ -10,6 +10,17 @@
 //! MySQL databases come from [`TestDb`](crate::TestDb) (skipped, with a `SKIPPED mysql:` line,
 //! when no server answers); SQLite databases are fresh files in the temp directory, deleted
 //! when the [`Db`] is dropped. Both have taskq's migrations applied.
+//!
+//! Raw SQL in a test stays in the two dialects' common subset; what differs goes through a
+//! [`Db`] helper instead of a branch in the test: times ([`Db::now`], [`Db::ago`],
+//! [`Db::from_now`], [`Db::set_ago`], [`Db::backdate`], [`Db::shift_times`],
+//! [`Db::server_now`], [`Db::time`]: MySQL `DATETIME(6)` from `UTC_TIMESTAMP(6)`, SQLite µs
+//! from the view `taskq_clock`), JSON ([`Db::json_text`]), binary literals ([`blob`]), reads
+//! ([`Db::scalar`], [`Db::ints`], [`Db::text`], [`Db::strings`], [`Db::blobs`], [`Db::rows`])
+//! and the schema ([`Db::tables`], [`TestBackend::taskq_migrator`]). A test that is
+//! InnoDB/MySQL-specific stays a plain `#[tokio::test]` in the same file, with a comment
+//! saying why, and may wrap its [`TestDb`](crate::TestDb) in [`Db::from_test_db`] to share
+//! the file's helpers.
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -20,7 +31,9 @@ use sqlx::{MySql, Pool, Sqlite};
 use crate::TestDb;
 
 /// A backend the conformance tests run on.
-pub trait TestBackend: taskq::Backend + Sized {
+pub trait TestBackend:
+    taskq::Backend<Connection: taskq::AsConnection<Database = Self>> + Sized
+{
     /// `"mysql"` or `"sqlite"`.
     const LABEL: &'static str;
 
@@ -30,6 +43,25 @@ pub trait TestBackend: taskq::Backend + Sized {
     /// A fresh database with taskq's schema, or `None` when this backend is not available
     /// here (the reason printed as a `SKIPPED` line).
     fn create() -> impl Future<Output = Option<Db<Self>>> + Send;
+
+    /// A fresh database without any table, or `None` like [`create`](Self::create).
+    fn create_empty() -> impl Future<Output = Option<Db<Self>>> + Send;
+
+    /// taskq's migrator for this backend.
+    fn taskq_migrator() -> sqlx::migrate::Migrator;
+
+    /// Runs `migrator` (all of it, or up to `target` included) on `pool`.
+    fn run_migrator<'a>(
+        migrator: &'a sqlx::migrate::Migrator,
+        pool: &'a Pool<Self>,
+        target: Option<i64>,
+    ) -> impl Future<Output = Result<(), sqlx::migrate::MigrateError>> + Send + 'a;
+
+    /// The names of the database's tables, sorted (SQLite's own `sqlite_*` tables left out).
+    fn tables(pool: &Pool<Self>) -> impl Future<Output = Vec<String>> + Send;
+
+    /// A URL another process can open the database with (`mysql://…` or `sqlite://…`).
+    fn url(db: &Db<Self>) -> String;
 
     /// A second pool on the same database (another "process").
     fn another_pool(db: &Db<Self>, max: u32) -> impl Future<Output = Pool<Self>> + Send;
@@ -49,6 +81,39 @@ pub trait TestBackend: taskq::Backend + Sized {
     /// Begins a transaction meant to write (SQLite: `BEGIN IMMEDIATE`, see
     /// `taskq::sqlite::begin`).
     fn begin(pool: &Pool<Self>) -> impl Future<Output = sqlx::Transaction<'static, Self>> + Send;
+
+    /// SQL for the database clock's now, in the type of taskq's time columns (MySQL:
+    /// `UTC_TIMESTAMP(6)`, a `DATETIME(6)`; SQLite: µs since the Unix epoch from the view
+    /// `taskq_clock`).
+    const NOW: &'static str;
+
+    /// SQL for the time `expr` (a time column or [`NOW`](Self::NOW)) moved by `us`
+    /// microseconds (negative: earlier).
+    fn shift_sql(expr: &str, us: i64) -> String;
+
+    /// SQL for the text at JSON `path` of `expr`, a JSON column or the (binary) payload.
+    fn json_text_sql(expr: &str, path: &str) -> String;
+
+    /// Runs a query returning one time (one of taskq's time columns, or NULL).
+    fn time(
+        pool: &Pool<Self>,
+        sql: &str,
+    ) -> impl Future<Output = Option<chrono::DateTime<chrono::Utc>>> + Send;
+
+    /// Runs a query returning one text value (or NULL).
+    fn text(pool: &Pool<Self>, sql: &str) -> impl Future<Output = Option<String>> + Send;
+
+    /// SQL for the text of `parts` (SQL expressions) joined by `|`.
+    fn concat_sql(parts: &[&str]) -> String;
+
+    /// Runs a query returning one text column, all rows.
+    fn strings(pool: &Pool<Self>, sql: &str) -> impl Future<Output = Vec<String>> + Send;
+
+    /// Runs a query returning one binary column (e.g. the payload), all rows.
+    fn blobs(pool: &Pool<Self>, sql: &str) -> impl Future<Output = Vec<Vec<u8>>> + Send;
+
+    /// Runs a query returning one integer column, all rows.
+    fn ints(pool: &Pool<Self>, sql: &str) -> impl Future<Output = Vec<i64>> + Send;
 }
 
 /// A database of backend `B` for one test.
@@ -93,6 +158,116 @@ impl<B: TestBackend> Db<B> {
         B::begin(&self.pool).await
     }
 
+    /// SQL for the database clock's now (see [`TestBackend::NOW`]).
+    pub fn now(&self) -> &'static str {
+        B::NOW
+    }
+
+    /// SQL for the database clock's now minus `d`.
+    pub fn ago(&self, d: Duration) -> String {
+        B::shift_sql(B::NOW, -micros(d))
+    }
+
+    /// SQL for the database clock's now plus `d`.
+    pub fn from_now(&self, d: Duration) -> String {
+        B::shift_sql(B::NOW, micros(d))
+    }
+
+    /// SQL for the text at JSON `path` of `expr` (a JSON column or the payload).
+    pub fn json_text(&self, expr: &str, path: &str) -> String {
+        B::json_text_sql(expr, path)
+    }
+
+    /// Moves the time columns `cols` of `table`'s rows matching `cond` by `us` microseconds
+    /// (negative: into the past) and returns the rows changed. NULL times stay NULL.
+    pub async fn shift_times(&self, table: &str, cond: &str, cols: &[&str], us: i64) -> u64 {
+        let set = cols
+            .iter()
+            .map(|c| format!("{c} = {}", B::shift_sql(c, us)))
+            .collect::<Vec<_>>()
+            .join(", ");
+        self.exec(&format!("UPDATE {table} SET {set} WHERE {cond}"))
+            .await
+    }
+
+    /// Moves the time columns `cols` of the tasks matching `cond` `d` into the past.
+    pub async fn backdate(&self, cond: &str, cols: &[&str], d: Duration) -> u64 {
+        self.shift_times("taskq_tasks", cond, cols, -micros(d))
+            .await
+    }
+
+    /// Sets the time column `col` of the tasks matching `cond` to now minus `d`.
+    pub async fn set_ago(&self, cond: &str, col: &str, d: Duration) -> u64 {
+        self.exec(&format!(
+            "UPDATE taskq_tasks SET {col} = {} WHERE {cond}",
+            self.ago(d)
+        ))
+        .await
+    }
+
+    /// The database clock's now.
+    pub async fn server_now(&self) -> chrono::DateTime<chrono::Utc> {
+        self.time(&format!("SELECT {}", B::NOW))
+            .await
+            .expect("now is not NULL")
+    }
+
+    /// Runs a query returning one time (or NULL).
+    pub async fn time(&self, sql: &str) -> Option<chrono::DateTime<chrono::Utc>> {
+        B::time(&self.pool, sql).await
+    }
+
+    /// Runs a query returning one text value (or NULL).
+    pub async fn text(&self, sql: &str) -> Option<String> {
+        B::text(&self.pool, sql).await
+    }
+
+    /// Runs `SELECT <parts joined by '|'> <rest>` (`rest`: `FROM ... WHERE ... ORDER BY ...`)
+    /// and returns each row's parts as text, e.g.
+    /// `db.rows(&["name", "state", "COUNT(*)"], "FROM taskq_tasks GROUP BY name, state")`.
+    pub async fn rows(&self, parts: &[&str], rest: &str) -> Vec<Vec<String>> {
+        let sql = format!("SELECT {} {rest}", B::concat_sql(parts));
+        B::strings(&self.pool, &sql)
+            .await
+            .into_iter()
+            .map(|r| r.split('|').map(str::to_owned).collect())
+            .collect()
+    }
+
+    /// Runs a query returning one text column, all rows.
+    pub async fn strings(&self, sql: &str) -> Vec<String> {
+        B::strings(&self.pool, sql).await
+    }
+
+    /// Runs a query returning one binary column (e.g. the payload), all rows.
+    pub async fn blobs(&self, sql: &str) -> Vec<Vec<u8>> {
+        B::blobs(&self.pool, sql).await
+    }
+
+    /// Runs a query returning one integer column, all rows.
+    pub async fn ints(&self, sql: &str) -> Vec<i64> {
+        B::ints(&self.pool, sql).await
+    }
+
+    /// The names of the database's tables, sorted (SQLite's own `sqlite_*` tables left out).
+    pub async fn tables(&self) -> Vec<String> {
+        B::tables(&self.pool).await
+    }
+
+    /// Runs `migrator` (all of it, or up to `target` included) on this database.
+    pub async fn run_migrator(
+        &self,
+        migrator: &sqlx::migrate::Migrator,
+        target: Option<i64>,
+    ) -> Result<(), sqlx::migrate::MigrateError> {
+        B::run_migrator(migrator, &self.pool, target).await
+    }
+
+    /// A URL another process can open the database with (`mysql://…` or `sqlite://…`).
+    pub fn url(&self) -> String {
+        B::url(self)
+    }
+
     /// A second pool on the same database.
     pub async fn another_pool(&self, max: u32) -> Pool<B> {
         B::another_pool(self, max).await
@@ -109,9 +284,96 @@ impl<B: TestBackend> Db<B> {
     }
 }
 
+impl Db<MySql> {
+    /// A MySQL [`Db`] of a [`TestDb`], for the MySQL-only tests of a conformance file.
+    pub fn from_test_db(db: TestDb) -> Self {
+        Self {
+            pool: db.pool.clone(),
+            _guard: db,
+        }
+    }
+
+    /// The [`TestDb`] it wraps.
+    pub fn test_db(&self) -> &TestDb {
+        &self._guard
+    }
+}
+
+/// SQL for a blob literal of `bytes` (`X'..'`, on both backends): the payload column is
+/// binary, and SQLite's STRICT table refuses text there.
+pub fn blob(bytes: &[u8]) -> String {
+    let hex: String = bytes.iter().map(|b| format!("{b:02X}")).collect();
+    format!("X'{hex}'")
+}
+
+fn micros(d: Duration) -> i64 {
+    i64::try_from(d.as_micros()).expect("a test duration fits in i64 microseconds")
+}
+
 impl TestBackend for MySql {
     const LABEL: &'static str = "mysql";
     type Guard = TestDb;
+    const NOW: &'static str = "UTC_TIMESTAMP(6)";
+
+    fn shift_sql(expr: &str, us: i64) -> String {
+        format!("({expr} + INTERVAL {us} MICROSECOND)")
+    }
+
+    fn json_text_sql(expr: &str, path: &str) -> String {
+        format!("JSON_UNQUOTE(JSON_EXTRACT(CONVERT({expr} USING utf8mb4), '{path}'))")
+    }
+
+    async fn time(pool: &Pool<Self>, sql: &str) -> Option<chrono::DateTime<chrono::Utc>> {
+        sqlx::query_scalar::<_, Option<chrono::NaiveDateTime>>(sqlx::AssertSqlSafe(sql.to_owned()))
+            .fetch_one(pool)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+            .map(|t| t.and_utc())
+    }
+
+    async fn text(pool: &Pool<Self>, sql: &str) -> Option<String> {
+        sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned()))
+            .fetch_one(pool)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+
+    fn concat_sql(parts: &[&str]) -> String {
+        format!(
+            "CONVERT(CONCAT_WS('|', {}) USING utf8mb4)",
+            parts.join(", ")
+        )
+    }
+
+    async fn strings(pool: &Pool<Self>, sql: &str) -> Vec<String> {
+        sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned()))
+            .fetch_all(pool)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+
+    async fn blobs(pool: &Pool<Self>, sql: &str) -> Vec<Vec<u8>> {
+        sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned()))
+            .fetch_all(pool)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+
+    async fn ints(pool: &Pool<Self>, sql: &str) -> Vec<i64> {
+        use sqlx::Row as _;
+        // Ids are BIGINT UNSIGNED on MySQL.
+        sqlx::query(sqlx::AssertSqlSafe(sql.to_owned()))
+            .fetch_all(pool)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+            .iter()
+            .map(|r| {
+                r.try_get::<i64, _>(0)
+                    .or_else(|_| r.try_get::<u64, _>(0).map(|v| v as i64))
+                    .unwrap_or_else(|e| panic!("{sql}: {e}"))
+            })
+            .collect()
+    }
 
     async fn create() -> Option<Db<Self>> {
         let db = TestDb::new_or_skip().await?;
@@ -125,6 +387,42 @@ impl TestBackend for MySql {
         db._guard.pool_with(max).await
     }
 
+    async fn create_empty() -> Option<Db<Self>> {
+        TestDb::empty_or_skip().await.map(Db::from_test_db)
+    }
+
+    fn url(db: &Db<Self>) -> String {
+        use sqlx::ConnectOptions as _;
+        db._guard.options.to_url_lossy().to_string()
+    }
+
+    fn taskq_migrator() -> sqlx::migrate::Migrator {
+        taskq::migrator()
+    }
+
+    async fn run_migrator(
+        migrator: &sqlx::migrate::Migrator,
+        pool: &Pool<Self>,
+        target: Option<i64>,
+    ) -> Result<(), sqlx::migrate::MigrateError> {
+        match target {
+            Some(v) => migrator.run_to(v, pool).await,
+            None => migrator.run(pool).await,
+        }
+    }
+
+    async fn tables(pool: &Pool<Self>) -> Vec<String> {
+        let mut t: Vec<String> = sqlx::query_scalar(
+            "SELECT CAST(table_name AS CHAR) FROM information_schema.tables
+             WHERE table_schema = DATABASE()",
+        )
+        .fetch_all(pool)
+        .await
+        .expect("list tables");
+        t.sort();
+        t
+    }
+
     async fn exec(pool: &Pool<Self>, sql: &str) -> u64 {
         sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_owned()))
             .execute(pool)
@@ -134,10 +432,9 @@ impl TestBackend for MySql {
     }
 
     async fn scalar(pool: &Pool<Self>, sql: &str) -> i64 {
-        sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned()))
-            .fetch_one(pool)
-            .await
-            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        let ints = Self::ints(pool, sql).await;
+        assert_eq!(ints.len(), 1, "{sql}: one row");
+        ints[0]
     }
 
     async fn exec_in(conn: &mut Self::Connection, sql: &str) -> u64 {
@@ -186,6 +483,94 @@ impl Drop for SqliteFile {
 impl TestBackend for Sqlite {
     const LABEL: &'static str = "sqlite";
     type Guard = SqliteFile;
+    const NOW: &'static str = "(SELECT us FROM taskq_clock)";
+
+    fn shift_sql(expr: &str, us: i64) -> String {
+        format!("({expr} + {us})")
+    }
+
+    fn json_text_sql(expr: &str, path: &str) -> String {
+        // A BLOB would be read as JSONB (SQLite 3.45+): the payload is JSON text as bytes.
+        format!("json_extract(CAST({expr} AS TEXT), '{path}')")
+    }
+
+    async fn time(pool: &Pool<Self>, sql: &str) -> Option<chrono::DateTime<chrono::Utc>> {
+        sqlx::query_scalar::<_, Option<i64>>(sqlx::AssertSqlSafe(sql.to_owned()))
+            .fetch_one(pool)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+            .map(|us| chrono::DateTime::from_timestamp_micros(us).expect("a time in range"))
+    }
+
+    async fn text(pool: &Pool<Self>, sql: &str) -> Option<String> {
+        sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned()))
+            .fetch_one(pool)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+
+    fn concat_sql(parts: &[&str]) -> String {
+        let parts: Vec<String> = parts.iter().map(|p| format!("({p})")).collect();
+        format!("CAST({} AS TEXT)", parts.join(" || '|' || "))
+    }
+
+    async fn strings(pool: &Pool<Self>, sql: &str) -> Vec<String> {
+        sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned()))
+            .fetch_all(pool)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+
+    async fn blobs(pool: &Pool<Self>, sql: &str) -> Vec<Vec<u8>> {
+        sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned()))
+            .fetch_all(pool)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+
+    async fn ints(pool: &Pool<Self>, sql: &str) -> Vec<i64> {
+        sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned()))
+            .fetch_all(pool)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+
+    fn url(db: &Db<Self>) -> String {
+        format!("sqlite://{}", db._guard.path.display())
+    }
+
+    async fn create_empty() -> Option<Db<Self>> {
+        let file = SqliteFile::new();
+        let pool = taskq::sqlite::open(&file.path)
+            .await
+            .expect("open a SQLite file in the temp directory");
+        Some(Db { pool, _guard: file })
+    }
+
+    fn taskq_migrator() -> sqlx::migrate::Migrator {
+        taskq_sqlite::migrate::migrator()
+    }
+
+    async fn run_migrator(
+        migrator: &sqlx::migrate::Migrator,
+        pool: &Pool<Self>,
+        target: Option<i64>,
+    ) -> Result<(), sqlx::migrate::MigrateError> {
+        match target {
+            Some(v) => migrator.run_to(v, pool).await,
+            None => migrator.run(pool).await,
+        }
+    }
+
+    async fn tables(pool: &Pool<Self>) -> Vec<String> {
+        sqlx::query_scalar(
+            "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%'
+             ORDER BY name",
+        )
+        .fetch_all(pool)
+        .await
+        .expect("list tables")
+    }
 
     async fn create() -> Option<Db<Self>> {
         let file = SqliteFile::new();
@@ -240,7 +625,8 @@ impl TestBackend for Sqlite {
 pub const WAIT: Duration = Duration::from_secs(20);
 
 /// Runs each listed `async fn name<B: TestBackend>(db: Db<B>)` as two tests, `name::mysql`
-/// and `name::sqlite`, each on a fresh database of its backend.
+/// and `name::sqlite`, each on a fresh database of its backend (`conformance!(empty: ..)`:
+/// a fresh database without taskq's tables).
 ///
 /// ```ignore
 /// async fn commit_makes_the_task_visible<B: TestBackend>(db: Db<B>) { .. }
@@ -248,6 +634,27 @@ pub const WAIT: Duration = Duration::from_secs(20);
 /// ```
 #[macro_export]
 macro_rules! conformance {
+    (empty: $($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn mysql() {
+                if let Some(db) =
+                    <sqlx::MySql as $crate::backends::TestBackend>::create_empty().await
+                {
+                    super::$name(db).await;
+                }
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn sqlite() {
+                if let Some(db) =
+                    <sqlx::Sqlite as $crate::backends::TestBackend>::create_empty().await
+                {
+                    super::$name(db).await;
+                }
+            }
+        }
+    )*};
     ($($name:ident),* $(,)?) => {$(
         mod $name {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -12,6 +12,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("built; set DOWNSTREAM_DATABASE_URL to run");
         return Ok(());
     };
+    #[cfg(feature = "sqlite")]
+    if url.starts_with("sqlite:") {
+        let pool = taskq::sqlite::connect(&url).await?;
+        taskq::migrate(&pool).await?;
+        let mut tx = taskq::sqlite::begin(&pool).await?;
+        let out = OrderExport { order_id: 1 }.enqueue_tx(&mut tx).await?;
+        tx.commit().await?;
+        println!("enqueued task {} (SQLite)", out.id);
+        return Ok(());
+    }
     let pool = sqlx::MySqlPool::connect(&url).await?;
     taskq::migrate(&pool).await?;
     let mut tx = pool.begin().await?;
