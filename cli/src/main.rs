@@ -19,7 +19,8 @@ use chrono::{DateTime, TimeDelta, Utc};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde::Serialize;
 use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
-use sqlx::{ConnectOptions, Connection, MySqlPool};
+use sqlx::sqlite::SqliteConnectOptions;
+use sqlx::{ConnectOptions, Connection, MySqlPool, SqlitePool};
 use taskq::{
     Client, TaskId, TaskState, client::ListFilter, client::PendingNameCount,
     client::QueueStateCount, client::ScheduleInfo, client::TaskInfo, client::WorkerInfo,
@@ -48,7 +49,8 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
                   or in the wrong state, 4 database unreachable."
 )]
 struct Cli {
-    /// Database URL, e.g. mysql://user:password@host:3306/app
+    /// Database URL: mysql://user:password@host:3306/app, or a SQLite file: sqlite://path/to/app.db
+    /// (also sqlite:app.db, sqlite:///abs/path.db)
     #[arg(
         long,
         env = "DATABASE_URL",
@@ -379,7 +381,7 @@ impl From<taskq::Error> for Failure {
             taskq::Error::InvalidName { .. }
             | taskq::Error::InvalidOption(_)
             | taskq::Error::InvalidSchedule(_) => EXIT_USAGE,
-            taskq::Error::Connect { .. } => EXIT_UNREACHABLE,
+            taskq::Error::Connect { .. } | taskq::Error::Open { .. } => EXIT_UNREACHABLE,
             taskq::Error::Database(db) if is_connection_error(db) => EXIT_UNREACHABLE,
             _ => EXIT_OTHER,
         };
@@ -404,7 +406,7 @@ fn main() -> ExitCode {
     let Some(url) = cli.database_url.clone() else {
         eprintln!(
             "taskq: error: no database: set DATABASE_URL or pass --database-url \
-             mysql://user:password@host:3306/database"
+             mysql://user:password@host:3306/database (or sqlite://path/to/app.db)"
         );
         return ExitCode::from(EXIT_USAGE);
     };
@@ -427,12 +429,71 @@ fn main() -> ExitCode {
     }
 }
 
-async fn connect(url: &str, max_connections: u32) -> Result<MySqlPool, Failure> {
+/// A pool on either backend: the [`Client`] is backend-neutral; only `migrate` and closing
+/// need the concrete pool.
+enum Pool {
+    MySql(MySqlPool),
+    Sqlite(SqlitePool),
+}
+
+impl Pool {
+    fn client(&self) -> Client {
+        match self {
+            Pool::MySql(p) => Client::new(p.clone()),
+            Pool::Sqlite(p) => Client::new(p.clone()),
+        }
+    }
+
+    async fn close(&self) {
+        match self {
+            Pool::MySql(p) => p.close().await,
+            Pool::Sqlite(p) => p.close().await,
+        }
+    }
+}
+
+/// Whether `url` names a SQLite database (`sqlite:` scheme, any case).
+fn is_sqlite_url(url: &str) -> bool {
+    url.get(..7)
+        .is_some_and(|s| s.eq_ignore_ascii_case("sqlite:"))
+}
+
+/// Opens the database of `url`. A SQLite file must exist unless `create` (`taskq migrate`
+/// creates it): a mistyped path is an error naming it rather than a new empty database.
+async fn connect(url: &str, max_connections: u32, create: bool) -> Result<Pool, Failure> {
+    if is_sqlite_url(url) {
+        return connect_sqlite(url, create).await.map(Pool::Sqlite);
+    }
+    connect_mysql(url, max_connections).await.map(Pool::MySql)
+}
+
+async fn connect_sqlite(url: &str, create: bool) -> Result<SqlitePool, Failure> {
+    // sqlx's parser accepts the `sqlite:` prefix in lower case only.
+    let url = format!("sqlite:{}", &url[7..]);
+    let options = SqliteConnectOptions::from_str(&url)
+        .map_err(|e| Failure::new(EXIT_USAGE, format!("invalid SQLite URL {url:?}: {e}")))?;
+    let path = options.get_filename();
+    let in_memory = path.as_os_str().is_empty() || path.to_string_lossy().contains(":memory:");
+    if !create && !in_memory && !path.exists() {
+        return Err(Failure::new(
+            EXIT_UNREACHABLE,
+            format!(
+                "no SQLite database at {}: check the path (relative paths start from the \
+                 current directory), or create it with `taskq migrate --database-url {url}`",
+                path.display()
+            ),
+        ));
+    }
+    Ok(taskq::sqlite::connect(&url).await?)
+}
+
+async fn connect_mysql(url: &str, max_connections: u32) -> Result<MySqlPool, Failure> {
     let scheme = url.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
     if !matches!(scheme.as_deref(), Some("mysql" | "mariadb")) {
         return Err(Failure::new(
             EXIT_USAGE,
-            "invalid database URL: expected mysql://user:password@host:port/database",
+            "invalid database URL: expected mysql://user:password@host:port/database or \
+             sqlite://path/to/app.db",
         ));
     }
     let options = MySqlConnectOptions::from_str(url)
@@ -480,9 +541,9 @@ async fn run(cli: &Cli, url: &str) -> Result<(), Failure> {
     } else {
         2
     };
-    let pool = connect(url, max).await?;
+    let pool = connect(url, max, matches!(cli.command, Command::Migrate)).await?;
     let actor = cli.actor.clone().unwrap_or_else(default_actor);
-    let client = Client::new(pool.clone()).with_actor(actor);
+    let client = pool.client().with_actor(actor);
     let result = match &cli.command {
         Command::Migrate => migrate(&pool, cli.json).await,
         Command::Stats => stats(&client, cli.json).await,
@@ -663,8 +724,11 @@ fn default_actor() -> String {
     format!("cli:{user}@{host}")
 }
 
-async fn migrate(pool: &MySqlPool, json: bool) -> Result<(), Failure> {
-    taskq::migrate(pool).await?;
+async fn migrate(pool: &Pool, json: bool) -> Result<(), Failure> {
+    match pool {
+        Pool::MySql(p) => taskq::migrate(p).await?,
+        Pool::Sqlite(p) => taskq::migrate(p).await?,
+    }
     if json {
         print_json(&serde_json::json!({ "migrated": true }));
     } else {

@@ -727,7 +727,7 @@ async fn database_url_flag_and_connection_errors() {
     assert_eq!(
         missing.stderr,
         "taskq: error: no database: set DATABASE_URL or pass --database-url \
-         mysql://user:password@host:3306/database\n",
+         mysql://user:password@host:3306/database (or sqlite://path/to/app.db)\n",
         "{missing:?}"
     );
     assert!(missing.stdout.is_empty());

@@ -147,6 +147,42 @@ pub fn mysql_or_skip() -> bool {
     }
 }
 
+/// Whether this machine has a usable loopback interface (a socket connects to a listener on
+/// `127.0.0.1`);
+/// if not, prints `SKIPPED loopback: <test>: ...` to stderr and returns `false`, or panics
+/// when [`mysql_required`] (CI has a loopback). For tests that need 127.0.0.1 but no server:
+/// a network namespace without `lo` up (`unshare -n`) has none, and connecting to a closed
+/// local port there is "network unreachable", not "connection refused".
+///
+/// ```ignore
+/// if !taskq_tests::loopback_or_skip() { return; }
+/// ```
+pub fn loopback_or_skip() -> bool {
+    // Bind and connect: with `lo` down, binding 127.0.0.1 still works but connecting fails.
+    let reachable = std::net::TcpListener::bind("127.0.0.1:0").and_then(|listener| {
+        let addr = listener.local_addr()?;
+        std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2))
+    });
+    let why = match reachable {
+        Ok(_) => return true,
+        Err(e) => format!(
+            "no usable loopback interface (connecting to a listener on 127.0.0.1: {e}); in a \
+             network namespace, run `ip link set lo up`"
+        ),
+    };
+    if mysql_required() {
+        panic!("{why}; TASKQ_REQUIRE_MYSQL / TASKQ_REQUIRE_PRIVATE_SERVER is set, so this fails");
+    }
+    let thread = std::thread::current();
+    use std::io::Write as _;
+    let _ = writeln!(
+        std::io::stderr(),
+        "SKIPPED loopback: {}: {why}",
+        thread.name().unwrap_or("?")
+    );
+    false
+}
+
 /// A fresh database with taskq's schema, dropped when this value is dropped.
 ///
 /// There is no constructor that panics without a server: every test starts with

@@ -1,12 +1,15 @@
 //! The orders example: a service writes an order and its export task in one transaction; a
 //! worker exports orders with an idempotent handler; the crash-recovery path is visible in a
-//! few seconds.
+//! few seconds. One handler, two backends: an embedded SQLite file by default (no server to
+//! install), MySQL / MariaDB with `--database-url mysql://…`.
 //!
 //! Run with: `cargo run -p example-orders` (end to end: places orders, runs a worker until
-//! every order is exported, prints the table, exits 0). It uses `DATABASE_URL` (default
-//! `mysql://root@127.0.0.1:3306/taskq_example`) and creates that database if needed.
+//! every order is exported, prints the table, exits 0). The database is, in order: the
+//! `--database-url URL` argument, `DATABASE_URL`, or the SQLite file
+//! `taskq-example-orders.db` in the temp directory (the first line printed says which). A
+//! MySQL database named in the URL is created if needed.
 //!
-//! Crash-recovery demo (three terminals):
+//! Crash-recovery demo (three terminals; on SQLite the processes share the one file):
 //! ```text
 //! cargo run -p example-orders -- worker --slow 5s --lease 2s     # A: interrupt it with Ctrl-\ (SIGQUIT) mid-export
 //! cargo run -p example-orders -- worker --lease 2s               # B: takes over A's task once A's lease expires
@@ -15,9 +18,17 @@
 
 use std::time::Duration;
 
-use sqlx::MySqlPool;
+use sqlx::{MySqlPool, SqlitePool};
 
-use taskq::{Data, TaskContext, TaskError, Worker};
+use taskq::{Data, TaskContext, TaskError, Worker, WorkerBuilder};
+
+/// The application's database: the handler and the service code take this one type and say
+/// what differs per backend (here only the SQL for "now" and the new order's id).
+#[derive(Clone, Debug)]
+enum Db {
+    MySql(MySqlPool),
+    Sqlite(SqlitePool),
+}
 
 /// Settings the handler reads (`Data<Settings>`, injected by the worker).
 #[derive(Clone, Debug)]
@@ -31,7 +42,7 @@ struct Settings {
 async fn order_export(
     order_id: i64,
     cx: TaskContext,
-    db: Data<MySqlPool>,
+    db: Data<Db>,
     settings: Data<Settings>,
 ) -> Result<(), TaskError> {
     println!(
@@ -47,41 +58,87 @@ async fn order_export(
             }
         }
     }
-    let done = sqlx::query(
-        "UPDATE orders SET exported_at = UTC_TIMESTAMP(6), exported_by = ? WHERE id = ? AND exported_at IS NULL",
-    )
-    .bind(cx.worker_id())
-    .bind(order_id)
-    .execute(&*db)
-    .await?;
-    if done.rows_affected() == 1 {
+    let (exported, exists) = match &*db {
+        Db::MySql(pool) => {
+            let done = sqlx::query(
+                "UPDATE orders SET exported_at = UTC_TIMESTAMP(6), exported_by = ?
+                 WHERE id = ? AND exported_at IS NULL",
+            )
+            .bind(cx.worker_id())
+            .bind(order_id)
+            .execute(pool)
+            .await?;
+            let exists: Option<i64> = sqlx::query_scalar("SELECT id FROM orders WHERE id = ?")
+                .bind(order_id)
+                .fetch_optional(pool)
+                .await?;
+            (done.rows_affected() == 1, exists.is_some())
+        }
+        Db::Sqlite(pool) => {
+            let done = sqlx::query(
+                "UPDATE orders SET exported_at = strftime('%Y-%m-%d %H:%M:%f', 'now'), exported_by = ?
+                 WHERE id = ? AND exported_at IS NULL",
+            )
+            .bind(cx.worker_id())
+            .bind(order_id)
+            .execute(pool)
+            .await?;
+            let exists: Option<i64> = sqlx::query_scalar("SELECT id FROM orders WHERE id = ?")
+                .bind(order_id)
+                .fetch_optional(pool)
+                .await?;
+            (done.rows_affected() == 1, exists.is_some())
+        }
+    };
+    if exported || exists {
+        // Exported now, or already exported by an earlier attempt: success either way.
         return Ok(());
     }
-    let exists: Option<i64> = sqlx::query_scalar("SELECT id FROM orders WHERE id = ?")
-        .bind(order_id)
-        .fetch_optional(&*db)
-        .await?;
-    match exists {
-        Some(_) => Ok(()), // already exported by an earlier attempt: success
-        None => Err(TaskError::permanent(std::io::Error::other(format!(
-            "order {order_id} does not exist"
-        )))),
-    }
+    Err(TaskError::permanent(std::io::Error::other(format!(
+        "order {order_id} does not exist"
+    ))))
 }
 
-/// Places `n` orders, each with its export task, each in one transaction.
-async fn place(pool: &MySqlPool, n: u32) -> Result<Vec<i64>, Box<dyn std::error::Error>> {
+/// Places `n` orders, each with its export task, each in one transaction: the order row and
+/// the task commit together or not at all, on either backend.
+async fn place(db: &Db, n: u32) -> Result<Vec<i64>, Box<dyn std::error::Error>> {
     let mut ids = Vec::new();
     for i in 0..n {
-        let mut tx = pool.begin().await?;
-        let res = sqlx::query("INSERT INTO orders (customer, total_cents, created_at) VALUES (?, ?, UTC_TIMESTAMP(6))")
-            .bind(format!("customer-{i}"))
-            .bind(1000 + i64::from(i))
-            .execute(&mut *tx)
-            .await?;
-        let order_id = res.last_insert_id() as i64;
-        let task = OrderExport { order_id }.enqueue_tx(&mut tx).await?;
-        tx.commit().await?;
+        let customer = format!("customer-{i}");
+        let total = 1000 + i64::from(i);
+        let (order_id, task) = match db {
+            Db::MySql(pool) => {
+                let mut tx = pool.begin().await?;
+                let res = sqlx::query(
+                    "INSERT INTO orders (customer, total_cents, created_at)
+                     VALUES (?, ?, UTC_TIMESTAMP(6))",
+                )
+                .bind(&customer)
+                .bind(total)
+                .execute(&mut *tx)
+                .await?;
+                let order_id = res.last_insert_id() as i64;
+                let task = OrderExport { order_id }.enqueue_tx(&mut tx).await?;
+                tx.commit().await?;
+                (order_id, task)
+            }
+            Db::Sqlite(pool) => {
+                // BEGIN IMMEDIATE: takes the file's write lock now (waiting up to the busy
+                // timeout) rather than failing at the first write if a worker wrote meanwhile.
+                let mut tx = taskq::sqlite::begin(pool).await?;
+                let order_id: i64 = sqlx::query_scalar(
+                    "INSERT INTO orders (customer, total_cents, created_at)
+                     VALUES (?, ?, strftime('%Y-%m-%d %H:%M:%f', 'now')) RETURNING id",
+                )
+                .bind(&customer)
+                .bind(total)
+                .fetch_one(&mut *tx)
+                .await?;
+                let task = OrderExport { order_id }.enqueue_tx(&mut tx).await?;
+                tx.commit().await?;
+                (order_id, task)
+            }
+        };
         taskq::notify("orders"); // wake this process's workers now instead of at the next poll
         println!("placed order {order_id} with export task {}", task.id);
         ids.push(order_id);
@@ -95,23 +152,39 @@ type OrderRow = (
     Option<String>,
     Option<String>,
     Option<String>,
-    Option<u32>,
-    Option<u64>,
+    Option<i64>,
+    Option<i64>,
     Option<String>,
 );
 
-async fn print_table(pool: &MySqlPool) -> Result<(), sqlx::Error> {
-    let rows: Vec<OrderRow> =
-        sqlx::query_as(
-            "SELECT o.id, CAST(o.exported_at AS CHAR), o.exported_by, CAST(t.state AS CHAR), t.attempt,
-                    t.lease_epoch, t.worker_id
-             FROM orders o
-             LEFT JOIN taskq_tasks t ON t.name = 'order_export'
-                  AND CAST(JSON_EXTRACT(CONVERT(t.payload USING utf8mb4), '$.order_id') AS SIGNED) = o.id
-             ORDER BY o.id DESC LIMIT 15",
-        )
-        .fetch_all(pool)
-        .await?;
+async fn print_table(db: &Db) -> Result<(), sqlx::Error> {
+    let rows: Vec<OrderRow> = match db {
+        Db::MySql(pool) => {
+            sqlx::query_as(
+                "SELECT o.id, CAST(o.exported_at AS CHAR), o.exported_by, CAST(t.state AS CHAR),
+                        CAST(t.attempt AS SIGNED), CAST(t.lease_epoch AS SIGNED), t.worker_id
+                 FROM orders o
+                 LEFT JOIN taskq_tasks t ON t.name = 'order_export'
+                      AND CAST(JSON_EXTRACT(CONVERT(t.payload USING utf8mb4), '$.order_id') AS SIGNED) = o.id
+                 ORDER BY o.id DESC LIMIT 15",
+            )
+            .fetch_all(pool)
+            .await?
+        }
+        Db::Sqlite(pool) => {
+            // The payload is JSON text stored as a BLOB: cast it, or json_extract reads JSONB.
+            sqlx::query_as(
+                "SELECT o.id, o.exported_at, o.exported_by, t.state, t.attempt, t.lease_epoch,
+                        t.worker_id
+                 FROM orders o
+                 LEFT JOIN taskq_tasks t ON t.name = 'order_export'
+                      AND json_extract(CAST(t.payload AS TEXT), '$.order_id') = o.id
+                 ORDER BY o.id DESC LIMIT 15",
+            )
+            .fetch_all(pool)
+            .await?
+        }
+    };
     println!(
         "{:>6}  {:<10} {:>7} {:>5}  {:<28} {:<26}",
         "order", "task", "attempt", "epoch", "worker", "exported at"
@@ -130,6 +203,60 @@ async fn print_table(pool: &MySqlPool) -> Result<(), sqlx::Error> {
     Ok(())
 }
 
+/// How many of the orders `first..=last` are not exported yet.
+async fn unexported(db: &Db, first: i64, last: i64) -> Result<i64, sqlx::Error> {
+    let sql = "SELECT COUNT(*) FROM orders WHERE exported_at IS NULL AND id BETWEEN ? AND ?";
+    match db {
+        Db::MySql(pool) => {
+            sqlx::query_scalar(sql)
+                .bind(first)
+                .bind(last)
+                .fetch_one(pool)
+                .await
+        }
+        Db::Sqlite(pool) => {
+            sqlx::query_scalar(sql)
+                .bind(first)
+                .bind(last)
+                .fetch_one(pool)
+                .await
+        }
+    }
+}
+
+/// Opens the database of `url` (creating a MySQL database or a SQLite file if missing),
+/// applies taskq's migrations and creates the `orders` table.
+async fn open(url: &str) -> Result<Db, Box<dyn std::error::Error>> {
+    // Errors say what to check when no server answers or the file cannot be opened (not
+    // sqlx's `Io(Os { .. })`).
+    if url.starts_with("sqlite:") {
+        let pool = taskq::sqlite::connect(url).await?;
+        taskq::migrate(&pool).await?;
+        sqlx::query(
+            "CREATE TABLE IF NOT EXISTS orders (
+                id INTEGER PRIMARY KEY AUTOINCREMENT, customer TEXT NOT NULL,
+                total_cents INTEGER NOT NULL, created_at TEXT NOT NULL,
+                exported_at TEXT NULL, exported_by TEXT NULL)",
+        )
+        .execute(&pool)
+        .await?;
+        Ok(Db::Sqlite(pool))
+    } else {
+        taskq::create_database(url).await?;
+        let pool = taskq::connect(url).await?;
+        taskq::migrate(&pool).await?;
+        sqlx::query(
+            "CREATE TABLE IF NOT EXISTS orders (
+                id BIGINT AUTO_INCREMENT PRIMARY KEY, customer VARCHAR(100) NOT NULL,
+                total_cents BIGINT NOT NULL, created_at DATETIME(6) NOT NULL,
+                exported_at DATETIME(6) NULL, exported_by VARCHAR(128) NULL)",
+        )
+        .execute(&pool)
+        .await?;
+        Ok(Db::MySql(pool))
+    }
+}
+
 fn parse_duration(s: &str) -> Result<Duration, String> {
     let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
     let n: u64 = num.parse().map_err(|_| format!("bad duration {s:?}"))?;
@@ -141,11 +268,16 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     })
 }
 
+const USAGE: &str = "usage: example-orders [--database-url URL] [demo [N] | place N | worker [--slow 5s] [--lease 2s] | watch]
+  URL: sqlite://path/to/file.db or mysql://user:password@host:3306/database
+  (default: $DATABASE_URL, else the SQLite file taskq-example-orders.db in the temp directory)";
+
 struct Args {
     command: String,
     count: u32,
     slow: Duration,
     lease: Duration,
+    database_url: Option<String>,
 }
 
 fn args() -> Result<Args, String> {
@@ -155,13 +287,20 @@ fn args() -> Result<Args, String> {
         count: 5,
         slow: Duration::ZERO,
         lease: Duration::from_secs(2),
+        database_url: None,
     };
     let mut positional = Vec::new();
     while let Some(arg) = it.next() {
         match arg.as_str() {
             "--slow" => a.slow = parse_duration(&it.next().ok_or("--slow needs a value")?)?,
             "--lease" => a.lease = parse_duration(&it.next().ok_or("--lease needs a value")?)?,
-            "-h" | "--help" => return Err("usage: example-orders [demo [N] | place N | worker [--slow 5s] [--lease 2s] | watch]".into()),
+            "--database-url" => {
+                a.database_url = Some(it.next().ok_or("--database-url needs a value")?)
+            }
+            s if s.starts_with("--database-url=") => {
+                a.database_url = Some(s["--database-url=".len()..].to_owned())
+            }
+            "-h" | "--help" => return Err(USAGE.into()),
             _ => positional.push(arg),
         }
     }
@@ -174,31 +313,43 @@ fn args() -> Result<Args, String> {
     Ok(a)
 }
 
+/// The database URL: `--database-url`, else `DATABASE_URL`, else a SQLite file in the temp
+/// directory (the same file for every process of this example, so `worker`, `place` and
+/// `watch` in three terminals share it).
+fn database_url(arg: Option<String>) -> String {
+    if let Some(url) = arg.or_else(|| std::env::var("DATABASE_URL").ok()) {
+        return url;
+    }
+    let file = std::env::temp_dir().join("taskq-example-orders.db");
+    format!("sqlite://{}", file.display())
+}
+
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = args().map_err(|e| {
         eprintln!("{e}");
         std::process::exit(2)
     })?;
-    let url = std::env::var("DATABASE_URL")
-        .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/taskq_example".into());
-    // Errors say what to check when no server answers (not sqlx's `Io(Os { .. })`).
-    taskq::create_database(&url).await?;
-    let pool = taskq::connect(&url).await?;
-    taskq::migrate(&pool).await?;
-    sqlx::query(
-        "CREATE TABLE IF NOT EXISTS orders (
-            id BIGINT AUTO_INCREMENT PRIMARY KEY, customer VARCHAR(100) NOT NULL,
-            total_cents BIGINT NOT NULL, created_at DATETIME(6) NOT NULL,
-            exported_at DATETIME(6) NULL, exported_by VARCHAR(128) NULL)",
-    )
-    .execute(&pool)
-    .await?;
+    let url = database_url(args.database_url.clone());
+    match url
+        .strip_prefix("sqlite://")
+        .or(url.strip_prefix("sqlite:"))
+    {
+        Some(file) => println!(
+            "database: SQLite file {file} (embedded, no server; --database-url mysql://… for MySQL/MariaDB)"
+        ),
+        None => println!("database: {}", redact(&url)),
+    }
+    let db = open(&url).await?;
 
-    let worker = |slow: Duration, lease: Duration| {
-        Worker::builder(pool.clone())
+    let worker = |slow: Duration, lease: Duration| -> WorkerBuilder {
+        let builder = match &db {
+            Db::MySql(pool) => Worker::builder(pool.clone()),
+            Db::Sqlite(pool) => Worker::builder(pool.clone()),
+        };
+        builder
             .register_all()
-            .data(pool.clone())
+            .data(db.clone())
             .data(Settings { slow })
             .lease(lease)
             .heartbeat(lease / 4)
@@ -207,11 +358,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     match args.command.as_str() {
         "place" => {
-            place(&pool, args.count).await?;
+            place(&db, args.count).await?;
         }
         "watch" => loop {
             print!("\x1b[2J\x1b[H");
-            print_table(&pool).await?;
+            print_table(&db).await?;
             tokio::time::sleep(Duration::from_millis(500)).await;
         },
         "worker" => {
@@ -221,7 +372,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             println!("stopped; released at shutdown: {:?}", report.released);
         }
         "demo" => {
-            let ids = place(&pool, args.count).await?;
+            let ids = place(&db, args.count).await?;
             let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
             let w = worker(args.slow, args.lease)
                 .shutdown_signal(async move {
@@ -230,25 +381,21 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .build()?;
             let running = tokio::spawn(w.run());
             let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-            loop {
-                let left: i64 = sqlx::query_scalar(
-                    "SELECT COUNT(*) FROM orders WHERE exported_at IS NULL AND id BETWEEN ? AND ?",
-                )
-                .bind(ids[0])
-                .bind(ids[ids.len() - 1])
-                .fetch_one(&pool)
-                .await?;
-                if left == 0 {
-                    break;
+            if let (Some(&first), Some(&last)) = (ids.first(), ids.last()) {
+                loop {
+                    let left = unexported(&db, first, last).await?;
+                    if left == 0 {
+                        break;
+                    }
+                    if tokio::time::Instant::now() > deadline {
+                        return Err(format!("{left} orders still not exported after 60 s").into());
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
                 }
-                if tokio::time::Instant::now() > deadline {
-                    return Err(format!("{left} orders still not exported after 60 s").into());
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
             }
             let _ = stop_tx.send(());
             let report = running.await??;
-            print_table(&pool).await?;
+            print_table(&db).await?;
             println!(
                 "all {} orders exported; worker stats: {:?}",
                 ids.len(),
@@ -261,4 +408,18 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     Ok(())
+}
+
+/// `url` with its password replaced by `***`, for printing.
+fn redact(url: &str) -> String {
+    match url.split_once("://") {
+        Some((scheme, rest)) => match rest.split_once('@') {
+            Some((user_info, host)) if user_info.contains(':') => {
+                let user = user_info.split(':').next().unwrap_or_default();
+                format!("{scheme}://{user}:***@{host}")
+            }
+            _ => url.to_owned(),
+        },
+        None => url.to_owned(),
+    }
 }

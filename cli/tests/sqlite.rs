@@ -1,0 +1,397 @@
+//! The `taskq` binary on a SQLite file (no server): every command takes `sqlite://path` and
+//! `sqlite:path` like a `mysql://` URL. Tasks are enqueued with the library into the same
+//! file; the CLI's output and the rows it changes are checked.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use sqlx::SqlitePool;
+use taskq::{Client, Task, TaskContext, TaskError, TaskId, TaskState};
+
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct Ping {
+    n: u32,
+}
+
+impl Task for Ping {
+    const NAME: &'static str = "ping";
+    async fn run(self, _cx: TaskContext) -> Result<(), TaskError> {
+        Ok(())
+    }
+}
+
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct Pong(u32);
+
+impl Task for Pong {
+    const NAME: &'static str = "pong";
+    const QUEUE: &'static str = "other";
+    async fn run(self, _cx: TaskContext) -> Result<(), TaskError> {
+        Ok(())
+    }
+}
+
+/// A fresh directory in the temp directory, removed when dropped.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new() -> Self {
+        use std::hash::{BuildHasher, RandomState};
+        let n = RandomState::new().hash_one(std::thread::current().id());
+        let dir = std::env::temp_dir().join(format!("taskq-cli-{}-{n:016x}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        Self(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[derive(Debug)]
+struct Out {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Out {
+    fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {self:?}"))
+    }
+
+    #[track_caller]
+    fn ok(self) -> Self {
+        assert_eq!(self.code, 0, "{self:?}");
+        self
+    }
+}
+
+/// Runs `taskq ARGS` in `cwd` with `--database-url url`.
+async fn taskq(cwd: &Path, url: &str, args: &[&str]) -> Out {
+    let mut all = vec!["--database-url".to_owned(), url.to_owned()];
+    all.extend(args.iter().map(|s| (*s).to_owned()));
+    let cwd = cwd.to_owned();
+    tokio::task::spawn_blocking(move || {
+        let out = Command::new(env!("CARGO_BIN_EXE_taskq"))
+            .args(&all)
+            .current_dir(cwd)
+            .env_remove("DATABASE_URL")
+            .output()
+            .expect("run the taskq binary");
+        Out {
+            code: out.status.code().expect("exited normally"),
+            stdout: String::from_utf8(out.stdout).unwrap(),
+            stderr: String::from_utf8(out.stderr).unwrap(),
+        }
+    })
+    .await
+    .unwrap()
+}
+
+/// The stdout line of a table whose cells start with `cells`.
+fn row<'a>(stdout: &'a str, cells: &[&str]) -> Option<&'a str> {
+    stdout.lines().find(|l| {
+        let words: Vec<&str> = l.split_whitespace().collect();
+        words.len() >= cells.len() && words[..cells.len()] == *cells
+    })
+}
+
+async fn ping(pool: &SqlitePool, n: u32) -> TaskId {
+    Ping { n }.enqueue(pool).await.unwrap().id
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_commands_work_on_a_sqlite_file() {
+    let dir = TempDir::new();
+    let file = dir.0.join("app.db");
+    let url = format!("sqlite://{}", file.display());
+    let d = &dir.0;
+
+    // A command other than migrate does not create a database at a mistyped path.
+    let missing = taskq(d, &url, &["stats"]).await;
+    assert_eq!(missing.code, 4, "{missing:?}");
+    assert!(
+        missing
+            .stderr
+            .contains(&format!("no SQLite database at {}", file.display()))
+            && missing.stderr.contains("taskq migrate"),
+        "{missing:?}"
+    );
+    assert!(!file.exists());
+
+    let out = taskq(d, &url, &["migrate"]).await.ok();
+    assert!(out.stdout.contains("migrations applied"), "{out:?}");
+    assert!(file.exists());
+    let again = taskq(d, &url, &["migrate", "--json"]).await.ok();
+    assert_eq!(again.json(), serde_json::json!({ "migrated": true }));
+    let empty = taskq(d, &url, &["stats"]).await.ok();
+    assert!(empty.stdout.contains("no tasks"), "{empty:?}");
+
+    // Enqueue with the library into the same file.
+    let pool = taskq::sqlite::open(&file).await.unwrap();
+    let client = Client::new(pool.clone());
+    let ids = [
+        ping(&pool, 1).await,
+        ping(&pool, 2).await,
+        ping(&pool, 3).await,
+    ];
+    let pong = Pong(7).enqueue(&pool).await.unwrap().id;
+
+    let list = taskq(d, &url, &["list"]).await.ok();
+    assert_eq!(list.stdout.lines().count(), 5, "{}", list.stdout); // header + 4
+    assert!(
+        row(
+            &list.stdout,
+            &[&ids[0].to_string(), "default", "ping", "pending"]
+        )
+        .is_some()
+    );
+    assert!(
+        row(
+            &list.stdout,
+            &[&pong.to_string(), "other", "pong", "pending"]
+        )
+        .is_some()
+    );
+    let other = taskq(d, &url, &["list", "--json", "--queue", "other"])
+        .await
+        .ok();
+    let v = other.json();
+    assert_eq!(v.as_array().unwrap().len(), 1, "{v}");
+    assert_eq!(v[0]["id"], pong.0);
+    let pong_json = taskq(d, &url, &["show", "--json", &pong.to_string()])
+        .await
+        .ok();
+    assert_eq!(
+        pong_json.json()["payload"],
+        serde_json::json!(7),
+        "{pong_json:?}"
+    );
+
+    let show = taskq(d, &url, &["show", &ids[1].to_string()]).await.ok();
+    assert!(show.stdout.contains("ping"), "{}", show.stdout);
+    assert!(
+        show.stdout.contains("\"n\": 2") || show.stdout.contains("\"n\":2"),
+        "{}",
+        show.stdout
+    );
+    let shown = taskq(d, &url, &["show", "--json", &ids[1].to_string()])
+        .await
+        .ok();
+    assert_eq!(shown.json()["state"], "pending");
+    let none = taskq(d, &url, &["show", "987654"]).await;
+    assert_eq!(none.code, 3, "{none:?}");
+
+    let stats = taskq(d, &url, &["stats"]).await.ok();
+    assert!(
+        row(&stats.stdout, &["default", "pending", "3"]).is_some(),
+        "{}",
+        stats.stdout
+    );
+    assert!(
+        row(&stats.stdout, &["other", "pending", "1"]).is_some(),
+        "{}",
+        stats.stdout
+    );
+    let json = taskq(d, &url, &["stats", "--json"]).await.ok().json();
+    assert!(json["now"].is_string(), "{json}");
+    let age = json["counts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["queue"] == "default" && c["state"] == "pending")
+        .unwrap()["oldest_pending_age_secs"]
+        .as_f64()
+        .unwrap();
+    assert!((0.0..60.0).contains(&age), "{age}");
+
+    // pause / paused / resume, with the audit trail.
+    let out = taskq(d, &url, &["--actor", "ops:ada", "pause", "mail"])
+        .await
+        .ok();
+    assert!(out.stdout.contains("queue mail: paused"), "{out:?}");
+    assert_eq!(client.paused_queues().await.unwrap()[0].0, "mail");
+    let paused = taskq(d, &url, &["paused", "--json"]).await.ok();
+    assert_eq!(paused.json()[0]["queue"], "mail");
+    let out = taskq(d, &url, &["resume", "mail"]).await.ok();
+    assert!(out.stdout.contains("queue mail: running"), "{out:?}");
+    assert!(client.paused_queues().await.unwrap().is_empty());
+
+    // limit / rate-limit / queues.
+    taskq(d, &url, &["limit", "default", "3"]).await.ok();
+    taskq(d, &url, &["rate-limit", "default", "10/1m"])
+        .await
+        .ok();
+    let queues = taskq(d, &url, &["queues", "--json"]).await.ok().json();
+    let default = queues
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|q| q["queue"] == "default")
+        .unwrap_or_else(|| panic!("{queues}"))
+        .clone();
+    assert_eq!(default["concurrency_limit"], 3, "{default}");
+
+    // cancel one, make another dead and retry it, purge the canceled one.
+    let out = taskq(d, &url, &["cancel", &ids[0].to_string()]).await.ok();
+    assert!(out.stdout.contains("canceled"), "{out:?}");
+    assert_eq!(client.get(ids[0]).await.unwrap().state, TaskState::Canceled);
+    let old = chrono::Utc::now().timestamp_micros() - 3_600_000_000;
+    sqlx::query(
+        "UPDATE taskq_tasks SET state = 'dead', attempt = 3, last_error = 'boom',
+           finished_at = ? WHERE id = ?",
+    )
+    .bind(old)
+    .bind(ids[1].0 as i64)
+    .execute(&pool)
+    .await
+    .unwrap();
+    sqlx::query("UPDATE taskq_tasks SET finished_at = ? WHERE id = ?")
+        .bind(old)
+        .bind(ids[0].0 as i64)
+        .execute(&pool)
+        .await
+        .unwrap();
+    let dead = taskq(d, &url, &["list", "--json", "--state", "dead"])
+        .await
+        .ok();
+    assert_eq!(dead.json()[0]["last_error"], "boom");
+    taskq(d, &url, &["retry", &ids[1].to_string()]).await.ok();
+    let t = client.get(ids[1]).await.unwrap();
+    assert_eq!((t.state, t.attempt), (TaskState::Pending, 0));
+    let purged = taskq(d, &url, &["purge", "--older-than", "30m", "--json"])
+        .await
+        .ok();
+    assert_eq!(purged.json()["purged"], 1, "{purged:?}");
+    assert!(matches!(
+        client.get(ids[0]).await,
+        Err(taskq::Error::NotFound(_))
+    ));
+
+    // A worker on the file: listed live, runs the two pending pings, listed stopped after.
+    let none = taskq(d, &url, &["workers", "--json"]).await.ok().json();
+    assert_eq!(none["workers"], serde_json::json!([]), "{none}");
+    let worker = taskq_tests::RunningWorker::spawn(
+        taskq_tests::fast_worker(&pool)
+            .register::<Ping>()
+            .queue("default", 2),
+    );
+    taskq_tests::wait_until(std::time::Duration::from_secs(20), "pings done", || async {
+        let done = taskq(d, &url, &["list", "--json", "--state", "succeeded"]).await;
+        done.code == 0 && done.json().as_array().is_some_and(|a| a.len() == 2)
+    })
+    .await;
+    let live = taskq(d, &url, &["workers", "--json"]).await.ok().json();
+    assert_eq!(live["workers"][0]["id"], worker.id.as_str(), "{live}");
+    assert_eq!(live["workers"][0]["alive"], true, "{live}");
+    assert_eq!(
+        live["workers"][0]["queues"],
+        serde_json::json!({"default": 2}),
+        "{live}"
+    );
+    worker.stop().await;
+    let all = taskq(d, &url, &["workers", "--all", "--json"])
+        .await
+        .ok()
+        .json();
+    assert!(all["workers"][0]["stopped_at"].is_string(), "{all}");
+    let audit = taskq(d, &url, &["audit", "--json", "--queue", "mail"])
+        .await
+        .ok()
+        .json();
+    assert_eq!(audit[1]["action"], "pause", "{audit}");
+    assert_eq!(audit[1]["actor"], "ops:ada", "{audit}");
+    pool.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relative_sqlite_path_without_slashes_works() {
+    let dir = TempDir::new();
+    taskq(&dir.0, "sqlite:rel.db", &["migrate"]).await.ok();
+    assert!(dir.0.join("rel.db").exists());
+    let pool = taskq::sqlite::open(dir.0.join("rel.db")).await.unwrap();
+    ping(&pool, 1).await;
+    let stats = taskq(&dir.0, "sqlite:rel.db", &["stats"]).await.ok();
+    assert!(
+        row(&stats.stdout, &["default", "pending", "1"]).is_some(),
+        "{stats:?}"
+    );
+    let upper = taskq(&dir.0, "SQLITE://rel.db", &["list", "--json"])
+        .await
+        .ok();
+    assert_eq!(upper.json().as_array().unwrap().len(), 1);
+    pool.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sqlite_file_that_cannot_be_created_is_a_readable_error() {
+    let dir = TempDir::new();
+    let out = taskq(&dir.0, "sqlite:///nonexistent-dir/sub/app.db", &["migrate"]).await;
+    assert_eq!(out.code, 4, "{out:?}");
+    assert!(
+        out.stderr.starts_with(
+            "taskq: error: cannot open the SQLite database /nonexistent-dir/sub/app.db:"
+        ) && out.stderr.contains("does its directory exist"),
+        "{out:?}"
+    );
+    assert_eq!(out.stderr.lines().count(), 1, "{out:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn web_serves_the_dashboard_of_a_sqlite_file() {
+    if !taskq_tests::loopback_or_skip() {
+        return;
+    }
+    let dir = TempDir::new();
+    let file = dir.0.join("web.db");
+    let url = format!("sqlite://{}", file.display());
+    taskq(&dir.0, &url, &["migrate"]).await.ok();
+    let pool = taskq::sqlite::open(&file).await.unwrap();
+    ping(&pool, 1).await;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_taskq"))
+        .args(["web", "--listen", "127.0.0.1:0", "--database-url", &url])
+        .env("TASKQ_WEB_TOKEN", "sqlite-token")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let line = tokio::task::spawn_blocking(move || {
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line).unwrap();
+        line
+    })
+    .await
+    .unwrap();
+    let Some(addr) = line
+        .trim()
+        .strip_prefix("taskq web: serving the dashboard at http://")
+        .and_then(|rest| rest.strip_suffix('/'))
+        .map(str::to_owned)
+    else {
+        let _ = child.kill();
+        let out = child.wait_with_output().unwrap();
+        panic!(
+            "unexpected first line {line:?}; stderr: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    s.write_all(
+        b"GET /api/v1/queues HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sqlite-token\r\nConnection: close\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+    assert!(out.contains("\"queue\":\"default\""), "{out}");
+    pool.close().await;
+}
