@@ -48,10 +48,37 @@ pub fn connect_options_from_url(url: &str) -> sqlx::Result<SqliteConnectOptions>
 /// A pool on the database file at `path` (created if missing) with [`tune`]'s settings and up
 /// to `max_connections` connections.
 pub async fn open(path: impl AsRef<Path>, max_connections: u32) -> sqlx::Result<SqlitePool> {
-    SqlitePoolOptions::new()
-        .max_connections(max_connections.max(1))
-        .connect_with(connect_options(path))
-        .await
+    open_with(connect_options(path), max_connections).await
+}
+
+/// A pool with `opts` and up to `max_connections` connections, opened with retries: a new
+/// connection switches the file to WAL, and while another connection holds the write lock
+/// (several processes opening a new file at once, one of them already migrating) that switch
+/// fails at once with "database is locked" instead of waiting for the busy timeout. It is tried
+/// again every 50 ms for up to the busy timeout ([`DEFAULT_BUSY_TIMEOUT`]).
+pub async fn open_with(
+    opts: SqliteConnectOptions,
+    max_connections: u32,
+) -> sqlx::Result<SqlitePool> {
+    let started = std::time::Instant::now();
+    loop {
+        let res = SqlitePoolOptions::new()
+            .max_connections(max_connections.max(1))
+            .connect_with(opts.clone())
+            .await;
+        match res {
+            Err(sqlx::Error::Database(db))
+                if started.elapsed() < DEFAULT_BUSY_TIMEOUT
+                    && db
+                        .code()
+                        .and_then(|c| c.parse::<i32>().ok())
+                        .is_some_and(|c| c & 0xff == 5) =>
+            {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            res => return res,
+        }
+    }
 }
 
 /// Begins a write transaction on a connection of `pool` with `BEGIN IMMEDIATE` (see the

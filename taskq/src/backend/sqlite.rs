@@ -62,9 +62,7 @@ pub async fn open(path: impl AsRef<std::path::Path>) -> crate::Result<SqlitePool
 
 async fn open_with(opts: SqliteConnectOptions) -> crate::Result<SqlitePool> {
     let path = opts.get_filename().display().to_string();
-    SqlitePoolOptions::new()
-        .max_connections(q::connect::DEFAULT_MAX_CONNECTIONS)
-        .connect_with(opts)
+    q::connect::open_with(opts, q::connect::DEFAULT_MAX_CONNECTIONS)
         .await
         .map_err(|source| crate::Error::Open { path, source })
 }
