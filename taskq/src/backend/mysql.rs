@@ -226,47 +226,43 @@ async fn insert_row(
 }
 
 /// Takes the identity `key` for `task_id` (0: the id follows), or returns the task holding it.
+///
+/// One `INSERT … ON DUPLICATE KEY UPDATE`: on a taken identity InnoDB locks the existing row
+/// *exclusively* (a plain `INSERT` would take a shared lock), and the update reports the holder
+/// through `LAST_INSERT_ID(expr)` in the statement's OK packet. Shared locks are what made
+/// concurrent enqueuers of one identity deadlock: when a worker freed the identity (deleting
+/// its row), every producer waiting with a shared lock on it tried to upgrade to insert, and
+/// InnoDB rolled back all but one caller's transaction. With exclusive locks the waiters queue
+/// one behind the other: the first inserts, the next ones see it as the holder. A duplicate
+/// keeps the row locked until the caller's transaction ends, so the holder cannot let go of
+/// the identity in between (the worker's statements that free it skip locked rows).
+///
+/// A reservation left with `task_id = 0` (an enqueue whose undo could not run, committed
+/// anyway) names no task: it is taken over.
 async fn identity_reserve(
     conn: &mut MySqlConnection,
     key: &[u8],
     task_id: u64,
     expires_us: Option<i64>,
 ) -> sqlx::Result<Option<TaskId>> {
-    // The holder of a conflicting identity cannot let go while the failed insert's lock is
-    // held, so the lookup finds it; a retry covers the impossible case instead of an error.
-    for _ in 0..3 {
-        let res = sqlx::query!(
-            r#"INSERT INTO taskq_unique (unique_key, task_id, expires_at)
-               VALUES (?, ?, TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00'))"#,
-            key,
-            task_id,
-            expires_us,
-        )
-        .execute(&mut *conn)
-        .await;
-        match res {
-            Ok(_) => return Ok(None),
-            // `taskq_unique` has no other unique index than its primary key, the identity.
-            Err(sqlx::Error::Database(e)) if is_conflict_on(&*e, "") => {
-                // A primary-key read: it locks the identity's row only, never the holder's
-                // task row (a worker may be renewing its lease).
-                let holder = sqlx::query_scalar!(
-                    r#"SELECT task_id AS "id: u64" FROM taskq_unique
-                       WHERE unique_key = ? LOCK IN SHARE MODE"#,
-                    key,
-                )
-                .fetch_optional(&mut *conn)
-                .await?;
-                if let Some(id) = holder {
-                    return Ok(Some(TaskId(id)));
-                }
-            }
-            Err(e) => return Err(e),
-        }
-    }
-    Err(sqlx::Error::Protocol(
-        "unique identity conflicted but its holder was not found three times".into(),
-    ))
+    let done = sqlx::query!(
+        r#"INSERT INTO taskq_unique (unique_key, task_id, expires_at)
+           VALUES (?, ?, TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00'))
+           ON DUPLICATE KEY UPDATE task_id = LAST_INSERT_ID(IF(task_id = 0, ?, task_id))"#,
+        key,
+        task_id,
+        expires_us,
+        task_id,
+    )
+    .execute(&mut *conn)
+    .await?;
+    // 0: a new row (the table has no AUTO_INCREMENT column); otherwise the row's task after
+    // the update, which is `task_id` itself when an orphaned reservation was taken over.
+    Ok(match done.last_insert_id() {
+        0 => None,
+        id if id == task_id => None,
+        holder => Some(TaskId(holder)),
+    })
 }
 
 /// The database clock in microseconds since the Unix epoch (no time zone involved), for the
