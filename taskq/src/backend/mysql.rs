@@ -1254,10 +1254,12 @@ impl Store {
         let mut tx = conn.begin().await?;
         let mut hit = None;
         let mut rate_limited = false;
+        let mut concurrency_limited = false;
         let mut limit = limit;
         if limited && let Some(l) = queue_limits_lock(&mut tx, queue).await? {
             let mut by_running = limit;
             if let Some(max) = l.concurrency_limit {
+                concurrency_limited = true;
                 let running = sqlx::query_scalar!(
                     r#"SELECT COUNT(*) AS "n!: i64" FROM taskq_tasks
                        WHERE state = 'running' AND queue = ?"#,
@@ -1379,6 +1381,12 @@ impl Store {
             .execute(&mut *tx)
             .await?;
         }
+        // A claim that starts tasks of a limited queue writes the queue's row (`claims`), so
+        // that on a Galera cluster two such claims committed on different nodes conflict at
+        // certification (one is rolled back with 1213, which the claim loop retries) instead
+        // of each node filling the queue to its limit: the row lock taken above is local to a
+        // node. A rate-limited claim writes it in the statement that counts its window; a
+        // claim bounded only by concurrency pays one more statement.
         if rate_limited && !rows.is_empty() {
             // Counted in the window of this statement's clock, not the lock's: a claim that
             // straddles a window boundary counts in the window its tasks' claim time (the
@@ -1391,10 +1399,18 @@ impl Store {
                          rate_window_count + ?, ?),
                        rate_window_start = CAST('1970-01-01' AS DATETIME(6))
                          + INTERVAL (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6))
-                                     DIV rate_period_us * rate_period_us) MICROSECOND
+                                     DIV rate_period_us * rate_period_us) MICROSECOND,
+                       claims = claims + 1
                    WHERE queue = ? AND rate_period_us > 0"#,
                 rows.len() as u32,
                 rows.len() as u32,
+                queue
+            )
+            .execute(&mut *tx)
+            .await?;
+        } else if concurrency_limited && !rows.is_empty() {
+            sqlx::query!(
+                "UPDATE taskq_queues SET claims = claims + 1 WHERE queue = ?",
                 queue
             )
             .execute(&mut *tx)
@@ -1454,7 +1470,9 @@ impl Store {
 }
 
 /// First step of a claim of a limited queue: locks the queue's row in `taskq_queues` (claims
-/// of this queue serialize here until the claim commits) and reads its limits, with the
+/// of this queue serialize here until the claim commits; on a Galera cluster only those of one
+/// node, which is why a claim that starts tasks also writes the row, see [`Store::claim_raw`])
+/// and reads its limits, with the
 /// claims already counted in the current rate window (windows are multiples of the period
 /// since 1970 on the database clock). `None` when the queue has no row.
 async fn queue_limits_lock(
