@@ -375,9 +375,11 @@ pub async fn limited_drain(
         }
     }
     let done = tasks as i64;
-    wait_until(Duration::from_secs(300), "the limited drain to finish", || async {
-        db.count(0, "state = 'succeeded'").await == done
-    })
+    wait_until(
+        Duration::from_secs(300),
+        "the limited drain to finish",
+        || async { db.count(0, "state = 'succeeded'").await == done },
+    )
     .await;
     let secs = started.elapsed().as_secs_f64();
     let mut stats = Vec::new();
