@@ -333,6 +333,92 @@ async fn the_reaper_frees_the_identity_of_a_canceled_unique_task<B: TestBackend>
     assert_eq!(client.get(id).await.unwrap().state, TaskState::Canceled);
 }
 
+/// A cancel request that lands between the reaper's read of an expired lease (no request yet)
+/// and its write: whichever way the reap then goes, the identity is freed with the task. (Was a
+/// MySQL bug: the reap moved the task to `canceled` but freed nothing, so every later enqueue
+/// of the identity was a silent duplicate of a canceled task.) Interleaved by hand: the test
+/// holds the task row (MySQL: a row lock; SQLite: the write lock) while the reaper reads, then
+/// records the cancel request as `Client::cancel` does and lets the reap go on.
+async fn a_cancel_request_racing_the_reap_still_frees_the_identity<B: TestBackend>(db: Db<B>) {
+    let client = Client::new(db.pool.clone());
+    let first = Solo { account: 9 }.enqueue(&db.pool).await.unwrap();
+    let id = first.id;
+    assert_eq!(identities(&db).await, 1);
+    // Claimed by a worker that died on attempt 1 of 5: running, lease expired.
+    db.exec(&format!(
+        "UPDATE taskq_tasks SET state = 'running', attempt = 1, lease_epoch = 1,
+           worker_id = 'crashed', lease_until = {} WHERE id = {}",
+        db.ago(Duration::from_secs(1)),
+        id.0
+    ))
+    .await;
+    let mut tx = db.begin().await;
+    let cond = format!("id = {} AND state = 'running'", id.0);
+    // Takes the row's lock (MySQL) / the write lock (SQLite) and writes nothing yet.
+    assert_eq!(
+        db.exec_in(
+            &mut tx,
+            &format!("UPDATE taskq_tasks SET attempt = attempt WHERE {cond}")
+        )
+        .await,
+        1
+    );
+    // A reaper of a worker that does not register `solo` (so it never claims it again).
+    let reaper = RunningWorker::spawn(
+        db.worker()
+            .register::<Long>()
+            .lease(Duration::from_secs(10))
+            .reaper_interval(Duration::from_millis(50)),
+    );
+    if db.label() == "mysql" {
+        // The reaper has read the row (a plain read, not blocked) and its write, the reap's
+        // `UPDATE` (the only statement with `lease_lost` in its text), waits for the row lock.
+        wait_until(
+            Duration::from_secs(10),
+            "the reap waits for the row",
+            || async {
+                db.scalar(
+                    "SELECT COUNT(*) FROM information_schema.PROCESSLIST
+                 WHERE DB = DATABASE() AND ID <> CONNECTION_ID() AND INFO LIKE '%lease_lost%'",
+                )
+                .await
+                    > 0
+            },
+        )
+        .await;
+    } else {
+        // SQLite cannot show a waiting writer: ten reaper rounds (each reads the row, then
+        // waits for the write lock; the busy timeout is 5 s).
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    // What `Client::cancel` writes on a running task.
+    db.exec_in(
+        &mut tx,
+        &format!(
+            "UPDATE taskq_tasks SET cancel_requested_at = {} WHERE {cond}",
+            db.now()
+        ),
+    )
+    .await;
+    tx.commit().await.unwrap();
+    wait_until(Duration::from_secs(10), "reaped to canceled", || async {
+        client.get(id).await.unwrap().state == TaskState::Canceled
+    })
+    .await;
+    reaper.stop().await;
+    assert_eq!(
+        identities(&db).await,
+        0,
+        "the canceled task's identity is freed"
+    );
+    let again = Solo { account: 9 }.enqueue(&db.pool).await.unwrap();
+    assert!(
+        !again.duplicate,
+        "a new enqueue of the identity is a new task"
+    );
+    assert_ne!(again.id, id);
+}
+
 async fn states<B: TestBackend>(db: &Db<B>) -> Vec<(String, String, i64)> {
     db.rows(
         &["name", "state", "COUNT(*)"],
@@ -562,6 +648,7 @@ taskq_tests::conformance!(
     a_retry_written_before_the_request_was_seen_cancels_the_next_attempt,
     a_canceled_running_unique_task_frees_its_identity,
     the_reaper_frees_the_identity_of_a_canceled_unique_task,
+    a_cancel_request_racing_the_reap_still_frees_the_identity,
     cancel_where_counts_in_a_dry_run_and_cancels_in_batches,
     retry_where_counts_in_a_dry_run_and_retries_matching_dead_tasks,
     a_grace_longer_than_the_lease_lets_the_reaper_cancel_and_fences_the_late_write_back,

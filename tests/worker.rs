@@ -372,6 +372,74 @@ async fn the_reaper_requeues_expired_leases_and_buries_exhausted_ones<B: TestBac
     assert!(w.stop().await.stats.reaped >= 2);
 }
 
+/// A reaped task keeps its `run_at` (Oban's Lifeline): it sorts where it was in its queue, so
+/// a worker busy with a backlog enqueued after it takes it at its next free slot instead of
+/// after the whole backlog.
+async fn a_reaped_task_runs_before_the_backlog_enqueued_after_it<B: TestBackend>(db: Db<B>) {
+    let runs = Runs::default();
+    let reaped = job(&db, 0, Mode::Ok).await;
+    // A crashed worker's task: running with an expired lease.
+    db.exec(&format!(
+        "UPDATE taskq_tasks SET state = 'running', attempt = 1, lease_epoch = 1,
+           worker_id = 'crashed', lease_until = {} WHERE id = {}",
+        db.ago(Duration::from_secs(1)),
+        reaped.0
+    ))
+    .await;
+    let due_before = db
+        .time(&format!(
+            "SELECT run_at FROM taskq_tasks WHERE id = {}",
+            reaped.0
+        ))
+        .await;
+    // The backlog, enqueued after it: 40 tasks of 50 ms for 2 slots (about 1 s of work).
+    let backlog: Vec<TaskId> = {
+        let mut v = Vec::new();
+        for n in 1..=40 {
+            v.push(job(&db, n, Mode::Sleep(50)).await);
+        }
+        v
+    };
+    let w = RunningWorker::spawn(worker(&db, &runs).concurrency(2).claim_batch(2));
+    let t = wait_state(&db, reaped, TaskState::Succeeded).await;
+    assert_eq!(
+        (t.lease_epoch, t.attempt),
+        (3, 2),
+        "reaped once, then claimed"
+    );
+    // Backlog tasks claimed before the reaped task's second claim: a few at most (those claimed
+    // before the reaper's first round, and on MySQL up to one head rescan, 100 ms), not all 40.
+    let ahead = db
+        .count(&format!(
+            "id IN ({}) AND attempted_at < (SELECT attempted_at FROM taskq_tasks WHERE id = {})",
+            backlog
+                .iter()
+                .map(|i| i.0.to_string())
+                .collect::<Vec<_>>()
+                .join(","),
+            reaped.0
+        ))
+        .await;
+    assert!(
+        ahead < 15,
+        "{ahead} of 40 backlog tasks ran before the reaped task"
+    );
+    assert_eq!(
+        db.time(&format!(
+            "SELECT run_at FROM taskq_tasks WHERE id = {}",
+            reaped.0
+        ))
+        .await,
+        due_before,
+        "the reap kept the task's run_at"
+    );
+    wait_until(Duration::from_secs(20), "backlog drained", || async {
+        db.count("state = 'succeeded'").await == 41
+    })
+    .await;
+    w.stop().await;
+}
+
 async fn a_lost_lease_cancels_the_handler_and_its_write_back_is_fenced<B: TestBackend>(db: Db<B>) {
     let runs = Runs::default();
     let id = job(&db, 1, Mode::WaitCancel).await;
@@ -781,6 +849,7 @@ taskq_tests::conformance!(
     a_timeout_cancels_the_handler_and_counts_as_a_failure,
     undecodable_payloads_and_unknown_names,
     the_reaper_requeues_expired_leases_and_buries_exhausted_ones,
+    a_reaped_task_runs_before_the_backlog_enqueued_after_it,
     a_lost_lease_cancels_the_handler_and_its_write_back_is_fenced,
     shutdown_waits_for_handlers_then_releases_the_rest,
     retention_prunes_old_terminal_tasks_only,

@@ -568,7 +568,7 @@ pub async fn task_finish(conn: &mut SqliteConnection, batch: &[Finish]) -> sqlx:
     Ok(Finished { written, followed })
 }
 
-/// Gives running tasks back (shutdown): pending now, epoch + 1, the interrupted attempt not
+/// Gives running tasks back (shutdown): pending (`run_at` kept), epoch + 1, the interrupted attempt not
 /// counted, and a `released` entry appended to its attempt history. Conditional on each
 /// `(id, epoch)`. Returns how many were released. (A pending task holds its identity, so none
 /// is freed.)
@@ -591,7 +591,7 @@ pub async fn task_release(conn: &mut SqliteConnection, leases: &[(i64, i64)]) ->
                    'outcome', 'released', 'error', NULL)),
                state = 'pending', lease_epoch = t.lease_epoch + 1,
                attempt = MAX(t.attempt - 1, 0),
-               run_at = c.us, lease_until = NULL, worker_id = NULL, updated_at = c.us
+               lease_until = NULL, worker_id = NULL, updated_at = c.us
            FROM json_each(?1) AS j, taskq_clock AS c
            WHERE t.id = j.value ->> 0 AND t.lease_epoch = j.value ->> 1 AND t.state = 'running'"#,
         json
@@ -699,7 +699,8 @@ pub async fn task_expired(
     .await
 }
 
-/// Reaps expired leases read by [`task_expired`]: back to pending (due now), to dead when
+/// Reaps expired leases read by [`task_expired`]: back to pending (`run_at` kept, so it sorts
+/// where it was, ahead of the backlog enqueued after it), to dead when
 /// attempts are exhausted, or to canceled when a cancel was requested; epoch + 1 either way,
 /// `last_error` says `lease expired (worker W, attempt N)`, and the attempt history gets a
 /// `lease_lost` (or `canceled`) entry. Each row is reaped only if it is still running with the
@@ -738,8 +739,7 @@ pub async fn task_reap(conn: &mut SqliteConnection, rows: &[ReapRow]) -> sqlx::R
                state = CASE WHEN t.cancel_requested_at IS NOT NULL THEN 'canceled'
                             WHEN t.attempt >= t.max_attempts THEN 'dead'
                             ELSE 'pending' END,
-               lease_epoch = t.lease_epoch + 1, lease_until = NULL,
-               run_at = c.us, updated_at = c.us
+               lease_epoch = t.lease_epoch + 1, lease_until = NULL, updated_at = c.us
            FROM json_each(?1) AS j, taskq_clock AS c
            WHERE t.id = j.value ->> 0 AND t.lease_epoch = j.value ->> 1
              AND t.state = 'running' AND t.lease_until < c.us

@@ -507,6 +507,8 @@ impl Store {
     /// and running rows due after the window's start (an attempt that fails sets `run_at` to its
     /// end plus the backoff, and nothing but `reschedule_at` moves it earlier), through
     /// `ix_taskq_claim`, and terminal rows finished in the window, through `ix_taskq_finished`.
+    /// A reap keeps `run_at`, so the `lease_lost` entry of a task reaped back to pending that
+    /// was due before the window is counted only once the task has ended.
     pub(crate) async fn task_failed_attempts_per_minute(
         &self,
         minutes: u32,
@@ -1861,8 +1863,9 @@ impl Store {
         })
     }
 
-    /// Gives running tasks back (shutdown): pending now, epoch incremented, the interrupted
-    /// attempt not counted. Conditional on each `(id, epoch)`.
+    /// Gives running tasks back (shutdown): pending, epoch incremented, the interrupted
+    /// attempt not counted, `run_at` kept (so the task sorts where it was, ahead of tasks
+    /// enqueued after it). Conditional on each `(id, epoch)`.
     pub(crate) async fn task_release(
         &self,
         conn: &mut MySqlConnection,
@@ -1881,7 +1884,7 @@ impl Store {
                        'outcome', 'released', 'error', NULL)),
                    t.state = 'pending', t.lease_epoch = t.lease_epoch + 1,
                    t.attempt = IF(t.attempt > 0, t.attempt - 1, 0),
-                   t.run_at = UTC_TIMESTAMP(6), t.lease_until = NULL, t.worker_id = NULL,
+                   t.lease_until = NULL, t.worker_id = NULL,
                    t.updated_at = UTC_TIMESTAMP(6)
                WHERE t.state = 'running'"#,
             leases_json
@@ -1926,11 +1929,13 @@ impl Store {
         .await
     }
 
-    /// Reaps expired leases read by [`task_expired`](Self::task_expired): back to pending (due
-    /// now), to dead when attempts are exhausted, or to canceled when a cancel was requested (a
+    /// Reaps expired leases read by [`task_expired`](Self::task_expired): back to pending
+    /// with its `run_at` kept (like Oban's Lifeline: it sorts where it was in its queue, ahead
+    /// of the tasks enqueued after it, instead of behind the whole backlog), to dead when attempts are exhausted, or to canceled when a cancel was requested (a
     /// reclaim never resurrects a canceled task); epoch incremented either way. Each row is
-    /// reaped only if it is still running with the epoch read and its lease still expired (a
-    /// late write-back may have landed in between). Returns how many were reaped and, when
+    /// reaped only if it is still running with the epoch read, its lease still expired (a
+    /// late write-back may have landed in between) and its cancel request as read (a request
+    /// that landed in between is left for the next round, see [`reap_rows`]). Returns how many were reaped and, when
     /// `exact` is set or follow-ups were inserted, which rows (and their new state).
     ///
     /// Two statements in all, like the claim: the plain read of expired ids on
@@ -1964,8 +1969,8 @@ impl Store {
             .collect();
         let follow = rows.iter().any(|r| r.follow_up.is_some());
         if wanted.is_empty() && !follow && !exact {
-            let leases: Vec<(u64, u64)> = rows.iter().map(|r| (r.id, r.epoch)).collect();
-            let reaped = reap_rows(conn, &leases_json(&leases)).await?;
+            let all: Vec<&ReapRow> = rows.iter().collect();
+            let reaped = reap_rows(conn, &reap_json(&all)).await?;
             return Ok(Reaped {
                 reaped,
                 ..Reaped::default()
@@ -1977,17 +1982,19 @@ impl Store {
         } else {
             identities_take(&mut tx, &wanted).await?
         };
-        let leases: Vec<(u64, u64)> = rows
+        let kept: Vec<&ReapRow> = rows
             .iter()
             .filter(|r| !taken.held_elsewhere.contains(&r.id))
-            .map(|r| (r.id, r.epoch))
             .collect();
         let (json, locked) = if follow || exact {
-            let locked = lock_expired(&mut tx, &leases_json(&leases)).await?;
-            let leases: Vec<(u64, u64)> = locked.iter().map(|l| (l.id, l.epoch)).collect();
-            (leases_json(&leases), Some(locked))
+            let locked = lock_expired(&mut tx, &reap_json(&kept)).await?;
+            let kept: Vec<&ReapRow> = kept
+                .into_iter()
+                .filter(|r| locked.iter().any(|l| l.id == r.id))
+                .collect();
+            (reap_json(&kept), Some(locked))
         } else {
-            (leases_json(&leases), None)
+            (reap_json(&kept), None)
         };
         let reaped = reap_rows(&mut tx, &json).await?;
         let mut out = Reaped {
@@ -2087,12 +2094,29 @@ impl Store {
     }
 }
 
-/// The `UPDATE` of [`Store::task_reap`], on the leases `(id, epoch)` of `leases_json`
-/// (sorted by id: locked in ascending order).
-async fn reap_rows(conn: &mut MySqlConnection, leases_json: &str) -> sqlx::Result<u64> {
+/// The rows of a reap as the JSON its statements read: `[[id, epoch, canceled], ..]` sorted by
+/// id (locked in ascending order), `canceled` 1 when the read saw a cancel request.
+fn reap_json(rows: &[&ReapRow]) -> String {
+    let mut out: Vec<(u64, u64, u8)> = rows
+        .iter()
+        .map(|r| (r.id, r.epoch, u8::from(r.canceled)))
+        .collect();
+    out.sort_unstable();
+    serde_json::to_string(&out).expect("reap rows serialize")
+}
+
+/// The `UPDATE` of [`Store::task_reap`], on the rows of `reap_json` (see [`reap_json`]).
+///
+/// A row is written only if its cancel request is as [`Store::task_expired`] read it: which
+/// identity the reap frees (and whether it frees one at all) was decided from that read, so a
+/// cancel request that landed in between (`Client::cancel` on a task whose lease had just
+/// expired) would otherwise move the task to `canceled` with its identity still held. Such a
+/// row is left running and expired for the next round, which reads the request.
+async fn reap_rows(conn: &mut MySqlConnection, reap_json: &str) -> sqlx::Result<u64> {
     let done = sqlx::query!(
         r#"UPDATE JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$[0]',
-                                               epoch BIGINT UNSIGNED PATH '$[1]')) AS j
+                                               epoch BIGINT UNSIGNED PATH '$[1]',
+                                               canceled INT PATH '$[2]')) AS j
              STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id AND t.lease_epoch = j.epoch
            SET t.attempts = JSON_ARRAY_APPEND(
                  IF(JSON_LENGTH(COALESCE(t.attempts, '[]')) >= 100, JSON_REMOVE(t.attempts, '$[0]'),
@@ -2110,9 +2134,10 @@ async fn reap_rows(conn: &mut MySqlConnection, leases_json: &str) -> sqlx::Resul
                t.state = IF(t.cancel_requested_at IS NOT NULL, 'canceled',
                             IF(t.attempt >= t.max_attempts, 'dead', 'pending')),
                t.lease_epoch = t.lease_epoch + 1, t.lease_until = NULL,
-               t.run_at = UTC_TIMESTAMP(6), t.updated_at = UTC_TIMESTAMP(6)
-           WHERE t.state = 'running' AND t.lease_until < UTC_TIMESTAMP(6)"#,
-        leases_json
+               t.updated_at = UTC_TIMESTAMP(6)
+           WHERE t.state = 'running' AND t.lease_until < UTC_TIMESTAMP(6)
+             AND (t.cancel_requested_at IS NOT NULL) = (j.canceled = 1)"#,
+        reap_json
     )
     .execute(&mut *conn)
     .await?;
@@ -2144,12 +2169,12 @@ struct LockedExpired {
     canceled: bool,
 }
 
-/// Locks the rows of the leases `(id, epoch)` in `leases_json` (sorted by id) and returns
-/// those still running with that epoch and an expired lease, with where the reap sends each:
-/// the rows [`reap_rows`] in the same transaction writes.
+/// Locks the rows of `reap_json` (see [`reap_json`]) and returns those still running with
+/// that epoch, an expired lease and the cancel request as read, with where the reap sends
+/// each: the rows [`reap_rows`] in the same transaction writes.
 async fn lock_expired(
     conn: &mut MySqlConnection,
-    leases_json: &str,
+    reap_json: &str,
 ) -> sqlx::Result<Vec<LockedExpired>> {
     sqlx::query_as!(
         LockedExpired,
@@ -2157,11 +2182,13 @@ async fn lock_expired(
              (t.attempt >= t.max_attempts AND t.cancel_requested_at IS NULL) AS "goes_dead!: bool",
              (t.cancel_requested_at IS NOT NULL) AS "canceled!: bool"
            FROM JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$[0]',
-                                             epoch BIGINT UNSIGNED PATH '$[1]')) AS j
+                                             epoch BIGINT UNSIGNED PATH '$[1]',
+                                             canceled INT PATH '$[2]')) AS j
              STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id AND t.lease_epoch = j.epoch
            WHERE t.state = 'running' AND t.lease_until < UTC_TIMESTAMP(6)
+             AND (t.cancel_requested_at IS NOT NULL) = (j.canceled = 1)
            FOR UPDATE"#,
-        leases_json
+        reap_json
     )
     .fetch_all(&mut *conn)
     .await
