@@ -215,35 +215,67 @@ async fn the_reaper_cancels_an_expired_cancel_requested_task<B: TestBackend>(db:
     w.stop().await;
 }
 
-async fn a_retry_written_before_the_request_was_seen_cancels_the_next_attempt<B: TestBackend>(
+/// A cancel request made while an attempt ran, whose outcome (a retry) was written before its
+/// worker saw the request: the request stays on the pending row, and the claim that next finds
+/// the task ends it `canceled` without running it again (and frees its identity).
+async fn a_cancel_request_left_by_an_earlier_attempt_ends_the_task_at_its_next_claim<
+    B: TestBackend,
+>(
     db: Db<B>,
 ) {
     let client = Client::new(db.pool.clone());
     let id = Long(React::Fail).enqueue(&db.pool).await.unwrap().id;
-    // Requested on a running attempt whose outcome (a retry) then won the race.
+    let unique = Solo { account: 11 }.enqueue(&db.pool).await.unwrap().id;
+    let ids = format!("{}, {}", id.0, unique.0);
+    // Requested on running attempts whose outcome (a retry) then won the race.
     db.exec(&format!(
-        "UPDATE taskq_tasks SET state = 'running', attempt = 1, lease_epoch = 1 WHERE id = {}",
-        id.0
+        "UPDATE taskq_tasks SET state = 'running', attempt = 1, lease_epoch = 1 WHERE id IN ({ids})"
     ))
     .await;
     assert_eq!(client.cancel(id).await.unwrap(), Canceled::Requested);
+    assert_eq!(client.cancel(unique).await.unwrap(), Canceled::Requested);
     db.exec(&format!(
-        "UPDATE taskq_tasks SET state = 'pending', run_at = {} WHERE id = {}",
-        db.now(),
-        id.0
+        "UPDATE taskq_tasks SET state = 'pending', run_at = {} WHERE id IN ({ids})",
+        db.now()
     ))
     .await;
     let seen = Seen::default();
-    let w = worker(&db, &seen, Duration::from_secs(5));
-    wait_until(
-        Duration::from_secs(10),
-        "the next attempt is canceled",
-        || async { client.get(id).await.unwrap().state == TaskState::Canceled },
-    )
+    let w = RunningWorker::spawn(
+        db.worker()
+            .register::<Long>()
+            .register::<Solo>()
+            .data(seen.clone())
+            .lease(Duration::from_secs(3))
+            .heartbeat(Duration::from_millis(200)),
+    );
+    wait_until(Duration::from_secs(10), "both canceled", || async {
+        client.get(id).await.unwrap().state == TaskState::Canceled
+            && client.get(unique).await.unwrap().state == TaskState::Canceled
+    })
     .await;
-    assert_eq!(*seen.reason.lock().unwrap(), Some(CancelReason::Canceled));
-    assert_eq!(client.get(id).await.unwrap().attempt, 2);
-    w.stop().await;
+    let stats = w.stop().await.stats;
+    assert!(
+        !seen.started.load(std::sync::atomic::Ordering::SeqCst),
+        "the handler never ran again"
+    );
+    for t in [id, unique] {
+        let t = client.get(t).await.unwrap();
+        assert_eq!((t.attempt, t.lease_epoch), (1, 1), "no new attempt");
+        assert!(t.finished_at.is_some());
+    }
+    assert_eq!((stats.claimed, stats.canceled), (0, 2));
+    assert_eq!(
+        identities(&db).await,
+        0,
+        "the unique task's identity is freed"
+    );
+    assert!(
+        !Solo { account: 11 }
+            .enqueue(&db.pool)
+            .await
+            .unwrap()
+            .duplicate
+    );
 }
 
 /// Unique while running; waits for its cancel signal, then fails.
@@ -645,7 +677,7 @@ taskq_tests::conformance!(
     a_success_within_the_grace_is_recorded_succeeded,
     a_handler_that_ignores_the_signal_is_aborted_after_the_grace,
     the_reaper_cancels_an_expired_cancel_requested_task,
-    a_retry_written_before_the_request_was_seen_cancels_the_next_attempt,
+    a_cancel_request_left_by_an_earlier_attempt_ends_the_task_at_its_next_claim,
     a_canceled_running_unique_task_frees_its_identity,
     the_reaper_frees_the_identity_of_a_canceled_unique_task,
     a_cancel_request_racing_the_reap_still_frees_the_identity,

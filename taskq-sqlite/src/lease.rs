@@ -75,6 +75,17 @@ pub struct ExpiredTask {
     pub late_us: i64,
 }
 
+/// A due task the claim found with a cancel request that an earlier attempt left on it (its
+/// outcome, a retry or snooze, was written before its worker saw the request, or it was
+/// released at shutdown): moved to `canceled` instead of running.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CanceledTask {
+    /// Task id.
+    pub id: i64,
+    /// Task name.
+    pub name: String,
+}
+
 /// What one claim took.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ClaimBatch {
@@ -82,6 +93,9 @@ pub struct ClaimBatch {
     pub tasks: Vec<Claimed>,
     /// Tasks found past their deadline: now `expired`, not run. They count towards the limit.
     pub expired: Vec<ExpiredTask>,
+    /// Tasks found with a cancel request: now `canceled`, not run. They count towards the
+    /// limit.
+    pub canceled: Vec<CanceledTask>,
     /// Set when the queue's limits allowed fewer tasks than asked for.
     pub limited: Option<LimitHit>,
 }
@@ -178,16 +192,24 @@ pub async fn task_claim(
             });
         }
     }
+    // A row past its deadline ends `expired`, one with a cancel request left by an earlier
+    // attempt ends `canceled`; neither starts (attempt, epoch, lease and worker unchanged).
     let mut rows = sqlx::query!(
         r#"UPDATE taskq_tasks AS t
-           SET state = CASE WHEN t.deadline <= c.us THEN 'expired' ELSE 'running' END,
-               attempt = CASE WHEN t.deadline <= c.us THEN t.attempt ELSE t.attempt + 1 END,
-               lease_epoch = CASE WHEN t.deadline <= c.us THEN t.lease_epoch
-                                  ELSE t.lease_epoch + 1 END,
-               lease_until = CASE WHEN t.deadline <= c.us THEN NULL ELSE c.us + ?4 END,
-               worker_id = CASE WHEN t.deadline <= c.us THEN t.worker_id ELSE ?5 END,
-               attempted_at = CASE WHEN t.deadline <= c.us THEN t.attempted_at ELSE c.us END,
-               finished_at = CASE WHEN t.deadline <= c.us THEN c.us ELSE NULL END,
+           SET state = CASE WHEN t.cancel_requested_at IS NOT NULL THEN 'canceled'
+                            WHEN t.deadline <= c.us THEN 'expired' ELSE 'running' END,
+               attempt = CASE WHEN t.deadline <= c.us OR t.cancel_requested_at IS NOT NULL
+                              THEN t.attempt ELSE t.attempt + 1 END,
+               lease_epoch = CASE WHEN t.deadline <= c.us OR t.cancel_requested_at IS NOT NULL
+                                  THEN t.lease_epoch ELSE t.lease_epoch + 1 END,
+               lease_until = CASE WHEN t.deadline <= c.us OR t.cancel_requested_at IS NOT NULL
+                                  THEN NULL ELSE c.us + ?4 END,
+               worker_id = CASE WHEN t.deadline <= c.us OR t.cancel_requested_at IS NOT NULL
+                                THEN t.worker_id ELSE ?5 END,
+               attempted_at = CASE WHEN t.deadline <= c.us OR t.cancel_requested_at IS NOT NULL
+                                   THEN t.attempted_at ELSE c.us END,
+               finished_at = CASE WHEN t.deadline <= c.us OR t.cancel_requested_at IS NOT NULL
+                                  THEN c.us ELSE NULL END,
                updated_at = c.us
            FROM taskq_clock AS c
            WHERE t.id IN (
@@ -241,7 +263,7 @@ pub async fn task_claim(
         .iter()
         .filter(|r| {
             r.unique_key.is_some()
-                && (r.state == "expired" || r.unique_while.as_deref() == Some("pending"))
+                && (r.state != "running" || r.unique_while.as_deref() == Some("pending"))
         })
         .map(|r| r.id)
         .collect();
@@ -252,7 +274,12 @@ pub async fn task_claim(
         ..ClaimBatch::default()
     };
     for r in rows {
-        if r.state == "expired" {
+        if r.state == "canceled" {
+            batch.canceled.push(CanceledTask {
+                id: r.id,
+                name: r.name,
+            });
+        } else if r.state == "expired" {
             batch.expired.push(ExpiredTask {
                 id: r.id,
                 name: r.name,

@@ -1093,7 +1093,7 @@ impl Store {
                 },
             )
             .await?;
-        let took = raw.tasks.len() + raw.expired.len();
+        let took = raw.tasks.len() + raw.expired.len() + raw.canceled.len();
         let at_limit = raw.limited.is_some_and(|hit| took >= hit.allowed as usize);
         let mut contended = false;
         let mut partial = false;
@@ -1122,6 +1122,7 @@ impl Store {
         Ok(ClaimBatch {
             tasks: raw.tasks,
             expired: raw.expired,
+            canceled: raw.canceled,
             limited: raw.limited,
             contended,
             partial,
@@ -1146,6 +1147,8 @@ struct RawBatch {
     pub tasks: Vec<Claimed>,
     /// Tasks the claim locked but found past their deadline: moved to `expired`, not run.
     pub expired: Vec<ExpiredTask>,
+    /// Tasks the claim locked but found with a cancel request: moved to `canceled`, not run.
+    pub canceled: Vec<CanceledTask>,
     /// Position of the last claimed row (`None` when nothing was claimed).
     pub last: Option<ClaimKey>,
     /// Set when fewer tasks than asked for were claimed although the candidate read was full:
@@ -1180,6 +1183,8 @@ struct ClaimRow {
     deadline_in_us: Option<i64>,
     unique_key: Option<Vec<u8>>,
     unique_while: Option<String>,
+    /// A cancel request is on the row: an earlier attempt's (see [`ClaimRow::ends_at_claim`]).
+    canceled: bool,
 }
 
 impl ClaimRow {
@@ -1188,13 +1193,21 @@ impl ClaimRow {
         self.deadline_in_us.is_some_and(|us| us <= 0)
     }
 
+    /// Whether the claim ends the task instead of starting it: past its deadline (`expired`),
+    /// or carrying a cancel request made while an earlier attempt ran that this attempt's
+    /// outcome (a retry or snooze written before the worker saw the request) or a release
+    /// left on the row (`canceled`).
+    fn ends_at_claim(&self) -> bool {
+        self.canceled || self.is_expired()
+    }
+
     /// The identity this claim frees if the task holds it: a task unique while pending (it
-    /// starts now), or any unique task the claim finds past its deadline (it ends `expired`,
-    /// like a cancel).
+    /// starts now), or any unique task the claim ends (`expired` or `canceled`, like a
+    /// cancel).
     fn frees_at_claim(&self) -> Option<&[u8]> {
         let frees = match self.unique_while.as_deref() {
             Some("pending") => true,
-            Some(_) => self.is_expired(),
+            Some(_) => self.ends_at_claim(),
             None => false,
         };
         self.unique_key.as_deref().filter(|_| frees)
@@ -1291,6 +1304,7 @@ impl Store {
                 return Ok(RawBatch {
                     tasks: Vec::new(),
                     expired: Vec::new(),
+                    canceled: Vec::new(),
                     last: None,
                     contended_after: None,
                     limited: hit,
@@ -1307,7 +1321,8 @@ impl Store {
                          TIMESTAMPDIFF(MICROSECOND, run_at, UTC_TIMESTAMP(6)) AS "wait_us!: i64",
                          trace_context, snoozes AS "snoozes: u32",
                          TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), deadline) AS "deadline_in_us: i64",
-                         unique_key AS "unique_key: Vec<u8>", unique_while
+                         unique_key AS "unique_key: Vec<u8>", unique_while,
+                         (cancel_requested_at IS NOT NULL) AS "canceled!: bool"
                        FROM taskq_tasks
                        WHERE state = 'pending' AND queue = ? AND run_at <= UTC_TIMESTAMP(6)
                          AND JSON_CONTAINS(?, JSON_QUOTE(name))
@@ -1337,6 +1352,7 @@ impl Store {
             return Ok(RawBatch {
                 tasks: Vec::new(),
                 expired: Vec::new(),
+                canceled: Vec::new(),
                 last: None,
                 contended_after,
                 limited: hit,
@@ -1348,17 +1364,19 @@ impl Store {
             run_at: r.run_at,
             id: r.id,
         });
-        // Rows past their deadline are never started: they end `expired` in this transaction,
-        // with one more statement only when there are some.
-        let (expired, rows): (Vec<ClaimRow>, Vec<ClaimRow>) =
-            rows.into_iter().partition(ClaimRow::is_expired);
-        if !expired.is_empty() {
-            let ids = serde_json::to_string(&expired.iter().map(|r| r.id).collect::<Vec<_>>())
+        // Rows past their deadline, or with a cancel request left by an earlier attempt, are
+        // never started: they end `expired` (`canceled`) in this transaction, with one more
+        // statement only when there are some.
+        let (ended, rows): (Vec<ClaimRow>, Vec<ClaimRow>) =
+            rows.into_iter().partition(ClaimRow::ends_at_claim);
+        if !ended.is_empty() {
+            let ids = serde_json::to_string(&ended.iter().map(|r| r.id).collect::<Vec<_>>())
                 .expect("ids serialize");
             sqlx::query!(
                 r#"UPDATE JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$')) AS j
                      STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id
-                   SET t.state = 'expired', t.finished_at = UTC_TIMESTAMP(6), t.updated_at = UTC_TIMESTAMP(6)
+                   SET t.state = IF(t.cancel_requested_at IS NOT NULL, 'canceled', 'expired'),
+                       t.finished_at = UTC_TIMESTAMP(6), t.updated_at = UTC_TIMESTAMP(6)
                    WHERE t.state = 'pending'"#,
                 ids
             )
@@ -1437,6 +1455,8 @@ impl Store {
                 unique_while: r.unique_while,
             })
             .collect();
+        let (canceled, expired): (Vec<ClaimRow>, Vec<ClaimRow>) =
+            ended.into_iter().partition(|r| r.canceled);
         let expired = expired
             .into_iter()
             .map(|r| ExpiredTask {
@@ -1445,9 +1465,17 @@ impl Store {
                 late_us: -r.deadline_in_us.unwrap_or(0),
             })
             .collect();
+        let canceled = canceled
+            .into_iter()
+            .map(|r| CanceledTask {
+                id: r.id,
+                name: r.name,
+            })
+            .collect();
         Ok(RawBatch {
             tasks,
             expired,
+            canceled,
             last,
             contended_after,
             limited: hit,
@@ -1599,7 +1627,8 @@ async fn lock_candidates(
              TIMESTAMPDIFF(MICROSECOND, t.run_at, UTC_TIMESTAMP(6)) AS "wait_us!: i64",
              t.trace_context, t.snoozes AS "snoozes: u32",
              TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), t.deadline) AS "deadline_in_us: i64",
-             t.unique_key AS "unique_key: Vec<u8>", t.unique_while
+             t.unique_key AS "unique_key: Vec<u8>", t.unique_while,
+             (t.cancel_requested_at IS NOT NULL) AS "canceled!: bool"
            FROM JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$')) AS j
              STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id
            WHERE t.state = 'pending' AND t.run_at <= UTC_TIMESTAMP(6)

@@ -94,6 +94,13 @@ pub(crate) struct ExpiredTask {
     pub late_us: i64,
 }
 
+/// A due task the claim found with a cancel request left by an earlier attempt (see
+/// `docs/semantics.md`, "Cancel"): moved to `canceled` instead of running.
+pub(crate) struct CanceledTask {
+    pub id: u64,
+    pub name: String,
+}
+
 /// An expired lease as [`Store::task_expired`] reads it.
 pub(crate) struct ExpiredRow {
     pub id: u64,
@@ -338,6 +345,9 @@ pub(crate) struct ClaimBatch {
     pub tasks: Vec<Claimed>,
     /// Tasks the claim found past their deadline: moved to `expired`, not run.
     pub expired: Vec<ExpiredTask>,
+    /// Tasks the claim found with a cancel request left by an earlier attempt: moved to
+    /// `canceled`, not run.
+    pub canceled: Vec<CanceledTask>,
     /// Set when the queue's limits allowed fewer tasks than asked for.
     pub limited: Option<LimitHit>,
     /// Fewer tasks than asked for, but others held some of the due ones: more may be due,

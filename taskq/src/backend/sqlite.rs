@@ -304,6 +304,14 @@ impl Store {
                     late_us: e.late_us,
                 })
                 .collect(),
+            canceled: b
+                .canceled
+                .into_iter()
+                .map(|c| CanceledTask {
+                    id: uid(c.id),
+                    name: c.name,
+                })
+                .collect(),
             limited: b.limited.map(|h| LimitHit {
                 allowed: h.allowed,
                 rate_resets_in_us: h.rate_resets_in_us,

@@ -104,6 +104,18 @@ pub(crate) async fn run(shared: Arc<Shared>, queue: Arc<str>, concurrency: usize
                     late_ms = t.late_us / 1000, "task expired: its deadline passed before it started; not run");
             }
         }
+        // Tasks whose cancel request an earlier attempt left on the row end here, unrun.
+        let canceled = batch.canceled.len();
+        if canceled > 0 {
+            WorkerStats::add(&shared.stats.canceled, canceled as u64);
+            for t in &batch.canceled {
+                crate::metrics::completed(&queue, &t.name, "canceled");
+                tracing::info!(queue = %queue, task_id = t.id, task = %t.name,
+                    "task canceled at its claim: a cancel was requested while an earlier attempt ran; not run");
+            }
+        }
+        // Rows the claim ended (expired, canceled) took places in the batch.
+        let ended = expired + canceled;
         let claimed = batch.tasks;
         let got = claimed.len();
         WorkerStats::add(&shared.stats.claimed, got as u64);
@@ -127,7 +139,7 @@ pub(crate) async fn run(shared: Arc<Shared>, queue: Arc<str>, concurrency: usize
         if let Some(hit) = batch.limited {
             WorkerStats::add(&shared.stats.claims_limited, 1);
             crate::metrics::claim_limited(&queue);
-            if got + expired >= hit.allowed as usize {
+            if got + ended >= hit.allowed as usize {
                 // At the limit (the claim took all it was allowed): wait for room rather than
                 // claiming again at once.
                 backlog = false;
@@ -161,8 +173,8 @@ pub(crate) async fn run(shared: Arc<Shared>, queue: Arc<str>, concurrency: usize
             }
         }
         limited_wait = shared.cfg.poll_min;
-        // Expired rows took places in the batch: with them it was full, so more may be due.
-        backlog = got + expired == wanted;
+        // Ended rows took places in the batch: with them it was full, so more may be due.
+        backlog = got + ended == wanted;
         if backlog {
             idle = shared.cfg.poll_min;
             continue; // probably more due: claim again as soon as slots allow

@@ -49,7 +49,8 @@ pub struct StatsSnapshot {
     /// (snoozes beyond the task's `MAX_SNOOZES` count as `retried` or `dead` instead).
     pub snoozed: u64,
     /// Attempts written back as canceled (a cancel request, `Client::cancel` on the running
-    /// task, honoured).
+    /// task, honoured), and tasks this worker's claims found with a cancel request left by an
+    /// earlier attempt and moved to `canceled` without running them.
     pub canceled: u64,
     /// Due tasks this worker's claims found past their deadline and moved to `expired`
     /// instead of running them.
