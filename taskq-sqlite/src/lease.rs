@@ -62,6 +62,10 @@ pub struct Claimed {
     pub unique_key: Option<Vec<u8>>,
     /// Its `unique_while`.
     pub unique_while: Option<String>,
+    /// Set only when the task's attempts were already exhausted before this claim (`attempt >
+    /// max_attempts` now): a reaper that does not register its name parked its last attempt
+    /// back to pending (see [`ExpiredRow::parks`]). Its `last_error`.
+    pub parked_error: Option<String>,
 }
 
 /// A due task the claim found past its deadline and moved to `expired` instead of running.
@@ -228,7 +232,8 @@ pub async fn task_claim(
              updated_at - run_at AS "wait_us!: i64",
              finished_at - deadline AS "late_us?: i64",
              trace_context AS "trace_context?: String",
-             unique_key AS "unique_key?: Vec<u8>", unique_while AS "unique_while?: String""#,
+             unique_key AS "unique_key?: Vec<u8>", unique_while AS "unique_while?: String",
+             CASE WHEN attempt > max_attempts THEN last_error END AS "parked_error?: String""#,
         req.queue,
         names,
         limit,
@@ -300,6 +305,7 @@ pub async fn task_claim(
                 trace_context: r.trace_context,
                 unique_key: r.unique_key,
                 unique_while: r.unique_while,
+                parked_error: r.parked_error,
             });
         }
     }
@@ -538,7 +544,7 @@ pub async fn task_finish(conn: &mut SqliteConnection, batch: &[Finish]) -> sqlx:
     let mut tx = begin_write(conn).await?;
     let rows = sqlx::query!(
         r#"UPDATE taskq_tasks AS t
-           SET attempts = json_insert(
+           SET attempts = CASE WHEN j.outcome = '' THEN t.attempts ELSE json_insert(
                  CASE WHEN json_array_length(COALESCE(t.attempts, '[]')) >= 100
                       THEN json_remove(t.attempts, '$[0]') ELSE COALESCE(t.attempts, '[]') END,
                  '$[#]',
@@ -549,13 +555,13 @@ pub async fn task_finish(conn: &mut SqliteConnection, batch: &[Finish]) -> sqlx:
                                   || printf('.%06d', c.us % 1000000),
                    'outcome', j.outcome,
                    'error', CASE WHEN length(j.error) > 1024 THEN substr(j.error, 1, 1023) || '…'
-                                 ELSE j.error END)),
+                                 ELSE j.error END)) END,
                state = CASE WHEN j.state = 'snoozed' THEN 'pending' ELSE j.state END,
                run_at = CASE WHEN j.state IN ('pending', 'snoozed') THEN c.us + j.delay_us
                              ELSE t.run_at END,
                finished_at = CASE WHEN j.state IN ('pending', 'snoozed') THEN NULL ELSE c.us END,
                attempt = CASE WHEN j.state = 'snoozed' AND t.attempt > 0 THEN t.attempt - 1
-                              ELSE t.attempt END,
+                              ELSE MIN(t.attempt, j.attempt) END,
                snoozes = CASE WHEN j.state = 'snoozed' THEN t.snoozes + 1 ELSE t.snoozes END,
                last_error = COALESCE(j.error, t.last_error),
                cancel_requested_at = CASE WHEN j.state IN ('succeeded', 'dead') THEN NULL
@@ -647,6 +653,8 @@ pub struct ExpiredRow {
     pub worker_id: Option<String>,
     /// A cancel was requested: the reap cancels the task.
     pub canceled: bool,
+    /// The reading worker registers the task's name (so it knows its `on_dead` follow-up).
+    pub registered: bool,
     /// The payload, read only for a task the reap moves to dead (for its `on_dead`).
     pub payload: Option<Vec<u8>>,
     /// Trace context of the enqueuing request.
@@ -654,9 +662,18 @@ pub struct ExpiredRow {
 }
 
 impl ExpiredRow {
-    /// Whether the reap moves the task to dead (attempts exhausted, no cancel requested).
+    /// Whether the reap moves the task to dead: attempts exhausted, no cancel requested, and
+    /// the reading worker registers its name.
     pub fn goes_dead(&self) -> bool {
-        !self.canceled && self.attempt >= self.max_attempts
+        !self.canceled && self.attempt >= self.max_attempts && self.registered
+    }
+
+    /// Whether the reap parks the task back to pending instead (MySQL's `ExpiredRow::parks`):
+    /// attempts exhausted, no cancel requested, and the reading worker does not register its
+    /// name, so it cannot know its `on_dead` follow-up. The first worker that registers the name
+    /// claims it (see [`Claimed::parked_error`]) and ends it dead without running it.
+    pub fn parks(&self) -> bool {
+        !self.canceled && self.attempt >= self.max_attempts && !self.registered
     }
 }
 
@@ -667,6 +684,8 @@ pub struct ReapRow {
     pub id: i64,
     /// The epoch read: the row is reaped only if it still has it.
     pub epoch: i64,
+    /// Park the last attempt back to pending rather than bury it ([`ExpiredRow::parks`]).
+    pub park: bool,
     /// The `on_dead` follow-up, inserted if the reap moves the task to dead.
     pub follow_up: Option<FollowUpRow>,
 }
@@ -694,10 +713,11 @@ pub struct Reaped {
 }
 
 /// Up to `limit` running tasks whose lease has expired, oldest lease first (a read of the
-/// partial index `ix_taskq_lease`): the first half of a reap, [`task_reap`] the second. A task
-/// whose reap would move it to `dead` is read only if its name is in `names` (the names the
-/// reading worker registers), since only such a worker knows its `on_dead` follow-up; such a
-/// task's payload is read too.
+/// partial index `ix_taskq_lease`): the first half of a reap, [`task_reap`] the second, with
+/// whether each task's name is in `names` (the names the reading worker registers). Only such
+/// a worker knows a task's `on_dead` follow-up: a last attempt of a name it registers goes dead
+/// (its payload is read for the follow-up), one of another name is parked back to pending
+/// ([`ExpiredRow::parks`]).
 pub async fn task_expired(
     conn: &mut SqliteConnection,
     names: &[&str],
@@ -710,13 +730,13 @@ pub async fn task_expired(
              queue AS "queue!: String", attempt AS "attempt!: u32",
              max_attempts AS "max_attempts!: u32", worker_id AS "worker_id?: String",
              (cancel_requested_at IS NOT NULL) AS "canceled!: bool",
-             CASE WHEN attempt >= max_attempts AND cancel_requested_at IS NULL THEN payload END
+             (name IN (SELECT value FROM json_each(?1))) AS "registered!: bool",
+             CASE WHEN attempt >= max_attempts AND cancel_requested_at IS NULL
+                   AND name IN (SELECT value FROM json_each(?1)) THEN payload END
                AS "payload?: Vec<u8>",
              trace_context AS "trace_context?: String"
            FROM taskq_tasks
            WHERE state = 'running' AND lease_until < (SELECT us FROM taskq_clock)
-             AND (attempt < max_attempts OR cancel_requested_at IS NOT NULL
-                  OR name IN (SELECT value FROM json_each(?1)))
            ORDER BY lease_until
            LIMIT ?2"#,
         names,
@@ -728,7 +748,8 @@ pub async fn task_expired(
 
 /// Reaps expired leases read by [`task_expired`]: back to pending (`run_at` kept, so it sorts
 /// where it was, ahead of the backlog enqueued after it), to dead when
-/// attempts are exhausted, or to canceled when a cancel was requested; epoch + 1 either way,
+/// attempts are exhausted (back to pending when the row is to be parked, [`ReapRow::park`]),
+/// or to canceled when a cancel was requested; epoch + 1 either way,
 /// `last_error` says `lease expired (worker W, attempt N)`, and the attempt history gets a
 /// `lease_lost` (or `canceled`) entry. Each row is reaped only if it is still running with the
 /// epoch read and its lease still expired (a late write-back or heartbeat may have landed in
@@ -741,8 +762,11 @@ pub async fn task_reap(conn: &mut SqliteConnection, rows: &[ReapRow]) -> sqlx::R
     if rows.is_empty() {
         return Ok(Reaped::default());
     }
-    let leases: Vec<(i64, i64)> = rows.iter().map(|r| (r.id, r.epoch)).collect();
-    let json = leases_json(&leases)?;
+    let reap: Vec<(i64, i64, u8)> = rows
+        .iter()
+        .map(|r| (r.id, r.epoch, u8::from(r.park)))
+        .collect();
+    let json = serde_json::to_string(&reap).map_err(|e| sqlx::Error::Encode(Box::new(e)))?;
     let mut tx = begin_write(conn).await?;
     let reaped = sqlx::query!(
         r#"UPDATE taskq_tasks AS t
@@ -761,10 +785,10 @@ pub async fn task_reap(conn: &mut SqliteConnection, rows: &[ReapRow]) -> sqlx::R
                             || ', attempt ' || t.attempt || ')')),
                last_error = 'lease expired (worker ' || COALESCE(t.worker_id, '?')
                             || ', attempt ' || t.attempt || ')',
-               finished_at = CASE WHEN t.attempt >= t.max_attempts
+               finished_at = CASE WHEN (t.attempt >= t.max_attempts AND j.value ->> 2 = 0)
                                     OR t.cancel_requested_at IS NOT NULL THEN c.us END,
                state = CASE WHEN t.cancel_requested_at IS NOT NULL THEN 'canceled'
-                            WHEN t.attempt >= t.max_attempts THEN 'dead'
+                            WHEN t.attempt >= t.max_attempts AND j.value ->> 2 = 0 THEN 'dead'
                             ELSE 'pending' END,
                lease_epoch = t.lease_epoch + 1, lease_until = NULL, updated_at = c.us
            FROM json_each(?1) AS j, taskq_clock AS c
@@ -825,6 +849,7 @@ pub async fn task_reap_expired(
         .map(|r| ReapRow {
             id: r.id,
             epoch: r.lease_epoch,
+            park: r.parks(),
             follow_up: if r.goes_dead() { plan(r) } else { None },
         })
         .collect();

@@ -1185,6 +1185,9 @@ struct ClaimRow {
     unique_while: Option<String>,
     /// A cancel request is on the row: an earlier attempt's (see [`ClaimRow::ends_at_claim`]).
     canceled: bool,
+    /// `last_error` of a task whose attempts were exhausted before this claim (see
+    /// `Claimed::parked_error`).
+    parked_error: Option<String>,
 }
 
 impl ClaimRow {
@@ -1322,7 +1325,8 @@ impl Store {
                          trace_context, snoozes AS "snoozes: u32",
                          TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), deadline) AS "deadline_in_us: i64",
                          unique_key AS "unique_key: Vec<u8>", unique_while,
-                         (cancel_requested_at IS NOT NULL) AS "canceled!: bool"
+                         (cancel_requested_at IS NOT NULL) AS "canceled!: bool",
+                         IF(attempt >= max_attempts, last_error, NULL) AS "parked_error: String"
                        FROM taskq_tasks
                        WHERE state = 'pending' AND queue = ? AND run_at <= UTC_TIMESTAMP(6)
                          AND JSON_CONTAINS(?, JSON_QUOTE(name))
@@ -1453,6 +1457,7 @@ impl Store {
                 trace_context: r.trace_context,
                 unique_key: r.unique_key,
                 unique_while: r.unique_while,
+                parked_error: r.parked_error,
             })
             .collect();
         let (canceled, expired): (Vec<ClaimRow>, Vec<ClaimRow>) =
@@ -1628,7 +1633,8 @@ async fn lock_candidates(
              t.trace_context, t.snoozes AS "snoozes: u32",
              TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), t.deadline) AS "deadline_in_us: i64",
              t.unique_key AS "unique_key: Vec<u8>", t.unique_while,
-             (t.cancel_requested_at IS NOT NULL) AS "canceled!: bool"
+             (t.cancel_requested_at IS NOT NULL) AS "canceled!: bool",
+             IF(t.attempt >= t.max_attempts, t.last_error, NULL) AS "parked_error: String"
            FROM JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$')) AS j
              STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id
            WHERE t.state = 'pending' AND t.run_at <= UTC_TIMESTAMP(6)
@@ -1925,9 +1931,10 @@ impl Store {
 
     /// Up to `limit` running tasks whose lease has expired, oldest lease first: a plain read of
     /// `ix_taskq_lease`, the first half of a reap ([`task_reap`](Self::task_reap) is the
-    /// second). A task whose reap would move it to `dead` is read only if its name is in
-    /// `names_json` (the names this worker registers), since only such a worker knows its
-    /// `on_dead` follow-up; such a task's payload and trace context are read too.
+    /// second), with whether each task's name is in `names_json` (the names this worker
+    /// registers). Only such a worker knows a task's `on_dead` follow-up: a last attempt of a
+    /// name it registers goes dead (its payload is read for the follow-up), one of another
+    /// name is parked back to pending (see `ExpiredRow::parks`).
     pub(crate) async fn task_expired(
         &self,
         conn: &mut MySqlConnection,
@@ -1938,19 +1945,22 @@ impl Store {
             ExpiredRow,
             r#"SELECT id AS "id: u64", lease_epoch AS "lease_epoch: u64", name, queue,
                  attempt AS "attempt: u32", max_attempts AS "max_attempts: u32", worker_id,
-                 IF((attempt >= max_attempts OR cancel_requested_at IS NOT NULL)
+                 IF((cancel_requested_at IS NOT NULL
+                     OR (attempt >= max_attempts AND JSON_CONTAINS(?, JSON_QUOTE(name))))
                       AND unique_while IN ('running', 'window'), unique_key, NULL)
                    AS "frees: Vec<u8>",
                  (cancel_requested_at IS NOT NULL) AS "canceled!: bool",
-                 IF(attempt >= max_attempts AND cancel_requested_at IS NULL, payload, NULL)
+                 (JSON_CONTAINS(?, JSON_QUOTE(name)) = 1) AS "registered!: bool",
+                 IF(attempt >= max_attempts AND cancel_requested_at IS NULL
+                      AND JSON_CONTAINS(?, JSON_QUOTE(name)), payload, NULL)
                    AS "payload: Vec<u8>",
                  trace_context
                FROM taskq_tasks
                WHERE state = 'running' AND lease_until < UTC_TIMESTAMP(6)
-                 AND (attempt < max_attempts OR cancel_requested_at IS NOT NULL
-                      OR JSON_CONTAINS(?, JSON_QUOTE(name)))
                ORDER BY lease_until
                LIMIT ?"#,
+            names_json,
+            names_json,
             names_json,
             limit
         )
@@ -2123,12 +2133,13 @@ impl Store {
     }
 }
 
-/// The rows of a reap as the JSON its statements read: `[[id, epoch, canceled], ..]` sorted by
-/// id (locked in ascending order), `canceled` 1 when the read saw a cancel request.
+/// The rows of a reap as the JSON its statements read: `[[id, epoch, canceled, park], ..]`
+/// sorted by id (locked in ascending order), `canceled` 1 when the read saw a cancel request,
+/// `park` 1 for a last attempt parked back to pending (see `ExpiredRow::parks`).
 fn reap_json(rows: &[&ReapRow]) -> String {
-    let mut out: Vec<(u64, u64, u8)> = rows
+    let mut out: Vec<(u64, u64, u8, u8)> = rows
         .iter()
-        .map(|r| (r.id, r.epoch, u8::from(r.canceled)))
+        .map(|r| (r.id, r.epoch, u8::from(r.canceled), u8::from(r.parks)))
         .collect();
     out.sort_unstable();
     serde_json::to_string(&out).expect("reap rows serialize")
@@ -2145,7 +2156,8 @@ async fn reap_rows(conn: &mut MySqlConnection, reap_json: &str) -> sqlx::Result<
     let done = sqlx::query!(
         r#"UPDATE JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$[0]',
                                                epoch BIGINT UNSIGNED PATH '$[1]',
-                                               canceled INT PATH '$[2]')) AS j
+                                               canceled INT PATH '$[2]',
+                                               park INT PATH '$[3]')) AS j
              STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id AND t.lease_epoch = j.epoch
            SET t.attempts = JSON_ARRAY_APPEND(
                  IF(JSON_LENGTH(COALESCE(t.attempts, '[]')) >= 100, JSON_REMOVE(t.attempts, '$[0]'),
@@ -2158,10 +2170,10 @@ async fn reap_rows(conn: &mut MySqlConnection, reap_json: &str) -> sqlx::Result<
                                    ', attempt ', t.attempt, ')'))),
                t.last_error = CONCAT('lease expired (worker ', COALESCE(t.worker_id, '?'),
                                      ', attempt ', t.attempt, ')'),
-               t.finished_at = IF(t.attempt >= t.max_attempts OR t.cancel_requested_at IS NOT NULL,
-                                  UTC_TIMESTAMP(6), NULL),
+               t.finished_at = IF((t.attempt >= t.max_attempts AND j.park = 0)
+                                    OR t.cancel_requested_at IS NOT NULL, UTC_TIMESTAMP(6), NULL),
                t.state = IF(t.cancel_requested_at IS NOT NULL, 'canceled',
-                            IF(t.attempt >= t.max_attempts, 'dead', 'pending')),
+                            IF(t.attempt >= t.max_attempts AND j.park = 0, 'dead', 'pending')),
                t.lease_epoch = t.lease_epoch + 1, t.lease_until = NULL,
                t.updated_at = UTC_TIMESTAMP(6)
            WHERE t.state = 'running' AND t.lease_until < UTC_TIMESTAMP(6)
@@ -2208,11 +2220,13 @@ async fn lock_expired(
     sqlx::query_as!(
         LockedExpired,
         r#"SELECT t.id AS "id: u64", t.lease_epoch AS "epoch: u64",
-             (t.attempt >= t.max_attempts AND t.cancel_requested_at IS NULL) AS "goes_dead!: bool",
+             (t.attempt >= t.max_attempts AND t.cancel_requested_at IS NULL AND j.park = 0)
+               AS "goes_dead!: bool",
              (t.cancel_requested_at IS NOT NULL) AS "canceled!: bool"
            FROM JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$[0]',
                                              epoch BIGINT UNSIGNED PATH '$[1]',
-                                             canceled INT PATH '$[2]')) AS j
+                                             canceled INT PATH '$[2]',
+                                             park INT PATH '$[3]')) AS j
              STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id AND t.lease_epoch = j.epoch
            WHERE t.state = 'running' AND t.lease_until < UTC_TIMESTAMP(6)
              AND (t.cancel_requested_at IS NOT NULL) = (j.canceled = 1)
@@ -2259,7 +2273,9 @@ async fn follow_ups_insert(conn: &mut MySqlConnection, rows: &[&FollowUpRow]) ->
 }
 
 /// The write-back statement of [`Store::task_write_back`]: one `UPDATE` for every outcome, each row
-/// written only while running with the epoch its attempt claimed.
+/// written only while running with the epoch its attempt claimed. An outcome with an empty
+/// `outcome` appends no attempt-history entry, and one whose `attempt` is below the row's sets
+/// it back (a parked task ended without running: see `Claimed::parked_error`).
 async fn write_back_rows<'f>(
     conn: &mut MySqlConnection,
     batch: impl Iterator<Item = &'f WriteBack>,
@@ -2281,19 +2297,20 @@ async fn write_back_rows<'f>(
                  delay_us BIGINT PATH '$.delay_us',
                  error TEXT CHARACTER SET utf8mb4 PATH '$.error')) AS j
              STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id AND t.lease_epoch = j.epoch
-           SET t.attempts = JSON_ARRAY_APPEND(
+           SET t.attempts = IF(j.outcome = '', t.attempts, JSON_ARRAY_APPEND(
                  IF(JSON_LENGTH(COALESCE(t.attempts, '[]')) >= 100, JSON_REMOVE(t.attempts, '$[0]'),
                     COALESCE(t.attempts, '[]')), '$',
                  JSON_OBJECT('attempt', j.attempt, 'epoch', j.epoch, 'worker', t.worker_id,
                    'started_at', DATE_FORMAT(t.attempted_at, '%Y-%m-%d %H:%i:%s.%f'),
                    'finished_at', DATE_FORMAT(UTC_TIMESTAMP(6), '%Y-%m-%d %H:%i:%s.%f'),
                    'outcome', j.outcome,
-                   'error', IF(CHAR_LENGTH(j.error) > 1024, CONCAT(LEFT(j.error, 1023), '…'), j.error))),
+                   'error', IF(CHAR_LENGTH(j.error) > 1024, CONCAT(LEFT(j.error, 1023), '…'), j.error)))),
                t.state = IF(j.state = 'snoozed', 'pending', j.state),
                t.run_at = IF(j.state IN ('pending', 'snoozed'),
                              UTC_TIMESTAMP(6) + INTERVAL j.delay_us MICROSECOND, t.run_at),
                t.finished_at = IF(j.state IN ('pending', 'snoozed'), NULL, UTC_TIMESTAMP(6)),
-               t.attempt = IF(j.state = 'snoozed' AND t.attempt > 0, t.attempt - 1, t.attempt),
+               t.attempt = IF(j.state = 'snoozed' AND t.attempt > 0, t.attempt - 1,
+                              LEAST(t.attempt, j.attempt)),
                t.snoozes = IF(j.state = 'snoozed', t.snoozes + 1, t.snoozes),
                t.last_error = IF(j.error IS NULL, t.last_error, j.error),
                t.cancel_requested_at = IF(j.state IN ('succeeded', 'dead'), NULL, t.cancel_requested_at),

@@ -293,6 +293,7 @@ impl Store {
                     trace_context: t.trace_context,
                     unique_key: t.unique_key,
                     unique_while: t.unique_while,
+                    parked_error: t.parked_error,
                 })
                 .collect(),
             expired: b
@@ -622,6 +623,7 @@ impl Store {
                 worker_id: r.worker_id,
                 frees: None, // freed by state in the reap's transaction
                 canceled: r.canceled,
+                registered: r.registered,
                 payload: r.payload,
                 trace_context: r.trace_context,
             })
@@ -639,6 +641,7 @@ impl Store {
             .map(|r| q::ReapRow {
                 id: id(r.id),
                 epoch: id(r.epoch),
+                park: r.parks,
                 follow_up: r.follow_up.as_deref().map(follow_up),
             })
             .collect();

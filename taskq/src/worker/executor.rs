@@ -38,6 +38,10 @@ pub(crate) enum Outcome {
     Abandoned(CancelReason),
     /// A cancel was requested and the handler did not succeed: written as `canceled`.
     Canceled,
+    /// The task's last attempt had already ended (its lease expired and a reaper that does not
+    /// register its name parked it, see `Claimed::parked_error`): not run, written as `dead`
+    /// with that attempt's error and its `on_dead` follow-up.
+    Parked,
 }
 
 /// What made an attempt fail: the `outcome` of its attempt-history entry.
@@ -70,6 +74,7 @@ impl Outcome {
             Outcome::Failed(..) | Outcome::Undecodable(_) => "failed",
             Outcome::Abandoned(_) => "abandoned",
             Outcome::Canceled => "canceled",
+            Outcome::Parked => "parked",
         }
     }
 }
@@ -197,6 +202,19 @@ fn hand_over(
             tracing::info!(elapsed_ms, "attempt canceled on request");
             write_back("canceled", "canceled", Duration::ZERO, None)
         }
+        Outcome::Parked => {
+            tracing::warn!(
+                last_error = task.parked_error.as_deref().unwrap_or(""),
+                "the last attempt's lease expired while no worker that registers this task was \
+                 there to bury it; ending it dead now, without running it"
+            );
+            // No new attempt: the attempt count goes back to the last one, no history entry is
+            // added (the reaper recorded the lost lease), and `last_error` stays.
+            WriteBack {
+                attempt: task.max_attempts,
+                ..write_back("dead", "", Duration::ZERO, None)
+            }
+        }
         Outcome::Succeeded => {
             tracing::debug!(elapsed_ms, "attempt succeeded");
             write_back("succeeded", "succeeded", Duration::ZERO, None)
@@ -248,9 +266,13 @@ fn hand_over(
                 id: TaskId(task.id),
                 name: task.name.clone(),
                 queue: queue.to_string(),
-                attempts: task.attempt,
+                attempts: out.attempt,
                 max_attempts: task.max_attempts,
-                last_error: out.error.clone().unwrap_or_default(),
+                last_error: out
+                    .error
+                    .clone()
+                    .or_else(|| task.parked_error.clone())
+                    .unwrap_or_default(),
                 payload: payload_value(&task.payload),
             },
             task.lease_epoch,
@@ -341,6 +363,9 @@ async fn attempt(
     cancel: Arc<CancelHandle>,
     signal: crate::context::CancelSignal,
 ) -> Outcome {
+    if task.attempt > task.max_attempts {
+        return Outcome::Parked;
+    }
     let Some(handler) = shared.handlers.get(task.name.as_str()) else {
         // Cannot happen: the claim only takes names this worker handles.
         return Outcome::Undecodable(format!("no handler for task {:?}", task.name));
