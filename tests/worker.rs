@@ -440,6 +440,93 @@ async fn a_reaped_task_runs_before_the_backlog_enqueued_after_it<B: TestBackend>
     w.stop().await;
 }
 
+/// Runs of [`Blocking`]: `(n, epoch, blocked)`, and whether one already blocked.
+#[derive(Clone, Default)]
+struct BlockLog(Arc<Mutex<(Vec<(u32, u64, bool)>, bool)>>);
+
+/// The first run in the process blocks its thread (synchronous sleep) for 2.5 s, longer than
+/// the worker's 2 s lease; later runs return at once.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct Blocking {
+    n: u32,
+}
+
+impl Task for Blocking {
+    const NAME: &'static str = "blocking";
+    async fn run(self, cx: TaskContext) -> Result<(), TaskError> {
+        let log = cx.data::<BlockLog>().expect("BlockLog data registered");
+        let block = {
+            let mut l = log.0.lock().unwrap();
+            let block = !l.1;
+            l.1 = true;
+            l.0.push((self.n, cx.lease_epoch(), block));
+            block
+        };
+        if block {
+            std::thread::sleep(Duration::from_millis(2500));
+        }
+        Ok(())
+    }
+}
+
+/// A handler does not start on a lease that is over, or about to be, when its executor gets
+/// to it late: two tasks claimed together on a worker whose runtime is one thread; the first
+/// handler blocks that thread past the lease, so the second one's turn comes after its lease
+/// (and the watchdog's cancel point) has passed. It is not run under that lease: the worker
+/// releases it (counted in `late_starts`) and it runs later under a new one.
+async fn a_handler_does_not_start_on_a_lease_that_ran_out_before_its_turn<B: TestBackend>(
+    db: Db<B>,
+) {
+    let log = BlockLog::default();
+    let a = Blocking { n: 1 }.enqueue(&db.pool).await.unwrap().id;
+    let b = Blocking { n: 2 }.enqueue(&db.pool).await.unwrap().id;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let worker = db
+        .worker()
+        .register::<Blocking>()
+        .data(log.clone())
+        .concurrency(2)
+        .claim_batch(2)
+        .lease(Duration::from_secs(2))
+        .shutdown_signal(async move {
+            let _ = stopped.await;
+        })
+        .build()
+        .unwrap();
+    let stats = worker.stats();
+    // The worker on a runtime of its own with one thread, so a blocked handler blocks it all.
+    let thread = std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(worker.run())
+    });
+    wait_until(Duration::from_secs(20), "both succeeded", || async {
+        db.count(&format!("id IN ({}, {}) AND state = 'succeeded'", a.0, b.0))
+            .await
+            == 2
+    })
+    .await;
+    let _ = stop.send(());
+    tokio::task::spawn_blocking(move || thread.join().unwrap().unwrap())
+        .await
+        .unwrap();
+    let runs = log.0.lock().unwrap().0.clone();
+    let blocker = runs.iter().find(|r| r.2).expect("one run blocked");
+    assert_eq!(
+        blocker.1, 1,
+        "the blocking run had the first lease: {runs:?}"
+    );
+    let late: Vec<_> = runs.iter().filter(|r| r.0 != blocker.0).collect();
+    assert_eq!(late.len(), 1, "the other task ran once: {runs:?}");
+    assert!(
+        late[0].1 >= 3,
+        "not under the lease that ran out while it waited: {runs:?}"
+    );
+    assert_eq!(stats.snapshot().late_starts, 1);
+}
+
 async fn a_lost_lease_cancels_the_handler_and_its_write_back_is_fenced<B: TestBackend>(db: Db<B>) {
     let runs = Runs::default();
     let id = job(&db, 1, Mode::WaitCancel).await;
@@ -850,6 +937,7 @@ taskq_tests::conformance!(
     undecodable_payloads_and_unknown_names,
     the_reaper_requeues_expired_leases_and_buries_exhausted_ones,
     a_reaped_task_runs_before_the_backlog_enqueued_after_it,
+    a_handler_does_not_start_on_a_lease_that_ran_out_before_its_turn,
     a_lost_lease_cancels_the_handler_and_its_write_back_is_fenced,
     shutdown_waits_for_handlers_then_releases_the_rest,
     retention_prunes_old_terminal_tasks_only,

@@ -2029,7 +2029,7 @@ impl Store {
             let locked = lock_expired(&mut tx, &reap_json(&kept)).await?;
             let kept: Vec<&ReapRow> = kept
                 .into_iter()
-                .filter(|r| locked.iter().any(|l| l.id == r.id))
+                .filter(|r| locked.iter().any(|l| l.id == r.id && l.epoch == r.epoch))
                 .collect();
             (reap_json(&kept), Some(locked))
         } else {

@@ -2,7 +2,6 @@
 //! in-process wake-ups.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -126,14 +125,7 @@ pub(crate) async fn run(shared: Arc<Shared>, queue: Arc<str>, concurrency: usize
         let mut slots = slots;
         for task in claimed {
             let slot = slots.pop().expect("a slot per claimed task");
-            shared.executing.fetch_add(1, Ordering::AcqRel);
-            tokio::spawn(executor::run(
-                shared.clone(),
-                queue.clone(),
-                task,
-                slot,
-                started,
-            ));
+            executor::start(&shared, queue.clone(), task, slot, started);
         }
         drop(slots);
         if let Some(hit) = batch.limited {
