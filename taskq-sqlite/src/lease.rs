@@ -634,6 +634,30 @@ pub async fn task_release(conn: &mut SqliteConnection, leases: &[(i64, i64)]) ->
     Ok(done.rows_affected())
 }
 
+/// The leases `(id, epoch)` of `queue`'s running tasks that `worker_id` claimed (database
+/// clock) in the last `since_us` µs, by id: what a claim whose answer was lost may have taken
+/// (MySQL's `task_running_since`).
+pub async fn task_running_since(
+    conn: &mut SqliteConnection,
+    queue: &str,
+    worker_id: &str,
+    since_us: i64,
+) -> sqlx::Result<Vec<(i64, i64)>> {
+    let rows = sqlx::query!(
+        r#"SELECT id AS "id!: i64", lease_epoch AS "lease_epoch!: i64"
+           FROM taskq_tasks
+           WHERE state = 'running' AND queue = ?1 AND worker_id = ?2
+             AND attempted_at >= (SELECT us FROM taskq_clock) - ?3
+           ORDER BY id"#,
+        queue,
+        worker_id,
+        since_us
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    Ok(rows.into_iter().map(|r| (r.id, r.lease_epoch)).collect())
+}
+
 /// An expired lease as [`task_expired`] reads it (MySQL's `ExpiredRow`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExpiredRow {

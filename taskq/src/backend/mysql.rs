@@ -1929,6 +1929,31 @@ impl Store {
         Ok(done.rows_affected())
     }
 
+    /// The leases `(id, epoch)` of `queue`'s running tasks that `worker_id` claimed (on the
+    /// database clock) in the last `since_us` µs: a plain read of `ix_taskq_claim`'s running
+    /// range for the queue (the running tasks of a queue are few: at most the fleet's slots).
+    /// Issued only after a claim whose answer was lost (see `worker::claim`).
+    pub(crate) async fn task_running_since(
+        &self,
+        conn: &mut MySqlConnection,
+        queue: &str,
+        worker_id: &str,
+        since_us: i64,
+    ) -> sqlx::Result<Vec<(u64, u64)>> {
+        let rows = sqlx::query!(
+            r#"SELECT id AS "id: u64", lease_epoch AS "lease_epoch: u64"
+               FROM taskq_tasks
+               WHERE state = 'running' AND queue = ? AND worker_id = ?
+                 AND attempted_at >= UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND"#,
+            queue,
+            worker_id,
+            since_us
+        )
+        .fetch_all(&mut *conn)
+        .await?;
+        Ok(rows.into_iter().map(|r| (r.id, r.lease_epoch)).collect())
+    }
+
     /// Up to `limit` running tasks whose lease has expired, oldest lease first: a plain read of
     /// `ix_taskq_lease`, the first half of a reap ([`task_reap`](Self::task_reap) is the
     /// second), with whether each task's name is in `names_json` (the names this worker

@@ -602,6 +602,20 @@ impl Store {
         q::task_release(conn, &leases(leases_json)?).await
     }
 
+    pub(crate) async fn task_running_since(
+        &self,
+        conn: &mut SqliteConnection,
+        queue: &str,
+        worker_id: &str,
+        since_us: i64,
+    ) -> sqlx::Result<Vec<(u64, u64)>> {
+        Ok(q::task_running_since(conn, queue, worker_id, since_us)
+            .await?
+            .into_iter()
+            .map(|(i, e)| (uid(i), uid(e)))
+            .collect())
+    }
+
     pub(crate) async fn task_expired(
         &self,
         conn: &mut SqliteConnection,

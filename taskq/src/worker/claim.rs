@@ -7,8 +7,9 @@ use std::time::{Duration, Instant};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::deadline::StmtError;
+use super::lease::AttemptKey;
 use super::{Shared, WorkerStats, backoff_sleep, executor, within};
-use crate::backend::ClaimRequest;
+use crate::backend::{ClaimRequest, leases_json};
 use crate::wake;
 
 /// Handler slots held by one claimed task (its queue's and the worker's).
@@ -39,7 +40,17 @@ pub(crate) async fn run(shared: Arc<Shared>, queue: Arc<str>, concurrency: usize
     // `LIMITED_POLL_MAX`, back to `poll_min` after a claim that was not limited).
     let mut limited_wait = shared.cfg.poll_min;
     let written = shared.written.get(&*queue).expect("a notifier per queue");
+    // When the claim whose answer never came was sent (see `release_lost_claims`): until the
+    // tasks it may have taken are given back, this loop claims nothing more.
+    let mut in_doubt: Option<Instant> = None;
     while !shared.stopping() {
+        if let Some(sent) = in_doubt {
+            if let Err(e) = release_lost_claims(&shared, &queue, sent).await {
+                on_error(&shared, &queue, &e, &mut failures).await;
+                continue;
+            }
+            in_doubt = None;
+        }
         // Register interest before looking, so a slot freed meanwhile is not missed.
         let slot_freed = shared.slot_freed.notified();
         if shared.is_paused(&queue) {
@@ -89,6 +100,11 @@ pub(crate) async fn run(shared: Arc<Shared>, queue: Arc<str>, concurrency: usize
             Ok(b) => b,
             Err(e) => {
                 backlog = false;
+                // A conflict rolled the claim back; any other failure may have come after it
+                // committed (the answer was lost).
+                if !e.is_conflict() {
+                    in_doubt.get_or_insert(started);
+                }
                 on_error(&shared, &queue, &e, &mut failures).await;
                 continue;
             }
@@ -192,6 +208,56 @@ pub(crate) async fn run(shared: Arc<Shared>, queue: Arc<str>, concurrency: usize
             _ = shared.stopped() => {}
         }
     }
+    // Stopping with a claim in doubt: one last try (else the reaper returns those tasks).
+    if let Some(sent) = in_doubt
+        && let Err(e) = release_lost_claims(&shared, &queue, sent).await
+    {
+        WorkerStats::add(&shared.stats.db_errors, 1);
+        tracing::warn!(queue = %queue, error = %e, "taskq: releasing the tasks of a lost claim at shutdown failed");
+    }
+}
+
+/// Gives back the tasks a claim of this loop may have taken although its answer never came (the
+/// connection failed, or the statement deadline passed, after the claim committed): without
+/// this the task would stay `running` under this worker until its lease expired, and the
+/// reaper would count the attempt although no handler ran.
+///
+/// No statement is added to the claims that succeed: only after a failed claim, before the
+/// loop claims again, one read of the queue's running tasks that this worker claimed since the
+/// failed claim was sent (database clock). Every task this worker started is in its lease
+/// table from the moment its claim returned (`executor::start`), and this loop claims nothing
+/// else meanwhile, so such a task that is not in the table was taken by the lost claim: it is
+/// released (pending, epoch + 1, the attempt not counted, `run_at` kept), fenced by its epoch.
+/// This relies on worker ids being unique among running workers (the default id is). A claim
+/// that commits only after this read (its statement still running on the server) is not
+/// seen: the reaper returns those tasks after their lease, counting the attempt.
+async fn release_lost_claims(shared: &Shared, queue: &str, sent: Instant) -> Result<(), StmtError> {
+    // The read runs after this is computed: its window reaches a little before `sent`, never
+    // after it.
+    let since_us = i64::try_from(sent.elapsed().as_micros()).unwrap_or(i64::MAX);
+    let running = within!(shared, |c| shared.store.task_running_since(
+        c,
+        queue,
+        &shared.worker_id,
+        since_us
+    ))
+    .await?;
+    let lost: Vec<(u64, u64)> = {
+        let held = shared.inflight();
+        running
+            .into_iter()
+            .filter(|&(id, epoch)| !held.contains_key(&AttemptKey { id, epoch }))
+            .collect()
+    };
+    if lost.is_empty() {
+        return Ok(());
+    }
+    let json = leases_json(&lost);
+    let n = within!(shared, |c| shared.store.task_release(c, &json)).await?;
+    WorkerStats::add(&shared.stats.lost_claims, n);
+    tracing::warn!(queue, tasks = ?lost, released = n,
+        "taskq: a claim whose answer was lost had taken these tasks; released them without running (the attempt not counted)");
+    Ok(())
 }
 
 /// Longest wait of a claim loop whose queue is at its concurrency limit before it tries
