@@ -445,6 +445,8 @@ async fn a_reaped_last_attempt_gets_one_follow_up_from_a_reaper_that_registers_i
     .await;
     let dead = client.get(last).await.unwrap();
     assert_eq!(dead.state, TaskState::Dead);
+    // The task with attempts left goes back to pending (B does not register its name).
+    assert_eq!(client.get(retry).await.unwrap().state, TaskState::Pending);
     assert_eq!(
         seen.of("notify_ops"),
         vec![json!({

@@ -440,9 +440,12 @@ async fn a_reaped_task_runs_before_the_backlog_enqueued_after_it<B: TestBackend>
     w.stop().await;
 }
 
-/// Runs of [`Blocking`]: `(n, epoch, blocked)`, and whether one already blocked.
+/// One run of [`Blocking`]: `(n, epoch, whether it blocked)`.
+type BlockRun = (u32, u64, bool);
+
+/// Runs of [`Blocking`], and whether one already blocked.
 #[derive(Clone, Default)]
-struct BlockLog(Arc<Mutex<(Vec<(u32, u64, bool)>, bool)>>);
+struct BlockLog(Arc<Mutex<(Vec<BlockRun>, bool)>>);
 
 /// The first run in the process blocks its thread (synchronous sleep) for 2.5 s, longer than
 /// the worker's 2 s lease; later runs return at once.
