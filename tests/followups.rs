@@ -425,37 +425,6 @@ async fn a_reaped_last_attempt_gets_one_follow_up_from_a_reaper_that_registers_i
     let epoch_last = epoch(&db, last).await;
     expire_leases(&db).await; // as if A were paused
 
-    // C registers neither name: it reaps the task with attempts left, not the last attempt,
-    // whose follow-up it cannot know.
-    let c_events: Arc<Mutex<Vec<OutcomeEvent>>> = Arc::default();
-    let sink = c_events.clone();
-    let c = RunningWorker::spawn(
-        db.worker()
-            .worker_id("C")
-            .register::<Unrelated>()
-            .on_outcome(move |e| sink.lock().unwrap().push(e.clone())),
-    );
-    wait_until(
-        Duration::from_secs(10),
-        "C reaped the retryable task",
-        || async { client.get(retry).await.unwrap().state == TaskState::Pending },
-    )
-    .await;
-    tokio::time::sleep(Duration::from_millis(500)).await; // several more reaper rounds
-    let c_stats = c.stop().await.stats;
-    assert_eq!(c_stats.reaped, 1);
-    assert_eq!(client.get(last).await.unwrap().state, TaskState::Running);
-    {
-        let events = c_events.lock().unwrap();
-        assert_eq!(events.len(), 1, "{events:?}");
-        assert_eq!(events[0].task_id, retry);
-        assert_eq!(events[0].outcome, TaskOutcome::Reaped(TaskState::Pending));
-        assert_eq!(
-            events[0].error.as_deref(),
-            Some("lease expired (worker A, attempt 1)")
-        );
-    }
-
     // B registers `gated`: it reaps the last attempt to dead with its follow-up, and runs it.
     let seen = Seen::default();
     let b_events: Arc<Mutex<Vec<OutcomeEvent>>> = Arc::default();
@@ -476,6 +445,8 @@ async fn a_reaped_last_attempt_gets_one_follow_up_from_a_reaper_that_registers_i
     .await;
     let dead = client.get(last).await.unwrap();
     assert_eq!(dead.state, TaskState::Dead);
+    // The task with attempts left goes back to pending (B does not register its name).
+    assert_eq!(client.get(retry).await.unwrap().state, TaskState::Pending);
     assert_eq!(
         seen.of("notify_ops"),
         vec![json!({
@@ -515,6 +486,126 @@ async fn a_reaped_last_attempt_gets_one_follow_up_from_a_reaper_that_registers_i
     let b_stats = b.stop().await.stats;
     assert_eq!(b_stats.follow_ups, 1);
     assert_eq!(rows(&db, "notify_ops").await.len(), 1);
+}
+
+/// A last attempt whose lease expired while no live worker registers its name: a reaper that
+/// does not register it cannot know its `on_dead` follow-up, so it parks the task back to
+/// pending (it no longer stays `running`, nor counts against its queue's limit); the first
+/// worker that registers the name claims it and ends it dead with its follow-up, without
+/// running the handler again.
+async fn a_last_attempt_no_live_worker_registers_is_parked_then_buried_unrun<B: TestBackend>(
+    db: Db<B>,
+) {
+    let client = Client::new(db.pool.clone());
+    let gate = Gate(Arc::new(Semaphore::new(0))); // a handler that ran would block here
+    let last = Gated { n: 1 }.enqueue(&db.pool).await.unwrap().id;
+    let retry = GatedRetry { n: 2 }.enqueue(&db.pool).await.unwrap().id;
+    // Worker A claimed both (attempt 1; `gated` has one attempt) and died.
+    db.exec(&format!(
+        "UPDATE taskq_tasks SET state = 'running', attempt = 1, lease_epoch = 1,
+           worker_id = 'A', lease_until = {}",
+        db.ago(Duration::from_secs(1))
+    ))
+    .await;
+    // C registers neither name: the task with attempts left goes back to pending as usual, the
+    // last attempt is parked (pending, attempt still 1 of 1).
+    let c_events: Arc<Mutex<Vec<OutcomeEvent>>> = Arc::default();
+    let sink = c_events.clone();
+    let c = RunningWorker::spawn(
+        db.worker()
+            .worker_id("C")
+            .register::<Unrelated>()
+            .on_outcome(move |e| sink.lock().unwrap().push(e.clone())),
+    );
+    wait_until(Duration::from_secs(10), "C reaped both", || async {
+        db.count("state = 'pending'").await == 2
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await; // more reaper rounds: nothing else
+    assert_eq!(c.stop().await.stats.reaped, 2);
+    let parked = client.get(last).await.unwrap();
+    assert_eq!(
+        (parked.state, parked.attempt, parked.lease_epoch),
+        (TaskState::Pending, 1, 2)
+    );
+    assert!(parked.finished_at.is_none());
+    assert_eq!(
+        parked.last_error.as_deref(),
+        Some("lease expired (worker A, attempt 1)")
+    );
+    assert_eq!(db.count("state = 'running'").await, 0);
+    {
+        let events = c_events.lock().unwrap();
+        assert_eq!(events.len(), 2, "{events:?}");
+        assert!(
+            events
+                .iter()
+                .all(|e| e.outcome == TaskOutcome::Reaped(TaskState::Pending))
+        );
+    }
+    assert_eq!(client.get(retry).await.unwrap().state, TaskState::Pending);
+
+    // B registers `gated`: it claims the parked task and ends it dead with its follow-up,
+    // without running the handler (which would wait at the closed gate forever).
+    let seen = Seen::default();
+    let b_events: Arc<Mutex<Vec<OutcomeEvent>>> = Arc::default();
+    let sink = b_events.clone();
+    let b = RunningWorker::spawn(
+        db.worker()
+            .worker_id("B")
+            .queue("default", 2)
+            .queue("ops", 2)
+            .register::<Gated>()
+            .register::<NotifyOps>()
+            .data(seen.clone())
+            .data(gate.clone())
+            .on_outcome(move |e| sink.lock().unwrap().push(e.clone())),
+    );
+    wait_until(Duration::from_secs(10), "the follow-up ran", || async {
+        !seen.of("notify_ops").is_empty()
+    })
+    .await;
+    let b_stats = b.stop().await.stats;
+    let dead = client.get(last).await.unwrap();
+    assert_eq!(
+        (dead.state, dead.attempt, dead.lease_epoch),
+        (TaskState::Dead, 1, 3),
+        "one attempt, as before the claim"
+    );
+    assert_eq!(
+        dead.last_error.as_deref(),
+        Some("lease expired (worker A, attempt 1)")
+    );
+    assert_eq!(
+        seen.of("notify_ops"),
+        vec![json!({
+            "id": last.0,
+            "name": "gated",
+            "queue": "default",
+            "attempts": 1,
+            "max_attempts": 1,
+            "last_error": "lease expired (worker A, attempt 1)",
+            "payload": {"n": 1},
+        })]
+    );
+    let follow = rows(&db, "notify_ops").await;
+    assert_eq!(follow.len(), 1);
+    assert_eq!(
+        follow[0].key.as_deref(),
+        Some(format!("taskq:on_dead:{}:3", last.0).as_str())
+    );
+    {
+        let events = b_events.lock().unwrap();
+        let ended: Vec<_> = events.iter().filter(|e| e.task_id == last).collect();
+        assert_eq!(ended.len(), 1, "{events:?}");
+        assert_eq!(ended[0].outcome, TaskOutcome::Dead);
+        assert!(ended[0].follow_up);
+    }
+    assert_eq!((b_stats.dead, b_stats.follow_ups), (1, 1));
+    // The history holds the one lost attempt, recorded by C's reap; the burial adds nothing.
+    let history = client.attempts(last).await.unwrap();
+    assert_eq!(history.len(), 1, "{history:?}");
+    assert_eq!(history[0].outcome, taskq::client::AttemptOutcome::LeaseLost);
 }
 
 async fn on_success_chains_pass_the_payload_along<B: TestBackend>(db: Db<B>) {
@@ -671,6 +762,7 @@ taskq_tests::conformance!(
     a_follow_up_that_cannot_be_built_does_not_hold_the_death_back,
     a_fenced_write_back_enqueues_no_follow_up,
     a_reaped_last_attempt_gets_one_follow_up_from_a_reaper_that_registers_it,
+    a_last_attempt_no_live_worker_registers_is_parked_then_buried_unrun,
     on_success_chains_pass_the_payload_along,
     observers_see_every_outcome_and_a_panicking_one_does_not_stop_the_worker,
     a_unique_tasks_death_frees_its_identity_and_enqueues_its_follow_up_together,

@@ -372,6 +372,164 @@ async fn the_reaper_requeues_expired_leases_and_buries_exhausted_ones<B: TestBac
     assert!(w.stop().await.stats.reaped >= 2);
 }
 
+/// A reaped task keeps its `run_at` (Oban's Lifeline): it sorts where it was in its queue, so
+/// a worker busy with a backlog enqueued after it takes it at its next free slot instead of
+/// after the whole backlog.
+async fn a_reaped_task_runs_before_the_backlog_enqueued_after_it<B: TestBackend>(db: Db<B>) {
+    let runs = Runs::default();
+    let reaped = job(&db, 0, Mode::Ok).await;
+    // A crashed worker's task: running with an expired lease.
+    db.exec(&format!(
+        "UPDATE taskq_tasks SET state = 'running', attempt = 1, lease_epoch = 1,
+           worker_id = 'crashed', lease_until = {} WHERE id = {}",
+        db.ago(Duration::from_secs(1)),
+        reaped.0
+    ))
+    .await;
+    let due_before = db
+        .time(&format!(
+            "SELECT run_at FROM taskq_tasks WHERE id = {}",
+            reaped.0
+        ))
+        .await;
+    // The backlog, enqueued after it: 40 tasks of 50 ms for 2 slots (about 1 s of work).
+    let backlog: Vec<TaskId> = {
+        let mut v = Vec::new();
+        for n in 1..=40 {
+            v.push(job(&db, n, Mode::Sleep(50)).await);
+        }
+        v
+    };
+    let w = RunningWorker::spawn(worker(&db, &runs).concurrency(2).claim_batch(2));
+    let t = wait_state(&db, reaped, TaskState::Succeeded).await;
+    assert_eq!(
+        (t.lease_epoch, t.attempt),
+        (3, 2),
+        "reaped once, then claimed"
+    );
+    // Backlog tasks claimed before the reaped task's second claim: a few at most (those claimed
+    // before the reaper's first round, and on MySQL up to one head rescan, 100 ms), not all 40.
+    let ahead = db
+        .count(&format!(
+            "id IN ({}) AND attempted_at < (SELECT attempted_at FROM taskq_tasks WHERE id = {})",
+            backlog
+                .iter()
+                .map(|i| i.0.to_string())
+                .collect::<Vec<_>>()
+                .join(","),
+            reaped.0
+        ))
+        .await;
+    assert!(
+        ahead < 15,
+        "{ahead} of 40 backlog tasks ran before the reaped task"
+    );
+    assert_eq!(
+        db.time(&format!(
+            "SELECT run_at FROM taskq_tasks WHERE id = {}",
+            reaped.0
+        ))
+        .await,
+        due_before,
+        "the reap kept the task's run_at"
+    );
+    wait_until(Duration::from_secs(20), "backlog drained", || async {
+        db.count("state = 'succeeded'").await == 41
+    })
+    .await;
+    w.stop().await;
+}
+
+/// One run of [`Blocking`]: `(n, epoch, whether it blocked)`.
+type BlockRun = (u32, u64, bool);
+
+/// Runs of [`Blocking`], and whether one already blocked.
+#[derive(Clone, Default)]
+struct BlockLog(Arc<Mutex<(Vec<BlockRun>, bool)>>);
+
+/// The first run in the process blocks its thread (synchronous sleep) for 2.5 s, longer than
+/// the worker's 2 s lease; later runs return at once.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct Blocking {
+    n: u32,
+}
+
+impl Task for Blocking {
+    const NAME: &'static str = "blocking";
+    async fn run(self, cx: TaskContext) -> Result<(), TaskError> {
+        let log = cx.data::<BlockLog>().expect("BlockLog data registered");
+        let block = {
+            let mut l = log.0.lock().unwrap();
+            let block = !l.1;
+            l.1 = true;
+            l.0.push((self.n, cx.lease_epoch(), block));
+            block
+        };
+        if block {
+            std::thread::sleep(Duration::from_millis(2500));
+        }
+        Ok(())
+    }
+}
+
+/// A handler does not start on a lease that is over, or about to be, when its executor gets
+/// to it late: two tasks claimed together on a worker whose runtime is one thread; the first
+/// handler blocks that thread past the lease, so the second one's turn comes after its lease
+/// (and the watchdog's cancel point) has passed. It is not run under that lease: the worker
+/// releases it (counted in `late_starts`) and it runs later under a new one.
+async fn a_handler_does_not_start_on_a_lease_that_ran_out_before_its_turn<B: TestBackend>(
+    db: Db<B>,
+) {
+    let log = BlockLog::default();
+    let a = Blocking { n: 1 }.enqueue(&db.pool).await.unwrap().id;
+    let b = Blocking { n: 2 }.enqueue(&db.pool).await.unwrap().id;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let worker = db
+        .worker()
+        .register::<Blocking>()
+        .data(log.clone())
+        .concurrency(2)
+        .claim_batch(2)
+        .lease(Duration::from_secs(2))
+        .shutdown_signal(async move {
+            let _ = stopped.await;
+        })
+        .build()
+        .unwrap();
+    let stats = worker.stats();
+    // The worker on a runtime of its own with one thread, so a blocked handler blocks it all.
+    let thread = std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(worker.run())
+    });
+    wait_until(Duration::from_secs(20), "both succeeded", || async {
+        db.count(&format!("id IN ({}, {}) AND state = 'succeeded'", a.0, b.0))
+            .await
+            == 2
+    })
+    .await;
+    let _ = stop.send(());
+    tokio::task::spawn_blocking(move || thread.join().unwrap().unwrap())
+        .await
+        .unwrap();
+    let runs = log.0.lock().unwrap().0.clone();
+    let blocker = runs.iter().find(|r| r.2).expect("one run blocked");
+    assert_eq!(
+        blocker.1, 1,
+        "the blocking run had the first lease: {runs:?}"
+    );
+    let late: Vec<_> = runs.iter().filter(|r| r.0 != blocker.0).collect();
+    assert_eq!(late.len(), 1, "the other task ran once: {runs:?}");
+    assert!(
+        late[0].1 >= 3,
+        "not under the lease that ran out while it waited: {runs:?}"
+    );
+    assert_eq!(stats.snapshot().late_starts, 1);
+}
+
 async fn a_lost_lease_cancels_the_handler_and_its_write_back_is_fenced<B: TestBackend>(db: Db<B>) {
     let runs = Runs::default();
     let id = job(&db, 1, Mode::WaitCancel).await;
@@ -781,6 +939,8 @@ taskq_tests::conformance!(
     a_timeout_cancels_the_handler_and_counts_as_a_failure,
     undecodable_payloads_and_unknown_names,
     the_reaper_requeues_expired_leases_and_buries_exhausted_ones,
+    a_reaped_task_runs_before_the_backlog_enqueued_after_it,
+    a_handler_does_not_start_on_a_lease_that_ran_out_before_its_turn,
     a_lost_lease_cancels_the_handler_and_its_write_back_is_fenced,
     shutdown_waits_for_handlers_then_releases_the_rest,
     retention_prunes_old_terminal_tasks_only,

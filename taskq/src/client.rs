@@ -345,7 +345,7 @@ impl Client {
     ///   `succeeded` (its work is done). If the worker dies meanwhile, the reaper turns the
     ///   expired lease into `canceled`, never `pending`. If the attempt's outcome was a retry
     ///   written just before the worker saw the request, the request stays on the row and the
-    ///   next attempt is canceled at its first heartbeat.
+    ///   claim that next finds the task due ends it `canceled` without running it.
     ///
     /// Terminal tasks give [`Error::WrongState`], unknown ids [`Error::NotFound`].
     pub async fn cancel(&self, id: TaskId) -> Result<Canceled> {

@@ -371,6 +371,9 @@ operations! {
     fn task_write_back(&self, conn; batch: &[WriteBack]) -> WrittenBack;
     /// Returns held leases to pending (shutdown).
     fn task_release(&self, conn; leases_json: &str) -> u64;
+    /// Leases `(id, epoch)` of `queue`'s running tasks that `worker_id` claimed in the last
+    /// `since_us` µs (a claim whose answer was lost may have taken some).
+    fn task_running_since(&self, conn; queue: &str; worker_id: &str; since_us: i64) -> Vec<(u64, u64)>;
     /// Expired leases of tasks named in `names_json`.
     fn task_expired(&self, conn; names_json: &str; limit: u32) -> Vec<ExpiredRow>;
     /// Reaps expired leases, each under its epoch.

@@ -503,6 +503,8 @@ impl Store {
     /// and running rows due after the window's start (an attempt that fails sets `run_at` to its
     /// end plus the backoff, and nothing but `reschedule_at` moves it earlier), through
     /// `ix_taskq_claim`, and terminal rows finished in the window, through `ix_taskq_finished`.
+    /// A reap keeps `run_at`, so the `lease_lost` entry of a task reaped back to pending that
+    /// was due before the window is counted only once the task has ended.
     pub(crate) async fn task_failed_attempts_per_minute(
         &self,
         minutes: u32,
@@ -1087,7 +1089,7 @@ impl Store {
                 },
             )
             .await?;
-        let took = raw.tasks.len() + raw.expired.len();
+        let took = raw.tasks.len() + raw.expired.len() + raw.canceled.len();
         let at_limit = raw.limited.is_some_and(|hit| took >= hit.allowed as usize);
         let mut contended = false;
         let mut partial = false;
@@ -1116,6 +1118,7 @@ impl Store {
         Ok(ClaimBatch {
             tasks: raw.tasks,
             expired: raw.expired,
+            canceled: raw.canceled,
             limited: raw.limited,
             contended,
             partial,
@@ -1143,6 +1146,8 @@ struct RawBatch {
     pub tasks: Vec<Claimed>,
     /// Tasks the claim locked but found past their deadline: moved to `expired`, not run.
     pub expired: Vec<ExpiredTask>,
+    /// Tasks the claim locked but found with a cancel request: moved to `canceled`, not run.
+    pub canceled: Vec<CanceledTask>,
     /// Position of the last claimed row (`None` when nothing was claimed).
     pub last: Option<ClaimKey>,
     /// Set when fewer tasks than asked for were claimed although the candidate read was full:
@@ -1177,6 +1182,11 @@ struct ClaimRow {
     deadline_in_us: Option<i64>,
     unique_key: Option<Vec<u8>>,
     unique_while: Option<String>,
+    /// A cancel request is on the row: an earlier attempt's (see [`ClaimRow::ends_at_claim`]).
+    canceled: bool,
+    /// `last_error` of a task whose attempts were exhausted before this claim (see
+    /// `Claimed::parked_error`).
+    parked_error: Option<String>,
 }
 
 impl ClaimRow {
@@ -1185,13 +1195,21 @@ impl ClaimRow {
         self.deadline_in_us.is_some_and(|us| us <= 0)
     }
 
+    /// Whether the claim ends the task instead of starting it: past its deadline (`expired`),
+    /// or carrying a cancel request made while an earlier attempt ran that this attempt's
+    /// outcome (a retry or snooze written before the worker saw the request) or a release
+    /// left on the row (`canceled`).
+    fn ends_at_claim(&self) -> bool {
+        self.canceled || self.is_expired()
+    }
+
     /// The identity this claim frees if the task holds it: a task unique while pending (it
-    /// starts now), or any unique task the claim finds past its deadline (it ends `expired`,
-    /// like a cancel).
+    /// starts now), or any unique task the claim ends (`expired` or `canceled`, like a
+    /// cancel).
     fn frees_at_claim(&self) -> Option<&[u8]> {
         let frees = match self.unique_while.as_deref() {
             Some("pending") => true,
-            Some(_) => self.is_expired(),
+            Some(_) => self.ends_at_claim(),
             None => false,
         };
         self.unique_key.as_deref().filter(|_| frees)
@@ -1298,6 +1316,7 @@ impl Store {
                 return Ok(RawBatch {
                     tasks: Vec::new(),
                     expired: Vec::new(),
+                    canceled: Vec::new(),
                     last: None,
                     contended_after: None,
                     limited: hit,
@@ -1314,7 +1333,9 @@ impl Store {
                          TIMESTAMPDIFF(MICROSECOND, run_at, UTC_TIMESTAMP(6)) AS "wait_us!: i64",
                          trace_context, snoozes AS "snoozes: u32",
                          TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), deadline) AS "deadline_in_us: i64",
-                         unique_key AS "unique_key: Vec<u8>", unique_while
+                         unique_key AS "unique_key: Vec<u8>", unique_while,
+                         (cancel_requested_at IS NOT NULL) AS "canceled!: bool",
+                         IF(attempt >= max_attempts, last_error, NULL) AS "parked_error: String"
                        FROM taskq_tasks
                        WHERE state = 'pending' AND queue = ? AND run_at <= UTC_TIMESTAMP(6)
                          AND JSON_CONTAINS(?, JSON_QUOTE(name))
@@ -1344,6 +1365,7 @@ impl Store {
             return Ok(RawBatch {
                 tasks: Vec::new(),
                 expired: Vec::new(),
+                canceled: Vec::new(),
                 last: None,
                 contended_after,
                 limited: hit,
@@ -1355,11 +1377,11 @@ impl Store {
             run_at: r.run_at,
             id: r.id,
         });
-        // Rows past their deadline are never started: they end `expired` in this transaction
-        // (after the claim's own `UPDATE` below), with one more statement only when there are
-        // some.
-        let (expired, rows): (Vec<ClaimRow>, Vec<ClaimRow>) =
-            rows.into_iter().partition(ClaimRow::is_expired);
+        // Rows past their deadline, or with a cancel request left by an earlier attempt, are
+        // never started: they end `expired` (`canceled`) in this transaction (after the claim's
+        // own `UPDATE` below), with one more statement only when there are some.
+        let (ended, rows): (Vec<ClaimRow>, Vec<ClaimRow>) =
+            rows.into_iter().partition(ClaimRow::ends_at_claim);
         if let Some(seen) = claims_seen.filter(|_| !rows.is_empty()) {
             // A claim bounded by a limit starts its tasks and bumps the queue's claim counter in
             // one statement, on condition that the counter is still the one read under the row
@@ -1407,6 +1429,7 @@ impl Store {
                 return Ok(RawBatch {
                     tasks: Vec::new(),
                     expired: Vec::new(),
+                    canceled: Vec::new(),
                     last: None,
                     contended_after: last,
                     limited: hit,
@@ -1428,13 +1451,14 @@ impl Store {
             .execute(&mut *tx)
             .await?;
         }
-        if !expired.is_empty() {
-            let ids = serde_json::to_string(&expired.iter().map(|r| r.id).collect::<Vec<_>>())
+        if !ended.is_empty() {
+            let ids = serde_json::to_string(&ended.iter().map(|r| r.id).collect::<Vec<_>>())
                 .expect("ids serialize");
             sqlx::query!(
                 r#"UPDATE JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$')) AS j
                      STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id
-                   SET t.state = 'expired', t.finished_at = UTC_TIMESTAMP(6), t.updated_at = UTC_TIMESTAMP(6)
+                   SET t.state = IF(t.cancel_requested_at IS NOT NULL, 'canceled', 'expired'),
+                       t.finished_at = UTC_TIMESTAMP(6), t.updated_at = UTC_TIMESTAMP(6)
                    WHERE t.state = 'pending'"#,
                 ids
             )
@@ -1495,8 +1519,11 @@ impl Store {
                 trace_context: r.trace_context,
                 unique_key: r.unique_key,
                 unique_while: r.unique_while,
+                parked_error: r.parked_error,
             })
             .collect();
+        let (canceled, expired): (Vec<ClaimRow>, Vec<ClaimRow>) =
+            ended.into_iter().partition(|r| r.canceled);
         let expired = expired
             .into_iter()
             .map(|r| ExpiredTask {
@@ -1505,9 +1532,17 @@ impl Store {
                 late_us: -r.deadline_in_us.unwrap_or(0),
             })
             .collect();
+        let canceled = canceled
+            .into_iter()
+            .map(|r| CanceledTask {
+                id: r.id,
+                name: r.name,
+            })
+            .collect();
         Ok(RawBatch {
             tasks,
             expired,
+            canceled,
             last,
             contended_after,
             limited: hit,
@@ -1661,7 +1696,9 @@ async fn lock_candidates(
              TIMESTAMPDIFF(MICROSECOND, t.run_at, UTC_TIMESTAMP(6)) AS "wait_us!: i64",
              t.trace_context, t.snoozes AS "snoozes: u32",
              TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), t.deadline) AS "deadline_in_us: i64",
-             t.unique_key AS "unique_key: Vec<u8>", t.unique_while
+             t.unique_key AS "unique_key: Vec<u8>", t.unique_while,
+             (t.cancel_requested_at IS NOT NULL) AS "canceled!: bool",
+             IF(t.attempt >= t.max_attempts, t.last_error, NULL) AS "parked_error: String"
            FROM JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$')) AS j
              STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id
            WHERE t.state = 'pending' AND t.run_at <= UTC_TIMESTAMP(6)
@@ -1925,8 +1962,9 @@ impl Store {
         })
     }
 
-    /// Gives running tasks back (shutdown): pending now, epoch incremented, the interrupted
-    /// attempt not counted. Conditional on each `(id, epoch)`.
+    /// Gives running tasks back (shutdown): pending, epoch incremented, the interrupted
+    /// attempt not counted, `run_at` kept (so the task sorts where it was, ahead of tasks
+    /// enqueued after it). Conditional on each `(id, epoch)`.
     pub(crate) async fn task_release(
         &self,
         conn: &mut MySqlConnection,
@@ -1945,7 +1983,7 @@ impl Store {
                        'outcome', 'released', 'error', NULL)),
                    t.state = 'pending', t.lease_epoch = t.lease_epoch + 1,
                    t.attempt = IF(t.attempt > 0, t.attempt - 1, 0),
-                   t.run_at = UTC_TIMESTAMP(6), t.lease_until = NULL, t.worker_id = NULL,
+                   t.lease_until = NULL, t.worker_id = NULL,
                    t.updated_at = UTC_TIMESTAMP(6)
                WHERE t.state = 'running'"#,
             leases_json
@@ -1955,11 +1993,37 @@ impl Store {
         Ok(done.rows_affected())
     }
 
+    /// The leases `(id, epoch)` of `queue`'s running tasks that `worker_id` claimed (on the
+    /// database clock) in the last `since_us` µs: a plain read of `ix_taskq_claim`'s running
+    /// range for the queue (the running tasks of a queue are few: at most the fleet's slots).
+    /// Issued only after a claim whose answer was lost (see `worker::claim`).
+    pub(crate) async fn task_running_since(
+        &self,
+        conn: &mut MySqlConnection,
+        queue: &str,
+        worker_id: &str,
+        since_us: i64,
+    ) -> sqlx::Result<Vec<(u64, u64)>> {
+        let rows = sqlx::query!(
+            r#"SELECT id AS "id: u64", lease_epoch AS "lease_epoch: u64"
+               FROM taskq_tasks
+               WHERE state = 'running' AND queue = ? AND worker_id = ?
+                 AND attempted_at >= UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND"#,
+            queue,
+            worker_id,
+            since_us
+        )
+        .fetch_all(&mut *conn)
+        .await?;
+        Ok(rows.into_iter().map(|r| (r.id, r.lease_epoch)).collect())
+    }
+
     /// Up to `limit` running tasks whose lease has expired, oldest lease first: a plain read of
     /// `ix_taskq_lease`, the first half of a reap ([`task_reap`](Self::task_reap) is the
-    /// second). A task whose reap would move it to `dead` is read only if its name is in
-    /// `names_json` (the names this worker registers), since only such a worker knows its
-    /// `on_dead` follow-up; such a task's payload and trace context are read too.
+    /// second), with whether each task's name is in `names_json` (the names this worker
+    /// registers). Only such a worker knows a task's `on_dead` follow-up: a last attempt of a
+    /// name it registers goes dead (its payload is read for the follow-up), one of another
+    /// name is parked back to pending (see `ExpiredRow::parks`).
     pub(crate) async fn task_expired(
         &self,
         conn: &mut MySqlConnection,
@@ -1970,19 +2034,22 @@ impl Store {
             ExpiredRow,
             r#"SELECT id AS "id: u64", lease_epoch AS "lease_epoch: u64", name, queue,
                  attempt AS "attempt: u32", max_attempts AS "max_attempts: u32", worker_id,
-                 IF((attempt >= max_attempts OR cancel_requested_at IS NOT NULL)
+                 IF((cancel_requested_at IS NOT NULL
+                     OR (attempt >= max_attempts AND JSON_CONTAINS(?, JSON_QUOTE(name))))
                       AND unique_while IN ('running', 'window'), unique_key, NULL)
                    AS "frees: Vec<u8>",
                  (cancel_requested_at IS NOT NULL) AS "canceled!: bool",
-                 IF(attempt >= max_attempts AND cancel_requested_at IS NULL, payload, NULL)
+                 (JSON_CONTAINS(?, JSON_QUOTE(name)) = 1) AS "registered!: bool",
+                 IF(attempt >= max_attempts AND cancel_requested_at IS NULL
+                      AND JSON_CONTAINS(?, JSON_QUOTE(name)), payload, NULL)
                    AS "payload: Vec<u8>",
                  trace_context
                FROM taskq_tasks
                WHERE state = 'running' AND lease_until < UTC_TIMESTAMP(6)
-                 AND (attempt < max_attempts OR cancel_requested_at IS NOT NULL
-                      OR JSON_CONTAINS(?, JSON_QUOTE(name)))
                ORDER BY lease_until
                LIMIT ?"#,
+            names_json,
+            names_json,
             names_json,
             limit
         )
@@ -1990,11 +2057,13 @@ impl Store {
         .await
     }
 
-    /// Reaps expired leases read by [`task_expired`](Self::task_expired): back to pending (due
-    /// now), to dead when attempts are exhausted, or to canceled when a cancel was requested (a
+    /// Reaps expired leases read by [`task_expired`](Self::task_expired): back to pending
+    /// with its `run_at` kept (like Oban's Lifeline: it sorts where it was in its queue, ahead
+    /// of the tasks enqueued after it, instead of behind the whole backlog), to dead when attempts are exhausted, or to canceled when a cancel was requested (a
     /// reclaim never resurrects a canceled task); epoch incremented either way. Each row is
-    /// reaped only if it is still running with the epoch read and its lease still expired (a
-    /// late write-back may have landed in between). Returns how many were reaped and, when
+    /// reaped only if it is still running with the epoch read, its lease still expired (a
+    /// late write-back may have landed in between) and its cancel request as read (a request
+    /// that landed in between is left for the next round, see [`reap_rows`]). Returns how many were reaped and, when
     /// `exact` is set or follow-ups were inserted, which rows (and their new state).
     ///
     /// Two statements in all, like the claim: the plain read of expired ids on
@@ -2028,8 +2097,8 @@ impl Store {
             .collect();
         let follow = rows.iter().any(|r| r.follow_up.is_some());
         if wanted.is_empty() && !follow && !exact {
-            let leases: Vec<(u64, u64)> = rows.iter().map(|r| (r.id, r.epoch)).collect();
-            let reaped = reap_rows(conn, &leases_json(&leases)).await?;
+            let all: Vec<&ReapRow> = rows.iter().collect();
+            let reaped = reap_rows(conn, &reap_json(&all)).await?;
             return Ok(Reaped {
                 reaped,
                 ..Reaped::default()
@@ -2041,17 +2110,19 @@ impl Store {
         } else {
             identities_take(&mut tx, &wanted).await?
         };
-        let leases: Vec<(u64, u64)> = rows
+        let kept: Vec<&ReapRow> = rows
             .iter()
             .filter(|r| !taken.held_elsewhere.contains(&r.id))
-            .map(|r| (r.id, r.epoch))
             .collect();
         let (json, locked) = if follow || exact {
-            let locked = lock_expired(&mut tx, &leases_json(&leases)).await?;
-            let leases: Vec<(u64, u64)> = locked.iter().map(|l| (l.id, l.epoch)).collect();
-            (leases_json(&leases), Some(locked))
+            let locked = lock_expired(&mut tx, &reap_json(&kept)).await?;
+            let kept: Vec<&ReapRow> = kept
+                .into_iter()
+                .filter(|r| locked.iter().any(|l| l.id == r.id && l.epoch == r.epoch))
+                .collect();
+            (reap_json(&kept), Some(locked))
         } else {
-            (leases_json(&leases), None)
+            (reap_json(&kept), None)
         };
         let reaped = reap_rows(&mut tx, &json).await?;
         let mut out = Reaped {
@@ -2151,12 +2222,31 @@ impl Store {
     }
 }
 
-/// The `UPDATE` of [`Store::task_reap`], on the leases `(id, epoch)` of `leases_json`
-/// (sorted by id: locked in ascending order).
-async fn reap_rows(conn: &mut MySqlConnection, leases_json: &str) -> sqlx::Result<u64> {
+/// The rows of a reap as the JSON its statements read: `[[id, epoch, canceled, park], ..]`
+/// sorted by id (locked in ascending order), `canceled` 1 when the read saw a cancel request,
+/// `park` 1 for a last attempt parked back to pending (see `ExpiredRow::parks`).
+fn reap_json(rows: &[&ReapRow]) -> String {
+    let mut out: Vec<(u64, u64, u8, u8)> = rows
+        .iter()
+        .map(|r| (r.id, r.epoch, u8::from(r.canceled), u8::from(r.parks)))
+        .collect();
+    out.sort_unstable();
+    serde_json::to_string(&out).expect("reap rows serialize")
+}
+
+/// The `UPDATE` of [`Store::task_reap`], on the rows of `reap_json` (see [`reap_json`]).
+///
+/// A row is written only if its cancel request is as [`Store::task_expired`] read it: which
+/// identity the reap frees (and whether it frees one at all) was decided from that read, so a
+/// cancel request that landed in between (`Client::cancel` on a task whose lease had just
+/// expired) would otherwise move the task to `canceled` with its identity still held. Such a
+/// row is left running and expired for the next round, which reads the request.
+async fn reap_rows(conn: &mut MySqlConnection, reap_json: &str) -> sqlx::Result<u64> {
     let done = sqlx::query!(
         r#"UPDATE JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$[0]',
-                                               epoch BIGINT UNSIGNED PATH '$[1]')) AS j
+                                               epoch BIGINT UNSIGNED PATH '$[1]',
+                                               canceled INT PATH '$[2]',
+                                               park INT PATH '$[3]')) AS j
              STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id AND t.lease_epoch = j.epoch
            SET t.attempts = JSON_ARRAY_APPEND(
                  IF(JSON_LENGTH(COALESCE(t.attempts, '[]')) >= 100, JSON_REMOVE(t.attempts, '$[0]'),
@@ -2169,14 +2259,15 @@ async fn reap_rows(conn: &mut MySqlConnection, leases_json: &str) -> sqlx::Resul
                                    ', attempt ', t.attempt, ')'))),
                t.last_error = CONCAT('lease expired (worker ', COALESCE(t.worker_id, '?'),
                                      ', attempt ', t.attempt, ')'),
-               t.finished_at = IF(t.attempt >= t.max_attempts OR t.cancel_requested_at IS NOT NULL,
-                                  UTC_TIMESTAMP(6), NULL),
+               t.finished_at = IF((t.attempt >= t.max_attempts AND j.park = 0)
+                                    OR t.cancel_requested_at IS NOT NULL, UTC_TIMESTAMP(6), NULL),
                t.state = IF(t.cancel_requested_at IS NOT NULL, 'canceled',
-                            IF(t.attempt >= t.max_attempts, 'dead', 'pending')),
+                            IF(t.attempt >= t.max_attempts AND j.park = 0, 'dead', 'pending')),
                t.lease_epoch = t.lease_epoch + 1, t.lease_until = NULL,
-               t.run_at = UTC_TIMESTAMP(6), t.updated_at = UTC_TIMESTAMP(6)
-           WHERE t.state = 'running' AND t.lease_until < UTC_TIMESTAMP(6)"#,
-        leases_json
+               t.updated_at = UTC_TIMESTAMP(6)
+           WHERE t.state = 'running' AND t.lease_until < UTC_TIMESTAMP(6)
+             AND (t.cancel_requested_at IS NOT NULL) = (j.canceled = 1)"#,
+        reap_json
     )
     .execute(&mut *conn)
     .await?;
@@ -2208,24 +2299,28 @@ struct LockedExpired {
     canceled: bool,
 }
 
-/// Locks the rows of the leases `(id, epoch)` in `leases_json` (sorted by id) and returns
-/// those still running with that epoch and an expired lease, with where the reap sends each:
-/// the rows [`reap_rows`] in the same transaction writes.
+/// Locks the rows of `reap_json` (see [`reap_json`]) and returns those still running with
+/// that epoch, an expired lease and the cancel request as read, with where the reap sends
+/// each: the rows [`reap_rows`] in the same transaction writes.
 async fn lock_expired(
     conn: &mut MySqlConnection,
-    leases_json: &str,
+    reap_json: &str,
 ) -> sqlx::Result<Vec<LockedExpired>> {
     sqlx::query_as!(
         LockedExpired,
         r#"SELECT t.id AS "id: u64", t.lease_epoch AS "epoch: u64",
-             (t.attempt >= t.max_attempts AND t.cancel_requested_at IS NULL) AS "goes_dead!: bool",
+             (t.attempt >= t.max_attempts AND t.cancel_requested_at IS NULL AND j.park = 0)
+               AS "goes_dead!: bool",
              (t.cancel_requested_at IS NOT NULL) AS "canceled!: bool"
            FROM JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$[0]',
-                                             epoch BIGINT UNSIGNED PATH '$[1]')) AS j
+                                             epoch BIGINT UNSIGNED PATH '$[1]',
+                                             canceled INT PATH '$[2]',
+                                             park INT PATH '$[3]')) AS j
              STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id AND t.lease_epoch = j.epoch
            WHERE t.state = 'running' AND t.lease_until < UTC_TIMESTAMP(6)
+             AND (t.cancel_requested_at IS NOT NULL) = (j.canceled = 1)
            FOR UPDATE"#,
-        leases_json
+        reap_json
     )
     .fetch_all(&mut *conn)
     .await
@@ -2267,7 +2362,9 @@ async fn follow_ups_insert(conn: &mut MySqlConnection, rows: &[&FollowUpRow]) ->
 }
 
 /// The write-back statement of [`Store::task_write_back`]: one `UPDATE` for every outcome, each row
-/// written only while running with the epoch its attempt claimed.
+/// written only while running with the epoch its attempt claimed. An outcome with an empty
+/// `outcome` appends no attempt-history entry, and one whose `attempt` is below the row's sets
+/// it back (a parked task ended without running: see `Claimed::parked_error`).
 async fn write_back_rows<'f>(
     conn: &mut MySqlConnection,
     batch: impl Iterator<Item = &'f WriteBack>,
@@ -2289,19 +2386,20 @@ async fn write_back_rows<'f>(
                  delay_us BIGINT PATH '$.delay_us',
                  error TEXT CHARACTER SET utf8mb4 PATH '$.error')) AS j
              STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id AND t.lease_epoch = j.epoch
-           SET t.attempts = JSON_ARRAY_APPEND(
+           SET t.attempts = IF(j.outcome = '', t.attempts, JSON_ARRAY_APPEND(
                  IF(JSON_LENGTH(COALESCE(t.attempts, '[]')) >= 100, JSON_REMOVE(t.attempts, '$[0]'),
                     COALESCE(t.attempts, '[]')), '$',
                  JSON_OBJECT('attempt', j.attempt, 'epoch', j.epoch, 'worker', t.worker_id,
                    'started_at', DATE_FORMAT(t.attempted_at, '%Y-%m-%d %H:%i:%s.%f'),
                    'finished_at', DATE_FORMAT(UTC_TIMESTAMP(6), '%Y-%m-%d %H:%i:%s.%f'),
                    'outcome', j.outcome,
-                   'error', IF(CHAR_LENGTH(j.error) > 1024, CONCAT(LEFT(j.error, 1023), '…'), j.error))),
+                   'error', IF(CHAR_LENGTH(j.error) > 1024, CONCAT(LEFT(j.error, 1023), '…'), j.error)))),
                t.state = IF(j.state = 'snoozed', 'pending', j.state),
                t.run_at = IF(j.state IN ('pending', 'snoozed'),
                              UTC_TIMESTAMP(6) + INTERVAL j.delay_us MICROSECOND, t.run_at),
                t.finished_at = IF(j.state IN ('pending', 'snoozed'), NULL, UTC_TIMESTAMP(6)),
-               t.attempt = IF(j.state = 'snoozed' AND t.attempt > 0, t.attempt - 1, t.attempt),
+               t.attempt = IF(j.state = 'snoozed' AND t.attempt > 0, t.attempt - 1,
+                              LEAST(t.attempt, j.attempt)),
                t.snoozes = IF(j.state = 'snoozed', t.snoozes + 1, t.snoozes),
                t.last_error = IF(j.error IS NULL, t.last_error, j.error),
                t.cancel_requested_at = IF(j.state IN ('succeeded', 'dead'), NULL, t.cancel_requested_at),

@@ -293,6 +293,7 @@ impl Store {
                     trace_context: t.trace_context,
                     unique_key: t.unique_key,
                     unique_while: t.unique_while,
+                    parked_error: t.parked_error,
                 })
                 .collect(),
             expired: b
@@ -302,6 +303,14 @@ impl Store {
                     id: uid(e.id),
                     name: e.name,
                     late_us: e.late_us,
+                })
+                .collect(),
+            canceled: b
+                .canceled
+                .into_iter()
+                .map(|c| CanceledTask {
+                    id: uid(c.id),
+                    name: c.name,
                 })
                 .collect(),
             limited: b.limited.map(|h| LimitHit {
@@ -593,6 +602,20 @@ impl Store {
         q::task_release(conn, &leases(leases_json)?).await
     }
 
+    pub(crate) async fn task_running_since(
+        &self,
+        conn: &mut SqliteConnection,
+        queue: &str,
+        worker_id: &str,
+        since_us: i64,
+    ) -> sqlx::Result<Vec<(u64, u64)>> {
+        Ok(q::task_running_since(conn, queue, worker_id, since_us)
+            .await?
+            .into_iter()
+            .map(|(i, e)| (uid(i), uid(e)))
+            .collect())
+    }
+
     pub(crate) async fn task_expired(
         &self,
         conn: &mut SqliteConnection,
@@ -614,6 +637,7 @@ impl Store {
                 worker_id: r.worker_id,
                 frees: None, // freed by state in the reap's transaction
                 canceled: r.canceled,
+                registered: r.registered,
                 payload: r.payload,
                 trace_context: r.trace_context,
             })
@@ -631,6 +655,7 @@ impl Store {
             .map(|r| q::ReapRow {
                 id: id(r.id),
                 epoch: id(r.epoch),
+                park: r.parks,
                 follow_up: r.follow_up.as_deref().map(follow_up),
             })
             .collect();

@@ -285,7 +285,9 @@ impl WorkerBuilder {
         self.backlog_interval = Some(interval);
         self
     }
-    /// Worker id recorded on claimed rows (default `host-pid-random`).
+    /// Worker id recorded on claimed rows (default `host-pid-random`). Give each running worker
+    /// its own: after a claim whose answer was lost, a worker gives back the tasks of its queue
+    /// that carry its id and that it does not hold (see `docs/semantics.md`).
     pub fn worker_id(mut self, id: impl Into<String>) -> Self {
         self.worker_id = Some(id.into());
         self

@@ -42,9 +42,11 @@ pub(crate) async fn run(shared: Arc<Shared>) {
 
 /// Reaps expired leases in rounds of [`BATCH`]: a plain read of the expired rows, then the
 /// reap of those rows (see `Store::task_reap`). A task whose reap moves it to dead gets its
-/// `on_dead` follow-up in the reap's transaction; one whose name this worker does not
-/// register is not even read (only a worker that registers it knows its follow-up), so it
-/// waits for such a worker's reaper.
+/// `on_dead` follow-up in the reap's transaction. A last attempt whose name this worker does
+/// not register (only a worker that registers it knows its follow-up) is parked back to
+/// pending instead: the first worker that registers the name claims it and ends it dead
+/// without running it (`executor`), so it neither stays `running` nor counts against its
+/// queue's limit meanwhile.
 async fn reap(shared: &Shared) {
     let mut total = 0;
     // Observers need to know exactly which rows were reaped.
@@ -140,6 +142,7 @@ fn plan(shared: &Shared, r: &ExpiredRow) -> ReapRow {
         epoch: r.lease_epoch,
         frees: r.frees.clone(),
         canceled: r.canceled,
+        parks: r.parks(),
         follow_up,
     }
 }

@@ -69,7 +69,8 @@ pub struct Worker {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ShutdownReport {
     /// Tasks still running when the shutdown timeout elapsed: their handlers were aborted and
-    /// the tasks returned to pending (epoch incremented) for another worker to start at once.
+    /// the tasks returned to pending (epoch incremented, `run_at` kept) for another worker to start
+    /// at its next free slot.
     pub released: Vec<TaskId>,
     /// Tasks whose outcome or release could not be written (database unreachable): they run
     /// again after their lease expires.
