@@ -151,6 +151,19 @@ pub enum Error {
     /// Applying taskq's migrations failed.
     #[error("migration error: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
+    /// [`migrate`](crate::migrate) lost the migration lock while migrating (another migrator
+    /// took its row, or no renewal got through before it expired), so another migrator may be
+    /// running: it stopped before applying `version`. Migrations before it are applied; run
+    /// `migrate` again (it waits for the lock and goes on from there).
+    #[error(
+        "the taskq migration lock was lost ({reason}): stopped before migration {version}, which was not applied; run taskq::migrate again"
+    )]
+    MigrationLockLost {
+        /// The first migration not applied.
+        version: i64,
+        /// What the lock's owner found.
+        reason: String,
+    },
 }
 
 impl fmt::Debug for Error {
@@ -239,6 +252,11 @@ impl Error {
                 .finish(),
             Error::Database(e) => f.debug_tuple("Database").field(e).finish(),
             Error::Migrate(e) => f.debug_tuple("Migrate").field(e).finish(),
+            Error::MigrationLockLost { version, reason } => f
+                .debug_struct("MigrationLockLost")
+                .field("version", version)
+                .field("reason", reason)
+                .finish(),
         }
     }
 }
