@@ -296,8 +296,13 @@ async fn a_task_claimed_again_by_its_own_worker_keeps_one_lease_per_attempt() {
     };
     let (db, client, ctl, proxy, lease) = (&p.db, &p.client, &p.ctl, &p.proxy, LEASE);
     // One worker with several slots; a cancel grace long enough that the first handler is
-    // still running (ignoring its signal) when the worker claims the task again.
-    let a = RunningWorker::spawn(p.worker_a(Duration::from_secs(30)).queue("default", 4));
+    // still running (ignoring its signal) when the worker claims the task again (longer than
+    // `build` allows: as a handler blocked in synchronous code would).
+    let a = RunningWorker::spawn(
+        p.worker_a(LEASE / 2)
+            .__unchecked_cancel_grace(Duration::from_secs(30))
+            .queue("default", 4),
+    );
     let id = Partitioned {
         first_waits_for_gate: true,
         stall_first: true,

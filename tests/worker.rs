@@ -929,6 +929,140 @@ async fn failures_retry_then_die<B: TestBackend>(db: Db<B>) {
     assert_eq!(attempts.len(), 3, "one history entry per attempt");
 }
 
+/// A backoff whose jitter is out of range (the fields are public, so nothing stops this const).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct Jittery;
+impl Task for Jittery {
+    const NAME: &'static str = "jittery";
+    const BACKOFF: Backoff = Backoff {
+        base: Duration::from_secs(1),
+        max: Duration::from_secs(10),
+        jitter: 2.0,
+    };
+    async fn run(self, _cx: TaskContext) -> Result<(), TaskError> {
+        Err(TaskError::msg("retry me"))
+    }
+}
+
+/// The same with a NaN jitter.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct NanJitter;
+impl Task for NanJitter {
+    const NAME: &'static str = "nan_jitter";
+    const BACKOFF: Backoff = Backoff {
+        jitter: f64::NAN,
+        ..Backoff::DEFAULT
+    };
+    async fn run(self, _cx: TaskContext) -> Result<(), TaskError> {
+        Err(TaskError::msg("retry me"))
+    }
+}
+
+async fn an_invalid_backoff_or_a_grace_past_half_the_lease_is_refused_at_build<B: TestBackend>(
+    db: Db<B>,
+) {
+    let cfg = |b: taskq::WorkerBuilder| match b.build() {
+        Err(Error::Config(m)) => m,
+        Err(e) => panic!("unexpected error {e}"),
+        Ok(_) => panic!("accepted"),
+    };
+    let m = cfg(db.worker().register::<Jittery>());
+    assert!(
+        m.contains("\"jittery\" has an invalid backoff: jitter 2 is outside 0.0..=1.0"),
+        "{m}"
+    );
+    let m = cfg(db.worker().register::<NanJitter>());
+    assert!(m.contains("jitter NaN is outside"), "{m}");
+    // The cancel grace: at most half the lease.
+    let base = || db.worker().register::<Job>().lease(Duration::from_secs(2));
+    let m = cfg(base().cancel_grace(Duration::from_millis(1001)));
+    assert!(m.contains("must be at most half the lease (2s)"), "{m}");
+    assert!(base().cancel_grace(Duration::from_secs(1)).build().is_ok());
+    // The default (5 s) is cut to half of a shorter lease rather than refused.
+    assert!(base().build().is_ok());
+    assert!(
+        db.worker()
+            .register::<Job>()
+            .lease(Duration::from_millis(100))
+            .heartbeat(Duration::from_millis(30))
+            .build()
+            .is_ok()
+    );
+}
+
+async fn the_default_cancel_grace_is_half_a_short_lease<B: TestBackend>(db: Db<B>) {
+    let runs = Runs::default();
+    let id = Slow.enqueue(&db.pool).await.unwrap().id;
+    let spawned = std::time::Instant::now();
+    // Slow times out after 200 ms and ignores its signal: it is aborted after the grace, which
+    // with a 1 s lease is 500 ms (a 5 s grace would outlive the lease).
+    let w = RunningWorker::spawn(worker(&db, &runs).lease(Duration::from_secs(1)));
+    wait_until(
+        Duration::from_secs(20),
+        "the first attempt timed out",
+        || async {
+            state_of(&db, id)
+                .await
+                .last_error
+                .is_some_and(|e| e.starts_with("timed out after 200ms"))
+        },
+    )
+    .await;
+    let took = spawned.elapsed();
+    assert!(took < Duration::from_secs(4), "{took:?}");
+    w.stop().await;
+}
+
+/// An error whose `Display` panics: formatting it, after the handler has returned, panics in
+/// the worker's executor.
+#[derive(Debug)]
+struct Unprintable;
+impl std::fmt::Display for Unprintable {
+    fn fmt(&self, _: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        panic!("this error cannot be printed")
+    }
+}
+impl std::error::Error for Unprintable {}
+
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct FailsUnprintably;
+impl Task for FailsUnprintably {
+    const NAME: &'static str = "fails_unprintably";
+    const MAX_ATTEMPTS: u32 = 1;
+    async fn run(self, _cx: TaskContext) -> Result<(), TaskError> {
+        Err(TaskError::retry(Unprintable))
+    }
+}
+
+async fn a_panic_after_the_handler_returned_lets_the_lease_end<B: TestBackend>(db: Db<B>) {
+    let id = FailsUnprintably.enqueue(&db.pool).await.unwrap().id;
+    let w = RunningWorker::spawn(
+        db.worker()
+            .register::<FailsUnprintably>()
+            .lease(Duration::from_secs(1)),
+    );
+    // The lease is no longer renewed: the reaper buries the task (its only attempt used).
+    let t = wait_state(&db, id, TaskState::Dead).await;
+    assert_eq!(t.attempt, 1);
+    assert!(
+        t.last_error
+            .as_deref()
+            .is_some_and(|e| e.starts_with("lease expired")),
+        "{:?}",
+        t.last_error
+    );
+    // Counted once the reap's answer is read (the test may see its commit first).
+    wait_until(Duration::from_secs(10), "the reap is counted", || async {
+        w.stats.snapshot().reaped == 1
+    })
+    .await;
+    // And shutdown does not wait for the executor that panicked.
+    let report = tokio::time::timeout(Duration::from_secs(15), w.stop())
+        .await
+        .expect("shutdown finishes");
+    assert!(report.released.is_empty() && report.unacknowledged.is_empty());
+}
+
 taskq_tests::conformance!(
     a_worker_drains_every_task_once,
     failures_retry_then_die,
@@ -948,4 +1082,7 @@ taskq_tests::conformance!(
     in_process_enqueue_wakes_an_idle_worker,
     invalid_settings_are_typed_errors,
     a_paused_queue_is_not_claimed_until_resumed,
+    an_invalid_backoff_or_a_grace_past_half_the_lease_is_refused_at_build,
+    the_default_cancel_grace_is_half_a_short_lease,
+    a_panic_after_the_handler_returned_lets_the_lease_end,
 );

@@ -381,7 +381,9 @@ impl From<taskq::Error> for Failure {
             taskq::Error::InvalidName { .. }
             | taskq::Error::InvalidOption(_)
             | taskq::Error::InvalidSchedule(_) => EXIT_USAGE,
-            taskq::Error::Connect { .. } | taskq::Error::Open { .. } => EXIT_UNREACHABLE,
+            taskq::Error::Connect { .. } | taskq::Error::Open { .. } | taskq::Error::Timeout(_) => {
+                EXIT_UNREACHABLE
+            }
             taskq::Error::Database(db) if is_connection_error(db) => EXIT_UNREACHABLE,
             _ => EXIT_OTHER,
         };

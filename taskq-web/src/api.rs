@@ -81,6 +81,7 @@ fn failure(e: &Error) -> Response {
         | Error::InvalidOption(_)
         | Error::InvalidSchedule(_)
         | Error::PayloadTooLarge { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "invalid"),
+        Error::Timeout(_) => (StatusCode::GATEWAY_TIMEOUT, "timeout"),
         _ => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
     };
     error(status, code, &e.to_string())

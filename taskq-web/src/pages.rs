@@ -60,6 +60,7 @@ fn failure(ctx: &Ctx, e: &Error) -> Response {
         Error::NotFound(_) => StatusCode::NOT_FOUND,
         Error::WrongState { .. } | Error::UniqueHeld { .. } => StatusCode::CONFLICT,
         Error::InvalidName { .. } | Error::InvalidOption(_) => StatusCode::BAD_REQUEST,
+        Error::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
         _ => StatusCode::INTERNAL_SERVER_ERROR,
     };
     error_page(ctx, status, &e.to_string())

@@ -22,6 +22,7 @@ use sqlx::{MySql, MySqlConnection, MySqlPool, Transaction};
 use crate::info::{PendingNameCount, QueueStateCount, ScheduleInfo, TaskInfo};
 use crate::task::{TaskId, TaskState};
 
+pub(crate) mod budget;
 pub(crate) mod mysql;
 mod rows;
 #[cfg(feature = "sqlite")]
@@ -384,6 +385,8 @@ operations! {
     fn task_prune(&self, conn; state: TaskState; age_secs: u64; limit: u32) -> u64;
     /// Current epochs of tasks (`[id, ..]`) that are running.
     fn task_epochs(&self, conn; ids_json: &str) -> Vec<(u64, u64)>;
+    /// The byte limits of the server's multi-row statements (MySQL: its `max_allowed_packet`).
+    fn statement_budget(&self, conn) -> budget::Budget;
     /// The database clock.
     fn db_now(&self) -> DateTime<Utc>;
     /// The database clock, on a connection.
@@ -443,6 +446,17 @@ pub(crate) fn is_conflict(e: &dyn sqlx::error::DatabaseError) -> bool {
         return true;
     }
     mysql::is_deadlock(e)
+}
+
+/// Whether a database error says the statement can never succeed as sent, besides the SQLSTATE
+/// classes `StmtError::is_deterministic` reads: MySQL's "packet too large" (1153, 1301, 2020),
+/// SQLite's `SQLITE_TOOBIG` and `SQLITE_CONSTRAINT` (a constraint, or a trigger's `RAISE`).
+pub(crate) fn is_refused(e: &dyn sqlx::error::DatabaseError) -> bool {
+    #[cfg(feature = "sqlite")]
+    if sqlite::is_refused(e) {
+        return true;
+    }
+    mysql::is_packet_too_large(e)
 }
 
 impl Conn<'_> {

@@ -21,6 +21,7 @@ use chrono::{DateTime, NaiveDateTime, Utc};
 use serde::Serialize;
 use sqlx::{Connection, MySqlConnection, MySqlPool};
 
+use super::budget::Budget;
 use super::rows::*;
 use crate::info::{PendingNameCount, QueueStateCount, ScheduleInfo, TaskInfo};
 use crate::task::{TaskId, TaskState};
@@ -2204,6 +2205,20 @@ impl Store {
         Ok(done.rows_affected())
     }
 
+    /// The byte limits of this server's multi-row statements, from its `max_allowed_packet`
+    /// (this session's: a server's global setting applies to connections opened after it).
+    pub(crate) async fn statement_budget(
+        &self,
+        conn: &mut MySqlConnection,
+    ) -> sqlx::Result<Budget> {
+        let packet = sqlx::query_scalar!(
+            r#"SELECT CAST(@@SESSION.max_allowed_packet AS UNSIGNED) AS "packet!: u64""#
+        )
+        .fetch_one(&mut *conn)
+        .await?;
+        Ok(Budget::for_packet(packet))
+    }
+
     /// Current `(id, lease_epoch)` of the given ids (a JSON array); missing ids are absent.
     pub(crate) async fn task_epochs(
         &self,
@@ -2500,6 +2515,14 @@ pub(crate) async fn migration_unlock(conn: &mut MySqlConnection, holder: &str) -
     .execute(conn)
     .await?;
     Ok(())
+}
+
+/// Whether `e` says a packet was too large: ER_NET_PACKET_TOO_LARGE (1153, the statement
+/// exceeds `max_allowed_packet`), ER_WARN_ALLOWED_PACKET_OVERFLOWED (1301, a function's result
+/// would), CR_NET_PACKET_TOO_LARGE (2020).
+pub(crate) fn is_packet_too_large(e: &dyn sqlx::error::DatabaseError) -> bool {
+    let mysql = e.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>();
+    mysql.is_some_and(|m| matches!(m.number(), 1153 | 1301 | 2020))
 }
 
 /// Whether `e` is ER_LOCK_DEADLOCK (1213): an InnoDB deadlock victim, or on a Galera cluster a
@@ -2801,20 +2824,24 @@ pub(crate) struct AutoIncrement {
     pub lock_mode: i64,
     /// `auto_increment_increment` of this session (the step between consecutive ids).
     pub increment: i64,
+    /// `max_allowed_packet` of this session: what bounds one batch insert (see [`Budget`]).
+    pub max_packet: u64,
 }
 
 /// Reads the auto-increment settings that decide whether a multi-row insert's ids can be
-/// derived from `LAST_INSERT_ID()`.
+/// derived from `LAST_INSERT_ID()`, and the packet size that bounds the insert.
 pub(crate) async fn autoinc_settings(conn: &mut MySqlConnection) -> sqlx::Result<AutoIncrement> {
     let row = sqlx::query!(
         r#"SELECT CAST(@@GLOBAL.innodb_autoinc_lock_mode AS SIGNED) AS "lock_mode: i64",
-                  CAST(@@SESSION.auto_increment_increment AS SIGNED) AS "increment: i64""#
+                  CAST(@@SESSION.auto_increment_increment AS SIGNED) AS "increment: i64",
+                  CAST(@@SESSION.max_allowed_packet AS UNSIGNED) AS "max_packet: u64""#
     )
     .fetch_one(&mut *conn)
     .await?;
     Ok(AutoIncrement {
         lock_mode: row.lock_mode.unwrap_or(2),
         increment: row.increment.unwrap_or(1).max(1),
+        max_packet: row.max_packet.unwrap_or(16 << 20),
     })
 }
 
@@ -2848,11 +2875,9 @@ struct BatchRow<'a> {
     pub trace_context: Option<&'a str>,
 }
 
-/// Most rows one batch `INSERT` carries; larger inputs are split into several statements.
+/// Most rows one batch `INSERT` carries; larger inputs are split into several statements
+/// (also by bytes, see [`Budget`]).
 const BATCH_ROWS: usize = 5_000;
-/// Most bytes of JSON one batch `INSERT` carries (well under the servers' default
-/// `max_allowed_packet` of 16 MiB on MariaDB and 64 MiB on MySQL 8).
-const BATCH_BYTES: usize = 2 << 20;
 
 /// `YYYY-MM-DD HH:MM:SS.ffffff` (UTC), as `JSON_TABLE` reads a `DATETIME(6)`.
 fn datetime_text(d: DateTime<Utc>) -> String {
@@ -2860,7 +2885,8 @@ fn datetime_text(d: DateTime<Utc>) -> String {
 }
 
 /// Inserts rows without idempotency key or unique identity (the unkeyed runs of
-/// `enqueue_many`), [`BATCH_ROWS`] per statement at most, and returns their ids in order.
+/// `enqueue_many`), [`BATCH_ROWS`] per statement at most and within the server's [`Budget`],
+/// and returns their ids in order.
 /// When the server's auto-increment settings make a multi-row insert's ids consecutive
 /// (`innodb_autoinc_lock_mode` 0 or 1) they are derived from the first; otherwise (mode 2,
 /// MySQL 8's default and Galera's requirement) the rows carry a random marker in
@@ -2875,16 +2901,10 @@ pub(crate) async fn task_insert_rows(
     }
     let ai = autoinc_settings(conn).await?;
     let step = (ai.lock_mode <= 1).then_some(ai.increment as u64);
-    let mut i = 0;
-    while i < rows.len() {
-        let mut json = String::from("[");
-        let start = i;
-        while i < rows.len() && i - start < BATCH_ROWS && (i == start || json.len() < BATCH_BYTES) {
-            if i > start {
-                json.push(',');
-            }
-            let r = &rows[i];
-            let row = BatchRow {
+    let json_rows = rows
+        .iter()
+        .map(|r| {
+            serde_json::to_string(&BatchRow {
                 queue: r.queue,
                 name: r.name,
                 payload_hex: crate::enqueue::hex(r.payload),
@@ -2895,11 +2915,17 @@ pub(crate) async fn task_insert_rows(
                 deadline: r.deadline.map(datetime_text),
                 ttl_us: r.ttl_us,
                 trace_context: r.trace_context,
-            };
-            json.push_str(&serde_json::to_string(&row).map_err(|e| sqlx::Error::Encode(e.into()))?);
-            i += 1;
-        }
-        json.push(']');
+            })
+            .map_err(|e| sqlx::Error::Encode(e.into()))
+        })
+        .collect::<sqlx::Result<Vec<String>>>()?;
+    let chunks =
+        Budget::for_packet(ai.max_packet).chunks(json_rows.iter().map(|j| j.len() + 1), BATCH_ROWS);
+    let mut i = 0;
+    for len in chunks {
+        let start = i;
+        i += len;
+        let json = format!("[{}]", json_rows[start..i].join(","));
         let n = (i - start) as u64;
         // Without consecutive ids the rows carry a marker to be read back by.
         let marker = step.is_none().then(|| fastrand::u64(1..));

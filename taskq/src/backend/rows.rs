@@ -226,6 +226,27 @@ pub(crate) struct FollowUpRow {
     pub trace_context: Option<String>,
 }
 
+impl FollowUpRow {
+    /// Bytes of this row in its statement's JSON (an upper bound; see `budget`).
+    pub(crate) fn json_len(&self) -> usize {
+        use super::budget::json_str_len;
+        96 + json_str_len(self.queue)
+            + json_str_len(self.name)
+            + self.payload_hex.len()
+            + json_str_len(&self.key)
+            + self.trace_context.as_deref().map_or(0, json_str_len)
+    }
+}
+
+impl WriteBack {
+    /// Bytes this outcome adds to its write-back's statements, its row of the `UPDATE` and
+    /// its follow-up's row of the `INSERT` (an upper bound; see `budget`).
+    pub(crate) fn json_len(&self) -> usize {
+        160 + self.error.as_deref().map_or(0, super::budget::json_str_len)
+            + self.follow_up.as_ref().map_or(0, |f| f.json_len())
+    }
+}
+
 /// What [`Store::task_write_back`] did with a batch.
 #[derive(Debug, Default)]
 pub(crate) struct WrittenBack {

@@ -33,6 +33,15 @@ pub(crate) fn is_busy(e: &dyn sqlx::error::DatabaseError) -> bool {
             .is_some_and(|c| c.parse::<i32>().is_ok_and(|n| n & 0xff == 5))
 }
 
+/// Whether a database error is SQLite's `SQLITE_TOOBIG` (a string or blob over its length
+/// limit) or `SQLITE_CONSTRAINT` (a constraint, or a trigger's `RAISE(ABORT, ..)`): the
+/// statement fails the same way every time.
+pub(crate) fn is_refused(e: &dyn sqlx::error::DatabaseError) -> bool {
+    e.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some()
+        && e.code()
+            .is_some_and(|c| c.parse::<i32>().is_ok_and(|n| matches!(n & 0xff, 18 | 19)))
+}
+
 /// Creates or upgrades the schema (see `taskq_sqlite::migrate`).
 pub(crate) async fn migrate(pool: &SqlitePool) -> crate::Result<()> {
     q::migrate(pool).await.map_err(crate::Error::from)
@@ -687,6 +696,16 @@ impl Store {
         limit: u32,
     ) -> sqlx::Result<u64> {
         q::task_prune(conn, s.as_str(), age_secs, limit).await
+    }
+
+    /// SQLite has no packet: its statements are bounded by its longest string.
+    pub(crate) async fn statement_budget(
+        &self,
+        _conn: &mut SqliteConnection,
+    ) -> sqlx::Result<crate::backend::budget::Budget> {
+        Ok(crate::backend::budget::Budget::for_packet(
+            crate::backend::budget::SQLITE_MAX_LENGTH,
+        ))
     }
 
     pub(crate) async fn task_epochs(

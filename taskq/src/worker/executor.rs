@@ -131,12 +131,23 @@ async fn run(
         link(&span, ctx);
     }
     let started = Instant::now();
+    // Only when this guard drops, with the outcome queued for write-back (or the task marked
+    // abandoned), does this executor stop counting: shutdown waits for `executing == 0`
+    // before the final flush. It also drops the lease if the executor panics.
+    let mut guard = Done {
+        shared: &shared,
+        key: key(&task),
+        queue: &queue,
+        in_flight: true,
+        handed_over: false,
+    };
     metrics::queue_wait(&queue, &name, task.wait_us);
     metrics::in_flight(&queue, 1.0);
     let outcome = attempt(&shared, &queue, &task, cancel, signal)
         .instrument(span.clone())
         .await;
     metrics::in_flight(&queue, -1.0);
+    guard.in_flight = false;
     metrics::handler_finished(&queue, &name, outcome.label(), started.elapsed());
     drop(slot);
     shared.slot_freed.notify_waiters();
@@ -147,10 +158,41 @@ async fn run(
     } else {
         hand_over(&shared, &task, &queue, &name, &span, outcome, started);
     }
-    // Only now, with the outcome queued for write-back (or the task marked abandoned), does
-    // this executor stop counting: shutdown waits for `executing == 0` before the final flush.
-    shared.executing.fetch_sub(1, Ordering::AcqRel);
-    shared.slot_freed.notify_waiters();
+    guard.handed_over = true;
+}
+
+/// Ends an executor's count, on return or on a panic. A panic after the handler returned
+/// (formatting its error, computing the outcome) would otherwise leave the attempt's lease in
+/// the lease table, renewed forever by the heartbeat, and shutdown waiting for it: the record
+/// is removed (and the handler, if still running, aborted) so the lease ends and the reaper
+/// returns the task, as after a crash.
+struct Done<'a> {
+    shared: &'a Shared,
+    key: AttemptKey,
+    queue: &'a str,
+    in_flight: bool,
+    handed_over: bool,
+}
+
+impl Drop for Done<'_> {
+    fn drop(&mut self) {
+        if !self.handed_over {
+            if self.in_flight {
+                metrics::in_flight(self.queue, -1.0);
+            }
+            let removed = self.shared.inflight().remove(&self.key);
+            if let Some(abort) = removed.and_then(|f| f.abort) {
+                abort.abort();
+            }
+            tracing::error!(
+                task_id = self.key.id,
+                lease_epoch = self.key.epoch,
+                "taskq: the executor panicked; the lease is no longer renewed, and the reaper returns the task once it ends"
+            );
+        }
+        self.shared.executing.fetch_sub(1, Ordering::AcqRel);
+        self.shared.slot_freed.notify_waiters();
+    }
 }
 
 /// A task whose handler was not started because its lease was over, or about to be, when it

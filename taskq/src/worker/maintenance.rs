@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use super::observe::{self, OutcomeEvent, TaskOutcome};
 use super::{Shared, WorkerStats, follow, within};
-use crate::backend::{ExpiredRow, ReapRow};
+use crate::backend::{ExpiredRow, ReapRow, Reaped};
 use crate::followup::{DeadTask, payload_value};
 use crate::task::{TaskId, TaskState};
 use crate::wake;
@@ -47,11 +47,17 @@ pub(crate) async fn run(shared: Arc<Shared>) {
 /// pending instead: the first worker that registers the name claims it and ends it dead
 /// without running it (`executor`), so it neither stays `running` nor counts against its
 /// queue's limit meanwhile.
+///
+/// With follow-ups, a round's reap is split into statements within the server's byte budget
+/// (`backend::budget`), and a follow-up too big for any statement is dropped first. A reap the
+/// database rejects deterministically is split until the row is alone, which is then reaped
+/// without its follow-up (logged and counted as lost, see `follow`): one bad row never stalls
+/// the reaper.
 async fn reap(shared: &Shared) {
     let mut total = 0;
     // Observers need to know exactly which rows were reaped.
     let exact = !shared.observers.is_empty();
-    loop {
+    'rounds: loop {
         let rows = match within!(shared, |c| shared.store.task_expired(
             c,
             &shared.names_json,
@@ -70,36 +76,57 @@ async fn reap(shared: &Shared) {
             break;
         }
         let found = rows.len();
-        let plan: Vec<ReapRow> = rows.iter().map(|r| plan(shared, r)).collect();
-        match within!(shared, |c| shared.store.task_reap(c, &plan, exact)).await {
-            Ok(done) => {
-                total += done.reaped;
-                WorkerStats::add(&shared.stats.follow_ups, done.followed.len() as u64);
-                for id in &done.followed {
-                    if let Some(r) = rows.iter().find(|r| r.id == *id) {
-                        crate::metrics::follow_up(&r.name, "on_dead");
-                    }
+        let mut plan: Vec<ReapRow> = rows.iter().map(|r| plan(shared, r)).collect();
+        let name = |id: u64| {
+            rows.iter()
+                .find(|r| r.id == id)
+                .map_or("", |r| r.name.as_str())
+        };
+        // Chunks still to reap, the first last; a rejected chunk comes back as its halves.
+        let mut pending: Vec<Vec<ReapRow>> = Vec::new();
+        if plan.iter().any(|r| r.follow_up.is_some()) {
+            let budget = match follow::budget(shared).await {
+                Ok(b) => b,
+                Err(e) => {
+                    WorkerStats::add(&shared.stats.db_errors, 1);
+                    tracing::warn!(error = %e, "taskq: reaper failed");
+                    break;
                 }
-                for (id, state) in &done.rows {
-                    let Some(r) = rows.iter().find(|r| r.id == *id) else {
-                        continue;
-                    };
-                    observe::emit(shared, || OutcomeEvent {
-                        task_id: TaskId(r.id),
-                        name: r.name.as_str().into(),
-                        queue: r.queue.as_str().into(),
-                        attempt: r.attempt,
-                        outcome: TaskOutcome::Reaped(*state),
-                        error: Some(reap_error(r)),
-                        duration: None,
-                        follow_up: done.followed.contains(id),
-                    });
-                }
+            };
+            for r in plan.iter_mut() {
+                follow::fit(shared, &mut r.follow_up, &budget, r.id, name(r.id));
             }
-            Err(e) => {
-                WorkerStats::add(&shared.stats.db_errors, 1);
-                tracing::warn!(error = %e, "taskq: reaper failed");
-                break;
+            let sizes = plan
+                .iter()
+                .map(|r| 48 + r.follow_up.as_ref().map_or(0, |f| f.json_len()));
+            for n in budget.chunks(sizes.collect::<Vec<_>>(), BATCH as usize) {
+                pending.push(plan.drain(..n).collect());
+            }
+            pending.reverse();
+        } else {
+            pending.push(plan);
+        }
+        while let Some(mut chunk) = pending.pop() {
+            match within!(shared, |c| shared.store.task_reap(c, &chunk, exact)).await {
+                Ok(done) => total += reaped(shared, &rows, &done),
+                Err(e) if e.is_deterministic() && chunk.iter().any(|r| r.follow_up.is_some()) => {
+                    WorkerStats::add(&shared.stats.db_errors, 1);
+                    if chunk.len() > 1 {
+                        tracing::warn!(error = %e, tasks = chunk.len(),
+                            "taskq: reap rejected; splitting it to isolate the row");
+                        let second = chunk.split_off(chunk.len() / 2);
+                        pending.push(second);
+                    } else {
+                        let r = &mut chunk[0];
+                        follow::refused(shared, &mut r.follow_up, r.id, name(r.id), &e);
+                    }
+                    pending.push(chunk);
+                }
+                Err(e) => {
+                    WorkerStats::add(&shared.stats.db_errors, 1);
+                    tracing::warn!(error = %e, "taskq: reaper failed");
+                    break 'rounds;
+                }
             }
         }
         if found < BATCH as usize {
@@ -114,6 +141,32 @@ async fn reap(shared: &Shared) {
             wake::notify(q);
         }
     }
+}
+
+/// Counts and reports one reap statement's work; returns how many rows it reaped.
+fn reaped(shared: &Shared, rows: &[ExpiredRow], done: &Reaped) -> u64 {
+    WorkerStats::add(&shared.stats.follow_ups, done.followed.len() as u64);
+    for id in &done.followed {
+        if let Some(r) = rows.iter().find(|r| r.id == *id) {
+            crate::metrics::follow_up(&r.name, "on_dead");
+        }
+    }
+    for (id, state) in &done.rows {
+        let Some(r) = rows.iter().find(|r| r.id == *id) else {
+            continue;
+        };
+        observe::emit(shared, || OutcomeEvent {
+            task_id: TaskId(r.id),
+            name: r.name.as_str().into(),
+            queue: r.queue.as_str().into(),
+            attempt: r.attempt,
+            outcome: TaskOutcome::Reaped(*state),
+            error: Some(reap_error(r)),
+            duration: None,
+            follow_up: done.followed.contains(id),
+        });
+    }
+    done.reaped
 }
 
 /// The reap of one expired row, with its `on_dead` follow-up when the reap moves it to dead.

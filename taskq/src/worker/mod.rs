@@ -161,6 +161,7 @@ impl Worker {
             written: cfg_queues_notifiers(&cfg_queues),
             presence,
             health,
+            budget: std::sync::OnceLock::new(),
         });
         tracing::info!(worker_id = %shared.worker_id, queues = ?shared.cfg.queues, "taskq worker started");
 
@@ -350,6 +351,8 @@ pub(crate) struct Shared {
     pub presence: heartbeat::Presence,
     /// The probe's state; `within!` records each successful statement in it.
     pub health: Arc<health::HealthInner>,
+    /// The server's statement budget, read once when first needed (`follow::budget`).
+    pub budget: std::sync::OnceLock<crate::backend::budget::Budget>,
 }
 
 impl Shared {
