@@ -10,6 +10,7 @@
 //! See `docs/operations.md`.
 
 mod duration;
+mod text;
 
 use std::process::ExitCode;
 use std::str::FromStr;
@@ -27,6 +28,7 @@ use taskq::{
 };
 
 use crate::duration::{format_duration, parse_duration};
+use crate::text::{clean, clean_lines, json_safe};
 
 /// Exit code: anything else failed (e.g. a query error).
 const EXIT_OTHER: u8 = 1;
@@ -423,7 +425,8 @@ fn main() -> ExitCode {
     match runtime.block_on(run(&cli, &url)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(f) => {
-            eprintln!("taskq: error: {}", f.message);
+            // Errors can quote stored text (a name, a queue): printed like it.
+            eprintln!("taskq: error: {}", clean_lines(&f.message).join("\n  "));
             ExitCode::from(f.code)
         }
     }
@@ -969,21 +972,31 @@ async fn show(client: &Client, id: TaskId, json: bool) -> Result<(), Failure> {
         ("created_at", fmt_time(task.created_at)),
         ("updated_at", fmt_time(task.updated_at)),
         ("finished_at", opt_time(task.finished_at)),
-        ("last_error", opt(&task.last_error)),
     ];
     // Why a dead task died, derived from the row (see `TaskInfo::dead_reason`).
     if let Some(reason) = task.dead_reason() {
         fields.insert(4, ("dead", reason.to_string()));
     }
     for (k, v) in fields {
-        println!("{:<16} {v}", format!("{k}:"));
+        println!("{:<16} {}", format!("{k}:"), clean(&v));
+    }
+    // A multi-line error keeps its lines, indented under its first one; every control
+    // character in it (ESC, BEL, a lone CR, C1) is escaped.
+    match &task.last_error {
+        None => println!("{:<16} -", "last_error:"),
+        Some(e) => {
+            for (i, line) in clean_lines(e).iter().enumerate() {
+                let label = if i == 0 { "last_error:" } else { "" };
+                println!("{label:<16} {line}");
+            }
+        }
     }
     println!("payload:");
     let pretty = match &payload {
         serde_json::Value::String(raw) if task.payload_json().is_err() => {
-            format!("(not valid JSON) {raw}")
+            clean_lines(&format!("(not valid JSON) {raw}")).join("\n")
         }
-        v => serde_json::to_string_pretty(v).unwrap_or_default(),
+        v => json_safe(&serde_json::to_string_pretty(v).unwrap_or_default()).into_owned(),
     };
     for line in pretty.lines() {
         println!("  {line}");
@@ -1208,14 +1221,15 @@ async fn pause(client: &Client, queue: &str, pause: bool, json: bool) -> Result<
         client.resume_queue(queue).await?
     };
     let state = if pause { "paused" } else { "running" };
+    let shown = clean(queue);
     if json {
         print_json(&serde_json::json!({ "queue": queue, "state": state, "changed": changed }));
     } else if changed {
         println!(
-            "queue {queue}: {state} (workers notice within their poll interval, 1 s by default)"
+            "queue {shown}: {state} (workers notice within their poll interval, 1 s by default)"
         );
     } else {
-        println!("queue {queue}: was not paused");
+        println!("queue {shown}: was not paused");
     }
     Ok(())
 }
@@ -1232,7 +1246,11 @@ async fn paused(client: &Client, json: bool) -> Result<(), Failure> {
         println!("no queue is paused");
     } else {
         for (q, at) in rows {
-            println!("{q}\tpaused since {}", at.format("%Y-%m-%d %H:%M:%S UTC"));
+            println!(
+                "{}\tpaused since {}",
+                clean(&q),
+                at.format("%Y-%m-%d %H:%M:%S UTC")
+            );
         }
     }
     Ok(())
@@ -1272,14 +1290,15 @@ async fn set_limit(
     json: bool,
 ) -> Result<(), Failure> {
     client.set_queue_limit(queue, limit).await?;
+    let shown = clean(queue);
     if json {
         print_json(&serde_json::json!({ "queue": queue, "concurrency_limit": limit }));
     } else if let Some(n) = limit {
         println!(
-            "queue {queue}: at most {n} running at once over all workers (workers read it within their poll interval, 1 s by default)"
+            "queue {shown}: at most {n} running at once over all workers (workers read it within their poll interval, 1 s by default)"
         );
     } else {
-        println!("queue {queue}: no concurrency limit");
+        println!("queue {shown}: no concurrency limit");
     }
     Ok(())
 }
@@ -1292,16 +1311,17 @@ async fn set_rate_limit(
 ) -> Result<(), Failure> {
     client.set_queue_rate_limit(queue, rate).await?;
     let rate = rate.map(|(max, period)| taskq::client::RateLimit { max, period });
+    let shown = clean(queue);
     if json {
         print_json(&serde_json::json!({ "queue": queue, "rate_limit": rate }));
     } else if let Some(r) = rate {
         println!(
-            "queue {queue}: at most {} starts per {} over all workers (workers read it within their poll interval, 1 s by default)",
+            "queue {shown}: at most {} starts per {} over all workers (workers read it within their poll interval, 1 s by default)",
             r.max,
             format_duration(r.period)
         );
     } else {
-        println!("queue {queue}: no rate limit");
+        println!("queue {shown}: no rate limit");
     }
     Ok(())
 }
@@ -1542,7 +1562,7 @@ async fn delete_schedule(client: &Client, name: &str, json: bool) -> Result<(), 
             format!("no schedule named {name:?}"),
         ));
     }
-    println!("schedule {name}: deleted");
+    println!("schedule {}: deleted", clean(name));
     Ok(())
 }
 
@@ -1577,13 +1597,18 @@ fn parse_time(input: &str) -> Result<DateTime<Utc>, String> {
 
 fn print_json<T: Serialize + ?Sized>(value: &T) {
     match serde_json::to_string_pretty(value) {
-        Ok(s) => println!("{s}"),
+        Ok(s) => println!("{}", json_safe(&s)),
         Err(e) => eprintln!("taskq: error: cannot encode JSON: {e}"),
     }
 }
 
-/// Prints an aligned table; a header starting with `>` is right-aligned (numbers).
+/// Prints an aligned table; a header starting with `>` is right-aligned (numbers). Cells
+/// are stored text: each is printed on one line with its controls escaped ([`clean`]).
 fn print_table(headers: &[&str], rows: Vec<Vec<String>>) {
+    let rows: Vec<Vec<String>> = rows
+        .into_iter()
+        .map(|r| r.into_iter().map(|c| clean(&c).into_owned()).collect())
+        .collect();
     let right: Vec<bool> = headers.iter().map(|h| h.starts_with('>')).collect();
     let headers: Vec<String> = headers
         .iter()

@@ -1704,3 +1704,189 @@ async fn audit_lists_cli_actions_with_their_actor() {
     let none = taskq(Some(url(&db)), &["audit", "--queue", "nope"]).await;
     assert_eq!(none.stdout.trim(), "no audit entries");
 }
+
+/// What a hostile stored string tries: retitle the terminal (OSC … BEL), clear the screen,
+/// print fake coloured text over what is already on the line (CR), and the same with a C1
+/// CSI (U+009B), DEL and a right-to-left override.
+const HOSTILE: &str =
+    "\u{1b}]0;pwned\u{7}\u{1b}[2J\u{1b}[31mFAKE OK\r\u{9b}32mstate: succeeded\u{7f}\u{202e}";
+
+/// Whether `out` has a character a terminal acts on (anything but text, newlines and tabs).
+fn terminal_controls(out: &str) -> Vec<char> {
+    out.chars()
+        .filter(|&c| {
+            (c.is_control() && c != '\n' && c != '\t')
+                || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+        })
+        .collect()
+}
+
+/// Stored text with control characters (error, name, queue, payload, worker id) is printed
+/// with the controls escaped by `show`, `list`, `names`, `stats`, `workers`, `audit` and their
+/// `--json` forms (which still decode to the stored strings); a multi-line error keeps its
+/// lines in `show`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stored_control_characters_are_escaped_in_every_output() {
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
+    let u = || Some(url(&db));
+    let error = format!("first line {HOSTILE}\r\nsecond line\n\u{1b}[1Athird line");
+    let dead = ping(&db, 1).await;
+    let pending = ping(&db, 2).await;
+    let payload = serde_json::json!({ "note": HOSTILE }).to_string();
+    for (id, state) in [(dead, "dead"), (pending, "pending")] {
+        sqlx::query(
+            "UPDATE taskq_tasks SET state = ?, name = ?, queue = ?, last_error = ?,
+               payload = ?, worker_id = ?, finished_at = IF(? = 'dead', UTC_TIMESTAMP(6), NULL)
+             WHERE id = ?",
+        )
+        .bind(state)
+        .bind(format!("name{HOSTILE}"))
+        .bind(format!("queue{HOSTILE}"))
+        .bind(&error)
+        .bind(if state == "dead" {
+            payload.as_bytes().to_vec()
+        } else {
+            HOSTILE.as_bytes().to_vec()
+        })
+        .bind(format!("worker{HOSTILE}"))
+        .bind(state)
+        .bind(id.0)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    }
+    sqlx::query(
+        "INSERT INTO taskq_workers (worker_id, host, pid, queues, concurrency, lease_us,
+           heartbeat_us, started_at, last_seen_at)
+         VALUES (?, ?, 1, ?, 1, 30000000, 10000000, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))",
+    )
+    .bind(format!("worker{HOSTILE}"))
+    .bind(format!("host{HOSTILE}"))
+    .bind(serde_json::json!({ format!("queue{HOSTILE}"): 1 }).to_string())
+    .execute(&db.pool)
+    .await
+    .unwrap();
+
+    let escaped =
+        r"\u{1b}]0;pwned\u{7}\u{1b}[2J\u{1b}[31mFAKE OK\r\u{9b}32mstate: succeeded\u{7f}\u{202e}";
+    let show = taskq(u(), &["show", &dead.to_string()]).await;
+    assert_eq!(show.code, 0, "{show:?}");
+    assert_eq!(
+        terminal_controls(&show.stdout),
+        Vec::<char>::new(),
+        "{show:?}"
+    );
+    assert!(
+        show.stdout.contains(&format!("\nlast_error:      first line {escaped}\n                 second line\n                 \\u{{1b}}[1Athird line\n")),
+        "{}",
+        show.stdout
+    );
+    assert!(
+        show.stdout
+            .contains(&format!("name:            name{escaped}\n")),
+        "{}",
+        show.stdout
+    );
+    assert!(
+        show.stdout
+            .contains(&format!("worker_id:       worker{escaped}\n")),
+        "{}",
+        show.stdout
+    );
+    // The pretty payload: still JSON, its C1/DEL/bidi characters as JSON escapes.
+    assert!(
+        show.stdout.contains(r#""note": "\u001b]0;pwned\u0007\u001b[2J\u001b[31mFAKE OK\r\u009b32mstate: succeeded\u007f\u202e""#),
+        "{}",
+        show.stdout
+    );
+    let raw = taskq(u(), &["show", &pending.to_string()]).await;
+    assert_eq!(
+        terminal_controls(&raw.stdout),
+        Vec::<char>::new(),
+        "{raw:?}"
+    );
+    assert!(
+        raw.stdout.contains(&format!("(not valid JSON) {escaped}")),
+        "{}",
+        raw.stdout
+    );
+
+    for args in [
+        &["list"][..],
+        &["names"],
+        &["stats"],
+        &["workers"],
+        &["audit"],
+        &[
+            "list",
+            "--state",
+            "dead",
+            "--name",
+            &format!("name{HOSTILE}"),
+        ],
+    ] {
+        let out = taskq(u(), args).await;
+        assert_eq!(out.code, 0, "{args:?}: {out:?}");
+        assert_eq!(
+            terminal_controls(&out.stdout),
+            Vec::<char>::new(),
+            "{args:?}: {}",
+            out.stdout
+        );
+        assert_eq!(
+            terminal_controls(&out.stderr),
+            Vec::<char>::new(),
+            "{args:?}: {}",
+            out.stderr
+        );
+        if args[0] != "audit" {
+            assert!(
+                out.stdout.contains(&format!("queue{escaped}")),
+                "{args:?}: {}",
+                out.stdout
+            );
+        }
+    }
+    let list = taskq(u(), &["list"]).await;
+    assert!(
+        list.stdout.contains(&format!("first line {escaped}…")),
+        "{}",
+        list.stdout
+    );
+
+    // --json: no raw control on the terminal, and the same strings once decoded.
+    for args in [
+        &["show", "--json", &dead.to_string()][..],
+        &["list", "--json"],
+        &["names", "--json"],
+        &["workers", "--json"],
+    ] {
+        let out = taskq(u(), args).await;
+        assert_eq!(out.code, 0, "{args:?}: {out:?}");
+        assert_eq!(
+            terminal_controls(&out.stdout),
+            Vec::<char>::new(),
+            "{args:?}: {}",
+            out.stdout
+        );
+        let v = out.json();
+        let text = v.to_string();
+        assert!(text.contains(r"\u001b]0;pwned"), "{args:?}: {text}");
+    }
+    let v = taskq(u(), &["show", "--json", &dead.to_string()])
+        .await
+        .json();
+    assert_eq!(v["last_error"], error.as_str());
+    assert_eq!(v["name"], format!("name{HOSTILE}"));
+    assert_eq!(v["payload"]["note"], HOSTILE);
+
+    // An error message quoting stored text is escaped too.
+    let missing = taskq(u(), &["schedules", "delete", &format!("s{HOSTILE}")]).await;
+    assert_eq!(
+        terminal_controls(&missing.stderr),
+        Vec::<char>::new(),
+        "{missing:?}"
+    );
+}

@@ -395,3 +395,71 @@ async fn web_serves_the_dashboard_of_a_sqlite_file() {
     assert!(out.contains("\"queue\":\"default\""), "{out}");
     pool.close().await;
 }
+
+/// Retitles the terminal, clears it, writes fake coloured text over the line (CR, C1 CSI).
+const HOSTILE: &str = "\u{1b}]0;pwned\u{7}\u{1b}[2J\u{1b}[31mFAKE\r\u{9b}32mok\u{7f}";
+
+fn terminal_controls(out: &str) -> Vec<char> {
+    out.chars()
+        .filter(|&c| c.is_control() && c != '\n' && c != '\t')
+        .collect()
+}
+
+/// On a SQLite file too, `show` and `list` (and `--json`) print stored control characters
+/// escaped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stored_control_characters_are_escaped_on_a_sqlite_file() {
+    let dir = TempDir::new();
+    let file = dir.0.join("app.db");
+    let url = format!("sqlite://{}", file.display());
+    let d = &dir.0;
+    taskq(d, &url, &["migrate"]).await.ok();
+    let pool = taskq::sqlite::open(&file).await.unwrap();
+    let id = ping(&pool, 1).await;
+    let error = format!("boom {HOSTILE}\nsecond line");
+    sqlx::query(
+        "UPDATE taskq_tasks SET state = 'dead', name = ?1, last_error = ?2, worker_id = ?1,
+           finished_at = updated_at WHERE id = ?3",
+    )
+    .bind(format!("name{HOSTILE}"))
+    .bind(&error)
+    .bind(id.0 as i64)
+    .execute(&pool)
+    .await
+    .unwrap();
+    let escaped = r"\u{1b}]0;pwned\u{7}\u{1b}[2J\u{1b}[31mFAKE\r\u{9b}32mok\u{7f}";
+    let show = taskq(d, &url, &["show", &id.to_string()]).await.ok();
+    assert_eq!(
+        terminal_controls(&show.stdout),
+        Vec::<char>::new(),
+        "{show:?}"
+    );
+    assert!(
+        show.stdout.contains(&format!(
+            "last_error:      boom {escaped}\n                 second line\n"
+        )),
+        "{}",
+        show.stdout
+    );
+    let list = taskq(d, &url, &["list"]).await.ok();
+    assert_eq!(
+        terminal_controls(&list.stdout),
+        Vec::<char>::new(),
+        "{list:?}"
+    );
+    assert!(
+        list.stdout.contains(&format!("name{escaped}")),
+        "{}",
+        list.stdout
+    );
+    let json = taskq(d, &url, &["show", "--json", &id.to_string()])
+        .await
+        .ok();
+    assert_eq!(
+        terminal_controls(&json.stdout),
+        Vec::<char>::new(),
+        "{json:?}"
+    );
+    assert_eq!(json.json()["last_error"], error.as_str());
+    pool.close().await;
+}
