@@ -229,17 +229,26 @@ async fn names_shows_pending_tasks_per_name_so_an_unhandled_one_stands_out() {
     assert!(lines[0].starts_with("database clock: "), "{}", out.stdout);
     assert_eq!(
         lines[1].split_whitespace().collect::<Vec<_>>(),
-        ["QUEUE", "NAME", "PENDING", "DUE", "OLDEST", "DUE"],
+        [
+            "QUEUE", "NAME", "PENDING", "DUE", "OLDEST", "DUE", "HANDLED", "BY"
+        ],
         "{}",
         out.stdout
     );
     assert_eq!(lines.len(), 6, "{}", out.stdout); // clock, header, 4 rows
     let unhandled = row(&out.stdout, &["default", "nobody_handles_this", "2", "2"])
         .unwrap_or_else(|| panic!("{}", out.stdout));
-    assert!(unhandled.ends_with("2h0m"), "{unhandled}");
+    assert!(
+        unhandled.contains(" 2h0m ") && unhandled.ends_with("NO LIVE WORKER"),
+        "{unhandled}"
+    );
+    assert!(
+        out.stderr
+            .contains("NO LIVE WORKER: no alive worker works this queue")
+    );
     let pings = row(&out.stdout, &["default", "ping", "4", "3"])
         .unwrap_or_else(|| panic!("{}", out.stdout));
-    assert!(pings.ends_with('s'), "{pings}"); // seconds old
+    assert!(pings.ends_with("NO LIVE WORKER"), "{pings}"); // seconds old, no worker
     assert!(
         row(&out.stdout, &["other", "pong", "1", "1"]).is_some(),
         "{}",
@@ -275,9 +284,31 @@ async fn names_shows_pending_tasks_per_name_so_an_unhandled_one_stands_out() {
     assert!(first["oldest_run_at"].is_string());
     let age = first["oldest_due_age_secs"].as_f64().unwrap();
     assert!((7_200.0..7_260.0).contains(&age), "{age}");
+    assert_eq!(first["live_workers"], 0);
     let report = names.iter().find(|n| n["name"] == "report").unwrap();
     assert_eq!(report["due"], 0);
     assert!(report.get("oldest_due_age_secs").is_none(), "{report}");
+
+    // A live worker of `default` that registers `ping` (and an older worker's row, with no
+    // names recorded, in `other`: taken to register every name) handles those.
+    sqlx::query(
+        "INSERT INTO taskq_workers (worker_id, host, pid, queues, concurrency, lease_us,
+           heartbeat_us, names, started_at, last_seen_at)
+         VALUES ('w-ping', 'h', 1, '{\"default\":1}', 1, 30000000, 10000000, '[\"ping\"]',
+                 UTC_TIMESTAMP(6), UTC_TIMESTAMP(6)),
+                ('w-old', 'h', 2, '{\"other\":1}', 1, 30000000, 10000000, NULL,
+                 UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let out = taskq(u(), &["names"]).await;
+    let pings = row(&out.stdout, &["default", "ping", "4", "3"]).unwrap();
+    assert!(pings.ends_with("1 live worker"), "{pings}");
+    let pongs = row(&out.stdout, &["other", "pong", "1", "1"]).unwrap();
+    assert!(pongs.ends_with("1 live worker"), "{pongs}");
+    let unhandled = row(&out.stdout, &["default", "nobody_handles_this"]).unwrap();
+    assert!(unhandled.ends_with("NO LIVE WORKER"), "{unhandled}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1325,6 +1356,8 @@ async fn workers_lists_live_workers_with_their_running_tasks() {
         }
     };
     add("w-1", 2, false).await;
+    // Heartbeat 10 s, lease 30 s: seen 25 s ago is two beats missed, within the lease.
+    add("w-lost", 25, false).await;
     add("w-gone", 300, false).await;
     add("w-stopped", 60, true).await;
     for n in 0..3 {
@@ -1340,24 +1373,35 @@ async fn workers_lists_live_workers_with_their_running_tasks() {
     )
     .unwrap_or_else(|| panic!("{}", out.stdout));
     assert!(line.ends_with("alive"), "{line}");
-    assert!(!out.stdout.contains("w-gone") && !out.stdout.contains("w-stopped"));
+    assert!(
+        line.contains(" 2.0s ago ") || line.contains(" 2.1s ago "),
+        "{line}"
+    );
+    // Not stopped but not beating: LOST, listed by default, with its last beat's age.
+    let lost = row(&out.stdout, &["w-lost", "box-1", "4242"]).unwrap();
+    assert!(
+        lost.contains(" 25s ago ") && lost.ends_with("LOST"),
+        "{lost}"
+    );
+    let gone = row(&out.stdout, &["w-gone", "box-1", "4242"]).unwrap();
+    assert!(gone.contains("5m") && gone.ends_with("LOST"), "{gone}");
+    assert!(!out.stdout.contains("w-stopped"), "{}", out.stdout);
+    assert!(
+        out.stderr
+            .contains("LOST: no heartbeat for two of its heartbeat intervals"),
+        "{out:?}"
+    );
 
     let all = taskq(Some(url(&db)), &["workers", "--all"]).await;
     assert_eq!(all.code, 0, "{all:?}");
-    let gone = row(&all.stdout, &["w-gone", "box-1", "4242"]).unwrap();
-    assert!(gone.contains("5m") && gone.ends_with("GONE"), "{gone}");
     let stopped = row(&all.stdout, &["w-stopped"]).unwrap();
     assert!(stopped.contains("stopped 1m"), "{stopped}");
-    assert!(
-        all.stderr.contains("GONE: not seen within its lease"),
-        "{all:?}"
-    );
 
     let json = taskq(Some(url(&db)), &["workers", "--all", "--json"])
         .await
         .json();
     let list = json["workers"].as_array().unwrap();
-    assert_eq!(list.len(), 3, "{json}");
+    assert_eq!(list.len(), 4, "{json}");
     let w1 = list.iter().find(|w| w["id"] == "w-1").unwrap();
     assert_eq!(w1["host"], "box-1");
     assert_eq!(w1["pid"], 4242);
@@ -1365,20 +1409,64 @@ async fn workers_lists_live_workers_with_their_running_tasks() {
     assert_eq!(w1["concurrency"], 6);
     assert_eq!(w1["running"], 3);
     assert_eq!(w1["alive"], true);
+    assert_eq!(w1["status"], "alive");
+    assert!(w1["names"].is_null(), "a row without names: {w1}");
     assert_eq!(w1["lease_ms"], 30000);
     assert_eq!(w1["heartbeat_ms"], 10000);
     assert!(w1["stopped_at"].is_null());
     let ago = w1["last_seen_secs_ago"].as_f64().unwrap();
     assert!((1.5..30.0).contains(&ago), "{ago}");
     assert!(w1["uptime_secs"].as_f64().unwrap() >= 3599.0);
+    let lost = list.iter().find(|w| w["id"] == "w-lost").unwrap();
+    assert_eq!(lost["alive"], false);
+    assert_eq!(lost["status"], "lost");
+    let ago = lost["last_seen_ago_ms"].as_u64().unwrap();
+    assert!((25_000..30_000).contains(&ago), "{lost}");
     let gone = list.iter().find(|w| w["id"] == "w-gone").unwrap();
-    assert_eq!(gone["alive"], false);
+    assert_eq!(gone["status"], "lost");
     assert_eq!(gone["running"], 0);
     let stopped = list.iter().find(|w| w["id"] == "w-stopped").unwrap();
     assert_eq!(stopped["alive"], false);
+    assert_eq!(stopped["status"], "stopped");
     assert!(stopped["stopped_at"].is_string());
-    let live_only = taskq(Some(url(&db)), &["workers", "--json"]).await.json();
-    assert_eq!(live_only["workers"].as_array().unwrap().len(), 1);
+    let not_stopped = taskq(Some(url(&db)), &["workers", "--json"]).await.json();
+    assert_eq!(not_stopped["workers"].as_array().unwrap().len(), 3);
+
+    // A task held by the lost worker says so in `show`; one held by the live worker too.
+    let held = ping(&db, 40).await;
+    exec(
+        &db,
+        "UPDATE taskq_tasks SET state = 'running', attempt = 1, lease_epoch = 1,
+           worker_id = 'w-lost', lease_until = UTC_TIMESTAMP(6) + INTERVAL 5 SECOND WHERE id = ?",
+        held,
+    )
+    .await;
+    let show = taskq(Some(url(&db)), &["show", &held.to_string()]).await;
+    assert_eq!(show.code, 0, "{show:?}");
+    let line = show
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("worker: "))
+        .unwrap_or_else(|| panic!("{}", show.stdout));
+    assert!(
+        line.contains(
+            "LOST: worker lost, no heartbeat for 25s (heartbeat every 10s); its lease ends in"
+        ),
+        "{line}"
+    );
+    let json = taskq(Some(url(&db)), &["show", "--json", &held.to_string()])
+        .await
+        .json();
+    assert_eq!(json["worker_status"], "lost");
+    let alive = ping(&db, 41).await;
+    make_running(&db, alive).await; // worker_id = 'w-1'
+    let show = taskq(Some(url(&db)), &["show", &alive.to_string()]).await;
+    assert!(
+        show.stdout
+            .contains("\nworker:          alive (last beat 2."),
+        "{}",
+        show.stdout
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

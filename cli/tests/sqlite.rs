@@ -463,3 +463,74 @@ async fn stored_control_characters_are_escaped_on_a_sqlite_file() {
     assert_eq!(json.json()["last_error"], error.as_str());
     pool.close().await;
 }
+
+/// On a SQLite file: a worker that stopped beating two heartbeat intervals ago (well within
+/// its lease) is LOST in `taskq workers`, a task it holds says `worker lost` in `taskq show`,
+/// and `taskq names` marks a name no live worker handles.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_workers_and_unhandled_names_on_a_sqlite_file() {
+    let dir = TempDir::new();
+    let file = dir.0.join("app.db");
+    let url = format!("sqlite://{}", file.display());
+    let d = &dir.0;
+    taskq(d, &url, &["migrate"]).await.ok();
+    let pool = taskq::sqlite::open(&file).await.unwrap();
+    // Heartbeat 10 s, lease 30 s; `w-lost` last beat 25 s ago, `w-live` 1 s ago.
+    sqlx::query(
+        "INSERT INTO taskq_workers (worker_id, host, pid, queues, concurrency, lease_us,
+           heartbeat_us, names, started_at, last_seen_at)
+         SELECT 'w-lost', 'h', 7, '{\"default\":2}', 2, 30000000, 10000000, '[\"ping\"]',
+                c.us - 60000000, c.us - 25000000 FROM taskq_clock AS c
+         UNION ALL
+         SELECT 'w-live', 'h', 8, '{\"other\":1}', 1, 30000000, 10000000, '[\"pong\"]',
+                c.us - 60000000, c.us - 1000000 FROM taskq_clock AS c",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let held = ping(&pool, 1).await;
+    sqlx::query(
+        "UPDATE taskq_tasks SET state = 'running', attempt = 1, lease_epoch = 1,
+           worker_id = 'w-lost', lease_until = (SELECT us FROM taskq_clock) + 5000000
+         WHERE id = ?1",
+    )
+    .bind(held.0 as i64)
+    .execute(&pool)
+    .await
+    .unwrap();
+    ping(&pool, 2).await;
+    Pong(3).enqueue(&pool).await.unwrap();
+
+    let out = taskq(d, &url, &["workers"]).await.ok();
+    let lost = row(&out.stdout, &["w-lost", "h", "7"]).unwrap_or_else(|| panic!("{out:?}"));
+    assert!(
+        lost.contains(" 25s ago ") && lost.ends_with("LOST"),
+        "{lost}"
+    );
+    let live = row(&out.stdout, &["w-live"]).unwrap();
+    assert!(live.ends_with("alive"), "{live}");
+    let json = taskq(d, &url, &["workers", "--json"]).await.ok().json();
+    let w = &json["workers"].as_array().unwrap();
+    assert_eq!(
+        w.iter()
+            .map(|w| (w["id"].as_str().unwrap(), w["status"].as_str().unwrap()))
+            .collect::<Vec<_>>(),
+        [("w-live", "alive"), ("w-lost", "lost")]
+    );
+
+    let show = taskq(d, &url, &["show", &held.to_string()]).await.ok();
+    assert!(
+        show.stdout
+            .contains("\nworker:          LOST: worker lost, no heartbeat for 25s"),
+        "{}",
+        show.stdout
+    );
+
+    // `ping` in `default`: its only worker is lost. `pong` in `other`: handled.
+    let names = taskq(d, &url, &["names"]).await.ok();
+    let pings = row(&names.stdout, &["default", "ping", "1", "1"]).unwrap();
+    assert!(pings.ends_with("NO LIVE WORKER"), "{pings}");
+    let pongs = row(&names.stdout, &["other", "pong", "1", "1"]).unwrap();
+    assert!(pongs.ends_with("1 live worker"), "{pongs}");
+    pool.close().await;
+}
