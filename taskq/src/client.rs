@@ -553,10 +553,11 @@ impl Client {
             .collect())
     }
 
-    /// The workers recorded in the database, oldest start first: the live ones (see
-    /// [`WorkerInfo::alive`]) and those stopped or gone within
-    /// [`WORKER_ROW_RETENTION`](crate::limits::WORKER_ROW_RETENTION), each with the number of tasks it
-    /// is running. One statement (a `GROUP BY` over the running tasks).
+    /// The workers recorded in the database, oldest start first: alive, lost (no heartbeat for
+    /// two of their heartbeat intervals) or stopped (see [`WorkerInfo::status`]), kept for
+    /// [`WORKER_ROW_RETENTION`](crate::limits::WORKER_ROW_RETENTION) after their last beat, each
+    /// with the age of that beat and the number of tasks it is running. One statement (a
+    /// `GROUP BY` over the running tasks).
     pub async fn workers(&self) -> Result<Vec<WorkerInfo>> {
         let mut conn = self.db(self.store.acquire().await).await?;
         let rows = self.db(self.store.worker_list(conn.conn()).await).await?;

@@ -91,7 +91,7 @@ pub(crate) async fn presence(shared: Arc<Shared>) {
 }
 
 /// Marks the worker stopped at graceful shutdown (a few tries; a worker that cannot say
-/// goodbye stops being alive once its lease has passed without a beat).
+/// goodbye is listed lost two heartbeat intervals after its last beat).
 pub(crate) async fn deregister(shared: &Shared) {
     for attempt in 0..3 {
         match within!(shared, |c| shared.store.worker_stop(c, &shared.worker_id)).await {
