@@ -7,6 +7,7 @@
 //!                                                 #     outage | chaos | tx | bad | poison |
 //!                                                 #     blackhole
 //! target/release/taskq-reliability galera         # 3-node Galera cluster (galera-4)
+//! target/release/taskq-reliability galera-limit   # a limited queue, workers on 3 nodes
 //! target/release/taskq-reliability sqlite         # the SQLite scenarios, no server needed:
 //!                                                 # sqlite-env | sqlite-kill | sqlite-graceful |
 //!                                                 # sqlite-pause | sqlite-tx | sqlite-poison |
@@ -118,6 +119,9 @@ async fn main() {
     // Not part of `all`: needs galera-4.
     if what == "galera" {
         galera(&args).await;
+    }
+    if what == "galera-limit" {
+        galera_limit(&args).await;
     }
     // Not part of `all` (which is MySQL): `sqlite` runs every SQLite scenario.
     let sq = |name: &str| what == "sqlite" || what == format!("sqlite-{name}");
@@ -623,6 +627,50 @@ async fn galera(args: &Args) {
         "| `enqueue_tx` per task (what `enqueue_many` did under mode 2 before) | {} |",
         mmm_int(&single)
     );
+}
+
+/// A queue with a concurrency limit drained by workers on all three nodes of a Galera
+/// cluster: the most handlers that ran at once against the limit, per trial.
+/// Options: `--tasks` (300), `--trials` (5), `--limit` (2), `--per-node` workers (2) of
+/// `--slots` (4), handlers of `--ms` (20).
+async fn galera_limit(args: &Args) {
+    let tasks = args.num("tasks", 300);
+    let trials = args.num("trials", 5);
+    let limit = args.num("limit", 2) as u32;
+    let per_node = args.num("per-node", 2) as usize;
+    let slots = args.num("slots", 4) as usize;
+    let ms = args.num("ms", 20);
+    let cluster = taskq_tests::galera::GaleraCluster::start()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    println!(
+        "\n### Galera: concurrency limit {limit}, {tasks} tasks of {ms} ms, {per_node} workers \
+         x {slots} slots on each of 3 nodes\n"
+    );
+    println!(
+        "| trial | most running at once | starts over the limit | tasks/s | conflicts (claims) |\n|---|---|---|---|---|"
+    );
+    for t in 0..trials {
+        let d = galera_support::limited_drain(
+            &cluster,
+            &format!("rel_limit_{t}"),
+            tasks,
+            limit,
+            per_node,
+            slots,
+            ms,
+        )
+        .await;
+        println!(
+            "| {} | {} | {} | {:.0} | {} ({}) |",
+            t + 1,
+            d.max_running,
+            d.over,
+            tasks as f64 / d.secs,
+            d.stats.db_conflicts,
+            d.stats.claim_queries
+        );
+    }
 }
 
 fn mmm_int(samples: &[f64]) -> String {

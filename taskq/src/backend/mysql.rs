@@ -226,47 +226,43 @@ async fn insert_row(
 }
 
 /// Takes the identity `key` for `task_id` (0: the id follows), or returns the task holding it.
+///
+/// One `INSERT … ON DUPLICATE KEY UPDATE`: on a taken identity InnoDB locks the existing row
+/// *exclusively* (a plain `INSERT` would take a shared lock), and the update reports the holder
+/// through `LAST_INSERT_ID(expr)` in the statement's OK packet. Shared locks are what made
+/// concurrent enqueuers of one identity deadlock: when a worker freed the identity (deleting
+/// its row), every producer waiting with a shared lock on it tried to upgrade to insert, and
+/// InnoDB rolled back all but one caller's transaction. With exclusive locks the waiters queue
+/// one behind the other: the first inserts, the next ones see it as the holder. A duplicate
+/// keeps the row locked until the caller's transaction ends, so the holder cannot let go of
+/// the identity in between (the worker's statements that free it skip locked rows).
+///
+/// A reservation left with `task_id = 0` (an enqueue whose undo could not run, committed
+/// anyway) names no task: it is taken over.
 async fn identity_reserve(
     conn: &mut MySqlConnection,
     key: &[u8],
     task_id: u64,
     expires_us: Option<i64>,
 ) -> sqlx::Result<Option<TaskId>> {
-    // The holder of a conflicting identity cannot let go while the failed insert's lock is
-    // held, so the lookup finds it; a retry covers the impossible case instead of an error.
-    for _ in 0..3 {
-        let res = sqlx::query!(
-            r#"INSERT INTO taskq_unique (unique_key, task_id, expires_at)
-               VALUES (?, ?, TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00'))"#,
-            key,
-            task_id,
-            expires_us,
-        )
-        .execute(&mut *conn)
-        .await;
-        match res {
-            Ok(_) => return Ok(None),
-            // `taskq_unique` has no other unique index than its primary key, the identity.
-            Err(sqlx::Error::Database(e)) if is_conflict_on(&*e, "") => {
-                // A primary-key read: it locks the identity's row only, never the holder's
-                // task row (a worker may be renewing its lease).
-                let holder = sqlx::query_scalar!(
-                    r#"SELECT task_id AS "id: u64" FROM taskq_unique
-                       WHERE unique_key = ? LOCK IN SHARE MODE"#,
-                    key,
-                )
-                .fetch_optional(&mut *conn)
-                .await?;
-                if let Some(id) = holder {
-                    return Ok(Some(TaskId(id)));
-                }
-            }
-            Err(e) => return Err(e),
-        }
-    }
-    Err(sqlx::Error::Protocol(
-        "unique identity conflicted but its holder was not found three times".into(),
-    ))
+    let done = sqlx::query!(
+        r#"INSERT INTO taskq_unique (unique_key, task_id, expires_at)
+           VALUES (?, ?, TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00'))
+           ON DUPLICATE KEY UPDATE task_id = LAST_INSERT_ID(IF(task_id = 0, ?, task_id))"#,
+        key,
+        task_id,
+        expires_us,
+        task_id,
+    )
+    .execute(&mut *conn)
+    .await?;
+    // 0: a new row (the table has no AUTO_INCREMENT column); otherwise the row's task after
+    // the update, which is `task_id` itself when an orphaned reservation was taken over.
+    Ok(match done.last_insert_id() {
+        0 => None,
+        id if id == task_id => None,
+        holder => Some(TaskId(holder)),
+    })
 }
 
 /// The database clock in microseconds since the Unix epoch (no time zone involved), for the
@@ -1130,6 +1126,9 @@ impl Store {
 
 /// The limits of a queue as the claim reads them, its row locked.
 struct QueueLimits {
+    /// The queue's claim counter (`taskq_queues.claims`), which every claim that starts
+    /// tasks of the limited queue bumps.
+    claims: u64,
     concurrency_limit: Option<u32>,
     rate_limit: Option<u32>,
     rate_period_us: Option<i64>,
@@ -1217,6 +1216,12 @@ impl Store {
     /// transaction, issued only when the batch has such rows (tasks without a deadline cost
     /// nothing more). Expired rows count towards `limit`.
     ///
+    /// A claim of a limited queue first locks the queue's row and reads its limits, its
+    /// running count (with a concurrency limit) and its claim counter `claims`; step 3 is then
+    /// one `UPDATE` of the tasks and the queue's row together, which bumps the counter on
+    /// condition that it is unchanged (on a Galera cluster, what makes claims of one limited
+    /// queue on different nodes conflict: see the comment at that statement).
+    ///
     /// Concurrent claimers read the same candidates; when this one locks fewer than `limit`
     /// although the candidate read was full, the batch says so (`contended_after`) and the
     /// next claim reads candidates past the last one, so claimers leapfrog each other instead
@@ -1255,10 +1260,13 @@ impl Store {
         let mut tx = conn.begin().await?;
         let mut hit = None;
         let mut rate_limited = false;
+        // The queue's claim counter as read under the row lock, when a limit bounds the claim.
+        let mut claims_seen = None;
         let mut limit = limit;
         if limited && let Some(l) = queue_limits_lock(&mut tx, queue).await? {
             let mut by_running = limit;
             if let Some(max) = l.concurrency_limit {
+                claims_seen = Some(l.claims);
                 let running = sqlx::query_scalar!(
                     r#"SELECT COUNT(*) AS "n!: i64" FROM taskq_tasks
                        WHERE state = 'running' AND queue = ?"#,
@@ -1274,6 +1282,7 @@ impl Store {
                 .filter(|_| l.rate_period_us.is_some_and(|p| p > 0))
             {
                 rate_limited = true;
+                claims_seen = Some(l.claims);
                 by_rate = by_rate.min((i64::from(max) - l.rate_used).clamp(0, 1 << 31) as u32);
             }
             let allowed = by_running.min(by_rate);
@@ -1347,24 +1356,64 @@ impl Store {
             run_at: r.run_at,
             id: r.id,
         });
-        // Rows past their deadline are never started: they end `expired` in this transaction,
-        // with one more statement only when there are some.
+        // Rows past their deadline are never started: they end `expired` in this transaction
+        // (after the claim's own `UPDATE` below), with one more statement only when there are
+        // some.
         let (expired, rows): (Vec<ClaimRow>, Vec<ClaimRow>) =
             rows.into_iter().partition(ClaimRow::is_expired);
-        if !expired.is_empty() {
-            let ids = serde_json::to_string(&expired.iter().map(|r| r.id).collect::<Vec<_>>())
-                .expect("ids serialize");
-            sqlx::query!(
-                r#"UPDATE JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$')) AS j
+        if let Some(seen) = claims_seen.filter(|_| !rows.is_empty()) {
+            // A claim bounded by a limit starts its tasks and bumps the queue's claim counter in
+            // one statement, on condition that the counter is still the one read under the row
+            // lock. On a Galera cluster the row lock holds on this node only: a claim committed
+            // on another node meanwhile either conflicts with this write at certification (one
+            // of the two is rolled back with 1213, which the claim loop retries), or, applied
+            // here, aborts this transaction (brute-force abort). MariaDB 10.11 was seen to
+            // report such an abort to no statement at all: the rest of the claim then ran
+            // outside any transaction and started tasks on a stale count. The condition on the
+            // counter, and on each task's state and epoch, makes this statement claim nothing
+            // then, since the claim that aborted it bumped the counter.
+            let pairs: Vec<(u64, u64)> = rows.iter().map(|r| (r.id, r.lease_epoch)).collect();
+            let pairs = serde_json::to_string(&pairs).expect("pairs serialize");
+            let changed = sqlx::query!(
+                r#"UPDATE taskq_queues q
+                     STRAIGHT_JOIN JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$[0]',
+                                                                epoch BIGINT UNSIGNED PATH '$[1]')) AS j
                      STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id
-                   SET t.state = 'expired', t.finished_at = UTC_TIMESTAMP(6), t.updated_at = UTC_TIMESTAMP(6)
-                   WHERE t.state = 'pending'"#,
-                ids
+                   SET t.state = 'running', t.attempt = t.attempt + 1, t.lease_epoch = t.lease_epoch + 1,
+                       t.lease_until = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, t.worker_id = ?,
+                       t.attempted_at = UTC_TIMESTAMP(6), t.updated_at = UTC_TIMESTAMP(6),
+                       q.claims = q.claims + 1
+                   WHERE q.queue = ? AND q.claims = ?
+                     AND t.state = 'pending' AND t.lease_epoch = j.epoch"#,
+                pairs,
+                lease_us,
+                worker_id,
+                queue,
+                seen
             )
             .execute(&mut *tx)
-            .await?;
-        }
-        if !rows.is_empty() {
+            .await?
+            .rows_affected();
+            if changed != rows.len() as u64 + 1 {
+                // Only possible when the transaction is gone: nothing is claimed (`0`), or a
+                // claim that ran outside it took some rows (they stay `running` under this
+                // worker, which does not run them, until the reaper returns them).
+                tracing::debug!(
+                    queue,
+                    changed,
+                    wanted = rows.len(),
+                    "taskq: claim of a limited queue lost its transaction (a brute-force abort on a Galera cluster that no statement reported); claiming again"
+                );
+                let _ = tx.rollback().await;
+                return Ok(RawBatch {
+                    tasks: Vec::new(),
+                    expired: Vec::new(),
+                    last: None,
+                    contended_after: last,
+                    limited: hit,
+                });
+            }
+        } else if !rows.is_empty() {
             let ids = serde_json::to_string(&rows.iter().map(|r| r.id).collect::<Vec<_>>())
                 .expect("ids serialize");
             sqlx::query!(
@@ -1376,6 +1425,19 @@ impl Store {
                 ids,
                 lease_us,
                 worker_id
+            )
+            .execute(&mut *tx)
+            .await?;
+        }
+        if !expired.is_empty() {
+            let ids = serde_json::to_string(&expired.iter().map(|r| r.id).collect::<Vec<_>>())
+                .expect("ids serialize");
+            sqlx::query!(
+                r#"UPDATE JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$')) AS j
+                     STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id
+                   SET t.state = 'expired', t.finished_at = UTC_TIMESTAMP(6), t.updated_at = UTC_TIMESTAMP(6)
+                   WHERE t.state = 'pending'"#,
+                ids
             )
             .execute(&mut *tx)
             .await?;
@@ -1455,7 +1517,9 @@ impl Store {
 }
 
 /// First step of a claim of a limited queue: locks the queue's row in `taskq_queues` (claims
-/// of this queue serialize here until the claim commits) and reads its limits, with the
+/// of this queue serialize here until the claim commits; on a Galera cluster only those of one
+/// node, which is why a claim that starts tasks also writes the row, see [`Store::claim_raw`])
+/// and reads its limits and claim counter, with the
 /// claims already counted in the current rate window (windows are multiples of the period
 /// since 1970 on the database clock). `None` when the queue has no row.
 async fn queue_limits_lock(
@@ -1464,7 +1528,7 @@ async fn queue_limits_lock(
 ) -> sqlx::Result<Option<QueueLimits>> {
     sqlx::query_as!(
         QueueLimits,
-        r#"SELECT concurrency_limit AS "concurrency_limit: u32",
+        r#"SELECT claims AS "claims: u64", concurrency_limit AS "concurrency_limit: u32",
              rate_limit AS "rate_limit: u32", rate_period_us,
              CAST(IF(rate_window_start = CAST('1970-01-01' AS DATETIME(6))
                        + INTERVAL (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6))
