@@ -89,7 +89,7 @@ pub struct Client {
 
 pub use crate::info::{
     AttemptsPerMinute, DeadReason, FinishedPerMinute, ListFilter, PendingNameCount, QueueInfo,
-    QueueStateCount, RateLimit, ScheduleInfo, TaskInfo, WorkerInfo,
+    QueueStateCount, RateLimit, ScheduleInfo, TaskInfo, WorkerInfo, WorkerStatus,
 };
 
 impl Client {
@@ -367,7 +367,9 @@ impl Client {
     /// Reads every pending row's index entry (one covering scan), so it costs in proportion to
     /// the pending backlog.
     pub async fn pending_by_name(&self, queue: Option<&str>) -> Result<Vec<PendingNameCount>> {
-        self.run(self.store.task_pending_by_name(queue)).await
+        let mut conn = self.run(self.store.acquire()).await?;
+        self.run(self.store.task_pending_by_name(conn.conn(), queue))
+            .await
     }
 
     /// Cancels a task.
@@ -580,29 +582,30 @@ impl Client {
             .collect())
     }
 
-    /// The workers recorded in the database, oldest start first: the live ones (see
-    /// [`WorkerInfo::alive`]) and those stopped or gone within
-    /// [`WORKER_ROW_RETENTION`](crate::limits::WORKER_ROW_RETENTION), each with the number of tasks it
-    /// is running. One statement (a `GROUP BY` over the running tasks).
+    /// The workers recorded in the database, oldest start first: alive, lost (no heartbeat for
+    /// two of their heartbeat intervals) or stopped (see [`WorkerInfo::status`]), kept for
+    /// [`WORKER_ROW_RETENTION`](crate::limits::WORKER_ROW_RETENTION) after their last beat, each
+    /// with the age of that beat and the number of tasks it is running. One statement (a
+    /// `GROUP BY` over the running tasks).
     pub async fn workers(&self) -> Result<Vec<WorkerInfo>> {
-        let rows = self.run(self.store.worker_list()).await?;
-        Ok(rows
-            .into_iter()
-            .map(|r| WorkerInfo {
-                queues: serde_json::from_str(&r.queues).unwrap_or_default(),
-                id: r.worker_id,
-                host: r.host,
-                pid: r.pid,
-                concurrency: r.concurrency,
-                lease: std::time::Duration::from_micros(r.lease_us),
-                heartbeat: std::time::Duration::from_micros(r.heartbeat_us),
-                started_at: r.started_at,
-                last_seen_at: r.last_seen_at,
-                stopped_at: r.stopped_at,
-                alive: r.alive,
-                running: r.running.max(0) as u64,
-            })
-            .collect())
+        let mut conn = self.run(self.store.acquire()).await?;
+        let rows = self.run(self.store.worker_list(conn.conn())).await?;
+        Ok(rows.into_iter().map(WorkerInfo::from_row).collect())
+    }
+
+    /// The due pending tasks, per queue and task name, that no live worker would claim: no
+    /// alive worker (see [`WorkerInfo::status`]) both works the queue and registers the name.
+    /// They stay pending, silently, until such a worker runs (or they are canceled); workers
+    /// also log them at WARN once a minute for their own queues. Two statements:
+    /// [`pending_by_name`](Self::pending_by_name) (a scan of the pending backlog's index
+    /// entries) and [`workers`](Self::workers).
+    pub async fn unhandled(&self) -> Result<Vec<PendingNameCount>> {
+        let pending = self.pending_by_name(None).await?;
+        if pending.iter().all(|p| p.due == 0) {
+            return Ok(Vec::new());
+        }
+        let workers = self.workers().await?;
+        Ok(crate::info::unhandled(pending, &workers))
     }
 
     /// Every recurring schedule recorded in the database, by name.

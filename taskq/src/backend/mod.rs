@@ -341,7 +341,7 @@ operations! {
     /// Tasks in terminal states per queue.
     fn task_stats_terminal(&self, conn) -> Vec<QueueStateCount>;
     /// Pending tasks per name.
-    fn task_pending_by_name(&self; queue: Option<&str>) -> Vec<PendingNameCount>;
+    fn task_pending_by_name(&self, conn; queue: Option<&str>) -> Vec<PendingNameCount>;
     /// Ids (and whether running) of a bulk action's tasks, ascending past `after_id`.
     fn task_bulk_ids(&self; f: &TaskFilter<'_>; age_us: i64; after_id: u64; limit: u32) -> Vec<(u64, bool)>;
     /// How many tasks a bulk action would touch.
@@ -428,7 +428,7 @@ operations! {
     /// Deletes workers not seen for `age_secs`.
     fn worker_prune(&self, conn; age_secs: u64; limit: u32) -> u64;
     /// Known workers.
-    fn worker_list(&self) -> Vec<WorkerListRow>;
+    fn worker_list(&self, conn) -> Vec<WorkerListRow>;
     /// A task's attempt history (JSON), if the task exists.
     fn task_attempts(&self; id: TaskId) -> Option<Option<String>>;
     /// A page of the audit trail, newest first.

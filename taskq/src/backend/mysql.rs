@@ -661,6 +661,7 @@ impl Store {
     /// column it needs is in the index since migration 4), grouped in a temporary table.
     pub(crate) async fn task_pending_by_name(
         &self,
+        conn: &mut MySqlConnection,
         queue: Option<&str>,
     ) -> sqlx::Result<Vec<PendingNameCount>> {
         sqlx::query_as!(
@@ -674,7 +675,7 @@ impl Store {
             queue,
             queue
         )
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *conn)
         .await
     }
 
@@ -3174,10 +3175,10 @@ impl Store {
     ) -> sqlx::Result<()> {
         sqlx::query!(
             r#"INSERT INTO taskq_workers (worker_id, host, pid, queues, concurrency, lease_us,
-                 heartbeat_us, started_at, last_seen_at, stopped_at)
-               VALUES (?, ?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), NULL)
+                 heartbeat_us, names, started_at, last_seen_at, stopped_at)
+               VALUES (?, ?, ?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), NULL)
                ON DUPLICATE KEY UPDATE host = ?, pid = ?, queues = ?, concurrency = ?,
-                 lease_us = ?, heartbeat_us = ?,
+                 lease_us = ?, heartbeat_us = ?, names = ?,
                  started_at = UTC_TIMESTAMP(6), last_seen_at = UTC_TIMESTAMP(6), stopped_at = NULL"#,
             w.worker_id,
             w.host,
@@ -3186,12 +3187,14 @@ impl Store {
             w.concurrency,
             w.lease_us,
             w.heartbeat_us,
+            w.names_json,
             w.host,
             w.pid,
             w.queues_json,
             w.concurrency,
             w.lease_us,
             w.heartbeat_us,
+            w.names_json,
         )
         .execute(&mut *conn)
         .await?;
@@ -3209,8 +3212,8 @@ impl Store {
     ) -> sqlx::Result<()> {
         sqlx::query!(
             r#"INSERT INTO taskq_workers (worker_id, host, pid, queues, concurrency, lease_us,
-                 heartbeat_us, started_at, last_seen_at, stopped_at)
-               VALUES (?, ?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), NULL)
+                 heartbeat_us, names, started_at, last_seen_at, stopped_at)
+               VALUES (?, ?, ?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), NULL)
                ON DUPLICATE KEY UPDATE
                  last_seen_at = IF(stopped_at IS NULL, UTC_TIMESTAMP(6), last_seen_at)"#,
             w.worker_id,
@@ -3220,6 +3223,7 @@ impl Store {
             w.concurrency,
             w.lease_us,
             w.heartbeat_us,
+            w.names_json,
         )
         .execute(&mut *conn)
         .await?;
@@ -3262,10 +3266,14 @@ impl Store {
         Ok(done.rows_affected())
     }
 
-    /// Every worker row, oldest start first, with whether it is alive (not stopped, seen
-    /// within its lease, on the database clock) and how many running tasks carry its id (one
-    /// `GROUP BY` over the running rows, read through `ix_taskq_lease`).
-    pub(crate) async fn worker_list(&self) -> sqlx::Result<Vec<WorkerListRow>> {
+    /// Every worker row, oldest start first, with how long ago it was seen and whether it is
+    /// alive (not stopped, seen within two of its heartbeat intervals and at least 1 s, on the
+    /// database clock), and how many running tasks carry its id (one `GROUP BY` over the
+    /// running rows, read through `ix_taskq_lease`).
+    pub(crate) async fn worker_list(
+        &self,
+        conn: &mut MySqlConnection,
+    ) -> sqlx::Result<Vec<WorkerListRow>> {
         sqlx::query_as!(
             WorkerListRow,
             r#"SELECT w.worker_id, w.host, w.pid AS "pid: u32", w.queues,
@@ -3274,8 +3282,12 @@ impl Store {
                  w.started_at AS "started_at: DateTime<Utc>",
                  w.last_seen_at AS "last_seen_at: DateTime<Utc>",
                  w.stopped_at AS "stopped_at: DateTime<Utc>",
+                 w.names,
+                 CAST(TIMESTAMPDIFF(MICROSECOND, w.last_seen_at, UTC_TIMESTAMP(6)) AS SIGNED)
+                   AS "seen_ago_us!: i64",
                  (w.stopped_at IS NULL
-                  AND w.last_seen_at >= UTC_TIMESTAMP(6) - INTERVAL w.lease_us MICROSECOND)
+                  AND w.last_seen_at >= UTC_TIMESTAMP(6)
+                        - INTERVAL GREATEST(2 * w.heartbeat_us, 1000000) MICROSECOND)
                    AS "alive!: bool",
                  CAST(COALESCE(r.running, 0) AS SIGNED) AS "running!: i64"
                FROM taskq_workers w
@@ -3284,7 +3296,7 @@ impl Store {
                    ON r.worker_id = w.worker_id
                ORDER BY w.started_at, w.worker_id"#
         )
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *conn)
         .await
     }
 }

@@ -326,6 +326,8 @@ pub(crate) struct WorkerRow<'a> {
     pub concurrency: u32,
     pub lease_us: u64,
     pub heartbeat_us: u64,
+    /// JSON array: the task names it registers.
+    pub names_json: &'a str,
 }
 
 /// A row of `taskq_workers` with the count of running tasks claimed under its id.
@@ -340,6 +342,11 @@ pub(crate) struct WorkerListRow {
     pub started_at: DateTime<Utc>,
     pub last_seen_at: DateTime<Utc>,
     pub stopped_at: Option<DateTime<Utc>>,
+    /// JSON array of the task names it registers (`None`: written by an earlier version).
+    pub names: Option<String>,
+    /// Microseconds since `last_seen_at`, on the database clock.
+    pub seen_ago_us: i64,
+    /// Not stopped, and seen within two heartbeat intervals (at least 1 s).
     pub alive: bool,
     pub running: i64,
 }

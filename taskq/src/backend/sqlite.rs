@@ -442,10 +442,10 @@ impl Store {
 
     pub(crate) async fn task_pending_by_name(
         &self,
+        conn: &mut SqliteConnection,
         queue: Option<&str>,
     ) -> sqlx::Result<Vec<PendingNameCount>> {
-        let mut c = self.conn().await?;
-        Ok(q::task_pending_by_name(&mut c, queue)
+        Ok(q::task_pending_by_name(conn, queue)
             .await?
             .into_iter()
             .map(|r| PendingNameCount {
@@ -960,9 +960,11 @@ impl Store {
         q::worker_prune(conn, age_secs, limit).await
     }
 
-    pub(crate) async fn worker_list(&self) -> sqlx::Result<Vec<WorkerListRow>> {
-        let mut c = self.conn().await?;
-        Ok(q::worker_list(&mut c)
+    pub(crate) async fn worker_list(
+        &self,
+        conn: &mut SqliteConnection,
+    ) -> sqlx::Result<Vec<WorkerListRow>> {
+        Ok(q::worker_list(conn)
             .await?
             .into_iter()
             .map(|r| WorkerListRow {
@@ -976,6 +978,8 @@ impl Store {
                 started_at: r.started_at,
                 last_seen_at: r.last_seen_at,
                 stopped_at: r.stopped_at,
+                names: r.names,
+                seen_ago_us: r.seen_ago_us,
                 alive: r.alive,
                 running: r.running,
             })
@@ -1031,6 +1035,7 @@ fn worker_row<'a>(w: &'a WorkerRow<'a>) -> q::WorkerRow<'a> {
         concurrency: w.concurrency,
         lease_us: w.lease_us,
         heartbeat_us: w.heartbeat_us,
+        names_json: w.names_json,
     }
 }
 

@@ -1,8 +1,9 @@
 //! Maintenance inside every worker: the reaper (expired leases back to pending, or to dead
-//! when attempts are exhausted) and retention (deleting old terminal tasks in small batches,
+//! when attempts are exhausted), retention (deleting old terminal tasks in small batches,
 //! the identities of unique windows that have ended, the `taskq_workers` rows of workers
 //! not seen for [`WORKER_ROW_RETENTION`](crate::limits::WORKER_ROW_RETENTION), and audit rows older
-//! than the longest terminal-task retention).
+//! than the longest terminal-task retention), and the check for due tasks that no live worker
+//! handles (logged at WARN).
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -12,16 +13,27 @@ use super::observe::{self, OutcomeEvent, TaskOutcome};
 use super::{Shared, WorkerStats, follow, within};
 use crate::backend::{ExpiredRow, ReapRow, Reaped};
 use crate::followup::{DeadTask, payload_value};
+use crate::info::WorkerInfo;
 use crate::task::{TaskId, TaskState};
 use crate::wake;
 
 /// Rows per reaper or retention statement: small, so no statement holds locks for long.
 const BATCH: u32 = 500;
 
+/// How often the unhandled-task check runs (see [`unhandled`]); the first check comes one
+/// heartbeat interval after the worker starts, once the workers started with it have
+/// recorded themselves.
+pub(crate) const UNHANDLED_CHECK_INTERVAL: Duration = Duration::from_secs(60);
+
 pub(crate) async fn run(shared: Arc<Shared>) {
     let mut next_prune = Instant::now();
     let mut next_backlog = Instant::now();
+    let mut next_unhandled = Instant::now() + shared.cfg.heartbeat;
     loop {
+        if Instant::now() >= next_unhandled {
+            unhandled(&shared).await;
+            next_unhandled = Instant::now() + UNHANDLED_CHECK_INTERVAL;
+        }
         reap(&shared).await;
         if Instant::now() >= next_prune {
             prune(&shared).await;
@@ -167,6 +179,79 @@ fn reaped(shared: &Shared, rows: &[ExpiredRow], done: &Reaped) -> u64 {
         });
     }
     done.reaped
+}
+
+/// Logs (one WARN line) the due pending tasks of this worker's queues that no live worker
+/// handles: no alive worker works the queue and registers the task's name, so they stay
+/// pending, silently. One worker per queue checks it, the alive one with the smallest id
+/// among those that record their names (this worker counting as alive): the live workers'
+/// rows (one statement), then per queue it checks, the pending tasks per name (one scan of
+/// that queue's pending index entries).
+async fn unhandled(shared: &Shared) {
+    let workers: Vec<WorkerInfo> = match within!(shared, |c| shared.store.worker_list(c)).await {
+        Ok(rows) => rows.into_iter().map(WorkerInfo::from_row).collect(),
+        Err(e) => {
+            WorkerStats::add(&shared.stats.db_errors, 1);
+            tracing::warn!(error = %e, "taskq: reading live workers failed");
+            return;
+        }
+    };
+    let me: &str = &shared.worker_id;
+    let mut found = Vec::new();
+    for queue in shared.cfg.queues.keys() {
+        let checker = workers
+            .iter()
+            .filter(|w| w.alive && w.names.is_some() && w.queues.contains_key(queue))
+            .map(|w| w.id.as_str())
+            .chain([me])
+            .min();
+        if checker != Some(me) {
+            continue;
+        }
+        let pending = match within!(shared, |c| shared
+            .store
+            .task_pending_by_name(c, Some(queue)))
+        .await
+        {
+            Ok(rows) => rows,
+            Err(e) => {
+                WorkerStats::add(&shared.stats.db_errors, 1);
+                tracing::warn!(error = %e, queue = %queue, "taskq: counting pending tasks per name failed");
+                continue;
+            }
+        };
+        // This worker handles its own names, whether or not its row is written yet.
+        let pending = pending
+            .into_iter()
+            .filter(|p| !shared.handlers.contains_key(p.name.as_str()))
+            .collect();
+        found.extend(crate::info::unhandled(pending, &workers));
+    }
+    if found.is_empty() {
+        return;
+    }
+    let due: u64 = found.iter().map(|p| p.due).sum();
+    let tasks = found
+        .iter()
+        .map(|p| {
+            format!(
+                "{}/{}: {} due since {}",
+                p.queue,
+                p.name,
+                p.due,
+                p.oldest_run_at.format("%Y-%m-%dT%H:%M:%SZ")
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    tracing::warn!(
+        worker_id = %shared.worker_id,
+        due,
+        tasks = %tasks,
+        "taskq: due tasks that no live worker handles (no alive worker works their queue and \
+         registers their name), so they stay pending: run a worker that registers them, or \
+         cancel them (`taskq cancel --name NAME --state pending`)"
+    );
 }
 
 /// The reap of one expired row, with its `on_dead` follow-up when the reap moves it to dead.

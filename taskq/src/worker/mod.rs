@@ -138,7 +138,7 @@ impl Worker {
         let (write_back_tx, write_back_rx) = mpsc::unbounded_channel();
         let names_json =
             serde_json::to_string(&handlers.keys().collect::<Vec<_>>()).expect("names serialize");
-        let presence = heartbeat::Presence::new(&cfg);
+        let presence = heartbeat::Presence::new(&cfg, handlers.keys().copied());
         let cfg_queues: Vec<String> = cfg.queues.keys().cloned().collect();
         let shared = Arc::new(Shared {
             store,
