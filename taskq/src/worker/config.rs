@@ -271,9 +271,10 @@ impl WorkerBuilder {
         self.write_back_delay = d;
         self
     }
-    /// Size of the worker's own connection pool (default: queues + 5: a claim loop per queue,
-    /// heartbeat, presence beat, write-back, maintenance, pause watcher; + 1 for the scheduler
-    /// when the worker has recurring schedules).
+    /// Connections of the worker's own pools, in all (at least 2; default
+    /// `1 + min(queues, concurrency) + (1 if concurrency > 1)`: 2 for a single-slot worker).
+    /// One is the control lane (lease renewals, presence beat, pause refresh), the rest the
+    /// work lane (claims, write-backs, reaper and retention, scheduler). Opened as needed.
     pub fn db_connections(mut self, n: u32) -> Self {
         self.db_connections = Some(n);
         self
@@ -414,7 +415,10 @@ impl WorkerBuilder {
         validate_name("worker id", &worker_id, 128)?;
         let db_connections = self
             .db_connections
-            .unwrap_or(queues.len() as u32 + 5 + u32::from(!schedules.is_empty()));
+            .unwrap_or_else(|| super::lanes::default_connections(queues.len(), concurrency));
+        if let Some(busy) = self.store.busy_timeout() {
+            super::lanes::check_sqlite_lease(self.lease, heartbeat, self.cancel_grace, busy)?;
+        }
         let health = std::sync::Arc::new(super::health::HealthInner::new(
             worker_id.clone(),
             self.lease,
