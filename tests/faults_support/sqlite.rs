@@ -89,6 +89,20 @@ impl SqliteFaultDb {
         }
     }
 
+    /// A pool on the file with taskq's settings and busy timeout `busy`, opened lazily (for a
+    /// worker whose lease does not survive the 5 s default: `WorkerBuilder::build` requires
+    /// `lease − heartbeat − min(cancel grace, lease / 2) ≥ busy timeout`; see [`tolerated`]).
+    pub fn pool_with_busy_timeout(&self, busy: Duration) -> SqlitePool {
+        sqlx::sqlite::SqlitePoolOptions::new()
+            .max_connections(8)
+            .connect_lazy_with(
+                taskq::sqlite::tune(
+                    sqlx::sqlite::SqliteConnectOptions::new().filename(&self.file.path),
+                )
+                .busy_timeout(busy),
+            )
+    }
+
     /// Logs every task state change into `fault_transitions` (a trigger).
     pub async fn log_transitions(&self) {
         sqlx::raw_sql(TRANSITION_TRIGGER)
@@ -233,10 +247,19 @@ async fn enqueue_holds(pool: &SqlitePool, n: usize) -> Vec<u64> {
     ids
 }
 
-/// The in-process worker (the test process is another process on the file).
+/// How long a worker's renewal may wait for the write lock without losing a lease:
+/// `lease − heartbeat − min(cancel grace, lease / 2)`, the longest busy timeout
+/// `WorkerBuilder::build` accepts for these settings.
+pub fn tolerated(lease: Duration, heartbeat: Duration, cancel_grace: Duration) -> Duration {
+    lease - heartbeat - cancel_grace.min(lease / 2)
+}
+
+/// The in-process worker (the test process is another process on the file), on a pool whose
+/// busy timeout its lease allows (the default cancel grace of 5 s).
 fn other_worker(db: &SqliteFaultDb, id: &str, s: &ChildSettings) -> RunningWorker {
+    let busy = tolerated(s.lease, s.heartbeat, Duration::from_secs(5));
     RunningWorker::spawn(
-        fast_worker(&db.pool)
+        fast_worker(&db.pool_with_busy_timeout(busy))
             .register::<Hold>()
             .queue("faults", 8)
             .worker_id(id)

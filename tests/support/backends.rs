@@ -480,6 +480,21 @@ impl Drop for SqliteFile {
     }
 }
 
+/// Busy timeout of the SQLite test databases' pools: short enough for the test leases (a
+/// worker's lease must survive a renewal that waits the busy timeout: `lease − heartbeat −
+/// min(cancel grace, lease / 2) ≥ busy timeout`, checked by `WorkerBuilder::build`), e.g. a
+/// 3 s lease with a 200 ms heartbeat and the default grace.
+pub const SQLITE_TEST_BUSY_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// A pool on the test database file at `path` with taskq's settings and
+/// [`SQLITE_TEST_BUSY_TIMEOUT`].
+async fn open_test_file(path: &std::path::Path) -> Pool<Sqlite> {
+    let opts = taskq_sqlite::connect::connect_options(path).busy_timeout(SQLITE_TEST_BUSY_TIMEOUT);
+    taskq_sqlite::connect::open_with(opts, taskq_sqlite::connect::DEFAULT_MAX_CONNECTIONS)
+        .await
+        .expect("open a SQLite file in the temp directory")
+}
+
 impl TestBackend for Sqlite {
     const LABEL: &'static str = "sqlite";
     type Guard = SqliteFile;
@@ -541,9 +556,7 @@ impl TestBackend for Sqlite {
 
     async fn create_empty() -> Option<Db<Self>> {
         let file = SqliteFile::new();
-        let pool = taskq::sqlite::open(&file.path)
-            .await
-            .expect("open a SQLite file in the temp directory");
+        let pool = open_test_file(&file.path).await;
         Some(Db { pool, _guard: file })
     }
 
@@ -574,9 +587,7 @@ impl TestBackend for Sqlite {
 
     async fn create() -> Option<Db<Self>> {
         let file = SqliteFile::new();
-        let pool = taskq::sqlite::open(&file.path)
-            .await
-            .expect("open a SQLite file in the temp directory");
+        let pool = open_test_file(&file.path).await;
         taskq::migrate(&pool)
             .await
             .expect("taskq migrations apply on SQLite");
@@ -586,9 +597,12 @@ impl TestBackend for Sqlite {
     async fn another_pool(db: &Db<Self>, max: u32) -> Pool<Self> {
         sqlx::sqlite::SqlitePoolOptions::new()
             .max_connections(max)
-            .connect_with(taskq::sqlite::tune(
-                sqlx::sqlite::SqliteConnectOptions::new().filename(&db._guard.path),
-            ))
+            .connect_with(
+                taskq::sqlite::tune(
+                    sqlx::sqlite::SqliteConnectOptions::new().filename(&db._guard.path),
+                )
+                .busy_timeout(SQLITE_TEST_BUSY_TIMEOUT),
+            )
             .await
             .expect("open the test's SQLite file")
     }

@@ -268,8 +268,7 @@ impl Store {
     /// The busy timeout of this pool's connections (`SqliteConnectOptions::busy_timeout`;
     /// [`DEFAULT_BUSY_TIMEOUT`](q::connect::DEFAULT_BUSY_TIMEOUT) if it cannot be read).
     pub(crate) fn busy_timeout(&self) -> Duration {
-        busy_timeout_of(&self.pool.connect_options())
-            .unwrap_or(q::connect::DEFAULT_BUSY_TIMEOUT)
+        busy_timeout_of(&self.pool.connect_options()).unwrap_or(q::connect::DEFAULT_BUSY_TIMEOUT)
     }
 
     /// A write transaction (`BEGIN IMMEDIATE`: the write lock at once).

@@ -92,7 +92,11 @@ pub(crate) async fn presence(shared: Arc<Shared>) {
 /// goodbye stops being alive once its lease has passed without a beat).
 pub(crate) async fn deregister(shared: &Shared) {
     for attempt in 0..3 {
-        match within!(shared, control, |c| shared.store.worker_stop(c, &shared.worker_id)).await {
+        match within!(shared, control, |c| shared
+            .store
+            .worker_stop(c, &shared.worker_id))
+        .await
+        {
             Ok(_) => return,
             Err(e) => {
                 tracing::warn!(error = %e, attempt, "taskq: marking the worker stopped failed");
@@ -128,7 +132,11 @@ pub(crate) async fn beat(shared: &Shared) {
     let lease_us = shared.lease_us();
     let mut tries = 0;
     let renewed = loop {
-        match within!(shared, control, |c| shared.store.task_heartbeat(c, &json, lease_us)).await {
+        match within!(shared, control, |c| shared
+            .store
+            .task_heartbeat(c, &json, lease_us))
+        .await
+        {
             Ok(n) => break n,
             Err(e) => {
                 WorkerStats::add(&shared.stats.db_errors, 1);

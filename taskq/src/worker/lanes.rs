@@ -127,7 +127,12 @@ mod tests {
         let ms = Duration::from_millis;
         assert!(check_sqlite_lease(s(30), s(10), s(5), s(5)).is_ok());
         assert!(check_sqlite_lease(s(15), s(5), s(5), s(5)).is_ok());
-        for (grace, busy) in [(s(5), s(5)), (ms(500), ms(250)), (s(60), s(5)), (ms(0), s(1))] {
+        for (grace, busy) in [
+            (s(5), s(5)),
+            (ms(500), ms(250)),
+            (s(60), s(5)),
+            (ms(0), s(1)),
+        ] {
             let Err(crate::Error::LeaseBelowBusyTimeout { min_lease, .. }) =
                 check_sqlite_lease(ms(1), ms(0), grace, busy)
             else {
@@ -141,7 +146,13 @@ mod tests {
 
     #[test]
     fn sessions_outlive_statements_and_idle_connections() {
-        for (lease_ms, want_s) in [(200, 5), (2_000, 5), (10_000, 6), (30_000, 16), (31_000, 17)] {
+        for (lease_ms, want_s) in [
+            (200, 5),
+            (2_000, 5),
+            (10_000, 6),
+            (30_000, 16),
+            (31_000, 17),
+        ] {
             let st = Duration::from_millis(lease_ms) / 2;
             let w = session_timeout(st);
             assert_eq!(w, Duration::from_secs(want_s), "lease {lease_ms} ms");
