@@ -148,7 +148,120 @@ async fn the_default_footprint_follows_queues_and_concurrency<B: TestBackend>(db
     }
 }
 
+/// SQLite: `build` refuses a lease that a renewal waiting the pool's busy timeout for the
+/// write lock could cost (`lease − heartbeat − min(cancel grace, lease / 2) < busy timeout`),
+/// with the numbers and the shortest lease that fits; MySQL has no such wait.
+async fn a_lease_the_busy_timeout_could_cost_is_refused_on_sqlite<B: TestBackend>(db: Db<B>) {
+    let build = |pool: &sqlx::Pool<B>, lease: u64| {
+        taskq::Worker::builder(pool.clone())
+            .register::<Busy>()
+            .lease(Duration::from_secs(lease))
+            .build()
+    };
+    if B::LABEL == "mysql" {
+        assert!(build(&db.pool, 1).is_ok());
+        return;
+    }
+    // taskq's own settings: a 5 s busy timeout, so with the default heartbeat (a third) and
+    // cancel grace (5 s) a lease of 15 s fits and one of 14 s does not.
+    let url = B::url(&db);
+    let sqlite = taskq::sqlite::connect(&url).await.unwrap();
+    let default_busy = |lease| {
+        taskq::Worker::builder(sqlite.clone())
+            .register::<Busy>()
+            .lease(Duration::from_secs(lease))
+            .build()
+    };
+    assert!(default_busy(15).is_ok());
+    let err = default_busy(14).err().expect("a 14 s lease is refused");
+    let taskq::Error::LeaseBelowBusyTimeout {
+        lease,
+        busy_timeout,
+        tolerated,
+        min_lease,
+        ..
+    } = &err
+    else {
+        panic!("{err:?}");
+    };
+    assert_eq!(
+        (*lease, *busy_timeout, *min_lease),
+        (
+            Duration::from_secs(14),
+            Duration::from_secs(5),
+            Duration::from_secs(15)
+        )
+    );
+    assert!(*tolerated < Duration::from_millis(4_400), "{tolerated:?}");
+    let text = err.to_string();
+    assert!(
+        text.contains("busy timeout of 5s") && text.contains("SqliteConnectOptions::busy_timeout"),
+        "{text}"
+    );
+    // The test pools' 1 s busy timeout, the default heartbeat and grace: a lease tolerates a
+    // sixth of itself, so 6 s fits and 5 s does not.
+    assert!(build(&db.pool, 6).is_ok());
+    assert!(matches!(
+        build(&db.pool, 5),
+        Err(taskq::Error::LeaseBelowBusyTimeout { .. })
+    ));
+}
+
 taskq_tests::conformance!(
+    a_lease_the_busy_timeout_could_cost_is_refused_on_sqlite,
     a_busy_single_slot_worker_with_a_schedule_holds_two_connections,
     the_default_footprint_follows_queues_and_concurrency,
 );
+
+/// SQLite: the worker's statements wait for the write lock as long as the busy timeout of
+/// the pool it was built with, not taskq's default 5 s. The pool here waits 300 ms; another
+/// connection holds the lock for 1.2 s (under the worker's 1.5 s statement deadline): the
+/// worker's claims fail with "database is locked" meanwhile, and it goes on after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_the_worker_keeps_the_pools_busy_timeout() {
+    use sqlx::Sqlite;
+    let db = <Sqlite as TestBackend>::create()
+        .await
+        .expect("a SQLite file");
+    let url = <Sqlite as TestBackend>::url(&db);
+    let opts = taskq_sqlite::connect_options_from_url(&url)
+        .unwrap()
+        .busy_timeout(Duration::from_millis(300));
+    let pool = taskq_sqlite::connect::open_with(opts, 2).await.unwrap();
+    for n in 0..4 {
+        Busy { n }.enqueue(&db.pool).await.unwrap();
+    }
+    let w = RunningWorker::spawn(
+        taskq_tests::fast_worker(&pool)
+            .register::<Busy>()
+            .queue(QUEUE, 1)
+            .lease(Duration::from_secs(3))
+            .heartbeat(Duration::from_millis(500))
+            .cancel_grace(Duration::from_millis(500)),
+    );
+    wait_until(Duration::from_secs(20), "the first tasks", || async {
+        w.stats.snapshot().succeeded >= 4
+    })
+    .await;
+    let errors_before = w.stats.snapshot().db_errors;
+    // `BEGIN IMMEDIATE` takes the write lock until the commit.
+    let holder = taskq::sqlite::begin(&db.pool).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    holder.commit().await.unwrap();
+    let s = w.stats.snapshot();
+    assert!(
+        s.db_errors > errors_before,
+        "no statement gave up within the 300 ms busy timeout: {s:?}"
+    );
+    assert_eq!(s.statement_timeouts, 0, "{s:?}");
+    for n in 4..8 {
+        Busy { n }.enqueue(&db.pool).await.unwrap();
+    }
+    wait_until(
+        Duration::from_secs(20),
+        "the tasks after the hold",
+        || async { w.stats.snapshot().succeeded >= 8 },
+    )
+    .await;
+    w.stop().await;
+}
