@@ -299,7 +299,7 @@ async fn the_reaper_frees_the_identity_of_a_canceled_unique_task<B: TestBackend>
         db.worker()
             .register::<Solo>()
             .lease(Duration::from_secs(60))
-            .heartbeat(Duration::from_secs(50))
+            .heartbeat(Duration::from_secs(25))
             .reaper_interval(Duration::from_secs(3600))
             .cancel_grace(Duration::from_secs(60)),
     );
