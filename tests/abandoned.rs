@@ -294,3 +294,45 @@ async fn a_worker_frozen_in_a_write_back_holds_the_identity_only_until_the_serve
     let _ = child.wait().await;
     drop(s.server);
 }
+
+/// The worker's own pools close idle connections before the server's `session_timeout`
+/// would: a worker whose work connection sits idle past it (polling every 8 s, lease 4 s:
+/// the server closes silent sessions after 5 s) claims again on a fresh connection, without
+/// a failed statement, and the server never had to close one of its sessions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_worker_connections_are_closed_by_the_pool_before_the_server_would() {
+    let Some(s) = setup().await else { return };
+    let aborted = status(&s.pool, "Aborted_clients").await;
+    let w = RunningWorker::spawn(
+        fast_worker(&s.pool)
+            .register::<StallNap>()
+            .queue(LIMITED_QUEUE, 1)
+            .lease(LEASE)
+            .poll_interval(Duration::from_millis(10), Duration::from_secs(8))
+            .reaper_interval(Duration::from_secs(60)),
+    );
+    StallNap { ms: 1 }.enqueue(&s.pool).await.unwrap();
+    wait_until(Duration::from_secs(10), "the first task", || async {
+        w.stats.snapshot().succeeded >= 1
+    })
+    .await;
+    // Idle past the session timeout (the claim loop polls every 8 s by now).
+    tokio::time::sleep(SESSION_TIMEOUT * 2 + Duration::from_secs(2)).await;
+    StallNap { ms: 1 }.enqueue(&s.pool).await.unwrap(); // wakes the claim loop at once
+    wait_until(Duration::from_secs(10), "the second task", || async {
+        w.stats.snapshot().succeeded >= 2
+    })
+    .await;
+    let stats = w.stop().await.stats;
+    assert_eq!(
+        (stats.db_errors, stats.statement_timeouts),
+        (0, 0),
+        "{stats:?}"
+    );
+    assert_eq!(
+        status(&s.pool, "Aborted_clients").await,
+        aborted,
+        "the server closed none of the worker's sessions"
+    );
+    drop(s.server);
+}
