@@ -99,6 +99,9 @@ struct Opts {
     fleet: Vec<(usize, usize)>,
     /// Tasks each fleet drains (`--fleet-tasks`).
     fleet_tasks: u64,
+    /// `--fleet-shared-pool`: the fleet's workers share one pool (Worker instances in one
+    /// process) instead of one pool each (as worker processes would have).
+    fleet_shared_pool: bool,
 }
 
 /// The dashboard settings of `o`, created with their defaults by the first `--dashboard*`.
@@ -125,6 +128,7 @@ fn parse_args() -> Res<Opts> {
         sqlite: None,
         fleet: Vec::new(),
         fleet_tasks: 10_000,
+        fleet_shared_pool: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -174,6 +178,7 @@ fn parse_args() -> Res<Opts> {
                     o.fleet.push((w, c));
                 }
             }
+            "--fleet-shared-pool" => o.fleet_shared_pool = true,
             "--fleet-tasks" => {
                 o.fleet_tasks = args
                     .next()
@@ -187,7 +192,7 @@ fn parse_args() -> Res<Opts> {
                      [--svg FILE.svg] [--skip-million] [--targets-only | --unknown-names | --limits]\n\
                      \x20      taskq-bench --dashboard [--dashboard-tasks N] [--requests N] \
                      [--keep-db]\n\
-                     \x20      taskq-bench --fleet 32x1,64x1 [--fleet-tasks N]\n\
+                     \x20      taskq-bench --fleet 32x1,64x1 [--fleet-tasks N] [--fleet-shared-pool]\n\
                      \x20      taskq-bench --sqlite [--sqlite-file PATH] [--quick] [--out FILE.json] \
                      [--keep-db]\n\n\
                      --targets-only   only the ratio measurements, printed (a tuning aid)\n\
@@ -206,10 +211,11 @@ fn parse_args() -> Res<Opts> {
                      --keep-db        leave the scratch database (or SQLite file) in place and \
                      print its name\n\
                      --fleet 32x1,64x1  only fleets of W workers at concurrency C, each worker \
-                     with its own pool (as W processes would have), draining --fleet-tasks \
-                     (default 10000) tasks: tasks/s, statements per task and the server's peak \
-                     connection count (FLUSH STATUS before each; needs a server nobody else \
-                     uses), printed"
+                     with its own pool (as W processes would have; --fleet-shared-pool: one \
+                     pool for all, as W Worker instances in one process), draining \
+                     --fleet-tasks (default 10000) tasks: tasks/s, statements per task and the \
+                     server's peak connection count (FLUSH STATUS before each; needs a server \
+                     nobody else uses), printed"
                 );
                 std::process::exit(0);
             }
@@ -819,14 +825,15 @@ struct FleetPeak {
 }
 
 /// `workers` workers at `concurrency`, each on its own pool (one connection opened at once, up
-/// to 2, as a worker process's pool would be), draining `n` preloaded tasks: the server's peak
-/// connection count (`Max_used_connections` after `FLUSH STATUS`) and the statements per task
-/// (`Questions`, connection set-up included).
+/// to 2, as a worker process's pool would be) or all on `pool` (`shared`), draining `n`
+/// preloaded tasks: the server's peak connection count (`Max_used_connections` after `FLUSH
+/// STATUS`) and the statements per task (`Questions`, connection set-up included).
 async fn fleet_peak(
     pool: &MySqlPool,
     workers: usize,
     concurrency: usize,
     n: u64,
+    shared: bool,
 ) -> Res<FleetPeak> {
     reset(pool).await?;
     preload(pool, n).await?;
@@ -840,6 +847,10 @@ async fn fleet_peak(
     let start = Instant::now();
     let mut fleet = Vec::with_capacity(workers);
     for _ in 0..workers {
+        if shared {
+            fleet.push(start_worker(pool, concurrency)?);
+            continue;
+        }
         let own = MySqlPoolOptions::new()
             .max_connections(2)
             .connect_with((*pool.connect_options()).clone())
@@ -1725,8 +1736,9 @@ async fn run(opts: Opts) -> Res<()> {
     sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE `{db}`")))
         .execute(&mut admin)
         .await?;
+    // A fleet run counts the server's connections: the bench itself keeps to one.
     let pool = MySqlPoolOptions::new()
-        .max_connections(40)
+        .max_connections(if opts.fleet.is_empty() { 40 } else { 1 })
         .connect_with(server.clone().database(&db))
         .await?;
     let result = bench(&opts, &pool).await;
@@ -1763,11 +1775,23 @@ async fn bench(opts: &Opts, pool: &MySqlPool) -> Res<()> {
         eprintln!("machine: {}", machine());
         eprintln!("server: {}", server_settings(pool).await?);
         for &(workers, concurrency) in &opts.fleet {
-            let f = fleet_peak(pool, workers, concurrency, opts.fleet_tasks).await?;
+            let f = fleet_peak(
+                pool,
+                workers,
+                concurrency,
+                opts.fleet_tasks,
+                opts.fleet_shared_pool,
+            )
+            .await?;
             println!(
-                "fleet {workers} x {concurrency}: {} tasks in {:.1} s, {} tasks/s, {:.2} statements/task, \
+                "fleet {workers} x {concurrency} ({}): {} tasks in {:.1} s, {} tasks/s, {:.2} statements/task, \
                  peak {} server connections (Max_used_connections; {} of them the bench's own \
                  before the fleet started: {:.2} per worker), db errors {}",
+                if opts.fleet_shared_pool {
+                    "one shared pool"
+                } else {
+                    "a pool each"
+                },
                 f.tasks,
                 f.secs,
                 fmt_rate(f.tasks_per_s),

@@ -460,6 +460,9 @@ pub struct ChildSettings {
     /// `queue:concurrency,...` to work instead of `faults` (SQLite children only).
     pub queues: Option<String>,
     pub cancel_grace: Duration,
+    /// SQLite children: the pool's busy timeout (`--busy-ms`; default: the longest the lease
+    /// allows, `lease − heartbeat − min(cancel grace, lease / 2)`).
+    pub busy: Option<Duration>,
 }
 
 impl Default for ChildSettings {
@@ -472,6 +475,7 @@ impl Default for ChildSettings {
             concurrency: 8,
             queues: None,
             cancel_grace: Duration::from_millis(500),
+            busy: None,
         }
     }
 }
@@ -507,6 +511,7 @@ impl ChildWorker {
             .args(["--concurrency", &s.concurrency.to_string()])
             .args(["--grace-ms", &ms(s.cancel_grace)])
             .args(s.queues.iter().flat_map(|q| ["--queues", q.as_str()]))
+            .args(s.busy.iter().flat_map(|b| ["--busy-ms".to_owned(), ms(*b)]))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())

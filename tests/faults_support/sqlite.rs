@@ -780,6 +780,9 @@ pub struct StarveSettings {
     /// Producers in the test process enqueueing one short task per transaction, until the
     /// long tasks are done.
     pub producers: usize,
+    /// Busy timeout of every pool: the producers' and the worker processes' (the longest the
+    /// lease allows, [`tolerated`], keeps the rule `WorkerBuilder::build` checks).
+    pub busy: Duration,
 }
 
 /// Result of the starvation measurement.
@@ -808,6 +811,7 @@ pub struct StarveRun {
 /// how the short tasks were shared, whether any long lease was lost, and the closest a lease
 /// came to expiring.
 pub async fn starvation(db: &SqliteFaultDb, exe: &Path, s: &StarveSettings) -> StarveRun {
+    let producer_pool = db.pool_with_busy_timeout(s.busy);
     let pool = &db.pool;
     let mut long = HashMap::new();
     for p in 0..s.processes {
@@ -843,6 +847,7 @@ pub async fn starvation(db: &SqliteFaultDb, exe: &Path, s: &StarveSettings) -> S
                 "load:{},long-{p}:{}",
                 s.load_concurrency, s.long_per_process
             )),
+            busy: Some(s.busy),
             ..ChildSettings::default()
         };
         children.push(ChildWorker::spawn(exe, &db.url, &format!("starve-{p}"), &cs).await);
@@ -854,8 +859,12 @@ pub async fn starvation(db: &SqliteFaultDb, exe: &Path, s: &StarveSettings) -> S
     let busy = Arc::new(AtomicU64::new(0));
     let mut producers = Vec::new();
     for _ in 0..s.producers {
-        let (pool, stop, produced, busy) =
-            (pool.clone(), stop.clone(), produced.clone(), busy.clone());
+        let (pool, stop, produced, busy) = (
+            producer_pool.clone(),
+            stop.clone(),
+            produced.clone(),
+            busy.clone(),
+        );
         producers.push(tokio::spawn(async move {
             while !stop.load(Ordering::Relaxed) {
                 match taskq::sqlite::begin(&pool).await {
