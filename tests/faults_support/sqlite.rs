@@ -1046,6 +1046,11 @@ pub async fn lock_hold_trial(
 ) -> LockHoldTrial {
     let ids = enqueue_holds(&db.pool, tasks).await;
     let a_id = format!("locked-{trial}");
+    // The handlers record their cancellation during the hold: on a pool that waits it out.
+    let settings = &ChildSettings {
+        events_busy: Some(Duration::from_secs(5).max(hold)),
+        ..settings.clone()
+    };
     let a = ChildWorker::spawn(exe, &db.url, &a_id, settings).await;
     db.wait_started_by(&ids, &a_id, Duration::from_secs(30))
         .await;
