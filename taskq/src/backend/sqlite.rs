@@ -71,15 +71,29 @@ pub async fn connect(url: &str) -> crate::Result<SqlitePool> {
     } else {
         q::connect_options(url)
     };
-    open_with(opts).await
+    connect_with(opts).await
 }
 
 /// [`connect`] on a file path.
 pub async fn open(path: impl AsRef<std::path::Path>) -> crate::Result<SqlitePool> {
-    open_with(q::connect_options(path)).await
+    connect_with(q::connect_options(path)).await
 }
 
-async fn open_with(opts: SqliteConnectOptions) -> crate::Result<SqlitePool> {
+/// [`connect`] with your options, e.g. taskq's settings and a busy timeout that suits a short
+/// lease (`WorkerBuilder::build` requires `lease − heartbeat − min(cancel grace, lease / 2) ≥
+/// busy timeout`):
+///
+/// ```no_run
+/// # async fn f() -> taskq::Result<()> {
+/// use std::{str::FromStr, time::Duration};
+/// let opts = sqlx::sqlite::SqliteConnectOptions::from_str("sqlite://app.db").unwrap();
+/// let pool = taskq::sqlite::connect_with(
+///     taskq::sqlite::tune(opts).busy_timeout(Duration::from_millis(500)),
+/// )
+/// .await?;
+/// # Ok(()) }
+/// ```
+pub async fn connect_with(opts: SqliteConnectOptions) -> crate::Result<SqlitePool> {
     let path = opts.get_filename().display().to_string();
     q::connect::open_with(opts, q::connect::DEFAULT_MAX_CONNECTIONS)
         .await
