@@ -95,7 +95,7 @@ async fn a_cooperative_handler_that_fails_is_recorded_canceled<B: TestBackend>(d
     let client = Client::new(db.pool.clone());
     let seen = Seen::default();
     let id = Long(React::Fail).enqueue(&db.pool).await.unwrap().id;
-    let w = worker(&db, &seen, Duration::from_secs(5));
+    let w = worker(&db, &seen, Duration::from_millis(1500));
     started(&client, &seen, id).await;
 
     let asked = Instant::now();
@@ -135,7 +135,7 @@ async fn a_success_within_the_grace_is_recorded_succeeded<B: TestBackend>(db: Db
     let client = Client::new(db.pool.clone());
     let seen = Seen::default();
     let id = Long(React::Succeed).enqueue(&db.pool).await.unwrap().id;
-    let w = worker(&db, &seen, Duration::from_secs(5));
+    let w = worker(&db, &seen, Duration::from_millis(1500));
     started(&client, &seen, id).await;
     assert_eq!(client.cancel(id).await.unwrap(), Canceled::Requested);
     wait_until(Duration::from_secs(10), "the task finished", || async {
@@ -215,35 +215,67 @@ async fn the_reaper_cancels_an_expired_cancel_requested_task<B: TestBackend>(db:
     w.stop().await;
 }
 
-async fn a_retry_written_before_the_request_was_seen_cancels_the_next_attempt<B: TestBackend>(
+/// A cancel request made while an attempt ran, whose outcome (a retry) was written before its
+/// worker saw the request: the request stays on the pending row, and the claim that next finds
+/// the task ends it `canceled` without running it again (and frees its identity).
+async fn a_cancel_request_left_by_an_earlier_attempt_ends_the_task_at_its_next_claim<
+    B: TestBackend,
+>(
     db: Db<B>,
 ) {
     let client = Client::new(db.pool.clone());
     let id = Long(React::Fail).enqueue(&db.pool).await.unwrap().id;
-    // Requested on a running attempt whose outcome (a retry) then won the race.
+    let unique = Solo { account: 11 }.enqueue(&db.pool).await.unwrap().id;
+    let ids = format!("{}, {}", id.0, unique.0);
+    // Requested on running attempts whose outcome (a retry) then won the race.
     db.exec(&format!(
-        "UPDATE taskq_tasks SET state = 'running', attempt = 1, lease_epoch = 1 WHERE id = {}",
-        id.0
+        "UPDATE taskq_tasks SET state = 'running', attempt = 1, lease_epoch = 1 WHERE id IN ({ids})"
     ))
     .await;
     assert_eq!(client.cancel(id).await.unwrap(), Canceled::Requested);
+    assert_eq!(client.cancel(unique).await.unwrap(), Canceled::Requested);
     db.exec(&format!(
-        "UPDATE taskq_tasks SET state = 'pending', run_at = {} WHERE id = {}",
-        db.now(),
-        id.0
+        "UPDATE taskq_tasks SET state = 'pending', run_at = {} WHERE id IN ({ids})",
+        db.now()
     ))
     .await;
     let seen = Seen::default();
-    let w = worker(&db, &seen, Duration::from_secs(5));
-    wait_until(
-        Duration::from_secs(10),
-        "the next attempt is canceled",
-        || async { client.get(id).await.unwrap().state == TaskState::Canceled },
-    )
+    let w = RunningWorker::spawn(
+        db.worker()
+            .register::<Long>()
+            .register::<Solo>()
+            .data(seen.clone())
+            .lease(Duration::from_secs(3))
+            .heartbeat(Duration::from_millis(200)),
+    );
+    wait_until(Duration::from_secs(10), "both canceled", || async {
+        client.get(id).await.unwrap().state == TaskState::Canceled
+            && client.get(unique).await.unwrap().state == TaskState::Canceled
+    })
     .await;
-    assert_eq!(*seen.reason.lock().unwrap(), Some(CancelReason::Canceled));
-    assert_eq!(client.get(id).await.unwrap().attempt, 2);
-    w.stop().await;
+    let stats = w.stop().await.stats;
+    assert!(
+        !seen.started.load(std::sync::atomic::Ordering::SeqCst),
+        "the handler never ran again"
+    );
+    for t in [id, unique] {
+        let t = client.get(t).await.unwrap();
+        assert_eq!((t.attempt, t.lease_epoch), (1, 1), "no new attempt");
+        assert!(t.finished_at.is_some());
+    }
+    assert_eq!((stats.claimed, stats.canceled), (0, 2));
+    assert_eq!(
+        identities(&db).await,
+        0,
+        "the unique task's identity is freed"
+    );
+    assert!(
+        !Solo { account: 11 }
+            .enqueue(&db.pool)
+            .await
+            .unwrap()
+            .duplicate
+    );
 }
 
 /// Unique while running; waits for its cancel signal, then fails.
@@ -301,7 +333,7 @@ async fn the_reaper_frees_the_identity_of_a_canceled_unique_task<B: TestBackend>
             .lease(Duration::from_secs(60))
             .heartbeat(Duration::from_secs(25))
             .reaper_interval(Duration::from_secs(3600))
-            .cancel_grace(Duration::from_secs(60)),
+            .cancel_grace(Duration::from_secs(30)),
     );
     wait_until(Duration::from_secs(10), "running", || async {
         client.get(id).await.unwrap().state == TaskState::Running
@@ -331,6 +363,92 @@ async fn the_reaper_frees_the_identity_of_a_canceled_unique_task<B: TestBackend>
     // fenced by the epoch: the task stays canceled.
     w.stop().await;
     assert_eq!(client.get(id).await.unwrap().state, TaskState::Canceled);
+}
+
+/// A cancel request that lands between the reaper's read of an expired lease (no request yet)
+/// and its write: whichever way the reap then goes, the identity is freed with the task. (Was a
+/// MySQL bug: the reap moved the task to `canceled` but freed nothing, so every later enqueue
+/// of the identity was a silent duplicate of a canceled task.) Interleaved by hand: the test
+/// holds the task row (MySQL: a row lock; SQLite: the write lock) while the reaper reads, then
+/// records the cancel request as `Client::cancel` does and lets the reap go on.
+async fn a_cancel_request_racing_the_reap_still_frees_the_identity<B: TestBackend>(db: Db<B>) {
+    let client = Client::new(db.pool.clone());
+    let first = Solo { account: 9 }.enqueue(&db.pool).await.unwrap();
+    let id = first.id;
+    assert_eq!(identities(&db).await, 1);
+    // Claimed by a worker that died on attempt 1 of 5: running, lease expired.
+    db.exec(&format!(
+        "UPDATE taskq_tasks SET state = 'running', attempt = 1, lease_epoch = 1,
+           worker_id = 'crashed', lease_until = {} WHERE id = {}",
+        db.ago(Duration::from_secs(1)),
+        id.0
+    ))
+    .await;
+    let mut tx = db.begin().await;
+    let cond = format!("id = {} AND state = 'running'", id.0);
+    // Takes the row's lock (MySQL) / the write lock (SQLite) and writes nothing yet.
+    assert_eq!(
+        db.exec_in(
+            &mut tx,
+            &format!("UPDATE taskq_tasks SET attempt = attempt WHERE {cond}")
+        )
+        .await,
+        1
+    );
+    // A reaper of a worker that does not register `solo` (so it never claims it again).
+    let reaper = RunningWorker::spawn(
+        db.worker()
+            .register::<Long>()
+            .lease(Duration::from_secs(10))
+            .reaper_interval(Duration::from_millis(50)),
+    );
+    if db.label() == "mysql" {
+        // The reaper has read the row (a plain read, not blocked) and its write, the reap's
+        // `UPDATE` (the only statement with `lease_lost` in its text), waits for the row lock.
+        wait_until(
+            Duration::from_secs(10),
+            "the reap waits for the row",
+            || async {
+                db.scalar(
+                    "SELECT COUNT(*) FROM information_schema.PROCESSLIST
+                 WHERE DB = DATABASE() AND ID <> CONNECTION_ID() AND INFO LIKE '%lease_lost%'",
+                )
+                .await
+                    > 0
+            },
+        )
+        .await;
+    } else {
+        // SQLite cannot show a waiting writer: ten reaper rounds (each reads the row, then
+        // waits for the write lock; the busy timeout is 5 s).
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    // What `Client::cancel` writes on a running task.
+    db.exec_in(
+        &mut tx,
+        &format!(
+            "UPDATE taskq_tasks SET cancel_requested_at = {} WHERE {cond}",
+            db.now()
+        ),
+    )
+    .await;
+    tx.commit().await.unwrap();
+    wait_until(Duration::from_secs(10), "reaped to canceled", || async {
+        client.get(id).await.unwrap().state == TaskState::Canceled
+    })
+    .await;
+    reaper.stop().await;
+    assert_eq!(
+        identities(&db).await,
+        0,
+        "the canceled task's identity is freed"
+    );
+    let again = Solo { account: 9 }.enqueue(&db.pool).await.unwrap();
+    assert!(
+        !again.duplicate,
+        "a new enqueue of the identity is a new task"
+    );
+    assert_ne!(again.id, id);
 }
 
 async fn states<B: TestBackend>(db: &Db<B>) -> Vec<(String, String, i64)> {
@@ -514,16 +632,17 @@ async fn a_grace_longer_than_the_lease_lets_the_reaper_cancel_and_fences_the_lat
     let client = Client::new(db.pool.clone());
     let seen = Seen::default();
     let id = Long(React::Ignore).enqueue(&db.pool).await.unwrap().id;
-    // The lease (2.5 s) runs out long before the grace (5 s): the worker's own reaper cancels
-    // the task while the handler is still within its grace. (2.5 s: about the shortest lease
-    // that survives a renewal waiting the SQLite test pools' 1 s busy timeout.)
+    // The lease (2.5 s) runs out long before the grace (5 s, longer than `build` allows: as a
+    // handler blocked in synchronous code would): the worker's own reaper cancels the task
+    // while the handler is still within its grace. (2.5 s: about the shortest lease that
+    // survives a renewal waiting the SQLite test pools' 1 s busy timeout.)
     let w = RunningWorker::spawn(
         db.worker()
             .register::<Long>()
             .data(seen.clone())
             .lease(Duration::from_millis(2500))
             .heartbeat(Duration::from_millis(200))
-            .cancel_grace(Duration::from_secs(5)),
+            .__unchecked_cancel_grace(Duration::from_secs(5)),
     );
     started(&client, &seen, id).await;
     assert_eq!(client.cancel(id).await.unwrap(), Canceled::Requested);
@@ -560,9 +679,10 @@ taskq_tests::conformance!(
     a_success_within_the_grace_is_recorded_succeeded,
     a_handler_that_ignores_the_signal_is_aborted_after_the_grace,
     the_reaper_cancels_an_expired_cancel_requested_task,
-    a_retry_written_before_the_request_was_seen_cancels_the_next_attempt,
+    a_cancel_request_left_by_an_earlier_attempt_ends_the_task_at_its_next_claim,
     a_canceled_running_unique_task_frees_its_identity,
     the_reaper_frees_the_identity_of_a_canceled_unique_task,
+    a_cancel_request_racing_the_reap_still_frees_the_identity,
     cancel_where_counts_in_a_dry_run_and_cancels_in_batches,
     retry_where_counts_in_a_dry_run_and_retries_matching_dead_tasks,
     a_grace_longer_than_the_lease_lets_the_reaper_cancel_and_fences_the_late_write_back,

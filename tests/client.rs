@@ -569,3 +569,79 @@ taskq_tests::conformance!(
     newest_first_pages_finished_per_minute_and_purge_count,
     a_queue_filter_without_a_state_pages_beyond_the_primary_key_probe,
 );
+
+// MySQL only: a network that goes silent needs a TCP connection (SQLite has none; its lock
+// waits end at its busy timeout).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_calls_end_at_the_deadline_when_the_network_goes_silent() {
+    use std::time::{Duration, Instant};
+    use taskq_tests::proxy::ChaosProxy;
+    if !taskq_tests::loopback_or_skip() {
+        return;
+    }
+    let Some(db) = taskq_tests::TestDb::new_or_skip().await else {
+        return;
+    };
+    let upstream = format!("{}:{}", db.options.get_host(), db.options.get_port())
+        .parse()
+        .expect("the test server is addressed by IP");
+    let proxy = ChaosProxy::start(upstream).await;
+    let pool = sqlx::mysql::MySqlPoolOptions::new()
+        .max_connections(4)
+        .connect_lazy_with(db.options.clone().port(proxy.addr().port()));
+    assert_eq!(
+        Client::new(pool.clone()).timeout(),
+        Duration::from_secs(30),
+        "the default"
+    );
+    let deadline = Duration::from_millis(500);
+    let client = Client::new(pool).with_timeout(deadline);
+    let id = Ping(1).enqueue(&db.pool).await.unwrap().id;
+    assert_eq!(client.get(id).await.unwrap().state, TaskState::Pending);
+    // The network goes silent: what is sent is swallowed, nothing comes back.
+    proxy.set_black_hole(true);
+    proxy.black_hole_all();
+    let calls: Vec<(&str, _)> = vec![
+        (
+            "get",
+            Box::pin(async { client.get(id).await.map(drop) })
+                as std::pin::Pin<Box<dyn std::future::Future<Output = taskq::Result<()>>>>,
+        ),
+        (
+            "list",
+            Box::pin(async { client.list(&ListFilter::default()).await.map(drop) }),
+        ),
+        ("stats", Box::pin(async { client.stats().await.map(drop) })),
+        (
+            "cancel",
+            Box::pin(async { client.cancel(id).await.map(drop) }),
+        ),
+        (
+            "pause_queue",
+            Box::pin(async { client.pause_queue("default").await }),
+        ),
+        (
+            "retry_all_dead",
+            Box::pin(async { client.retry_all_dead(None).await.map(drop) }),
+        ),
+    ];
+    for (what, call) in calls {
+        let asked = Instant::now();
+        let e = tokio::time::timeout(Duration::from_secs(10), call)
+            .await
+            .unwrap_or_else(|_| panic!("{what} still waits after 10 s"))
+            .unwrap_err();
+        assert!(
+            matches!(e, Error::Timeout(d) if d == deadline),
+            "{what}: {e:?}"
+        );
+        assert!(e.to_string().contains("did not answer within 500ms"), "{e}");
+        assert!(
+            asked.elapsed() < Duration::from_secs(5),
+            "{what}: {:?}",
+            asked.elapsed()
+        );
+    }
+    // Nothing was changed.
+    assert_eq!(db.count("state = 'pending'").await, 1);
+}

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use taskq::{
-    Client, Data, DeadTask, FollowUp, OnDead, SucceededTask, Task, TaskContext, TaskError, TaskId,
-    TaskState, worker::OutcomeEvent, worker::TaskOutcome,
+    Client, Data, DeadTask, FollowUp, OnDead, OnSuccess, SucceededTask, Task, TaskContext,
+    TaskError, TaskId, TaskState, worker::OutcomeEvent, worker::TaskOutcome,
 };
 use taskq_tests::backends::{Db, TestBackend, blob};
 use taskq_tests::{RunningWorker, wait_until};
@@ -156,6 +156,65 @@ impl Task for Mixed {
     }
 }
 
+/// Succeeds; its `on_success` follow-up carries `size` bytes of filler: a follow-up as big as
+/// a test wants, whatever the task's own payload.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct Big {
+    n: u32,
+    size: usize,
+}
+
+impl Task for Big {
+    const NAME: &'static str = "big";
+    const ON_SUCCESS: Option<OnSuccess> = Some(|done| {
+        let size = done.payload["size"].as_u64()? as usize;
+        Some(FollowUp::new(Filler {
+            from: done.id.0,
+            fill: "x".repeat(size),
+        }))
+    });
+    async fn run(self, _cx: TaskContext) -> Result<(), TaskError> {
+        Ok(())
+    }
+}
+
+/// Its last attempt is reaped to dead (the tests plant it running with an expired lease); its
+/// `on_dead` follow-up carries `size` bytes of filler.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct BigDead {
+    n: u32,
+    size: usize,
+}
+
+impl Task for BigDead {
+    const NAME: &'static str = "big_dead";
+    const MAX_ATTEMPTS: u32 = 1;
+    const ON_DEAD: Option<OnDead> = Some(|dead| {
+        let size = dead.payload["size"].as_u64()? as usize;
+        Some(FollowUp::new(Filler {
+            from: dead.id.0,
+            fill: "x".repeat(size),
+        }))
+    });
+    async fn run(self, _cx: TaskContext) -> Result<(), TaskError> {
+        Err(TaskError::permanent("never runs here"))
+    }
+}
+
+/// The follow-up of `Big` and `BigDead`; no worker of these tests runs it.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct Filler {
+    from: u64,
+    fill: String,
+}
+
+impl Task for Filler {
+    const NAME: &'static str = "filler";
+    async fn run(self, _cx: TaskContext) -> Result<(), TaskError> {
+        Ok(())
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Helpers
 
@@ -218,7 +277,7 @@ fn holding_worker<B: TestBackend>(db: &Db<B>, id: &str) -> taskq::WorkerBuilder 
         .lease(Duration::from_secs(60))
         .heartbeat(Duration::from_secs(25))
         .reaper_interval(Duration::from_secs(3600))
-        .cancel_grace(Duration::from_secs(60))
+        .cancel_grace(Duration::from_secs(30))
         .write_back_delay(Duration::from_millis(300))
         .shutdown_timeout(Duration::from_millis(200))
 }
@@ -425,37 +484,6 @@ async fn a_reaped_last_attempt_gets_one_follow_up_from_a_reaper_that_registers_i
     let epoch_last = epoch(&db, last).await;
     expire_leases(&db).await; // as if A were paused
 
-    // C registers neither name: it reaps the task with attempts left, not the last attempt,
-    // whose follow-up it cannot know.
-    let c_events: Arc<Mutex<Vec<OutcomeEvent>>> = Arc::default();
-    let sink = c_events.clone();
-    let c = RunningWorker::spawn(
-        db.worker()
-            .worker_id("C")
-            .register::<Unrelated>()
-            .on_outcome(move |e| sink.lock().unwrap().push(e.clone())),
-    );
-    wait_until(
-        Duration::from_secs(10),
-        "C reaped the retryable task",
-        || async { client.get(retry).await.unwrap().state == TaskState::Pending },
-    )
-    .await;
-    tokio::time::sleep(Duration::from_millis(500)).await; // several more reaper rounds
-    let c_stats = c.stop().await.stats;
-    assert_eq!(c_stats.reaped, 1);
-    assert_eq!(client.get(last).await.unwrap().state, TaskState::Running);
-    {
-        let events = c_events.lock().unwrap();
-        assert_eq!(events.len(), 1, "{events:?}");
-        assert_eq!(events[0].task_id, retry);
-        assert_eq!(events[0].outcome, TaskOutcome::Reaped(TaskState::Pending));
-        assert_eq!(
-            events[0].error.as_deref(),
-            Some("lease expired (worker A, attempt 1)")
-        );
-    }
-
     // B registers `gated`: it reaps the last attempt to dead with its follow-up, and runs it.
     let seen = Seen::default();
     let b_events: Arc<Mutex<Vec<OutcomeEvent>>> = Arc::default();
@@ -476,6 +504,8 @@ async fn a_reaped_last_attempt_gets_one_follow_up_from_a_reaper_that_registers_i
     .await;
     let dead = client.get(last).await.unwrap();
     assert_eq!(dead.state, TaskState::Dead);
+    // The task with attempts left goes back to pending (B does not register its name).
+    assert_eq!(client.get(retry).await.unwrap().state, TaskState::Pending);
     assert_eq!(
         seen.of("notify_ops"),
         vec![json!({
@@ -515,6 +545,126 @@ async fn a_reaped_last_attempt_gets_one_follow_up_from_a_reaper_that_registers_i
     let b_stats = b.stop().await.stats;
     assert_eq!(b_stats.follow_ups, 1);
     assert_eq!(rows(&db, "notify_ops").await.len(), 1);
+}
+
+/// A last attempt whose lease expired while no live worker registers its name: a reaper that
+/// does not register it cannot know its `on_dead` follow-up, so it parks the task back to
+/// pending (it no longer stays `running`, nor counts against its queue's limit); the first
+/// worker that registers the name claims it and ends it dead with its follow-up, without
+/// running the handler again.
+async fn a_last_attempt_no_live_worker_registers_is_parked_then_buried_unrun<B: TestBackend>(
+    db: Db<B>,
+) {
+    let client = Client::new(db.pool.clone());
+    let gate = Gate(Arc::new(Semaphore::new(0))); // a handler that ran would block here
+    let last = Gated { n: 1 }.enqueue(&db.pool).await.unwrap().id;
+    let retry = GatedRetry { n: 2 }.enqueue(&db.pool).await.unwrap().id;
+    // Worker A claimed both (attempt 1; `gated` has one attempt) and died.
+    db.exec(&format!(
+        "UPDATE taskq_tasks SET state = 'running', attempt = 1, lease_epoch = 1,
+           worker_id = 'A', lease_until = {}",
+        db.ago(Duration::from_secs(1))
+    ))
+    .await;
+    // C registers neither name: the task with attempts left goes back to pending as usual, the
+    // last attempt is parked (pending, attempt still 1 of 1).
+    let c_events: Arc<Mutex<Vec<OutcomeEvent>>> = Arc::default();
+    let sink = c_events.clone();
+    let c = RunningWorker::spawn(
+        db.worker()
+            .worker_id("C")
+            .register::<Unrelated>()
+            .on_outcome(move |e| sink.lock().unwrap().push(e.clone())),
+    );
+    wait_until(Duration::from_secs(10), "C reaped both", || async {
+        db.count("state = 'pending'").await == 2
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await; // more reaper rounds: nothing else
+    assert_eq!(c.stop().await.stats.reaped, 2);
+    let parked = client.get(last).await.unwrap();
+    assert_eq!(
+        (parked.state, parked.attempt, parked.lease_epoch),
+        (TaskState::Pending, 1, 2)
+    );
+    assert!(parked.finished_at.is_none());
+    assert_eq!(
+        parked.last_error.as_deref(),
+        Some("lease expired (worker A, attempt 1)")
+    );
+    assert_eq!(db.count("state = 'running'").await, 0);
+    {
+        let events = c_events.lock().unwrap();
+        assert_eq!(events.len(), 2, "{events:?}");
+        assert!(
+            events
+                .iter()
+                .all(|e| e.outcome == TaskOutcome::Reaped(TaskState::Pending))
+        );
+    }
+    assert_eq!(client.get(retry).await.unwrap().state, TaskState::Pending);
+
+    // B registers `gated`: it claims the parked task and ends it dead with its follow-up,
+    // without running the handler (which would wait at the closed gate forever).
+    let seen = Seen::default();
+    let b_events: Arc<Mutex<Vec<OutcomeEvent>>> = Arc::default();
+    let sink = b_events.clone();
+    let b = RunningWorker::spawn(
+        db.worker()
+            .worker_id("B")
+            .queue("default", 2)
+            .queue("ops", 2)
+            .register::<Gated>()
+            .register::<NotifyOps>()
+            .data(seen.clone())
+            .data(gate.clone())
+            .on_outcome(move |e| sink.lock().unwrap().push(e.clone())),
+    );
+    wait_until(Duration::from_secs(10), "the follow-up ran", || async {
+        !seen.of("notify_ops").is_empty()
+    })
+    .await;
+    let b_stats = b.stop().await.stats;
+    let dead = client.get(last).await.unwrap();
+    assert_eq!(
+        (dead.state, dead.attempt, dead.lease_epoch),
+        (TaskState::Dead, 1, 3),
+        "one attempt, as before the claim"
+    );
+    assert_eq!(
+        dead.last_error.as_deref(),
+        Some("lease expired (worker A, attempt 1)")
+    );
+    assert_eq!(
+        seen.of("notify_ops"),
+        vec![json!({
+            "id": last.0,
+            "name": "gated",
+            "queue": "default",
+            "attempts": 1,
+            "max_attempts": 1,
+            "last_error": "lease expired (worker A, attempt 1)",
+            "payload": {"n": 1},
+        })]
+    );
+    let follow = rows(&db, "notify_ops").await;
+    assert_eq!(follow.len(), 1);
+    assert_eq!(
+        follow[0].key.as_deref(),
+        Some(format!("taskq:on_dead:{}:3", last.0).as_str())
+    );
+    {
+        let events = b_events.lock().unwrap();
+        let ended: Vec<_> = events.iter().filter(|e| e.task_id == last).collect();
+        assert_eq!(ended.len(), 1, "{events:?}");
+        assert_eq!(ended[0].outcome, TaskOutcome::Dead);
+        assert!(ended[0].follow_up);
+    }
+    assert_eq!((b_stats.dead, b_stats.follow_ups), (1, 1));
+    // The history holds the one lost attempt, recorded by C's reap; the burial adds nothing.
+    let history = client.attempts(last).await.unwrap();
+    assert_eq!(history.len(), 1, "{history:?}");
+    assert_eq!(history[0].outcome, taskq::client::AttemptOutcome::LeaseLost);
 }
 
 async fn on_success_chains_pass_the_payload_along<B: TestBackend>(db: Db<B>) {
@@ -665,13 +815,186 @@ async fn a_unique_tasks_death_frees_its_identity_and_enqueues_its_follow_up_toge
     assert!(!again.duplicate);
 }
 
+/// Enqueues `BigDead` tasks and makes each a last attempt running under an expired lease, as
+/// if its worker had died.
+async fn plant_expired_last_attempts<B: TestBackend>(db: &Db<B>, sizes: &[usize]) -> Vec<TaskId> {
+    let mut ids = Vec::new();
+    for (n, size) in sizes.iter().enumerate() {
+        let id = BigDead {
+            n: n as u32,
+            size: *size,
+        }
+        .enqueue(&db.pool)
+        .await
+        .unwrap()
+        .id;
+        db.exec(&format!(
+            "UPDATE taskq_tasks SET state = 'running', attempt = 1, lease_epoch = 1,
+               worker_id = 'gone', lease_until = {} WHERE id = {}",
+            db.ago(Duration::from_secs(1)),
+            id.0
+        ))
+        .await;
+        ids.push(id);
+    }
+    ids
+}
+
+/// Sizes of the `filler` follow-ups' fills, by the id of the task they follow.
+async fn fillers<B: TestBackend>(db: &Db<B>) -> Vec<(u64, usize)> {
+    let mut out: Vec<(u64, usize)> = db
+        .blobs("SELECT payload FROM taskq_tasks WHERE name = 'filler'")
+        .await
+        .iter()
+        .map(|p| {
+            let f: Filler = serde_json::from_slice(p).unwrap();
+            (f.from, f.fill.len())
+        })
+        .collect();
+    out.sort_unstable();
+    out
+}
+
+async fn a_follow_up_the_database_refuses_does_not_hold_back_the_end<B: TestBackend>(db: Db<B>) {
+    let client = Client::new(db.pool.clone());
+    // The database refuses big fillers, as it would refuse a statement over its size limit
+    // (or an application's trigger or constraint would refuse a row).
+    db.exec(if db.label() == "mysql" {
+        "CREATE TRIGGER refuse_big_fillers BEFORE INSERT ON taskq_tasks FOR EACH ROW
+         IF NEW.name = 'filler' AND LENGTH(NEW.payload) > 1000 THEN
+           SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'refused by the test trigger';
+         END IF"
+    } else {
+        "CREATE TRIGGER refuse_big_fillers BEFORE INSERT ON taskq_tasks
+         WHEN NEW.name = 'filler' AND length(NEW.payload) > 1000
+         BEGIN SELECT RAISE(ABORT, 'refused by the test trigger'); END"
+    })
+    .await;
+    let mut done = Vec::new();
+    for (n, size) in [(1, 10), (2, 5000), (3, 20)] {
+        done.push(Big { n, size }.enqueue(&db.pool).await.unwrap().id);
+    }
+    let dead = plant_expired_last_attempts(&db, &[5000, 30]).await;
+    // The three outcomes go out in one write-back; the two deaths in one reap.
+    let w = RunningWorker::spawn(
+        db.worker()
+            .register::<Big>()
+            .register::<BigDead>()
+            .write_back_delay(Duration::from_millis(300)),
+    );
+    wait_until(Duration::from_secs(15), "every task ended", || async {
+        db.count("state = 'succeeded'").await == 3 && db.count("state = 'dead'").await == 2
+    })
+    .await;
+    let stats = w.stop().await.stats;
+    // Each end is written; only the refused follow-ups are missing, logged and counted.
+    assert_eq!(
+        (
+            stats.succeeded,
+            stats.reaped,
+            stats.follow_ups,
+            stats.follow_up_errors,
+            stats.writeback_rejected
+        ),
+        (3, 2, 3, 2, 0)
+    );
+    assert_eq!(
+        fillers(&db).await,
+        [(done[0].0, 10), (done[2].0, 20), (dead[1].0, 30)]
+    );
+    for id in done {
+        let t = client.get(id).await.unwrap();
+        assert_eq!((t.state, t.attempt), (TaskState::Succeeded, 1));
+    }
+}
+
+// MySQL only: `max_allowed_packet` (a SQLite statement's JSON argument may be up to 1 GB, its
+// longest string; the same byte budget bounds its statements).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn follow_ups_near_the_servers_packet_size_are_written_in_bounded_statements() {
+    use taskq_tests::server::PrivateServer;
+    let Some(server) = PrivateServer::start_with_args_or_skip(&["--max-allowed-packet=4M"]).await
+    else {
+        return;
+    };
+    // A fresh name: dropping the `TestDb` drops that name on the shared server, which has none.
+    let name = format!("taskq_t_{:016x}", fastrand::u64(..));
+    let url = server.create_database(&name).await.unwrap();
+    let pool = sqlx::mysql::MySqlPoolOptions::new()
+        .max_connections(8)
+        .connect(&url)
+        .await
+        .unwrap();
+    taskq::migrate(&pool).await.unwrap();
+    let options = server.connect_options(&name);
+    let db = Db::from_test_db(taskq_tests::TestDb {
+        pool,
+        name,
+        options,
+    });
+    let client = Client::new(db.pool.clone());
+    // Six follow-ups of 0.7 MB (1.4 MB in their statement, as hex): 8.4 MB together, over the
+    // 4 MiB packet. One of 1.5 MB (3 MB): over the 2 MiB a statement takes, under the packet,
+    // so alone in its statement. One of 2.5 MB (5 MB): over the packet, so never sent.
+    let sizes = [
+        700_000, 700_000, 700_000, 700_000, 700_000, 700_000, 1_500_000, 2_500_000,
+    ];
+    let mut done = Vec::new();
+    for (n, size) in sizes.iter().enumerate() {
+        let big = Big {
+            n: n as u32,
+            size: *size,
+        };
+        done.push(big.enqueue(&db.pool).await.unwrap().id);
+    }
+    // Four deaths the reaper finds at once, with follow-ups of 0.7 MB.
+    let dead = plant_expired_last_attempts(&db, &[700_000; 4]).await;
+    let w = RunningWorker::spawn(
+        db.worker()
+            .register::<Big>()
+            .register::<BigDead>()
+            .write_back_delay(Duration::from_millis(500)),
+    );
+    wait_until(Duration::from_secs(30), "every task ended", || async {
+        db.count("state = 'succeeded'").await == 8 && db.count("state = 'dead'").await == 4
+    })
+    .await;
+    let stats = w.stop().await.stats;
+    assert_eq!(
+        (
+            stats.succeeded,
+            stats.reaped,
+            stats.follow_ups,
+            stats.follow_up_errors,
+            stats.writeback_rejected
+        ),
+        (8, 4, 11, 1, 0)
+    );
+    let mut expected: Vec<(u64, usize)> = done[..7]
+        .iter()
+        .zip(sizes)
+        .map(|(id, s)| (id.0, s))
+        .collect();
+    expected.extend(dead.iter().map(|id| (id.0, 700_000)));
+    expected.sort_unstable();
+    assert_eq!(fillers(&db).await, expected);
+    let t = client.get(done[7]).await.unwrap();
+    assert_eq!(
+        t.state,
+        TaskState::Succeeded,
+        "written without its follow-up"
+    );
+}
+
 taskq_tests::conformance!(
     a_death_enqueues_exactly_one_follow_up_with_the_dead_tasks_fields,
     hand_written_hooks_follow_permanent_and_undecodable_deaths,
     a_follow_up_that_cannot_be_built_does_not_hold_the_death_back,
     a_fenced_write_back_enqueues_no_follow_up,
     a_reaped_last_attempt_gets_one_follow_up_from_a_reaper_that_registers_it,
+    a_last_attempt_no_live_worker_registers_is_parked_then_buried_unrun,
     on_success_chains_pass_the_payload_along,
     observers_see_every_outcome_and_a_panicking_one_does_not_stop_the_worker,
     a_unique_tasks_death_frees_its_identity_and_enqueues_its_follow_up_together,
+    a_follow_up_the_database_refuses_does_not_hold_back_the_end,
 );

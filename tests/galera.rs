@@ -1,6 +1,7 @@
 //! taskq on a three-node MariaDB Galera cluster of private servers (see
 //! `tests/support/galera.rs`): enqueue on any node, workers on every node, the migration lock
-//! across nodes, a node killed mid-drain, a node that loses quorum and rejoins.
+//! across nodes, a queue's concurrency limit across nodes, a node killed mid-drain, a node that
+//! loses quorum and rejoins.
 //!
 //! One cluster serves every scenario, run in sequence by one test (forming a cluster takes
 //! seconds; the scenarios leave it whole). Skipped with a message when the machine has no
@@ -11,7 +12,7 @@ mod galera_support;
 
 use std::time::{Duration, Instant};
 
-use galera_support::{ClusterDb, Runs, Work, drain, total, worker};
+use galera_support::{ClusterDb, Runs, Work, drain, limited_drain, total, worker};
 use sqlx::Connection;
 use taskq::{Task, TaskId};
 use taskq_tests::galera::GaleraCluster;
@@ -31,6 +32,9 @@ async fn taskq_on_a_three_node_galera_cluster() {
     let t = Instant::now();
     multi_writer_drain_absorbs_certification_conflicts(&cluster).await;
     eprintln!("multi-writer drain: {:?}", t.elapsed());
+    let t = Instant::now();
+    a_concurrency_limit_holds_across_writer_nodes(&cluster).await;
+    eprintln!("limited queue: {:?}", t.elapsed());
     let t = Instant::now();
     a_killed_node_s_tasks_are_finished_by_the_survivors(&mut cluster).await;
     eprintln!("node kill: {:?}", t.elapsed());
@@ -306,6 +310,29 @@ async fn multi_writer_drain_absorbs_certification_conflicts(cluster: &GaleraClus
         d.stats.db_conflicts,
         d.stats.claim_queries
     );
+}
+
+/// A queue limited to 2 running tasks, drained by two workers of four slots on each node. A
+/// claim of a limited queue locks the queue's row, but that lock holds on one node only; when
+/// the claim wrote nothing to the row, claims on two nodes did not conflict and each node
+/// filled the queue to its limit (4 running at once, in every run of this scenario). Now the
+/// claim bumps the row's counter with the tasks it starts: claims of the queue on different
+/// nodes conflict at certification and the limit holds fleet-wide.
+async fn a_concurrency_limit_holds_across_writer_nodes(cluster: &GaleraCluster) {
+    const LIMIT: u32 = 2;
+    let d = limited_drain(cluster, "limited", 300, LIMIT, 2, 4, 20).await;
+    eprintln!(
+        "limited queue: at most {} running at once (limit {LIMIT}), {} starts over the limit; \
+         300 tasks in {:.2}s; conflicts {} of {} claims",
+        d.max_running, d.over, d.secs, d.stats.db_conflicts, d.stats.claim_queries
+    );
+    assert!(
+        d.max_running <= LIMIT as usize,
+        "{} tasks of a queue limited to {LIMIT} ran at once ({} starts over the limit)",
+        d.max_running,
+        d.over
+    );
+    assert_eq!(d.stats.succeeded, 300);
 }
 
 /// SIGKILL node 3 while workers on all three nodes drain: the survivors finish everything,

@@ -251,7 +251,8 @@ async fn a_row_the_database_rejects_does_not_hold_back_its_batch() {
     let w = RunningWorker::spawn(
         worker(&db, &seen)
             .write_back_delay(Duration::from_millis(300))
-            .lease(Duration::from_secs(1)),
+            .lease(Duration::from_secs(1))
+            .cancel_grace(Duration::from_millis(500)),
     );
     wait_until(
         Duration::from_secs(10),

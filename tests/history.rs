@@ -228,7 +228,7 @@ async fn a_lost_lease_is_recorded_by_the_reaper_and_a_fenced_write_back_appends_
             .lease(Duration::from_secs(60))
             .heartbeat(Duration::from_secs(25))
             .reaper_interval(Duration::from_secs(3600))
-            .cancel_grace(Duration::from_secs(60)),
+            .cancel_grace(Duration::from_secs(30)),
     );
     wait_until(Duration::from_secs(10), "A holds the task", || async {
         client.get(id).await.unwrap().worker_id.as_deref() == Some("A")

@@ -1,9 +1,11 @@
 //! taskq's migrations coexist with the application's own sqlx migrations on one database, and
 //! upgrade a database that already holds tasks.
 
+use std::time::Duration;
+
 use sqlx::migrate::Migrator;
-use taskq_tests::TestDb;
 use taskq_tests::backends::{Db, TestBackend};
+use taskq_tests::{TestDb, wait_until};
 
 static APP_V1: Migrator = sqlx::migrate!("app_migrations/v1");
 static APP_V2: Migrator = sqlx::migrate!("app_migrations/v2");
@@ -362,3 +364,70 @@ taskq_tests::conformance!(
     a_modified_applied_migration_is_detected,
     a_dirty_migration_is_detected,
 );
+
+// MySQL only: SQLite runs every migration in one `BEGIN IMMEDIATE` transaction, whose write
+// lock cannot be lost while its connection lives; here the lock is a row that expires.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_migration_lock_stops_the_migration_before_the_next_one() {
+    let Some(db) = TestDb::empty_or_skip().await else {
+        return;
+    };
+    let db = Db::from_test_db(db);
+    let all: Vec<i64> = taskq::migrator().iter().map(|m| m.version).collect();
+    // The migration that alters `taskq_queues` (v11), and at least one after it.
+    let slow = all
+        .iter()
+        .position(|v| *v == 20261130000011)
+        .expect("the queue limits migration");
+    assert!(slow + 1 < all.len());
+    taskq::migrator()
+        .run_to(all[slow - 1], &db.pool)
+        .await
+        .unwrap();
+    // An open transaction that read `taskq_queues` holds its metadata lock: the migration's
+    // ALTER waits for it.
+    let mut blocker = db.pool.begin().await.unwrap();
+    sqlx::query("SELECT COUNT(*) FROM taskq_queues")
+        .execute(&mut *blocker)
+        .await
+        .unwrap();
+    let pool = db.pool.clone();
+    let migrating = tokio::spawn(async move { taskq::migrate(&pool).await });
+    wait_until(Duration::from_secs(10), "the ALTER waits", || async {
+        db.scalar(
+            "SELECT COUNT(*) FROM information_schema.processlist
+             WHERE db = DATABASE() AND state LIKE 'Waiting for table metadata lock%'",
+        )
+        .await
+            == 1
+    })
+    .await;
+    // Meanwhile the lock row is taken over, as by another migrator after it expired (say on
+    // another Galera node, while this one's renewals did not get through).
+    assert_eq!(
+        db.exec("UPDATE taskq_migration_lock SET holder = 'another migrator'")
+            .await,
+        1
+    );
+    blocker.commit().await.unwrap();
+    let e = tokio::time::timeout(Duration::from_secs(30), migrating)
+        .await
+        .expect("migrate returns")
+        .unwrap()
+        .unwrap_err();
+    match &e {
+        taskq::Error::MigrationLockLost { version, reason } => {
+            assert_eq!(*version, all[slow + 1], "{e}");
+            assert!(reason.contains("another migrator took it"), "{e}");
+        }
+        other => panic!("expected MigrationLockLost, got {other:#?}"),
+    }
+    assert!(e.to_string().contains("run taskq::migrate again"), "{e}");
+    // The running migration completed; the next one did not start.
+    assert_eq!(versions(&db, "_taskq_migrations").await, all[..=slow]);
+    // The other migrator's lock is left alone.
+    assert_eq!(
+        db.strings("SELECT holder FROM taskq_migration_lock").await,
+        ["another migrator"]
+    );
+}

@@ -7,6 +7,7 @@
 //! - The worker's own reaper requeues a task it still runs and its claim loop claims it again:
 //!   the two attempts have separate lease records, the old one is canceled, and its late
 //!   (fenced) completion leaves the new attempt's lease alone.
+//! - A claim that commits but whose answer is lost does not use up an attempt.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -16,7 +17,7 @@ use chrono::NaiveDateTime;
 use sqlx::MySqlPool;
 use sqlx::mysql::MySqlPoolOptions;
 use taskq::{CancelReason, Client, Task, TaskContext, TaskError, TaskState};
-use taskq_tests::proxy::{ChaosProxy, HEARTBEAT_SQL};
+use taskq_tests::proxy::{CLAIM_SQL, ChaosProxy, HEARTBEAT_SQL};
 use taskq_tests::{RunningWorker, TestDb, fast_worker, wait_until};
 use tokio::sync::Semaphore;
 
@@ -295,8 +296,13 @@ async fn a_task_claimed_again_by_its_own_worker_keeps_one_lease_per_attempt() {
     };
     let (db, client, ctl, proxy, lease) = (&p.db, &p.client, &p.ctl, &p.proxy, LEASE);
     // One worker with several slots; a cancel grace long enough that the first handler is
-    // still running (ignoring its signal) when the worker claims the task again.
-    let a = RunningWorker::spawn(p.worker_a(Duration::from_secs(30)).queue("default", 4));
+    // still running (ignoring its signal) when the worker claims the task again (longer than
+    // `build` allows: as a handler blocked in synchronous code would).
+    let a = RunningWorker::spawn(
+        p.worker_a(LEASE / 2)
+            .__unchecked_cancel_grace(Duration::from_secs(30))
+            .queue("default", 4),
+    );
     let id = Partitioned {
         first_waits_for_gate: true,
         stall_first: true,
@@ -370,5 +376,75 @@ async fn a_task_claimed_again_by_its_own_worker_keeps_one_lease_per_attempt() {
         ),
         (1, 1, 1, 1),
         "{stats:?}"
+    );
+}
+
+/// Runs once per attempt; a task of one attempt only, so a lost attempt would kill it.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct OneShot;
+
+impl Task for OneShot {
+    const NAME: &'static str = "one_shot";
+    const MAX_ATTEMPTS: u32 = 1;
+    async fn run(self, cx: TaskContext) -> Result<(), TaskError> {
+        let ctl = cx.data::<Ctl>().unwrap();
+        ctl.push(&cx, Event::Finished);
+        Ok(())
+    }
+}
+
+/// A claim that commits but whose answer never reaches the worker (the proxy lets its `COMMIT`
+/// through and drops everything after: the statement deadline ends the wait) took a task no
+/// handler runs. The worker gives it back before it claims again: the task runs once, on its
+/// one and only attempt, instead of waiting for its lease to expire and being reaped dead
+/// (attempts exhausted) without ever having run. MySQL only: SQLite has no connection whose
+/// answer can be lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_whose_answer_is_lost_does_not_use_up_an_attempt() {
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
+    let proxy = proxy_for(&db).await;
+    proxy.lose_reply_after(CLAIM_SQL, &b"COMMIT"[..]);
+    let ctl = Ctl::new(db.pool.clone());
+    let client = Client::new(db.pool.clone());
+    let id = OneShot.enqueue(&db.pool).await.unwrap().id;
+    let w = RunningWorker::spawn(
+        fast_worker(&pool_through(&db, &proxy))
+            .worker_id("A")
+            .register::<OneShot>()
+            .data(ctl.clone())
+            .lease(Duration::from_secs(2)),
+    );
+    wait_until(Duration::from_secs(20), "the task ends", || async {
+        let s = client.get(id).await.unwrap().state;
+        s == TaskState::Succeeded || s == TaskState::Dead
+    })
+    .await;
+    let stats = w.stop().await.stats;
+    assert_eq!(proxy.stats().black_holed, 1, "the claim's answer was lost");
+    let t = client.get(id).await.unwrap();
+    assert_eq!(
+        (t.state, t.attempt, t.lease_epoch),
+        (TaskState::Succeeded, 1, 3),
+        "claimed (lost), released, claimed again and run: {:?}",
+        t.last_error
+    );
+    let runs: Vec<(u32, u64)> = ctl.events().iter().map(|s| (s.attempt, s.epoch)).collect();
+    assert_eq!(runs, vec![(1, 3)]);
+    assert_eq!(
+        (stats.lost_claims, stats.statement_timeouts >= 1),
+        (1, true)
+    );
+    let history = client.attempts(id).await.unwrap();
+    assert_eq!(
+        history
+            .iter()
+            .map(|a| a.outcome.clone())
+            .collect::<Vec<_>>(),
+        vec![
+            taskq::client::AttemptOutcome::Released,
+            taskq::client::AttemptOutcome::Succeeded
+        ]
     );
 }

@@ -1152,6 +1152,89 @@ async fn an_expired_task_frees_its_identity<B: TestBackend>(db: Db<B>) {
     w.stop().await;
 }
 
+/// Eight producers each commit 200 transactions of a business row plus `enqueue_tx` of one
+/// identity (held while running, or while pending), while a live worker keeps freeing it: no call fails (InnoDB
+/// used to pick deadlock victims among producers waiting on a freed identity, rolling back
+/// their business rows), every business row is committed, and every caller got an id that
+/// names a task of that identity.
+async fn unique_enqueues_under_load_with_a_live_worker_never_fail<B: TestBackend>(db: Db<B>) {
+    const PRODUCERS: usize = 8;
+    const TXS: usize = 200;
+    db.exec("CREATE TABLE biz_rows (producer INTEGER NOT NULL, n INTEGER NOT NULL)")
+        .await;
+    let gate = Gate::new(true);
+    let w = RunningWorker::spawn(worker(&db, &gate).concurrency(4));
+    let pool = db.another_pool(PRODUCERS as u32).await;
+    let mut handles = Vec::new();
+    for p in 0..PRODUCERS {
+        let pool = pool.clone();
+        handles.push(tokio::spawn(async move {
+            let mut errors = Vec::new();
+            let mut ids = Vec::new();
+            for n in 0..TXS {
+                let mut tx = pool.begin().await.unwrap();
+                B::exec_in(
+                    &mut tx,
+                    &format!("INSERT INTO biz_rows (producer, n) VALUES ({p}, {n})"),
+                )
+                .await;
+                // Half the producers race for an identity held while running (freed by
+                // the write-back), half for one held while pending (freed by the claim).
+                let out = if p % 2 == 0 {
+                    Rebuild {
+                        account: 7,
+                        reason: "load".into(),
+                    }
+                    .enqueue_tx(&mut tx)
+                    .await
+                } else {
+                    SyncAccount { account: 7 }.enqueue_tx(&mut tx).await
+                };
+                match out {
+                    Ok(e) => {
+                        ids.push(e.id);
+                        if let Err(e) = tx.commit().await {
+                            errors.push(format!("commit: {e}"));
+                        }
+                    }
+                    Err(e) => errors.push(e.to_string()),
+                }
+            }
+            (errors, ids)
+        }));
+    }
+    let mut errors = Vec::new();
+    let mut ids = Vec::new();
+    for h in handles {
+        let (e, i) = h.await.unwrap();
+        errors.extend(e);
+        ids.extend(i);
+    }
+    assert!(
+        errors.is_empty(),
+        "{} of {} calls failed: {errors:?}",
+        errors.len(),
+        PRODUCERS * TXS
+    );
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM biz_rows").await,
+        (PRODUCERS * TXS) as i64
+    );
+    ids.sort();
+    ids.dedup();
+    let tasks = db.count("name IN ('rebuild', 'sync_account')").await;
+    assert!(tasks >= 1 && tasks <= (PRODUCERS * TXS) as i64);
+    // Every id a caller got is a task of that name (ids of tasks already pruned cannot be:
+    // retention is disabled, so succeeded tasks stay).
+    assert_eq!(
+        ids.len() as i64,
+        tasks,
+        "callers saw {} ids, {tasks} tasks exist",
+        ids.len()
+    );
+    w.stop().await;
+}
+
 taskq_tests::conformance!(
     a_duplicate_while_pending_returns_the_pending_task_inside_the_callers_transaction,
     a_finished_task_frees_its_identity,
@@ -1166,4 +1249,5 @@ taskq_tests::conformance!(
     the_identities_of_ended_windows_are_pruned,
     a_failed_unique_enqueue_leaves_no_identity_behind,
     an_expired_task_frees_its_identity,
+    unique_enqueues_under_load_with_a_live_worker_never_fail,
 );

@@ -372,6 +372,165 @@ async fn the_reaper_requeues_expired_leases_and_buries_exhausted_ones<B: TestBac
     assert!(w.stop().await.stats.reaped >= 2);
 }
 
+/// A reaped task keeps its `run_at` (Oban's Lifeline): it sorts where it was in its queue, so
+/// a worker busy with a backlog enqueued after it takes it at its next free slot instead of
+/// after the whole backlog.
+async fn a_reaped_task_runs_before_the_backlog_enqueued_after_it<B: TestBackend>(db: Db<B>) {
+    let runs = Runs::default();
+    let reaped = job(&db, 0, Mode::Ok).await;
+    // A crashed worker's task: running with an expired lease.
+    db.exec(&format!(
+        "UPDATE taskq_tasks SET state = 'running', attempt = 1, lease_epoch = 1,
+           worker_id = 'crashed', lease_until = {} WHERE id = {}",
+        db.ago(Duration::from_secs(1)),
+        reaped.0
+    ))
+    .await;
+    let due_before = db
+        .time(&format!(
+            "SELECT run_at FROM taskq_tasks WHERE id = {}",
+            reaped.0
+        ))
+        .await;
+    // The backlog, enqueued after it: 40 tasks of 50 ms for 2 slots (about 1 s of work).
+    let backlog: Vec<TaskId> = {
+        let mut v = Vec::new();
+        for n in 1..=40 {
+            v.push(job(&db, n, Mode::Sleep(50)).await);
+        }
+        v
+    };
+    let w = RunningWorker::spawn(worker(&db, &runs).concurrency(2).claim_batch(2));
+    let t = wait_state(&db, reaped, TaskState::Succeeded).await;
+    assert_eq!(
+        (t.lease_epoch, t.attempt),
+        (3, 2),
+        "reaped once, then claimed"
+    );
+    // Backlog tasks claimed before the reaped task's second claim: a few at most (those claimed
+    // before the reaper's first round, and on MySQL up to one head rescan, 100 ms), not all 40.
+    let ahead = db
+        .count(&format!(
+            "id IN ({}) AND attempted_at < (SELECT attempted_at FROM taskq_tasks WHERE id = {})",
+            backlog
+                .iter()
+                .map(|i| i.0.to_string())
+                .collect::<Vec<_>>()
+                .join(","),
+            reaped.0
+        ))
+        .await;
+    assert!(
+        ahead < 15,
+        "{ahead} of 40 backlog tasks ran before the reaped task"
+    );
+    assert_eq!(
+        db.time(&format!(
+            "SELECT run_at FROM taskq_tasks WHERE id = {}",
+            reaped.0
+        ))
+        .await,
+        due_before,
+        "the reap kept the task's run_at"
+    );
+    wait_until(Duration::from_secs(20), "backlog drained", || async {
+        db.count("state = 'succeeded'").await == 41
+    })
+    .await;
+    w.stop().await;
+}
+
+/// One run of [`Blocking`]: `(n, epoch, whether it blocked)`.
+type BlockRun = (u32, u64, bool);
+
+/// Runs of [`Blocking`], and whether one already blocked.
+#[derive(Clone, Default)]
+struct BlockLog(Arc<Mutex<(Vec<BlockRun>, bool)>>);
+
+/// The first run in the process blocks its thread (synchronous sleep) for 2.5 s, longer than
+/// the worker's 2 s lease; later runs return at once.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct Blocking {
+    n: u32,
+}
+
+impl Task for Blocking {
+    const NAME: &'static str = "blocking";
+    async fn run(self, cx: TaskContext) -> Result<(), TaskError> {
+        let log = cx.data::<BlockLog>().expect("BlockLog data registered");
+        let block = {
+            let mut l = log.0.lock().unwrap();
+            let block = !l.1;
+            l.1 = true;
+            l.0.push((self.n, cx.lease_epoch(), block));
+            block
+        };
+        if block {
+            std::thread::sleep(Duration::from_millis(2500));
+        }
+        Ok(())
+    }
+}
+
+/// A handler does not start on a lease that is over, or about to be, when its executor gets
+/// to it late: two tasks claimed together on a worker whose runtime is one thread; the first
+/// handler blocks that thread past the lease, so the second one's turn comes after its lease
+/// (and the watchdog's cancel point) has passed. It is not run under that lease: the worker
+/// releases it (counted in `late_starts`) and it runs later under a new one.
+async fn a_handler_does_not_start_on_a_lease_that_ran_out_before_its_turn<B: TestBackend>(
+    db: Db<B>,
+) {
+    let log = BlockLog::default();
+    let a = Blocking { n: 1 }.enqueue(&db.pool).await.unwrap().id;
+    let b = Blocking { n: 2 }.enqueue(&db.pool).await.unwrap().id;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    // (A 2 s lease survives a renewal waiting 333 ms for SQLite's write lock.)
+    let worker = db
+        .worker_with_busy_timeout(Duration::from_millis(250))
+        .register::<Blocking>()
+        .data(log.clone())
+        .concurrency(2)
+        .claim_batch(2)
+        .lease(Duration::from_secs(2))
+        .shutdown_signal(async move {
+            let _ = stopped.await;
+        })
+        .build()
+        .unwrap();
+    let stats = worker.stats();
+    // The worker on a runtime of its own with one thread, so a blocked handler blocks it all.
+    let thread = std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(worker.run())
+    });
+    wait_until(Duration::from_secs(20), "both succeeded", || async {
+        db.count(&format!("id IN ({}, {}) AND state = 'succeeded'", a.0, b.0))
+            .await
+            == 2
+    })
+    .await;
+    let _ = stop.send(());
+    tokio::task::spawn_blocking(move || thread.join().unwrap().unwrap())
+        .await
+        .unwrap();
+    let runs = log.0.lock().unwrap().0.clone();
+    let blocker = runs.iter().find(|r| r.2).expect("one run blocked");
+    assert_eq!(
+        blocker.1, 1,
+        "the blocking run had the first lease: {runs:?}"
+    );
+    let late: Vec<_> = runs.iter().filter(|r| r.0 != blocker.0).collect();
+    assert_eq!(late.len(), 1, "the other task ran once: {runs:?}");
+    assert!(
+        late[0].1 >= 3,
+        "not under the lease that ran out while it waited: {runs:?}"
+    );
+    assert_eq!(stats.snapshot().late_starts, 1);
+}
+
 async fn a_lost_lease_cancels_the_handler_and_its_write_back_is_fenced<B: TestBackend>(db: Db<B>) {
     let runs = Runs::default();
     let id = job(&db, 1, Mode::WaitCancel).await;
@@ -771,6 +930,150 @@ async fn failures_retry_then_die<B: TestBackend>(db: Db<B>) {
     assert_eq!(attempts.len(), 3, "one history entry per attempt");
 }
 
+/// A backoff whose jitter is out of range (the fields are public, so nothing stops this const).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct Jittery;
+impl Task for Jittery {
+    const NAME: &'static str = "jittery";
+    const BACKOFF: Backoff = Backoff {
+        base: Duration::from_secs(1),
+        max: Duration::from_secs(10),
+        jitter: 2.0,
+    };
+    async fn run(self, _cx: TaskContext) -> Result<(), TaskError> {
+        Err(TaskError::msg("retry me"))
+    }
+}
+
+/// The same with a NaN jitter.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct NanJitter;
+impl Task for NanJitter {
+    const NAME: &'static str = "nan_jitter";
+    const BACKOFF: Backoff = Backoff {
+        jitter: f64::NAN,
+        ..Backoff::DEFAULT
+    };
+    async fn run(self, _cx: TaskContext) -> Result<(), TaskError> {
+        Err(TaskError::msg("retry me"))
+    }
+}
+
+async fn an_invalid_backoff_or_a_grace_past_half_the_lease_is_refused_at_build<B: TestBackend>(
+    db: Db<B>,
+) {
+    let cfg = |b: taskq::WorkerBuilder| match b.build() {
+        Err(Error::Config(m)) => m,
+        Err(e) => panic!("unexpected error {e}"),
+        Ok(_) => panic!("accepted"),
+    };
+    let m = cfg(db.worker().register::<Jittery>());
+    assert!(
+        m.contains("\"jittery\" has an invalid backoff: jitter 2 is outside 0.0..=1.0"),
+        "{m}"
+    );
+    let m = cfg(db.worker().register::<NanJitter>());
+    assert!(m.contains("jitter NaN is outside"), "{m}");
+    // The cancel grace: at most half the lease.
+    // (On SQLite, on a pool whose busy timeout these short leases survive.)
+    let short = || db.worker_with_busy_timeout(Duration::from_millis(10));
+    let base = || short().register::<Job>().lease(Duration::from_secs(2));
+    let m = cfg(base().cancel_grace(Duration::from_millis(1001)));
+    assert!(m.contains("must be at most half the lease (2s)"), "{m}");
+    assert!(base().cancel_grace(Duration::from_secs(1)).build().is_ok());
+    // The default (5 s) is cut to half of a shorter lease rather than refused.
+    assert!(base().build().is_ok());
+    assert!(
+        short()
+            .register::<Job>()
+            .lease(Duration::from_millis(100))
+            .heartbeat(Duration::from_millis(30))
+            .build()
+            .is_ok()
+    );
+}
+
+async fn the_default_cancel_grace_is_half_a_short_lease<B: TestBackend>(db: Db<B>) {
+    let runs = Runs::default();
+    let id = Slow.enqueue(&db.pool).await.unwrap().id;
+    let spawned = std::time::Instant::now();
+    // Slow times out after 200 ms and ignores its signal: it is aborted after the grace, which
+    // with a 1 s lease is 500 ms (a 5 s grace would outlive the lease).
+    // (On SQLite, on a pool whose busy timeout a 1 s lease survives: 100 ms.)
+    let w = RunningWorker::spawn(
+        db.worker_with_busy_timeout(Duration::from_millis(100))
+            .register::<Job>()
+            .register::<Slow>()
+            .data(runs.clone())
+            .data(db.pool.clone())
+            .lease(Duration::from_secs(1)),
+    );
+    wait_until(
+        Duration::from_secs(20),
+        "the first attempt timed out",
+        || async {
+            state_of(&db, id)
+                .await
+                .last_error
+                .is_some_and(|e| e.starts_with("timed out after 200ms"))
+        },
+    )
+    .await;
+    let took = spawned.elapsed();
+    assert!(took < Duration::from_secs(4), "{took:?}");
+    w.stop().await;
+}
+
+/// An error whose `Display` panics: formatting it, after the handler has returned, panics in
+/// the worker's executor.
+#[derive(Debug)]
+struct Unprintable;
+impl std::fmt::Display for Unprintable {
+    fn fmt(&self, _: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        panic!("this error cannot be printed")
+    }
+}
+impl std::error::Error for Unprintable {}
+
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct FailsUnprintably;
+impl Task for FailsUnprintably {
+    const NAME: &'static str = "fails_unprintably";
+    const MAX_ATTEMPTS: u32 = 1;
+    async fn run(self, _cx: TaskContext) -> Result<(), TaskError> {
+        Err(TaskError::retry(Unprintable))
+    }
+}
+
+async fn a_panic_after_the_handler_returned_lets_the_lease_end<B: TestBackend>(db: Db<B>) {
+    let id = FailsUnprintably.enqueue(&db.pool).await.unwrap().id;
+    let w = RunningWorker::spawn(
+        db.worker_with_busy_timeout(Duration::from_millis(100))
+            .register::<FailsUnprintably>()
+            .lease(Duration::from_secs(1)),
+    );
+    // The lease is no longer renewed: the reaper buries the task (its only attempt used).
+    let t = wait_state(&db, id, TaskState::Dead).await;
+    assert_eq!(t.attempt, 1);
+    assert!(
+        t.last_error
+            .as_deref()
+            .is_some_and(|e| e.starts_with("lease expired")),
+        "{:?}",
+        t.last_error
+    );
+    // Counted once the reap's answer is read (the test may see its commit first).
+    wait_until(Duration::from_secs(10), "the reap is counted", || async {
+        w.stats.snapshot().reaped == 1
+    })
+    .await;
+    // And shutdown does not wait for the executor that panicked.
+    let report = tokio::time::timeout(Duration::from_secs(15), w.stop())
+        .await
+        .expect("shutdown finishes");
+    assert!(report.released.is_empty() && report.unacknowledged.is_empty());
+}
+
 taskq_tests::conformance!(
     a_worker_drains_every_task_once,
     failures_retry_then_die,
@@ -781,6 +1084,8 @@ taskq_tests::conformance!(
     a_timeout_cancels_the_handler_and_counts_as_a_failure,
     undecodable_payloads_and_unknown_names,
     the_reaper_requeues_expired_leases_and_buries_exhausted_ones,
+    a_reaped_task_runs_before_the_backlog_enqueued_after_it,
+    a_handler_does_not_start_on_a_lease_that_ran_out_before_its_turn,
     a_lost_lease_cancels_the_handler_and_its_write_back_is_fenced,
     shutdown_waits_for_handlers_then_releases_the_rest,
     retention_prunes_old_terminal_tasks_only,
@@ -788,4 +1093,7 @@ taskq_tests::conformance!(
     in_process_enqueue_wakes_an_idle_worker,
     invalid_settings_are_typed_errors,
     a_paused_queue_is_not_claimed_until_resumed,
+    an_invalid_backoff_or_a_grace_past_half_the_lease_is_refused_at_build,
+    the_default_cancel_grace_is_half_a_short_lease,
+    a_panic_after_the_handler_returned_lets_the_lease_end,
 );

@@ -8,6 +8,7 @@ use std::time::Duration;
 use sqlx::MySqlPool;
 use sqlx::mysql::MySqlPoolOptions;
 use taskq::{Client, Task, TaskContext, TaskError, worker::WorkerPhase};
+use taskq_tests::backends::{Db, TestBackend};
 use taskq_tests::proxy::ChaosProxy;
 use taskq_tests::{RunningWorker, TestDb, fast_worker, wait_until};
 use tokio::sync::Semaphore;
@@ -300,3 +301,114 @@ async fn health_follows_the_database_round_trips() {
         1
     );
 }
+
+/// The task `taskq-fault-worker` runs (its `fault_hold`): records `started` in `fault_events`
+/// and holds its first attempt until canceled.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct FaultHold {
+    n: u32,
+}
+
+impl Task for FaultHold {
+    const NAME: &'static str = "fault_hold";
+    const QUEUE: &'static str = "faults";
+    async fn run(self, _cx: TaskContext) -> Result<(), TaskError> {
+        Ok(())
+    }
+}
+
+/// A worker process killed with SIGKILL (no goodbye) is listed `lost` within two of its
+/// heartbeat intervals, on the database clock, while the task it held is still `running`
+/// under its id with most of its 30 s lease left (before, it was listed alive until that
+/// lease had passed).
+async fn a_killed_worker_is_lost_within_two_heartbeats_while_its_lease_runs<B: TestBackend>(
+    db: Db<B>,
+) {
+    db.exec(
+        "CREATE TABLE fault_events (task_id BIGINT NOT NULL, worker_id VARCHAR(128) NOT NULL,
+           lease_epoch BIGINT NOT NULL, attempt INT NOT NULL, event VARCHAR(64) NOT NULL,
+           at DATETIME(6) NOT NULL)",
+    )
+    .await;
+    let heartbeat = Duration::from_millis(600);
+    let id = format!("killed-{}", db.label());
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_taskq-fault-worker"))
+        .args(["--url", &db.url(), "--id", &id])
+        .args([
+            "--lease-ms",
+            "30000",
+            "--heartbeat-ms",
+            "600",
+            "--concurrency",
+            "2",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn taskq-fault-worker");
+    let mut stdout = tokio::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    tokio::io::AsyncBufReadExt::read_line(&mut stdout, &mut line)
+        .await
+        .unwrap();
+    assert!(line.starts_with("ready "), "{line}");
+    let task = FaultHold { n: 1 }.enqueue(&db.pool).await.unwrap().id;
+    let client = db.client();
+    wait_until(Duration::from_secs(15), "the task runs", || async {
+        db.count(&format!(
+            "id = {task} AND state = 'running' AND worker_id = '{id}'"
+        ))
+        .await
+            == 1
+    })
+    .await;
+    let before = client.workers().await.unwrap();
+    let w = before.iter().find(|w| w.id == id).unwrap();
+    assert_eq!(w.status, taskq::client::WorkerStatus::Alive, "{w:?}");
+    assert!(w.alive && w.last_seen_ago < 2 * heartbeat, "{w:?}");
+    assert!(
+        w.names.as_ref().unwrap().contains(&"fault_hold".to_owned()),
+        "it records the names it registers: {w:?}"
+    );
+
+    child.start_kill().unwrap();
+    let killed = std::time::Instant::now();
+    child.wait().await.unwrap();
+    let lost = loop {
+        let workers = client.workers().await.unwrap();
+        let w = workers.into_iter().find(|w| w.id == id).unwrap();
+        if w.status == taskq::client::WorkerStatus::Lost {
+            break w;
+        }
+        assert!(
+            killed.elapsed() < 2 * heartbeat + Duration::from_secs(1),
+            "still {} {:?} after the kill: {w:?}",
+            w.status,
+            killed.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let after = killed.elapsed();
+    // (Shown with --nocapture: the figure docs/semantics.md quotes.)
+    println!(
+        "{}: lost {after:?} after the kill (heartbeat {heartbeat:?}, last seen {:?} before)",
+        db.label(),
+        lost.last_seen_ago
+    );
+    assert!(!lost.alive && lost.stopped_at.is_none(), "{lost:?}");
+    assert!(lost.last_seen_ago >= 2 * heartbeat, "{lost:?}");
+    assert_eq!(lost.running, 1, "it still holds its task: {lost:?}");
+    // The task is still claimed under the lost worker's id, its lease far from over.
+    let held = db
+        .count(&format!(
+            "id = {task} AND state = 'running' AND worker_id = '{id}' AND lease_until > {}",
+            db.from_now(Duration::from_secs(25))
+        ))
+        .await;
+    assert_eq!(
+        held, 1,
+        "lost {after:?} after the kill, lease still running"
+    );
+}
+
+taskq_tests::conformance!(a_killed_worker_is_lost_within_two_heartbeats_while_its_lease_runs);

@@ -10,6 +10,7 @@
 //! See `docs/operations.md`.
 
 mod duration;
+mod text;
 
 use std::process::ExitCode;
 use std::str::FromStr;
@@ -24,9 +25,11 @@ use sqlx::{ConnectOptions, Connection, MySqlPool, SqlitePool};
 use taskq::{
     Client, TaskId, TaskState, client::ListFilter, client::PendingNameCount,
     client::QueueStateCount, client::ScheduleInfo, client::TaskInfo, client::WorkerInfo,
+    client::WorkerStatus,
 };
 
 use crate::duration::{format_duration, parse_duration};
+use crate::text::{clean, clean_lines, json_safe};
 
 /// Exit code: anything else failed (e.g. a query error).
 const EXIT_OTHER: u8 = 1;
@@ -78,8 +81,9 @@ enum Command {
     Migrate,
     /// Task counts per queue and state, oldest pending age, earliest lease expiry
     Stats,
-    /// Pending tasks per queue and task name: count, due count, age of the oldest due one (a
-    /// name no running worker handles shows as due tasks that only get older)
+    /// Pending tasks per queue and task name: count, due count, age of the oldest due one, and
+    /// how many live workers would claim them (`NO LIVE WORKER`: no alive worker works the
+    /// queue and registers the name, so its due tasks stay pending)
     Names {
         /// Only this queue
         #[arg(long)]
@@ -209,11 +213,12 @@ enum Command {
         #[arg(long, conflicts_with = "rate")]
         clear: bool,
     },
-    /// Live workers: id, host, pid, queues, how many tasks each is running, when it started
-    /// and was last seen (database clock). `--all` adds stopped workers and those gone
-    /// without a goodbye (not seen within their lease), kept for a day
+    /// Workers that have not shut down: id, host, pid, queues, how many tasks each is
+    /// running, when it started, the age of its last heartbeat (database clock), and its
+    /// status: alive, or LOST (no heartbeat for two of its intervals: crashed, killed, hung
+    /// or cut off from the database). `--all` adds stopped workers; rows are kept for a day
     Workers {
-        /// Also list stopped and gone workers
+        /// Also list stopped workers
         #[arg(long)]
         all: bool,
     },
@@ -381,7 +386,9 @@ impl From<taskq::Error> for Failure {
             taskq::Error::InvalidName { .. }
             | taskq::Error::InvalidOption(_)
             | taskq::Error::InvalidSchedule(_) => EXIT_USAGE,
-            taskq::Error::Connect { .. } | taskq::Error::Open { .. } => EXIT_UNREACHABLE,
+            taskq::Error::Connect { .. } | taskq::Error::Open { .. } | taskq::Error::Timeout(_) => {
+                EXIT_UNREACHABLE
+            }
             taskq::Error::Database(db) if is_connection_error(db) => EXIT_UNREACHABLE,
             _ => EXIT_OTHER,
         };
@@ -423,7 +430,8 @@ fn main() -> ExitCode {
     match runtime.block_on(run(&cli, &url)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(f) => {
-            eprintln!("taskq: error: {}", f.message);
+            // Errors can quote stored text (a name, a queue): printed like it.
+            eprintln!("taskq: error: {}", clean_lines(&f.message).join("\n  "));
             ExitCode::from(f.code)
         }
     }
@@ -812,7 +820,8 @@ async fn stats(client: &Client, json: bool) -> Result<(), Failure> {
     Ok(())
 }
 
-/// One line of `names --json`: the counts plus the age of the oldest due task.
+/// One line of `names --json`: the counts plus the age of the oldest due task and how many
+/// live workers would claim them.
 #[derive(Serialize)]
 struct NameLine<'a> {
     #[serde(flatten)]
@@ -820,18 +829,28 @@ struct NameLine<'a> {
     /// Seconds since the oldest due task became due; absent when none is due yet.
     #[serde(skip_serializing_if = "Option::is_none")]
     oldest_due_age_secs: Option<f64>,
+    /// Alive workers that work the queue and register the name (0: its tasks stay pending).
+    live_workers: usize,
 }
 
 async fn names(client: &Client, queue: Option<&str>, json: bool) -> Result<(), Failure> {
     let counts = client.pending_by_name(queue).await?;
+    let workers = client.workers().await?;
     let now = client.db_now().await?;
     let due_age = |c: &PendingNameCount| (c.due > 0).then(|| now - c.oldest_run_at);
+    let live = |c: &PendingNameCount| {
+        workers
+            .iter()
+            .filter(|w| w.alive && w.handles(&c.queue, &c.name))
+            .count()
+    };
     if json {
         let lines: Vec<NameLine<'_>> = counts
             .iter()
             .map(|c| NameLine {
                 counts: c,
                 oldest_due_age_secs: due_age(c).map(secs_f64),
+                live_workers: live(c),
             })
             .collect();
         print_json(&serde_json::json!({ "now": now, "names": lines }));
@@ -849,16 +868,38 @@ async fn names(client: &Client, queue: Option<&str>, json: bool) -> Result<(), F
                 Some(age) => fmt_delta(age),
                 None => format!("due in {}", fmt_delta(c.oldest_run_at - now)),
             };
+            let handled = match live(c) {
+                0 => "NO LIVE WORKER".to_owned(),
+                n => format!("{n} live worker{}", plural(n as u64)),
+            };
             vec![
                 c.queue.clone(),
                 c.name.clone(),
                 c.pending.to_string(),
                 c.due.to_string(),
                 oldest,
+                handled,
             ]
         })
         .collect();
-    print_table(&["QUEUE", "NAME", ">PENDING", ">DUE", "OLDEST DUE"], rows);
+    print_table(
+        &[
+            "QUEUE",
+            "NAME",
+            ">PENDING",
+            ">DUE",
+            "OLDEST DUE",
+            "HANDLED BY",
+        ],
+        rows,
+    );
+    if counts.iter().any(|c| c.due > 0 && live(c) == 0) {
+        eprintln!(
+            "(NO LIVE WORKER: no alive worker works this queue and registers this name, so its \
+             due tasks stay pending; workers log them at WARN once a minute. Run a worker that \
+             registers it, or cancel them: taskq cancel --name NAME --state pending)"
+        );
+    }
     Ok(())
 }
 
@@ -922,6 +963,16 @@ async fn show(client: &Client, id: TaskId, json: bool) -> Result<(), Failure> {
     let task = client.get(id).await?;
     let attempts = client.attempts(id).await?;
     let payload = payload_value(&task);
+    // Whether the worker holding a running task is alive, lost or stopped.
+    let workers = if task.state == TaskState::Running {
+        client.workers().await?
+    } else {
+        Vec::new()
+    };
+    let holder = task
+        .worker_id
+        .as_deref()
+        .and_then(|id| workers.iter().find(|w| w.id == id));
     if json {
         let mut value = serde_json::to_value(&task)
             .map_err(|e| Failure::new(EXIT_OTHER, format!("cannot encode the task: {e}")))?;
@@ -933,6 +984,9 @@ async fn show(client: &Client, id: TaskId, json: bool) -> Result<(), Failure> {
             );
             if let Some(reason) = task.dead_reason() {
                 obj.insert("dead_reason".into(), reason.to_string().into());
+            }
+            if let Some(w) = holder {
+                obj.insert("worker_status".into(), w.status.as_str().into());
             }
         }
         print_json(&value);
@@ -969,21 +1023,42 @@ async fn show(client: &Client, id: TaskId, json: bool) -> Result<(), Failure> {
         ("created_at", fmt_time(task.created_at)),
         ("updated_at", fmt_time(task.updated_at)),
         ("finished_at", opt_time(task.finished_at)),
-        ("last_error", opt(&task.last_error)),
     ];
     // Why a dead task died, derived from the row (see `TaskInfo::dead_reason`).
     if let Some(reason) = task.dead_reason() {
         fields.insert(4, ("dead", reason.to_string()));
     }
+    if task.state == TaskState::Running {
+        let now = client.db_now().await?;
+        if let Some(line) = holder_line(&task, &workers, now) {
+            let at = fields
+                .iter()
+                .position(|(k, _)| *k == "worker_id")
+                .unwrap_or(0)
+                + 1;
+            fields.insert(at, ("worker", line));
+        }
+    }
     for (k, v) in fields {
-        println!("{:<16} {v}", format!("{k}:"));
+        println!("{:<16} {}", format!("{k}:"), clean(&v));
+    }
+    // A multi-line error keeps its lines, indented under its first one; every control
+    // character in it (ESC, BEL, a lone CR, C1) is escaped.
+    match &task.last_error {
+        None => println!("{:<16} -", "last_error:"),
+        Some(e) => {
+            for (i, line) in clean_lines(e).iter().enumerate() {
+                let label = if i == 0 { "last_error:" } else { "" };
+                println!("{label:<16} {line}");
+            }
+        }
     }
     println!("payload:");
     let pretty = match &payload {
         serde_json::Value::String(raw) if task.payload_json().is_err() => {
-            format!("(not valid JSON) {raw}")
+            clean_lines(&format!("(not valid JSON) {raw}")).join("\n")
         }
-        v => serde_json::to_string_pretty(v).unwrap_or_default(),
+        v => json_safe(&serde_json::to_string_pretty(v).unwrap_or_default()).into_owned(),
     };
     for line in pretty.lines() {
         println!("  {line}");
@@ -1208,14 +1283,15 @@ async fn pause(client: &Client, queue: &str, pause: bool, json: bool) -> Result<
         client.resume_queue(queue).await?
     };
     let state = if pause { "paused" } else { "running" };
+    let shown = clean(queue);
     if json {
         print_json(&serde_json::json!({ "queue": queue, "state": state, "changed": changed }));
     } else if changed {
         println!(
-            "queue {queue}: {state} (workers notice within their poll interval, 1 s by default)"
+            "queue {shown}: {state} (workers notice within their poll interval, 1 s by default)"
         );
     } else {
-        println!("queue {queue}: was not paused");
+        println!("queue {shown}: was not paused");
     }
     Ok(())
 }
@@ -1232,7 +1308,11 @@ async fn paused(client: &Client, json: bool) -> Result<(), Failure> {
         println!("no queue is paused");
     } else {
         for (q, at) in rows {
-            println!("{q}\tpaused since {}", at.format("%Y-%m-%d %H:%M:%S UTC"));
+            println!(
+                "{}\tpaused since {}",
+                clean(&q),
+                at.format("%Y-%m-%d %H:%M:%S UTC")
+            );
         }
     }
     Ok(())
@@ -1272,14 +1352,15 @@ async fn set_limit(
     json: bool,
 ) -> Result<(), Failure> {
     client.set_queue_limit(queue, limit).await?;
+    let shown = clean(queue);
     if json {
         print_json(&serde_json::json!({ "queue": queue, "concurrency_limit": limit }));
     } else if let Some(n) = limit {
         println!(
-            "queue {queue}: at most {n} running at once over all workers (workers read it within their poll interval, 1 s by default)"
+            "queue {shown}: at most {n} running at once over all workers (workers read it within their poll interval, 1 s by default)"
         );
     } else {
-        println!("queue {queue}: no concurrency limit");
+        println!("queue {shown}: no concurrency limit");
     }
     Ok(())
 }
@@ -1292,16 +1373,17 @@ async fn set_rate_limit(
 ) -> Result<(), Failure> {
     client.set_queue_rate_limit(queue, rate).await?;
     let rate = rate.map(|(max, period)| taskq::client::RateLimit { max, period });
+    let shown = clean(queue);
     if json {
         print_json(&serde_json::json!({ "queue": queue, "rate_limit": rate }));
     } else if let Some(r) = rate {
         println!(
-            "queue {queue}: at most {} starts per {} over all workers (workers read it within their poll interval, 1 s by default)",
+            "queue {shown}: at most {} starts per {} over all workers (workers read it within their poll interval, 1 s by default)",
             r.max,
             format_duration(r.period)
         );
     } else {
-        println!("queue {queue}: no rate limit");
+        println!("queue {shown}: no rate limit");
     }
     Ok(())
 }
@@ -1373,14 +1455,14 @@ async fn workers(client: &Client, all: bool, json: bool) -> Result<(), Failure> 
     let mut rows = client.workers().await?;
     let now = client.db_now().await?;
     if !all {
-        rows.retain(|w| w.alive);
+        rows.retain(|w| w.status != WorkerStatus::Stopped);
     }
     if json {
         let lines: Vec<WorkerLine<'_>> = rows
             .iter()
             .map(|w| WorkerLine {
                 info: w,
-                last_seen_secs_ago: secs_f64(now - w.last_seen_at),
+                last_seen_secs_ago: w.last_seen_ago.as_secs_f64(),
                 uptime_secs: secs_f64(now - w.started_at),
             })
             .collect();
@@ -1394,7 +1476,7 @@ async fn workers(client: &Client, all: bool, json: bool) -> Result<(), Failure> 
             if all {
                 "no workers recorded"
             } else {
-                "no live workers (`taskq workers --all` lists stopped and gone ones)"
+                "no live workers (`taskq workers --all` also lists stopped ones)"
             }
         );
         return Ok(());
@@ -1402,12 +1484,13 @@ async fn workers(client: &Client, all: bool, json: bool) -> Result<(), Failure> 
     let table = rows
         .iter()
         .map(|w| {
-            let status = if w.alive {
-                "alive".to_owned()
-            } else if let Some(t) = w.stopped_at {
-                format!("stopped {} ago", fmt_delta(now - t))
-            } else {
-                "GONE".to_owned()
+            let status = match w.status {
+                WorkerStatus::Alive => "alive".to_owned(),
+                WorkerStatus::Lost => "LOST".to_owned(),
+                WorkerStatus::Stopped => format!(
+                    "stopped {} ago",
+                    fmt_delta(now - w.stopped_at.unwrap_or(w.last_seen_at))
+                ),
             };
             let queues = w
                 .queues
@@ -1422,7 +1505,7 @@ async fn workers(client: &Client, all: bool, json: bool) -> Result<(), Failure> 
                 queues,
                 format!("{}/{}", w.running, w.concurrency),
                 fmt_time(w.started_at),
-                format!("{} ago", fmt_delta(now - w.last_seen_at)),
+                format!("{} ago", fmt_std(w.last_seen_ago)),
                 status,
             ]
         })
@@ -1435,17 +1518,45 @@ async fn workers(client: &Client, all: bool, json: bool) -> Result<(), Failure> 
             "QUEUES",
             ">RUNNING",
             "STARTED",
-            "LAST SEEN",
+            "LAST BEAT",
             "STATUS",
         ],
         table,
     );
-    if rows.iter().any(|w| !w.alive && w.stopped_at.is_none()) {
+    if rows.iter().any(|w| w.status == WorkerStatus::Lost) {
         eprintln!(
-            "(GONE: not seen within its lease and never said goodbye — crashed, killed or cut              off from the database; its running tasks return to pending when their leases expire)"
+            "(LOST: no heartbeat for two of its heartbeat intervals, and no goodbye: crashed, \
+             killed, hung or cut off from the database. Its running tasks stay claimed until \
+             their leases end, then return to pending)"
         );
     }
     Ok(())
+}
+
+/// What `taskq show` says about the worker holding a running task.
+fn holder_line(task: &TaskInfo, workers: &[WorkerInfo], now: DateTime<Utc>) -> Option<String> {
+    if task.state != TaskState::Running {
+        return None;
+    }
+    let id = task.worker_id.as_deref()?;
+    let lease = match task.lease_until {
+        Some(t) if t >= now => format!("its lease ends in {}", fmt_delta(t - now)),
+        Some(t) => format!("its lease ended {} ago", fmt_delta(now - t)),
+        None => "no lease".to_owned(),
+    };
+    Some(match workers.iter().find(|w| w.id == id) {
+        None => format!("not recorded in taskq_workers; {lease}"),
+        Some(w) => match w.status {
+            WorkerStatus::Alive => format!("alive (last beat {} ago)", fmt_std(w.last_seen_ago)),
+            WorkerStatus::Lost => format!(
+                "LOST: worker lost, no heartbeat for {} (heartbeat every {}); {lease}, then \
+                 the reaper returns the task to pending",
+                fmt_std(w.last_seen_ago),
+                fmt_std(w.heartbeat)
+            ),
+            WorkerStatus::Stopped => format!("stopped; {lease}"),
+        },
+    })
 }
 
 /// One line of `schedules --json`: the row plus what it means on the database clock.
@@ -1542,7 +1653,7 @@ async fn delete_schedule(client: &Client, name: &str, json: bool) -> Result<(), 
             format!("no schedule named {name:?}"),
         ));
     }
-    println!("schedule {name}: deleted");
+    println!("schedule {}: deleted", clean(name));
     Ok(())
 }
 
@@ -1577,13 +1688,18 @@ fn parse_time(input: &str) -> Result<DateTime<Utc>, String> {
 
 fn print_json<T: Serialize + ?Sized>(value: &T) {
     match serde_json::to_string_pretty(value) {
-        Ok(s) => println!("{s}"),
+        Ok(s) => println!("{}", json_safe(&s)),
         Err(e) => eprintln!("taskq: error: cannot encode JSON: {e}"),
     }
 }
 
-/// Prints an aligned table; a header starting with `>` is right-aligned (numbers).
+/// Prints an aligned table; a header starting with `>` is right-aligned (numbers). Cells
+/// are stored text: each is printed on one line with its controls escaped ([`clean`]).
 fn print_table(headers: &[&str], rows: Vec<Vec<String>>) {
+    let rows: Vec<Vec<String>> = rows
+        .into_iter()
+        .map(|r| r.into_iter().map(|c| clean(&c).into_owned()).collect())
+        .collect();
     let right: Vec<bool> = headers.iter().map(|h| h.starts_with('>')).collect();
     let headers: Vec<String> = headers
         .iter()
@@ -1623,6 +1739,11 @@ fn print_table(headers: &[&str], rows: Vec<Vec<String>>) {
 
 fn fmt_time(t: DateTime<Utc>) -> String {
     t.format("%Y-%m-%d %H:%M:%S%.3fZ").to_string()
+}
+
+/// A non-negative `Duration` like [`fmt_delta`].
+fn fmt_std(d: Duration) -> String {
+    fmt_delta(TimeDelta::from_std(d).unwrap_or(TimeDelta::MAX))
 }
 
 fn secs_f64(d: TimeDelta) -> f64 {

@@ -229,17 +229,26 @@ async fn names_shows_pending_tasks_per_name_so_an_unhandled_one_stands_out() {
     assert!(lines[0].starts_with("database clock: "), "{}", out.stdout);
     assert_eq!(
         lines[1].split_whitespace().collect::<Vec<_>>(),
-        ["QUEUE", "NAME", "PENDING", "DUE", "OLDEST", "DUE"],
+        [
+            "QUEUE", "NAME", "PENDING", "DUE", "OLDEST", "DUE", "HANDLED", "BY"
+        ],
         "{}",
         out.stdout
     );
     assert_eq!(lines.len(), 6, "{}", out.stdout); // clock, header, 4 rows
     let unhandled = row(&out.stdout, &["default", "nobody_handles_this", "2", "2"])
         .unwrap_or_else(|| panic!("{}", out.stdout));
-    assert!(unhandled.ends_with("2h0m"), "{unhandled}");
+    assert!(
+        unhandled.contains(" 2h0m ") && unhandled.ends_with("NO LIVE WORKER"),
+        "{unhandled}"
+    );
+    assert!(
+        out.stderr
+            .contains("NO LIVE WORKER: no alive worker works this queue")
+    );
     let pings = row(&out.stdout, &["default", "ping", "4", "3"])
         .unwrap_or_else(|| panic!("{}", out.stdout));
-    assert!(pings.ends_with('s'), "{pings}"); // seconds old
+    assert!(pings.ends_with("NO LIVE WORKER"), "{pings}"); // seconds old, no worker
     assert!(
         row(&out.stdout, &["other", "pong", "1", "1"]).is_some(),
         "{}",
@@ -275,9 +284,31 @@ async fn names_shows_pending_tasks_per_name_so_an_unhandled_one_stands_out() {
     assert!(first["oldest_run_at"].is_string());
     let age = first["oldest_due_age_secs"].as_f64().unwrap();
     assert!((7_200.0..7_260.0).contains(&age), "{age}");
+    assert_eq!(first["live_workers"], 0);
     let report = names.iter().find(|n| n["name"] == "report").unwrap();
     assert_eq!(report["due"], 0);
     assert!(report.get("oldest_due_age_secs").is_none(), "{report}");
+
+    // A live worker of `default` that registers `ping` (and an older worker's row, with no
+    // names recorded, in `other`: taken to register every name) handles those.
+    sqlx::query(
+        "INSERT INTO taskq_workers (worker_id, host, pid, queues, concurrency, lease_us,
+           heartbeat_us, names, started_at, last_seen_at)
+         VALUES ('w-ping', 'h', 1, '{\"default\":1}', 1, 30000000, 10000000, '[\"ping\"]',
+                 UTC_TIMESTAMP(6), UTC_TIMESTAMP(6)),
+                ('w-old', 'h', 2, '{\"other\":1}', 1, 30000000, 10000000, NULL,
+                 UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let out = taskq(u(), &["names"]).await;
+    let pings = row(&out.stdout, &["default", "ping", "4", "3"]).unwrap();
+    assert!(pings.ends_with("1 live worker"), "{pings}");
+    let pongs = row(&out.stdout, &["other", "pong", "1", "1"]).unwrap();
+    assert!(pongs.ends_with("1 live worker"), "{pongs}");
+    let unhandled = row(&out.stdout, &["default", "nobody_handles_this"]).unwrap();
+    assert!(unhandled.ends_with("NO LIVE WORKER"), "{unhandled}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1325,6 +1356,8 @@ async fn workers_lists_live_workers_with_their_running_tasks() {
         }
     };
     add("w-1", 2, false).await;
+    // Heartbeat 10 s, lease 30 s: seen 25 s ago is two beats missed, within the lease.
+    add("w-lost", 25, false).await;
     add("w-gone", 300, false).await;
     add("w-stopped", 60, true).await;
     for n in 0..3 {
@@ -1340,24 +1373,35 @@ async fn workers_lists_live_workers_with_their_running_tasks() {
     )
     .unwrap_or_else(|| panic!("{}", out.stdout));
     assert!(line.ends_with("alive"), "{line}");
-    assert!(!out.stdout.contains("w-gone") && !out.stdout.contains("w-stopped"));
+    assert!(
+        line.contains(" 2.0s ago ") || line.contains(" 2.1s ago "),
+        "{line}"
+    );
+    // Not stopped but not beating: LOST, listed by default, with its last beat's age.
+    let lost = row(&out.stdout, &["w-lost", "box-1", "4242"]).unwrap();
+    assert!(
+        lost.contains(" 25s ago ") && lost.ends_with("LOST"),
+        "{lost}"
+    );
+    let gone = row(&out.stdout, &["w-gone", "box-1", "4242"]).unwrap();
+    assert!(gone.contains("5m") && gone.ends_with("LOST"), "{gone}");
+    assert!(!out.stdout.contains("w-stopped"), "{}", out.stdout);
+    assert!(
+        out.stderr
+            .contains("LOST: no heartbeat for two of its heartbeat intervals"),
+        "{out:?}"
+    );
 
     let all = taskq(Some(url(&db)), &["workers", "--all"]).await;
     assert_eq!(all.code, 0, "{all:?}");
-    let gone = row(&all.stdout, &["w-gone", "box-1", "4242"]).unwrap();
-    assert!(gone.contains("5m") && gone.ends_with("GONE"), "{gone}");
     let stopped = row(&all.stdout, &["w-stopped"]).unwrap();
     assert!(stopped.contains("stopped 1m"), "{stopped}");
-    assert!(
-        all.stderr.contains("GONE: not seen within its lease"),
-        "{all:?}"
-    );
 
     let json = taskq(Some(url(&db)), &["workers", "--all", "--json"])
         .await
         .json();
     let list = json["workers"].as_array().unwrap();
-    assert_eq!(list.len(), 3, "{json}");
+    assert_eq!(list.len(), 4, "{json}");
     let w1 = list.iter().find(|w| w["id"] == "w-1").unwrap();
     assert_eq!(w1["host"], "box-1");
     assert_eq!(w1["pid"], 4242);
@@ -1365,20 +1409,64 @@ async fn workers_lists_live_workers_with_their_running_tasks() {
     assert_eq!(w1["concurrency"], 6);
     assert_eq!(w1["running"], 3);
     assert_eq!(w1["alive"], true);
+    assert_eq!(w1["status"], "alive");
+    assert!(w1["names"].is_null(), "a row without names: {w1}");
     assert_eq!(w1["lease_ms"], 30000);
     assert_eq!(w1["heartbeat_ms"], 10000);
     assert!(w1["stopped_at"].is_null());
     let ago = w1["last_seen_secs_ago"].as_f64().unwrap();
     assert!((1.5..30.0).contains(&ago), "{ago}");
     assert!(w1["uptime_secs"].as_f64().unwrap() >= 3599.0);
+    let lost = list.iter().find(|w| w["id"] == "w-lost").unwrap();
+    assert_eq!(lost["alive"], false);
+    assert_eq!(lost["status"], "lost");
+    let ago = lost["last_seen_ago_ms"].as_u64().unwrap();
+    assert!((25_000..30_000).contains(&ago), "{lost}");
     let gone = list.iter().find(|w| w["id"] == "w-gone").unwrap();
-    assert_eq!(gone["alive"], false);
+    assert_eq!(gone["status"], "lost");
     assert_eq!(gone["running"], 0);
     let stopped = list.iter().find(|w| w["id"] == "w-stopped").unwrap();
     assert_eq!(stopped["alive"], false);
+    assert_eq!(stopped["status"], "stopped");
     assert!(stopped["stopped_at"].is_string());
-    let live_only = taskq(Some(url(&db)), &["workers", "--json"]).await.json();
-    assert_eq!(live_only["workers"].as_array().unwrap().len(), 1);
+    let not_stopped = taskq(Some(url(&db)), &["workers", "--json"]).await.json();
+    assert_eq!(not_stopped["workers"].as_array().unwrap().len(), 3);
+
+    // A task held by the lost worker says so in `show`; one held by the live worker too.
+    let held = ping(&db, 40).await;
+    exec(
+        &db,
+        "UPDATE taskq_tasks SET state = 'running', attempt = 1, lease_epoch = 1,
+           worker_id = 'w-lost', lease_until = UTC_TIMESTAMP(6) + INTERVAL 5 SECOND WHERE id = ?",
+        held,
+    )
+    .await;
+    let show = taskq(Some(url(&db)), &["show", &held.to_string()]).await;
+    assert_eq!(show.code, 0, "{show:?}");
+    let line = show
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("worker: "))
+        .unwrap_or_else(|| panic!("{}", show.stdout));
+    assert!(
+        line.contains(
+            "LOST: worker lost, no heartbeat for 25s (heartbeat every 10s); its lease ends in"
+        ),
+        "{line}"
+    );
+    let json = taskq(Some(url(&db)), &["show", "--json", &held.to_string()])
+        .await
+        .json();
+    assert_eq!(json["worker_status"], "lost");
+    let alive = ping(&db, 41).await;
+    make_running(&db, alive).await; // worker_id = 'w-1'
+    let show = taskq(Some(url(&db)), &["show", &alive.to_string()]).await;
+    assert!(
+        show.stdout
+            .contains("\nworker:          alive (last beat 2."),
+        "{}",
+        show.stdout
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1703,4 +1791,190 @@ async fn audit_lists_cli_actions_with_their_actor() {
     );
     let none = taskq(Some(url(&db)), &["audit", "--queue", "nope"]).await;
     assert_eq!(none.stdout.trim(), "no audit entries");
+}
+
+/// What a hostile stored string tries: retitle the terminal (OSC … BEL), clear the screen,
+/// print fake coloured text over what is already on the line (CR), and the same with a C1
+/// CSI (U+009B), DEL and a right-to-left override.
+const HOSTILE: &str =
+    "\u{1b}]0;pwned\u{7}\u{1b}[2J\u{1b}[31mFAKE OK\r\u{9b}32mstate: succeeded\u{7f}\u{202e}";
+
+/// Whether `out` has a character a terminal acts on (anything but text, newlines and tabs).
+fn terminal_controls(out: &str) -> Vec<char> {
+    out.chars()
+        .filter(|&c| {
+            (c.is_control() && c != '\n' && c != '\t')
+                || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+        })
+        .collect()
+}
+
+/// Stored text with control characters (error, name, queue, payload, worker id) is printed
+/// with the controls escaped by `show`, `list`, `names`, `stats`, `workers`, `audit` and their
+/// `--json` forms (which still decode to the stored strings); a multi-line error keeps its
+/// lines in `show`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stored_control_characters_are_escaped_in_every_output() {
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
+    let u = || Some(url(&db));
+    let error = format!("first line {HOSTILE}\r\nsecond line\n\u{1b}[1Athird line");
+    let dead = ping(&db, 1).await;
+    let pending = ping(&db, 2).await;
+    let payload = serde_json::json!({ "note": HOSTILE }).to_string();
+    for (id, state) in [(dead, "dead"), (pending, "pending")] {
+        sqlx::query(
+            "UPDATE taskq_tasks SET state = ?, name = ?, queue = ?, last_error = ?,
+               payload = ?, worker_id = ?, finished_at = IF(? = 'dead', UTC_TIMESTAMP(6), NULL)
+             WHERE id = ?",
+        )
+        .bind(state)
+        .bind(format!("name{HOSTILE}"))
+        .bind(format!("queue{HOSTILE}"))
+        .bind(&error)
+        .bind(if state == "dead" {
+            payload.as_bytes().to_vec()
+        } else {
+            HOSTILE.as_bytes().to_vec()
+        })
+        .bind(format!("worker{HOSTILE}"))
+        .bind(state)
+        .bind(id.0)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    }
+    sqlx::query(
+        "INSERT INTO taskq_workers (worker_id, host, pid, queues, concurrency, lease_us,
+           heartbeat_us, started_at, last_seen_at)
+         VALUES (?, ?, 1, ?, 1, 30000000, 10000000, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))",
+    )
+    .bind(format!("worker{HOSTILE}"))
+    .bind(format!("host{HOSTILE}"))
+    .bind(serde_json::json!({ format!("queue{HOSTILE}"): 1 }).to_string())
+    .execute(&db.pool)
+    .await
+    .unwrap();
+
+    let escaped =
+        r"\u{1b}]0;pwned\u{7}\u{1b}[2J\u{1b}[31mFAKE OK\r\u{9b}32mstate: succeeded\u{7f}\u{202e}";
+    let show = taskq(u(), &["show", &dead.to_string()]).await;
+    assert_eq!(show.code, 0, "{show:?}");
+    assert_eq!(
+        terminal_controls(&show.stdout),
+        Vec::<char>::new(),
+        "{show:?}"
+    );
+    assert!(
+        show.stdout.contains(&format!("\nlast_error:      first line {escaped}\n                 second line\n                 \\u{{1b}}[1Athird line\n")),
+        "{}",
+        show.stdout
+    );
+    assert!(
+        show.stdout
+            .contains(&format!("name:            name{escaped}\n")),
+        "{}",
+        show.stdout
+    );
+    assert!(
+        show.stdout
+            .contains(&format!("worker_id:       worker{escaped}\n")),
+        "{}",
+        show.stdout
+    );
+    // The pretty payload: still JSON, its C1/DEL/bidi characters as JSON escapes.
+    assert!(
+        show.stdout.contains(r#""note": "\u001b]0;pwned\u0007\u001b[2J\u001b[31mFAKE OK\r\u009b32mstate: succeeded\u007f\u202e""#),
+        "{}",
+        show.stdout
+    );
+    let raw = taskq(u(), &["show", &pending.to_string()]).await;
+    assert_eq!(
+        terminal_controls(&raw.stdout),
+        Vec::<char>::new(),
+        "{raw:?}"
+    );
+    assert!(
+        raw.stdout.contains(&format!("(not valid JSON) {escaped}")),
+        "{}",
+        raw.stdout
+    );
+
+    for args in [
+        &["list"][..],
+        &["names"],
+        &["stats"],
+        &["workers"],
+        &["audit"],
+        &[
+            "list",
+            "--state",
+            "dead",
+            "--name",
+            &format!("name{HOSTILE}"),
+        ],
+    ] {
+        let out = taskq(u(), args).await;
+        assert_eq!(out.code, 0, "{args:?}: {out:?}");
+        assert_eq!(
+            terminal_controls(&out.stdout),
+            Vec::<char>::new(),
+            "{args:?}: {}",
+            out.stdout
+        );
+        assert_eq!(
+            terminal_controls(&out.stderr),
+            Vec::<char>::new(),
+            "{args:?}: {}",
+            out.stderr
+        );
+        if args[0] != "audit" {
+            assert!(
+                out.stdout.contains(&format!("queue{escaped}")),
+                "{args:?}: {}",
+                out.stdout
+            );
+        }
+    }
+    let list = taskq(u(), &["list"]).await;
+    assert!(
+        list.stdout.contains(&format!("first line {escaped}…")),
+        "{}",
+        list.stdout
+    );
+
+    // --json: no raw control on the terminal, and the same strings once decoded.
+    for args in [
+        &["show", "--json", &dead.to_string()][..],
+        &["list", "--json"],
+        &["names", "--json"],
+        &["workers", "--json"],
+    ] {
+        let out = taskq(u(), args).await;
+        assert_eq!(out.code, 0, "{args:?}: {out:?}");
+        assert_eq!(
+            terminal_controls(&out.stdout),
+            Vec::<char>::new(),
+            "{args:?}: {}",
+            out.stdout
+        );
+        let v = out.json();
+        let text = v.to_string();
+        assert!(text.contains(r"\u001b]0;pwned"), "{args:?}: {text}");
+    }
+    let v = taskq(u(), &["show", "--json", &dead.to_string()])
+        .await
+        .json();
+    assert_eq!(v["last_error"], error.as_str());
+    assert_eq!(v["name"], format!("name{HOSTILE}"));
+    assert_eq!(v["payload"]["note"], HOSTILE);
+
+    // An error message quoting stored text is escaped too.
+    let missing = taskq(u(), &["schedules", "delete", &format!("s{HOSTILE}")]).await;
+    assert_eq!(
+        terminal_controls(&missing.stderr),
+        Vec::<char>::new(),
+        "{missing:?}"
+    );
 }

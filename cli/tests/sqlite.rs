@@ -395,3 +395,142 @@ async fn web_serves_the_dashboard_of_a_sqlite_file() {
     assert!(out.contains("\"queue\":\"default\""), "{out}");
     pool.close().await;
 }
+
+/// Retitles the terminal, clears it, writes fake coloured text over the line (CR, C1 CSI).
+const HOSTILE: &str = "\u{1b}]0;pwned\u{7}\u{1b}[2J\u{1b}[31mFAKE\r\u{9b}32mok\u{7f}";
+
+fn terminal_controls(out: &str) -> Vec<char> {
+    out.chars()
+        .filter(|&c| c.is_control() && c != '\n' && c != '\t')
+        .collect()
+}
+
+/// On a SQLite file too, `show` and `list` (and `--json`) print stored control characters
+/// escaped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stored_control_characters_are_escaped_on_a_sqlite_file() {
+    let dir = TempDir::new();
+    let file = dir.0.join("app.db");
+    let url = format!("sqlite://{}", file.display());
+    let d = &dir.0;
+    taskq(d, &url, &["migrate"]).await.ok();
+    let pool = taskq::sqlite::open(&file).await.unwrap();
+    let id = ping(&pool, 1).await;
+    let error = format!("boom {HOSTILE}\nsecond line");
+    sqlx::query(
+        "UPDATE taskq_tasks SET state = 'dead', name = ?1, last_error = ?2, worker_id = ?1,
+           finished_at = updated_at WHERE id = ?3",
+    )
+    .bind(format!("name{HOSTILE}"))
+    .bind(&error)
+    .bind(id.0 as i64)
+    .execute(&pool)
+    .await
+    .unwrap();
+    let escaped = r"\u{1b}]0;pwned\u{7}\u{1b}[2J\u{1b}[31mFAKE\r\u{9b}32mok\u{7f}";
+    let show = taskq(d, &url, &["show", &id.to_string()]).await.ok();
+    assert_eq!(
+        terminal_controls(&show.stdout),
+        Vec::<char>::new(),
+        "{show:?}"
+    );
+    assert!(
+        show.stdout.contains(&format!(
+            "last_error:      boom {escaped}\n                 second line\n"
+        )),
+        "{}",
+        show.stdout
+    );
+    let list = taskq(d, &url, &["list"]).await.ok();
+    assert_eq!(
+        terminal_controls(&list.stdout),
+        Vec::<char>::new(),
+        "{list:?}"
+    );
+    assert!(
+        list.stdout.contains(&format!("name{escaped}")),
+        "{}",
+        list.stdout
+    );
+    let json = taskq(d, &url, &["show", "--json", &id.to_string()])
+        .await
+        .ok();
+    assert_eq!(
+        terminal_controls(&json.stdout),
+        Vec::<char>::new(),
+        "{json:?}"
+    );
+    assert_eq!(json.json()["last_error"], error.as_str());
+    pool.close().await;
+}
+
+/// On a SQLite file: a worker that stopped beating two heartbeat intervals ago (well within
+/// its lease) is LOST in `taskq workers`, a task it holds says `worker lost` in `taskq show`,
+/// and `taskq names` marks a name no live worker handles.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_workers_and_unhandled_names_on_a_sqlite_file() {
+    let dir = TempDir::new();
+    let file = dir.0.join("app.db");
+    let url = format!("sqlite://{}", file.display());
+    let d = &dir.0;
+    taskq(d, &url, &["migrate"]).await.ok();
+    let pool = taskq::sqlite::open(&file).await.unwrap();
+    // Heartbeat 10 s, lease 30 s; `w-lost` last beat 25 s ago, `w-live` 1 s ago.
+    sqlx::query(
+        "INSERT INTO taskq_workers (worker_id, host, pid, queues, concurrency, lease_us,
+           heartbeat_us, names, started_at, last_seen_at)
+         SELECT 'w-lost', 'h', 7, '{\"default\":2}', 2, 30000000, 10000000, '[\"ping\"]',
+                c.us - 60000000, c.us - 25000000 FROM taskq_clock AS c
+         UNION ALL
+         SELECT 'w-live', 'h', 8, '{\"other\":1}', 1, 30000000, 10000000, '[\"pong\"]',
+                c.us - 60000000, c.us - 1000000 FROM taskq_clock AS c",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let held = ping(&pool, 1).await;
+    sqlx::query(
+        "UPDATE taskq_tasks SET state = 'running', attempt = 1, lease_epoch = 1,
+           worker_id = 'w-lost', lease_until = (SELECT us FROM taskq_clock) + 5000000
+         WHERE id = ?1",
+    )
+    .bind(held.0 as i64)
+    .execute(&pool)
+    .await
+    .unwrap();
+    ping(&pool, 2).await;
+    Pong(3).enqueue(&pool).await.unwrap();
+
+    let out = taskq(d, &url, &["workers"]).await.ok();
+    let lost = row(&out.stdout, &["w-lost", "h", "7"]).unwrap_or_else(|| panic!("{out:?}"));
+    assert!(
+        lost.contains(" 25s ago ") && lost.ends_with("LOST"),
+        "{lost}"
+    );
+    let live = row(&out.stdout, &["w-live"]).unwrap();
+    assert!(live.ends_with("alive"), "{live}");
+    let json = taskq(d, &url, &["workers", "--json"]).await.ok().json();
+    let w = &json["workers"].as_array().unwrap();
+    assert_eq!(
+        w.iter()
+            .map(|w| (w["id"].as_str().unwrap(), w["status"].as_str().unwrap()))
+            .collect::<Vec<_>>(),
+        [("w-live", "alive"), ("w-lost", "lost")]
+    );
+
+    let show = taskq(d, &url, &["show", &held.to_string()]).await.ok();
+    assert!(
+        show.stdout
+            .contains("\nworker:          LOST: worker lost, no heartbeat for 25s"),
+        "{}",
+        show.stdout
+    );
+
+    // `ping` in `default`: its only worker is lost. `pong` in `other`: handled.
+    let names = taskq(d, &url, &["names"]).await.ok();
+    let pings = row(&names.stdout, &["default", "ping", "1", "1"]).unwrap();
+    assert!(pings.ends_with("NO LIVE WORKER"), "{pings}");
+    let pongs = row(&names.stdout, &["other", "pong", "1", "1"]).unwrap();
+    assert!(pongs.ends_with("1 live worker"), "{pongs}");
+    pool.close().await;
+}

@@ -149,7 +149,9 @@ pub async fn audit_prune(
 /// `(outcome, minutes ago, count)`, minute 0 being the last 60 seconds. Reads only the rows
 /// that can hold such an entry, like MySQL's: pending and running rows due after the window's
 /// start (a failed attempt sets `run_at` to its end plus the backoff), and terminal rows
-/// finished in the window (on `ix_taskq_finished`).
+/// finished in the window (on `ix_taskq_finished`). A reap keeps `run_at`, so the `lease_lost`
+/// entry of a task reaped back to pending that was due before the window is counted only once
+/// the task has ended.
 pub async fn task_failed_attempts_per_minute(
     conn: &mut SqliteConnection,
     minutes: u32,

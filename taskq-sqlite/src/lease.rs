@@ -62,6 +62,10 @@ pub struct Claimed {
     pub unique_key: Option<Vec<u8>>,
     /// Its `unique_while`.
     pub unique_while: Option<String>,
+    /// Set only when the task's attempts were already exhausted before this claim (`attempt >
+    /// max_attempts` now): a reaper that does not register its name parked its last attempt
+    /// back to pending (see [`ExpiredRow::parks`]). Its `last_error`.
+    pub parked_error: Option<String>,
 }
 
 /// A due task the claim found past its deadline and moved to `expired` instead of running.
@@ -75,6 +79,17 @@ pub struct ExpiredTask {
     pub late_us: i64,
 }
 
+/// A due task the claim found with a cancel request that an earlier attempt left on it (its
+/// outcome, a retry or snooze, was written before its worker saw the request, or it was
+/// released at shutdown): moved to `canceled` instead of running.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CanceledTask {
+    /// Task id.
+    pub id: i64,
+    /// Task name.
+    pub name: String,
+}
+
 /// What one claim took.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ClaimBatch {
@@ -82,6 +97,9 @@ pub struct ClaimBatch {
     pub tasks: Vec<Claimed>,
     /// Tasks found past their deadline: now `expired`, not run. They count towards the limit.
     pub expired: Vec<ExpiredTask>,
+    /// Tasks found with a cancel request: now `canceled`, not run. They count towards the
+    /// limit.
+    pub canceled: Vec<CanceledTask>,
     /// Set when the queue's limits allowed fewer tasks than asked for.
     pub limited: Option<LimitHit>,
 }
@@ -178,16 +196,24 @@ pub async fn task_claim(
             });
         }
     }
+    // A row past its deadline ends `expired`, one with a cancel request left by an earlier
+    // attempt ends `canceled`; neither starts (attempt, epoch, lease and worker unchanged).
     let mut rows = sqlx::query!(
         r#"UPDATE taskq_tasks AS t
-           SET state = CASE WHEN t.deadline <= c.us THEN 'expired' ELSE 'running' END,
-               attempt = CASE WHEN t.deadline <= c.us THEN t.attempt ELSE t.attempt + 1 END,
-               lease_epoch = CASE WHEN t.deadline <= c.us THEN t.lease_epoch
-                                  ELSE t.lease_epoch + 1 END,
-               lease_until = CASE WHEN t.deadline <= c.us THEN NULL ELSE c.us + ?4 END,
-               worker_id = CASE WHEN t.deadline <= c.us THEN t.worker_id ELSE ?5 END,
-               attempted_at = CASE WHEN t.deadline <= c.us THEN t.attempted_at ELSE c.us END,
-               finished_at = CASE WHEN t.deadline <= c.us THEN c.us ELSE NULL END,
+           SET state = CASE WHEN t.cancel_requested_at IS NOT NULL THEN 'canceled'
+                            WHEN t.deadline <= c.us THEN 'expired' ELSE 'running' END,
+               attempt = CASE WHEN t.deadline <= c.us OR t.cancel_requested_at IS NOT NULL
+                              THEN t.attempt ELSE t.attempt + 1 END,
+               lease_epoch = CASE WHEN t.deadline <= c.us OR t.cancel_requested_at IS NOT NULL
+                                  THEN t.lease_epoch ELSE t.lease_epoch + 1 END,
+               lease_until = CASE WHEN t.deadline <= c.us OR t.cancel_requested_at IS NOT NULL
+                                  THEN NULL ELSE c.us + ?4 END,
+               worker_id = CASE WHEN t.deadline <= c.us OR t.cancel_requested_at IS NOT NULL
+                                THEN t.worker_id ELSE ?5 END,
+               attempted_at = CASE WHEN t.deadline <= c.us OR t.cancel_requested_at IS NOT NULL
+                                   THEN t.attempted_at ELSE c.us END,
+               finished_at = CASE WHEN t.deadline <= c.us OR t.cancel_requested_at IS NOT NULL
+                                  THEN c.us ELSE NULL END,
                updated_at = c.us
            FROM taskq_clock AS c
            WHERE t.id IN (
@@ -206,7 +232,8 @@ pub async fn task_claim(
              updated_at - run_at AS "wait_us!: i64",
              finished_at - deadline AS "late_us?: i64",
              trace_context AS "trace_context?: String",
-             unique_key AS "unique_key?: Vec<u8>", unique_while AS "unique_while?: String""#,
+             unique_key AS "unique_key?: Vec<u8>", unique_while AS "unique_while?: String",
+             CASE WHEN attempt > max_attempts THEN last_error END AS "parked_error?: String""#,
         req.queue,
         names,
         limit,
@@ -241,7 +268,7 @@ pub async fn task_claim(
         .iter()
         .filter(|r| {
             r.unique_key.is_some()
-                && (r.state == "expired" || r.unique_while.as_deref() == Some("pending"))
+                && (r.state != "running" || r.unique_while.as_deref() == Some("pending"))
         })
         .map(|r| r.id)
         .collect();
@@ -252,7 +279,12 @@ pub async fn task_claim(
         ..ClaimBatch::default()
     };
     for r in rows {
-        if r.state == "expired" {
+        if r.state == "canceled" {
+            batch.canceled.push(CanceledTask {
+                id: r.id,
+                name: r.name,
+            });
+        } else if r.state == "expired" {
             batch.expired.push(ExpiredTask {
                 id: r.id,
                 name: r.name,
@@ -273,6 +305,7 @@ pub async fn task_claim(
                 trace_context: r.trace_context,
                 unique_key: r.unique_key,
                 unique_while: r.unique_while,
+                parked_error: r.parked_error,
             });
         }
     }
@@ -511,7 +544,7 @@ pub async fn task_finish(conn: &mut SqliteConnection, batch: &[Finish]) -> sqlx:
     let mut tx = begin_write(conn).await?;
     let rows = sqlx::query!(
         r#"UPDATE taskq_tasks AS t
-           SET attempts = json_insert(
+           SET attempts = CASE WHEN j.outcome = '' THEN t.attempts ELSE json_insert(
                  CASE WHEN json_array_length(COALESCE(t.attempts, '[]')) >= 100
                       THEN json_remove(t.attempts, '$[0]') ELSE COALESCE(t.attempts, '[]') END,
                  '$[#]',
@@ -522,13 +555,13 @@ pub async fn task_finish(conn: &mut SqliteConnection, batch: &[Finish]) -> sqlx:
                                   || printf('.%06d', c.us % 1000000),
                    'outcome', j.outcome,
                    'error', CASE WHEN length(j.error) > 1024 THEN substr(j.error, 1, 1023) || '…'
-                                 ELSE j.error END)),
+                                 ELSE j.error END)) END,
                state = CASE WHEN j.state = 'snoozed' THEN 'pending' ELSE j.state END,
                run_at = CASE WHEN j.state IN ('pending', 'snoozed') THEN c.us + j.delay_us
                              ELSE t.run_at END,
                finished_at = CASE WHEN j.state IN ('pending', 'snoozed') THEN NULL ELSE c.us END,
                attempt = CASE WHEN j.state = 'snoozed' AND t.attempt > 0 THEN t.attempt - 1
-                              ELSE t.attempt END,
+                              ELSE MIN(t.attempt, j.attempt) END,
                snoozes = CASE WHEN j.state = 'snoozed' THEN t.snoozes + 1 ELSE t.snoozes END,
                last_error = COALESCE(j.error, t.last_error),
                cancel_requested_at = CASE WHEN j.state IN ('succeeded', 'dead') THEN NULL
@@ -568,7 +601,7 @@ pub async fn task_finish(conn: &mut SqliteConnection, batch: &[Finish]) -> sqlx:
     Ok(Finished { written, followed })
 }
 
-/// Gives running tasks back (shutdown): pending now, epoch + 1, the interrupted attempt not
+/// Gives running tasks back (shutdown): pending (`run_at` kept), epoch + 1, the interrupted attempt not
 /// counted, and a `released` entry appended to its attempt history. Conditional on each
 /// `(id, epoch)`. Returns how many were released. (A pending task holds its identity, so none
 /// is freed.)
@@ -591,7 +624,7 @@ pub async fn task_release(conn: &mut SqliteConnection, leases: &[(i64, i64)]) ->
                    'outcome', 'released', 'error', NULL)),
                state = 'pending', lease_epoch = t.lease_epoch + 1,
                attempt = MAX(t.attempt - 1, 0),
-               run_at = c.us, lease_until = NULL, worker_id = NULL, updated_at = c.us
+               lease_until = NULL, worker_id = NULL, updated_at = c.us
            FROM json_each(?1) AS j, taskq_clock AS c
            WHERE t.id = j.value ->> 0 AND t.lease_epoch = j.value ->> 1 AND t.state = 'running'"#,
         json
@@ -599,6 +632,30 @@ pub async fn task_release(conn: &mut SqliteConnection, leases: &[(i64, i64)]) ->
     .execute(&mut *conn)
     .await?;
     Ok(done.rows_affected())
+}
+
+/// The leases `(id, epoch)` of `queue`'s running tasks that `worker_id` claimed (database
+/// clock) in the last `since_us` µs, by id: what a claim whose answer was lost may have taken
+/// (MySQL's `task_running_since`).
+pub async fn task_running_since(
+    conn: &mut SqliteConnection,
+    queue: &str,
+    worker_id: &str,
+    since_us: i64,
+) -> sqlx::Result<Vec<(i64, i64)>> {
+    let rows = sqlx::query!(
+        r#"SELECT id AS "id!: i64", lease_epoch AS "lease_epoch!: i64"
+           FROM taskq_tasks
+           WHERE state = 'running' AND queue = ?1 AND worker_id = ?2
+             AND attempted_at >= (SELECT us FROM taskq_clock) - ?3
+           ORDER BY id"#,
+        queue,
+        worker_id,
+        since_us
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    Ok(rows.into_iter().map(|r| (r.id, r.lease_epoch)).collect())
 }
 
 /// An expired lease as [`task_expired`] reads it (MySQL's `ExpiredRow`).
@@ -620,6 +677,8 @@ pub struct ExpiredRow {
     pub worker_id: Option<String>,
     /// A cancel was requested: the reap cancels the task.
     pub canceled: bool,
+    /// The reading worker registers the task's name (so it knows its `on_dead` follow-up).
+    pub registered: bool,
     /// The payload, read only for a task the reap moves to dead (for its `on_dead`).
     pub payload: Option<Vec<u8>>,
     /// Trace context of the enqueuing request.
@@ -627,9 +686,18 @@ pub struct ExpiredRow {
 }
 
 impl ExpiredRow {
-    /// Whether the reap moves the task to dead (attempts exhausted, no cancel requested).
+    /// Whether the reap moves the task to dead: attempts exhausted, no cancel requested, and
+    /// the reading worker registers its name.
     pub fn goes_dead(&self) -> bool {
-        !self.canceled && self.attempt >= self.max_attempts
+        !self.canceled && self.attempt >= self.max_attempts && self.registered
+    }
+
+    /// Whether the reap parks the task back to pending instead (MySQL's `ExpiredRow::parks`):
+    /// attempts exhausted, no cancel requested, and the reading worker does not register its
+    /// name, so it cannot know its `on_dead` follow-up. The first worker that registers the name
+    /// claims it (see [`Claimed::parked_error`]) and ends it dead without running it.
+    pub fn parks(&self) -> bool {
+        !self.canceled && self.attempt >= self.max_attempts && !self.registered
     }
 }
 
@@ -640,6 +708,8 @@ pub struct ReapRow {
     pub id: i64,
     /// The epoch read: the row is reaped only if it still has it.
     pub epoch: i64,
+    /// Park the last attempt back to pending rather than bury it ([`ExpiredRow::parks`]).
+    pub park: bool,
     /// The `on_dead` follow-up, inserted if the reap moves the task to dead.
     pub follow_up: Option<FollowUpRow>,
 }
@@ -667,10 +737,11 @@ pub struct Reaped {
 }
 
 /// Up to `limit` running tasks whose lease has expired, oldest lease first (a read of the
-/// partial index `ix_taskq_lease`): the first half of a reap, [`task_reap`] the second. A task
-/// whose reap would move it to `dead` is read only if its name is in `names` (the names the
-/// reading worker registers), since only such a worker knows its `on_dead` follow-up; such a
-/// task's payload is read too.
+/// partial index `ix_taskq_lease`): the first half of a reap, [`task_reap`] the second, with
+/// whether each task's name is in `names` (the names the reading worker registers). Only such
+/// a worker knows a task's `on_dead` follow-up: a last attempt of a name it registers goes dead
+/// (its payload is read for the follow-up), one of another name is parked back to pending
+/// ([`ExpiredRow::parks`]).
 pub async fn task_expired(
     conn: &mut SqliteConnection,
     names: &[&str],
@@ -683,13 +754,13 @@ pub async fn task_expired(
              queue AS "queue!: String", attempt AS "attempt!: u32",
              max_attempts AS "max_attempts!: u32", worker_id AS "worker_id?: String",
              (cancel_requested_at IS NOT NULL) AS "canceled!: bool",
-             CASE WHEN attempt >= max_attempts AND cancel_requested_at IS NULL THEN payload END
+             (name IN (SELECT value FROM json_each(?1))) AS "registered!: bool",
+             CASE WHEN attempt >= max_attempts AND cancel_requested_at IS NULL
+                   AND name IN (SELECT value FROM json_each(?1)) THEN payload END
                AS "payload?: Vec<u8>",
              trace_context AS "trace_context?: String"
            FROM taskq_tasks
            WHERE state = 'running' AND lease_until < (SELECT us FROM taskq_clock)
-             AND (attempt < max_attempts OR cancel_requested_at IS NOT NULL
-                  OR name IN (SELECT value FROM json_each(?1)))
            ORDER BY lease_until
            LIMIT ?2"#,
         names,
@@ -699,8 +770,10 @@ pub async fn task_expired(
     .await
 }
 
-/// Reaps expired leases read by [`task_expired`]: back to pending (due now), to dead when
-/// attempts are exhausted, or to canceled when a cancel was requested; epoch + 1 either way,
+/// Reaps expired leases read by [`task_expired`]: back to pending (`run_at` kept, so it sorts
+/// where it was, ahead of the backlog enqueued after it), to dead when
+/// attempts are exhausted (back to pending when the row is to be parked, [`ReapRow::park`]),
+/// or to canceled when a cancel was requested; epoch + 1 either way,
 /// `last_error` says `lease expired (worker W, attempt N)`, and the attempt history gets a
 /// `lease_lost` (or `canceled`) entry. Each row is reaped only if it is still running with the
 /// epoch read and its lease still expired (a late write-back or heartbeat may have landed in
@@ -713,8 +786,11 @@ pub async fn task_reap(conn: &mut SqliteConnection, rows: &[ReapRow]) -> sqlx::R
     if rows.is_empty() {
         return Ok(Reaped::default());
     }
-    let leases: Vec<(i64, i64)> = rows.iter().map(|r| (r.id, r.epoch)).collect();
-    let json = leases_json(&leases)?;
+    let reap: Vec<(i64, i64, u8)> = rows
+        .iter()
+        .map(|r| (r.id, r.epoch, u8::from(r.park)))
+        .collect();
+    let json = serde_json::to_string(&reap).map_err(|e| sqlx::Error::Encode(Box::new(e)))?;
     let mut tx = begin_write(conn).await?;
     let reaped = sqlx::query!(
         r#"UPDATE taskq_tasks AS t
@@ -733,13 +809,12 @@ pub async fn task_reap(conn: &mut SqliteConnection, rows: &[ReapRow]) -> sqlx::R
                             || ', attempt ' || t.attempt || ')')),
                last_error = 'lease expired (worker ' || COALESCE(t.worker_id, '?')
                             || ', attempt ' || t.attempt || ')',
-               finished_at = CASE WHEN t.attempt >= t.max_attempts
+               finished_at = CASE WHEN (t.attempt >= t.max_attempts AND j.value ->> 2 = 0)
                                     OR t.cancel_requested_at IS NOT NULL THEN c.us END,
                state = CASE WHEN t.cancel_requested_at IS NOT NULL THEN 'canceled'
-                            WHEN t.attempt >= t.max_attempts THEN 'dead'
+                            WHEN t.attempt >= t.max_attempts AND j.value ->> 2 = 0 THEN 'dead'
                             ELSE 'pending' END,
-               lease_epoch = t.lease_epoch + 1, lease_until = NULL,
-               run_at = c.us, updated_at = c.us
+               lease_epoch = t.lease_epoch + 1, lease_until = NULL, updated_at = c.us
            FROM json_each(?1) AS j, taskq_clock AS c
            WHERE t.id = j.value ->> 0 AND t.lease_epoch = j.value ->> 1
              AND t.state = 'running' AND t.lease_until < c.us
@@ -798,6 +873,7 @@ pub async fn task_reap_expired(
         .map(|r| ReapRow {
             id: r.id,
             epoch: r.lease_epoch,
+            park: r.parks(),
             follow_up: if r.goes_dead() { plan(r) } else { None },
         })
         .collect();

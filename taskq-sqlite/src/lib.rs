@@ -23,9 +23,10 @@ pub use history::{
 };
 pub use identities::unique_prune_expired;
 pub use lease::{
-    ClaimBatch, ClaimRequest, Claimed, ExpiredRow, ExpiredTask, Finish, Finished, FollowUpRow,
-    HeldLease, LimitHit, ReapRow, Reaped, ReapedRow, task_claim, task_epochs, task_expired,
-    task_finish, task_heartbeat, task_leases_held, task_reap, task_reap_expired, task_release,
+    CanceledTask, ClaimBatch, ClaimRequest, Claimed, ExpiredRow, ExpiredTask, Finish, Finished,
+    FollowUpRow, HeldLease, LimitHit, ReapRow, Reaped, ReapedRow, task_claim, task_epochs,
+    task_expired, task_finish, task_heartbeat, task_leases_held, task_reap, task_reap_expired,
+    task_release, task_running_since,
 };
 pub use migrate::{migrate, migrator};
 pub use queues::{

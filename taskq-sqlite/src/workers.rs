@@ -22,6 +22,8 @@ pub struct WorkerRow<'a> {
     pub lease_us: u64,
     /// Its heartbeat interval (µs).
     pub heartbeat_us: u64,
+    /// JSON array: the task names it registers.
+    pub names_json: &'a str,
 }
 
 /// A row of `taskq_workers` with the count of running tasks claimed under its id.
@@ -47,7 +49,11 @@ pub struct WorkerListRow {
     pub last_seen_at: DateTime<Utc>,
     /// Graceful shutdown, if any.
     pub stopped_at: Option<DateTime<Utc>>,
-    /// Not stopped and seen within its lease.
+    /// JSON array of the task names it registers (`None`: written by an earlier version).
+    pub names: Option<String>,
+    /// Microseconds since its last beat (database clock).
+    pub seen_ago_us: i64,
+    /// Not stopped and seen within two heartbeat intervals (at least 1 s).
     pub alive: bool,
     /// Running tasks carrying its id.
     pub running: i64,
@@ -60,12 +66,13 @@ pub async fn worker_start(conn: &mut SqliteConnection, w: &WorkerRow<'_>) -> sql
     let heartbeat_us = w.heartbeat_us as i64;
     sqlx::query!(
         r#"INSERT INTO taskq_workers (worker_id, host, pid, queues, concurrency, lease_us,
-             heartbeat_us, started_at, last_seen_at, stopped_at)
-           SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, c.us, c.us, NULL FROM taskq_clock AS c WHERE true
+             heartbeat_us, names, started_at, last_seen_at, stopped_at)
+           SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, c.us, c.us, NULL FROM taskq_clock AS c WHERE true
            ON CONFLICT (worker_id) DO UPDATE
              SET host = excluded.host, pid = excluded.pid, queues = excluded.queues,
                  concurrency = excluded.concurrency, lease_us = excluded.lease_us,
-                 heartbeat_us = excluded.heartbeat_us, started_at = excluded.started_at,
+                 heartbeat_us = excluded.heartbeat_us, names = excluded.names,
+                 started_at = excluded.started_at,
                  last_seen_at = excluded.last_seen_at, stopped_at = NULL"#,
         w.worker_id,
         w.host,
@@ -74,6 +81,7 @@ pub async fn worker_start(conn: &mut SqliteConnection, w: &WorkerRow<'_>) -> sql
         w.concurrency,
         lease_us,
         heartbeat_us,
+        w.names_json,
     )
     .execute(&mut *conn)
     .await?;
@@ -87,8 +95,8 @@ pub async fn worker_seen(conn: &mut SqliteConnection, w: &WorkerRow<'_>) -> sqlx
     let heartbeat_us = w.heartbeat_us as i64;
     sqlx::query!(
         r#"INSERT INTO taskq_workers (worker_id, host, pid, queues, concurrency, lease_us,
-             heartbeat_us, started_at, last_seen_at, stopped_at)
-           SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, c.us, c.us, NULL FROM taskq_clock AS c WHERE true
+             heartbeat_us, names, started_at, last_seen_at, stopped_at)
+           SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, c.us, c.us, NULL FROM taskq_clock AS c WHERE true
            ON CONFLICT (worker_id) DO UPDATE
              SET last_seen_at = CASE WHEN stopped_at IS NULL THEN excluded.last_seen_at
                                      ELSE last_seen_at END"#,
@@ -99,6 +107,7 @@ pub async fn worker_seen(conn: &mut SqliteConnection, w: &WorkerRow<'_>) -> sqlx
         w.concurrency,
         lease_us,
         heartbeat_us,
+        w.names_json,
     )
     .execute(&mut *conn)
     .await?;
@@ -140,8 +149,9 @@ pub async fn worker_prune(
     Ok(done.rows_affected())
 }
 
-/// Every worker row, oldest start first, with whether it is alive (not stopped, seen within
-/// its lease, on the database clock) and how many running tasks carry its id.
+/// Every worker row, oldest start first, with how long ago it was seen and whether it is alive
+/// (not stopped, seen within two of its heartbeat intervals and at least 1 s, on the database
+/// clock) and how many running tasks carry its id.
 pub async fn worker_list(conn: &mut SqliteConnection) -> sqlx::Result<Vec<WorkerListRow>> {
     let rows = sqlx::query!(
         r#"SELECT w.worker_id AS "worker_id!: String", w.host AS "host!: String",
@@ -149,8 +159,11 @@ pub async fn worker_list(conn: &mut SqliteConnection) -> sqlx::Result<Vec<Worker
              w.concurrency AS "concurrency!: u32", w.lease_us AS "lease_us!: i64",
              w.heartbeat_us AS "heartbeat_us!: i64", w.started_at AS "started_at!: i64",
              w.last_seen_at AS "last_seen_at!: i64", w.stopped_at AS "stopped_at?: i64",
+             w.names AS "names?: String",
+             (SELECT us FROM taskq_clock) - w.last_seen_at AS "seen_ago_us!: i64",
              (w.stopped_at IS NULL
-              AND w.last_seen_at >= (SELECT us FROM taskq_clock) - w.lease_us) AS "alive!: bool",
+              AND w.last_seen_at >= (SELECT us FROM taskq_clock)
+                    - MAX(2 * w.heartbeat_us, 1000000)) AS "alive!: bool",
              COALESCE(r.running, 0) AS "running!: i64"
            FROM taskq_workers AS w
              LEFT JOIN (SELECT worker_id, COUNT(*) AS running FROM taskq_tasks
@@ -173,6 +186,8 @@ pub async fn worker_list(conn: &mut SqliteConnection) -> sqlx::Result<Vec<Worker
                 started_at: time_from_us(r.started_at)?,
                 last_seen_at: time_from_us(r.last_seen_at)?,
                 stopped_at: opt_time(r.stopped_at)?,
+                names: r.names,
+                seen_ago_us: r.seen_ago_us,
                 alive: r.alive,
                 running: r.running,
             })

@@ -342,8 +342,8 @@ async fn reap_follow_ups_only_for_rows_reaped_to_dead() {
     };
     task_claim(&mut c, &expired).await.unwrap();
     let mut planned = Vec::new();
-    // This worker registers "a" only: the dying "other" task is left for a worker that knows
-    // its follow-up.
+    // This worker registers "a" only: the dying "other" task is parked back to pending for a
+    // worker that knows its follow-up.
     let reaped = task_reap_expired(&mut c, &["a"], 10, |r| {
         planned.push(r.id);
         assert_eq!(r.payload.as_deref(), Some(&b"{}"[..]));
@@ -360,13 +360,37 @@ async fn reap_follow_ups_only_for_rows_reaped_to_dead() {
         .iter()
         .map(|r| (r.id, r.state.as_str()))
         .collect();
-    assert_eq!(states, vec![(dies, "dead"), (requeued, "pending")]);
+    assert_eq!(
+        states,
+        vec![(dies, "dead"), (requeued, "pending"), (unknown, "pending")]
+    );
     assert_eq!(reaped.followed, vec![dies]);
     assert_eq!(
         count_key(&mut c, &format!("taskq:on_dead:{dies}:1")).await,
         1
     );
-    assert_eq!(get(&mut c, unknown).await.state, "running");
+    let parked = get(&mut c, unknown).await;
+    assert_eq!((parked.state.as_str(), parked.attempt), ("pending", 1));
+    assert!(parked.finished_at.is_none());
+    // A worker that registers "other" claims it back: marked as parked (attempt past the
+    // maximum, the lost attempt's error), here with an expired lease again.
+    let again = task_claim(
+        &mut c,
+        &ClaimRequest {
+            lease_us: -1_000,
+            ..claim("q", &["other"], 1)
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(again.tasks.len(), 1);
+    assert_eq!(again.tasks[0].attempt, 2);
+    assert!(
+        again.tasks[0]
+            .parked_error
+            .as_deref()
+            .is_some_and(|e| e.starts_with("lease expired"))
+    );
 
     // Read, then fenced before the reap (a late write-back lands): the reap writes nothing
     // and inserts no follow-up.
@@ -390,6 +414,7 @@ async fn reap_follow_ups_only_for_rows_reaped_to_dead() {
     let plan = [ReapRow {
         id: unknown,
         epoch: rows[0].lease_epoch,
+        park: false,
         follow_up: Some(follow_up("taskq:on_dead:late")),
     }];
     let reaped = task_reap(&mut c, &plan).await.unwrap();

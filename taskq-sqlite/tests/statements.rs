@@ -963,6 +963,7 @@ async fn workers_register_beat_stop_and_are_pruned() {
         concurrency: 4,
         lease_us: 30_000_000,
         heartbeat_us: 10_000_000,
+        names_json: r#"["a"]"#,
     };
     worker_start(&mut c, &row).await.unwrap();
     insert(&mut c, task("q", "a")).await;
@@ -971,6 +972,8 @@ async fn workers_register_beat_stop_and_are_pruned() {
     let list = worker_list(&mut c).await.unwrap();
     assert_eq!(list.len(), 1);
     assert!(list[0].alive && list[0].stopped_at.is_none());
+    assert_eq!(list[0].names.as_deref(), Some(r#"["a"]"#));
+    assert!((0..1_000_000).contains(&list[0].seen_ago_us), "{list:?}");
     assert_eq!(
         (list[0].running, list[0].pid, list[0].lease_us),
         (1, 42, 30_000_000)

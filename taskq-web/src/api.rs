@@ -37,6 +37,7 @@ fn routes() -> Vec<(Method, &'static str, MethodRouter<AppState>)> {
         (Method::POST, "/tasks/{id}/cancel", post(task_cancel)),
         (Method::POST, "/tasks/{id}/retry", post(task_retry)),
         (Method::GET, "/task-names", get(task_names)),
+        (Method::GET, "/workers", get(workers)),
     ]
 }
 
@@ -81,6 +82,7 @@ fn failure(e: &Error) -> Response {
         | Error::InvalidOption(_)
         | Error::InvalidSchedule(_)
         | Error::PayloadTooLarge { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "invalid"),
+        Error::Timeout(_) => (StatusCode::GATEWAY_TIMEOUT, "timeout"),
         _ => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
     };
     error(status, code, &e.to_string())
@@ -280,6 +282,15 @@ async fn task_get(
     };
     let mut v = serde_json::to_value(TaskJson::new(&t, true)).unwrap_or_default();
     v["attempts"] = serde_json::to_value(attempts).unwrap_or_default();
+    // Whether the worker holding a running task is alive, lost or stopped.
+    if t.state == TaskState::Running {
+        let workers = match st.client.workers().await {
+            Ok(w) => w,
+            Err(e) => return failure(&e),
+        };
+        let holder = workers.iter().find(|w| Some(&w.id) == t.worker_id.as_ref());
+        v["worker_status"] = holder.map_or(Value::Null, |w| w.status.as_str().into());
+    }
     Json(v).into_response()
 }
 
@@ -401,6 +412,29 @@ async fn task_enqueue(
         }
         Err(e) => failure(&e),
     }
+}
+
+// ----------------------------------------------------------------------------- workers
+
+/// The workers recorded in the database (alive, lost or stopped, with the age of their last
+/// heartbeat) and the due tasks no live worker handles (counted at `unhandled_counted_at`,
+/// reused like the overview's terminal counts).
+async fn workers(State(st): State<AppState>) -> Response {
+    let (now, workers, unhandled) = match tokio::try_join!(
+        st.client.db_now(),
+        st.client.workers(),
+        crate::stats::unhandled(&st)
+    ) {
+        Ok(v) => v,
+        Err(e) => return failure(&e),
+    };
+    Json(json!({
+        "now": now,
+        "workers": workers,
+        "unhandled": unhandled.rows,
+        "unhandled_counted_at": unhandled.at,
+    }))
+    .into_response()
 }
 
 async fn task_names() -> Response {

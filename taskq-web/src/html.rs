@@ -125,6 +125,7 @@ pre{background:#fff;border:1px solid #d0d7de;padding:8px;white-space:pre-wrap;wo
 .state-dead{color:#b3261e;font-weight:600}.state-running{color:#0550ae}.state-succeeded{color:#1a7f37}
 .badge{border-radius:4px;padding:1px 6px;background:#eee}
 .paused{background:#fff3cd;color:#7a5d00}
+.lost{color:#b3261e;font-weight:600}
 .flash{background:#e6f4ea;border:1px solid #1a7f37;padding:6px 10px;margin-bottom:12px}
 .error{background:#fde7e9;border:1px solid #b3261e;padding:6px 10px;margin-bottom:12px}
 button{cursor:pointer}button.danger{color:#b3261e}

@@ -105,6 +105,8 @@ pub(crate) struct Inner {
     /// Longest time the overview reuses the terminal counts for.
     pub(crate) terminal_max_age: Duration,
     pub(crate) terminal: stats::TerminalCache,
+    /// The due tasks no live worker handles, reused as long as the terminal counts.
+    pub(crate) unhandled: stats::UnhandledCache,
 }
 
 pub(crate) type AppState = Arc<Inner>;
@@ -298,6 +300,7 @@ impl DashboardBuilder {
                 refresh_secs: self.refresh.as_secs(),
                 terminal_max_age: self.terminal_max_age,
                 terminal: stats::TerminalCache::default(),
+                unhandled: stats::UnhandledCache::default(),
             }),
         })
     }

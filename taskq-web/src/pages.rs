@@ -11,7 +11,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 
 use serde::Deserialize;
-use taskq::client::{AuditFilter, BulkFilter, Canceled, ListFilter, TaskInfo};
+use taskq::client::{
+    AuditFilter, BulkFilter, Canceled, ListFilter, TaskInfo, WorkerInfo, WorkerStatus,
+};
 use taskq::{Error, TaskId, TaskState};
 
 use crate::AppState;
@@ -60,6 +62,7 @@ fn failure(ctx: &Ctx, e: &Error) -> Response {
         Error::NotFound(_) => StatusCode::NOT_FOUND,
         Error::WrongState { .. } | Error::UniqueHeld { .. } => StatusCode::CONFLICT,
         Error::InvalidName { .. } | Error::InvalidOption(_) => StatusCode::BAD_REQUEST,
+        Error::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
         _ => StatusCode::INTERNAL_SERVER_ERROR,
     };
     error_page(ctx, status, &e.to_string())
@@ -89,6 +92,14 @@ pub(crate) fn parse_age(s: Option<&str>) -> Result<Duration, String> {
     }
 }
 
+/// A worker's status as a cell: `alive`, `lost` (highlighted) or `stopped`.
+fn worker_status_cell(w: &WorkerInfo) -> String {
+    match w.status {
+        WorkerStatus::Lost => r#"<span class="lost">lost</span>"#.to_owned(),
+        s => s.as_str().to_owned(),
+    }
+}
+
 fn state_class(s: TaskState) -> String {
     format!("state-{}", s.as_str())
 }
@@ -106,7 +117,11 @@ async fn overview(
     Query(q): Query<OverviewQuery>,
 ) -> Response {
     let minutes = st.throughput_minutes;
-    let (stats, workers) = match tokio::try_join!(crate::stats::load(&st), st.client.workers()) {
+    let (stats, workers, unhandled) = match tokio::try_join!(
+        crate::stats::load(&st),
+        st.client.workers(),
+        crate::stats::unhandled(&st)
+    ) {
         Ok(v) => v,
         Err(e) => return failure(&ctx, &e),
     };
@@ -286,37 +301,58 @@ async fn overview(
     }
     b.push_str("</table>");
 
+    // Due tasks no live worker handles.
+    if !unhandled.rows.is_empty() {
+        let _ = write!(
+            b,
+            r#"<h2>Tasks no live worker handles</h2><p class="error">No alive worker works these queues and registers these task names, so their due tasks stay pending. Run a worker that registers them, or cancel them. (Counted at {}.)</p><table id="unhandled"><tr><th>Queue</th><th>Task</th><th>Due</th><th>Due for</th></tr>"#,
+            time(&unhandled.at)
+        );
+        for p in &unhandled.rows {
+            let _ = write!(
+                b,
+                r#"<tr><td>{}</td><td><a href="{root}tasks?queue={}&amp;name={}&amp;state=pending">{}</a></td><td class="n">{}</td><td>{}</td></tr>"#,
+                esc(&p.queue),
+                url(&p.queue),
+                url(&p.name),
+                esc(&p.name),
+                p.due,
+                age((unhandled.at - p.oldest_run_at).num_seconds())
+            );
+        }
+        b.push_str("</table>");
+    }
+
     // Workers.
     b.push_str("<h2>Workers</h2>");
     if workers.is_empty() {
         b.push_str("<p>No worker recorded.</p>");
     } else {
-        b.push_str("<table id=\"workers\"><tr><th>Worker</th><th>Host</th><th>PID</th><th>Queues</th><th>Running</th><th>Status</th><th>Last seen</th></tr>");
+        b.push_str("<table id=\"workers\"><tr><th>Worker</th><th>Host</th><th>PID</th><th>Queues</th><th>Running</th><th>Status</th><th>Last beat</th></tr>");
         for w in &workers {
             let queues: Vec<String> = w
                 .queues
                 .iter()
                 .map(|(q, n)| format!("{}×{n}", esc(q)))
                 .collect();
-            let status = if w.alive {
-                "alive"
-            } else if w.stopped_at.is_some() {
-                "stopped"
-            } else {
-                "gone"
-            };
+            let status = worker_status_cell(w);
             let _ = write!(
                 b,
-                r#"<tr><td>{}</td><td>{}</td><td class="n">{}</td><td>{}</td><td class="n">{}</td><td>{status}</td><td>{}</td></tr>"#,
+                r#"<tr data-worker="{}"><td>{}</td><td>{}</td><td class="n">{}</td><td>{}</td><td class="n">{}</td><td>{status}</td><td title="{}">{} ago</td></tr>"#,
+                esc(&w.id),
                 esc(&w.id),
                 esc(&w.host),
                 w.pid,
                 queues.join(", "),
                 w.running,
-                time(&w.last_seen_at)
+                time_us(&w.last_seen_at),
+                age(w.last_seen_ago.as_secs() as i64)
             );
         }
         b.push_str("</table>");
+        if workers.iter().any(|w| w.status == WorkerStatus::Lost) {
+            b.push_str("<p>Lost: no heartbeat for two of its heartbeat intervals, and no goodbye (crashed, killed, hung or cut off from the database). Its running tasks stay claimed until their leases end, then return to pending.</p>");
+        }
     }
 
     if !ctx.read_only {
@@ -521,6 +557,15 @@ async fn task_page(
         Ok(t) => t,
         Err(e) => return failure(&ctx, &e),
     };
+    // The worker holding a running task, to say whether it is alive or lost.
+    let holder = if t.state == TaskState::Running {
+        match st.client.workers().await {
+            Ok(ws) => ws.into_iter().find(|w| Some(&w.id) == t.worker_id.as_ref()),
+            Err(e) => return failure(&ctx, &e),
+        }
+    } else {
+        None
+    };
     let root = esc(&ctx.root);
     let mut b = format!(
         r#"<h1>Task {} <span class="{}">{}</span></h1>"#,
@@ -597,7 +642,24 @@ async fn task_page(
     row("Deadline", opt_time(&t.deadline));
     row("Lease until", opt_time(&t.lease_until));
     row("Lease epoch", t.lease_epoch.to_string());
-    row("Worker", esc(t.worker_id.as_deref().unwrap_or("—")));
+    row(
+        "Worker",
+        match (&t.worker_id, &holder) {
+            (Some(id), Some(w)) => format!("{} — {}", esc(id), worker_status_cell(w)),
+            (Some(id), None) => esc(id),
+            (None, _) => "—".into(),
+        },
+    );
+    if let Some(w) = holder.filter(|w| w.status == WorkerStatus::Lost) {
+        row(
+            "Worker lost",
+            format!(
+                r#"<span id="worker-lost">worker lost: no heartbeat for {} (it beats every {}). The task stays claimed until its lease ends, then the reaper returns it to pending.</span>"#,
+                age(w.last_seen_ago.as_secs() as i64),
+                age(w.heartbeat.as_secs() as i64)
+            ),
+        );
+    }
     row(
         "Idempotency key",
         esc(t.idempotency_key.as_deref().unwrap_or("—")),

@@ -5,7 +5,9 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use taskq::client::{AttemptsPerMinute, FinishedPerMinute, QueueStateCount, RateLimit};
+use taskq::client::{
+    AttemptsPerMinute, FinishedPerMinute, PendingNameCount, QueueStateCount, RateLimit,
+};
 use taskq::{Error, TaskState};
 
 use crate::AppState;
@@ -110,6 +112,36 @@ async fn terminal(st: &AppState) -> Result<Terminal, Error> {
     let t = Terminal { taken, at, rows };
     *cached = Some(t.clone());
     Ok(t)
+}
+
+/// The last [`taskq::Client::unhandled`] result, shared by every request until it is older
+/// than the terminal counts' maximum age (it reads the whole pending backlog's index entries).
+#[derive(Debug, Default)]
+pub(crate) struct UnhandledCache(tokio::sync::Mutex<Option<Unhandled>>);
+
+/// Due tasks per queue and name that no live worker would claim, and when they were counted.
+#[derive(Debug, Clone)]
+pub(crate) struct Unhandled {
+    taken: Instant,
+    /// When they were counted (database clock).
+    pub at: DateTime<Utc>,
+    pub rows: Vec<PendingNameCount>,
+}
+
+/// The due tasks no live worker handles: from the cache, counted again (by one request while
+/// the others wait) once older than `terminal_max_age`.
+pub(crate) async fn unhandled(st: &AppState) -> Result<Unhandled, Error> {
+    let mut cached = st.unhandled.0.lock().await;
+    if let Some(u) = cached.as_ref()
+        && u.taken.elapsed() < st.terminal_max_age
+    {
+        return Ok(u.clone());
+    }
+    let taken = Instant::now();
+    let (at, rows) = tokio::try_join!(st.client.db_now(), st.client.unhandled())?;
+    let u = Unhandled { taken, at, rows };
+    *cached = Some(u.clone());
+    Ok(u)
 }
 
 /// `failed` (failed, timed out, panicked) and `lease lost` attempts per minute ago.

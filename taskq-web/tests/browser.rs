@@ -67,7 +67,8 @@ async fn queue_row(b: &Browser, queue: &str) -> serde_json::Map<String, Value> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operator_retries_a_dead_task_and_pauses_its_queue_in_chromium() {
-    let Some(b) = Browser::start("an_operator_retries_a_dead_task_and_pauses_its_queue").await
+    let Some(b) =
+        Browser::start("an_operator_retries_a_dead_task_and_pauses_its_queue_in_chromium").await
     else {
         return;
     };
@@ -343,7 +344,8 @@ async fn assert_inert(b: &Browser, page: &str, literal: &[&str]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stored_markup_is_shown_as_text_and_never_runs_in_chromium() {
-    let Some(b) = Browser::start("stored_markup_is_shown_as_text_and_never_runs").await else {
+    let Some(b) = Browser::start("stored_markup_is_shown_as_text_and_never_runs_in_chromium").await
+    else {
         return;
     };
     let Some(served) = serve("", |d| d.refresh_interval(Duration::ZERO)).await else {
@@ -428,4 +430,155 @@ async fn stored_markup_is_shown_as_text_and_never_runs_in_chromium() {
 
 fn urlencode(s: &str) -> String {
     form_urlencoded::byte_serialize(s.as_bytes()).collect()
+}
+
+/// The two browser tests above, by name.
+const BROWSER_TESTS: [&str; 2] = [
+    "an_operator_retries_a_dead_task_and_pauses_its_queue_in_chromium",
+    "stored_markup_is_shown_as_text_and_never_runs_in_chromium",
+];
+
+/// This test binary running only the browser tests, in a new network namespace without a
+/// loopback interface (`unshare -n`), with `tmpdir` as `$TMPDIR`; `None` (after saying why)
+/// when this machine cannot make such a namespace or has no browser to find.
+fn without_loopback(tmpdir: &std::path::Path, require: bool) -> Option<std::process::Output> {
+    let exe = std::env::current_exe().unwrap();
+    // As root: a new network namespace; otherwise a user namespace too (`-r`), where allowed.
+    let root = std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout.trim_ascii() == b"0");
+    let mut cmd = std::process::Command::new("unshare");
+    cmd.args(if root { &["-n"][..] } else { &["-r", "-n"] })
+        .arg(&exe)
+        .args(BROWSER_TESTS)
+        .args(["--exact", "--test-threads", "2"])
+        .env("TMPDIR", tmpdir)
+        .env_remove("TASKQ_REQUIRE_MYSQL")
+        .env_remove("TASKQ_REQUIRE_PRIVATE_SERVER");
+    if require {
+        cmd.env("TASKQ_REQUIRE_BROWSER", "1");
+    } else {
+        cmd.env_remove("TASKQ_REQUIRE_BROWSER");
+    }
+    let out = match cmd.output() {
+        Ok(out) => out,
+        Err(e) => {
+            eprintln!("SKIPPED unshare: cannot run unshare ({e})");
+            return None;
+        }
+    };
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if stderr.starts_with("unshare:") {
+        // No permission to make namespaces (a container without CAP_SYS_ADMIN).
+        eprintln!("SKIPPED unshare: {}", stderr.trim());
+        return None;
+    }
+    if stderr.contains("SKIPPED browser:") {
+        eprintln!("SKIPPED browser: no browser installed; nothing to check without loopback");
+        return None;
+    }
+    Some(out)
+}
+
+/// On a machine with Chromium and chromedriver but no loopback interface (`unshare -n`), the
+/// browser tests say `SKIPPED loopback:` and pass, leaving nothing in `$TMPDIR`; with
+/// `TASKQ_REQUIRE_BROWSER=1` they fail, saying why, and still leave nothing.
+#[test]
+fn browser_tests_skip_without_a_loopback_interface_and_leave_nothing_behind() {
+    let tmp = std::env::temp_dir().join(format!("taskq-noloop-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    let left = || -> Vec<_> {
+        std::fs::read_dir(&tmp)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .collect()
+    };
+    let Some(out) = without_loopback(&tmp, false) else {
+        let _ = std::fs::remove_dir_all(&tmp);
+        return;
+    };
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("test result: ok. 2 passed"), "{stdout}");
+    for test in BROWSER_TESTS {
+        let line = stderr
+            .lines()
+            .find(|l| l.starts_with(&format!("SKIPPED loopback: {test}: ")))
+            .unwrap_or_else(|| panic!("no SKIPPED line for {test}:\n{stderr}"));
+        assert!(line.contains("no usable loopback interface"), "{line}");
+    }
+    assert_eq!(left(), Vec::<std::path::PathBuf>::new(), "left in $TMPDIR");
+
+    let out = without_loopback(&tmp, true).expect("the namespace worked a moment ago");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "{stdout}");
+    assert!(stdout.contains("2 failed"), "{stdout}");
+    assert!(
+        stdout.contains("no usable loopback interface")
+            && stdout.contains("TASKQ_REQUIRE_BROWSER=1 requires the browser tests"),
+        "{stdout}"
+    );
+    assert_eq!(left(), Vec::<std::path::PathBuf>::new(), "left in $TMPDIR");
+    std::fs::remove_dir_all(&tmp).unwrap();
+}
+
+/// A browser test that fails mid-way (a panic while the browser runs) still ends Chromium and
+/// removes its profile folder, as does one that quits; Chromium's own temporary folders are
+/// inside that folder, not in `$TMPDIR`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_browser_test_leaves_no_profile_or_process_behind() {
+    const TEST: &str = "a_failing_browser_test_leaves_no_profile_or_process_behind";
+    let Some(b) = Browser::start(TEST).await else {
+        return;
+    };
+    b.open("about:blank").await;
+    let dir = b.profile().path().to_owned();
+    assert!(
+        dir.join("profile").is_dir(),
+        "Chromium writes its profile there"
+    );
+    // chromedriver, the browser and its helpers (renderers, GPU, network, storage...).
+    let pids = b.profile().processes();
+    assert!(pids.len() >= 3, "Chromium runs: {pids:?}");
+    let scoped = std::fs::read_dir(dir.join("tmp"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("org.chromium."))
+        .count();
+    assert!(
+        scoped > 0,
+        "Chromium's temporary folders are in the profile's tmp/"
+    );
+    let failed = tokio::spawn(async move {
+        let _b = b;
+        panic!("a deliberate failure while the browser runs");
+    })
+    .await;
+    assert!(failed.unwrap_err().is_panic());
+    assert!(!dir.exists(), "{} is removed", dir.display());
+    let running = |pid: &&u32| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+            s.rsplit_once(')')
+                .is_some_and(|(_, r)| !r.trim_start().starts_with('Z'))
+        })
+    };
+    let left: Vec<&u32> = pids.iter().filter(running).collect();
+    assert_eq!(
+        left,
+        Vec::<&u32>::new(),
+        "no process of that browser is left"
+    );
+    // Not written again by a process still exiting.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!dir.exists(), "{} stays removed", dir.display());
+
+    let b = Browser::start(TEST).await.unwrap();
+    let dir = b.profile().path().to_owned();
+    b.quit().await;
+    assert!(!dir.exists(), "{} is removed after quit", dir.display());
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!dir.exists(), "{} stays removed after quit", dir.display());
 }

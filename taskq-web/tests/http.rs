@@ -1556,3 +1556,62 @@ async fn terminal_counts_are_reused_until_their_maximum_age_or_an_action() {
     insert(&fresh.db, "q", "t", "{}", "dead").await;
     assert_eq!(counts(fresh.get("/api/v1/queues").await.json()), (0, 2, 0));
 }
+
+// A silent network needs a TCP connection: MySQL only (the `sqlite` tests have none).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_database_gives_504_within_the_client_deadline() {
+    use std::time::{Duration, Instant};
+    if !taskq_tests::loopback_or_skip() {
+        return;
+    }
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
+    let upstream = format!("{}:{}", db.options.get_host(), db.options.get_port())
+        .parse()
+        .expect("the test server is addressed by IP");
+    let proxy = taskq_tests::proxy::ChaosProxy::start(upstream).await;
+    let pool = sqlx::mysql::MySqlPoolOptions::new()
+        .max_connections(4)
+        .connect_lazy_with(db.options.clone().port(proxy.addr().port()));
+    let client = taskq::Client::new(pool).with_timeout(Duration::from_millis(500));
+    let router = Dashboard::builder_with_client(client)
+        .bearer_token(TOKEN)
+        .build()
+        .unwrap()
+        .router();
+    let id = insert(&db, "mail", "send", "{}", "pending").await;
+    let get = |p: String| {
+        let router = router.clone();
+        async move { send(&router, Method::GET, &p, Cred::Bearer(TOKEN), &[], None).await }
+    };
+    assert_eq!(
+        get(format!("/api/v1/tasks/{id}")).await.status,
+        StatusCode::OK
+    );
+    proxy.set_black_hole(true);
+    proxy.black_hole_all();
+    for path in [
+        format!("/api/v1/tasks/{id}"),
+        format!("/tasks/{id}"),
+        "/".into(),
+    ] {
+        let asked = Instant::now();
+        let r = tokio::time::timeout(Duration::from_secs(10), get(path.clone()))
+            .await
+            .unwrap_or_else(|_| panic!("{path} still waits after 10 s"));
+        assert_eq!(r.status, StatusCode::GATEWAY_TIMEOUT, "{path}: {}", r.body);
+        assert!(
+            r.body.contains("did not answer within 500ms"),
+            "{path}: {}",
+            r.body
+        );
+        assert!(
+            asked.elapsed() < Duration::from_secs(5),
+            "{path}: {:?}",
+            asked.elapsed()
+        );
+    }
+    let r = get(format!("/api/v1/tasks/{id}")).await;
+    assert_eq!(r.json()["error"]["code"], "timeout");
+}

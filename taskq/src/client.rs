@@ -3,6 +3,9 @@
 //! tasks, retry dead tasks, bulk actions, audit trail) and queues (pause, limits); and the
 //! types its methods take and return.
 
+use std::future::Future;
+use std::time::Duration;
+
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
@@ -81,11 +84,12 @@ pub struct BulkCanceled {
 pub struct Client {
     pub(crate) store: Store,
     actor: std::sync::Arc<str>,
+    timeout: Duration,
 }
 
 pub use crate::info::{
     AttemptsPerMinute, DeadReason, FinishedPerMinute, ListFilter, PendingNameCount, QueueInfo,
-    QueueStateCount, RateLimit, ScheduleInfo, TaskInfo, WorkerInfo,
+    QueueStateCount, RateLimit, ScheduleInfo, TaskInfo, WorkerInfo, WorkerStatus,
 };
 
 impl Client {
@@ -94,7 +98,43 @@ impl Client {
         Self {
             store: DB::__store(pool).0,
             actor: history::DEFAULT_ACTOR.into(),
+            timeout: Self::DEFAULT_TIMEOUT,
         }
+    }
+
+    /// How long a client statement may take by default (see [`with_timeout`](Self::with_timeout)).
+    pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+    /// This client with another deadline (default [`DEFAULT_TIMEOUT`](Self::DEFAULT_TIMEOUT),
+    /// 30 s) for each database round it makes: taking a connection, each statement, a commit
+    /// (a bulk operation's batches each have their own). One that has not answered by then —
+    /// a server or network that went silent answers nothing, and sqlx waits forever — is
+    /// abandoned and the method returns [`Error::Timeout`]; a change it made may still have
+    /// been committed. Statements on a connection you pass in
+    /// ([`record_audit`](Self::record_audit)) are not bounded. At least 1 ms.
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout.max(Duration::from_millis(1));
+        self
+    }
+
+    /// The deadline of each database round of this client.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// `fut` (a database round), within this client's deadline.
+    pub(crate) async fn run<T>(&self, fut: impl Future<Output = sqlx::Result<T>>) -> Result<T> {
+        match tokio::time::timeout(self.timeout, fut).await {
+            Ok(r) => self.db(r).await,
+            Err(_) => Err(Error::Timeout(self.timeout)),
+        }
+    }
+
+    /// `fut` (database rounds that report taskq errors), within this client's deadline.
+    async fn bounded<T>(&self, fut: impl Future<Output = Result<T>>) -> Result<T> {
+        tokio::time::timeout(self.timeout, fut)
+            .await
+            .unwrap_or(Err(Error::Timeout(self.timeout)))
     }
 
     /// This client with `actor` as the "who" of the actions it records in the audit trail
@@ -112,14 +152,13 @@ impl Client {
 
     /// Runs `a` in the audit trail on `tx` and commits it.
     async fn commit_audited(&self, mut tx: Tx, a: &Action) -> Result<()> {
-        self.db(history::insert(tx.conn(), &self.actor, a).await)
-            .await?;
-        self.db(tx.commit().await).await
+        self.run(history::insert(tx.conn(), &self.actor, a)).await?;
+        self.run(tx.commit()).await
     }
 
     /// Records `a` in a transaction of its own (bulk operations: one entry with the totals).
     async fn record(&self, a: &Action) -> Result<()> {
-        let tx = self.db(self.store.begin().await).await?;
+        let tx = self.run(self.store.begin()).await?;
         self.commit_audited(tx, a).await
     }
 
@@ -141,8 +180,8 @@ impl Client {
         detail: serde_json::Value,
     ) -> Result<crate::Enqueued> {
         let prepared = (reg.prepare_json)(payload, options)?;
-        let mut tx = self.db(self.store.begin().await).await?;
-        let done = prepared.insert(tx.conn(), &mut None).await?;
+        let mut tx = self.run(self.store.begin()).await?;
+        let done = self.bounded(prepared.insert(tx.conn(), &mut None)).await?;
         if done.duplicate {
             drop(tx);
             return Ok(done);
@@ -161,7 +200,7 @@ impl Client {
 
     /// A task by id; [`Error::NotFound`] when it does not exist (or was pruned).
     pub async fn get(&self, id: TaskId) -> Result<TaskInfo> {
-        self.db(self.store.task_get(id).await)
+        self.run(self.store.task_get(id))
             .await?
             .ok_or(Error::NotFound(id))
     }
@@ -183,11 +222,11 @@ impl Client {
         if filter.newest_first {
             let before = filter.after_id.map_or(u64::MAX, |i| i.0);
             return self
-                .db(self.store.task_list_desc(&f, before, 0, limit).await)
+                .run(self.store.task_list_desc(&f, before, 0, limit))
                 .await;
         }
         let after = filter.after_id.map_or(0, |i| i.0);
-        self.db(self.store.task_list(&f, after, u64::MAX, limit).await)
+        self.run(self.store.task_list(&f, after, u64::MAX, limit))
             .await
     }
 
@@ -205,7 +244,7 @@ impl Client {
         filter: &ListFilter,
         limit: u32,
     ) -> Result<Vec<TaskInfo>> {
-        let (lo, hi) = self.db(self.store.task_id_bounds().await).await?;
+        let (lo, hi) = self.run(self.store.task_id_bounds()).await?;
         if filter.newest_first {
             // Ids below `before`, from the newest existing one down.
             let before = filter
@@ -214,12 +253,12 @@ impl Client {
                 .min(hi.saturating_add(1));
             let floor = before.saturating_sub(Self::LIST_PROBE_IDS);
             let mut rows = self
-                .db(self.store.task_list_desc(f, before, floor, limit).await)
+                .run(self.store.task_list_desc(f, before, floor, limit))
                 .await?;
             if (rows.len() as u32) < limit && floor > lo {
                 let rest = limit - rows.len() as u32;
                 let more = self.store.task_list_queue_desc(queue, f.name, floor, rest);
-                rows.extend(self.db(more.await).await?);
+                rows.extend(self.run(more).await?);
             }
             return Ok(rows);
         }
@@ -227,12 +266,12 @@ impl Client {
         let after = filter.after_id.map_or(0, |i| i.0).max(lo.saturating_sub(1));
         let up_to = after.saturating_add(Self::LIST_PROBE_IDS);
         let mut rows = self
-            .db(self.store.task_list(f, after, up_to, limit).await)
+            .run(self.store.task_list(f, after, up_to, limit))
             .await?;
         if (rows.len() as u32) < limit && up_to < hi {
             let rest = limit - rows.len() as u32;
             let more = self.store.task_list_queue_asc(queue, f.name, up_to, rest);
-            rows.extend(self.db(more.await).await?);
+            rows.extend(self.run(more).await?);
         }
         Ok(rows)
     }
@@ -245,7 +284,7 @@ impl Client {
     pub async fn finished_per_minute(&self, minutes: u32) -> Result<Vec<FinishedPerMinute>> {
         let minutes = minutes.clamp(1, 1_440);
         let rows = self
-            .db(self.store.task_finished_per_minute(minutes).await)
+            .run(self.store.task_finished_per_minute(minutes))
             .await?;
         Ok(rows
             .into_iter()
@@ -275,7 +314,7 @@ impl Client {
     pub async fn failed_attempts_per_minute(&self, minutes: u32) -> Result<Vec<AttemptsPerMinute>> {
         let minutes = minutes.clamp(1, 60);
         let rows = self
-            .db(self.store.task_failed_attempts_per_minute(minutes).await)
+            .run(self.store.task_failed_attempts_per_minute(minutes))
             .await?;
         Ok(rows
             .into_iter()
@@ -289,7 +328,7 @@ impl Client {
 
     /// Number of tasks matching `filter` (`after_id` and `limit` are ignored).
     pub async fn count(&self, filter: &ListFilter) -> Result<u64> {
-        self.db(self.store.task_count(&filter.store()).await).await
+        self.run(self.store.task_count(&filter.store())).await
     }
 
     /// Counts per queue and state, ordered by queue then state ([`TaskState::ALL`]'s order),
@@ -300,8 +339,8 @@ impl Client {
     /// costs in proportion to the table; prefer `stats_active` where pending and running are
     /// enough.
     pub async fn stats(&self) -> Result<Vec<QueueStateCount>> {
-        let mut conn = self.db(self.store.acquire().await).await?;
-        self.db(self.store.task_stats(conn.conn()).await).await
+        let mut conn = self.run(self.store.acquire()).await?;
+        self.run(self.store.task_stats(conn.conn())).await
     }
 
     /// Counts per queue of the `pending` and `running` tasks, exact, with the oldest `run_at`
@@ -309,9 +348,8 @@ impl Client {
     /// reads them). Reads only the claim index's entries of those two states, so it costs in
     /// proportion to the backlog, not to the table. Unordered.
     pub async fn stats_active(&self) -> Result<Vec<QueueStateCount>> {
-        let mut conn = self.db(self.store.acquire().await).await?;
-        self.db(self.store.task_stats_active(conn.conn()).await)
-            .await
+        let mut conn = self.run(self.store.acquire()).await?;
+        self.run(self.store.task_stats_active(conn.conn())).await
     }
 
     /// Counts per queue of the tasks in terminal states (`succeeded`, `dead`, `canceled`,
@@ -320,9 +358,8 @@ impl Client {
     /// (about 0.2 to 0.5 s per million tasks), so cache it rather than call it per page view.
     /// Unordered.
     pub async fn stats_terminal(&self) -> Result<Vec<QueueStateCount>> {
-        let mut conn = self.db(self.store.acquire().await).await?;
-        self.db(self.store.task_stats_terminal(conn.conn()).await)
-            .await
+        let mut conn = self.run(self.store.acquire()).await?;
+        self.run(self.store.task_stats_terminal(conn.conn())).await
     }
 
     /// Pending tasks per queue and task name (of `queue` only, when given), ordered by queue and
@@ -330,7 +367,9 @@ impl Client {
     /// Reads every pending row's index entry (one covering scan), so it costs in proportion to
     /// the pending backlog.
     pub async fn pending_by_name(&self, queue: Option<&str>) -> Result<Vec<PendingNameCount>> {
-        Ok(self.store.task_pending_by_name(queue).await?)
+        let mut conn = self.run(self.store.acquire()).await?;
+        self.run(self.store.task_pending_by_name(conn.conn(), queue))
+            .await
     }
 
     /// Cancels a task.
@@ -345,19 +384,19 @@ impl Client {
     ///   `succeeded` (its work is done). If the worker dies meanwhile, the reaper turns the
     ///   expired lease into `canceled`, never `pending`. If the attempt's outcome was a retry
     ///   written just before the worker saw the request, the request stays on the row and the
-    ///   next attempt is canceled at its first heartbeat.
+    ///   claim that next finds the task due ends it `canceled` without running it.
     ///
     /// Terminal tasks give [`Error::WrongState`], unknown ids [`Error::NotFound`].
     pub async fn cancel(&self, id: TaskId) -> Result<Canceled> {
-        let mut tx = self.db(self.store.begin().await).await?;
-        if self.db(self.store.task_cancel(tx.conn(), id).await).await? {
+        let mut tx = self.run(self.store.begin()).await?;
+        if self.run(self.store.task_cancel(tx.conn(), id)).await? {
             self.commit_audited(tx, &Action::task("cancel", id, None))
                 .await?;
             crate::metrics::canceled();
             return Ok(Canceled::Now);
         }
         if self
-            .db(self.store.task_request_cancel(tx.conn(), id).await)
+            .run(self.store.task_request_cancel(tx.conn(), id))
             .await?
         {
             self.commit_audited(tx, &Action::task("cancel_requested", id, None))
@@ -395,12 +434,9 @@ impl Client {
         delay_us: i64,
         detail: serde_json::Value,
     ) -> Result<()> {
-        let mut tx = self.db(self.store.begin().await).await?;
-        let done = self
-            .store
-            .task_reschedule(tx.conn(), id, at, delay_us)
-            .await;
-        if self.db(done).await? {
+        let mut tx = self.run(self.store.begin()).await?;
+        let done = self.store.task_reschedule(tx.conn(), id, at, delay_us);
+        if self.run(done).await? {
             return self
                 .commit_audited(tx, &Action::task("reschedule", id, Some(detail)))
                 .await;
@@ -412,9 +448,9 @@ impl Client {
     /// Sets the priority of a task that has not started (lower runs first). Running and
     /// terminal tasks give [`Error::WrongState`], unknown ids [`Error::NotFound`].
     pub async fn set_priority(&self, id: TaskId, priority: i16) -> Result<()> {
-        let mut tx = self.db(self.store.begin().await).await?;
-        let done = self.store.task_set_priority(tx.conn(), id, priority).await;
-        if self.db(done).await? {
+        let mut tx = self.run(self.store.begin()).await?;
+        let done = self.store.task_set_priority(tx.conn(), id, priority);
+        if self.run(done).await? {
             let detail = serde_json::json!({ "priority": priority });
             return self
                 .commit_audited(tx, &Action::task("priority", id, Some(detail)))
@@ -428,19 +464,16 @@ impl Client {
     /// finish normally; enqueues still work). Idempotent.
     pub async fn pause_queue(&self, queue: &str) -> Result<()> {
         crate::enqueue::validate_name("queue", queue, crate::enqueue::MAX_QUEUE_LEN)?;
-        let mut tx = self.db(self.store.begin().await).await?;
-        self.db(self.store.queue_pause(tx.conn(), queue).await)
-            .await?;
+        let mut tx = self.run(self.store.begin()).await?;
+        self.run(self.store.queue_pause(tx.conn(), queue)).await?;
         let a = Action::queue("pause", Some(queue), serde_json::Value::Null);
         self.commit_audited(tx, &Action { detail: None, ..a }).await
     }
 
     /// Resumes a paused queue; returns whether it was paused.
     pub async fn resume_queue(&self, queue: &str) -> Result<bool> {
-        let mut tx = self.db(self.store.begin().await).await?;
-        let was_paused = self
-            .db(self.store.queue_resume(tx.conn(), queue).await)
-            .await?;
+        let mut tx = self.run(self.store.begin()).await?;
+        let was_paused = self.run(self.store.queue_resume(tx.conn(), queue)).await?;
         if was_paused {
             let a = Action::queue("resume", Some(queue), serde_json::Value::Null);
             self.commit_audited(tx, &Action { detail: None, ..a })
@@ -452,8 +485,8 @@ impl Client {
 
     /// Paused queues and when each was paused.
     pub async fn paused_queues(&self) -> Result<Vec<(String, DateTime<Utc>)>> {
-        let mut conn = self.db(self.store.acquire().await).await?;
-        self.db(self.store.queues_paused(conn.conn()).await).await
+        let mut conn = self.run(self.store.acquire()).await?;
+        self.run(self.store.queues_paused(conn.conn())).await
     }
 
     /// Sets the concurrency limit of `queue` across every worker (`Some(n)`, 1 ..=
@@ -484,8 +517,7 @@ impl Client {
                 "concurrency limit of queue {queue:?} must be between 1 and {MAX_QUEUE_LIMIT}, got {n} (to stop the queue, pause it)"
             )));
         }
-        self.db(self.store.queue_set_limit(queue, limit).await)
-            .await
+        self.run(self.store.queue_set_limit(queue, limit)).await
     }
 
     /// Sets the rate limit of `queue` across every worker: at most `max` tasks start in each
@@ -524,8 +556,7 @@ impl Client {
                 Some((max, period.as_micros() as i64))
             }
         };
-        self.db(self.store.queue_set_rate_limit(queue, rate).await)
-            .await
+        self.run(self.store.queue_set_rate_limit(queue, rate)).await
     }
 
     /// Every queue that has pending or running tasks, or that was ever paused or limited, by
@@ -533,7 +564,7 @@ impl Client {
     /// and its pending and running counts. Two statements; the counts read every pending and
     /// running task's index entry, so they cost in proportion to the backlog.
     pub async fn queues(&self) -> Result<Vec<QueueInfo>> {
-        let rows = self.db(self.store.queue_list().await).await?;
+        let rows = self.run(self.store.queue_list()).await?;
         Ok(rows
             .into_iter()
             .map(|r| QueueInfo {
@@ -551,43 +582,44 @@ impl Client {
             .collect())
     }
 
-    /// The workers recorded in the database, oldest start first: the live ones (see
-    /// [`WorkerInfo::alive`]) and those stopped or gone within
-    /// [`WORKER_ROW_RETENTION`](crate::limits::WORKER_ROW_RETENTION), each with the number of tasks it
-    /// is running. One statement (a `GROUP BY` over the running tasks).
+    /// The workers recorded in the database, oldest start first: alive, lost (no heartbeat for
+    /// two of their heartbeat intervals) or stopped (see [`WorkerInfo::status`]), kept for
+    /// [`WORKER_ROW_RETENTION`](crate::limits::WORKER_ROW_RETENTION) after their last beat, each
+    /// with the age of that beat and the number of tasks it is running. One statement (a
+    /// `GROUP BY` over the running tasks).
     pub async fn workers(&self) -> Result<Vec<WorkerInfo>> {
-        let rows = self.db(self.store.worker_list().await).await?;
-        Ok(rows
-            .into_iter()
-            .map(|r| WorkerInfo {
-                queues: serde_json::from_str(&r.queues).unwrap_or_default(),
-                id: r.worker_id,
-                host: r.host,
-                pid: r.pid,
-                concurrency: r.concurrency,
-                lease: std::time::Duration::from_micros(r.lease_us),
-                heartbeat: std::time::Duration::from_micros(r.heartbeat_us),
-                started_at: r.started_at,
-                last_seen_at: r.last_seen_at,
-                stopped_at: r.stopped_at,
-                alive: r.alive,
-                running: r.running.max(0) as u64,
-            })
-            .collect())
+        let mut conn = self.run(self.store.acquire()).await?;
+        let rows = self.run(self.store.worker_list(conn.conn())).await?;
+        Ok(rows.into_iter().map(WorkerInfo::from_row).collect())
+    }
+
+    /// The due pending tasks, per queue and task name, that no live worker would claim: no
+    /// alive worker (see [`WorkerInfo::status`]) both works the queue and registers the name.
+    /// They stay pending, silently, until such a worker runs (or they are canceled); workers
+    /// also log them at WARN once a minute for their own queues. Two statements:
+    /// [`pending_by_name`](Self::pending_by_name) (a scan of the pending backlog's index
+    /// entries) and [`workers`](Self::workers).
+    pub async fn unhandled(&self) -> Result<Vec<PendingNameCount>> {
+        let pending = self.pending_by_name(None).await?;
+        if pending.iter().all(|p| p.due == 0) {
+            return Ok(Vec::new());
+        }
+        let workers = self.workers().await?;
+        Ok(crate::info::unhandled(pending, &workers))
     }
 
     /// Every recurring schedule recorded in the database, by name.
     pub async fn schedules(&self) -> Result<Vec<ScheduleInfo>> {
-        Ok(self.store.schedule_list().await?)
+        self.run(self.store.schedule_list()).await
     }
 
     /// Deletes a schedule's row (e.g. one removed from the code, whose row stays behind);
     /// returns whether it existed. A worker that still declares the schedule writes it again
     /// within its next wake-up, with its ticks starting afresh from then.
     pub async fn delete_schedule(&self, name: &str) -> Result<bool> {
-        let mut tx = self.db(self.store.begin().await).await?;
+        let mut tx = self.run(self.store.begin()).await?;
         let deleted = self
-            .db(self.store.schedule_delete(tx.conn(), name).await)
+            .run(self.store.schedule_delete(tx.conn(), name))
             .await?;
         if deleted {
             let detail = serde_json::json!({ "schedule": name });
@@ -601,11 +633,8 @@ impl Client {
     /// identity back; if another task holds it (enqueued after this one died), nothing changes
     /// and the error is [`Error::UniqueHeld`] naming that task.
     pub async fn retry_dead(&self, id: TaskId) -> Result<()> {
-        let mut tx = self.db(self.store.begin().await).await?;
-        match self
-            .db(self.store.task_retry_dead(tx.conn(), id).await)
-            .await?
-        {
+        let mut tx = self.run(self.store.begin()).await?;
+        match self.run(self.store.task_retry_dead(tx.conn(), id)).await? {
             RetryDead::Retried => {
                 self.commit_audited(tx, &Action::task("retry", id, None))
                     .await
@@ -619,14 +648,14 @@ impl Client {
     }
 
     async fn state_error(&self, id: TaskId, expected: &'static str) -> Error {
-        match self.store.task_state(id).await {
+        match self.run(self.store.task_state(id)).await {
             Ok(None) => Error::NotFound(id),
             Ok(Some(state)) => Error::WrongState {
                 id,
                 state,
                 expected,
             },
-            Err(e) => self.store.error(e).await,
+            Err(e) => e,
         }
     }
 
@@ -645,7 +674,7 @@ impl Client {
     /// The database clock now (`UTC_TIMESTAMP(6)`): the clock every stored time comes from,
     /// so ages and lease expiries should be computed against it, not the local clock.
     pub async fn db_now(&self) -> Result<DateTime<Utc>> {
-        self.db(self.store.db_now().await).await
+        self.run(self.store.db_now()).await
     }
 
     /// Moves every dead task (of `queue`, or of all queues when `None`) back to pending with
@@ -664,13 +693,13 @@ impl Client {
 
     /// The statements of [`Client::retry_all_dead`], counting into `total`.
     async fn retry_all_dead_run(&self, queue: Option<&str>, total: &mut u64) -> Result<()> {
-        let started = self.db(self.store.db_now().await).await?;
+        let started = self.run(self.store.db_now()).await?;
         loop {
             let n = self
-                .db(self
-                    .store
-                    .task_retry_dead_batch(queue, started, Self::BATCH)
-                    .await)
+                .run(
+                    self.store
+                        .task_retry_dead_batch(queue, started, Self::BATCH),
+                )
                 .await?;
             *total += n;
             if n < u64::from(Self::BATCH) {
@@ -684,7 +713,7 @@ impl Client {
                 .task_dead_unique_ids(queue, started, after, Self::BATCH)
                 .await?;
             for &id in &ids {
-                match self.db(self.retry_dead_one(id).await).await? {
+                match self.run(self.retry_dead_one(id)).await? {
                     RetryDead::Retried => *total += 1,
                     RetryDead::NotDead => {}
                     RetryDead::IdentityHeld(holder) => tracing::warn!(
@@ -778,26 +807,20 @@ impl Client {
         for &state in states {
             let f = filter.store(state);
             let n = if dry_run {
-                self.db(self.store.task_bulk_count(&f, age_us).await)
-                    .await?
+                self.run(self.store.task_bulk_count(&f, age_us)).await?
             } else {
                 let mut after = 0;
                 loop {
                     let batch = self
-                        .db(self
-                            .store
-                            .task_bulk_ids(&f, age_us, after, Self::BATCH)
-                            .await)
+                        .run(self.store.task_bulk_ids(&f, age_us, after, Self::BATCH))
                         .await?;
                     let ids: Vec<u64> = batch.iter().map(|(id, _)| *id).collect();
                     if let Some(&last) = ids.last() {
                         if state == TaskState::Pending {
-                            out.canceled +=
-                                self.db(self.store.task_cancel_batch(&ids).await).await?;
+                            out.canceled += self.run(self.store.task_cancel_batch(&ids)).await?;
                         } else {
-                            out.requested += self
-                                .db(self.store.task_request_cancel_batch(&ids).await)
-                                .await?;
+                            out.requested +=
+                                self.run(self.store.task_request_cancel_batch(&ids)).await?;
                         }
                         after = last;
                     }
@@ -831,7 +854,7 @@ impl Client {
         let f = filter.store(TaskState::Dead);
         let age_us = filter.age_us();
         if dry_run {
-            return self.db(self.store.task_bulk_count(&f, age_us).await).await;
+            return self.run(self.store.task_bulk_count(&f, age_us)).await;
         }
         let mut total = 0;
         let res = self.retry_where_run(&f, age_us, &mut total).await;
@@ -853,19 +876,14 @@ impl Client {
         let mut after = 0;
         loop {
             let batch = self
-                .db(self
-                    .store
-                    .task_bulk_ids(f, age_us, after, Self::BATCH)
-                    .await)
+                .run(self.store.task_bulk_ids(f, age_us, after, Self::BATCH))
                 .await?;
             let plain: Vec<u64> = batch.iter().filter(|b| !b.1).map(|b| b.0).collect();
             if !plain.is_empty() {
-                *total += self
-                    .db(self.store.task_retry_dead_ids(&plain).await)
-                    .await?;
+                *total += self.run(self.store.task_retry_dead_ids(&plain)).await?;
             }
             for &(id, _) in batch.iter().filter(|b| b.1) {
-                match self.db(self.retry_dead_one(TaskId(id)).await).await? {
+                match self.run(self.retry_dead_one(TaskId(id))).await? {
                     RetryDead::Retried => *total += 1,
                     RetryDead::NotDead => {}
                     RetryDead::IdentityHeld(holder) => tracing::warn!(
@@ -891,7 +909,7 @@ impl Client {
         let mut total = 0;
         for s in purge_states(state)? {
             total += self
-                .db(self.store.task_prune_count(s, older_than.as_secs()).await)
+                .run(self.store.task_prune_count(s, older_than.as_secs()))
                 .await?;
         }
         Ok(total)
@@ -919,14 +937,11 @@ impl Client {
 
     /// The statements of [`Client::purge`], counting into `total`.
     async fn purge_run(&self, states: &[TaskState], age_secs: u64, total: &mut u64) -> Result<()> {
-        let mut conn = self.db(self.store.acquire().await).await?;
+        let mut conn = self.run(self.store.acquire()).await?;
         for &s in states {
             loop {
                 let n = self
-                    .db(self
-                        .store
-                        .task_prune(conn.conn(), s, age_secs, Self::BATCH)
-                        .await)
+                    .run(self.store.task_prune(conn.conn(), s, age_secs, Self::BATCH))
                     .await?;
                 *total += n;
                 if n < u64::from(Self::BATCH) {

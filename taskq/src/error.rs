@@ -173,6 +173,27 @@ pub enum Error {
     /// Applying taskq's migrations failed.
     #[error("migration error: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
+    /// The database did not answer within the [`Client`](crate::Client)'s deadline
+    /// ([`Client::with_timeout`](crate::Client::with_timeout), 30 s by default): the server or
+    /// the network went silent. The statement was abandoned; a change it made may still have
+    /// been committed.
+    #[error(
+        "the database did not answer within {0:?}; the statement was abandoned (is the server reachable?)"
+    )]
+    Timeout(std::time::Duration),
+    /// [`migrate`](crate::migrate) lost the migration lock while migrating (another migrator
+    /// took its row, or no renewal got through before it expired), so another migrator may be
+    /// running: it stopped before applying `version`. Migrations before it are applied; run
+    /// `migrate` again (it waits for the lock and goes on from there).
+    #[error(
+        "the taskq migration lock was lost ({reason}): stopped before migration {version}, which was not applied; run taskq::migrate again"
+    )]
+    MigrationLockLost {
+        /// The first migration not applied.
+        version: i64,
+        /// What the lock's owner found.
+        reason: String,
+    },
 }
 
 impl fmt::Debug for Error {
@@ -277,6 +298,12 @@ impl Error {
                 .finish(),
             Error::Database(e) => f.debug_tuple("Database").field(e).finish(),
             Error::Migrate(e) => f.debug_tuple("Migrate").field(e).finish(),
+            Error::Timeout(d) => f.debug_tuple("Timeout").field(d).finish(),
+            Error::MigrationLockLost { version, reason } => f
+                .debug_struct("MigrationLockLost")
+                .field("version", version)
+                .field("reason", reason)
+                .finish(),
         }
     }
 }

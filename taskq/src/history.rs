@@ -277,7 +277,7 @@ impl Client {
     /// [`TaskInfo::attempted_at`](crate::client::TaskInfo::attempted_at)). [`Error::NotFound`] when
     /// the task does not exist (or was pruned: its history goes with it).
     pub async fn attempts(&self, id: TaskId) -> Result<Vec<Attempt>> {
-        let row = self.db(self.store.task_attempts(id).await).await?;
+        let row = self.run(self.store.task_attempts(id)).await?;
         match row {
             None => Err(Error::NotFound(id)),
             Some(None) => Ok(Vec::new()),
@@ -292,15 +292,12 @@ impl Client {
         let limit = filter.limit.unwrap_or(100).clamp(1, 10_000);
         let before = filter.before_id.unwrap_or(u64::MAX);
         let rows = self
-            .db(self
-                .store
-                .audit_list(
-                    filter.task.map(|t| t.0),
-                    filter.queue.as_deref(),
-                    before,
-                    limit,
-                )
-                .await)
+            .run(self.store.audit_list(
+                filter.task.map(|t| t.0),
+                filter.queue.as_deref(),
+                before,
+                limit,
+            ))
             .await?;
         Ok(rows
             .into_iter()

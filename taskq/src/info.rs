@@ -303,7 +303,7 @@ pub struct WorkerInfo {
     pub queues: std::collections::BTreeMap<String, usize>,
     /// Handlers it runs at once over all its queues.
     pub concurrency: u32,
-    /// Its lease: it is alive while it was seen within this.
+    /// Its lease: how long its tasks stay claimed after its last heartbeat.
     #[serde(rename = "lease_ms", serialize_with = "duration_ms")]
     pub lease: std::time::Duration,
     /// How often it records itself (its heartbeat interval).
@@ -316,12 +316,108 @@ pub struct WorkerInfo {
     pub last_seen_at: DateTime<Utc>,
     /// When it shut down gracefully (`None`: running, or gone without a goodbye).
     pub stopped_at: Option<DateTime<Utc>>,
-    /// Not stopped, and seen within its lease (on the database clock). A worker that is not
-    /// alive and not stopped crashed, was killed or lost the database; its running tasks
-    /// return to pending once their leases expire.
+    /// How long ago it last recorded itself (its last heartbeat, or its shutdown), on the
+    /// database clock, when the list was read.
+    #[serde(rename = "last_seen_ago_ms", serialize_with = "duration_ms")]
+    pub last_seen_ago: std::time::Duration,
+    /// Not stopped, and seen within two of its heartbeat intervals (and within 1 s at least),
+    /// on the database clock: [`WorkerStatus::Alive`].
     pub alive: bool,
+    /// Alive, lost (not stopped and not seen within two heartbeat intervals: it crashed, was
+    /// killed, hangs, or cannot reach the database) or stopped.
+    pub status: WorkerStatus,
+    /// The task names it registers (`None`: recorded by a worker of an earlier version, taken
+    /// as registering every name).
+    pub names: Option<Vec<String>>,
     /// Tasks in state `running` claimed under this worker's id.
     pub running: u64,
+}
+
+impl WorkerInfo {
+    pub(crate) fn from_row(r: crate::backend::WorkerListRow) -> Self {
+        let status = if r.alive {
+            WorkerStatus::Alive
+        } else if r.stopped_at.is_some() {
+            WorkerStatus::Stopped
+        } else {
+            WorkerStatus::Lost
+        };
+        Self {
+            queues: serde_json::from_str(&r.queues).unwrap_or_default(),
+            names: r.names.and_then(|n| serde_json::from_str(&n).ok()),
+            id: r.worker_id,
+            host: r.host,
+            pid: r.pid,
+            concurrency: r.concurrency,
+            lease: std::time::Duration::from_micros(r.lease_us),
+            heartbeat: std::time::Duration::from_micros(r.heartbeat_us),
+            started_at: r.started_at,
+            last_seen_at: r.last_seen_at,
+            stopped_at: r.stopped_at,
+            last_seen_ago: std::time::Duration::from_micros(r.seen_ago_us.max(0) as u64),
+            alive: r.alive,
+            status,
+            running: r.running.max(0) as u64,
+        }
+    }
+
+    /// Whether this worker would claim a task named `name` in `queue`: it works the queue
+    /// and registers the name (a worker that recorded no names is taken to register all).
+    pub fn handles(&self, queue: &str, name: &str) -> bool {
+        self.queues.contains_key(queue)
+            && self
+                .names
+                .as_ref()
+                .is_none_or(|names| names.iter().any(|n| n == name))
+    }
+}
+
+/// Where a worker recorded in `taskq_workers` stands (see [`WorkerInfo::status`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WorkerStatus {
+    /// Not stopped, and seen within two heartbeat intervals.
+    Alive,
+    /// Not stopped, and not seen within two heartbeat intervals: crashed, killed, hung, or cut
+    /// off from the database. Its running tasks stay claimed until their leases expire; then
+    /// the reaper returns them to pending.
+    Lost,
+    /// Shut down gracefully.
+    Stopped,
+}
+
+impl WorkerStatus {
+    /// `alive`, `lost` or `stopped`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Alive => "alive",
+            Self::Lost => "lost",
+            Self::Stopped => "stopped",
+        }
+    }
+}
+
+impl std::fmt::Display for WorkerStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The rows of `pending` with due tasks that none of the alive `workers` would claim (see
+/// [`WorkerInfo::handles`]).
+pub(crate) fn unhandled(
+    pending: Vec<PendingNameCount>,
+    workers: &[WorkerInfo],
+) -> Vec<PendingNameCount> {
+    pending
+        .into_iter()
+        .filter(|p| {
+            p.due > 0
+                && !workers
+                    .iter()
+                    .any(|w| w.alive && w.handles(&p.queue, &p.name))
+        })
+        .collect()
 }
 
 /// A queue's rate limit: at most `max` tasks start in each window of `period`, across every

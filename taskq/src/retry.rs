@@ -38,10 +38,23 @@ impl Backoff {
         }
     }
 
-    /// Returns a copy with another jitter fraction (clamped to `0.0..=1.0`).
+    /// Returns a copy with another jitter fraction (clamped to `0.0..=1.0`; NaN is 0).
     pub const fn with_jitter(mut self, jitter: f64) -> Self {
-        self.jitter = jitter.clamp(0.0, 1.0);
+        self.jitter = if jitter.is_nan() {
+            0.0
+        } else {
+            jitter.clamp(0.0, 1.0)
+        };
         self
+    }
+
+    /// What is wrong with this backoff, if anything: a `jitter` (a public field, so it can be
+    /// set without [`with_jitter`](Self::with_jitter)) that is NaN or outside `0.0..=1.0`.
+    /// [`WorkerBuilder::build`](crate::WorkerBuilder::build) refuses a task whose backoff has
+    /// one ([`Error::Config`](crate::Error::Config)).
+    pub(crate) fn problem(&self) -> Option<String> {
+        (!(0.0..=1.0).contains(&self.jitter))
+            .then(|| format!("jitter {} is outside 0.0..=1.0", self.jitter))
     }
 
     /// The un-jittered delay after failed attempt number `attempt` (1-based).
@@ -54,9 +67,12 @@ impl Backoff {
     }
 
     /// The delay to use after failed attempt `attempt`, jittered with `unit` in `0.0..1.0`.
+    /// Never panics: a jitter or unit out of range (or NaN) counts as the nearest bound (0
+    /// for NaN).
     pub fn delay(&self, attempt: u32, unit: f64) -> Duration {
+        let unit01 = |x: f64| if x.is_nan() { 0.0 } else { x.clamp(0.0, 1.0) };
         let nominal = self.nominal(attempt);
-        nominal.mul_f64(1.0 - self.jitter * unit.clamp(0.0, 1.0))
+        nominal.mul_f64(1.0 - unit01(self.jitter) * unit01(unit))
     }
 
     /// The delay with a random jitter.
@@ -95,6 +111,25 @@ mod tests {
                 "{d:?}"
             );
         }
+    }
+
+    #[test]
+    fn an_invalid_jitter_is_named_and_never_panics() {
+        let base = Backoff::exponential(Duration::from_secs(1), Duration::from_secs(8));
+        for jitter in [2.0, -0.5, f64::NAN, f64::INFINITY] {
+            let b = Backoff { jitter, ..base };
+            assert!(b.problem().unwrap().contains("jitter"), "{jitter}");
+            for unit in [0.0, 0.5, 1.0, f64::NAN] {
+                assert!(
+                    b.delay(4, unit) <= Duration::from_secs(8),
+                    "{jitter} {unit}"
+                );
+            }
+        }
+        assert_eq!(base.with_jitter(f64::NAN).jitter, 0.0);
+        assert_eq!(base.with_jitter(7.0).jitter, 1.0);
+        assert_eq!(base.problem(), None);
+        assert_eq!(Backoff::DEFAULT.problem(), None);
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //!                                                 #     outage | chaos | tx | bad | poison |
 //!                                                 #     blackhole
 //! target/release/taskq-reliability galera         # 3-node Galera cluster (galera-4)
+//! target/release/taskq-reliability galera-limit   # a limited queue, workers on 3 nodes
 //! target/release/taskq-reliability sqlite         # the SQLite scenarios, no server needed:
 //!                                                 # sqlite-env | sqlite-kill | sqlite-graceful |
 //!                                                 # sqlite-pause | sqlite-tx | sqlite-poison |
@@ -15,7 +16,8 @@
 //!
 //! Options (all optional): `--trials N` (kill: 20, graceful: 10, pause: 5), `--tasks N`
 //! (outage/chaos: 5000, poison: 2000), `--outage-s S` (10), `--lease-ms MS` (outage: 2000),
-//! `--total N` (tx: 10000). Needs `taskq-fault-worker` next to this binary (built by the
+//! `--total N` (tx: 10000), `--backlog N` (kill and sqlite-kill: SIGKILL while the surviving
+//! worker drains N tasks of `--busy-ms` (100) enqueued after the killed ones; 5 trials). Needs `taskq-fault-worker` next to this binary (built by the
 //! command above) and a MariaDB/MySQL server binary (see `tests/support/server.rs`).
 
 #[path = "../faults_support/mod.rs"]
@@ -89,7 +91,11 @@ async fn main() {
         env().await;
     }
     if run("kill") {
-        kill(&args, false).await;
+        if args.opts.contains_key("backlog") {
+            kill_backlog(&args, false).await;
+        } else {
+            kill(&args, false).await;
+        }
     }
     if run("graceful") {
         kill(&args, true).await;
@@ -119,13 +125,20 @@ async fn main() {
     if what == "galera" {
         galera(&args).await;
     }
+    if what == "galera-limit" {
+        galera_limit(&args).await;
+    }
     // Not part of `all` (which is MySQL): `sqlite` runs every SQLite scenario.
     let sq = |name: &str| what == "sqlite" || what == format!("sqlite-{name}");
     if sq("env") {
         sqlite_env().await;
     }
     if sq("kill") {
-        sqlite_kill(&args, false).await;
+        if args.opts.contains_key("backlog") {
+            kill_backlog(&args, true).await;
+        } else {
+            sqlite_kill(&args, false).await;
+        }
     }
     if sq("graceful") {
         sqlite_kill(&args, true).await;
@@ -627,6 +640,113 @@ async fn galera(args: &Args) {
     println!(
         "| `enqueue_tx` per task (what `enqueue_many` did under mode 2 before) | {} |",
         mmm_int(&single)
+    );
+}
+
+/// A queue with a concurrency limit drained by workers on all three nodes of a Galera
+/// cluster: the most handlers that ran at once against the limit, per trial.
+/// Options: `--tasks` (300), `--trials` (5), `--limit` (2), `--per-node` workers (2) of
+/// `--slots` (4), handlers of `--ms` (20).
+async fn galera_limit(args: &Args) {
+    let tasks = args.num("tasks", 300);
+    let trials = args.num("trials", 5);
+    let limit = args.num("limit", 2) as u32;
+    let per_node = args.num("per-node", 2) as usize;
+    let slots = args.num("slots", 4) as usize;
+    let ms = args.num("ms", 20);
+    let cluster = taskq_tests::galera::GaleraCluster::start()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    println!(
+        "\n### Galera: concurrency limit {limit}, {tasks} tasks of {ms} ms, {per_node} workers \
+         x {slots} slots on each of 3 nodes\n"
+    );
+    println!(
+        "| trial | most running at once | starts over the limit | tasks/s | conflicts (claims) |\n|---|---|---|---|---|"
+    );
+    for t in 0..trials {
+        let d = galera_support::limited_drain(
+            &cluster,
+            &format!("rel_limit_{t}"),
+            tasks,
+            limit,
+            per_node,
+            slots,
+            ms,
+        )
+        .await;
+        println!(
+            "| {} | {} | {} | {:.0} | {} ({}) |",
+            t + 1,
+            d.max_running,
+            d.over,
+            tasks as f64 / d.secs,
+            d.stats.db_conflicts,
+            d.stats.claim_queries
+        );
+    }
+}
+
+/// Scenario 1 with a backlog (`kill --backlog N`, `sqlite-kill --backlog N`): how long the
+/// killed worker's tasks wait once reaped, while the surviving worker drains N tasks enqueued
+/// after them.
+async fn kill_backlog(args: &Args, sqlite: bool) {
+    let trials = args.num("trials", 5) as usize;
+    let tasks = args.num("tasks-per-trial", 2) as usize;
+    let backlog = args.num("backlog", 300) as usize;
+    let busy_ms = args.num("busy-ms", 100);
+    let exe = exe();
+    let mut runs = Vec::new();
+    if sqlite {
+        let db = SqliteFaultDb::create().await;
+        db.log_transitions().await;
+        for trial in 0..trials {
+            runs.push(sq::backlog_takeover_trial(&db, &exe, tasks, backlog, busy_ms, trial).await);
+            eprintln!("trial {trial}: {:?}", runs.last());
+        }
+    } else {
+        let db = fresh_db().await;
+        db.log_transitions().await;
+        for trial in 0..trials {
+            runs.push(
+                scenarios::backlog_takeover_trial(&db, &exe, tasks, backlog, busy_ms, trial).await,
+            );
+            eprintln!("trial {trial}: {:?}", runs.last());
+        }
+    }
+    let all = |f: fn(&faults_support::BacklogTrial) -> Vec<f64>| -> Vec<f64> {
+        runs.iter().flat_map(f).collect()
+    };
+    let reaped = all(|r| r.reaped.clone());
+    let rerun = all(|r| r.rerun.clone());
+    let after_reap: Vec<f64> = runs
+        .iter()
+        .flat_map(|r| r.rerun.iter().zip(&r.reaped).map(|(a, b)| a - b))
+        .collect();
+    let pending = all(|r| r.pending_at_reap.iter().map(|n| *n as f64).collect());
+    let between = all(|r| r.started_between.iter().map(|n| *n as f64).collect());
+    println!(
+        "## {}SIGKILL mid-handler with a backlog: {backlog} tasks of {busy_ms} ms enqueued after the killed ones, drained by the surviving worker (concurrency 8); lease 2 s, heartbeat 500 ms, reaper 200 ms ({trials} trials × {tasks} tasks)\n",
+        if sqlite { "SQLite: " } else { "" }
+    );
+    println!("| measure | min / median / max |\n|---|---|");
+    println!("| kill → reaped (s) | {} |", mmm(&reaped));
+    println!(
+        "| kill → surviving worker's handler started (s) | {} |",
+        mmm(&rerun)
+    );
+    println!("| reaped → started (s) | {} |", mmm(&after_reap));
+    println!(
+        "| backlog tasks still pending at the reap | {} |",
+        mmm_int(&pending)
+    );
+    println!(
+        "| backlog tasks claimed between the reap and the killed task's claim | {} |",
+        mmm_int(&between)
+    );
+    println!(
+        "\nevery killed task completed by the surviving worker, every backlog task succeeded: {}\n",
+        runs.iter().all(|r| r.all_ok)
     );
 }
 

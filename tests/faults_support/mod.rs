@@ -250,6 +250,41 @@ impl Task for Hold {
     }
 }
 
+/// The backlog of the SIGKILL-with-a-backlog runs (`taskq-reliability kill --backlog N`): a task
+/// of the `faults` queue that sleeps `ms` and succeeds. Only the surviving worker registers it
+/// (never the child), so the backlog is enqueued after the child's tasks and drained by the
+/// worker that takes them over.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Busy {
+    pub n: u32,
+    pub ms: u64,
+}
+
+impl Task for Busy {
+    const NAME: &'static str = "fault_busy";
+    const QUEUE: &'static str = "faults";
+    async fn run(self, _cx: TaskContext) -> Result<(), TaskError> {
+        tokio::time::sleep(Duration::from_millis(self.ms)).await;
+        Ok(())
+    }
+}
+
+/// What one SIGKILL-with-a-backlog trial measured (seconds from the kill, database clock).
+#[derive(Debug, Clone, Default)]
+pub struct BacklogTrial {
+    /// Per killed task: kill → reaped (its `running → pending` transition).
+    pub reaped: Vec<f64>,
+    /// Per killed task: kill → the surviving worker's handler started.
+    pub rerun: Vec<f64>,
+    /// Per killed task: backlog tasks still pending when it was reaped.
+    pub pending_at_reap: Vec<i64>,
+    /// Per killed task: backlog tasks claimed after it was reaped and before it was claimed
+    /// again (not counting those claimed in the same claim statement).
+    pub started_between: Vec<i64>,
+    /// Every killed task succeeded on the surviving worker, and the whole backlog succeeded.
+    pub all_ok: bool,
+}
+
 /// One execution of a handler, recorded in memory.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Exec {

@@ -172,6 +172,116 @@ pub async fn takeover_trial(
     }
 }
 
+/// Scenario 1 with a backlog: a child holds `tasks` [`Hold`] tasks; `backlog` [`Busy`] tasks of
+/// `busy_ms` each are enqueued after them (the child does not register `Busy`), an in-process
+/// worker (concurrency 8) starts draining them, and 300 ms later the child gets SIGKILL. The
+/// killed tasks are reaped after their lease while the backlog is still pending: this measures
+/// how long they then wait. Needs [`FaultDb::log_transitions`].
+pub async fn backlog_takeover_trial(
+    db: &FaultDb,
+    exe: &Path,
+    tasks: usize,
+    backlog: usize,
+    busy_ms: u64,
+    trial: usize,
+) -> BacklogTrial {
+    let settings = ChildSettings::default();
+    let ids = enqueue_holds(&db.pool, tasks).await;
+    let a_id = format!("child-{trial}");
+    let a = ChildWorker::spawn(exe, &db.url, &a_id, &settings).await;
+    wait_started_by(&db.pool, &ids, &a_id, Duration::from_secs(30)).await;
+    let mut busy = Vec::new();
+    for n in 0..backlog {
+        let task = Busy {
+            n: n as u32,
+            ms: busy_ms,
+        };
+        busy.push(task.enqueue(&db.pool).await.unwrap().id.0);
+    }
+    let b_id = format!("busy-{trial}");
+    let b = RunningWorker::spawn(
+        fast_worker(&db.pool)
+            .register::<Hold>()
+            .register::<Busy>()
+            .queue("faults", 8)
+            .worker_id(&b_id)
+            .lease(settings.lease)
+            .heartbeat(settings.heartbeat)
+            .reaper_interval(settings.reaper)
+            .data(db.pool.clone()),
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let t0 = a.sigkill().await;
+    let mut all = ids.clone();
+    all.extend(&busy);
+    let drain = Duration::from_millis(busy_ms * backlog as u64 / 8);
+    wait_all_state(
+        &db.pool,
+        &all,
+        "succeeded",
+        settings.lease + drain + Duration::from_secs(30),
+    )
+    .await;
+    b.stop().await;
+    let busy_list = busy
+        .iter()
+        .map(u64::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
+    let mut out = BacklogTrial {
+        all_ok: rows(&db.pool, &ids)
+            .await
+            .iter()
+            .all(|r| r.state == "succeeded" && r.worker_id.as_deref() == Some(b_id.as_str())),
+        ..BacklogTrial::default()
+    };
+    for id in &ids {
+        let reaped: DateTime<Utc> = sqlx::query_scalar(
+            "SELECT MIN(at) FROM fault_transitions WHERE task_id = ?
+               AND old_state = 'running' AND new_state = 'pending'",
+        )
+        .bind(id)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+        let ev = events(&db.pool, *id).await;
+        let started = first_event(&ev, &b_id, "started")
+            .unwrap_or_else(|| panic!("task {id} was not started by {b_id}: {ev:?}"))
+            .at;
+        let started_before = |at: DateTime<Utc>| {
+            let busy_list = busy_list.clone();
+            async move {
+                count(
+                    &db.pool,
+                    &format!(
+                        "SELECT COUNT(*) FROM fault_transitions WHERE task_id IN ({busy_list})
+                           AND new_state = 'running'
+                           AND at < '{}'",
+                        at.format("%Y-%m-%d %H:%M:%S%.6f")
+                    ),
+                )
+                .await
+            }
+        };
+        let claimed: DateTime<Utc> = sqlx::query_scalar(
+            "SELECT MIN(at) FROM fault_transitions WHERE task_id = ?
+               AND old_state = 'pending' AND new_state = 'running' AND worker_id = ?",
+        )
+        .bind(id)
+        .bind(&b_id)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+        let at_reap = started_before(reaped).await;
+        out.reaped.push(secs(reaped - t0));
+        out.rerun.push(secs(started - t0));
+        out.pending_at_reap.push(backlog as i64 - at_reap);
+        out.started_between
+            .push(started_before(claimed).await - at_reap);
+    }
+    out
+}
+
 /// Result of scenario 2.
 #[derive(Debug)]
 pub struct PauseTrial {

@@ -348,6 +348,101 @@ pub async fn takeover_trial(
     }
 }
 
+/// The SQLite counterpart of `scenarios::backlog_takeover_trial`: a child process holds `tasks`
+/// [`Hold`] tasks, `backlog` [`Busy`] tasks of `busy_ms` are enqueued after them, the test
+/// process's worker (concurrency 8) starts draining them, and 300 ms later the child gets
+/// SIGKILL. Needs [`SqliteFaultDb::log_transitions`].
+pub async fn backlog_takeover_trial(
+    db: &SqliteFaultDb,
+    exe: &Path,
+    tasks: usize,
+    backlog: usize,
+    busy_ms: u64,
+    trial: usize,
+) -> BacklogTrial {
+    let settings = ChildSettings::default();
+    let ids = enqueue_holds(&db.pool, tasks).await;
+    let a_id = format!("child-{trial}");
+    let a = ChildWorker::spawn(exe, &db.url, &a_id, &settings).await;
+    db.wait_started_by(&ids, &a_id, Duration::from_secs(30))
+        .await;
+    let mut busy = Vec::new();
+    for n in 0..backlog {
+        let task = Busy {
+            n: n as u32,
+            ms: busy_ms,
+        };
+        busy.push(task.enqueue(&db.pool).await.unwrap().id.0);
+    }
+    let b_id = format!("busy-{trial}");
+    let b = RunningWorker::spawn(
+        fast_worker(&db.pool)
+            .register::<Hold>()
+            .register::<Busy>()
+            .queue("faults", 8)
+            .worker_id(&b_id)
+            .lease(settings.lease)
+            .heartbeat(settings.heartbeat)
+            .reaper_interval(settings.reaper)
+            .data(db.pool.clone())
+            .data(Seen::default()),
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let t0 = a.sigkill().await;
+    let mut all = ids.clone();
+    all.extend(&busy);
+    let drain = Duration::from_millis(busy_ms * backlog as u64 / 8);
+    db.wait_state(
+        &all,
+        "succeeded",
+        settings.lease + drain + Duration::from_secs(30),
+    )
+    .await;
+    b.stop().await;
+    let busy_list = id_list(&busy);
+    let mut out = BacklogTrial {
+        all_ok: db
+            .rows(&ids)
+            .await
+            .iter()
+            .all(|r| r.state == "succeeded" && r.worker_id.as_deref() == Some(b_id.as_str())),
+        ..BacklogTrial::default()
+    };
+    let at = |us: i64| chrono::DateTime::from_timestamp_micros(us).unwrap();
+    for id in &ids {
+        let reaped: i64 = db
+            .scalar(&format!(
+                "SELECT MIN(at) FROM fault_transitions WHERE task_id = {id}
+                   AND old_state = 'running' AND new_state = 'pending'"
+            ))
+            .await;
+        let ev = db.events(*id).await;
+        let started = first_event(&ev, &b_id, "started")
+            .unwrap_or_else(|| panic!("task {id} was not started by {b_id}: {ev:?}"))
+            .at;
+        let claimed: i64 = db
+            .scalar(&format!(
+                "SELECT MIN(at) FROM fault_transitions WHERE task_id = {id}
+                   AND old_state = 'pending' AND new_state = 'running' AND worker_id = '{b_id}'"
+            ))
+            .await;
+        let started_before = |us: i64| {
+            let sql = format!(
+                "SELECT COUNT(*) FROM fault_transitions WHERE task_id IN ({busy_list})
+                   AND new_state = 'running' AND at < {us}"
+            );
+            async move { db.scalar(&sql).await }
+        };
+        let at_reap = started_before(reaped).await;
+        out.reaped.push(secs(at(reaped) - t0));
+        out.rerun.push(secs(started - t0));
+        out.pending_at_reap.push(backlog as i64 - at_reap);
+        out.started_between
+            .push(started_before(claimed).await - at_reap);
+    }
+    out
+}
+
 /// SIGSTOP a child mid-handler past its lease, let the test process's worker take over and
 /// finish, SIGCONT the child, then SIGTERM it (see `scenarios::pause_trial`).
 ///

@@ -176,6 +176,7 @@ pub fn total(stats: &[StatsSnapshot]) -> StatsSnapshot {
         t.lost_leases += s.lost_leases;
         t.reaped += s.reaped;
         t.claim_queries += s.claim_queries;
+        t.claims_limited += s.claims_limited;
     }
     t
 }
@@ -241,5 +242,156 @@ pub async fn drain(
         secs,
         stats: total(&stats),
         duplicates,
+    }
+}
+
+/// Handlers of a limited queue running at this moment, across every worker of the test
+/// process (all of a scenario's workers run in it), and the most seen at once.
+#[derive(Clone, Default)]
+pub struct Gauge(pub Arc<GaugeInner>);
+
+#[derive(Default)]
+pub struct GaugeInner {
+    now: std::sync::atomic::AtomicUsize,
+    max: std::sync::atomic::AtomicUsize,
+    /// Handler starts that found `limit` or more others already running (over the limit).
+    over: std::sync::atomic::AtomicUsize,
+    limit: std::sync::atomic::AtomicUsize,
+    starts: std::sync::atomic::AtomicUsize,
+}
+
+impl Gauge {
+    pub fn new(limit: usize) -> Self {
+        let g = Self::default();
+        g.0.limit.store(limit, std::sync::atomic::Ordering::SeqCst);
+        g
+    }
+    /// `(most running at once, starts over the limit, starts)`.
+    pub fn summary(&self) -> (usize, usize, usize) {
+        use std::sync::atomic::Ordering::SeqCst;
+        (
+            self.0.max.load(SeqCst),
+            self.0.over.load(SeqCst),
+            self.0.starts.load(SeqCst),
+        )
+    }
+}
+
+/// One running handler on the gauge: counted from `enter` until dropped.
+struct Running(Gauge);
+
+impl Running {
+    fn enter(g: &Gauge) -> Self {
+        use std::sync::atomic::Ordering::SeqCst;
+        let now = g.0.now.fetch_add(1, SeqCst) + 1;
+        g.0.max.fetch_max(now, SeqCst);
+        g.0.starts.fetch_add(1, SeqCst);
+        if now > g.0.limit.load(SeqCst) {
+            g.0.over.fetch_add(1, SeqCst);
+        }
+        Self(g.clone())
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0
+            .0
+            .now
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// A task of the limited queue: counts itself on the [`Gauge`] while it sleeps `ms`.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct Capped {
+    pub ms: u64,
+}
+
+impl Task for Capped {
+    const NAME: &'static str = "galera_capped";
+    const QUEUE: &'static str = "galera_capped";
+    const MAX_ATTEMPTS: u32 = 25;
+    async fn run(self, cx: TaskContext) -> Result<(), TaskError> {
+        let _running = Running::enter(&cx.data::<Gauge>().expect("Gauge registered"));
+        tokio::time::sleep(Duration::from_millis(self.ms)).await;
+        Ok(())
+    }
+}
+
+/// What a drain of a limited queue measured.
+#[derive(Debug)]
+pub struct LimitedDrain {
+    /// Most handlers of the queue running at once, fleet-wide.
+    pub max_running: usize,
+    /// Handler starts over the limit.
+    pub over: usize,
+    pub secs: f64,
+    pub stats: StatsSnapshot,
+}
+
+/// Sets a concurrency limit of `limit` on [`Capped`]'s queue, enqueues `tasks` tasks of
+/// `ms` through node 1 and drains them with `per_node` workers of `slots` slots on each node
+/// (every worker sees the queue as limited from its start); records the most handlers that
+/// ran at once.
+pub async fn limited_drain(
+    cluster: &GaleraCluster,
+    name: &str,
+    tasks: u64,
+    limit: u32,
+    per_node: usize,
+    slots: usize,
+    ms: u64,
+) -> LimitedDrain {
+    let db = ClusterDb::new(cluster, name, (per_node * (slots + 8)) as u32 + 8).await;
+    taskq::Client::new(db.pools[0].clone())
+        .set_queue_limit(Capped::QUEUE, Some(limit))
+        .await
+        .expect("set the limit");
+    let mut tx = db.pools[0].begin().await.unwrap();
+    taskq::enqueue_many(&mut tx, (0..tasks).map(|_| Capped { ms }))
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    // Every node has the limit and the tasks before a worker starts.
+    for i in 0..3 {
+        db.count(i, "TRUE").await;
+    }
+    let gauge = Gauge::new(limit as usize);
+    let started = Instant::now();
+    let mut workers = Vec::new();
+    for node in 0..3 {
+        for k in 0..per_node {
+            workers.push(RunningWorker::spawn(
+                fast_worker(&db.pools[node])
+                    .register::<Capped>()
+                    .data(gauge.clone())
+                    .queue(Capped::QUEUE, slots)
+                    .lease(LEASE)
+                    .heartbeat(Duration::from_secs(1))
+                    .shutdown_timeout(Duration::from_secs(3))
+                    .worker_id(format!("{name}-n{}-{k}", node + 1)),
+            ));
+        }
+    }
+    let done = tasks as i64;
+    wait_until(
+        Duration::from_secs(300),
+        "the limited drain to finish",
+        || async { db.count(0, "state = 'succeeded'").await == done },
+    )
+    .await;
+    let secs = started.elapsed().as_secs_f64();
+    let mut stats = Vec::new();
+    for w in workers {
+        stats.push(w.stop().await.stats);
+    }
+    let (max_running, over, starts) = gauge.summary();
+    assert_eq!(starts as u64, tasks, "every task ran once");
+    LimitedDrain {
+        max_running,
+        over,
+        secs,
+        stats: total(&stats),
     }
 }

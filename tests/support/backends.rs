@@ -66,6 +66,10 @@ pub trait TestBackend:
     /// A second pool on the same database (another "process").
     fn another_pool(db: &Db<Self>, max: u32) -> impl Future<Output = Pool<Self>> + Send;
 
+    /// On SQLite a pool on the same file whose busy timeout is `busy` (opened lazily); on
+    /// MySQL the test's pool (no busy timeout there).
+    fn pool_with_busy_timeout(db: &Db<Self>, busy: Duration) -> Pool<Self>;
+
     /// Runs `sql` and returns the rows it changed.
     fn exec(pool: &Pool<Self>, sql: &str) -> impl Future<Output = u64> + Send;
 
@@ -282,6 +286,13 @@ impl<B: TestBackend> Db<B> {
     pub fn worker(&self) -> taskq::WorkerBuilder {
         crate::fast_worker(&self.pool)
     }
+
+    /// [`worker`](Self::worker) on a pool whose SQLite busy timeout is `busy`: for a lease too
+    /// short for [`SQLITE_TEST_BUSY_TIMEOUT`] (`WorkerBuilder::build` requires `lease −
+    /// heartbeat − min(cancel grace, lease / 2) ≥ busy timeout`).
+    pub fn worker_with_busy_timeout(&self, busy: Duration) -> taskq::WorkerBuilder {
+        crate::fast_worker(&B::pool_with_busy_timeout(self, busy))
+    }
 }
 
 impl Db<MySql> {
@@ -385,6 +396,10 @@ impl TestBackend for MySql {
 
     async fn another_pool(db: &Db<Self>, max: u32) -> Pool<Self> {
         db._guard.pool_with(max).await
+    }
+
+    fn pool_with_busy_timeout(db: &Db<Self>, _busy: Duration) -> Pool<Self> {
+        db.pool.clone()
     }
 
     async fn create_empty() -> Option<Db<Self>> {
@@ -632,6 +647,14 @@ impl TestBackend for Sqlite {
 
     async fn begin(pool: &Pool<Self>) -> sqlx::Transaction<'static, Self> {
         taskq::sqlite::begin(pool).await.expect("begin immediate")
+    }
+
+    fn pool_with_busy_timeout(db: &Db<Self>, busy: Duration) -> Pool<Self> {
+        sqlx::sqlite::SqlitePoolOptions::new()
+            .max_connections(4)
+            .connect_lazy_with(
+                taskq_sqlite::connect::connect_options(&db._guard.path).busy_timeout(busy),
+            )
     }
 }
 

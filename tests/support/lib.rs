@@ -147,6 +147,22 @@ pub fn mysql_or_skip() -> bool {
     }
 }
 
+/// `Ok` when a socket connects to a listener on `127.0.0.1`; else why not (for a skip
+/// message). A network namespace without `lo` up (`unshare -n`) has no usable loopback:
+/// binding 127.0.0.1 still works there, connecting fails.
+pub fn loopback_check() -> Result<(), String> {
+    let reachable = std::net::TcpListener::bind("127.0.0.1:0").and_then(|listener| {
+        let addr = listener.local_addr()?;
+        std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2))
+    });
+    reachable.map(drop).map_err(|e| {
+        format!(
+            "no usable loopback interface (connecting to a listener on 127.0.0.1: {e}); in a \
+             network namespace, run `ip link set lo up`"
+        )
+    })
+}
+
 /// Whether this machine has a usable loopback interface (a socket connects to a listener on
 /// `127.0.0.1`);
 /// if not, prints `SKIPPED loopback: <test>: ...` to stderr and returns `false`, or panics
@@ -158,17 +174,8 @@ pub fn mysql_or_skip() -> bool {
 /// if !taskq_tests::loopback_or_skip() { return; }
 /// ```
 pub fn loopback_or_skip() -> bool {
-    // Bind and connect: with `lo` down, binding 127.0.0.1 still works but connecting fails.
-    let reachable = std::net::TcpListener::bind("127.0.0.1:0").and_then(|listener| {
-        let addr = listener.local_addr()?;
-        std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2))
-    });
-    let why = match reachable {
-        Ok(_) => return true,
-        Err(e) => format!(
-            "no usable loopback interface (connecting to a listener on 127.0.0.1: {e}); in a \
-             network namespace, run `ip link set lo up`"
-        ),
+    let Err(why) = loopback_check() else {
+        return true;
     };
     if mysql_required() {
         panic!("{why}; TASKQ_REQUIRE_MYSQL / TASKQ_REQUIRE_PRIVATE_SERVER is set, so this fails");

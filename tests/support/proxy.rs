@@ -21,6 +21,9 @@
 //! - [`black_hole_matching`](ChaosProxy::black_hole_matching) black-holes any connection, live
 //!   or future, as soon as its client sends given bytes (e.g. the text of one SQL statement),
 //!   while the others keep working;
+//! - [`lose_reply_after`](ChaosProxy::lose_reply_after) lets one request through and then
+//!   black-holes its connection, so the server runs it but its answer is lost (a claim that
+//!   commits while the network fails);
 //! - [`heal`](ChaosProxy::heal) ends both modes for what comes next. Connections already
 //!   black-holed stay silent (a connection that lived through a partition is dead) until their
 //!   client closes them; the proxy then closes its sides and forgets them.
@@ -48,6 +51,11 @@ const BUF_SIZE: usize = 16 * 1024;
 /// A fragment of SQL only taskq's heartbeat statement contains (`Store::task_heartbeat`), for
 /// [`ChaosProxy::black_hole_matching`]: stalls a worker's lease renewals and nothing else.
 pub const HEARTBEAT_SQL: &[u8] = b"INTERVAL ? MICROSECOND, t.updated_at";
+
+/// A fragment of SQL only the `UPDATE` of taskq's claim contains (`Store::claim_raw`: the rows
+/// it starts), for [`ChaosProxy::lose_reply_after`] with `COMMIT`: a claim that commits and
+/// whose answer is lost.
+pub const CLAIM_SQL: &[u8] = b"SET t.state = 'running', t.attempt = t.attempt + 1";
 
 /// Counters of a [`ChaosProxy`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -113,6 +121,8 @@ struct Inner {
     black_hole_new: AtomicBool,
     /// [`ChaosProxy::black_hole_matching`]: black-hole connections whose client sends these bytes.
     needle: Mutex<Option<Vec<u8>>>,
+    /// [`ChaosProxy::lose_reply_after`]: `(arm, trigger)`, taken by the connection it fires on.
+    lose_reply: Mutex<Option<(Vec<u8>, Vec<u8>)>>,
     conns: Mutex<HashMap<u64, Conn>>,
     next_id: AtomicU64,
     accepted: AtomicU64,
@@ -154,6 +164,24 @@ impl Inner {
             self.black_holed.fetch_add(1, Ordering::Relaxed);
         }
         newly
+    }
+
+    /// [`ChaosProxy::lose_reply_after`] on one client read: whether this chunk is the request
+    /// whose answer is to be lost (the mode is then used up). `armed` is the connection's own.
+    fn lose_reply_fires(&self, armed: &mut bool, chunk: &[u8]) -> bool {
+        let mut mode = self.lose_reply.lock().unwrap();
+        let Some((arm, trigger)) = mode.as_ref() else {
+            return false;
+        };
+        let contains = |n: &[u8]| !n.is_empty() && chunk.windows(n.len()).any(|w| w == n);
+        if *armed && contains(trigger) {
+            *mode = None;
+            return true;
+        }
+        if contains(arm) {
+            *armed = true;
+        }
+        false
     }
 
     /// Whether the current needle occurs in `chunk`, or across the boundary between the
@@ -206,6 +234,7 @@ impl ChaosProxy {
             refuse: AtomicBool::new(false),
             black_hole_new: AtomicBool::new(false),
             needle: Mutex::new(None),
+            lose_reply: Mutex::new(None),
             conns: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(0),
             accepted: AtomicU64::new(0),
@@ -297,6 +326,18 @@ impl ChaosProxy {
         *self.inner.needle.lock().unwrap() = Some(needle.into());
     }
 
+    /// Once: on the first connection whose client sends `arm` and, in a later read, `trigger`,
+    /// the chunk holding `trigger` is forwarded upstream and the connection is black-holed at
+    /// once, so the server gets the request and runs it but its answer never reaches the
+    /// client (which sees silence, as with [`black_hole_matching`](Self::black_hole_matching)).
+    /// E.g. `arm` = the text of a statement inside a transaction (sent when it is prepared),
+    /// `trigger` = `COMMIT`: the transaction commits and the client never learns it. Like the
+    /// needle, the statement must be prepared on a connection after this is set. Plaintext
+    /// connections only; [`heal`](Self::heal) cancels it if it has not fired.
+    pub fn lose_reply_after(&self, arm: impl Into<Vec<u8>>, trigger: impl Into<Vec<u8>>) {
+        *self.inner.lose_reply.lock().unwrap() = Some((arm.into(), trigger.into()));
+    }
+
     /// Ends [`set_black_hole`](Self::set_black_hole) and clears the
     /// [`black_hole_matching`](Self::black_hole_matching) needle, so new connections (and the
     /// live ones not black-holed) work normally. Connections already black-holed stay silent
@@ -304,6 +345,7 @@ impl ChaosProxy {
     pub fn heal(&self) {
         self.inner.black_hole_new.store(false, Ordering::SeqCst);
         *self.inner.needle.lock().unwrap() = None;
+        *self.inner.lose_reply.lock().unwrap() = None;
     }
 
     /// Starts cutting connections in the background: after each pause drawn uniformly from
@@ -510,12 +552,22 @@ async fn client_to_upstream(
 ) {
     let mut buf = vec![0u8; BUF_SIZE];
     let mut tail = Vec::new();
+    // `lose_reply_after`: this connection sent the arm bytes.
+    let mut armed = false;
     loop {
         let n = match from.read(&mut buf).await {
             Ok(0) | Err(_) => return,
             Ok(n) => n,
         };
         let chunk = &buf[..n];
+        if !hole.is_on() && inner.lose_reply_fires(&mut armed, chunk) {
+            // Black-holed first, so the answer is never read; the request still goes up.
+            inner.black_hole(hole);
+            if let Some(up) = to.as_mut() {
+                let _ = up.write_all(chunk).await;
+            }
+            continue;
+        }
         if !hole.is_on() && inner.needle_in(&mut tail, chunk) {
             inner.black_hole(hole);
         }

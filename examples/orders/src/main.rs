@@ -5,9 +5,13 @@
 //!
 //! Run with: `cargo run -p example-orders` (end to end: places orders, runs a worker until
 //! every order is exported, prints the table, exits 0). The database is, in order: the
-//! `--database-url URL` argument, `DATABASE_URL`, or the SQLite file
-//! `taskq-example-orders.db` in the temp directory (the first line printed says which). A
-//! MySQL database named in the URL is created if needed.
+//! `--database-url URL` argument, `DATABASE_URL`, or a SQLite file in the temp directory (the
+//! first line printed names it). A MySQL database named in the URL is created if needed.
+//!
+//! The end-to-end run's default file is its own: `taskq-example-orders-<pid>-<time>.db`,
+//! created anew (never an existing file) and deleted when the run ends (`--keep` keeps it),
+//! so two runs at once never see each other's orders. The commands of the crash-recovery demo
+//! share one file per user, `taskq-example-orders-$USER.db`, since they are meant to.
 //!
 //! Crash-recovery demo (three terminals; on SQLite the processes share the one file):
 //! ```text
@@ -276,9 +280,11 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     })
 }
 
-const USAGE: &str = "usage: example-orders [--database-url URL] [demo [N] | place N | worker [--slow 5s] [--lease 2s] | watch]
+const USAGE: &str = "usage: example-orders [--database-url URL] [demo [N] [--keep] | place N | worker [--slow 5s] [--lease 2s] | watch]
   URL: sqlite://path/to/file.db or mysql://user:password@host:3306/database
-  (default: $DATABASE_URL, else the SQLite file taskq-example-orders.db in the temp directory)";
+  (default: $DATABASE_URL, else a SQLite file in the temp directory: for demo, a new file of
+  its own, deleted at the end unless --keep; for place, worker and watch, the file
+  taskq-example-orders-$USER.db, which they share)";
 
 struct Args {
     command: String,
@@ -286,6 +292,7 @@ struct Args {
     slow: Duration,
     lease: Duration,
     database_url: Option<String>,
+    keep: bool,
 }
 
 fn args() -> Result<Args, String> {
@@ -296,6 +303,7 @@ fn args() -> Result<Args, String> {
         slow: Duration::ZERO,
         lease: Duration::from_secs(2),
         database_url: None,
+        keep: false,
     };
     let mut positional = Vec::new();
     while let Some(arg) = it.next() {
@@ -308,6 +316,7 @@ fn args() -> Result<Args, String> {
             s if s.starts_with("--database-url=") => {
                 a.database_url = Some(s["--database-url=".len()..].to_owned())
             }
+            "--keep" => a.keep = true,
             "-h" | "--help" => return Err(USAGE.into()),
             _ => positional.push(arg),
         }
@@ -322,14 +331,76 @@ fn args() -> Result<Args, String> {
 }
 
 /// The database URL: `--database-url`, else `DATABASE_URL`, else a SQLite file in the temp
-/// directory (the same file for every process of this example, so `worker`, `place` and
-/// `watch` in three terminals share it).
-fn database_url(arg: Option<String>) -> String {
+/// directory: for `demo`, a file of its own ([`OwnFile`]); for `worker`, `place` and `watch`,
+/// one file per user, which they share (three terminals of the crash-recovery demo).
+fn database_url(arg: Option<String>, command: &str) -> Result<(String, Option<OwnFile>), String> {
     if let Some(url) = arg.or_else(|| std::env::var("DATABASE_URL").ok()) {
-        return url;
+        return Ok((url, None));
     }
-    let file = std::env::temp_dir().join("taskq-example-orders.db");
-    format!("sqlite://{}", file.display())
+    if command == "demo" {
+        let own = OwnFile::create()?;
+        return Ok((format!("sqlite://{}", own.0.display()), Some(own)));
+    }
+    let user: String = std::env::var("USER")
+        .or_else(|_| std::env::var("LOGNAME"))
+        .unwrap_or_default()
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        .collect();
+    let user = if user.is_empty() {
+        "shared".into()
+    } else {
+        user
+    };
+    let file = std::env::temp_dir().join(format!("taskq-example-orders-{user}.db"));
+    Ok((format!("sqlite://{}", file.display()), None))
+}
+
+/// A run's own SQLite file in the temp directory, created here (so no other run has it: the
+/// name carries the pid and the time, and creation fails rather than reuse an existing file);
+/// deleted, with its WAL and shared-memory files, when dropped, unless kept.
+struct OwnFile(std::path::PathBuf, bool);
+
+impl OwnFile {
+    fn create() -> Result<Self, String> {
+        let dir = std::env::temp_dir();
+        for attempt in 0..100u32 {
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos());
+            let path = dir.join(format!(
+                "taskq-example-orders-{}-{nanos:x}{attempt}.db",
+                std::process::id()
+            ));
+            match std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&path)
+            {
+                Ok(_) => return Ok(Self(path, false)),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => {
+                    return Err(format!(
+                        "cannot create a SQLite file in {} ({e}); pass --database-url sqlite://path/to/file.db",
+                        dir.display()
+                    ));
+                }
+            }
+        }
+        Err(format!("cannot find a free file name in {}", dir.display()))
+    }
+}
+
+impl Drop for OwnFile {
+    fn drop(&mut self) {
+        if self.1 {
+            return;
+        }
+        let path = self.0.display().to_string();
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{path}{suffix}"));
+        }
+    }
 }
 
 #[tokio::main]
@@ -338,7 +409,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         eprintln!("{e}");
         std::process::exit(2)
     })?;
-    let url = database_url(args.database_url.clone());
+    let (url, mut own) = database_url(args.database_url.clone(), &args.command).map_err(|e| {
+        eprintln!("{e}");
+        std::process::exit(1)
+    })?;
     match url
         .strip_prefix("sqlite://")
         .or(url.strip_prefix("sqlite:"))
@@ -347,6 +421,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             "database: SQLite file {file} (embedded, no server; --database-url mysql://… for MySQL/MariaDB)"
         ),
         None => println!("database: {}", redact(&url)),
+    }
+    if let Some(own) = &mut own {
+        own.1 = args.keep;
+        println!(
+            "(this run's own file: {}; --keep keeps it, --database-url sqlite://FILE names one)",
+            if args.keep {
+                "kept at the end"
+            } else {
+                "deleted at the end"
+            }
+        );
     }
     let db = open(&url, args.lease).await?;
 
@@ -409,6 +494,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 ids.len(),
                 report.stats
             );
+            match &db {
+                Db::MySql(pool) => pool.close().await,
+                Db::Sqlite(pool) => pool.close().await,
+            }
         }
         other => {
             eprintln!("unknown command {other:?}; try --help");

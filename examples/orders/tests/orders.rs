@@ -80,20 +80,104 @@ fn fastrand_u64() -> u64 {
     RandomState::new().hash_one(std::process::id())
 }
 
+/// The SQLite file a run's first line names.
+fn file_of(stdout: &str) -> std::path::PathBuf {
+    let first = stdout.lines().next().unwrap_or_default();
+    let rest = first
+        .strip_prefix("database: SQLite file ")
+        .unwrap_or_else(|| panic!("the first line names the file:\n{stdout}"));
+    rest.split(" (embedded").next().unwrap().into()
+}
+
+/// By default the demo runs on a SQLite file of its own in the temp directory, named on its
+/// first line; `--keep` keeps it (without, see the next test).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn demo_runs_on_a_sqlite_file_by_default() {
     let dir = TempDir::new();
-    let mut cmd = example(None, &[]);
+    let mut cmd = example(None, &["--keep"]);
     cmd.env("TMPDIR", &dir.0);
     let stdout = run_ok(cmd);
-    let file = dir.0.join("taskq-example-orders.db");
+    let file = file_of(&stdout);
+    assert_eq!(file.parent(), Some(dir.0.as_path()), "{stdout}");
     assert!(
-        stdout.starts_with(&format!("database: SQLite file {}", file.display())),
-        "the first line names the file:\n{stdout}"
+        stdout.contains("this run's own file: kept at the end"),
+        "{stdout}"
     );
     let pool = taskq::sqlite::open(&file).await.unwrap();
     assert_demo_done(&pool, &stdout).await;
     pool.close().await;
+}
+
+/// The rows of the table a demo printed: (order, worker).
+fn table_rows(stdout: &str) -> Vec<(i64, String)> {
+    stdout
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("order  task"))
+        .skip(1)
+        .take_while(|l| !l.starts_with("all "))
+        .map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            (w[0].parse().unwrap(), w[4].to_owned())
+        })
+        .collect()
+}
+
+/// Two default runs at once, in one temp directory: each has its own file (created new,
+/// deleted at its end), places and exports its own five orders with its own worker, and its
+/// table shows those five only.
+#[test]
+fn two_runs_at_once_do_not_see_each_others_orders() {
+    let dir = TempDir::new();
+    let start = || {
+        let mut cmd = example(None, &["demo", "5"]);
+        cmd.env("TMPDIR", &dir.0);
+        cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+        cmd.spawn().expect("spawn example-orders")
+    };
+    let (a, b) = (start(), start());
+    let outs: Vec<String> = [a, b]
+        .into_iter()
+        .map(|c| {
+            let out = c.wait_with_output().unwrap();
+            let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+            assert!(
+                out.status.success(),
+                "{stdout}\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            stdout
+        })
+        .collect();
+    let files: Vec<_> = outs.iter().map(|o| file_of(o)).collect();
+    assert_ne!(files[0], files[1], "each run names its own file");
+    for (stdout, file) in outs.iter().zip(&files) {
+        assert!(stdout.contains("all 5 orders exported"), "{stdout}");
+        // The handler prints `[worker] exporting order N`: this run's worker.
+        let worker = stdout
+            .lines()
+            .find_map(|l| l.strip_prefix('[')?.split_once("] exporting order "))
+            .map(|(w, _)| w.to_owned())
+            .unwrap_or_else(|| panic!("no export line:\n{stdout}"));
+        let rows = table_rows(stdout);
+        assert_eq!(
+            rows,
+            (1..=5)
+                .rev()
+                .map(|id| (id, worker.clone()))
+                .collect::<Vec<_>>(),
+            "the table shows this run's five orders, exported by its worker:\n{stdout}"
+        );
+        assert!(!file.exists(), "{} is deleted at the end", file.display());
+    }
+    let left: Vec<_> = std::fs::read_dir(&dir.0)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert!(
+        left.is_empty(),
+        "nothing is left in the temp directory: {left:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

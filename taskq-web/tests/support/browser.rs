@@ -3,9 +3,15 @@
 //!
 //! [`Browser::start`] finds `chromedriver` and Chromium, starts chromedriver on a free loopback
 //! port and opens a session of a headless Chromium with a fresh profile; dropping the
-//! [`Browser`] ends both and removes the profile. When either program is missing it returns
-//! `None` after saying so on stderr, so the tests pass as "skipped" on a machine without a
-//! browser, unless `TASKQ_REQUIRE_BROWSER=1` (set by CI) makes that a failure.
+//! [`Browser`] ends both and removes the profile. When either program is missing, or the
+//! machine has no usable loopback interface (`unshare -n`), it returns `None` after saying so
+//! on stderr (`SKIPPED browser: …`, `SKIPPED loopback: …`), so the tests pass as skipped,
+//! unless `TASKQ_REQUIRE_BROWSER=1` (set by CI) makes that a failure.
+//!
+//! Everything Chromium writes goes into one temporary folder, [`Profile`] (the
+//! `--user-data-dir`; `XDG_CONFIG_HOME`, `XDG_CACHE_HOME` and `TMPDIR` for its crash reports,
+//! caches and scoped temporary folders): dropping it, also while a failed assertion unwinds, ends the processes using it
+//! and removes it.
 //!
 //! Overrides: `TASKQ_CHROMEDRIVER` and `TASKQ_CHROMIUM` (paths of the programs).
 
@@ -24,7 +30,81 @@ pub struct Browser {
     /// The WebDriver client.
     pub client: Client,
     driver: tokio::process::Child,
-    profile: PathBuf,
+    // Last: dropped after the driver is killed.
+    profile: Profile,
+}
+
+/// The temporary folder of one browser session (in `$TMPDIR`): Chromium's profile, its
+/// config and cache folders, chromedriver's log. Dropping it ends the processes started with
+/// it (by pid, found by the `--user-data-dir` in their command line) and removes it, whether
+/// the test passed or panicked.
+pub struct Profile(PathBuf);
+
+impl Profile {
+    fn create() -> Self {
+        let dir = std::env::temp_dir().join(format!(
+            "taskq-chromium-{}-{}",
+            std::process::id(),
+            free_port()
+        ));
+        std::fs::create_dir_all(dir.join("tmp")).expect("a fresh Chromium profile directory");
+        Self(dir)
+    }
+
+    /// Its path.
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+
+    /// Chromium's `--user-data-dir`.
+    fn user_data_dir(&self) -> PathBuf {
+        self.0.join("profile")
+    }
+
+    /// Pids of the live processes started with this profile: chromedriver and the Chromium
+    /// browser (found by the `TASKQ_BROWSER_PROFILE` variable in their environment or the
+    /// `--user-data-dir` in their command line), its crash handlers, and every descendant of
+    /// those (zygotes, renderers, the GPU, network and storage processes, which rewrite
+    /// their environment and command line).
+    pub fn processes(&self) -> Vec<u32> {
+        let marker = format!("--user-data-dir={}", self.user_data_dir().display());
+        let env = format!("TASKQ_BROWSER_PROFILE={}", self.0.display());
+        processes_with(&marker, &env)
+    }
+}
+
+impl Drop for Profile {
+    fn drop(&mut self) {
+        // A session not ended by `quit` (a failed assertion) leaves its Chromium running,
+        // writing into the folder: end it first (TERM, then KILL after 2 s), then remove the
+        // folder.
+        for signal in ["-TERM", "-KILL"] {
+            let pids = self.processes();
+            if pids.is_empty() {
+                break;
+            }
+            for pid in pids {
+                let _ = std::process::Command::new("kill")
+                    .args([signal, &pid.to_string()])
+                    .status();
+            }
+            let deadline = std::time::Instant::now() + Duration::from_secs(2);
+            while !self.processes().is_empty() && std::time::Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        for _ in 0..3 {
+            if std::fs::remove_dir_all(&self.0).is_ok() || !self.0.exists() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = writeln!(
+            std::io::stderr(),
+            "could not remove the browser profile {}",
+            self.0.display()
+        );
+    }
 }
 
 /// Programs the browser tests need.
@@ -95,39 +175,53 @@ fn free_port() -> u16 {
 
 impl Browser {
     /// Starts chromedriver and a headless Chromium session, or returns `None` (after saying
-    /// plainly on stderr that `test` was skipped) when either is not installed and
-    /// [`browser_required`] is false. Panics when they are installed but do not start.
+    /// plainly on stderr that `test` was skipped, and why) when either is not installed or
+    /// the machine has no usable loopback interface, and [`browser_required`] is false.
+    /// Panics when they are there but do not start.
     pub async fn start(test: &str) -> Option<Browser> {
+        let skip = |kind: &str, why: String| {
+            if browser_required() {
+                panic!("{test}: {why}, and TASKQ_REQUIRE_BROWSER=1 requires the browser tests");
+            }
+            // Straight to stderr: libtest captures `eprintln!` of passing tests.
+            let _ = writeln!(
+                std::io::stderr(),
+                "SKIPPED {kind}: {test}: {why}; set TASKQ_REQUIRE_BROWSER=1 to make this a failure"
+            );
+        };
         let tools = match find_tools() {
             Ok(t) => t,
             Err(missing) => {
-                let why = format!(
-                    "{missing} not installed (Debian: apt-get install chromium chromium-driver)"
-                );
-                if browser_required() {
-                    panic!("{test}: {why}, and TASKQ_REQUIRE_BROWSER=1 requires the browser tests");
-                }
-                // Straight to stderr: libtest captures `eprintln!` of passing tests.
-                let _ = writeln!(
-                    std::io::stderr(),
-                    "{test}: SKIPPED: {why}; set TASKQ_REQUIRE_BROWSER=1 to make this a failure"
+                skip(
+                    "browser",
+                    format!(
+                        "{missing} not installed (Debian: apt-get install chromium chromium-driver)"
+                    ),
                 );
                 return None;
             }
         };
-        let profile = std::env::temp_dir().join(format!(
-            "taskq-chromium-{}-{}",
-            std::process::id(),
-            free_port()
-        ));
-        std::fs::create_dir_all(&profile).expect("a fresh Chromium profile directory");
+        // chromedriver listens on 127.0.0.1 and the dashboard is served there.
+        if let Err(why) = taskq_tests::loopback_check() {
+            skip("loopback", why);
+            return None;
+        }
+        let profile = Profile::create();
         let port = free_port();
-        let driver = tokio::process::Command::new(&tools.chromedriver)
+        let mut driver = tokio::process::Command::new(&tools.chromedriver)
             .arg(format!("--port={port}"))
             .arg(format!(
                 "--log-path={}",
-                profile.join("chromedriver.log").display()
+                profile.0.join("chromedriver.log").display()
             ))
+            // Chromium's crash-report database and caches go under the profile folder too,
+            // not under the home directory.
+            .env("XDG_CONFIG_HOME", profile.0.join("config"))
+            .env("XDG_CACHE_HOME", profile.0.join("cache"))
+            // Its scoped temporary folders (`org.chromium.Chromium.*`) as well.
+            .env("TMPDIR", profile.0.join("tmp"))
+            // How `Profile` finds every process of this session.
+            .env("TASKQ_BROWSER_PROFILE", &profile.0)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -137,9 +231,16 @@ impl Browser {
         let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
         let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
         while tokio::net::TcpStream::connect(addr).await.is_err() {
+            if let Ok(Some(status)) = driver.try_wait() {
+                panic!(
+                    "chromedriver exited at start ({status}):\n{}",
+                    log_tail(&profile)
+                );
+            }
             assert!(
                 tokio::time::Instant::now() < deadline,
-                "chromedriver did not listen on {addr} within 15 s"
+                "chromedriver did not listen on {addr} within 15 s:\n{}",
+                log_tail(&profile)
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
@@ -161,7 +262,7 @@ impl Browser {
                     "--no-first-run",
                     "--window-size=1280,860",
                     "--force-device-scale-factor=1",
-                    format!("--user-data-dir={}", profile.join("profile").display()),
+                    format!("--user-data-dir={}", profile.user_data_dir().display()),
                 ],
             }),
         );
@@ -170,18 +271,10 @@ impl Browser {
             .connect(&format!("http://{addr}"))
             .await
             .unwrap_or_else(|e| {
-                let log =
-                    std::fs::read_to_string(profile.join("chromedriver.log")).unwrap_or_default();
-                let tail: String = log
-                    .lines()
-                    .rev()
-                    .take(30)
-                    .collect::<Vec<_>>()
-                    .into_iter()
-                    .rev()
-                    .collect::<Vec<_>>()
-                    .join("\n");
-                panic!("no Chromium session through chromedriver: {e}\n{tail}")
+                panic!(
+                    "no Chromium session through chromedriver: {e}\n{}",
+                    log_tail(&profile)
+                )
             });
         Some(Browser {
             client,
@@ -357,31 +450,65 @@ impl Browser {
     }
 }
 
-impl Drop for Browser {
-    fn drop(&mut self) {
-        let _ = self.driver.start_kill();
-        // A session not ended by `quit` (a failed assertion) leaves its Chromium running:
-        // end the processes started with this test's own profile directory, by pid.
-        let marker = format!("--user-data-dir={}", self.profile.join("profile").display());
-        for pid in processes_with_arg(&marker) {
-            let _ = std::process::Command::new("kill")
-                .arg(pid.to_string())
-                .status();
-        }
-        let _ = std::fs::remove_dir_all(&self.profile);
+impl Browser {
+    /// The session's temporary folder (removed when the browser is dropped).
+    pub fn profile(&self) -> &Profile {
+        &self.profile
     }
 }
 
-/// Pids of the processes (on Linux) whose command line has the argument `arg`.
-fn processes_with_arg(arg: &str) -> Vec<u32> {
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = self.driver.start_kill();
+        // Then `profile` drops: it ends Chromium and removes the folder.
+    }
+}
+
+/// The last 30 lines of chromedriver's log.
+fn log_tail(profile: &Profile) -> String {
+    let log = std::fs::read_to_string(profile.0.join("chromedriver.log")).unwrap_or_default();
+    let lines: Vec<&str> = log.lines().collect();
+    lines[lines.len().saturating_sub(30)..].join("\n")
+}
+
+/// Pids of the live processes (on Linux) whose command line has the argument `arg` or whose
+/// environment has the entry `var` (`NAME=value`), and of all their descendants. Zombies
+/// (exited, not yet reaped) are left out: they write nothing.
+fn processes_with(arg: &str, var: &str) -> Vec<u32> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return vec![];
     };
-    dir.filter_map(|e| e.ok())
+    let has = |pid: u32, file: &str, entry: &str| {
+        std::fs::read(format!("/proc/{pid}/{file}"))
+            .is_ok_and(|c| c.split(|b| *b == 0).any(|a| a == entry.as_bytes()))
+    };
+    // (pid, parent) of the live processes, from `/proc/PID/stat` ("pid (comm) S ppid ...").
+    let live: Vec<(u32, u32)> = dir
+        .filter_map(|e| e.ok())
         .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/cmdline"))
-                .is_ok_and(|c| c.split(|b| *b == 0).any(|a| a == arg.as_bytes()))
+        .filter_map(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            let mut rest = stat.rsplit_once(')')?.1.split_whitespace();
+            let state = rest.next()?;
+            let ppid = rest.next()?.parse().ok()?;
+            (state != "Z").then_some((pid, ppid))
         })
-        .collect()
+        .collect();
+    let mut found: std::collections::HashSet<u32> = live
+        .iter()
+        .map(|&(pid, _)| pid)
+        .filter(|&pid| has(pid, "cmdline", arg) || has(pid, "environ", var))
+        .collect();
+    loop {
+        let before = found.len();
+        for &(pid, ppid) in &live {
+            if found.contains(&ppid) {
+                found.insert(pid);
+            }
+        }
+        if found.len() == before {
+            break;
+        }
+    }
+    found.into_iter().collect()
 }

@@ -22,6 +22,7 @@ use sqlx::{MySql, MySqlConnection, MySqlPool, Transaction};
 use crate::info::{PendingNameCount, QueueStateCount, ScheduleInfo, TaskInfo};
 use crate::task::{TaskId, TaskState};
 
+pub(crate) mod budget;
 pub(crate) mod mysql;
 mod rows;
 #[cfg(feature = "sqlite")]
@@ -363,7 +364,7 @@ operations! {
     /// Tasks in terminal states per queue.
     fn task_stats_terminal(&self, conn) -> Vec<QueueStateCount>;
     /// Pending tasks per name.
-    fn task_pending_by_name(&self; queue: Option<&str>) -> Vec<PendingNameCount>;
+    fn task_pending_by_name(&self, conn; queue: Option<&str>) -> Vec<PendingNameCount>;
     /// Ids (and whether running) of a bulk action's tasks, ascending past `after_id`.
     fn task_bulk_ids(&self; f: &TaskFilter<'_>; age_us: i64; after_id: u64; limit: u32) -> Vec<(u64, bool)>;
     /// How many tasks a bulk action would touch.
@@ -394,6 +395,9 @@ operations! {
     fn task_write_back(&self, conn; batch: &[WriteBack]) -> WrittenBack;
     /// Returns held leases to pending (shutdown).
     fn task_release(&self, conn; leases_json: &str) -> u64;
+    /// Leases `(id, epoch)` of `queue`'s running tasks that `worker_id` claimed in the last
+    /// `since_us` µs (a claim whose answer was lost may have taken some).
+    fn task_running_since(&self, conn; queue: &str; worker_id: &str; since_us: i64) -> Vec<(u64, u64)>;
     /// Expired leases of tasks named in `names_json`.
     fn task_expired(&self, conn; names_json: &str; limit: u32) -> Vec<ExpiredRow>;
     /// Reaps expired leases, each under its epoch.
@@ -404,6 +408,8 @@ operations! {
     fn task_prune(&self, conn; state: TaskState; age_secs: u64; limit: u32) -> u64;
     /// Current epochs of tasks (`[id, ..]`) that are running.
     fn task_epochs(&self, conn; ids_json: &str) -> Vec<(u64, u64)>;
+    /// The byte limits of the server's multi-row statements (MySQL: its `max_allowed_packet`).
+    fn statement_budget(&self, conn) -> budget::Budget;
     /// The database clock.
     fn db_now(&self) -> DateTime<Utc>;
     /// The database clock, on a connection.
@@ -445,7 +451,7 @@ operations! {
     /// Deletes workers not seen for `age_secs`.
     fn worker_prune(&self, conn; age_secs: u64; limit: u32) -> u64;
     /// Known workers.
-    fn worker_list(&self) -> Vec<WorkerListRow>;
+    fn worker_list(&self, conn) -> Vec<WorkerListRow>;
     /// A task's attempt history (JSON), if the task exists.
     fn task_attempts(&self; id: TaskId) -> Option<Option<String>>;
     /// A page of the audit trail, newest first.
@@ -463,6 +469,17 @@ pub(crate) fn is_conflict(e: &dyn sqlx::error::DatabaseError) -> bool {
         return true;
     }
     mysql::is_deadlock(e)
+}
+
+/// Whether a database error says the statement can never succeed as sent, besides the SQLSTATE
+/// classes `StmtError::is_deterministic` reads: MySQL's "packet too large" (1153, 1301, 2020),
+/// SQLite's `SQLITE_TOOBIG` and `SQLITE_CONSTRAINT` (a constraint, or a trigger's `RAISE`).
+pub(crate) fn is_refused(e: &dyn sqlx::error::DatabaseError) -> bool {
+    #[cfg(feature = "sqlite")]
+    if sqlite::is_refused(e) {
+        return true;
+    }
+    mysql::is_packet_too_large(e)
 }
 
 impl Conn<'_> {

@@ -21,6 +21,7 @@ use chrono::{DateTime, NaiveDateTime, Utc};
 use serde::Serialize;
 use sqlx::{Connection, MySqlConnection, MySqlPool};
 
+use super::budget::Budget;
 use super::rows::*;
 use crate::info::{PendingNameCount, QueueStateCount, ScheduleInfo, TaskInfo};
 use crate::task::{TaskId, TaskState};
@@ -238,47 +239,43 @@ async fn insert_row(
 }
 
 /// Takes the identity `key` for `task_id` (0: the id follows), or returns the task holding it.
+///
+/// One `INSERT … ON DUPLICATE KEY UPDATE`: on a taken identity InnoDB locks the existing row
+/// *exclusively* (a plain `INSERT` would take a shared lock), and the update reports the holder
+/// through `LAST_INSERT_ID(expr)` in the statement's OK packet. Shared locks are what made
+/// concurrent enqueuers of one identity deadlock: when a worker freed the identity (deleting
+/// its row), every producer waiting with a shared lock on it tried to upgrade to insert, and
+/// InnoDB rolled back all but one caller's transaction. With exclusive locks the waiters queue
+/// one behind the other: the first inserts, the next ones see it as the holder. A duplicate
+/// keeps the row locked until the caller's transaction ends, so the holder cannot let go of
+/// the identity in between (the worker's statements that free it skip locked rows).
+///
+/// A reservation left with `task_id = 0` (an enqueue whose undo could not run, committed
+/// anyway) names no task: it is taken over.
 async fn identity_reserve(
     conn: &mut MySqlConnection,
     key: &[u8],
     task_id: u64,
     expires_us: Option<i64>,
 ) -> sqlx::Result<Option<TaskId>> {
-    // The holder of a conflicting identity cannot let go while the failed insert's lock is
-    // held, so the lookup finds it; a retry covers the impossible case instead of an error.
-    for _ in 0..3 {
-        let res = sqlx::query!(
-            r#"INSERT INTO taskq_unique (unique_key, task_id, expires_at)
-               VALUES (?, ?, TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00'))"#,
-            key,
-            task_id,
-            expires_us,
-        )
-        .execute(&mut *conn)
-        .await;
-        match res {
-            Ok(_) => return Ok(None),
-            // `taskq_unique` has no other unique index than its primary key, the identity.
-            Err(sqlx::Error::Database(e)) if is_conflict_on(&*e, "") => {
-                // A primary-key read: it locks the identity's row only, never the holder's
-                // task row (a worker may be renewing its lease).
-                let holder = sqlx::query_scalar!(
-                    r#"SELECT task_id AS "id: u64" FROM taskq_unique
-                       WHERE unique_key = ? LOCK IN SHARE MODE"#,
-                    key,
-                )
-                .fetch_optional(&mut *conn)
-                .await?;
-                if let Some(id) = holder {
-                    return Ok(Some(TaskId(id)));
-                }
-            }
-            Err(e) => return Err(e),
-        }
-    }
-    Err(sqlx::Error::Protocol(
-        "unique identity conflicted but its holder was not found three times".into(),
-    ))
+    let done = sqlx::query!(
+        r#"INSERT INTO taskq_unique (unique_key, task_id, expires_at)
+           VALUES (?, ?, TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00'))
+           ON DUPLICATE KEY UPDATE task_id = LAST_INSERT_ID(IF(task_id = 0, ?, task_id))"#,
+        key,
+        task_id,
+        expires_us,
+        task_id,
+    )
+    .execute(&mut *conn)
+    .await?;
+    // 0: a new row (the table has no AUTO_INCREMENT column); otherwise the row's task after
+    // the update, which is `task_id` itself when an orphaned reservation was taken over.
+    Ok(match done.last_insert_id() {
+        0 => None,
+        id if id == task_id => None,
+        holder => Some(TaskId(holder)),
+    })
 }
 
 /// The database clock in microseconds since the Unix epoch (no time zone involved), for the
@@ -519,6 +516,8 @@ impl Store {
     /// and running rows due after the window's start (an attempt that fails sets `run_at` to its
     /// end plus the backoff, and nothing but `reschedule_at` moves it earlier), through
     /// `ix_taskq_claim`, and terminal rows finished in the window, through `ix_taskq_finished`.
+    /// A reap keeps `run_at`, so the `lease_lost` entry of a task reaped back to pending that
+    /// was due before the window is counted only once the task has ended.
     pub(crate) async fn task_failed_attempts_per_minute(
         &self,
         minutes: u32,
@@ -674,6 +673,7 @@ impl Store {
     /// column it needs is in the index since migration 4), grouped in a temporary table.
     pub(crate) async fn task_pending_by_name(
         &self,
+        conn: &mut MySqlConnection,
         queue: Option<&str>,
     ) -> sqlx::Result<Vec<PendingNameCount>> {
         sqlx::query_as!(
@@ -687,7 +687,7 @@ impl Store {
             queue,
             queue
         )
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *conn)
         .await
     }
 
@@ -1103,7 +1103,7 @@ impl Store {
                 },
             )
             .await?;
-        let took = raw.tasks.len() + raw.expired.len();
+        let took = raw.tasks.len() + raw.expired.len() + raw.canceled.len();
         let at_limit = raw.limited.is_some_and(|hit| took >= hit.allowed as usize);
         let mut contended = false;
         let mut partial = false;
@@ -1132,6 +1132,7 @@ impl Store {
         Ok(ClaimBatch {
             tasks: raw.tasks,
             expired: raw.expired,
+            canceled: raw.canceled,
             limited: raw.limited,
             contended,
             partial,
@@ -1141,6 +1142,9 @@ impl Store {
 
 /// The limits of a queue as the claim reads them, its row locked.
 struct QueueLimits {
+    /// The queue's claim counter (`taskq_queues.claims`), which every claim that starts
+    /// tasks of the limited queue bumps.
+    claims: u64,
     concurrency_limit: Option<u32>,
     rate_limit: Option<u32>,
     rate_period_us: Option<i64>,
@@ -1156,6 +1160,8 @@ struct RawBatch {
     pub tasks: Vec<Claimed>,
     /// Tasks the claim locked but found past their deadline: moved to `expired`, not run.
     pub expired: Vec<ExpiredTask>,
+    /// Tasks the claim locked but found with a cancel request: moved to `canceled`, not run.
+    pub canceled: Vec<CanceledTask>,
     /// Position of the last claimed row (`None` when nothing was claimed).
     pub last: Option<ClaimKey>,
     /// Set when fewer tasks than asked for were claimed although the candidate read was full:
@@ -1190,6 +1196,11 @@ struct ClaimRow {
     deadline_in_us: Option<i64>,
     unique_key: Option<Vec<u8>>,
     unique_while: Option<String>,
+    /// A cancel request is on the row: an earlier attempt's (see [`ClaimRow::ends_at_claim`]).
+    canceled: bool,
+    /// `last_error` of a task whose attempts were exhausted before this claim (see
+    /// `Claimed::parked_error`).
+    parked_error: Option<String>,
 }
 
 impl ClaimRow {
@@ -1198,13 +1209,21 @@ impl ClaimRow {
         self.deadline_in_us.is_some_and(|us| us <= 0)
     }
 
+    /// Whether the claim ends the task instead of starting it: past its deadline (`expired`),
+    /// or carrying a cancel request made while an earlier attempt ran that this attempt's
+    /// outcome (a retry or snooze written before the worker saw the request) or a release
+    /// left on the row (`canceled`).
+    fn ends_at_claim(&self) -> bool {
+        self.canceled || self.is_expired()
+    }
+
     /// The identity this claim frees if the task holds it: a task unique while pending (it
-    /// starts now), or any unique task the claim finds past its deadline (it ends `expired`,
-    /// like a cancel).
+    /// starts now), or any unique task the claim ends (`expired` or `canceled`, like a
+    /// cancel).
     fn frees_at_claim(&self) -> Option<&[u8]> {
         let frees = match self.unique_while.as_deref() {
             Some("pending") => true,
-            Some(_) => self.is_expired(),
+            Some(_) => self.ends_at_claim(),
             None => false,
         };
         self.unique_key.as_deref().filter(|_| frees)
@@ -1227,6 +1246,12 @@ impl Store {
     /// past it is not started but moved to `expired` by one more `UPDATE` in the same
     /// transaction, issued only when the batch has such rows (tasks without a deadline cost
     /// nothing more). Expired rows count towards `limit`.
+    ///
+    /// A claim of a limited queue first locks the queue's row and reads its limits, its
+    /// running count (with a concurrency limit) and its claim counter `claims`; step 3 is then
+    /// one `UPDATE` of the tasks and the queue's row together, which bumps the counter on
+    /// condition that it is unchanged (on a Galera cluster, what makes claims of one limited
+    /// queue on different nodes conflict: see the comment at that statement).
     ///
     /// Concurrent claimers read the same candidates; when this one locks fewer than `limit`
     /// although the candidate read was full, the batch says so (`contended_after`) and the
@@ -1266,10 +1291,13 @@ impl Store {
         let mut tx = conn.begin().await?;
         let mut hit = None;
         let mut rate_limited = false;
+        // The queue's claim counter as read under the row lock, when a limit bounds the claim.
+        let mut claims_seen = None;
         let mut limit = limit;
         if limited && let Some(l) = queue_limits_lock(&mut tx, queue).await? {
             let mut by_running = limit;
             if let Some(max) = l.concurrency_limit {
+                claims_seen = Some(l.claims);
                 let running = sqlx::query_scalar!(
                     r#"SELECT COUNT(*) AS "n!: i64" FROM taskq_tasks
                        WHERE state = 'running' AND queue = ?"#,
@@ -1285,6 +1313,7 @@ impl Store {
                 .filter(|_| l.rate_period_us.is_some_and(|p| p > 0))
             {
                 rate_limited = true;
+                claims_seen = Some(l.claims);
                 by_rate = by_rate.min((i64::from(max) - l.rate_used).clamp(0, 1 << 31) as u32);
             }
             let allowed = by_running.min(by_rate);
@@ -1301,6 +1330,7 @@ impl Store {
                 return Ok(RawBatch {
                     tasks: Vec::new(),
                     expired: Vec::new(),
+                    canceled: Vec::new(),
                     last: None,
                     contended_after: None,
                     limited: hit,
@@ -1317,7 +1347,9 @@ impl Store {
                          TIMESTAMPDIFF(MICROSECOND, run_at, UTC_TIMESTAMP(6)) AS "wait_us!: i64",
                          trace_context, snoozes AS "snoozes: u32",
                          TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), deadline) AS "deadline_in_us: i64",
-                         unique_key AS "unique_key: Vec<u8>", unique_while
+                         unique_key AS "unique_key: Vec<u8>", unique_while,
+                         (cancel_requested_at IS NOT NULL) AS "canceled!: bool",
+                         IF(attempt >= max_attempts, last_error, NULL) AS "parked_error: String"
                        FROM taskq_tasks
                        WHERE state = 'pending' AND queue = ? AND run_at <= UTC_TIMESTAMP(6)
                          AND JSON_CONTAINS(?, JSON_QUOTE(name))
@@ -1347,6 +1379,7 @@ impl Store {
             return Ok(RawBatch {
                 tasks: Vec::new(),
                 expired: Vec::new(),
+                canceled: Vec::new(),
                 last: None,
                 contended_after,
                 limited: hit,
@@ -1358,24 +1391,65 @@ impl Store {
             run_at: r.run_at,
             id: r.id,
         });
-        // Rows past their deadline are never started: they end `expired` in this transaction,
-        // with one more statement only when there are some.
-        let (expired, rows): (Vec<ClaimRow>, Vec<ClaimRow>) =
-            rows.into_iter().partition(ClaimRow::is_expired);
-        if !expired.is_empty() {
-            let ids = serde_json::to_string(&expired.iter().map(|r| r.id).collect::<Vec<_>>())
-                .expect("ids serialize");
-            sqlx::query!(
-                r#"UPDATE JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$')) AS j
+        // Rows past their deadline, or with a cancel request left by an earlier attempt, are
+        // never started: they end `expired` (`canceled`) in this transaction (after the claim's
+        // own `UPDATE` below), with one more statement only when there are some.
+        let (ended, rows): (Vec<ClaimRow>, Vec<ClaimRow>) =
+            rows.into_iter().partition(ClaimRow::ends_at_claim);
+        if let Some(seen) = claims_seen.filter(|_| !rows.is_empty()) {
+            // A claim bounded by a limit starts its tasks and bumps the queue's claim counter in
+            // one statement, on condition that the counter is still the one read under the row
+            // lock. On a Galera cluster the row lock holds on this node only: a claim committed
+            // on another node meanwhile either conflicts with this write at certification (one
+            // of the two is rolled back with 1213, which the claim loop retries), or, applied
+            // here, aborts this transaction (brute-force abort). MariaDB 10.11 was seen to
+            // report such an abort to no statement at all: the rest of the claim then ran
+            // outside any transaction and started tasks on a stale count. The condition on the
+            // counter, and on each task's state and epoch, makes this statement claim nothing
+            // then, since the claim that aborted it bumped the counter.
+            let pairs: Vec<(u64, u64)> = rows.iter().map(|r| (r.id, r.lease_epoch)).collect();
+            let pairs = serde_json::to_string(&pairs).expect("pairs serialize");
+            let changed = sqlx::query!(
+                r#"UPDATE taskq_queues q
+                     STRAIGHT_JOIN JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$[0]',
+                                                                epoch BIGINT UNSIGNED PATH '$[1]')) AS j
                      STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id
-                   SET t.state = 'expired', t.finished_at = UTC_TIMESTAMP(6), t.updated_at = UTC_TIMESTAMP(6)
-                   WHERE t.state = 'pending'"#,
-                ids
+                   SET t.state = 'running', t.attempt = t.attempt + 1, t.lease_epoch = t.lease_epoch + 1,
+                       t.lease_until = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, t.worker_id = ?,
+                       t.attempted_at = UTC_TIMESTAMP(6), t.updated_at = UTC_TIMESTAMP(6),
+                       q.claims = q.claims + 1
+                   WHERE q.queue = ? AND q.claims = ?
+                     AND t.state = 'pending' AND t.lease_epoch = j.epoch"#,
+                pairs,
+                lease_us,
+                worker_id,
+                queue,
+                seen
             )
             .execute(&mut *tx)
-            .await?;
-        }
-        if !rows.is_empty() {
+            .await?
+            .rows_affected();
+            if changed != rows.len() as u64 + 1 {
+                // Only possible when the transaction is gone: nothing is claimed (`0`), or a
+                // claim that ran outside it took some rows (they stay `running` under this
+                // worker, which does not run them, until the reaper returns them).
+                tracing::debug!(
+                    queue,
+                    changed,
+                    wanted = rows.len(),
+                    "taskq: claim of a limited queue lost its transaction (a brute-force abort on a Galera cluster that no statement reported); claiming again"
+                );
+                let _ = tx.rollback().await;
+                return Ok(RawBatch {
+                    tasks: Vec::new(),
+                    expired: Vec::new(),
+                    canceled: Vec::new(),
+                    last: None,
+                    contended_after: last,
+                    limited: hit,
+                });
+            }
+        } else if !rows.is_empty() {
             let ids = serde_json::to_string(&rows.iter().map(|r| r.id).collect::<Vec<_>>())
                 .expect("ids serialize");
             sqlx::query!(
@@ -1387,6 +1461,20 @@ impl Store {
                 ids,
                 lease_us,
                 worker_id
+            )
+            .execute(&mut *tx)
+            .await?;
+        }
+        if !ended.is_empty() {
+            let ids = serde_json::to_string(&ended.iter().map(|r| r.id).collect::<Vec<_>>())
+                .expect("ids serialize");
+            sqlx::query!(
+                r#"UPDATE JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$')) AS j
+                     STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id
+                   SET t.state = IF(t.cancel_requested_at IS NOT NULL, 'canceled', 'expired'),
+                       t.finished_at = UTC_TIMESTAMP(6), t.updated_at = UTC_TIMESTAMP(6)
+                   WHERE t.state = 'pending'"#,
+                ids
             )
             .execute(&mut *tx)
             .await?;
@@ -1445,8 +1533,11 @@ impl Store {
                 trace_context: r.trace_context,
                 unique_key: r.unique_key,
                 unique_while: r.unique_while,
+                parked_error: r.parked_error,
             })
             .collect();
+        let (canceled, expired): (Vec<ClaimRow>, Vec<ClaimRow>) =
+            ended.into_iter().partition(|r| r.canceled);
         let expired = expired
             .into_iter()
             .map(|r| ExpiredTask {
@@ -1455,9 +1546,17 @@ impl Store {
                 late_us: -r.deadline_in_us.unwrap_or(0),
             })
             .collect();
+        let canceled = canceled
+            .into_iter()
+            .map(|r| CanceledTask {
+                id: r.id,
+                name: r.name,
+            })
+            .collect();
         Ok(RawBatch {
             tasks,
             expired,
+            canceled,
             last,
             contended_after,
             limited: hit,
@@ -1466,7 +1565,9 @@ impl Store {
 }
 
 /// First step of a claim of a limited queue: locks the queue's row in `taskq_queues` (claims
-/// of this queue serialize here until the claim commits) and reads its limits, with the
+/// of this queue serialize here until the claim commits; on a Galera cluster only those of one
+/// node, which is why a claim that starts tasks also writes the row, see [`Store::claim_raw`])
+/// and reads its limits and claim counter, with the
 /// claims already counted in the current rate window (windows are multiples of the period
 /// since 1970 on the database clock). `None` when the queue has no row.
 async fn queue_limits_lock(
@@ -1475,7 +1576,7 @@ async fn queue_limits_lock(
 ) -> sqlx::Result<Option<QueueLimits>> {
     sqlx::query_as!(
         QueueLimits,
-        r#"SELECT concurrency_limit AS "concurrency_limit: u32",
+        r#"SELECT claims AS "claims: u64", concurrency_limit AS "concurrency_limit: u32",
              rate_limit AS "rate_limit: u32", rate_period_us,
              CAST(IF(rate_window_start = CAST('1970-01-01' AS DATETIME(6))
                        + INTERVAL (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6))
@@ -1609,7 +1710,9 @@ async fn lock_candidates(
              TIMESTAMPDIFF(MICROSECOND, t.run_at, UTC_TIMESTAMP(6)) AS "wait_us!: i64",
              t.trace_context, t.snoozes AS "snoozes: u32",
              TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), t.deadline) AS "deadline_in_us: i64",
-             t.unique_key AS "unique_key: Vec<u8>", t.unique_while
+             t.unique_key AS "unique_key: Vec<u8>", t.unique_while,
+             (t.cancel_requested_at IS NOT NULL) AS "canceled!: bool",
+             IF(t.attempt >= t.max_attempts, t.last_error, NULL) AS "parked_error: String"
            FROM JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$')) AS j
              STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id
            WHERE t.state = 'pending' AND t.run_at <= UTC_TIMESTAMP(6)
@@ -1873,8 +1976,9 @@ impl Store {
         })
     }
 
-    /// Gives running tasks back (shutdown): pending now, epoch incremented, the interrupted
-    /// attempt not counted. Conditional on each `(id, epoch)`.
+    /// Gives running tasks back (shutdown): pending, epoch incremented, the interrupted
+    /// attempt not counted, `run_at` kept (so the task sorts where it was, ahead of tasks
+    /// enqueued after it). Conditional on each `(id, epoch)`.
     pub(crate) async fn task_release(
         &self,
         conn: &mut MySqlConnection,
@@ -1893,7 +1997,7 @@ impl Store {
                        'outcome', 'released', 'error', NULL)),
                    t.state = 'pending', t.lease_epoch = t.lease_epoch + 1,
                    t.attempt = IF(t.attempt > 0, t.attempt - 1, 0),
-                   t.run_at = UTC_TIMESTAMP(6), t.lease_until = NULL, t.worker_id = NULL,
+                   t.lease_until = NULL, t.worker_id = NULL,
                    t.updated_at = UTC_TIMESTAMP(6)
                WHERE t.state = 'running'"#,
             leases_json
@@ -1903,11 +2007,37 @@ impl Store {
         Ok(done.rows_affected())
     }
 
+    /// The leases `(id, epoch)` of `queue`'s running tasks that `worker_id` claimed (on the
+    /// database clock) in the last `since_us` µs: a plain read of `ix_taskq_claim`'s running
+    /// range for the queue (the running tasks of a queue are few: at most the fleet's slots).
+    /// Issued only after a claim whose answer was lost (see `worker::claim`).
+    pub(crate) async fn task_running_since(
+        &self,
+        conn: &mut MySqlConnection,
+        queue: &str,
+        worker_id: &str,
+        since_us: i64,
+    ) -> sqlx::Result<Vec<(u64, u64)>> {
+        let rows = sqlx::query!(
+            r#"SELECT id AS "id: u64", lease_epoch AS "lease_epoch: u64"
+               FROM taskq_tasks
+               WHERE state = 'running' AND queue = ? AND worker_id = ?
+                 AND attempted_at >= UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND"#,
+            queue,
+            worker_id,
+            since_us
+        )
+        .fetch_all(&mut *conn)
+        .await?;
+        Ok(rows.into_iter().map(|r| (r.id, r.lease_epoch)).collect())
+    }
+
     /// Up to `limit` running tasks whose lease has expired, oldest lease first: a plain read of
     /// `ix_taskq_lease`, the first half of a reap ([`task_reap`](Self::task_reap) is the
-    /// second). A task whose reap would move it to `dead` is read only if its name is in
-    /// `names_json` (the names this worker registers), since only such a worker knows its
-    /// `on_dead` follow-up; such a task's payload and trace context are read too.
+    /// second), with whether each task's name is in `names_json` (the names this worker
+    /// registers). Only such a worker knows a task's `on_dead` follow-up: a last attempt of a
+    /// name it registers goes dead (its payload is read for the follow-up), one of another
+    /// name is parked back to pending (see `ExpiredRow::parks`).
     pub(crate) async fn task_expired(
         &self,
         conn: &mut MySqlConnection,
@@ -1918,19 +2048,22 @@ impl Store {
             ExpiredRow,
             r#"SELECT id AS "id: u64", lease_epoch AS "lease_epoch: u64", name, queue,
                  attempt AS "attempt: u32", max_attempts AS "max_attempts: u32", worker_id,
-                 IF((attempt >= max_attempts OR cancel_requested_at IS NOT NULL)
+                 IF((cancel_requested_at IS NOT NULL
+                     OR (attempt >= max_attempts AND JSON_CONTAINS(?, JSON_QUOTE(name))))
                       AND unique_while IN ('running', 'window'), unique_key, NULL)
                    AS "frees: Vec<u8>",
                  (cancel_requested_at IS NOT NULL) AS "canceled!: bool",
-                 IF(attempt >= max_attempts AND cancel_requested_at IS NULL, payload, NULL)
+                 (JSON_CONTAINS(?, JSON_QUOTE(name)) = 1) AS "registered!: bool",
+                 IF(attempt >= max_attempts AND cancel_requested_at IS NULL
+                      AND JSON_CONTAINS(?, JSON_QUOTE(name)), payload, NULL)
                    AS "payload: Vec<u8>",
                  trace_context
                FROM taskq_tasks
                WHERE state = 'running' AND lease_until < UTC_TIMESTAMP(6)
-                 AND (attempt < max_attempts OR cancel_requested_at IS NOT NULL
-                      OR JSON_CONTAINS(?, JSON_QUOTE(name)))
                ORDER BY lease_until
                LIMIT ?"#,
+            names_json,
+            names_json,
             names_json,
             limit
         )
@@ -1938,11 +2071,13 @@ impl Store {
         .await
     }
 
-    /// Reaps expired leases read by [`task_expired`](Self::task_expired): back to pending (due
-    /// now), to dead when attempts are exhausted, or to canceled when a cancel was requested (a
+    /// Reaps expired leases read by [`task_expired`](Self::task_expired): back to pending
+    /// with its `run_at` kept (like Oban's Lifeline: it sorts where it was in its queue, ahead
+    /// of the tasks enqueued after it, instead of behind the whole backlog), to dead when attempts are exhausted, or to canceled when a cancel was requested (a
     /// reclaim never resurrects a canceled task); epoch incremented either way. Each row is
-    /// reaped only if it is still running with the epoch read and its lease still expired (a
-    /// late write-back may have landed in between). Returns how many were reaped and, when
+    /// reaped only if it is still running with the epoch read, its lease still expired (a
+    /// late write-back may have landed in between) and its cancel request as read (a request
+    /// that landed in between is left for the next round, see [`reap_rows`]). Returns how many were reaped and, when
     /// `exact` is set or follow-ups were inserted, which rows (and their new state).
     ///
     /// Two statements in all, like the claim: the plain read of expired ids on
@@ -1976,8 +2111,8 @@ impl Store {
             .collect();
         let follow = rows.iter().any(|r| r.follow_up.is_some());
         if wanted.is_empty() && !follow && !exact {
-            let leases: Vec<(u64, u64)> = rows.iter().map(|r| (r.id, r.epoch)).collect();
-            let reaped = reap_rows(conn, &leases_json(&leases)).await?;
+            let all: Vec<&ReapRow> = rows.iter().collect();
+            let reaped = reap_rows(conn, &reap_json(&all)).await?;
             return Ok(Reaped {
                 reaped,
                 ..Reaped::default()
@@ -1989,17 +2124,19 @@ impl Store {
         } else {
             identities_take(&mut tx, &wanted).await?
         };
-        let leases: Vec<(u64, u64)> = rows
+        let kept: Vec<&ReapRow> = rows
             .iter()
             .filter(|r| !taken.held_elsewhere.contains(&r.id))
-            .map(|r| (r.id, r.epoch))
             .collect();
         let (json, locked) = if follow || exact {
-            let locked = lock_expired(&mut tx, &leases_json(&leases)).await?;
-            let leases: Vec<(u64, u64)> = locked.iter().map(|l| (l.id, l.epoch)).collect();
-            (leases_json(&leases), Some(locked))
+            let locked = lock_expired(&mut tx, &reap_json(&kept)).await?;
+            let kept: Vec<&ReapRow> = kept
+                .into_iter()
+                .filter(|r| locked.iter().any(|l| l.id == r.id && l.epoch == r.epoch))
+                .collect();
+            (reap_json(&kept), Some(locked))
         } else {
-            (leases_json(&leases), None)
+            (reap_json(&kept), None)
         };
         let reaped = reap_rows(&mut tx, &json).await?;
         let mut out = Reaped {
@@ -2081,6 +2218,20 @@ impl Store {
         Ok(done.rows_affected())
     }
 
+    /// The byte limits of this server's multi-row statements, from its `max_allowed_packet`
+    /// (this session's: a server's global setting applies to connections opened after it).
+    pub(crate) async fn statement_budget(
+        &self,
+        conn: &mut MySqlConnection,
+    ) -> sqlx::Result<Budget> {
+        let packet = sqlx::query_scalar!(
+            r#"SELECT CAST(@@SESSION.max_allowed_packet AS UNSIGNED) AS "packet!: u64""#
+        )
+        .fetch_one(&mut *conn)
+        .await?;
+        Ok(Budget::for_packet(packet))
+    }
+
     /// Current `(id, lease_epoch)` of the given ids (a JSON array); missing ids are absent.
     pub(crate) async fn task_epochs(
         &self,
@@ -2099,12 +2250,31 @@ impl Store {
     }
 }
 
-/// The `UPDATE` of [`Store::task_reap`], on the leases `(id, epoch)` of `leases_json`
-/// (sorted by id: locked in ascending order).
-async fn reap_rows(conn: &mut MySqlConnection, leases_json: &str) -> sqlx::Result<u64> {
+/// The rows of a reap as the JSON its statements read: `[[id, epoch, canceled, park], ..]`
+/// sorted by id (locked in ascending order), `canceled` 1 when the read saw a cancel request,
+/// `park` 1 for a last attempt parked back to pending (see `ExpiredRow::parks`).
+fn reap_json(rows: &[&ReapRow]) -> String {
+    let mut out: Vec<(u64, u64, u8, u8)> = rows
+        .iter()
+        .map(|r| (r.id, r.epoch, u8::from(r.canceled), u8::from(r.parks)))
+        .collect();
+    out.sort_unstable();
+    serde_json::to_string(&out).expect("reap rows serialize")
+}
+
+/// The `UPDATE` of [`Store::task_reap`], on the rows of `reap_json` (see [`reap_json`]).
+///
+/// A row is written only if its cancel request is as [`Store::task_expired`] read it: which
+/// identity the reap frees (and whether it frees one at all) was decided from that read, so a
+/// cancel request that landed in between (`Client::cancel` on a task whose lease had just
+/// expired) would otherwise move the task to `canceled` with its identity still held. Such a
+/// row is left running and expired for the next round, which reads the request.
+async fn reap_rows(conn: &mut MySqlConnection, reap_json: &str) -> sqlx::Result<u64> {
     let done = sqlx::query!(
         r#"UPDATE JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$[0]',
-                                               epoch BIGINT UNSIGNED PATH '$[1]')) AS j
+                                               epoch BIGINT UNSIGNED PATH '$[1]',
+                                               canceled INT PATH '$[2]',
+                                               park INT PATH '$[3]')) AS j
              STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id AND t.lease_epoch = j.epoch
            SET t.attempts = JSON_ARRAY_APPEND(
                  IF(JSON_LENGTH(COALESCE(t.attempts, '[]')) >= 100, JSON_REMOVE(t.attempts, '$[0]'),
@@ -2117,14 +2287,15 @@ async fn reap_rows(conn: &mut MySqlConnection, leases_json: &str) -> sqlx::Resul
                                    ', attempt ', t.attempt, ')'))),
                t.last_error = CONCAT('lease expired (worker ', COALESCE(t.worker_id, '?'),
                                      ', attempt ', t.attempt, ')'),
-               t.finished_at = IF(t.attempt >= t.max_attempts OR t.cancel_requested_at IS NOT NULL,
-                                  UTC_TIMESTAMP(6), NULL),
+               t.finished_at = IF((t.attempt >= t.max_attempts AND j.park = 0)
+                                    OR t.cancel_requested_at IS NOT NULL, UTC_TIMESTAMP(6), NULL),
                t.state = IF(t.cancel_requested_at IS NOT NULL, 'canceled',
-                            IF(t.attempt >= t.max_attempts, 'dead', 'pending')),
+                            IF(t.attempt >= t.max_attempts AND j.park = 0, 'dead', 'pending')),
                t.lease_epoch = t.lease_epoch + 1, t.lease_until = NULL,
-               t.run_at = UTC_TIMESTAMP(6), t.updated_at = UTC_TIMESTAMP(6)
-           WHERE t.state = 'running' AND t.lease_until < UTC_TIMESTAMP(6)"#,
-        leases_json
+               t.updated_at = UTC_TIMESTAMP(6)
+           WHERE t.state = 'running' AND t.lease_until < UTC_TIMESTAMP(6)
+             AND (t.cancel_requested_at IS NOT NULL) = (j.canceled = 1)"#,
+        reap_json
     )
     .execute(&mut *conn)
     .await?;
@@ -2156,24 +2327,28 @@ struct LockedExpired {
     canceled: bool,
 }
 
-/// Locks the rows of the leases `(id, epoch)` in `leases_json` (sorted by id) and returns
-/// those still running with that epoch and an expired lease, with where the reap sends each:
-/// the rows [`reap_rows`] in the same transaction writes.
+/// Locks the rows of `reap_json` (see [`reap_json`]) and returns those still running with
+/// that epoch, an expired lease and the cancel request as read, with where the reap sends
+/// each: the rows [`reap_rows`] in the same transaction writes.
 async fn lock_expired(
     conn: &mut MySqlConnection,
-    leases_json: &str,
+    reap_json: &str,
 ) -> sqlx::Result<Vec<LockedExpired>> {
     sqlx::query_as!(
         LockedExpired,
         r#"SELECT t.id AS "id: u64", t.lease_epoch AS "epoch: u64",
-             (t.attempt >= t.max_attempts AND t.cancel_requested_at IS NULL) AS "goes_dead!: bool",
+             (t.attempt >= t.max_attempts AND t.cancel_requested_at IS NULL AND j.park = 0)
+               AS "goes_dead!: bool",
              (t.cancel_requested_at IS NOT NULL) AS "canceled!: bool"
            FROM JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$[0]',
-                                             epoch BIGINT UNSIGNED PATH '$[1]')) AS j
+                                             epoch BIGINT UNSIGNED PATH '$[1]',
+                                             canceled INT PATH '$[2]',
+                                             park INT PATH '$[3]')) AS j
              STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id AND t.lease_epoch = j.epoch
            WHERE t.state = 'running' AND t.lease_until < UTC_TIMESTAMP(6)
+             AND (t.cancel_requested_at IS NOT NULL) = (j.canceled = 1)
            FOR UPDATE"#,
-        leases_json
+        reap_json
     )
     .fetch_all(&mut *conn)
     .await
@@ -2215,7 +2390,9 @@ async fn follow_ups_insert(conn: &mut MySqlConnection, rows: &[&FollowUpRow]) ->
 }
 
 /// The write-back statement of [`Store::task_write_back`]: one `UPDATE` for every outcome, each row
-/// written only while running with the epoch its attempt claimed.
+/// written only while running with the epoch its attempt claimed. An outcome with an empty
+/// `outcome` appends no attempt-history entry, and one whose `attempt` is below the row's sets
+/// it back (a parked task ended without running: see `Claimed::parked_error`).
 async fn write_back_rows<'f>(
     conn: &mut MySqlConnection,
     batch: impl Iterator<Item = &'f WriteBack>,
@@ -2237,19 +2414,20 @@ async fn write_back_rows<'f>(
                  delay_us BIGINT PATH '$.delay_us',
                  error TEXT CHARACTER SET utf8mb4 PATH '$.error')) AS j
              STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id AND t.lease_epoch = j.epoch
-           SET t.attempts = JSON_ARRAY_APPEND(
+           SET t.attempts = IF(j.outcome = '', t.attempts, JSON_ARRAY_APPEND(
                  IF(JSON_LENGTH(COALESCE(t.attempts, '[]')) >= 100, JSON_REMOVE(t.attempts, '$[0]'),
                     COALESCE(t.attempts, '[]')), '$',
                  JSON_OBJECT('attempt', j.attempt, 'epoch', j.epoch, 'worker', t.worker_id,
                    'started_at', DATE_FORMAT(t.attempted_at, '%Y-%m-%d %H:%i:%s.%f'),
                    'finished_at', DATE_FORMAT(UTC_TIMESTAMP(6), '%Y-%m-%d %H:%i:%s.%f'),
                    'outcome', j.outcome,
-                   'error', IF(CHAR_LENGTH(j.error) > 1024, CONCAT(LEFT(j.error, 1023), '…'), j.error))),
+                   'error', IF(CHAR_LENGTH(j.error) > 1024, CONCAT(LEFT(j.error, 1023), '…'), j.error)))),
                t.state = IF(j.state = 'snoozed', 'pending', j.state),
                t.run_at = IF(j.state IN ('pending', 'snoozed'),
                              UTC_TIMESTAMP(6) + INTERVAL j.delay_us MICROSECOND, t.run_at),
                t.finished_at = IF(j.state IN ('pending', 'snoozed'), NULL, UTC_TIMESTAMP(6)),
-               t.attempt = IF(j.state = 'snoozed' AND t.attempt > 0, t.attempt - 1, t.attempt),
+               t.attempt = IF(j.state = 'snoozed' AND t.attempt > 0, t.attempt - 1,
+                              LEAST(t.attempt, j.attempt)),
                t.snoozes = IF(j.state = 'snoozed', t.snoozes + 1, t.snoozes),
                t.last_error = IF(j.error IS NULL, t.last_error, j.error),
                t.cancel_requested_at = IF(j.state IN ('succeeded', 'dead'), NULL, t.cancel_requested_at),
@@ -2361,6 +2539,14 @@ pub(crate) async fn migration_unlock(conn: &mut MySqlConnection, holder: &str) -
     .execute(conn)
     .await?;
     Ok(())
+}
+
+/// Whether `e` says a packet was too large: ER_NET_PACKET_TOO_LARGE (1153, the statement
+/// exceeds `max_allowed_packet`), ER_WARN_ALLOWED_PACKET_OVERFLOWED (1301, a function's result
+/// would), CR_NET_PACKET_TOO_LARGE (2020).
+pub(crate) fn is_packet_too_large(e: &dyn sqlx::error::DatabaseError) -> bool {
+    let mysql = e.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>();
+    mysql.is_some_and(|m| matches!(m.number(), 1153 | 1301 | 2020))
 }
 
 /// Whether `e` is ER_LOCK_DEADLOCK (1213): an InnoDB deadlock victim, or on a Galera cluster a
@@ -2662,20 +2848,24 @@ pub(crate) struct AutoIncrement {
     pub lock_mode: i64,
     /// `auto_increment_increment` of this session (the step between consecutive ids).
     pub increment: i64,
+    /// `max_allowed_packet` of this session: what bounds one batch insert (see [`Budget`]).
+    pub max_packet: u64,
 }
 
 /// Reads the auto-increment settings that decide whether a multi-row insert's ids can be
-/// derived from `LAST_INSERT_ID()`.
+/// derived from `LAST_INSERT_ID()`, and the packet size that bounds the insert.
 pub(crate) async fn autoinc_settings(conn: &mut MySqlConnection) -> sqlx::Result<AutoIncrement> {
     let row = sqlx::query!(
         r#"SELECT CAST(@@GLOBAL.innodb_autoinc_lock_mode AS SIGNED) AS "lock_mode: i64",
-                  CAST(@@SESSION.auto_increment_increment AS SIGNED) AS "increment: i64""#
+                  CAST(@@SESSION.auto_increment_increment AS SIGNED) AS "increment: i64",
+                  CAST(@@SESSION.max_allowed_packet AS UNSIGNED) AS "max_packet: u64""#
     )
     .fetch_one(&mut *conn)
     .await?;
     Ok(AutoIncrement {
         lock_mode: row.lock_mode.unwrap_or(2),
         increment: row.increment.unwrap_or(1).max(1),
+        max_packet: row.max_packet.unwrap_or(16 << 20),
     })
 }
 
@@ -2709,11 +2899,9 @@ struct BatchRow<'a> {
     pub trace_context: Option<&'a str>,
 }
 
-/// Most rows one batch `INSERT` carries; larger inputs are split into several statements.
+/// Most rows one batch `INSERT` carries; larger inputs are split into several statements
+/// (also by bytes, see [`Budget`]).
 const BATCH_ROWS: usize = 5_000;
-/// Most bytes of JSON one batch `INSERT` carries (well under the servers' default
-/// `max_allowed_packet` of 16 MiB on MariaDB and 64 MiB on MySQL 8).
-const BATCH_BYTES: usize = 2 << 20;
 
 /// `YYYY-MM-DD HH:MM:SS.ffffff` (UTC), as `JSON_TABLE` reads a `DATETIME(6)`.
 fn datetime_text(d: DateTime<Utc>) -> String {
@@ -2721,7 +2909,8 @@ fn datetime_text(d: DateTime<Utc>) -> String {
 }
 
 /// Inserts rows without idempotency key or unique identity (the unkeyed runs of
-/// `enqueue_many`), [`BATCH_ROWS`] per statement at most, and returns their ids in order.
+/// `enqueue_many`), [`BATCH_ROWS`] per statement at most and within the server's [`Budget`],
+/// and returns their ids in order.
 /// When the server's auto-increment settings make a multi-row insert's ids consecutive
 /// (`innodb_autoinc_lock_mode` 0 or 1) they are derived from the first; otherwise (mode 2,
 /// MySQL 8's default and Galera's requirement) the rows carry a random marker in
@@ -2736,16 +2925,10 @@ pub(crate) async fn task_insert_rows(
     }
     let ai = autoinc_settings(conn).await?;
     let step = (ai.lock_mode <= 1).then_some(ai.increment as u64);
-    let mut i = 0;
-    while i < rows.len() {
-        let mut json = String::from("[");
-        let start = i;
-        while i < rows.len() && i - start < BATCH_ROWS && (i == start || json.len() < BATCH_BYTES) {
-            if i > start {
-                json.push(',');
-            }
-            let r = &rows[i];
-            let row = BatchRow {
+    let json_rows = rows
+        .iter()
+        .map(|r| {
+            serde_json::to_string(&BatchRow {
                 queue: r.queue,
                 name: r.name,
                 payload_hex: crate::enqueue::hex(r.payload),
@@ -2756,11 +2939,17 @@ pub(crate) async fn task_insert_rows(
                 deadline: r.deadline.map(datetime_text),
                 ttl_us: r.ttl_us,
                 trace_context: r.trace_context,
-            };
-            json.push_str(&serde_json::to_string(&row).map_err(|e| sqlx::Error::Encode(e.into()))?);
-            i += 1;
-        }
-        json.push(']');
+            })
+            .map_err(|e| sqlx::Error::Encode(e.into()))
+        })
+        .collect::<sqlx::Result<Vec<String>>>()?;
+    let chunks =
+        Budget::for_packet(ai.max_packet).chunks(json_rows.iter().map(|j| j.len() + 1), BATCH_ROWS);
+    let mut i = 0;
+    for len in chunks {
+        let start = i;
+        i += len;
+        let json = format!("[{}]", json_rows[start..i].join(","));
         let n = (i - start) as u64;
         // Without consecutive ids the rows carry a marker to be read back by.
         let marker = step.is_none().then(|| fastrand::u64(1..));
@@ -3009,10 +3198,10 @@ impl Store {
     ) -> sqlx::Result<()> {
         sqlx::query!(
             r#"INSERT INTO taskq_workers (worker_id, host, pid, queues, concurrency, lease_us,
-                 heartbeat_us, started_at, last_seen_at, stopped_at)
-               VALUES (?, ?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), NULL)
+                 heartbeat_us, names, started_at, last_seen_at, stopped_at)
+               VALUES (?, ?, ?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), NULL)
                ON DUPLICATE KEY UPDATE host = ?, pid = ?, queues = ?, concurrency = ?,
-                 lease_us = ?, heartbeat_us = ?,
+                 lease_us = ?, heartbeat_us = ?, names = ?,
                  started_at = UTC_TIMESTAMP(6), last_seen_at = UTC_TIMESTAMP(6), stopped_at = NULL"#,
             w.worker_id,
             w.host,
@@ -3021,12 +3210,14 @@ impl Store {
             w.concurrency,
             w.lease_us,
             w.heartbeat_us,
+            w.names_json,
             w.host,
             w.pid,
             w.queues_json,
             w.concurrency,
             w.lease_us,
             w.heartbeat_us,
+            w.names_json,
         )
         .execute(&mut *conn)
         .await?;
@@ -3044,8 +3235,8 @@ impl Store {
     ) -> sqlx::Result<()> {
         sqlx::query!(
             r#"INSERT INTO taskq_workers (worker_id, host, pid, queues, concurrency, lease_us,
-                 heartbeat_us, started_at, last_seen_at, stopped_at)
-               VALUES (?, ?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), NULL)
+                 heartbeat_us, names, started_at, last_seen_at, stopped_at)
+               VALUES (?, ?, ?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), NULL)
                ON DUPLICATE KEY UPDATE
                  last_seen_at = IF(stopped_at IS NULL, UTC_TIMESTAMP(6), last_seen_at)"#,
             w.worker_id,
@@ -3055,6 +3246,7 @@ impl Store {
             w.concurrency,
             w.lease_us,
             w.heartbeat_us,
+            w.names_json,
         )
         .execute(&mut *conn)
         .await?;
@@ -3097,10 +3289,14 @@ impl Store {
         Ok(done.rows_affected())
     }
 
-    /// Every worker row, oldest start first, with whether it is alive (not stopped, seen
-    /// within its lease, on the database clock) and how many running tasks carry its id (one
-    /// `GROUP BY` over the running rows, read through `ix_taskq_lease`).
-    pub(crate) async fn worker_list(&self) -> sqlx::Result<Vec<WorkerListRow>> {
+    /// Every worker row, oldest start first, with how long ago it was seen and whether it is
+    /// alive (not stopped, seen within two of its heartbeat intervals and at least 1 s, on the
+    /// database clock), and how many running tasks carry its id (one `GROUP BY` over the
+    /// running rows, read through `ix_taskq_lease`).
+    pub(crate) async fn worker_list(
+        &self,
+        conn: &mut MySqlConnection,
+    ) -> sqlx::Result<Vec<WorkerListRow>> {
         sqlx::query_as!(
             WorkerListRow,
             r#"SELECT w.worker_id, w.host, w.pid AS "pid: u32", w.queues,
@@ -3109,8 +3305,12 @@ impl Store {
                  w.started_at AS "started_at: DateTime<Utc>",
                  w.last_seen_at AS "last_seen_at: DateTime<Utc>",
                  w.stopped_at AS "stopped_at: DateTime<Utc>",
+                 w.names,
+                 CAST(TIMESTAMPDIFF(MICROSECOND, w.last_seen_at, UTC_TIMESTAMP(6)) AS SIGNED)
+                   AS "seen_ago_us!: i64",
                  (w.stopped_at IS NULL
-                  AND w.last_seen_at >= UTC_TIMESTAMP(6) - INTERVAL w.lease_us MICROSECOND)
+                  AND w.last_seen_at >= UTC_TIMESTAMP(6)
+                        - INTERVAL GREATEST(2 * w.heartbeat_us, 1000000) MICROSECOND)
                    AS "alive!: bool",
                  CAST(COALESCE(r.running, 0) AS SIGNED) AS "running!: i64"
                FROM taskq_workers w
@@ -3119,7 +3319,7 @@ impl Store {
                    ON r.worker_id = w.worker_id
                ORDER BY w.started_at, w.worker_id"#
         )
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *conn)
         .await
     }
 }

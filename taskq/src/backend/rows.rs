@@ -74,6 +74,12 @@ pub(crate) struct Claimed {
     pub unique_key: Option<Vec<u8>>,
     /// Its `unique_while` (`pending`, `running` or `window`).
     pub unique_while: Option<String>,
+    /// Set only when the task's attempts were already exhausted before this claim (`attempt >
+    /// max_attempts` now): its last attempt's lease expired while no worker that registers its
+    /// name was there to bury it, so a reaper that does not parked it back to pending (see
+    /// `Store::task_expired`). Its `last_error`. The worker ends such a task dead without
+    /// running it.
+    pub parked_error: Option<String>,
 }
 
 /// Why a claim of a limited queue took fewer tasks than it asked for.
@@ -94,6 +100,13 @@ pub(crate) struct ExpiredTask {
     pub late_us: i64,
 }
 
+/// A due task the claim found with a cancel request left by an earlier attempt (see
+/// `docs/semantics.md`, "Cancel"): moved to `canceled` instead of running.
+pub(crate) struct CanceledTask {
+    pub id: u64,
+    pub name: String,
+}
+
 /// An expired lease as [`Store::task_expired`] reads it.
 pub(crate) struct ExpiredRow {
     pub id: u64,
@@ -107,15 +120,27 @@ pub(crate) struct ExpiredRow {
     pub frees: Option<Vec<u8>>,
     /// A cancel was requested: the reap cancels the task.
     pub canceled: bool,
+    /// The reading worker registers the task's name (so it knows its `on_dead` follow-up).
+    pub registered: bool,
     /// The payload, read only for a task the reap moves to dead.
     pub payload: Option<Vec<u8>>,
     pub trace_context: Option<String>,
 }
 
 impl ExpiredRow {
-    /// Whether the reap moves the task to dead (attempts exhausted, no cancel requested).
+    /// Whether the reap moves the task to dead: attempts exhausted, no cancel requested, and
+    /// the reading worker registers its name.
     pub(crate) fn goes_dead(&self) -> bool {
-        !self.canceled && self.attempt >= self.max_attempts
+        !self.canceled && self.attempt >= self.max_attempts && self.registered
+    }
+
+    /// Whether the reap parks the task back to pending instead of burying it: attempts
+    /// exhausted, no cancel requested, but the reading worker does not register its name, so
+    /// it cannot know its `on_dead` follow-up. The first worker that registers the name claims
+    /// it and ends it dead without running it (see `Claimed::parked_error`). Pending, it no
+    /// longer counts against its queue's concurrency limit.
+    pub(crate) fn parks(&self) -> bool {
+        !self.canceled && self.attempt >= self.max_attempts && !self.registered
     }
 }
 
@@ -126,6 +151,8 @@ pub(crate) struct ReapRow {
     pub epoch: u64,
     pub frees: Option<Vec<u8>>,
     pub canceled: bool,
+    /// Parked back to pending rather than buried (see [`ExpiredRow::parks`]).
+    pub parks: bool,
     /// The `on_dead` follow-up, inserted if the reap moves the task to dead.
     pub follow_up: Option<Box<FollowUpRow>>,
 }
@@ -197,6 +224,27 @@ pub(crate) struct FollowUpRow {
     pub key: String,
     #[serde(rename = "t", skip_serializing_if = "Option::is_none")]
     pub trace_context: Option<String>,
+}
+
+impl FollowUpRow {
+    /// Bytes of this row in its statement's JSON (an upper bound; see `budget`).
+    pub(crate) fn json_len(&self) -> usize {
+        use super::budget::json_str_len;
+        96 + json_str_len(self.queue)
+            + json_str_len(self.name)
+            + self.payload_hex.len()
+            + json_str_len(&self.key)
+            + self.trace_context.as_deref().map_or(0, json_str_len)
+    }
+}
+
+impl WriteBack {
+    /// Bytes this outcome adds to its write-back's statements, its row of the `UPDATE` and
+    /// its follow-up's row of the `INSERT` (an upper bound; see `budget`).
+    pub(crate) fn json_len(&self) -> usize {
+        160 + self.error.as_deref().map_or(0, super::budget::json_str_len)
+            + self.follow_up.as_ref().map_or(0, |f| f.json_len())
+    }
 }
 
 /// What [`Store::task_write_back`] did with a batch.
@@ -278,6 +326,8 @@ pub(crate) struct WorkerRow<'a> {
     pub concurrency: u32,
     pub lease_us: u64,
     pub heartbeat_us: u64,
+    /// JSON array: the task names it registers.
+    pub names_json: &'a str,
 }
 
 /// A row of `taskq_workers` with the count of running tasks claimed under its id.
@@ -292,6 +342,11 @@ pub(crate) struct WorkerListRow {
     pub started_at: DateTime<Utc>,
     pub last_seen_at: DateTime<Utc>,
     pub stopped_at: Option<DateTime<Utc>>,
+    /// JSON array of the task names it registers (`None`: written by an earlier version).
+    pub names: Option<String>,
+    /// Microseconds since `last_seen_at`, on the database clock.
+    pub seen_ago_us: i64,
+    /// Not stopped, and seen within two heartbeat intervals (at least 1 s).
     pub alive: bool,
     pub running: i64,
 }
@@ -338,6 +393,9 @@ pub(crate) struct ClaimBatch {
     pub tasks: Vec<Claimed>,
     /// Tasks the claim found past their deadline: moved to `expired`, not run.
     pub expired: Vec<ExpiredTask>,
+    /// Tasks the claim found with a cancel request left by an earlier attempt: moved to
+    /// `canceled`, not run.
+    pub canceled: Vec<CanceledTask>,
     /// Set when the queue's limits allowed fewer tasks than asked for.
     pub limited: Option<LimitHit>,
     /// Fewer tasks than asked for, but others held some of the due ones: more may be due,

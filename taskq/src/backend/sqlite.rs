@@ -52,6 +52,15 @@ fn busy_timeout_of(opts: &SqliteConnectOptions) -> Option<Duration> {
     Some(Duration::from_nanos((number * nanos).round() as u64))
 }
 
+/// Whether a database error is SQLite's `SQLITE_TOOBIG` (a string or blob over its length
+/// limit) or `SQLITE_CONSTRAINT` (a constraint, or a trigger's `RAISE(ABORT, ..)`): the
+/// statement fails the same way every time.
+pub(crate) fn is_refused(e: &dyn sqlx::error::DatabaseError) -> bool {
+    e.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some()
+        && e.code()
+            .is_some_and(|c| c.parse::<i32>().is_ok_and(|n| matches!(n & 0xff, 18 | 19)))
+}
+
 /// Creates or upgrades the schema (see `taskq_sqlite::migrate`).
 pub(crate) async fn migrate(pool: &SqlitePool) -> crate::Result<()> {
     q::migrate(pool).await.map_err(crate::Error::from)
@@ -334,6 +343,7 @@ impl Store {
                     trace_context: t.trace_context,
                     unique_key: t.unique_key,
                     unique_while: t.unique_while,
+                    parked_error: t.parked_error,
                 })
                 .collect(),
             expired: b
@@ -343,6 +353,14 @@ impl Store {
                     id: uid(e.id),
                     name: e.name,
                     late_us: e.late_us,
+                })
+                .collect(),
+            canceled: b
+                .canceled
+                .into_iter()
+                .map(|c| CanceledTask {
+                    id: uid(c.id),
+                    name: c.name,
                 })
                 .collect(),
             limited: b.limited.map(|h| LimitHit {
@@ -465,10 +483,10 @@ impl Store {
 
     pub(crate) async fn task_pending_by_name(
         &self,
+        conn: &mut SqliteConnection,
         queue: Option<&str>,
     ) -> sqlx::Result<Vec<PendingNameCount>> {
-        let mut c = self.conn().await?;
-        Ok(q::task_pending_by_name(&mut c, queue)
+        Ok(q::task_pending_by_name(conn, queue)
             .await?
             .into_iter()
             .map(|r| PendingNameCount {
@@ -634,6 +652,20 @@ impl Store {
         q::task_release(conn, &leases(leases_json)?).await
     }
 
+    pub(crate) async fn task_running_since(
+        &self,
+        conn: &mut SqliteConnection,
+        queue: &str,
+        worker_id: &str,
+        since_us: i64,
+    ) -> sqlx::Result<Vec<(u64, u64)>> {
+        Ok(q::task_running_since(conn, queue, worker_id, since_us)
+            .await?
+            .into_iter()
+            .map(|(i, e)| (uid(i), uid(e)))
+            .collect())
+    }
+
     pub(crate) async fn task_expired(
         &self,
         conn: &mut SqliteConnection,
@@ -655,6 +687,7 @@ impl Store {
                 worker_id: r.worker_id,
                 frees: None, // freed by state in the reap's transaction
                 canceled: r.canceled,
+                registered: r.registered,
                 payload: r.payload,
                 trace_context: r.trace_context,
             })
@@ -672,6 +705,7 @@ impl Store {
             .map(|r| q::ReapRow {
                 id: id(r.id),
                 epoch: id(r.epoch),
+                park: r.parks,
                 follow_up: r.follow_up.as_deref().map(follow_up),
             })
             .collect();
@@ -703,6 +737,16 @@ impl Store {
         limit: u32,
     ) -> sqlx::Result<u64> {
         q::task_prune(conn, s.as_str(), age_secs, limit).await
+    }
+
+    /// SQLite has no packet: its statements are bounded by its longest string.
+    pub(crate) async fn statement_budget(
+        &self,
+        _conn: &mut SqliteConnection,
+    ) -> sqlx::Result<crate::backend::budget::Budget> {
+        Ok(crate::backend::budget::Budget::for_packet(
+            crate::backend::budget::SQLITE_MAX_LENGTH,
+        ))
     }
 
     pub(crate) async fn task_epochs(
@@ -957,9 +1001,11 @@ impl Store {
         q::worker_prune(conn, age_secs, limit).await
     }
 
-    pub(crate) async fn worker_list(&self) -> sqlx::Result<Vec<WorkerListRow>> {
-        let mut c = self.conn().await?;
-        Ok(q::worker_list(&mut c)
+    pub(crate) async fn worker_list(
+        &self,
+        conn: &mut SqliteConnection,
+    ) -> sqlx::Result<Vec<WorkerListRow>> {
+        Ok(q::worker_list(conn)
             .await?
             .into_iter()
             .map(|r| WorkerListRow {
@@ -973,6 +1019,8 @@ impl Store {
                 started_at: r.started_at,
                 last_seen_at: r.last_seen_at,
                 stopped_at: r.stopped_at,
+                names: r.names,
+                seen_ago_us: r.seen_ago_us,
                 alive: r.alive,
                 running: r.running,
             })
@@ -1028,6 +1076,7 @@ fn worker_row<'a>(w: &'a WorkerRow<'a>) -> q::WorkerRow<'a> {
         concurrency: w.concurrency,
         lease_us: w.lease_us,
         heartbeat_us: w.heartbeat_us,
+        names_json: w.names_json,
     }
 }
 

@@ -2,14 +2,14 @@
 //! in-process wake-ups.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::deadline::StmtError;
+use super::lease::AttemptKey;
 use super::{Shared, WorkerStats, backoff_sleep, executor, within};
-use crate::backend::ClaimRequest;
+use crate::backend::{ClaimRequest, leases_json};
 use crate::wake;
 
 /// Handler slots held by one claimed task (its queue's and the worker's).
@@ -40,7 +40,17 @@ pub(crate) async fn run(shared: Arc<Shared>, queue: Arc<str>, concurrency: usize
     // `LIMITED_POLL_MAX`, back to `poll_min` after a claim that was not limited).
     let mut limited_wait = shared.cfg.poll_min;
     let written = shared.written.get(&*queue).expect("a notifier per queue");
+    // When the claim whose answer never came was sent (see `release_lost_claims`): until the
+    // tasks it may have taken are given back, this loop claims nothing more.
+    let mut in_doubt: Option<Instant> = None;
     while !shared.stopping() {
+        if let Some(sent) = in_doubt {
+            if let Err(e) = release_lost_claims(&shared, &queue, sent).await {
+                on_error(&shared, &queue, &e, &mut failures).await;
+                continue;
+            }
+            in_doubt = None;
+        }
         // Register interest before looking, so a slot freed meanwhile is not missed.
         let slot_freed = shared.slot_freed.notified();
         if shared.is_paused(&queue) {
@@ -90,6 +100,11 @@ pub(crate) async fn run(shared: Arc<Shared>, queue: Arc<str>, concurrency: usize
             Ok(b) => b,
             Err(e) => {
                 backlog = false;
+                // A conflict rolled the claim back; any other failure may have come after it
+                // committed (the answer was lost).
+                if !e.is_conflict() {
+                    in_doubt.get_or_insert(started);
+                }
                 on_error(&shared, &queue, &e, &mut failures).await;
                 continue;
             }
@@ -104,6 +119,18 @@ pub(crate) async fn run(shared: Arc<Shared>, queue: Arc<str>, concurrency: usize
                     late_ms = t.late_us / 1000, "task expired: its deadline passed before it started; not run");
             }
         }
+        // Tasks whose cancel request an earlier attempt left on the row end here, unrun.
+        let canceled = batch.canceled.len();
+        if canceled > 0 {
+            WorkerStats::add(&shared.stats.canceled, canceled as u64);
+            for t in &batch.canceled {
+                crate::metrics::completed(&queue, &t.name, "canceled");
+                tracing::info!(queue = %queue, task_id = t.id, task = %t.name,
+                    "task canceled at its claim: a cancel was requested while an earlier attempt ran; not run");
+            }
+        }
+        // Rows the claim ended (expired, canceled) took places in the batch.
+        let ended = expired + canceled;
         let claimed = batch.tasks;
         let got = claimed.len();
         WorkerStats::add(&shared.stats.claimed, got as u64);
@@ -114,20 +141,13 @@ pub(crate) async fn run(shared: Arc<Shared>, queue: Arc<str>, concurrency: usize
         let mut slots = slots;
         for task in claimed {
             let slot = slots.pop().expect("a slot per claimed task");
-            shared.executing.fetch_add(1, Ordering::AcqRel);
-            tokio::spawn(executor::run(
-                shared.clone(),
-                queue.clone(),
-                task,
-                slot,
-                started,
-            ));
+            executor::start(&shared, queue.clone(), task, slot, started);
         }
         drop(slots);
         if let Some(hit) = batch.limited {
             WorkerStats::add(&shared.stats.claims_limited, 1);
             crate::metrics::claim_limited(&queue);
-            if got + expired >= hit.allowed as usize {
+            if got + ended >= hit.allowed as usize {
                 // At the limit (the claim took all it was allowed): wait for room rather than
                 // claiming again at once.
                 backlog = false;
@@ -161,8 +181,8 @@ pub(crate) async fn run(shared: Arc<Shared>, queue: Arc<str>, concurrency: usize
             }
         }
         limited_wait = shared.cfg.poll_min;
-        // Expired rows took places in the batch: with them it was full, so more may be due.
-        backlog = got + expired == wanted;
+        // Ended rows took places in the batch: with them it was full, so more may be due.
+        backlog = got + ended == wanted;
         if backlog {
             idle = shared.cfg.poll_min;
             continue; // probably more due: claim again as soon as slots allow
@@ -188,6 +208,56 @@ pub(crate) async fn run(shared: Arc<Shared>, queue: Arc<str>, concurrency: usize
             _ = shared.stopped() => {}
         }
     }
+    // Stopping with a claim in doubt: one last try (else the reaper returns those tasks).
+    if let Some(sent) = in_doubt
+        && let Err(e) = release_lost_claims(&shared, &queue, sent).await
+    {
+        WorkerStats::add(&shared.stats.db_errors, 1);
+        tracing::warn!(queue = %queue, error = %e, "taskq: releasing the tasks of a lost claim at shutdown failed");
+    }
+}
+
+/// Gives back the tasks a claim of this loop may have taken although its answer never came (the
+/// connection failed, or the statement deadline passed, after the claim committed): without
+/// this the task would stay `running` under this worker until its lease expired, and the
+/// reaper would count the attempt although no handler ran.
+///
+/// No statement is added to the claims that succeed: only after a failed claim, before the
+/// loop claims again, one read of the queue's running tasks that this worker claimed since the
+/// failed claim was sent (database clock). Every task this worker started is in its lease
+/// table from the moment its claim returned (`executor::start`), and this loop claims nothing
+/// else meanwhile, so such a task that is not in the table was taken by the lost claim: it is
+/// released (pending, epoch + 1, the attempt not counted, `run_at` kept), fenced by its epoch.
+/// This relies on worker ids being unique among running workers (the default id is). A claim
+/// that commits only after this read (its statement still running on the server) is not
+/// seen: the reaper returns those tasks after their lease, counting the attempt.
+async fn release_lost_claims(shared: &Shared, queue: &str, sent: Instant) -> Result<(), StmtError> {
+    // The read runs after this is computed: its window reaches a little before `sent`, never
+    // after it.
+    let since_us = i64::try_from(sent.elapsed().as_micros()).unwrap_or(i64::MAX);
+    let running = within!(shared, |c| shared.store.task_running_since(
+        c,
+        queue,
+        &shared.worker_id,
+        since_us
+    ))
+    .await?;
+    let lost: Vec<(u64, u64)> = {
+        let held = shared.inflight();
+        running
+            .into_iter()
+            .filter(|&(id, epoch)| !held.contains_key(&AttemptKey { id, epoch }))
+            .collect()
+    };
+    if lost.is_empty() {
+        return Ok(());
+    }
+    let json = leases_json(&lost);
+    let n = within!(shared, |c| shared.store.task_release(c, &json)).await?;
+    WorkerStats::add(&shared.stats.lost_claims, n);
+    tracing::warn!(queue, tasks = ?lost, released = n,
+        "taskq: a claim whose answer was lost had taken these tasks; released them without running (the attempt not counted)");
+    Ok(())
 }
 
 /// Longest wait of a claim loop whose queue is at its concurrency limit before it tries

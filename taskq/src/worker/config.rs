@@ -86,6 +86,9 @@ pub(crate) struct Config {
     pub schedules: Vec<ScheduleDef>,
 }
 
+/// The cancel grace when none is given (and the lease is at least twice as long).
+pub(crate) const DEFAULT_CANCEL_GRACE: Duration = Duration::from_secs(5);
+
 /// Builds a [`Worker`]. Defaults: every registered queue at concurrency 10, lease 30 s,
 /// heartbeat 10 s, polling 25 ms → 1 s when idle, reaper every 5 s, shutdown timeout 20 s,
 /// claims of up to 32 tasks, [`Retention::default`].
@@ -121,7 +124,8 @@ pub struct WorkerBuilder {
     reaper_interval: Duration,
     retention: Retention,
     shutdown_timeout: Duration,
-    cancel_grace: Duration,
+    cancel_grace: Option<Duration>,
+    grace_unchecked: bool,
     claim_batch: usize,
     write_back_delay: Duration,
     db_connections: Option<u32>,
@@ -149,7 +153,8 @@ impl WorkerBuilder {
             reaper_interval: Duration::from_secs(5),
             retention: Retention::default(),
             shutdown_timeout: Duration::from_secs(20),
-            cancel_grace: Duration::from_secs(5),
+            cancel_grace: None,
+            grace_unchecked: false,
             claim_batch: 32,
             write_back_delay: Duration::from_millis(2),
             db_connections: None,
@@ -256,10 +261,21 @@ impl WorkerBuilder {
         self.shutdown_timeout = d;
         self
     }
-    /// How long a canceled handler (lease lost, timeout) may keep running before it is
-    /// aborted (default 5 s).
+    /// How long a canceled handler (lease lost, timeout, cancel request) may keep running
+    /// before it is aborted: default 5 s, or half the lease when that is shorter. At most half
+    /// the lease ([`build`](Self::build) refuses a longer one): a handler whose lease was not
+    /// confirmed is signalled half a lease before its lease can end, so even one that ignores
+    /// the signal is aborted before another worker can take the task.
     pub fn cancel_grace(mut self, d: Duration) -> Self {
-        self.cancel_grace = d;
+        self.cancel_grace = Some(d);
+        self
+    }
+    /// Tests only: a cancel grace that [`build`](Self::build) does not check against the lease,
+    /// to exercise a handler that outlives its lease (as one blocked in synchronous code does).
+    #[doc(hidden)]
+    pub fn __unchecked_cancel_grace(mut self, d: Duration) -> Self {
+        self.cancel_grace = Some(d);
+        self.grace_unchecked = true;
         self
     }
     /// Most tasks one claim transaction takes (default 32).
@@ -287,7 +303,9 @@ impl WorkerBuilder {
         self.backlog_interval = Some(interval);
         self
     }
-    /// Worker id recorded on claimed rows (default `host-pid-random`).
+    /// Worker id recorded on claimed rows (default `host-pid-random`). Give each running worker
+    /// its own: after a claim whose answer was lost, a worker gives back the tasks of its queue
+    /// that carry its id and that it does not hold (see `docs/semantics.md`).
     pub fn worker_id(mut self, id: impl Into<String>) -> Self {
         self.worker_id = Some(id.into());
         self
@@ -389,6 +407,17 @@ impl WorkerBuilder {
                 self.lease
             ));
         }
+        let cancel_grace = self
+            .cancel_grace
+            .unwrap_or(DEFAULT_CANCEL_GRACE.min(self.lease / 2));
+        if cancel_grace > self.lease / 2 && !self.grace_unchecked {
+            return cfg_err(format!(
+                "cancel grace ({cancel_grace:?}) must be at most half the lease ({:?}): a handler \
+                 that ignores its cancel signal would keep running after its lease ended, next \
+                 to the task's next attempt",
+                self.lease
+            ));
+        }
         if self.poll_min.is_zero() || self.poll_min > self.poll_max {
             return cfg_err("poll interval needs 0 < min <= max".into());
         }
@@ -399,6 +428,12 @@ impl WorkerBuilder {
             return cfg_err("claim batch must be at least 1".into());
         }
         for r in handlers.values() {
+            if let Some(problem) = r.backoff.problem() {
+                return cfg_err(format!(
+                    "task {:?} has an invalid backoff: {problem}",
+                    r.name
+                ));
+            }
             for req in (r.required_data)() {
                 if !self.data.contains(&req) {
                     return Err(Error::MissingData {
@@ -418,7 +453,8 @@ impl WorkerBuilder {
             .db_connections
             .unwrap_or_else(|| super::lanes::default_connections(queues.len(), concurrency));
         if let Some(busy) = self.store.busy_timeout() {
-            super::lanes::check_sqlite_lease(self.lease, heartbeat, self.cancel_grace, busy)?;
+            let grace = (cancel_grace, self.cancel_grace.is_none());
+            super::lanes::check_sqlite_lease(self.lease, heartbeat, grace, busy)?;
         }
         let health = std::sync::Arc::new(super::health::HealthInner::new(
             worker_id.clone(),
@@ -438,7 +474,7 @@ impl WorkerBuilder {
                 reaper_interval: self.reaper_interval,
                 retention: self.retention,
                 shutdown_timeout: self.shutdown_timeout,
-                cancel_grace: self.cancel_grace,
+                cancel_grace,
                 claim_batch: self.claim_batch,
                 write_back_delay: self.write_back_delay,
                 db_connections: db_connections.max(2),

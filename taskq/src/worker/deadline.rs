@@ -40,15 +40,18 @@ impl fmt::Display for StmtError {
 impl StmtError {
     /// Whether retrying the same statement cannot help: the server rejected the data itself
     /// (SQLSTATE class 22 data exception, 23 constraint violation, 42 syntax or access, 45
-    /// raised by a trigger or procedure). Connection errors, timeouts, deadlocks and lock
-    /// waits are worth retrying.
+    /// raised by a trigger or procedure), or the statement is too big for it (MySQL's packet
+    /// too large, 1153 and friends; SQLite's `SQLITE_TOOBIG`; see `backend::is_refused`).
+    /// Connection errors, timeouts, deadlocks and lock waits are worth retrying.
     pub(crate) fn is_deterministic(&self) -> bool {
         match self {
-            StmtError::Db(sqlx::Error::Database(db)) => db.code().is_some_and(|c| {
-                ["22", "23", "42", "45"]
-                    .iter()
-                    .any(|class| c.starts_with(class))
-            }),
+            StmtError::Db(sqlx::Error::Database(db)) => {
+                db.code().is_some_and(|c| {
+                    ["22", "23", "42", "45"]
+                        .iter()
+                        .any(|class| c.starts_with(class))
+                }) || crate::backend::is_refused(&**db)
+            }
             _ => false,
         }
     }

@@ -12,8 +12,8 @@ use super::claim::Slot;
 use super::lease::{self, AttemptKey, InFlight, Phase};
 use super::observe::{self, OutcomeEvent, TaskOutcome};
 use super::writeback::WriteBackMsg;
-use super::{Shared, WorkerStats, follow};
-use crate::backend::{Claimed, WriteBack};
+use super::{Shared, WorkerStats, follow, within};
+use crate::backend::{Claimed, WriteBack, leases_json};
 use crate::context::{CancelHandle, CancelReason, TaskContext};
 use crate::enqueue::MAX_DELAY;
 use crate::error::{TaskError, TaskErrorKind, short_type_name};
@@ -38,6 +38,13 @@ pub(crate) enum Outcome {
     Abandoned(CancelReason),
     /// A cancel was requested and the handler did not succeed: written as `canceled`.
     Canceled,
+    /// The task's last attempt had already ended (its lease expired and a reaper that does not
+    /// register its name parked it, see `Claimed::parked_error`): not run, written as `dead`
+    /// with that attempt's error and its `on_dead` follow-up.
+    Parked,
+    /// The lease was over, or about to be, before the handler could start: not run, the task
+    /// is released (see `give_back_unstarted`).
+    NotStarted,
 }
 
 /// What made an attempt fail: the `outcome` of its attempt-history entry.
@@ -70,27 +77,30 @@ impl Outcome {
             Outcome::Failed(..) | Outcome::Undecodable(_) => "failed",
             Outcome::Abandoned(_) => "abandoned",
             Outcome::Canceled => "canceled",
+            Outcome::Parked => "parked",
+            Outcome::NotStarted => "not_started",
         }
     }
 }
 
-pub(crate) async fn run(
-    shared: Arc<Shared>,
+/// Starts a claimed task: records its lease in the lease table at once (before the claim loop
+/// runs its next statement, which relies on it: see `claim::release_lost_claims`), then
+/// spawns its executor.
+pub(crate) fn start(
+    shared: &Arc<Shared>,
     queue: Arc<str>,
     task: Claimed,
     slot: Slot,
     claim_sent: Instant,
 ) {
-    let id = task.id;
     let (cancel, signal) = CancelHandle::new();
     let cancel = Arc::new(cancel);
-    let name: Arc<str> = task.name.as_str().into();
     lease::insert(
-        &shared,
+        shared,
         key(&task),
         InFlight {
             queue: queue.clone(),
-            name: name.clone(),
+            name: task.name.as_str().into(),
             attempt: task.attempt,
             phase: Phase::Running,
             cancel: cancel.clone(),
@@ -99,6 +109,20 @@ pub(crate) async fn run(
             lost: false,
         },
     );
+    shared.executing.fetch_add(1, Ordering::AcqRel);
+    tokio::spawn(run(shared.clone(), queue, task, slot, cancel, signal));
+}
+
+async fn run(
+    shared: Arc<Shared>,
+    queue: Arc<str>,
+    task: Claimed,
+    slot: Slot,
+    cancel: Arc<CancelHandle>,
+    signal: crate::context::CancelSignal,
+) {
+    let id = task.id;
+    let name: Arc<str> = task.name.as_str().into();
     // At WARN level, so that a `warn` filter keeps it: failure events then say which task.
     let span = tracing::warn_span!("taskq.task", task_id = id, task = %task.name, queue = %queue,
         attempt = task.attempt, lease_epoch = task.lease_epoch, worker_id = %shared.worker_id,
@@ -107,20 +131,99 @@ pub(crate) async fn run(
         link(&span, ctx);
     }
     let started = Instant::now();
+    // Only when this guard drops, with the outcome queued for write-back (or the task marked
+    // abandoned), does this executor stop counting: shutdown waits for `executing == 0`
+    // before the final flush. It also drops the lease if the executor panics.
+    let mut guard = Done {
+        shared: &shared,
+        key: key(&task),
+        queue: &queue,
+        in_flight: true,
+        handed_over: false,
+    };
     metrics::queue_wait(&queue, &name, task.wait_us);
     metrics::in_flight(&queue, 1.0);
     let outcome = attempt(&shared, &queue, &task, cancel, signal)
         .instrument(span.clone())
         .await;
     metrics::in_flight(&queue, -1.0);
+    guard.in_flight = false;
     metrics::handler_finished(&queue, &name, outcome.label(), started.elapsed());
     drop(slot);
     shared.slot_freed.notify_waiters();
-    hand_over(&shared, &task, &queue, &name, &span, outcome, started);
-    // Only now, with the outcome queued for write-back (or the task marked abandoned), does
-    // this executor stop counting: shutdown waits for `executing == 0` before the final flush.
-    shared.executing.fetch_sub(1, Ordering::AcqRel);
-    shared.slot_freed.notify_waiters();
+    if let Outcome::NotStarted = outcome {
+        give_back_unstarted(&shared, &task, &queue, &name)
+            .instrument(span)
+            .await;
+    } else {
+        hand_over(&shared, &task, &queue, &name, &span, outcome, started);
+    }
+    guard.handed_over = true;
+}
+
+/// Ends an executor's count, on return or on a panic. A panic after the handler returned
+/// (formatting its error, computing the outcome) would otherwise leave the attempt's lease in
+/// the lease table, renewed forever by the heartbeat, and shutdown waiting for it: the record
+/// is removed (and the handler, if still running, aborted) so the lease ends and the reaper
+/// returns the task, as after a crash.
+struct Done<'a> {
+    shared: &'a Shared,
+    key: AttemptKey,
+    queue: &'a str,
+    in_flight: bool,
+    handed_over: bool,
+}
+
+impl Drop for Done<'_> {
+    fn drop(&mut self) {
+        if !self.handed_over {
+            if self.in_flight {
+                metrics::in_flight(self.queue, -1.0);
+            }
+            let removed = self.shared.inflight().remove(&self.key);
+            if let Some(abort) = removed.and_then(|f| f.abort) {
+                abort.abort();
+            }
+            tracing::error!(
+                task_id = self.key.id,
+                lease_epoch = self.key.epoch,
+                "taskq: the executor panicked; the lease is no longer renewed, and the reaper returns the task once it ends"
+            );
+        }
+        self.shared.executing.fetch_sub(1, Ordering::AcqRel);
+        self.shared.slot_freed.notify_waiters();
+    }
+}
+
+/// A task whose handler was not started because its lease was over, or about to be, when it
+/// could start: its record leaves the lease table (no more renewals) and the task is released
+/// (pending, epoch + 1, the attempt not counted) with one statement, fenced by the epoch. If
+/// that fails, the reaper returns the task once its lease expires (attempt counted).
+async fn give_back_unstarted(shared: &Shared, task: &Claimed, queue: &Arc<str>, name: &Arc<str>) {
+    shared.inflight().remove(&key(task));
+    WorkerStats::add(&shared.stats.late_starts, 1);
+    tracing::warn!(
+        "taskq: the lease was over, or about to be, before the handler could start (the \
+         executor started late: a busy or blocked runtime); releasing the task without running it"
+    );
+    let json = leases_json(&[(task.id, task.lease_epoch)]);
+    match within!(shared, |c| shared.store.task_release(c, &json)).await {
+        Ok(n) if n > 0 => observe::emit(shared, || OutcomeEvent {
+            task_id: TaskId(task.id),
+            name: name.clone(),
+            queue: queue.clone(),
+            attempt: task.attempt,
+            outcome: TaskOutcome::Released,
+            error: None,
+            duration: None,
+            follow_up: false,
+        }),
+        Ok(_) => {}
+        Err(e) => {
+            WorkerStats::add(&shared.stats.db_errors, 1);
+            tracing::warn!(error = %e, "taskq: releasing an unstarted task failed; the reaper will return it");
+        }
+    }
 }
 
 /// The lease-table key of this attempt.
@@ -193,9 +296,27 @@ fn hand_over(
             }
             return;
         }
+        Outcome::NotStarted => {
+            // Handled by `give_back_unstarted` before this is called; nothing to write.
+            shared.inflight().remove(&key);
+            return;
+        }
         Outcome::Canceled => {
             tracing::info!(elapsed_ms, "attempt canceled on request");
             write_back("canceled", "canceled", Duration::ZERO, None)
+        }
+        Outcome::Parked => {
+            tracing::warn!(
+                last_error = task.parked_error.as_deref().unwrap_or(""),
+                "the last attempt's lease expired while no worker that registers this task was \
+                 there to bury it; ending it dead now, without running it"
+            );
+            // No new attempt: the attempt count goes back to the last one, no history entry is
+            // added (the reaper recorded the lost lease), and `last_error` stays.
+            WriteBack {
+                attempt: task.max_attempts,
+                ..write_back("dead", "", Duration::ZERO, None)
+            }
         }
         Outcome::Succeeded => {
             tracing::debug!(elapsed_ms, "attempt succeeded");
@@ -248,9 +369,13 @@ fn hand_over(
                 id: TaskId(task.id),
                 name: task.name.clone(),
                 queue: queue.to_string(),
-                attempts: task.attempt,
+                attempts: out.attempt,
                 max_attempts: task.max_attempts,
-                last_error: out.error.clone().unwrap_or_default(),
+                last_error: out
+                    .error
+                    .clone()
+                    .or_else(|| task.parked_error.clone())
+                    .unwrap_or_default(),
                 payload: payload_value(&task.payload),
             },
             task.lease_epoch,
@@ -341,6 +466,9 @@ async fn attempt(
     cancel: Arc<CancelHandle>,
     signal: crate::context::CancelSignal,
 ) -> Outcome {
+    if task.attempt > task.max_attempts {
+        return Outcome::Parked;
+    }
     let Some(handler) = shared.handlers.get(task.name.as_str()) else {
         // Cannot happen: the claim only takes names this worker handles.
         return Outcome::Undecodable(format!("no handler for task {:?}", task.name));
@@ -366,6 +494,16 @@ async fn attempt(
                 short_type_name(handler.type_name())
             ));
         }
+    };
+    // Checked when the handler's task first runs, not when it is spawned: on a busy runtime
+    // that can be much later.
+    let gate = shared.clone();
+    let attempt_key = key(task);
+    let fut = async move {
+        if lease::too_late_to_start(&gate, attempt_key) {
+            return None;
+        }
+        Some(fut.await)
     };
     let mut join = tokio::spawn(fut.in_current_span());
     if let Some(f) = shared.inflight().get_mut(&key(task)) {
@@ -447,11 +585,12 @@ fn joined(
     shared: &Shared,
     queue: &str,
     name: &str,
-    res: Result<Result<(), TaskError>, tokio::task::JoinError>,
+    res: Result<Option<Result<(), TaskError>>, tokio::task::JoinError>,
 ) -> Outcome {
     match res {
-        Ok(Ok(())) => Outcome::Succeeded,
-        Ok(Err(e)) => match e.kind() {
+        Ok(None) => Outcome::NotStarted,
+        Ok(Some(Ok(()))) => Outcome::Succeeded,
+        Ok(Some(Err(e))) => match e.kind() {
             TaskErrorKind::Snooze(d) => Outcome::Snoozed(d),
             kind => Outcome::Failed(kind, e.to_chain_string(), Cause::Error),
         },

@@ -5,7 +5,8 @@
 //! or does not answer within the statement deadline changes nothing: the watchdog
 //! (`lease::watchdog`) cancels handlers whose lease was not confirmed in time.
 //!
-//! Presence: the worker's row in `taskq_workers` — inserted when its loop starts
+//! Presence: the worker's row in `taskq_workers` (with its queues and the task names it
+//! registers) — inserted when its loop starts
 //! (`register`), its `last_seen_at` refreshed once per heartbeat interval (`presence`: one
 //! primary-key upsert per worker, whatever the number of tasks), marked stopped at graceful
 //! shutdown (`deregister`). It runs on its own timer.
@@ -34,11 +35,16 @@ pub(crate) struct Presence {
     concurrency: u32,
     lease_us: u64,
     heartbeat_us: u64,
+    /// JSON array of the task names it registers, sorted.
+    names_json: String,
 }
 
 impl Presence {
-    pub(crate) fn new(cfg: &Config) -> Self {
+    pub(crate) fn new<'a>(cfg: &Config, names: impl Iterator<Item = &'a str>) -> Self {
+        let mut names: Vec<&str> = names.collect();
+        names.sort_unstable();
         Self {
+            names_json: serde_json::to_string(&names).expect("names serialize"),
             host: super::config::hostname().unwrap_or_else(|| "unknown".into()),
             pid: std::process::id(),
             queues_json: serde_json::to_string(&cfg.queues).expect("queues serialize"),
@@ -57,6 +63,7 @@ impl Presence {
             concurrency: self.concurrency,
             lease_us: self.lease_us,
             heartbeat_us: self.heartbeat_us,
+            names_json: &self.names_json,
         }
     }
 }
@@ -89,7 +96,7 @@ pub(crate) async fn presence(shared: Arc<Shared>) {
 }
 
 /// Marks the worker stopped at graceful shutdown (a few tries; a worker that cannot say
-/// goodbye stops being alive once its lease has passed without a beat).
+/// goodbye is listed lost two heartbeat intervals after its last beat).
 pub(crate) async fn deregister(shared: &Shared) {
     for attempt in 0..3 {
         match within!(shared, control, |c| shared

@@ -78,11 +78,12 @@ pub(crate) fn idle_limit(statement_timeout: Duration) -> Duration {
 
 /// On SQLite, the rule of docs/semantics.md ("Leases under write-lock contention"): a renewal
 /// may wait up to the busy timeout for the write lock, so the lease must survive that wait,
-/// `lease − heartbeat − min(cancel grace, lease / 2) ≥ busy timeout`.
+/// `lease − heartbeat − min(cancel grace, lease / 2) ≥ busy timeout`. `grace` is the cancel
+/// grace and whether it is the default (`min(5 s, lease / 2)`, which grows with the lease).
 pub(crate) fn check_sqlite_lease(
     lease: Duration,
     heartbeat: Duration,
-    cancel_grace: Duration,
+    (cancel_grace, default_grace): (Duration, bool),
     busy_timeout: Duration,
 ) -> crate::Result<()> {
     let tolerated = lease
@@ -91,12 +92,17 @@ pub(crate) fn check_sqlite_lease(
     if tolerated >= busy_timeout {
         return Ok(());
     }
-    // With heartbeat = lease / 3: lease·2/3 − grace ≥ busy while grace ≤ lease / 2, else
-    // lease / 6 ≥ busy.
-    let min_lease = if cancel_grace <= busy_timeout * 3 {
-        (busy_timeout + cancel_grace) * 3 / 2
+    // The shortest lease with heartbeat = lease / 3: lease·2/3 − grace ≥ busy while grace ≤
+    // lease / 2, else lease / 6 ≥ busy. The default grace is lease / 2 up to a 10 s lease.
+    let grace_cap = if default_grace {
+        super::config::DEFAULT_CANCEL_GRACE
     } else {
+        cancel_grace
+    };
+    let min_lease = if busy_timeout * 6 <= grace_cap * 2 {
         busy_timeout * 6
+    } else {
+        (busy_timeout + grace_cap) * 3 / 2
     };
     Err(crate::Error::LeaseBelowBusyTimeout {
         lease,
@@ -125,22 +131,28 @@ mod tests {
     fn the_suggested_lease_passes_the_sqlite_rule() {
         let s = Duration::from_secs;
         let ms = Duration::from_millis;
-        assert!(check_sqlite_lease(s(30), s(10), s(5), s(5)).is_ok());
-        assert!(check_sqlite_lease(s(15), s(5), s(5), s(5)).is_ok());
-        for (grace, busy) in [
-            (s(5), s(5)),
-            (ms(500), ms(250)),
-            (s(60), s(5)),
-            (ms(0), s(1)),
-        ] {
-            let Err(crate::Error::LeaseBelowBusyTimeout { min_lease, .. }) =
-                check_sqlite_lease(ms(1), ms(0), grace, busy)
-            else {
-                panic!("a 1 ms lease passed");
-            };
-            assert!(check_sqlite_lease(min_lease, min_lease / 3, grace, busy).is_ok());
-            let shorter = min_lease - ms(10);
-            assert!(check_sqlite_lease(shorter, shorter / 3, grace, busy).is_err());
+        let default_grace = |lease: Duration| (s(5).min(lease / 2), true);
+        assert!(check_sqlite_lease(s(30), s(10), default_grace(s(30)), s(5)).is_ok());
+        assert!(check_sqlite_lease(s(15), s(5), default_grace(s(15)), s(5)).is_ok());
+        for busy in [s(5), ms(250), s(1), ms(1_700), s(60)] {
+            for grace in [None, Some(s(5)), Some(ms(100)), Some(s(1))] {
+                let at = |lease: Duration| match grace {
+                    None => default_grace(lease),
+                    Some(g) => (g, false),
+                };
+                let Err(crate::Error::LeaseBelowBusyTimeout { min_lease, .. }) =
+                    check_sqlite_lease(ms(1), ms(0), at(ms(1)), busy)
+                else {
+                    panic!("a 1 ms lease passed");
+                };
+                let ok = check_sqlite_lease(min_lease, min_lease / 3, at(min_lease), busy);
+                assert!(ok.is_ok(), "{busy:?} {grace:?}: {ok:?}");
+                let shorter = min_lease - ms(10);
+                assert!(
+                    check_sqlite_lease(shorter, shorter / 3, at(shorter), busy).is_err(),
+                    "{busy:?} {grace:?}"
+                );
+            }
         }
     }
 

@@ -108,6 +108,20 @@ pub(crate) fn expire_locally(shared: &Shared) -> Option<Instant> {
     next
 }
 
+/// Whether it is too late to start the handler of `key`: its lease was given up (marked lost),
+/// or the watchdog's cancel point (`lease - cancel margin` after the last confirmed renewal,
+/// see [`expire_locally`]) has passed, so the lease may be over on the database clock or
+/// would be before the handler could be told. Called when the handler's task first runs,
+/// which on a busy runtime can be long after the claim. An attempt no longer in the table is
+/// too late as well.
+pub(crate) fn too_late_to_start(shared: &Shared, key: AttemptKey) -> bool {
+    let leases = shared.inflight();
+    let Some(f) = leases.get(&key) else {
+        return true;
+    };
+    f.lost || Instant::now() >= f.renewed_at + (shared.cfg.lease - cancel_margin(shared))
+}
+
 /// The watchdog: cancels handlers whose lease would end locally, independently of whether
 /// the heartbeat statement answers.
 pub(crate) async fn watchdog(shared: Arc<Shared>) {

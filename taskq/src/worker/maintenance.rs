@@ -1,8 +1,9 @@
 //! Maintenance inside every worker: the reaper (expired leases back to pending, or to dead
-//! when attempts are exhausted) and retention (deleting old terminal tasks in small batches,
+//! when attempts are exhausted), retention (deleting old terminal tasks in small batches,
 //! the identities of unique windows that have ended, the `taskq_workers` rows of workers
 //! not seen for [`WORKER_ROW_RETENTION`](crate::limits::WORKER_ROW_RETENTION), and audit rows older
-//! than the longest terminal-task retention).
+//! than the longest terminal-task retention), and the check for due tasks that no live worker
+//! handles (logged at WARN).
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -10,18 +11,29 @@ use std::time::{Duration, Instant};
 
 use super::observe::{self, OutcomeEvent, TaskOutcome};
 use super::{Shared, WorkerStats, follow, within};
-use crate::backend::{ExpiredRow, ReapRow};
+use crate::backend::{ExpiredRow, ReapRow, Reaped};
 use crate::followup::{DeadTask, payload_value};
+use crate::info::WorkerInfo;
 use crate::task::{TaskId, TaskState};
 use crate::wake;
 
 /// Rows per reaper or retention statement: small, so no statement holds locks for long.
 const BATCH: u32 = 500;
 
+/// How often the unhandled-task check runs (see [`unhandled`]); the first check comes one
+/// heartbeat interval after the worker starts, once the workers started with it have
+/// recorded themselves.
+pub(crate) const UNHANDLED_CHECK_INTERVAL: Duration = Duration::from_secs(60);
+
 pub(crate) async fn run(shared: Arc<Shared>) {
     let mut next_prune = Instant::now();
     let mut next_backlog = Instant::now();
+    let mut next_unhandled = Instant::now() + shared.cfg.heartbeat;
     loop {
+        if Instant::now() >= next_unhandled {
+            unhandled(&shared).await;
+            next_unhandled = Instant::now() + UNHANDLED_CHECK_INTERVAL;
+        }
         reap(&shared).await;
         if Instant::now() >= next_prune {
             prune(&shared).await;
@@ -42,14 +54,22 @@ pub(crate) async fn run(shared: Arc<Shared>) {
 
 /// Reaps expired leases in rounds of [`BATCH`]: a plain read of the expired rows, then the
 /// reap of those rows (see `Store::task_reap`). A task whose reap moves it to dead gets its
-/// `on_dead` follow-up in the reap's transaction; one whose name this worker does not
-/// register is not even read (only a worker that registers it knows its follow-up), so it
-/// waits for such a worker's reaper.
+/// `on_dead` follow-up in the reap's transaction. A last attempt whose name this worker does
+/// not register (only a worker that registers it knows its follow-up) is parked back to
+/// pending instead: the first worker that registers the name claims it and ends it dead
+/// without running it (`executor`), so it neither stays `running` nor counts against its
+/// queue's limit meanwhile.
+///
+/// With follow-ups, a round's reap is split into statements within the server's byte budget
+/// (`backend::budget`), and a follow-up too big for any statement is dropped first. A reap the
+/// database rejects deterministically is split until the row is alone, which is then reaped
+/// without its follow-up (logged and counted as lost, see `follow`): one bad row never stalls
+/// the reaper.
 async fn reap(shared: &Shared) {
     let mut total = 0;
     // Observers need to know exactly which rows were reaped.
     let exact = !shared.observers.is_empty();
-    loop {
+    'rounds: loop {
         let rows = match within!(shared, |c| shared.store.task_expired(
             c,
             &shared.names_json,
@@ -68,36 +88,57 @@ async fn reap(shared: &Shared) {
             break;
         }
         let found = rows.len();
-        let plan: Vec<ReapRow> = rows.iter().map(|r| plan(shared, r)).collect();
-        match within!(shared, |c| shared.store.task_reap(c, &plan, exact)).await {
-            Ok(done) => {
-                total += done.reaped;
-                WorkerStats::add(&shared.stats.follow_ups, done.followed.len() as u64);
-                for id in &done.followed {
-                    if let Some(r) = rows.iter().find(|r| r.id == *id) {
-                        crate::metrics::follow_up(&r.name, "on_dead");
-                    }
+        let mut plan: Vec<ReapRow> = rows.iter().map(|r| plan(shared, r)).collect();
+        let name = |id: u64| {
+            rows.iter()
+                .find(|r| r.id == id)
+                .map_or("", |r| r.name.as_str())
+        };
+        // Chunks still to reap, the first last; a rejected chunk comes back as its halves.
+        let mut pending: Vec<Vec<ReapRow>> = Vec::new();
+        if plan.iter().any(|r| r.follow_up.is_some()) {
+            let budget = match follow::budget(shared).await {
+                Ok(b) => b,
+                Err(e) => {
+                    WorkerStats::add(&shared.stats.db_errors, 1);
+                    tracing::warn!(error = %e, "taskq: reaper failed");
+                    break;
                 }
-                for (id, state) in &done.rows {
-                    let Some(r) = rows.iter().find(|r| r.id == *id) else {
-                        continue;
-                    };
-                    observe::emit(shared, || OutcomeEvent {
-                        task_id: TaskId(r.id),
-                        name: r.name.as_str().into(),
-                        queue: r.queue.as_str().into(),
-                        attempt: r.attempt,
-                        outcome: TaskOutcome::Reaped(*state),
-                        error: Some(reap_error(r)),
-                        duration: None,
-                        follow_up: done.followed.contains(id),
-                    });
-                }
+            };
+            for r in plan.iter_mut() {
+                follow::fit(shared, &mut r.follow_up, &budget, r.id, name(r.id));
             }
-            Err(e) => {
-                WorkerStats::add(&shared.stats.db_errors, 1);
-                tracing::warn!(error = %e, "taskq: reaper failed");
-                break;
+            let sizes = plan
+                .iter()
+                .map(|r| 48 + r.follow_up.as_ref().map_or(0, |f| f.json_len()));
+            for n in budget.chunks(sizes.collect::<Vec<_>>(), BATCH as usize) {
+                pending.push(plan.drain(..n).collect());
+            }
+            pending.reverse();
+        } else {
+            pending.push(plan);
+        }
+        while let Some(mut chunk) = pending.pop() {
+            match within!(shared, |c| shared.store.task_reap(c, &chunk, exact)).await {
+                Ok(done) => total += reaped(shared, &rows, &done),
+                Err(e) if e.is_deterministic() && chunk.iter().any(|r| r.follow_up.is_some()) => {
+                    WorkerStats::add(&shared.stats.db_errors, 1);
+                    if chunk.len() > 1 {
+                        tracing::warn!(error = %e, tasks = chunk.len(),
+                            "taskq: reap rejected; splitting it to isolate the row");
+                        let second = chunk.split_off(chunk.len() / 2);
+                        pending.push(second);
+                    } else {
+                        let r = &mut chunk[0];
+                        follow::refused(shared, &mut r.follow_up, r.id, name(r.id), &e);
+                    }
+                    pending.push(chunk);
+                }
+                Err(e) => {
+                    WorkerStats::add(&shared.stats.db_errors, 1);
+                    tracing::warn!(error = %e, "taskq: reaper failed");
+                    break 'rounds;
+                }
             }
         }
         if found < BATCH as usize {
@@ -112,6 +153,105 @@ async fn reap(shared: &Shared) {
             wake::notify(q);
         }
     }
+}
+
+/// Counts and reports one reap statement's work; returns how many rows it reaped.
+fn reaped(shared: &Shared, rows: &[ExpiredRow], done: &Reaped) -> u64 {
+    WorkerStats::add(&shared.stats.follow_ups, done.followed.len() as u64);
+    for id in &done.followed {
+        if let Some(r) = rows.iter().find(|r| r.id == *id) {
+            crate::metrics::follow_up(&r.name, "on_dead");
+        }
+    }
+    for (id, state) in &done.rows {
+        let Some(r) = rows.iter().find(|r| r.id == *id) else {
+            continue;
+        };
+        observe::emit(shared, || OutcomeEvent {
+            task_id: TaskId(r.id),
+            name: r.name.as_str().into(),
+            queue: r.queue.as_str().into(),
+            attempt: r.attempt,
+            outcome: TaskOutcome::Reaped(*state),
+            error: Some(reap_error(r)),
+            duration: None,
+            follow_up: done.followed.contains(id),
+        });
+    }
+    done.reaped
+}
+
+/// Logs (one WARN line) the due pending tasks of this worker's queues that no live worker
+/// handles: no alive worker works the queue and registers the task's name, so they stay
+/// pending, silently. One worker per queue checks it, the alive one with the smallest id
+/// among those that record their names (this worker counting as alive): the live workers'
+/// rows (one statement), then per queue it checks, the pending tasks per name (one scan of
+/// that queue's pending index entries).
+async fn unhandled(shared: &Shared) {
+    let workers: Vec<WorkerInfo> = match within!(shared, |c| shared.store.worker_list(c)).await {
+        Ok(rows) => rows.into_iter().map(WorkerInfo::from_row).collect(),
+        Err(e) => {
+            WorkerStats::add(&shared.stats.db_errors, 1);
+            tracing::warn!(error = %e, "taskq: reading live workers failed");
+            return;
+        }
+    };
+    let me: &str = &shared.worker_id;
+    let mut found = Vec::new();
+    for queue in shared.cfg.queues.keys() {
+        let checker = workers
+            .iter()
+            .filter(|w| w.alive && w.names.is_some() && w.queues.contains_key(queue))
+            .map(|w| w.id.as_str())
+            .chain([me])
+            .min();
+        if checker != Some(me) {
+            continue;
+        }
+        let pending = match within!(shared, |c| shared
+            .store
+            .task_pending_by_name(c, Some(queue)))
+        .await
+        {
+            Ok(rows) => rows,
+            Err(e) => {
+                WorkerStats::add(&shared.stats.db_errors, 1);
+                tracing::warn!(error = %e, queue = %queue, "taskq: counting pending tasks per name failed");
+                continue;
+            }
+        };
+        // This worker handles its own names, whether or not its row is written yet.
+        let pending = pending
+            .into_iter()
+            .filter(|p| !shared.handlers.contains_key(p.name.as_str()))
+            .collect();
+        found.extend(crate::info::unhandled(pending, &workers));
+    }
+    if found.is_empty() {
+        return;
+    }
+    let due: u64 = found.iter().map(|p| p.due).sum();
+    let tasks = found
+        .iter()
+        .map(|p| {
+            format!(
+                "{}/{}: {} due since {}",
+                p.queue,
+                p.name,
+                p.due,
+                p.oldest_run_at.format("%Y-%m-%dT%H:%M:%SZ")
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    tracing::warn!(
+        worker_id = %shared.worker_id,
+        due,
+        tasks = %tasks,
+        "taskq: due tasks that no live worker handles (no alive worker works their queue and \
+         registers their name), so they stay pending: run a worker that registers them, or \
+         cancel them (`taskq cancel --name NAME --state pending`)"
+    );
 }
 
 /// The reap of one expired row, with its `on_dead` follow-up when the reap moves it to dead.
@@ -140,6 +280,7 @@ fn plan(shared: &Shared, r: &ExpiredRow) -> ReapRow {
         epoch: r.lease_epoch,
         frees: r.frees.clone(),
         canceled: r.canceled,
+        parks: r.parks(),
         follow_up,
     }
 }

@@ -72,7 +72,8 @@ pub struct Worker {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ShutdownReport {
     /// Tasks still running when the shutdown timeout elapsed: their handlers were aborted and
-    /// the tasks returned to pending (epoch incremented) for another worker to start at once.
+    /// the tasks returned to pending (epoch incremented, `run_at` kept) for another worker to start
+    /// at its next free slot.
     pub released: Vec<TaskId>,
     /// Tasks whose outcome or release could not be written (database unreachable): they run
     /// again after their lease expires.
@@ -143,7 +144,7 @@ impl Worker {
         let (write_back_tx, write_back_rx) = mpsc::unbounded_channel();
         let names_json =
             serde_json::to_string(&handlers.keys().collect::<Vec<_>>()).expect("names serialize");
-        let presence = heartbeat::Presence::new(&cfg);
+        let presence = heartbeat::Presence::new(&cfg, handlers.keys().copied());
         let cfg_queues: Vec<String> = cfg.queues.keys().cloned().collect();
         let shared = Arc::new(Shared {
             store: lanes.work.clone(),
@@ -167,6 +168,7 @@ impl Worker {
             written: cfg_queues_notifiers(&cfg_queues),
             presence,
             health,
+            budget: std::sync::OnceLock::new(),
         });
         tracing::info!(worker_id = %shared.worker_id, queues = ?shared.cfg.queues, "taskq worker started");
 
@@ -359,6 +361,8 @@ pub(crate) struct Shared {
     pub presence: heartbeat::Presence,
     /// The probe's state; `within!` records each successful statement in it.
     pub health: Arc<health::HealthInner>,
+    /// The server's statement budget, read once when first needed (`follow::budget`).
+    pub budget: std::sync::OnceLock<crate::backend::budget::Budget>,
 }
 
 impl Shared {

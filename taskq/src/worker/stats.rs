@@ -20,6 +20,8 @@ pub struct WorkerStats {
     pub(crate) reaped: AtomicU64,
     pub(crate) pruned: AtomicU64,
     pub(crate) released: AtomicU64,
+    pub(crate) late_starts: AtomicU64,
+    pub(crate) lost_claims: AtomicU64,
     pub(crate) db_errors: AtomicU64,
     pub(crate) db_conflicts: AtomicU64,
     pub(crate) claim_queries: AtomicU64,
@@ -50,7 +52,8 @@ pub struct StatsSnapshot {
     /// (snoozes beyond the task's `MAX_SNOOZES` count as `retried` or `dead` instead).
     pub snoozed: u64,
     /// Attempts written back as canceled (a cancel request, `Client::cancel` on the running
-    /// task, honoured).
+    /// task, honoured), and tasks this worker's claims found with a cancel request left by an
+    /// earlier attempt and moved to `canceled` without running them.
     pub canceled: u64,
     /// Due tasks this worker's claims found past their deadline and moved to `expired`
     /// instead of running them.
@@ -70,6 +73,15 @@ pub struct StatsSnapshot {
     pub pruned: u64,
     /// Running tasks given back at shutdown.
     pub released: u64,
+    /// Claimed tasks whose handler was not started because their lease was over, or about to
+    /// be, by the time it could start (the executor started late: a busy or blocked runtime):
+    /// given back to pending without running, the attempt not counted.
+    pub late_starts: u64,
+    /// Tasks a claim took although the worker never got the claim's answer (the connection
+    /// failed, or the statement deadline passed, after the claim committed): given back to
+    /// pending without running, the attempt not counted, by the next statement of that claim
+    /// loop.
+    pub lost_claims: u64,
     /// Database errors survived (the worker backed off and retried).
     pub db_errors: u64,
     /// Of `db_errors`, statements whose transaction lost to a concurrent one and was rolled
@@ -133,6 +145,8 @@ impl WorkerStats {
             reaped: self.reaped.load(Relaxed),
             pruned: self.pruned.load(Relaxed),
             released: self.released.load(Relaxed),
+            late_starts: self.late_starts.load(Relaxed),
+            lost_claims: self.lost_claims.load(Relaxed),
             db_errors: self.db_errors.load(Relaxed),
             db_conflicts: self.db_conflicts.load(Relaxed),
             claim_queries: self.claim_queries.load(Relaxed),

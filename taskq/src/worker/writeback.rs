@@ -1,12 +1,18 @@
 //! Batched write-back: outcomes of many handlers are gathered for `write_back_delay` and written in
 //! one conditional statement (each row still guarded by its own lease epoch).
 //!
+//! A batch is written in chunks of at most [`MAX_BATCH`] outcomes whose statements stay within
+//! the server's byte budget (`backend::budget`: error texts and follow-up rows count); a
+//! follow-up too big for any statement is dropped before (see `follow`).
+//!
 //! A batch the database rejects for the data of one of its rows (a deterministic error: a
-//! trigger, a constraint) must not hold the others back: it is split in halves until the
-//! rejected rows are alone; each is logged, counted (`writeback_rejected`) and dropped, its
-//! lease left to expire so the reaper returns the task. Transient errors (connection,
-//! timeout, deadlock or Galera certification failure) retry the whole chunk; a conflict
-//! (1213) is retried after a short pause rather than the backoff.
+//! trigger, a constraint, a packet too large) must not hold the others back: it is split in
+//! halves until the rejected rows are alone. A rejected row with a follow-up is written again
+//! without it (the follow-up is logged and counted as lost); one without is logged, counted
+//! (`writeback_rejected`) and dropped, its lease left to expire so the reaper returns the
+//! task. Transient errors (connection, timeout, deadlock or Galera certification failure)
+//! retry the whole chunk; a conflict (1213) is retried after a short pause rather than the
+//! backoff.
 //!
 //! An outcome that would free a unique identity which a producer's open transaction holds
 //! (that producer's enqueue was a duplicate of this task) is deferred rather than waited for:
@@ -22,8 +28,9 @@ use tokio::task::JoinHandle;
 use super::deadline::StmtError;
 use super::lease::AttemptKey;
 use super::observe::{self, OutcomeEvent, TaskOutcome};
-use super::{Shared, WorkerStats, backoff_sleep, within};
+use super::{Shared, WorkerStats, backoff_sleep, follow, within};
 use crate::backend::WriteBack;
+use crate::backend::budget::Budget;
 use crate::metrics;
 use crate::task::TaskId;
 
@@ -135,10 +142,23 @@ async fn flush_with_retries(
     deferred: &mut Vec<WriteBack>,
 ) -> Vec<TaskId> {
     let mut left = Vec::new();
+    if batch.is_empty() {
+        return left;
+    }
+    let Some(budget) = budget_with_retries(shared, tries).await else {
+        let mut inflight = shared.inflight();
+        for f in batch.drain(..) {
+            inflight.remove(&key(&f));
+            left.push(TaskId(f.id));
+        }
+        return left;
+    };
+    for f in batch.iter_mut() {
+        follow::fit(shared, &mut f.follow_up, &budget, f.id, &f.name);
+    }
     // Chunks still to write; a rejected chunk comes back as its two halves.
     let mut pending: Vec<Vec<WriteBack>> = Vec::new();
-    while !batch.is_empty() {
-        let n = batch.len().min(MAX_BATCH);
+    for n in budget.chunks(batch.iter().map(WriteBack::json_len), MAX_BATCH) {
         pending.push(batch.drain(..n).collect());
     }
     pending.reverse();
@@ -154,7 +174,11 @@ async fn flush_with_retries(
             };
             WorkerStats::add(&shared.stats.db_errors, 1);
             if e.is_deterministic() {
-                if chunk.len() == 1 {
+                if chunk.len() == 1 && chunk[0].follow_up.is_some() {
+                    let f = &mut chunk[0];
+                    follow::refused(shared, &mut f.follow_up, f.id, &f.name, &e);
+                    pending.push(chunk);
+                } else if chunk.len() == 1 {
                     reject(shared, &chunk[0], &e);
                 } else {
                     tracing::warn!(error = %e, tasks = chunk.len(),
@@ -187,6 +211,29 @@ async fn flush_with_retries(
         }
     }
     left
+}
+
+/// The server's statement budget, tried up to `tries` times (it is read once per worker).
+async fn budget_with_retries(shared: &Shared, tries: u32) -> Option<Budget> {
+    let mut failures = 0u32;
+    loop {
+        match follow::budget(shared).await {
+            Ok(b) => return Some(b),
+            Err(e) => {
+                WorkerStats::add(&shared.stats.db_errors, 1);
+                failures += 1;
+                tracing::warn!(error = %e, failures, "taskq: reading the database's packet size failed; retrying");
+                if failures >= tries {
+                    return None;
+                }
+                if shared.stopping() {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                } else {
+                    backoff_sleep(shared, failures).await;
+                }
+            }
+        }
+    }
 }
 
 /// The lease-table key of an outcome's attempt.
