@@ -331,7 +331,7 @@ async fn the_reaper_frees_the_identity_of_a_canceled_unique_task<B: TestBackend>
         db.worker()
             .register::<Solo>()
             .lease(Duration::from_secs(60))
-            .heartbeat(Duration::from_secs(50))
+            .heartbeat(Duration::from_secs(25))
             .reaper_interval(Duration::from_secs(3600))
             .cancel_grace(Duration::from_secs(30)),
     );
@@ -632,16 +632,17 @@ async fn a_grace_longer_than_the_lease_lets_the_reaper_cancel_and_fences_the_lat
     let client = Client::new(db.pool.clone());
     let seen = Seen::default();
     let id = Long(React::Ignore).enqueue(&db.pool).await.unwrap().id;
-    // The lease (1 s) runs out long before the grace (3 s, longer than `build` allows: as a
+    // The lease (2.5 s) runs out long before the grace (5 s, longer than `build` allows: as a
     // handler blocked in synchronous code would): the worker's own reaper cancels the task
-    // while the handler is still within its grace.
+    // while the handler is still within its grace. (2.5 s: about the shortest lease that
+    // survives a renewal waiting the SQLite test pools' 1 s busy timeout.)
     let w = RunningWorker::spawn(
         db.worker()
             .register::<Long>()
             .data(seen.clone())
-            .lease(Duration::from_secs(1))
+            .lease(Duration::from_millis(2500))
             .heartbeat(Duration::from_millis(200))
-            .__unchecked_cancel_grace(Duration::from_secs(3)),
+            .__unchecked_cancel_grace(Duration::from_secs(5)),
     );
     started(&client, &seen, id).await;
     assert_eq!(client.cancel(id).await.unwrap(), Canceled::Requested);

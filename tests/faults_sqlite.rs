@@ -273,6 +273,11 @@ async fn sqlite_four_processes_under_write_load_keep_their_leases_or_are_fenced(
         long_per_process: 2,
         load_concurrency: 4,
         producers: 4,
+        busy: sq::tolerated(
+            Duration::from_secs(2),
+            Duration::from_secs(2) / 3,
+            Duration::from_millis(500),
+        ),
     };
     let run = sq::starvation(&db, fault_worker_exe(), &s).await;
     eprintln!(

@@ -49,7 +49,7 @@ async fn interleave<B: TestBackend>(db: Db<B>, a_fails: bool) {
             .register::<Fenced>()
             .data(gate.clone())
             .lease(Duration::from_secs(60))
-            .heartbeat(Duration::from_secs(50))
+            .heartbeat(Duration::from_secs(25))
             .reaper_interval(Duration::from_secs(3600))
             .cancel_grace(Duration::from_secs(30)),
     );

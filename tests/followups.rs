@@ -275,7 +275,7 @@ fn holding_worker<B: TestBackend>(db: &Db<B>, id: &str) -> taskq::WorkerBuilder 
     db.worker()
         .worker_id(id)
         .lease(Duration::from_secs(60))
-        .heartbeat(Duration::from_secs(50))
+        .heartbeat(Duration::from_secs(25))
         .reaper_interval(Duration::from_secs(3600))
         .cancel_grace(Duration::from_secs(30))
         .write_back_delay(Duration::from_millis(300))

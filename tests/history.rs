@@ -226,7 +226,7 @@ async fn a_lost_lease_is_recorded_by_the_reaper_and_a_fenced_write_back_appends_
             .register::<Gated>()
             .data(gate.clone())
             .lease(Duration::from_secs(60))
-            .heartbeat(Duration::from_secs(50))
+            .heartbeat(Duration::from_secs(25))
             .reaper_interval(Duration::from_secs(3600))
             .cancel_grace(Duration::from_secs(30)),
     );

@@ -484,8 +484,9 @@ async fn a_handler_does_not_start_on_a_lease_that_ran_out_before_its_turn<B: Tes
     let a = Blocking { n: 1 }.enqueue(&db.pool).await.unwrap().id;
     let b = Blocking { n: 2 }.enqueue(&db.pool).await.unwrap().id;
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    // (A 2 s lease survives a renewal waiting 333 ms for SQLite's write lock.)
     let worker = db
-        .worker()
+        .worker_with_busy_timeout(Duration::from_millis(250))
         .register::<Blocking>()
         .data(log.clone())
         .concurrency(2)
@@ -974,14 +975,16 @@ async fn an_invalid_backoff_or_a_grace_past_half_the_lease_is_refused_at_build<B
     let m = cfg(db.worker().register::<NanJitter>());
     assert!(m.contains("jitter NaN is outside"), "{m}");
     // The cancel grace: at most half the lease.
-    let base = || db.worker().register::<Job>().lease(Duration::from_secs(2));
+    // (On SQLite, on a pool whose busy timeout these short leases survive.)
+    let short = || db.worker_with_busy_timeout(Duration::from_millis(10));
+    let base = || short().register::<Job>().lease(Duration::from_secs(2));
     let m = cfg(base().cancel_grace(Duration::from_millis(1001)));
     assert!(m.contains("must be at most half the lease (2s)"), "{m}");
     assert!(base().cancel_grace(Duration::from_secs(1)).build().is_ok());
     // The default (5 s) is cut to half of a shorter lease rather than refused.
     assert!(base().build().is_ok());
     assert!(
-        db.worker()
+        short()
             .register::<Job>()
             .lease(Duration::from_millis(100))
             .heartbeat(Duration::from_millis(30))
@@ -996,7 +999,15 @@ async fn the_default_cancel_grace_is_half_a_short_lease<B: TestBackend>(db: Db<B
     let spawned = std::time::Instant::now();
     // Slow times out after 200 ms and ignores its signal: it is aborted after the grace, which
     // with a 1 s lease is 500 ms (a 5 s grace would outlive the lease).
-    let w = RunningWorker::spawn(worker(&db, &runs).lease(Duration::from_secs(1)));
+    // (On SQLite, on a pool whose busy timeout a 1 s lease survives: 100 ms.)
+    let w = RunningWorker::spawn(
+        db.worker_with_busy_timeout(Duration::from_millis(100))
+            .register::<Job>()
+            .register::<Slow>()
+            .data(runs.clone())
+            .data(db.pool.clone())
+            .lease(Duration::from_secs(1)),
+    );
     wait_until(
         Duration::from_secs(20),
         "the first attempt timed out",
@@ -1037,7 +1048,7 @@ impl Task for FailsUnprintably {
 async fn a_panic_after_the_handler_returned_lets_the_lease_end<B: TestBackend>(db: Db<B>) {
     let id = FailsUnprintably.enqueue(&db.pool).await.unwrap().id;
     let w = RunningWorker::spawn(
-        db.worker()
+        db.worker_with_busy_timeout(Duration::from_millis(100))
             .register::<FailsUnprintably>()
             .lease(Duration::from_secs(1)),
     );

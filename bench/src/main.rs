@@ -9,6 +9,7 @@
 //!     [--keep-db]
 //! cargo run --release -p taskq-bench -- --sqlite [--sqlite-file target/bench-sqlite.db] [--quick]
 //!     [--out target/bench-sqlite.json] [--keep-db]
+//! cargo run --release -p taskq-bench -- --fleet 32x1,64x1 [--fleet-tasks 10000]
 //! ```
 //!
 //! It creates a scratch database (`taskq_bench_<random>`), runs every measurement in it and
@@ -93,6 +94,14 @@ struct Opts {
     keep_db: bool,
     /// Only the SQLite measurements, on this file (`--sqlite`, `--sqlite-file PATH`).
     sqlite: Option<std::path::PathBuf>,
+    /// Only fleets of `workers × concurrency` (`--fleet 32x1,64x1`), each worker with its own
+    /// pool, with the server's peak connection count.
+    fleet: Vec<(usize, usize)>,
+    /// Tasks each fleet drains (`--fleet-tasks`).
+    fleet_tasks: u64,
+    /// `--fleet-shared-pool`: the fleet's workers share one pool (Worker instances in one
+    /// process) instead of one pool each (as worker processes would have).
+    fleet_shared_pool: bool,
 }
 
 /// The dashboard settings of `o`, created with their defaults by the first `--dashboard*`.
@@ -117,6 +126,9 @@ fn parse_args() -> Res<Opts> {
         dashboard: None,
         keep_db: false,
         sqlite: None,
+        fleet: Vec::new(),
+        fleet_tasks: 10_000,
+        fleet_shared_pool: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -153,12 +165,34 @@ fn parse_args() -> Res<Opts> {
             "--sqlite-file" => {
                 o.sqlite = Some(args.next().ok_or("--sqlite-file needs a path")?.into())
             }
+            "--fleet" => {
+                let spec = args
+                    .next()
+                    .ok_or("--fleet needs WORKERSxCONCURRENCY[,...]")?;
+                for one in spec.split(',') {
+                    let (w, c) = one
+                        .split_once('x')
+                        .and_then(|(w, c)| Some((w.parse().ok()?, c.parse().ok()?)))
+                        .filter(|&(w, c): &(usize, usize)| w > 0 && c > 0)
+                        .ok_or_else(|| format!("--fleet: {one:?} is not WORKERSxCONCURRENCY"))?;
+                    o.fleet.push((w, c));
+                }
+            }
+            "--fleet-shared-pool" => o.fleet_shared_pool = true,
+            "--fleet-tasks" => {
+                o.fleet_tasks = args
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .filter(|n| *n > 0)
+                    .ok_or("--fleet-tasks needs a positive number")?
+            }
             "-h" | "--help" => {
                 println!(
                     "usage: taskq-bench [--database-url URL] [--quick] [--out FILE.json] \
                      [--svg FILE.svg] [--skip-million] [--targets-only | --unknown-names | --limits]\n\
                      \x20      taskq-bench --dashboard [--dashboard-tasks N] [--requests N] \
                      [--keep-db]\n\
+                     \x20      taskq-bench --fleet 32x1,64x1 [--fleet-tasks N] [--fleet-shared-pool]\n\
                      \x20      taskq-bench --sqlite [--sqlite-file PATH] [--quick] [--out FILE.json] \
                      [--keep-db]\n\n\
                      --targets-only   only the ratio measurements, printed (a tuning aid)\n\
@@ -175,7 +209,13 @@ fn parse_args() -> Res<Opts> {
                      --sqlite-file    the SQLite file (default target/bench-sqlite.db; \
                      deleted before and after the run); implies --sqlite\n\
                      --keep-db        leave the scratch database (or SQLite file) in place and \
-                     print its name"
+                     print its name\n\
+                     --fleet 32x1,64x1  only fleets of W workers at concurrency C, each worker \
+                     with its own pool (as W processes would have; --fleet-shared-pool: one \
+                     pool for all, as W Worker instances in one process), draining \
+                     --fleet-tasks (default 10000) tasks: tasks/s, statements per task and the \
+                     server's peak connection count (FLUSH STATUS before each; needs a server \
+                     nobody else uses), printed"
                 );
                 std::process::exit(0);
             }
@@ -768,6 +808,81 @@ async fn drain_fleet(
         statements_per_task: d.get("Questions").copied().unwrap_or(0) as f64 / n as f64,
         claim_queries: claims,
         tasks_per_claim: n as f64 / claims.max(1) as f64,
+    })
+}
+
+/// A fleet run of [`fleet_peak`].
+struct FleetPeak {
+    tasks: u64,
+    secs: f64,
+    tasks_per_s: f64,
+    statements_per_task: f64,
+    /// `Max_used_connections` after the drain (reset by `FLUSH STATUS` before it).
+    peak_connections: i64,
+    /// `Threads_connected` just before the fleet started (the bench's own connections).
+    baseline_connections: i64,
+    db_errors: u64,
+}
+
+/// `workers` workers at `concurrency`, each on its own pool (one connection opened at once, up
+/// to 2, as a worker process's pool would be) or all on `pool` (`shared`), draining `n`
+/// preloaded tasks: the server's peak connection count (`Max_used_connections` after `FLUSH
+/// STATUS`) and the statements per task (`Questions`, connection set-up included).
+async fn fleet_peak(
+    pool: &MySqlPool,
+    workers: usize,
+    concurrency: usize,
+    n: u64,
+    shared: bool,
+) -> Res<FleetPeak> {
+    reset(pool).await?;
+    preload(pool, n).await?;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    sqlx::query("FLUSH STATUS").execute(pool).await?;
+    let before = server_status(pool).await?;
+    let (_, baseline): (String, String) =
+        sqlx::query_as("SHOW GLOBAL STATUS LIKE 'Threads_connected'")
+            .fetch_one(pool)
+            .await?;
+    let start = Instant::now();
+    let mut fleet = Vec::with_capacity(workers);
+    for _ in 0..workers {
+        if shared {
+            fleet.push(start_worker(pool, concurrency)?);
+            continue;
+        }
+        let own = MySqlPoolOptions::new()
+            .max_connections(2)
+            .connect_with((*pool.connect_options()).clone())
+            .await?;
+        fleet.push(start_worker(&own, concurrency)?);
+    }
+    let deadline = Instant::now() + Duration::from_secs(3600);
+    while fleet.iter().map(Running::succeeded).sum::<u64>() < n {
+        if Instant::now() > deadline {
+            return Err("fleet drain timed out".into());
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let mut db_errors = 0;
+    for w in fleet {
+        db_errors += w.stop().await?.stats.db_errors;
+    }
+    let after = server_status(pool).await?;
+    let (_, peak): (String, String) =
+        sqlx::query_as("SHOW GLOBAL STATUS LIKE 'Max_used_connections'")
+            .fetch_one(pool)
+            .await?;
+    let d = status_delta(&before, &after);
+    Ok(FleetPeak {
+        tasks: n,
+        secs,
+        tasks_per_s: n as f64 / secs,
+        statements_per_task: d.get("Questions").copied().unwrap_or(0) as f64 / n as f64,
+        peak_connections: peak.parse()?,
+        baseline_connections: baseline.parse()?,
+        db_errors,
     })
 }
 
@@ -1621,8 +1736,9 @@ async fn run(opts: Opts) -> Res<()> {
     sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE `{db}`")))
         .execute(&mut admin)
         .await?;
+    // A fleet run counts the server's connections: the bench itself keeps to one.
     let pool = MySqlPoolOptions::new()
-        .max_connections(40)
+        .max_connections(if opts.fleet.is_empty() { 40 } else { 1 })
         .connect_with(server.clone().database(&db))
         .await?;
     let result = bench(&opts, &pool).await;
@@ -1654,6 +1770,39 @@ async fn bench(opts: &Opts, pool: &MySqlPool) -> Res<()> {
     }
     if opts.limits_only {
         return limits_only(&sz, pool).await;
+    }
+    if !opts.fleet.is_empty() {
+        eprintln!("machine: {}", machine());
+        eprintln!("server: {}", server_settings(pool).await?);
+        for &(workers, concurrency) in &opts.fleet {
+            let f = fleet_peak(
+                pool,
+                workers,
+                concurrency,
+                opts.fleet_tasks,
+                opts.fleet_shared_pool,
+            )
+            .await?;
+            println!(
+                "fleet {workers} x {concurrency} ({}): {} tasks in {:.1} s, {} tasks/s, {:.2} statements/task, \
+                 peak {} server connections (Max_used_connections; {} of them the bench's own \
+                 before the fleet started: {:.2} per worker), db errors {}",
+                if opts.fleet_shared_pool {
+                    "one shared pool"
+                } else {
+                    "a pool each"
+                },
+                f.tasks,
+                f.secs,
+                fmt_rate(f.tasks_per_s),
+                f.statements_per_task,
+                f.peak_connections,
+                f.baseline_connections,
+                (f.peak_connections - f.baseline_connections) as f64 / workers as f64,
+                f.db_errors
+            );
+        }
+        return Ok(());
     }
     let conns = [1usize, 4, 16];
     let machine = machine();

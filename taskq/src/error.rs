@@ -95,6 +95,28 @@ pub enum Error {
     /// Invalid worker configuration (zero concurrency, heartbeat not shorter than the lease...).
     #[error("invalid worker configuration: {0}")]
     Config(String),
+    /// On SQLite, the worker's lease would not survive a renewal that waits the busy timeout
+    /// for the write lock: `lease − heartbeat − min(cancel grace, lease / 2)` must be at least
+    /// the pool's busy timeout (see docs/semantics.md, "Leases under write-lock contention").
+    #[error(
+        "lease of {lease:?} is too short for the SQLite busy timeout of {busy_timeout:?}: a lease renewal may wait that long for the write lock, and this lease survives a wait of only {tolerated:?} (lease {lease:?} − heartbeat {heartbeat:?} − min(cancel grace {cancel_grace:?}, lease / 2)); use a lease of at least {min_lease:?} (with the default heartbeat, a third of it), or give the pool a shorter busy timeout (SqliteConnectOptions::busy_timeout)"
+    )]
+    LeaseBelowBusyTimeout {
+        /// The worker's lease.
+        lease: Duration,
+        /// Its heartbeat interval.
+        heartbeat: Duration,
+        /// Its cancel grace.
+        cancel_grace: Duration,
+        /// The busy timeout of the pool the worker was built with.
+        busy_timeout: Duration,
+        /// How long a renewal may be held off without losing a lease:
+        /// `lease − heartbeat − min(cancel grace, lease / 2)`.
+        tolerated: Duration,
+        /// The shortest lease that satisfies the rule with a heartbeat of a third of it and
+        /// this cancel grace.
+        min_lease: Duration,
+    },
     /// Two registered tasks use the same stable name.
     ///
     /// The message names both types by their last path segment, or by their full paths when
@@ -233,6 +255,22 @@ impl Error {
                 .field("holder", holder)
                 .finish(),
             Error::Config(m) => f.debug_tuple("Config").field(m).finish(),
+            Error::LeaseBelowBusyTimeout {
+                lease,
+                heartbeat,
+                cancel_grace,
+                busy_timeout,
+                tolerated,
+                min_lease,
+            } => f
+                .debug_struct("LeaseBelowBusyTimeout")
+                .field("lease", lease)
+                .field("heartbeat", heartbeat)
+                .field("cancel_grace", cancel_grace)
+                .field("busy_timeout", busy_timeout)
+                .field("tolerated", tolerated)
+                .field("min_lease", min_lease)
+                .finish(),
             Error::DuplicateTaskName {
                 name,
                 first,

@@ -86,7 +86,7 @@ pub use worker::{Worker, WorkerBuilder, run_registered};
 /// ```
 #[cfg(feature = "sqlite")]
 pub mod sqlite {
-    pub use crate::backend::sqlite::{begin, connect, open};
+    pub use crate::backend::sqlite::{begin, connect, connect_with, open};
     pub use taskq_sqlite::connect::{DEFAULT_BUSY_TIMEOUT, DEFAULT_MAX_CONNECTIONS, tune};
 }
 

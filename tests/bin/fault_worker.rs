@@ -5,8 +5,12 @@
 //! ```text
 //! taskq-fault-worker --url mysql://root@127.0.0.1:PORT/faults --id A-1 \
 //!     [--lease-ms 2000] [--heartbeat-ms 500] [--reaper-ms 200] [--shutdown-ms 5000] [--concurrency 8] [--grace-ms 500]
-//! taskq-fault-worker --url sqlite:///tmp/faults.db --id A-1 [--queues load:4,orders:8] ...
+//! taskq-fault-worker --url sqlite:///tmp/faults.db --id A-1 [--queues load:4,orders:8] [--busy-ms N] [--events-busy-ms N] ...
 //! ```
+//!
+//! On SQLite the worker's pool's busy timeout is `--busy-ms`, by default the longest the lease
+//! allows (`lease − heartbeat − min(grace, lease / 2)`: 1 s with the defaults); handlers write
+//! on that pool too, or on one with `--events-busy-ms`.
 //!
 //! On MySQL it works the `faults` queue with the [`Hold`] task. On SQLite (a `sqlite:` URL) it
 //! handles every scenario task ([`Hold`], [`Ship`], [`Work`], [`Poison`], [`PoisonTimed`]) and
@@ -46,14 +50,39 @@ async fn main() {
     let concurrency: usize = opts.get("concurrency").map_or(8, |v| v.parse().unwrap());
 
     let builder = if url.starts_with("sqlite:") {
-        let pool = taskq::sqlite::connect(url).await.expect("open the file");
-        let mut b = taskq::Worker::builder(pool.clone())
+        // The longest busy timeout the lease allows (lease − heartbeat − min(grace, lease / 2),
+        // checked by `build`), unless `--busy-ms` says otherwise.
+        let (lease, heartbeat) = (ms("lease-ms", 2000), ms("heartbeat-ms", 500));
+        let tolerated = lease - heartbeat - ms("grace-ms", 500).min(lease / 2);
+        let busy = opts.get("busy-ms").map_or(tolerated, |v| {
+            Duration::from_millis(v.parse().expect("a number"))
+        });
+        let options = taskq_sqlite::connect_options_from_url(url)
+            .expect("a sqlite URL")
+            .busy_timeout(busy);
+        let pool = taskq_sqlite::connect::open_with(options, 8)
+            .await
+            .expect("open the file");
+        // Handlers write on the same pool, or on one with `--events-busy-ms` (so that their
+        // records outlast a lock hold the worker's lease does not).
+        let events = match opts.get("events-busy-ms") {
+            None => pool.clone(),
+            Some(v) => {
+                let options = taskq_sqlite::connect_options_from_url(url)
+                    .expect("a sqlite URL")
+                    .busy_timeout(Duration::from_millis(v.parse().expect("a number")));
+                taskq_sqlite::connect::open_with(options, 8)
+                    .await
+                    .expect("open the file")
+            }
+        };
+        let mut b = taskq::Worker::builder(pool)
             .register::<Hold>()
             .register::<Ship>()
             .register::<Work>()
             .register::<Poison>()
             .register::<PoisonTimed>()
-            .data(pool)
+            .data(events)
             .data(Seen::default());
         let queues = opts
             .get("queues")

@@ -512,12 +512,12 @@ async fn sqlite_starve(args: &Args) {
         .collect();
     let exe = exe();
     println!(
-        "## SQLite: {processes} processes on one file under write load (heartbeat = lease / 3, busy timeout 5 s)\n"
+        "## SQLite: {processes} processes on one file under write load (heartbeat = lease / 3, cancel grace 0.5 s; busy timeout of every pool: --busy-ms, else the longest the lease allows)\n"
     );
     println!(
-        "| lease | short tasks run per process | long leases lost | least lease time left per process (s) | statement timeouts / db errors per process | producer tx (busy) | time |"
+        "| lease | busy timeout | short tasks run per process | long leases lost | least lease time left per process (s) | statement timeouts / db errors per process | producer tx (busy) | time |"
     );
-    println!("|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|");
     for lease_ms in leases {
         let db = SqliteFaultDb::create().await;
         let lease = Duration::from_millis(lease_ms);
@@ -528,12 +528,17 @@ async fn sqlite_starve(args: &Args) {
             long_per_process: 2,
             load_concurrency: args.num("concurrency", 8) as usize,
             producers: args.num("producers", 4) as usize,
+            busy: args.opts.get("busy-ms").map_or_else(
+                || sq::tolerated(lease, lease / 3, Duration::from_millis(500)),
+                |v| Duration::from_millis(v.parse().expect("busy-ms: a number")),
+            ),
         };
         let run = sq::starvation(&db, &exe, &s).await;
         let check = run.executions.check();
         println!(
-            "| {:.0} s | {} | {} of {} | {} | {} | {} ({}) | {:.0} s{} |",
+            "| {:.0} s | {:.2} s | {} | {} of {} | {} | {} | {} ({}) | {:.0} s{} |",
             lease.as_secs_f64(),
+            s.busy.as_secs_f64(),
             run.load_share
                 .iter()
                 .map(|(_, n)| n.to_string())

@@ -495,6 +495,12 @@ pub struct ChildSettings {
     /// `queue:concurrency,...` to work instead of `faults` (SQLite children only).
     pub queues: Option<String>,
     pub cancel_grace: Duration,
+    /// SQLite children: the pool's busy timeout (`--busy-ms`; default: the longest the lease
+    /// allows, `lease − heartbeat − min(cancel grace, lease / 2)`).
+    pub busy: Option<Duration>,
+    /// SQLite children: the busy timeout of the pool handlers record their events on
+    /// (`--events-busy-ms`; default: the worker's pool).
+    pub events_busy: Option<Duration>,
 }
 
 impl Default for ChildSettings {
@@ -507,6 +513,8 @@ impl Default for ChildSettings {
             concurrency: 8,
             queues: None,
             cancel_grace: Duration::from_millis(500),
+            busy: None,
+            events_busy: None,
         }
     }
 }
@@ -542,6 +550,12 @@ impl ChildWorker {
             .args(["--concurrency", &s.concurrency.to_string()])
             .args(["--grace-ms", &ms(s.cancel_grace)])
             .args(s.queues.iter().flat_map(|q| ["--queues", q.as_str()]))
+            .args(s.busy.iter().flat_map(|b| ["--busy-ms".to_owned(), ms(*b)]))
+            .args(
+                s.events_busy
+                    .iter()
+                    .flat_map(|b| ["--events-busy-ms".to_owned(), ms(*b)]),
+            )
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())

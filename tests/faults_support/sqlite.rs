@@ -89,6 +89,20 @@ impl SqliteFaultDb {
         }
     }
 
+    /// A pool on the file with taskq's settings and busy timeout `busy`, opened lazily (for a
+    /// worker whose lease does not survive the 5 s default: `WorkerBuilder::build` requires
+    /// `lease − heartbeat − min(cancel grace, lease / 2) ≥ busy timeout`; see [`tolerated`]).
+    pub fn pool_with_busy_timeout(&self, busy: Duration) -> SqlitePool {
+        sqlx::sqlite::SqlitePoolOptions::new()
+            .max_connections(8)
+            .connect_lazy_with(
+                taskq::sqlite::tune(
+                    sqlx::sqlite::SqliteConnectOptions::new().filename(&self.file.path),
+                )
+                .busy_timeout(busy),
+            )
+    }
+
     /// Logs every task state change into `fault_transitions` (a trigger).
     pub async fn log_transitions(&self) {
         sqlx::raw_sql(TRANSITION_TRIGGER)
@@ -233,10 +247,19 @@ async fn enqueue_holds(pool: &SqlitePool, n: usize) -> Vec<u64> {
     ids
 }
 
-/// The in-process worker (the test process is another process on the file).
+/// How long a worker's renewal may wait for the write lock without losing a lease:
+/// `lease − heartbeat − min(cancel grace, lease / 2)`, the longest busy timeout
+/// `WorkerBuilder::build` accepts for these settings.
+pub fn tolerated(lease: Duration, heartbeat: Duration, cancel_grace: Duration) -> Duration {
+    lease - heartbeat - cancel_grace.min(lease / 2)
+}
+
+/// The in-process worker (the test process is another process on the file), on a pool whose
+/// busy timeout its lease allows (the default cancel grace of 5 s).
 fn other_worker(db: &SqliteFaultDb, id: &str, s: &ChildSettings) -> RunningWorker {
+    let busy = tolerated(s.lease, s.heartbeat, Duration::from_secs(5));
     RunningWorker::spawn(
-        fast_worker(&db.pool)
+        fast_worker(&db.pool_with_busy_timeout(busy))
             .register::<Hold>()
             .queue("faults", 8)
             .worker_id(id)
@@ -852,6 +875,9 @@ pub struct StarveSettings {
     /// Producers in the test process enqueueing one short task per transaction, until the
     /// long tasks are done.
     pub producers: usize,
+    /// Busy timeout of every pool: the producers' and the worker processes' (the longest the
+    /// lease allows, [`tolerated`], keeps the rule `WorkerBuilder::build` checks).
+    pub busy: Duration,
 }
 
 /// Result of the starvation measurement.
@@ -880,6 +906,7 @@ pub struct StarveRun {
 /// how the short tasks were shared, whether any long lease was lost, and the closest a lease
 /// came to expiring.
 pub async fn starvation(db: &SqliteFaultDb, exe: &Path, s: &StarveSettings) -> StarveRun {
+    let producer_pool = db.pool_with_busy_timeout(s.busy);
     let pool = &db.pool;
     let mut long = HashMap::new();
     for p in 0..s.processes {
@@ -915,6 +942,7 @@ pub async fn starvation(db: &SqliteFaultDb, exe: &Path, s: &StarveSettings) -> S
                 "load:{},long-{p}:{}",
                 s.load_concurrency, s.long_per_process
             )),
+            busy: Some(s.busy),
             ..ChildSettings::default()
         };
         children.push(ChildWorker::spawn(exe, &db.url, &format!("starve-{p}"), &cs).await);
@@ -926,8 +954,12 @@ pub async fn starvation(db: &SqliteFaultDb, exe: &Path, s: &StarveSettings) -> S
     let busy = Arc::new(AtomicU64::new(0));
     let mut producers = Vec::new();
     for _ in 0..s.producers {
-        let (pool, stop, produced, busy) =
-            (pool.clone(), stop.clone(), produced.clone(), busy.clone());
+        let (pool, stop, produced, busy) = (
+            producer_pool.clone(),
+            stop.clone(),
+            produced.clone(),
+            busy.clone(),
+        );
         producers.push(tokio::spawn(async move {
             while !stop.load(Ordering::Relaxed) {
                 match taskq::sqlite::begin(&pool).await {
@@ -1109,6 +1141,11 @@ pub async fn lock_hold_trial(
 ) -> LockHoldTrial {
     let ids = enqueue_holds(&db.pool, tasks).await;
     let a_id = format!("locked-{trial}");
+    // The handlers record their cancellation during the hold: on a pool that waits it out.
+    let settings = &ChildSettings {
+        events_busy: Some(Duration::from_secs(5).max(hold)),
+        ..settings.clone()
+    };
     let a = ChildWorker::spawn(exe, &db.url, &a_id, settings).await;
     db.wait_started_by(&ids, &a_id, Duration::from_secs(30))
         .await;

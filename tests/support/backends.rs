@@ -66,6 +66,10 @@ pub trait TestBackend:
     /// A second pool on the same database (another "process").
     fn another_pool(db: &Db<Self>, max: u32) -> impl Future<Output = Pool<Self>> + Send;
 
+    /// On SQLite a pool on the same file whose busy timeout is `busy` (opened lazily); on
+    /// MySQL the test's pool (no busy timeout there).
+    fn pool_with_busy_timeout(db: &Db<Self>, busy: Duration) -> Pool<Self>;
+
     /// Runs `sql` and returns the rows it changed.
     fn exec(pool: &Pool<Self>, sql: &str) -> impl Future<Output = u64> + Send;
 
@@ -282,6 +286,13 @@ impl<B: TestBackend> Db<B> {
     pub fn worker(&self) -> taskq::WorkerBuilder {
         crate::fast_worker(&self.pool)
     }
+
+    /// [`worker`](Self::worker) on a pool whose SQLite busy timeout is `busy`: for a lease too
+    /// short for [`SQLITE_TEST_BUSY_TIMEOUT`] (`WorkerBuilder::build` requires `lease −
+    /// heartbeat − min(cancel grace, lease / 2) ≥ busy timeout`).
+    pub fn worker_with_busy_timeout(&self, busy: Duration) -> taskq::WorkerBuilder {
+        crate::fast_worker(&B::pool_with_busy_timeout(self, busy))
+    }
 }
 
 impl Db<MySql> {
@@ -387,6 +398,10 @@ impl TestBackend for MySql {
         db._guard.pool_with(max).await
     }
 
+    fn pool_with_busy_timeout(db: &Db<Self>, _busy: Duration) -> Pool<Self> {
+        db.pool.clone()
+    }
+
     async fn create_empty() -> Option<Db<Self>> {
         TestDb::empty_or_skip().await.map(Db::from_test_db)
     }
@@ -480,6 +495,21 @@ impl Drop for SqliteFile {
     }
 }
 
+/// Busy timeout of the SQLite test databases' pools: short enough for the test leases (a
+/// worker's lease must survive a renewal that waits the busy timeout: `lease − heartbeat −
+/// min(cancel grace, lease / 2) ≥ busy timeout`, checked by `WorkerBuilder::build`), e.g. a
+/// 3 s lease with a 200 ms heartbeat and the default grace.
+pub const SQLITE_TEST_BUSY_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// A pool on the test database file at `path` with taskq's settings and
+/// [`SQLITE_TEST_BUSY_TIMEOUT`].
+async fn open_test_file(path: &std::path::Path) -> Pool<Sqlite> {
+    let opts = taskq_sqlite::connect::connect_options(path).busy_timeout(SQLITE_TEST_BUSY_TIMEOUT);
+    taskq_sqlite::connect::open_with(opts, taskq_sqlite::connect::DEFAULT_MAX_CONNECTIONS)
+        .await
+        .expect("open a SQLite file in the temp directory")
+}
+
 impl TestBackend for Sqlite {
     const LABEL: &'static str = "sqlite";
     type Guard = SqliteFile;
@@ -541,9 +571,7 @@ impl TestBackend for Sqlite {
 
     async fn create_empty() -> Option<Db<Self>> {
         let file = SqliteFile::new();
-        let pool = taskq::sqlite::open(&file.path)
-            .await
-            .expect("open a SQLite file in the temp directory");
+        let pool = open_test_file(&file.path).await;
         Some(Db { pool, _guard: file })
     }
 
@@ -574,9 +602,7 @@ impl TestBackend for Sqlite {
 
     async fn create() -> Option<Db<Self>> {
         let file = SqliteFile::new();
-        let pool = taskq::sqlite::open(&file.path)
-            .await
-            .expect("open a SQLite file in the temp directory");
+        let pool = open_test_file(&file.path).await;
         taskq::migrate(&pool)
             .await
             .expect("taskq migrations apply on SQLite");
@@ -586,9 +612,12 @@ impl TestBackend for Sqlite {
     async fn another_pool(db: &Db<Self>, max: u32) -> Pool<Self> {
         sqlx::sqlite::SqlitePoolOptions::new()
             .max_connections(max)
-            .connect_with(taskq::sqlite::tune(
-                sqlx::sqlite::SqliteConnectOptions::new().filename(&db._guard.path),
-            ))
+            .connect_with(
+                taskq::sqlite::tune(
+                    sqlx::sqlite::SqliteConnectOptions::new().filename(&db._guard.path),
+                )
+                .busy_timeout(SQLITE_TEST_BUSY_TIMEOUT),
+            )
             .await
             .expect("open the test's SQLite file")
     }
@@ -618,6 +647,14 @@ impl TestBackend for Sqlite {
 
     async fn begin(pool: &Pool<Self>) -> sqlx::Transaction<'static, Self> {
         taskq::sqlite::begin(pool).await.expect("begin immediate")
+    }
+
+    fn pool_with_busy_timeout(db: &Db<Self>, busy: Duration) -> Pool<Self> {
+        sqlx::sqlite::SqlitePoolOptions::new()
+            .max_connections(4)
+            .connect_lazy_with(
+                taskq_sqlite::connect::connect_options(&db._guard.path).busy_timeout(busy),
+            )
     }
 }
 

@@ -20,6 +20,7 @@
 //! cargo run -p example-orders -- place 5 && cargo run -p example-orders -- watch
 //! ```
 
+use std::str::FromStr;
 use std::time::Duration;
 
 use sqlx::{MySqlPool, SqlitePool};
@@ -230,11 +231,18 @@ async fn unexported(db: &Db, first: i64, last: i64) -> Result<i64, sqlx::Error> 
 
 /// Opens the database of `url` (creating a MySQL database or a SQLite file if missing),
 /// applies taskq's migrations and creates the `orders` table.
-async fn open(url: &str) -> Result<Db, Box<dyn std::error::Error>> {
+async fn open(url: &str, lease: Duration) -> Result<Db, Box<dyn std::error::Error>> {
     // Errors say what to check when no server answers or the file cannot be opened (not
     // sqlx's `Io(Os { .. })`).
     if url.starts_with("sqlite:") {
-        let pool = taskq::sqlite::connect(url).await?;
+        // The busy timeout a worker's renewal may wait out without losing the demo's short
+        // lease (`WorkerBuilder::build` checks it): lease − heartbeat (lease / 4) −
+        // min(cancel grace (5 s), lease / 2); 0.5 s for the default 2 s lease.
+        let busy = (lease - lease / 4 - (lease / 2).min(Duration::from_secs(5)))
+            .min(taskq::sqlite::DEFAULT_BUSY_TIMEOUT);
+        let opts = sqlx::sqlite::SqliteConnectOptions::from_str(url)?;
+        let pool =
+            taskq::sqlite::connect_with(taskq::sqlite::tune(opts).busy_timeout(busy)).await?;
         taskq::migrate(&pool).await?;
         sqlx::query(
             "CREATE TABLE IF NOT EXISTS orders (
@@ -425,7 +433,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
         );
     }
-    let db = open(&url).await?;
+    let db = open(&url, args.lease).await?;
 
     let worker = |slow: Duration, lease: Duration| -> WorkerBuilder {
         let builder = match &db {

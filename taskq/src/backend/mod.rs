@@ -96,6 +96,19 @@ pub struct StoreHandle(pub(crate) Store);
 #[doc(hidden)]
 pub struct ConnHandle<'c>(pub(crate) Conn<'c>);
 
+/// How a pool of the worker is set up (see `worker::lanes`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct WorkerPool {
+    /// Most connections.
+    pub connections: u32,
+    /// Deadline of every worker statement (half the lease); also bounds server-side lock waits.
+    pub statement_timeout: std::time::Duration,
+    /// How long the server keeps a silent session (MySQL).
+    pub session_timeout: std::time::Duration,
+    /// Idle connections are not handed out, and are closed, past this (MySQL).
+    pub idle_limit: std::time::Duration,
+}
+
 /// A pool handle of one backend. Cheap to clone.
 #[derive(Debug, Clone)]
 pub(crate) enum Store {
@@ -255,17 +268,27 @@ impl Store {
         })
     }
 
-    /// The worker's own pool of at most `connections`, with the same connect options as this
-    /// one (see the backends' `worker_store`).
-    pub(crate) fn worker_store(
-        &self,
-        connections: u32,
-        statement_timeout: std::time::Duration,
-    ) -> Store {
+    /// A pool for the worker (one of its lanes, see `worker::lanes`), with the same connect
+    /// options as this one (see the backends' `worker_store`).
+    pub(crate) fn worker_store(&self, spec: WorkerPool) -> Store {
         match self {
-            Store::MySql(s) => Store::MySql(s.worker_store(connections, statement_timeout)),
+            Store::MySql(s) => Store::MySql(s.worker_store(spec)),
             #[cfg(feature = "sqlite")]
-            Store::Sqlite(s) => Store::Sqlite(s.worker_store(connections, statement_timeout)),
+            Store::Sqlite(s) => Store::Sqlite(s.worker_store(spec)),
+        }
+    }
+
+    /// Connections open in the pool right now.
+    pub(crate) fn size(&self) -> u32 {
+        on_store!(self, s => s.pool().size())
+    }
+
+    /// The busy timeout of the pool's connections, on SQLite (`None` on MySQL).
+    pub(crate) fn busy_timeout(&self) -> Option<std::time::Duration> {
+        match self {
+            Store::MySql(_) => None,
+            #[cfg(feature = "sqlite")]
+            Store::Sqlite(s) => Some(s.busy_timeout()),
         }
     }
 

@@ -45,19 +45,31 @@ impl Store {
         &self.pool
     }
 
-    /// The worker's own pool: same connect options as the user's, READ COMMITTED sessions,
-    /// no ping before each use (a broken connection fails one statement, which is retried).
-    pub(crate) fn worker_store(&self, connections: u32, statement_timeout: Duration) -> Self {
+    /// A pool of the worker: same connect options as the user's, READ COMMITTED sessions, no
+    /// ping before each use (a broken connection fails one statement, which is retried).
+    /// Server-side lock waits end at the statement deadline (`innodb_lock_wait_timeout`), and
+    /// a session that goes silent (frozen process, black-holed network), in a transaction or
+    /// not, is closed by the server after `spec.session_timeout` (`wait_timeout`,
+    /// `net_read_timeout`, `net_write_timeout`), which rolls its transaction back and releases
+    /// its locks. Idle connections are closed by the pool before that: never handed out past
+    /// `spec.idle_limit`, and reaped every half of it.
+    pub(crate) fn worker_store(&self, spec: super::WorkerPool) -> Self {
         let opts = (*self.pool.connect_options()).clone();
-        // Server-side lock waits end no later than the statement deadline (whole seconds).
-        let lock_wait_secs = statement_timeout.as_secs().max(1);
+        // Whole seconds; the lock wait no later than the statement deadline.
+        let lock_wait_secs = spec.statement_timeout.as_secs().max(1);
+        let session_secs = spec.session_timeout.as_secs().max(1);
+        let idle_limit = spec.idle_limit;
         let pool = sqlx::mysql::MySqlPoolOptions::new()
-            .max_connections(connections)
+            .max_connections(spec.connections.max(1))
             .min_connections(0)
-            .acquire_timeout(statement_timeout)
+            .acquire_timeout(spec.statement_timeout)
             .test_before_acquire(false)
+            .idle_timeout(idle_limit / 2)
+            .before_acquire(move |_conn, meta| {
+                Box::pin(async move { Ok(meta.idle_for < idle_limit) })
+            })
             .after_connect(move |conn, _meta| {
-                Box::pin(async move { session_setup(conn, lock_wait_secs).await })
+                Box::pin(async move { session_setup(conn, lock_wait_secs, session_secs).await })
             })
             .connect_lazy_with(opts);
         Self { pool }
@@ -2431,17 +2443,28 @@ async fn write_back_rows<'f>(
 
 /// Per-connection setup of the worker's own pool: READ COMMITTED, so claim scans take no gap
 /// locks that would make producers' inserts wait; row-lock waits end after `lock_wait_secs`
-/// (the worker's statement deadline) instead of InnoDB's default 50 s.
+/// (the worker's statement deadline) instead of InnoDB's default 50 s; and the server closes
+/// the session once it has been silent for `session_secs` (`wait_timeout` between statements,
+/// in a transaction or not; `net_read_timeout` / `net_write_timeout` within one packet),
+/// instead of 8 hours.
 pub(crate) async fn session_setup(
     conn: &mut MySqlConnection,
     lock_wait_secs: u64,
+    session_secs: u64,
 ) -> sqlx::Result<()> {
     sqlx::query!("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
         .execute(&mut *conn)
         .await?;
-    sqlx::query!("SET SESSION innodb_lock_wait_timeout = ?", lock_wait_secs)
-        .execute(&mut *conn)
-        .await?;
+    sqlx::query!(
+        "SET SESSION innodb_lock_wait_timeout = ?, wait_timeout = ?,
+             net_read_timeout = ?, net_write_timeout = ?",
+        lock_wait_secs,
+        session_secs,
+        session_secs,
+        session_secs
+    )
+    .execute(&mut *conn)
+    .await?;
     Ok(())
 }
 

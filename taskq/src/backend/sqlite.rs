@@ -33,6 +33,25 @@ pub(crate) fn is_busy(e: &dyn sqlx::error::DatabaseError) -> bool {
             .is_some_and(|c| c.parse::<i32>().is_ok_and(|n| n & 0xff == 5))
 }
 
+/// The busy timeout set on `opts`. sqlx 0.9 has no getter for it, so it is read from the
+/// options' `Debug` text (`busy_timeout: 5s`); `None` if that text has no such field.
+fn busy_timeout_of(opts: &SqliteConnectOptions) -> Option<Duration> {
+    let text = format!("{opts:?}");
+    let rest = &text[text.find("busy_timeout: ")? + "busy_timeout: ".len()..];
+    let value = &rest[..rest.find([',', ' ', '}']).unwrap_or(rest.len())];
+    let split = value.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
+    let (number, unit) = value.split_at(split);
+    let number: f64 = number.parse().ok()?;
+    let nanos = match unit {
+        "s" => 1e9,
+        "ms" => 1e6,
+        "µs" | "us" => 1e3,
+        "ns" => 1.0,
+        _ => return None,
+    };
+    Some(Duration::from_nanos((number * nanos).round() as u64))
+}
+
 /// Whether a database error is SQLite's `SQLITE_TOOBIG` (a string or blob over its length
 /// limit) or `SQLITE_CONSTRAINT` (a constraint, or a trigger's `RAISE(ABORT, ..)`): the
 /// statement fails the same way every time.
@@ -61,15 +80,29 @@ pub async fn connect(url: &str) -> crate::Result<SqlitePool> {
     } else {
         q::connect_options(url)
     };
-    open_with(opts).await
+    connect_with(opts).await
 }
 
 /// [`connect`] on a file path.
 pub async fn open(path: impl AsRef<std::path::Path>) -> crate::Result<SqlitePool> {
-    open_with(q::connect_options(path)).await
+    connect_with(q::connect_options(path)).await
 }
 
-async fn open_with(opts: SqliteConnectOptions) -> crate::Result<SqlitePool> {
+/// [`connect`] with your options, e.g. taskq's settings and a busy timeout that suits a short
+/// lease (`WorkerBuilder::build` requires `lease − heartbeat − min(cancel grace, lease / 2) ≥
+/// busy timeout`):
+///
+/// ```no_run
+/// # async fn f() -> taskq::Result<()> {
+/// use std::{str::FromStr, time::Duration};
+/// let opts = sqlx::sqlite::SqliteConnectOptions::from_str("sqlite://app.db").unwrap();
+/// let pool = taskq::sqlite::connect_with(
+///     taskq::sqlite::tune(opts).busy_timeout(Duration::from_millis(500)),
+/// )
+/// .await?;
+/// # Ok(()) }
+/// ```
+pub async fn connect_with(opts: SqliteConnectOptions) -> crate::Result<SqlitePool> {
     let path = opts.get_filename().display().to_string();
     q::connect::open_with(opts, q::connect::DEFAULT_MAX_CONNECTIONS)
         .await
@@ -240,17 +273,25 @@ impl Store {
         &self.pool
     }
 
-    /// The worker's own pool on the same file: taskq's settings (WAL, busy timeout,
-    /// `synchronous = NORMAL`) over the user's options; no ping before each use.
-    pub(crate) fn worker_store(&self, connections: u32, statement_timeout: Duration) -> Self {
-        let opts: SqliteConnectOptions = q::tune((*self.pool.connect_options()).clone());
+    /// A pool of the worker on the same file: taskq's settings (WAL, `synchronous = NORMAL`)
+    /// over the user's options, and the user's busy timeout; no ping before each use.
+    pub(crate) fn worker_store(&self, spec: super::WorkerPool) -> Self {
+        let busy = self.busy_timeout();
+        let opts: SqliteConnectOptions =
+            q::tune((*self.pool.connect_options()).clone()).busy_timeout(busy);
         let pool = SqlitePoolOptions::new()
-            .max_connections(connections.max(1))
+            .max_connections(spec.connections.max(1))
             .min_connections(0)
-            .acquire_timeout(statement_timeout)
+            .acquire_timeout(spec.statement_timeout)
             .test_before_acquire(false)
             .connect_lazy_with(opts);
         Self { pool }
+    }
+
+    /// The busy timeout of this pool's connections (`SqliteConnectOptions::busy_timeout`;
+    /// [`DEFAULT_BUSY_TIMEOUT`](q::connect::DEFAULT_BUSY_TIMEOUT) if it cannot be read).
+    pub(crate) fn busy_timeout(&self) -> Duration {
+        busy_timeout_of(&self.pool.connect_options()).unwrap_or(q::connect::DEFAULT_BUSY_TIMEOUT)
     }
 
     /// A write transaction (`BEGIN IMMEDIATE`: the write lock at once).
@@ -1063,4 +1104,28 @@ fn unhex(s: &str) -> Vec<u8> {
         .chunks(2)
         .map(|p| digit(p[0]) << 4 | digit(*p.get(1).unwrap_or(&b'0')))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_busy_timeout_is_read_back_from_the_options() {
+        for d in [
+            Duration::from_secs(5),
+            Duration::from_millis(250),
+            Duration::from_millis(1_500),
+            Duration::from_micros(2_500),
+            Duration::ZERO,
+            Duration::from_secs(600),
+        ] {
+            let opts = q::connect_options("/tmp/x.db").busy_timeout(d);
+            assert_eq!(busy_timeout_of(&opts), Some(d), "{d:?}");
+        }
+        assert_eq!(
+            busy_timeout_of(&SqliteConnectOptions::new()),
+            Some(Duration::from_secs(5))
+        );
+    }
 }

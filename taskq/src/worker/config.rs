@@ -87,7 +87,7 @@ pub(crate) struct Config {
 }
 
 /// The cancel grace when none is given (and the lease is at least twice as long).
-const DEFAULT_CANCEL_GRACE: Duration = Duration::from_secs(5);
+pub(crate) const DEFAULT_CANCEL_GRACE: Duration = Duration::from_secs(5);
 
 /// Builds a [`Worker`]. Defaults: every registered queue at concurrency 10, lease 30 s,
 /// heartbeat 10 s, polling 25 ms → 1 s when idle, reaper every 5 s, shutdown timeout 20 s,
@@ -227,7 +227,8 @@ impl WorkerBuilder {
     }
     /// Lease length on the database clock (default 30 s; 100 ms to [`MAX_DELAY`]). Every
     /// statement the worker runs must answer within half of it, or its connection is
-    /// discarded and the statement retried.
+    /// discarded and the statement retried. On SQLite it must also survive a renewal that
+    /// waits the pool's busy timeout for the write lock ([`Error::LeaseBelowBusyTimeout`]).
     pub fn lease(mut self, d: Duration) -> Self {
         self.lease = d;
         self
@@ -287,9 +288,10 @@ impl WorkerBuilder {
         self.write_back_delay = d;
         self
     }
-    /// Size of the worker's own connection pool (default: queues + 5: a claim loop per queue,
-    /// heartbeat, presence beat, write-back, maintenance, pause watcher; + 1 for the scheduler
-    /// when the worker has recurring schedules).
+    /// Connections of the worker's own pools, in all (at least 2; default
+    /// `1 + min(queues, concurrency) + (1 if concurrency > 1)`: 2 for a single-slot worker).
+    /// One is the control lane (lease renewals, presence beat, pause refresh), the rest the
+    /// work lane (claims, write-backs, reaper and retention, scheduler). Opened as needed.
     pub fn db_connections(mut self, n: u32) -> Self {
         self.db_connections = Some(n);
         self
@@ -449,7 +451,11 @@ impl WorkerBuilder {
         validate_name("worker id", &worker_id, 128)?;
         let db_connections = self
             .db_connections
-            .unwrap_or(queues.len() as u32 + 5 + u32::from(!schedules.is_empty()));
+            .unwrap_or_else(|| super::lanes::default_connections(queues.len(), concurrency));
+        if let Some(busy) = self.store.busy_timeout() {
+            let grace = (cancel_grace, self.cancel_grace.is_none());
+            super::lanes::check_sqlite_lease(self.lease, heartbeat, grace, busy)?;
+        }
         let health = std::sync::Arc::new(super::health::HealthInner::new(
             worker_id.clone(),
             self.lease,

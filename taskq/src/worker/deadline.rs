@@ -1,13 +1,16 @@
 //! Deadlines on the worker's statements.
 //!
 //! Every statement the worker runs (claim, heartbeat, write-back, reaper, retention, pause
-//! refresh, release, presence) takes a connection from the worker's pool and must answer within the
+//! refresh, release, presence) takes a connection from one of the worker's pools (its lanes,
+//! see `worker::lanes`) and must answer within the
 //! statement timeout (half the lease). One that does not — a connection silently
 //! black-holed by a network partition answers nothing and is never closed — is abandoned and
 //! its connection discarded without any further I/O, so it cannot pin a loop or a pool slot;
 //! the caller treats it like a database error and retries on a fresh connection. Server-side
 //! lock waits of the worker's sessions end at the same bound (`innodb_lock_wait_timeout`, see
-//! `backend::mysql::session_setup`).
+//! `backend::mysql::session_setup`), and the server itself closes a worker session that stays
+//! silent past `lanes::session_timeout` (a frozen process or a black-holed network, which
+//! never drop the connection), rolling back its transaction.
 //!
 //! A statement that timed out may still have been executed by the server: every worker
 //! statement is safe to repeat or to lose (claims are reaped when their lease expires,
@@ -72,10 +75,17 @@ pub(crate) async fn conflict_pause() {
 }
 
 /// Runs `$body` (an expression using `$conn`, a [`Conn`](crate::backend::Conn)) on a connection of the
-/// worker's pool, within the statement timeout counted from before the connection is taken.
-/// Evaluates to `Result<T, StmtError>`.
+/// worker's work lane (`within!(shared, |c| ..)`) or control lane (`within!(shared, control,
+/// |c| ..)`; see `worker::lanes`), within the statement timeout counted from before the
+/// connection is taken. Evaluates to `Result<T, StmtError>`.
 macro_rules! within {
+    ($shared:expr, control, |$conn:ident| $body:expr) => {
+        $crate::worker::deadline::within!(@on $shared, control, |$conn| $body)
+    };
     ($shared:expr, |$conn:ident| $body:expr) => {
+        $crate::worker::deadline::within!(@on $shared, store, |$conn| $body)
+    };
+    (@on $shared:expr, $lane:ident, |$conn:ident| $body:expr) => {
         async {
             let shared: &$crate::worker::Shared = &$shared;
             let limit = shared.cfg.statement_timeout;
@@ -84,11 +94,16 @@ macro_rules! within {
                 $crate::worker::WorkerStats::add(&shared.stats.statement_timeouts, 1);
                 $crate::worker::deadline::StmtError::Timeout(limit)
             };
-            let mut pooled = match tokio::time::timeout_at(deadline, shared.store.acquire()).await {
+            let mut pooled = match tokio::time::timeout_at(deadline, shared.$lane.acquire()).await {
                 Ok(Ok(c)) => c,
                 Ok(Err(e)) => return Err($crate::worker::deadline::StmtError::Db(e)),
                 Err(_) => return Err(timed_out()),
             };
+            // Connections grow only in an acquire, so the peak is seen right after one.
+            shared.stats.db_connections_max.fetch_max(
+                u64::from(shared.store.size() + shared.control.size()),
+                std::sync::atomic::Ordering::Relaxed,
+            );
             let $conn = pooled.conn();
             let res = tokio::time::timeout_at(deadline, $body).await;
             match res {

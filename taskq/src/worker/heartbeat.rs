@@ -9,8 +9,13 @@
 //! registers) — inserted when its loop starts
 //! (`register`), its `last_seen_at` refreshed once per heartbeat interval (`presence`: one
 //! primary-key upsert per worker, whatever the number of tasks), marked stopped at graceful
-//! shutdown (`deregister`). It runs on its own timer and connection, so a presence statement
-//! that does not answer can never delay a lease renewal.
+//! shutdown (`deregister`). It runs on its own timer.
+//!
+//! Renewals, presence and the pause refresh share the worker's control lane (one connection,
+//! see `worker::lanes`): a renewal waits behind at most one of those short statements, never
+//! behind a claim or a write-back. A presence statement that does not answer holds the lane
+//! until the statement deadline; the renewal behind it then runs on a fresh connection within
+//! what is left of its own deadline.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -67,7 +72,7 @@ impl Presence {
 /// row instead).
 async fn register(shared: &Shared) {
     let row = shared.presence.row(&shared.worker_id);
-    if let Err(e) = within!(shared, |c| shared.store.worker_start(c, &row)).await {
+    if let Err(e) = within!(shared, control, |c| shared.store.worker_start(c, &row)).await {
         WorkerStats::add(&shared.stats.db_errors, 1);
         tracing::warn!(error = %e, "taskq: recording the worker in taskq_workers failed");
     }
@@ -83,7 +88,7 @@ pub(crate) async fn presence(shared: Arc<Shared>) {
     loop {
         tick.tick().await;
         let row = shared.presence.row(&shared.worker_id);
-        if let Err(e) = within!(shared, |c| shared.store.worker_seen(c, &row)).await {
+        if let Err(e) = within!(shared, control, |c| shared.store.worker_seen(c, &row)).await {
             WorkerStats::add(&shared.stats.db_errors, 1);
             tracing::warn!(error = %e, "taskq: worker presence beat failed");
         }
@@ -94,7 +99,11 @@ pub(crate) async fn presence(shared: Arc<Shared>) {
 /// goodbye is listed lost two heartbeat intervals after its last beat).
 pub(crate) async fn deregister(shared: &Shared) {
     for attempt in 0..3 {
-        match within!(shared, |c| shared.store.worker_stop(c, &shared.worker_id)).await {
+        match within!(shared, control, |c| shared
+            .store
+            .worker_stop(c, &shared.worker_id))
+        .await
+        {
             Ok(_) => return,
             Err(e) => {
                 tracing::warn!(error = %e, attempt, "taskq: marking the worker stopped failed");
@@ -130,7 +139,11 @@ pub(crate) async fn beat(shared: &Shared) {
     let lease_us = shared.lease_us();
     let mut tries = 0;
     let renewed = loop {
-        match within!(shared, |c| shared.store.task_heartbeat(c, &json, lease_us)).await {
+        match within!(shared, control, |c| shared
+            .store
+            .task_heartbeat(c, &json, lease_us))
+        .await
+        {
             Ok(n) => break n,
             Err(e) => {
                 WorkerStats::add(&shared.stats.db_errors, 1);
@@ -151,7 +164,7 @@ pub(crate) async fn beat(shared: &Shared) {
     let held: HashSet<(u64, u64)> = if renewed as usize == leases.len() {
         leases.iter().copied().collect()
     } else {
-        match within!(shared, |c| shared.store.task_leases_held(c, &json)).await {
+        match within!(shared, control, |c| shared.store.task_leases_held(c, &json)).await {
             Ok(held) => held
                 .into_iter()
                 .map(|(id, epoch, cancel)| {

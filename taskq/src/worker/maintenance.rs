@@ -408,7 +408,7 @@ pub(crate) async fn watch_controls(shared: Arc<Shared>) {
 
 /// Reads the paused and limited queues once.
 pub(crate) async fn refresh_controls(shared: &Shared) {
-    match within!(shared, |c| shared.store.queue_controls(c)).await {
+    match within!(shared, control, |c| shared.store.queue_controls(c)).await {
         Ok(rows) => {
             let paused_now: HashSet<String> = rows
                 .iter()

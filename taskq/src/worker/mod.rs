@@ -12,7 +12,9 @@
 //! - `lease`: the in-memory lease table (one record per attempt) and the watchdog that
 //!   cancels a handler whose lease was not confirmed in time;
 //! - `maintenance`: reaper of expired leases and retention;
-//! - `schedule`: the scheduler, which enqueues the ticks of recurring (cron) schedules.
+//! - `schedule`: the scheduler, which enqueues the ticks of recurring (cron) schedules;
+//! - `lanes`: the worker's connections, a control lane (renewals, presence, pause refresh)
+//!   and a work lane (everything else).
 //!
 //! Every statement runs within a deadline (`deadline`); each one that succeeds refreshes the
 //! worker's probe (`health`).
@@ -24,6 +26,7 @@ mod executor;
 mod follow;
 mod health;
 mod heartbeat;
+mod lanes;
 mod lease;
 mod maintenance;
 mod observe;
@@ -95,8 +98,11 @@ pub async fn run_registered<DB: Backend>(pool: sqlx::Pool<DB>) -> Result<Shutdow
 
 impl Worker {
     /// Starts configuring a worker that uses `pool`'s connection settings (a `MySqlPool`, or
-    /// with the `sqlite` feature a `SqlitePool`). The worker opens a small pool of its own
-    /// (on MySQL: READ COMMITTED sessions) and never changes `pool`'s sessions.
+    /// with the `sqlite` feature a `SqlitePool`). The worker opens two small pools of its own
+    /// with the same options, 2 connections for a single-slot worker (see
+    /// [`WorkerBuilder::db_connections`]; on MySQL: READ COMMITTED sessions that the server
+    /// closes once silent for half the lease + 1 s, at least 5 s), and never changes `pool`'s
+    /// sessions.
     pub fn builder<DB: Backend>(pool: sqlx::Pool<DB>) -> WorkerBuilder {
         WorkerBuilder::new(DB::__store(pool).0)
     }
@@ -133,7 +139,7 @@ impl Worker {
             health,
         } = self;
         let _stopped = health::StoppedOnDrop(health.clone());
-        let store = user_store.worker_store(cfg.db_connections, cfg.statement_timeout);
+        let lanes = lanes::Lanes::open(&user_store, cfg.db_connections, cfg.statement_timeout);
         let (stop_tx, stop_rx) = watch::channel(false);
         let (write_back_tx, write_back_rx) = mpsc::unbounded_channel();
         let names_json =
@@ -141,7 +147,8 @@ impl Worker {
         let presence = heartbeat::Presence::new(&cfg, handlers.keys().copied());
         let cfg_queues: Vec<String> = cfg.queues.keys().cloned().collect();
         let shared = Arc::new(Shared {
-            store,
+            store: lanes.work.clone(),
+            control: lanes.control.clone(),
             worker_id: cfg.worker_id.as_str().into(),
             global: Arc::new(Semaphore::new(cfg.concurrency)),
             cfg,
@@ -245,7 +252,7 @@ impl Worker {
                 "taskq worker abandoned tasks at shutdown");
         }
         tracing::info!(worker_id = %shared.worker_id, "taskq worker stopped");
-        shared.store.close().await;
+        lanes.close().await;
         Ok(report)
     }
 }
@@ -319,7 +326,10 @@ async fn default_signal() {
 
 /// State shared by a worker's loops.
 pub(crate) struct Shared {
+    /// The work lane: claims, write-backs, maintenance, the scheduler (see `lanes`).
     pub store: Store,
+    /// The control lane: lease renewals, presence, the pause/limit refresh (see `lanes`).
+    pub control: Store,
     pub cfg: Config,
     pub worker_id: Arc<str>,
     pub handlers: HashMap<&'static str, Registration>,

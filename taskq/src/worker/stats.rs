@@ -34,6 +34,7 @@ pub struct WorkerStats {
     pub(crate) follow_ups: AtomicU64,
     pub(crate) follow_up_errors: AtomicU64,
     pub(crate) observer_panics: AtomicU64,
+    pub(crate) db_connections_max: AtomicU64,
 }
 
 /// A point-in-time copy of [`WorkerStats`].
@@ -116,6 +117,10 @@ pub struct StatsSnapshot {
     /// Outcome observers ([`WorkerBuilder::on_outcome`](crate::WorkerBuilder::on_outcome))
     /// that panicked (caught; the worker went on).
     pub observer_panics: u64,
+    /// Most connections the worker's own pools held open at once (both lanes; at most
+    /// [`WorkerBuilder::db_connections`](crate::WorkerBuilder::db_connections)). Your pool's
+    /// connections are not counted.
+    pub db_connections_max: u64,
 }
 
 impl WorkerStats {
@@ -154,6 +159,7 @@ impl WorkerStats {
             follow_ups: self.follow_ups.load(Relaxed),
             follow_up_errors: self.follow_up_errors.load(Relaxed),
             observer_panics: self.observer_panics.load(Relaxed),
+            db_connections_max: self.db_connections_max.load(Relaxed),
         }
     }
 }

@@ -1,0 +1,174 @@
+//! The worker's connections: two lanes, each its own small pool opened lazily from the user's
+//! pool's connect options (`min_connections` 0), so a worker holds only what it uses at once.
+//!
+//! - **control** (1 connection): lease renewals and their check, the presence beat, the
+//!   pause/limit refresh, marking the worker stopped. Short single statements, so a renewal
+//!   waits behind at most one of them, never behind a claim, a write-back or a reaper pass.
+//! - **work** (the rest): claims, write-backs, the reaper and retention, the scheduler, the
+//!   release at shutdown. One connection per claim loop that can claim at once
+//!   (`min(queues, concurrency)`), plus one so write-backs need not wait for a claim when more
+//!   than one handler can run.
+//!
+//! Default: `1 + min(queues, concurrency) + (concurrency > 1)` connections, so 2 for a
+//! single-slot worker and 3 for one queue at any concurrency above 1;
+//! [`WorkerBuilder::db_connections`](super::WorkerBuilder::db_connections) sets the total
+//! (control 1 + work the rest, at least 2).
+//!
+//! On MySQL the server also bounds a worker session that goes silent (a frozen process, a
+//! black-holed network) in the middle of a transaction: `wait_timeout`, `net_read_timeout`
+//! and `net_write_timeout` are set to [`session_timeout`], after which the server closes the
+//! session, rolling back its transaction and releasing its row locks. The pools close their
+//! own idle connections before that ([`idle_limit`]), so a healthy worker never uses a
+//! connection the server has closed.
+
+use std::time::Duration;
+
+use crate::backend::{Store, WorkerPool};
+
+/// The worker's two pools.
+#[derive(Debug, Clone)]
+pub(crate) struct Lanes {
+    pub control: Store,
+    pub work: Store,
+}
+
+impl Lanes {
+    /// Opens (lazily) the lanes of a worker with `connections` in all (at least 2).
+    pub(crate) fn open(user: &Store, connections: u32, statement_timeout: Duration) -> Self {
+        let spec = |connections| WorkerPool {
+            connections,
+            statement_timeout,
+            session_timeout: session_timeout(statement_timeout),
+            idle_limit: idle_limit(statement_timeout),
+        };
+        Self {
+            control: user.worker_store(spec(1)),
+            work: user.worker_store(spec(connections.max(2) - 1)),
+        }
+    }
+
+    pub(crate) async fn close(&self) {
+        self.control.close().await;
+        self.work.close().await;
+    }
+}
+
+/// The default number of connections of a worker (see the module docs).
+pub(crate) fn default_connections(queues: usize, concurrency: usize) -> u32 {
+    let claimers = queues.min(concurrency).max(1);
+    let n = 1 + claimers + usize::from(concurrency > 1);
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+/// How long the server keeps a silent worker session (MySQL `wait_timeout`,
+/// `net_read_timeout`, `net_write_timeout`): the statement timeout rounded up to whole
+/// seconds, plus 1 s, and at least 5 s. A live worker never leaves a transaction silent that
+/// long: each of its operations, transaction included, is abandoned (its connection dropped)
+/// at the statement timeout.
+pub(crate) fn session_timeout(statement_timeout: Duration) -> Duration {
+    let secs = statement_timeout.as_secs() + u64::from(statement_timeout.subsec_nanos() > 0);
+    Duration::from_secs((secs + 1).max(5))
+}
+
+/// Idle connections are not handed out after this long, and are closed by the pool within
+/// it: 1 s short of [`session_timeout`], so the server never closes one first.
+pub(crate) fn idle_limit(statement_timeout: Duration) -> Duration {
+    session_timeout(statement_timeout) - Duration::from_secs(1)
+}
+
+/// On SQLite, the rule of docs/semantics.md ("Leases under write-lock contention"): a renewal
+/// may wait up to the busy timeout for the write lock, so the lease must survive that wait,
+/// `lease − heartbeat − min(cancel grace, lease / 2) ≥ busy timeout`. `grace` is the cancel
+/// grace and whether it is the default (`min(5 s, lease / 2)`, which grows with the lease).
+pub(crate) fn check_sqlite_lease(
+    lease: Duration,
+    heartbeat: Duration,
+    (cancel_grace, default_grace): (Duration, bool),
+    busy_timeout: Duration,
+) -> crate::Result<()> {
+    let tolerated = lease
+        .saturating_sub(heartbeat)
+        .saturating_sub(cancel_grace.min(lease / 2));
+    if tolerated >= busy_timeout {
+        return Ok(());
+    }
+    // The shortest lease with heartbeat = lease / 3: lease·2/3 − grace ≥ busy while grace ≤
+    // lease / 2, else lease / 6 ≥ busy. The default grace is lease / 2 up to a 10 s lease.
+    let grace_cap = if default_grace {
+        super::config::DEFAULT_CANCEL_GRACE
+    } else {
+        cancel_grace
+    };
+    let min_lease = if busy_timeout * 6 <= grace_cap * 2 {
+        busy_timeout * 6
+    } else {
+        (busy_timeout + grace_cap) * 3 / 2
+    };
+    Err(crate::Error::LeaseBelowBusyTimeout {
+        lease,
+        heartbeat,
+        cancel_grace,
+        busy_timeout,
+        tolerated,
+        min_lease,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_connections_follow_the_formula() {
+        assert_eq!(default_connections(1, 1), 2);
+        assert_eq!(default_connections(3, 1), 2);
+        assert_eq!(default_connections(1, 16), 3);
+        assert_eq!(default_connections(3, 10), 5);
+        assert_eq!(default_connections(3, 2), 4);
+    }
+
+    #[test]
+    fn the_suggested_lease_passes_the_sqlite_rule() {
+        let s = Duration::from_secs;
+        let ms = Duration::from_millis;
+        let default_grace = |lease: Duration| (s(5).min(lease / 2), true);
+        assert!(check_sqlite_lease(s(30), s(10), default_grace(s(30)), s(5)).is_ok());
+        assert!(check_sqlite_lease(s(15), s(5), default_grace(s(15)), s(5)).is_ok());
+        for busy in [s(5), ms(250), s(1), ms(1_700), s(60)] {
+            for grace in [None, Some(s(5)), Some(ms(100)), Some(s(1))] {
+                let at = |lease: Duration| match grace {
+                    None => default_grace(lease),
+                    Some(g) => (g, false),
+                };
+                let Err(crate::Error::LeaseBelowBusyTimeout { min_lease, .. }) =
+                    check_sqlite_lease(ms(1), ms(0), at(ms(1)), busy)
+                else {
+                    panic!("a 1 ms lease passed");
+                };
+                let ok = check_sqlite_lease(min_lease, min_lease / 3, at(min_lease), busy);
+                assert!(ok.is_ok(), "{busy:?} {grace:?}: {ok:?}");
+                let shorter = min_lease - ms(10);
+                assert!(
+                    check_sqlite_lease(shorter, shorter / 3, at(shorter), busy).is_err(),
+                    "{busy:?} {grace:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn sessions_outlive_statements_and_idle_connections() {
+        for (lease_ms, want_s) in [
+            (200, 5),
+            (2_000, 5),
+            (10_000, 6),
+            (30_000, 16),
+            (31_000, 17),
+        ] {
+            let st = Duration::from_millis(lease_ms) / 2;
+            let w = session_timeout(st);
+            assert_eq!(w, Duration::from_secs(want_s), "lease {lease_ms} ms");
+            assert!(w > st && idle_limit(st) < w);
+        }
+    }
+}

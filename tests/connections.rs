@@ -1,0 +1,267 @@
+//! The worker's connection footprint (docs/operations.md, "Sizing"): two lanes, control
+//! (renewals, presence, pause refresh) and work (claims, write-backs, maintenance, scheduler),
+//! `1 + min(queues, concurrency) + (concurrency > 1)` connections by default.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use taskq::worker::Retention;
+use taskq::{Schedule, Task, TaskContext, TaskError};
+use taskq_tests::backends::{Db, TestBackend};
+use taskq_tests::{RunningWorker, wait_until};
+
+const QUEUE: &str = "footprint";
+
+/// Holds its lease for a few heartbeats, then succeeds.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct Busy {
+    n: u32,
+}
+
+impl Task for Busy {
+    const NAME: &'static str = "footprint_busy";
+    const QUEUE: &'static str = QUEUE;
+    async fn run(self, _cx: TaskContext) -> Result<(), TaskError> {
+        tokio::time::sleep(Duration::from_millis(15)).await;
+        Ok(())
+    }
+}
+
+/// The recurring task, every second.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct Tick {}
+
+impl Task for Tick {
+    const NAME: &'static str = "footprint_tick";
+    const QUEUE: &'static str = QUEUE;
+    async fn run(self, _cx: TaskContext) -> Result<(), TaskError> {
+        Ok(())
+    }
+}
+
+/// On MySQL, samples how many server sessions use the test's database (the sampler's own
+/// session is on another pool of the same database and is subtracted) until `stop`.
+async fn sample_sessions<B: TestBackend>(db: &Db<B>, stop: Arc<AtomicBool>) -> Arc<AtomicU64> {
+    let peak = Arc::new(AtomicU64::new(0));
+    if B::LABEL != "mysql" {
+        return peak;
+    }
+    let sampler = db.another_pool(1).await;
+    let sql = "SELECT COUNT(*) - 1 FROM information_schema.PROCESSLIST WHERE DB = DATABASE()";
+    let p = peak.clone();
+    tokio::spawn(async move {
+        while !stop.load(Ordering::Relaxed) {
+            let n = B::scalar(&sampler, sql).await;
+            p.fetch_max(n as u64, Ordering::Relaxed);
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    });
+    peak
+}
+
+/// A single-slot worker kept busy on every loop at once — short tasks claimed and written
+/// back one at a time, leases renewed every 50 ms, a schedule firing every second, the reaper,
+/// retention, the pause refresh and the backlog gauge every 100 ms — never holds more than
+/// its 2 connections (counted by its pools, and on MySQL by the server's session list).
+async fn a_busy_single_slot_worker_with_a_schedule_holds_two_connections<B: TestBackend>(
+    db: Db<B>,
+) {
+    const TASKS: u32 = 120;
+    for n in 0..TASKS {
+        Busy { n }.enqueue(&db.pool).await.unwrap();
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let sessions = sample_sessions(&db, stop.clone()).await;
+    // Sessions of the test's database before the worker starts (the test pool's idle
+    // connections): the worker's are counted above them.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let before = sessions.load(Ordering::Relaxed);
+    let w = RunningWorker::spawn(
+        db.worker()
+            .register::<Busy>()
+            .schedule(Schedule::new("* * * * * *", Tick {}))
+            .queue(QUEUE, 1)
+            .lease(Duration::from_secs(3))
+            .heartbeat(Duration::from_millis(50))
+            .retention(Retention {
+                interval: Duration::from_millis(100),
+                ..Retention::default()
+            })
+            .backlog_metrics(Duration::from_millis(100)),
+    );
+    wait_until(
+        Duration::from_secs(60),
+        "the tasks and two ticks",
+        || async {
+            let s = w.stats.snapshot();
+            s.succeeded >= u64::from(TASKS) + 2 && s.scheduled >= 2
+        },
+    )
+    .await;
+    let report = w.stop().await;
+    stop.store(true, Ordering::Relaxed);
+    let s = report.stats;
+    assert!(s.claim_queries >= u64::from(TASKS), "{s:?}");
+    assert_eq!(s.db_connections_max, 2, "{s:?}");
+    if B::LABEL == "mysql" {
+        let peak = sessions.load(Ordering::Relaxed);
+        assert!(
+            peak <= before + 2,
+            "server sessions: {before} before the worker, {peak} at the peak"
+        );
+        assert!(peak > before, "the sampler saw the worker's sessions");
+    }
+}
+
+/// The default grows with the claim loops that can claim at once, plus one for write-backs
+/// when more than one handler can run; `db_connections` sets the total.
+async fn the_default_footprint_follows_queues_and_concurrency<B: TestBackend>(db: Db<B>) {
+    for (queues, concurrency, explicit, want) in
+        [(1, 4, None, 3u64), (2, 1, None, 2), (1, 4, Some(2), 2)]
+    {
+        for n in 0..40 {
+            Busy { n }.enqueue(&db.pool).await.unwrap();
+        }
+        let mut b = db
+            .worker()
+            .register::<Busy>()
+            .queue(QUEUE, 4)
+            .concurrency(concurrency)
+            .heartbeat(Duration::from_millis(20));
+        if queues == 2 {
+            b = b.queue("footprint_other", 1);
+        }
+        if let Some(n) = explicit {
+            b = b.db_connections(n);
+        }
+        let w = RunningWorker::spawn(b);
+        wait_until(Duration::from_secs(30), "the tasks", || async {
+            w.stats.snapshot().succeeded >= 40
+        })
+        .await;
+        let s = w.stop().await.stats;
+        assert!(
+            s.db_connections_max <= want && s.db_connections_max >= 2,
+            "queues {queues}, concurrency {concurrency}, db_connections {explicit:?}: {s:?}"
+        );
+    }
+}
+
+/// SQLite: `build` refuses a lease that a renewal waiting the pool's busy timeout for the
+/// write lock could cost (`lease − heartbeat − min(cancel grace, lease / 2) < busy timeout`),
+/// with the numbers and the shortest lease that fits; MySQL has no such wait.
+async fn a_lease_the_busy_timeout_could_cost_is_refused_on_sqlite<B: TestBackend>(db: Db<B>) {
+    let build = |pool: &sqlx::Pool<B>, lease: u64| {
+        taskq::Worker::builder(pool.clone())
+            .register::<Busy>()
+            .lease(Duration::from_secs(lease))
+            .build()
+    };
+    if B::LABEL == "mysql" {
+        assert!(build(&db.pool, 1).is_ok());
+        return;
+    }
+    // taskq's own settings: a 5 s busy timeout, so with the default heartbeat (a third) and
+    // cancel grace (5 s) a lease of 15 s fits and one of 14 s does not.
+    let url = B::url(&db);
+    let sqlite = taskq::sqlite::connect(&url).await.unwrap();
+    let default_busy = |lease| {
+        taskq::Worker::builder(sqlite.clone())
+            .register::<Busy>()
+            .lease(Duration::from_secs(lease))
+            .build()
+    };
+    assert!(default_busy(15).is_ok());
+    let err = default_busy(14).err().expect("a 14 s lease is refused");
+    let taskq::Error::LeaseBelowBusyTimeout {
+        lease,
+        busy_timeout,
+        tolerated,
+        min_lease,
+        ..
+    } = &err
+    else {
+        panic!("{err:?}");
+    };
+    assert_eq!(
+        (*lease, *busy_timeout, *min_lease),
+        (
+            Duration::from_secs(14),
+            Duration::from_secs(5),
+            Duration::from_secs(15)
+        )
+    );
+    assert!(*tolerated < Duration::from_millis(4_400), "{tolerated:?}");
+    let text = err.to_string();
+    assert!(
+        text.contains("busy timeout of 5s") && text.contains("SqliteConnectOptions::busy_timeout"),
+        "{text}"
+    );
+    // The test pools' 1 s busy timeout, the default heartbeat and grace: a lease tolerates a
+    // sixth of itself, so 6 s fits and 5 s does not.
+    assert!(build(&db.pool, 6).is_ok());
+    assert!(matches!(
+        build(&db.pool, 5),
+        Err(taskq::Error::LeaseBelowBusyTimeout { .. })
+    ));
+}
+
+taskq_tests::conformance!(
+    a_lease_the_busy_timeout_could_cost_is_refused_on_sqlite,
+    a_busy_single_slot_worker_with_a_schedule_holds_two_connections,
+    the_default_footprint_follows_queues_and_concurrency,
+);
+
+/// SQLite: the worker's statements wait for the write lock as long as the busy timeout of
+/// the pool it was built with, not taskq's default 5 s. The pool here waits 300 ms; another
+/// connection holds the lock for 1.2 s (under the worker's 1.5 s statement deadline): the
+/// worker's claims fail with "database is locked" meanwhile, and it goes on after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_the_worker_keeps_the_pools_busy_timeout() {
+    use sqlx::Sqlite;
+    let db = <Sqlite as TestBackend>::create()
+        .await
+        .expect("a SQLite file");
+    let url = <Sqlite as TestBackend>::url(&db);
+    let opts = taskq_sqlite::connect_options_from_url(&url)
+        .unwrap()
+        .busy_timeout(Duration::from_millis(300));
+    let pool = taskq_sqlite::connect::open_with(opts, 2).await.unwrap();
+    for n in 0..4 {
+        Busy { n }.enqueue(&db.pool).await.unwrap();
+    }
+    let w = RunningWorker::spawn(
+        taskq_tests::fast_worker(&pool)
+            .register::<Busy>()
+            .queue(QUEUE, 1)
+            .lease(Duration::from_secs(3))
+            .heartbeat(Duration::from_millis(500))
+            .cancel_grace(Duration::from_millis(500)),
+    );
+    wait_until(Duration::from_secs(20), "the first tasks", || async {
+        w.stats.snapshot().succeeded >= 4
+    })
+    .await;
+    let errors_before = w.stats.snapshot().db_errors;
+    // `BEGIN IMMEDIATE` takes the write lock until the commit.
+    let holder = taskq::sqlite::begin(&db.pool).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    holder.commit().await.unwrap();
+    let s = w.stats.snapshot();
+    assert!(
+        s.db_errors > errors_before,
+        "no statement gave up within the 300 ms busy timeout: {s:?}"
+    );
+    assert_eq!(s.statement_timeouts, 0, "{s:?}");
+    for n in 4..8 {
+        Busy { n }.enqueue(&db.pool).await.unwrap();
+    }
+    wait_until(
+        Duration::from_secs(20),
+        "the tasks after the hold",
+        || async { w.stats.snapshot().succeeded >= 8 },
+    )
+    .await;
+    w.stop().await;
+}
