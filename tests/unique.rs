@@ -1152,21 +1152,24 @@ async fn an_expired_task_frees_its_identity<B: TestBackend>(db: Db<B>) {
     w.stop().await;
 }
 
-/// Eight producers each commit 200 transactions of a business row plus `enqueue_tx` of one
+/// Eight producers (two on SQLite) each commit 200 transactions of a business row plus `enqueue_tx` of one
 /// identity (held while running, or while pending), while a live worker keeps freeing it: no call fails (InnoDB
 /// used to pick deadlock victims among producers waiting on a freed identity, rolling back
 /// their business rows), every business row is committed, and every caller got an id that
 /// names a task of that identity.
 async fn unique_enqueues_under_load_with_a_live_worker_never_fail<B: TestBackend>(db: Db<B>) {
-    const PRODUCERS: usize = 8;
+    // SQLite has one writer at a time and the tests' pools wait 1 s for it at most: 8 producers
+    // next to the worker on a loaded 2-core machine can exceed that on the business row's
+    // INSERT (not the enqueue), so SQLite runs 2. The deadlock this guards against is InnoDB's.
+    let producers: usize = if db.label() == "sqlite" { 2 } else { 8 };
     const TXS: usize = 200;
     db.exec("CREATE TABLE biz_rows (producer INTEGER NOT NULL, n INTEGER NOT NULL)")
         .await;
     let gate = Gate::new(true);
     let w = RunningWorker::spawn(worker(&db, &gate).concurrency(4));
-    let pool = db.another_pool(PRODUCERS as u32).await;
+    let pool = db.another_pool(producers as u32).await;
     let mut handles = Vec::new();
-    for p in 0..PRODUCERS {
+    for p in 0..producers {
         let pool = pool.clone();
         handles.push(tokio::spawn(async move {
             let mut errors = Vec::new();
@@ -1214,16 +1217,16 @@ async fn unique_enqueues_under_load_with_a_live_worker_never_fail<B: TestBackend
         errors.is_empty(),
         "{} of {} calls failed: {errors:?}",
         errors.len(),
-        PRODUCERS * TXS
+        producers * TXS
     );
     assert_eq!(
         db.scalar("SELECT COUNT(*) FROM biz_rows").await,
-        (PRODUCERS * TXS) as i64
+        (producers * TXS) as i64
     );
     ids.sort();
     ids.dedup();
     let tasks = db.count("name IN ('rebuild', 'sync_account')").await;
-    assert!(tasks >= 1 && tasks <= (PRODUCERS * TXS) as i64);
+    assert!(tasks >= 1 && tasks <= (producers * TXS) as i64);
     // Every id a caller got is a task of that name (ids of tasks already pruned cannot be:
     // retention is disabled, so succeeded tasks stay).
     assert_eq!(
