@@ -431,3 +431,28 @@ async fn a_lost_migration_lock_stops_the_migration_before_the_next_one() {
         ["another migrator"]
     );
 }
+
+/// A pool of one connection migrates an empty database: the migration lock's renewals do not
+/// wait for a second connection of the caller's pool (they did, and `migrate` failed with a
+/// pool timeout after 30 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_of_one_connection_migrates() {
+    let Some(db) = TestDb::empty_or_skip().await else {
+        return;
+    };
+    let one = sqlx::mysql::MySqlPoolOptions::new()
+        .max_connections(1)
+        .acquire_timeout(Duration::from_secs(5))
+        .connect_with(db.options.clone())
+        .await
+        .unwrap();
+    let all: Vec<i64> = taskq::migrator().iter().map(|m| m.version).collect();
+    tokio::time::timeout(Duration::from_secs(60), taskq::migrate(&one))
+        .await
+        .expect("migrate returns")
+        .unwrap();
+    let db = Db::from_test_db(db);
+    assert_eq!(versions(&db, "_taskq_migrations").await, all);
+    // And again, with nothing to do.
+    taskq::migrate(&one).await.unwrap();
+}

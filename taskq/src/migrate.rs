@@ -66,11 +66,23 @@ pub(crate) async fn migrate_mysql(pool: &MySqlPool) -> Result<()> {
         tokio::time::sleep(LOCK_POLL).await;
     }
     let taken = Instant::now();
-    // Renewed on another connection of the pool while the migrations run on this one.
+    // Renewed on a connection of its own while the migrations run on this one: not one of
+    // `pool`'s, which may have no second connection to give (a pool of one would wait for
+    // the connection the migration holds).
+    let lock_pool = sqlx::mysql::MySqlPoolOptions::new()
+        .max_connections(1)
+        .min_connections(0)
+        .connect_lazy_with((*pool.connect_options()).clone());
     let lost: Arc<Mutex<Option<String>>> = Arc::default();
-    let renewer = tokio::spawn(keep_lock(pool.clone(), holder.clone(), taken, lost.clone()));
-    let res = run_locked(&mut conn, pool, &holder, &lost).await;
+    let renewer = tokio::spawn(keep_lock(
+        lock_pool.clone(),
+        holder.clone(),
+        taken,
+        lost.clone(),
+    ));
+    let res = run_locked(&mut conn, &lock_pool, &holder, &lost).await;
     renewer.abort();
+    lock_pool.close().await;
     if store::migration_unlock(&mut conn, &holder).await.is_err() {
         // The row expires on its own; drop this connection rather than return it to the pool.
         let _ = conn.detach().close().await;
@@ -84,7 +96,7 @@ pub(crate) async fn migrate_mysql(pool: &MySqlPool) -> Result<()> {
 /// cannot be taken back).
 async fn run_locked(
     conn: &mut sqlx::MySqlConnection,
-    pool: &MySqlPool,
+    lock_pool: &MySqlPool,
     holder: &str,
     lost: &Mutex<Option<String>>,
 ) -> Result<()> {
@@ -111,7 +123,7 @@ async fn run_locked(
         if let Some(reason) = lost.lock().unwrap_or_else(|e| e.into_inner()).clone() {
             return Err(gone(reason));
         }
-        if !store::migration_lock_renew(pool, holder).await? {
+        if !store::migration_lock_renew(lock_pool, holder).await? {
             return Err(gone(LOCK_TAKEN.into()));
         }
         m.run_direct(Some(version), &mut *conn, false).await?;

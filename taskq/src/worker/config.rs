@@ -288,10 +288,11 @@ impl WorkerBuilder {
         self.write_back_delay = d;
         self
     }
-    /// Connections of the worker's own pools, in all (at least 2; default
-    /// `1 + min(queues, concurrency) + (1 if concurrency > 1)`: 2 for a single-slot worker).
-    /// One is the control lane (lease renewals, presence beat, pause refresh), the rest the
-    /// work lane (claims, write-backs, reaper and retention, scheduler). Opened as needed.
+    /// Connections of the worker's own pools, in all (default `1 + min(queues, concurrency) +
+    /// 1` above one slot; a single-slot worker: 1 on MySQL, 2 on SQLite). One is the control
+    /// lane (lease renewals, presence beat, pause refresh), the rest the work lane (claims,
+    /// write-backs, reaper and retention, scheduler); with 1 (MySQL only; SQLite takes at
+    /// least 2) both lanes share it. Opened as needed.
     pub fn db_connections(mut self, n: u32) -> Self {
         self.db_connections = Some(n);
         self
@@ -451,7 +452,11 @@ impl WorkerBuilder {
         validate_name("worker id", &worker_id, 128)?;
         let db_connections = self
             .db_connections
-            .unwrap_or_else(|| super::lanes::default_connections(queues.len(), concurrency));
+            .unwrap_or_else(|| {
+                let min = super::lanes::min_connections(&self.store);
+                super::lanes::default_connections(queues.len(), concurrency, min)
+            })
+            .max(super::lanes::min_connections(&self.store));
         if let Some(busy) = self.store.busy_timeout() {
             let grace = (cancel_grace, self.cancel_grace.is_none());
             super::lanes::check_sqlite_lease(self.lease, heartbeat, grace, busy)?;
@@ -477,7 +482,7 @@ impl WorkerBuilder {
                 cancel_grace,
                 claim_batch: self.claim_batch,
                 write_back_delay: self.write_back_delay,
-                db_connections: db_connections.max(2),
+                db_connections,
                 backlog_interval: self.backlog_interval.filter(|d| !d.is_zero()),
                 schedules,
             },

@@ -101,7 +101,7 @@ macro_rules! within {
             };
             // Connections grow only in an acquire, so the peak is seen right after one.
             shared.stats.db_connections_max.fetch_max(
-                u64::from(shared.store.size() + shared.control.size()),
+                u64::from(shared.db_connections()),
                 std::sync::atomic::Ordering::Relaxed,
             );
             let $conn = pooled.conn();

@@ -9,10 +9,19 @@
 //!   (`min(queues, concurrency)`), plus one so write-backs need not wait for a claim when more
 //!   than one handler can run.
 //!
-//! Default: `1 + min(queues, concurrency) + (concurrency > 1)` connections, so 2 for a
-//! single-slot worker and 3 for one queue at any concurrency above 1;
-//! [`WorkerBuilder::db_connections`](super::WorkerBuilder::db_connections) sets the total
-//! (control 1 + work the rest, at least 2).
+//! A **single-slot worker on MySQL** has one connection that both lanes share: with one slot,
+//! nothing is claimed while its task runs, so what a renewal can queue behind is one statement
+//! of each other loop (a reaper or retention pass, a schedule's fire, the presence beat), each
+//! bounded by the statement timeout (half the lease) — and the pool hands the connection out
+//! in the order it was asked for. That keeps a fleet of single-slot worker processes at about
+//! 2 server connections each (its own and one of the user's pool). On SQLite a connection costs
+//! the server nothing, and a renewal must wait for nothing but the write lock (the busy-timeout
+//! rule below), so the control lane keeps its own connection there.
+//!
+//! Default: `1 + min(queues, concurrency) + (concurrency > 1)` connections, except 1 for a
+//! single-slot worker on MySQL: 2 for a single-slot worker on SQLite, 3 for one queue at any
+//! concurrency above 1; [`WorkerBuilder::db_connections`](super::WorkerBuilder::db_connections)
+//! sets the total (1 on MySQL: both lanes on one connection; else control 1 + work the rest).
 //!
 //! On MySQL the server also bounds a worker session that goes silent (a frozen process, a
 //! black-holed network) in the middle of a transaction: `wait_timeout`, `net_read_timeout`
@@ -25,15 +34,18 @@ use std::time::Duration;
 
 use crate::backend::{Store, WorkerPool};
 
-/// The worker's two pools.
+/// The worker's two lanes: two pools, or one pool both use (`shared`).
 #[derive(Debug, Clone)]
 pub(crate) struct Lanes {
     pub control: Store,
     pub work: Store,
+    /// Both lanes are one pool (a single-connection worker on MySQL).
+    pub shared: bool,
 }
 
 impl Lanes {
-    /// Opens (lazily) the lanes of a worker with `connections` in all (at least 2).
+    /// Opens (lazily) the lanes of a worker with `connections` in all: 1 on MySQL shares one
+    /// connection between the lanes; otherwise at least 2 (control 1, work the rest).
     pub(crate) fn open(user: &Store, connections: u32, statement_timeout: Duration) -> Self {
         let spec = |connections| WorkerPool {
             connections,
@@ -41,22 +53,44 @@ impl Lanes {
             session_timeout: session_timeout(statement_timeout),
             idle_limit: idle_limit(statement_timeout),
         };
+        let connections = connections.max(min_connections(user));
+        if connections == 1 {
+            let one = user.worker_store(spec(1));
+            return Self {
+                control: one.clone(),
+                work: one,
+                shared: true,
+            };
+        }
         Self {
             control: user.worker_store(spec(1)),
-            work: user.worker_store(spec(connections.max(2) - 1)),
+            work: user.worker_store(spec(connections - 1)),
+            shared: false,
         }
     }
 
     pub(crate) async fn close(&self) {
         self.control.close().await;
-        self.work.close().await;
+        if !self.shared {
+            self.work.close().await;
+        }
     }
 }
 
-/// The default number of connections of a worker (see the module docs).
-pub(crate) fn default_connections(queues: usize, concurrency: usize) -> u32 {
+/// The fewest connections a worker on this backend runs with: 1 on MySQL (both lanes on one
+/// connection), 2 on SQLite (a renewal never waits behind a write; see the module docs).
+pub(crate) fn min_connections(user: &Store) -> u32 {
+    if user.busy_timeout().is_some() { 2 } else { 1 }
+}
+
+/// The default number of connections of a worker (see the module docs): `minimum` (from
+/// [`min_connections`]) for a single-slot worker.
+pub(crate) fn default_connections(queues: usize, concurrency: usize, minimum: u32) -> u32 {
+    if concurrency <= 1 {
+        return minimum;
+    }
     let claimers = queues.min(concurrency).max(1);
-    let n = 1 + claimers + usize::from(concurrency > 1);
+    let n = 1 + claimers + 1;
     u32::try_from(n).unwrap_or(u32::MAX)
 }
 
@@ -120,11 +154,13 @@ mod tests {
 
     #[test]
     fn default_connections_follow_the_formula() {
-        assert_eq!(default_connections(1, 1), 2);
-        assert_eq!(default_connections(3, 1), 2);
-        assert_eq!(default_connections(1, 16), 3);
-        assert_eq!(default_connections(3, 10), 5);
-        assert_eq!(default_connections(3, 2), 4);
+        for min in [1, 2] {
+            assert_eq!(default_connections(1, 1, min), min);
+            assert_eq!(default_connections(3, 1, min), min);
+            assert_eq!(default_connections(1, 16, min), 3);
+            assert_eq!(default_connections(3, 10, min), 5);
+            assert_eq!(default_connections(3, 2, min), 4);
+        }
     }
 
     #[test]

@@ -99,8 +99,8 @@ pub async fn run_registered<DB: Backend>(pool: sqlx::Pool<DB>) -> Result<Shutdow
 impl Worker {
     /// Starts configuring a worker that uses `pool`'s connection settings (a `MySqlPool`, or
     /// with the `sqlite` feature a `SqlitePool`). The worker opens two small pools of its own
-    /// with the same options, 2 connections for a single-slot worker (see
-    /// [`WorkerBuilder::db_connections`]; on MySQL: READ COMMITTED sessions that the server
+    /// with the same options, one connection for a single-slot worker on MySQL, two on SQLite
+    /// (see [`WorkerBuilder::db_connections`]; on MySQL: READ COMMITTED sessions that the server
     /// closes once silent for half the lease + 1 s, at least 5 s), and never changes `pool`'s
     /// sessions.
     pub fn builder<DB: Backend>(pool: sqlx::Pool<DB>) -> WorkerBuilder {
@@ -149,6 +149,7 @@ impl Worker {
         let shared = Arc::new(Shared {
             store: lanes.work.clone(),
             control: lanes.control.clone(),
+            lanes_shared: lanes.shared,
             worker_id: cfg.worker_id.as_str().into(),
             global: Arc::new(Semaphore::new(cfg.concurrency)),
             cfg,
@@ -330,6 +331,8 @@ pub(crate) struct Shared {
     pub store: Store,
     /// The control lane: lease renewals, presence, the pause/limit refresh (see `lanes`).
     pub control: Store,
+    /// The two lanes are one pool (a single-connection worker on MySQL).
+    pub lanes_shared: bool,
     pub cfg: Config,
     pub worker_id: Arc<str>,
     pub handlers: HashMap<&'static str, Registration>,
@@ -366,6 +369,15 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// Connections open in the worker's lanes right now.
+    pub fn db_connections(&self) -> u32 {
+        if self.lanes_shared {
+            self.store.size()
+        } else {
+            self.store.size() + self.control.size()
+        }
+    }
+
     pub fn inflight(&self) -> MutexGuard<'_, Leases> {
         self.inflight.lock().unwrap_or_else(|e| e.into_inner())
     }
