@@ -32,7 +32,12 @@ use sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
 use sqlx::{Row, SqlitePool};
 use taskq::Task;
 
-use crate::{INSERT_SLICE, QUEUE, Res, Sizes, TASK, cpu_secs, machine, noop, start_worker};
+use crate::Res;
+use crate::args::Sizes;
+use crate::counters::cpu_secs;
+use crate::enqueue::INSERT_SLICE;
+use crate::report::machine;
+use crate::task::{QUEUE, TASK, noop, start_worker};
 
 // ---------------------------------------------------------------------------------------------
 // Statement counting (see the module docs).
