@@ -259,7 +259,8 @@ async fn a_single_slot_worker_keeps_long_leases_while_its_loops_run<B: TestBacke
             })
             .backlog_metrics(Duration::from_millis(100)),
     );
-    let done = "SELECT COUNT(*) FROM taskq_tasks WHERE name = 'footprint_long' AND state = 'succeeded'";
+    let done =
+        "SELECT COUNT(*) FROM taskq_tasks WHERE name = 'footprint_long' AND state = 'succeeded'";
     wait_until(Duration::from_secs(60), "the three long tasks", || async {
         B::scalar(&db.pool, done).await == 3
     })
@@ -267,7 +268,10 @@ async fn a_single_slot_worker_keeps_long_leases_while_its_loops_run<B: TestBacke
     let s = w.stop().await.stats;
     assert_eq!(s.db_connections_max, 1, "{s:?}");
     assert_eq!((s.lost_leases, s.retried, s.fenced), (0, 0, 0), "{s:?}");
-    assert!(s.scheduled >= 2, "the schedule fired while the tasks ran: {s:?}");
+    assert!(
+        s.scheduled >= 2,
+        "the schedule fired while the tasks ran: {s:?}"
+    );
     let again = B::scalar(
         &db.pool,
         "SELECT COUNT(*) FROM taskq_tasks WHERE name = 'footprint_long' AND attempt > 1",
