@@ -1,0 +1,416 @@
+//! The row types of the seam: what the worker, the client and enqueue pass to a driver and
+//! get back. No SQL here; each driver maps them to its own statements.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+use crate::state::{TaskId, TaskState};
+
+/// A row to insert.
+pub struct NewTask<'a> {
+    pub queue: &'a str,
+    pub name: &'a str,
+    pub payload: &'a [u8],
+    pub priority: i16,
+    pub max_attempts: u32,
+    /// Microseconds from the database's now; ignored when `run_at` is set.
+    pub delay_us: i64,
+    pub run_at: Option<DateTime<Utc>>,
+    /// Absolute deadline; at most one of `deadline` and `ttl_us` is set.
+    pub deadline: Option<DateTime<Utc>>,
+    /// Deadline as microseconds from the database's now.
+    pub ttl_us: Option<i64>,
+    pub idempotency_key: Option<&'a str>,
+    pub trace_context: Option<&'a str>,
+    /// The unique identity, if any (`unique_key`, and the key of its `taskq_unique` row).
+    pub unique_key: Option<&'a [u8]>,
+    /// `unique_while`: `pending`, `running` or `window`; set with `unique_key`.
+    pub unique_while: Option<&'static str>,
+    /// For a window: its end, in microseconds since the Unix epoch on the database clock.
+    pub unique_expires_us: Option<i64>,
+}
+
+/// Outcome of `task_insert`.
+pub enum Inserted {
+    New(TaskId),
+    Duplicate(TaskId),
+}
+
+/// Filter for `task_list` and `task_count`; `None` matches everything.
+#[derive(Default)]
+pub struct TaskFilter<'a> {
+    pub queue: Option<&'a str>,
+    pub state: Option<TaskState>,
+    pub name: Option<&'a str>,
+}
+
+/// Outcome of `Store::task_retry_dead`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RetryDead {
+    Retried,
+    /// The task does not exist or is not dead.
+    NotDead,
+    /// Another task holds the dead task's unique identity.
+    IdentityHeld(TaskId),
+}
+
+/// A task as claimed by a worker (values after the claim).
+pub struct Claimed {
+    pub id: u64,
+    pub name: String,
+    pub payload: Vec<u8>,
+    /// Attempt number of this run (already incremented).
+    pub attempt: u32,
+    pub max_attempts: u32,
+    /// Snoozes so far (before this run).
+    pub snoozes: u32,
+    /// Fencing token of this run (already incremented).
+    pub lease_epoch: u64,
+    /// How long the task waited after it was due, on the database clock (µs).
+    pub wait_us: i64,
+    /// Trace context of the enqueuing request, if recorded.
+    pub trace_context: Option<String>,
+    /// The task's unique identity, if it is unique.
+    pub unique_key: Option<Vec<u8>>,
+    /// Its `unique_while` (`pending`, `running` or `window`).
+    pub unique_while: Option<String>,
+    /// Set only when the task's attempts were already exhausted before this claim (`attempt >
+    /// max_attempts` now): its last attempt's lease expired while no worker that registers its
+    /// name was there to bury it, so a reaper that does not parked it back to pending (see
+    /// `Store::task_expired`). Its `last_error`. The worker ends such a task dead without
+    /// running it.
+    pub parked_error: Option<String>,
+}
+
+/// Why a claim of a limited queue took fewer tasks than it asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LimitHit {
+    /// How many the limits allowed this claim (fewer than asked for; may be zero).
+    pub allowed: u32,
+    /// The rate limit was the binding one: its window has no starts left after this claim;
+    /// the next window opens in this many microseconds (database clock).
+    pub rate_resets_in_us: Option<i64>,
+}
+
+/// A due task the claim found past its deadline and moved to `expired` instead of running.
+pub struct ExpiredTask {
+    pub id: u64,
+    pub name: String,
+    /// How long ago its deadline passed, on the database clock (µs).
+    pub late_us: i64,
+}
+
+/// A due task the claim found with a cancel request left by an earlier attempt (see
+/// `docs/semantics.md`, "Cancel"): moved to `canceled` instead of running.
+pub struct CanceledTask {
+    pub id: u64,
+    pub name: String,
+}
+
+/// An expired lease as `Store::task_expired` reads it.
+pub struct ExpiredRow {
+    pub id: u64,
+    pub lease_epoch: u64,
+    pub name: String,
+    pub queue: String,
+    pub attempt: u32,
+    pub max_attempts: u32,
+    pub worker_id: Option<String>,
+    /// The unique identity the reap frees (the task goes dead or canceled), if it holds one.
+    pub frees: Option<Vec<u8>>,
+    /// A cancel was requested: the reap cancels the task.
+    pub canceled: bool,
+    /// The reading worker registers the task's name (so it knows its `on_dead` follow-up).
+    pub registered: bool,
+    /// The payload, read only for a task the reap moves to dead.
+    pub payload: Option<Vec<u8>>,
+    pub trace_context: Option<String>,
+}
+
+impl ExpiredRow {
+    /// Whether the reap moves the task to dead: attempts exhausted, no cancel requested, and
+    /// the reading worker registers its name.
+    pub fn goes_dead(&self) -> bool {
+        !self.canceled && self.attempt >= self.max_attempts && self.registered
+    }
+
+    /// Whether the reap parks the task back to pending instead of burying it: attempts
+    /// exhausted, no cancel requested, but the reading worker does not register its name, so
+    /// it cannot know its `on_dead` follow-up. The first worker that registers the name claims
+    /// it and ends it dead without running it (see `Claimed::parked_error`). Pending, it no
+    /// longer counts against its queue's concurrency limit.
+    pub fn parks(&self) -> bool {
+        !self.canceled && self.attempt >= self.max_attempts && !self.registered
+    }
+}
+
+/// One expired lease to reap (`Store::task_reap`).
+pub struct ReapRow {
+    pub id: u64,
+    /// The epoch read: the row is reaped only if it still has it.
+    pub epoch: u64,
+    pub frees: Option<Vec<u8>>,
+    pub canceled: bool,
+    /// Parked back to pending rather than buried (see [`ExpiredRow::parks`]).
+    pub parks: bool,
+    /// The `on_dead` follow-up, inserted if the reap moves the task to dead.
+    pub follow_up: Option<Box<FollowUpRow>>,
+}
+
+/// What `Store::task_reap` did.
+#[derive(Debug, Default)]
+pub struct Reaped {
+    pub reaped: u64,
+    /// `(id, new state)` of each row reaped, when the reap locked the rows first (`exact`, or
+    /// follow-ups to insert); empty otherwise.
+    pub rows: Vec<(u64, TaskState)>,
+    /// Ids reaped to dead together with their follow-up.
+    pub followed: Vec<u64>,
+}
+
+/// The outcome of one attempt, written back by `task_write_back`.
+#[derive(Debug, Clone, Serialize)]
+pub struct WriteBack {
+    pub id: u64,
+    pub epoch: u64,
+    /// `succeeded`, `pending` (retry), `dead`, `canceled` (a cancel request honoured), or
+    /// `snoozed`: written as `pending` with the attempt given back and `snoozes` + 1.
+    pub state: &'static str,
+    /// The attempt number of this run (as claimed), recorded in the attempt history.
+    pub attempt: u32,
+    /// How the attempt ended, as recorded in the attempt history: `succeeded`, `failed`,
+    /// `timed_out`, `panicked`, `canceled` or `snoozed` (see `AttemptOutcome`).
+    pub outcome: &'static str,
+    /// Delay from the database's now of the next run, for `pending` and `snoozed`.
+    pub delay_us: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// The unique identity this outcome frees if the task holds it (`running`: a success or
+    /// death; `window`: death).
+    #[serde(skip)]
+    pub frees: Option<Vec<u8>>,
+    /// The follow-up to insert if this outcome is written (`on_dead` / `on_success`).
+    #[serde(skip)]
+    pub follow_up: Option<Box<FollowUpRow>>,
+    /// For outcome observers: the attempt's task name, queue and handler run time.
+    #[serde(skip)]
+    pub name: std::sync::Arc<str>,
+    #[serde(skip)]
+    pub queue: std::sync::Arc<str>,
+    #[serde(skip)]
+    pub ran: std::time::Duration,
+}
+
+/// A follow-up task to insert with the end of another (`Store::task_write_back`,
+/// `Store::task_reap`), as sent inside a JSON array.
+#[derive(Debug, Clone, Serialize)]
+pub struct FollowUpRow {
+    #[serde(rename = "q")]
+    pub queue: &'static str,
+    #[serde(rename = "n")]
+    pub name: &'static str,
+    /// The payload bytes, hex-encoded.
+    #[serde(rename = "p")]
+    pub payload_hex: String,
+    #[serde(rename = "pr")]
+    pub priority: i16,
+    #[serde(rename = "m")]
+    pub max_attempts: u32,
+    /// Deadline as microseconds from the database's now; absent means none.
+    #[serde(rename = "tl", skip_serializing_if = "Option::is_none")]
+    pub ttl_us: Option<i64>,
+    /// Idempotency key naming the attempt that ended: `taskq:on_dead:<id>:<epoch>`.
+    #[serde(rename = "k")]
+    pub key: String,
+    #[serde(rename = "t", skip_serializing_if = "Option::is_none")]
+    pub trace_context: Option<String>,
+}
+
+impl FollowUpRow {
+    /// Bytes of this row in its statement's JSON (an upper bound; see `budget`).
+    pub fn json_len(&self) -> usize {
+        use crate::budget::json_str_len;
+        96 + json_str_len(self.queue)
+            + json_str_len(self.name)
+            + self.payload_hex.len()
+            + json_str_len(&self.key)
+            + self.trace_context.as_deref().map_or(0, json_str_len)
+    }
+}
+
+impl WriteBack {
+    /// Bytes this outcome adds to its write-back's statements, its row of the `UPDATE` and
+    /// its follow-up's row of the `INSERT` (an upper bound; see `budget`).
+    pub fn json_len(&self) -> usize {
+        160 + self.error.as_deref().map_or(0, crate::budget::json_str_len)
+            + self.follow_up.as_ref().map_or(0, |f| f.json_len())
+    }
+}
+
+/// What `Store::task_write_back` did with a batch.
+#[derive(Debug, Default)]
+pub struct WrittenBack {
+    /// Rows written.
+    pub written: u64,
+    /// Ids not written because another transaction holds the unique identity their outcome
+    /// would free (a producer that got `duplicate = true` for this task and has not ended):
+    /// to be written later, their leases still renewed.
+    pub deferred: Vec<u64>,
+    /// Ids whose outcome was written together with its follow-up.
+    pub followed: Vec<u64>,
+}
+
+/// One row of `Store::queue_controls`.
+pub struct QueueControl {
+    pub queue: String,
+    pub paused: bool,
+    pub limited: bool,
+}
+
+/// One queue of `Store::queue_list`.
+pub struct QueueRow {
+    pub queue: String,
+    pub paused_at: Option<DateTime<Utc>>,
+    pub concurrency_limit: Option<u32>,
+    /// `(max, period in µs)`.
+    pub rate: Option<(u32, i64)>,
+    /// Claims counted in the current rate window.
+    pub rate_used: u64,
+    pub pending: u64,
+    pub running: u64,
+}
+
+/// A schedule's definition as a worker declares it at start (`Store::schedule_declare`).
+pub struct ScheduleDecl<'a> {
+    pub name: &'a str,
+    pub task_name: &'a str,
+    pub queue: &'a str,
+    pub expression: &'a str,
+    pub timezone: &'a str,
+    pub missed_ticks: &'a str,
+    /// The first tick after the database's now, stored when the row is new or its expression
+    /// or time zone changes.
+    pub next_tick: Option<DateTime<Utc>>,
+}
+
+/// What the scheduler reads of one of its schedules each time it wakes.
+pub struct ScheduleState {
+    pub now: DateTime<Utc>,
+    pub name: String,
+    pub expression: String,
+    pub timezone: String,
+    pub watermark: DateTime<Utc>,
+}
+
+/// One compare-and-set step of a schedule (`Store::schedule_fire`).
+pub struct ScheduleFire<'a> {
+    pub name: &'a str,
+    pub expression: &'a str,
+    pub timezone: &'a str,
+    /// The watermark the worker read: the step applies only if it is still the row's.
+    pub old_watermark: DateTime<Utc>,
+    pub new_watermark: DateTime<Utc>,
+    pub next_tick: Option<DateTime<Utc>>,
+    pub worker_id: &'a str,
+    /// One task per tick to enqueue (each with `run_at` = its tick and the tick's key).
+    pub tasks: Vec<NewTask<'a>>,
+}
+
+/// A worker's own row in `taskq_workers`, as it writes it.
+pub struct WorkerRow<'a> {
+    pub worker_id: &'a str,
+    pub host: &'a str,
+    pub pid: u32,
+    /// JSON object: queue → concurrency.
+    pub queues_json: &'a str,
+    pub concurrency: u32,
+    pub lease_us: u64,
+    pub heartbeat_us: u64,
+    /// JSON array: the task names it registers.
+    pub names_json: &'a str,
+}
+
+/// A row of `taskq_workers` with the count of running tasks claimed under its id.
+pub struct WorkerListRow {
+    pub worker_id: String,
+    pub host: String,
+    pub pid: u32,
+    pub queues: String,
+    pub concurrency: u32,
+    pub lease_us: u64,
+    pub heartbeat_us: u64,
+    pub started_at: DateTime<Utc>,
+    pub last_seen_at: DateTime<Utc>,
+    pub stopped_at: Option<DateTime<Utc>>,
+    /// JSON array of the task names it registers (`None`: written by an earlier version).
+    pub names: Option<String>,
+    /// Microseconds since `last_seen_at`, on the database clock.
+    pub seen_ago_us: i64,
+    /// Not stopped, and seen within two heartbeat intervals (at least 1 s).
+    pub alive: bool,
+    pub running: i64,
+}
+
+/// A row of `taskq_audit` as read back.
+pub struct AuditListRow {
+    pub id: u64,
+    pub at: DateTime<Utc>,
+    pub actor: String,
+    pub action: String,
+    pub task_id: Option<u64>,
+    pub queue: Option<String>,
+    pub detail: Option<String>,
+}
+
+/// An operator action to record in `taskq_audit`.
+pub struct AuditRow<'a> {
+    pub actor: &'a str,
+    pub action: &'a str,
+    pub task_id: Option<u64>,
+    /// The queue; when `None` and `task_id` is set, the task's queue is recorded.
+    pub queue: Option<&'a str>,
+    /// A JSON object.
+    pub detail: Option<String>,
+}
+
+/// One claim: up to `limit` due tasks of `queue` whose name is in `names_json`, leased for
+/// `lease_us` to `worker_id`.
+pub struct ClaimRequest<'a> {
+    pub queue: &'a str,
+    /// JSON array of the task names the worker handles.
+    pub names_json: &'a str,
+    pub limit: u32,
+    pub lease_us: i64,
+    pub worker_id: &'a str,
+    /// The worker saw the queue as limited (a concurrency or rate limit in `taskq_queues`):
+    /// the claim claims no more than the limits allow. Unlimited queues never read limits.
+    pub limited: bool,
+}
+
+/// What one claim took.
+pub struct ClaimBatch {
+    /// The claimed tasks, in claim order.
+    pub tasks: Vec<Claimed>,
+    /// Tasks the claim found past their deadline: moved to `expired`, not run.
+    pub expired: Vec<ExpiredTask>,
+    /// Tasks the claim found with a cancel request left by an earlier attempt: moved to
+    /// `canceled`, not run.
+    pub canceled: Vec<CanceledTask>,
+    /// Set when the queue's limits allowed fewer tasks than asked for.
+    pub limited: Option<LimitHit>,
+    /// Fewer tasks than asked for, but others held some of the due ones: more may be due,
+    /// so the loop claims again soon, as for a backlog.
+    pub contended: bool,
+    /// Fewer tasks than asked for, but the claim looked at part of the queue only: the loop
+    /// claims again at once before it goes idle.
+    pub partial: bool,
+}
+
+/// `(id, epoch)` pairs as a JSON array of arrays, sorted by id: every batch statement locks
+/// rows in the order of its JSON array, so a common order keeps concurrent batches (heartbeat,
+/// write-back, release) from deadlocking each other.
+pub fn leases_json(leases: &[(u64, u64)]) -> String {
+    let mut sorted = leases.to_vec();
+    sorted.sort_unstable();
+    serde_json::to_string(&sorted).expect("leases serialize")
+}
