@@ -357,7 +357,7 @@ impl Store {
             // that expired): ours, locked above.
             let pairs: Vec<(String, u64)> = freed
                 .iter()
-                .map(|(k, id)| (crate::enqueue::hex(k), *id))
+                .map(|(k, id)| (crate::backend::hex(k), *id))
                 .collect();
             let json = serde_json::to_string(&pairs).expect("pairs serialize");
             sqlx::query!(

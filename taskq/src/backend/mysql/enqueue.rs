@@ -259,7 +259,7 @@ pub(crate) async fn task_insert_rows(
             serde_json::to_string(&BatchRow {
                 queue: r.queue,
                 name: r.name,
-                payload_hex: crate::enqueue::hex(r.payload),
+                payload_hex: crate::backend::hex(r.payload),
                 priority: r.priority,
                 max_attempts: r.max_attempts,
                 delay_us: r.delay_us,

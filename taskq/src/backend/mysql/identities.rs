@@ -64,7 +64,7 @@ pub(super) async fn identities_take(
     conn: &mut MySqlConnection,
     wanted: &[(&[u8], u64)],
 ) -> sqlx::Result<Taken> {
-    let mut hex_keys: Vec<String> = wanted.iter().map(|(k, _)| crate::enqueue::hex(k)).collect();
+    let mut hex_keys: Vec<String> = wanted.iter().map(|(k, _)| crate::backend::hex(k)).collect();
     hex_keys.sort_unstable();
     hex_keys.dedup();
     let json = serde_json::to_string(&hex_keys).expect("keys serialize");
@@ -86,7 +86,7 @@ pub(super) async fn identities_take(
         match locked.iter().find(|l| l.unique_key == *k) {
             Some(l) if l.task_id == *id => taken.ours.push((k.to_vec(), *id)),
             Some(_) => {}
-            None => skipped.push(crate::enqueue::hex(k)),
+            None => skipped.push(crate::backend::hex(k)),
         }
     }
     if !skipped.is_empty() {

@@ -126,7 +126,7 @@ impl Store {
             .filter(|f| taken.ours.iter().any(|(_, id)| *id == f.id))
             .filter_map(|f| {
                 let k = f.frees.as_deref()?;
-                Some((crate::enqueue::hex(k), f.id, f.epoch, f.state))
+                Some((crate::backend::hex(k), f.id, f.epoch, f.state))
             })
             .collect();
         identities_free_written(&mut tx, &free).await?;
@@ -331,7 +331,7 @@ impl Store {
             .filter_map(|r| {
                 let k = r.frees.as_deref()?;
                 let state = if r.canceled { "canceled" } else { "dead" };
-                Some((crate::enqueue::hex(k), r.id, r.epoch + 1, state))
+                Some((crate::backend::hex(k), r.id, r.epoch + 1, state))
             })
             .collect();
         identities_free_written(&mut tx, &free).await?;
