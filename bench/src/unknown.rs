@@ -24,8 +24,9 @@ const UNKNOWN_TASK: &str = "bench_unknown";
 /// Timed repetitions of a single-connection read.
 const UNKNOWN_REPS: usize = 200;
 
-/// taskq's candidate read from the head of the queue, as in `taskq/src/store.rs`
-/// (`claim_by_candidates`), with 32 candidates: what a worker at concurrency 16 reads.
+/// taskq's candidate read from the head of the queue, as in
+/// `taskq/src/backend/mysql/claim_raw.rs` (`claim_by_candidates`), with 32 candidates: what a
+/// worker at concurrency 16 reads.
 const HEAD_READ: &str = "SELECT id, priority, run_at
      FROM taskq_tasks
      WHERE state = 'pending' AND queue = ? AND run_at <= UTC_TIMESTAMP(6)

@@ -414,3 +414,25 @@ pub fn leases_json(leases: &[(u64, u64)]) -> String {
     sorted.sort_unstable();
     serde_json::to_string(&sorted).expect("leases serialize")
 }
+
+/// Lower-case hex of `bytes` (how payloads and identity keys travel inside JSON arrays).
+pub fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        s.push(DIGITS[(b >> 4) as usize] as char);
+        s.push(DIGITS[(b & 15) as usize] as char);
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hex_encodes_every_byte() {
+        assert_eq!(hex(&[0, 1, 0x7f, 0x80, 0xff, b'{']), "00017f80ff7b");
+        assert_eq!(hex(&[]), "");
+    }
+}

@@ -532,17 +532,6 @@ async fn insert_many(mut conn: Conn<'_>, rows: &[Prepared]) -> Result<Vec<Enqueu
     Ok(out)
 }
 
-/// Lower-case hex of `bytes` (how payloads and identity keys travel inside JSON arrays).
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        s.push(DIGITS[(b >> 4) as usize] as char);
-        s.push(DIGITS[(b & 15) as usize] as char);
-    }
-    s
-}
-
 /// Checks a queue name, task name or idempotency key.
 pub(crate) fn validate_name(what: &'static str, value: &str, max: usize) -> Result<()> {
     let reason = if value.is_empty() {
@@ -634,12 +623,6 @@ fn validate_expiry(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn hex_encodes_every_byte() {
-        assert_eq!(hex(&[0, 1, 0x7f, 0x80, 0xff, b'{']), "00017f80ff7b");
-        assert_eq!(hex(&[]), "");
-    }
 
     #[test]
     fn names_are_checked() {

@@ -1093,7 +1093,7 @@ fn follow_up(f: &FollowUpRow) -> q::FollowUpRow {
     }
 }
 
-/// Bytes of lower-case hex (`crate::enqueue::hex`'s output).
+/// Bytes of lower-case hex (`crate::backend::hex`'s output).
 fn unhex(s: &str) -> Vec<u8> {
     let digit = |c: u8| match c {
         b'0'..=b'9' => c - b'0',

@@ -1,0 +1,256 @@
+//! Writes to `taskq_tasks` outside a lease: the operator's actions (cancel, cancel request,
+//! retry, reschedule, priority; one task or a batch) and retention (`task_prune`).
+
+use chrono::{DateTime, Utc};
+use sqlx::MySqlConnection;
+
+use super::Store;
+use super::identities::identity_reserve;
+use crate::backend::rows::RetryDead;
+use crate::task::{TaskId, TaskState};
+
+impl Store {
+    /// Cancels the pending tasks among `ids` (freeing their unique identities), in one short
+    /// transaction; returns how many.
+    pub(crate) async fn task_cancel_batch(&self, ids: &[u64]) -> sqlx::Result<u64> {
+        let json = serde_json::to_string(ids).expect("ids serialize");
+        let mut tx = self.pool.begin().await?;
+        let done = sqlx::query!(
+            r#"UPDATE JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$')) AS j
+                 STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id
+               SET t.state = 'canceled', t.finished_at = UTC_TIMESTAMP(6), t.updated_at = UTC_TIMESTAMP(6)
+               WHERE t.state = 'pending'"#,
+            json
+        )
+        .execute(&mut *tx)
+        .await?;
+        if done.rows_affected() > 0 {
+            sqlx::query!(
+                r#"DELETE u FROM JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$')) AS j
+                     STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id
+                     STRAIGHT_JOIN taskq_unique u FORCE INDEX (PRIMARY) ON u.unique_key = t.unique_key
+                   WHERE t.state = 'canceled' AND u.task_id = t.id"#,
+                json
+            )
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(done.rows_affected())
+    }
+
+    /// Records a cancel request on the running tasks among `ids`; returns how many were
+    /// running.
+    pub(crate) async fn task_request_cancel_batch(&self, ids: &[u64]) -> sqlx::Result<u64> {
+        let json = serde_json::to_string(ids).expect("ids serialize");
+        let done = sqlx::query!(
+            r#"UPDATE JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$')) AS j
+                 STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id
+               SET t.cancel_requested_at = COALESCE(t.cancel_requested_at, UTC_TIMESTAMP(6)),
+                   t.updated_at = UTC_TIMESTAMP(6)
+               WHERE t.state = 'running'"#,
+            json
+        )
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected())
+    }
+
+    /// Retries the dead tasks among `ids` that hold no identity to take back (not unique, or
+    /// unique per window, like `task_retry_dead_batch`); returns how many.
+    pub(crate) async fn task_retry_dead_ids(&self, ids: &[u64]) -> sqlx::Result<u64> {
+        let json = serde_json::to_string(ids).expect("ids serialize");
+        let done = sqlx::query!(
+            r#"UPDATE JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$')) AS j
+                 STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id
+               SET t.state = 'pending', t.attempt = 0, t.lease_epoch = t.lease_epoch + 1,
+                   t.run_at = UTC_TIMESTAMP(6), t.finished_at = NULL, t.lease_until = NULL,
+                   t.updated_at = UTC_TIMESTAMP(6)
+               WHERE t.state = 'dead' AND (t.unique_key IS NULL OR t.unique_while = 'window')"#,
+            json
+        )
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected())
+    }
+
+    /// Records a cancel request on a running task (kept from the first request); returns
+    /// whether the task was running. On the caller's transaction (with its audit row).
+    pub(crate) async fn task_request_cancel(
+        &self,
+        conn: &mut MySqlConnection,
+        id: TaskId,
+    ) -> sqlx::Result<bool> {
+        let done = sqlx::query!(
+            r#"UPDATE taskq_tasks
+               SET cancel_requested_at = COALESCE(cancel_requested_at, UTC_TIMESTAMP(6)),
+                   updated_at = UTC_TIMESTAMP(6)
+               WHERE id = ? AND state = 'running'"#,
+            id.0
+        )
+        .execute(&mut *conn)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Cancels a pending task (freeing the unique identity it holds); returns whether a row
+    /// changed. Two statements on the caller's transaction.
+    pub(crate) async fn task_cancel(
+        &self,
+        tx: &mut MySqlConnection,
+        id: TaskId,
+    ) -> sqlx::Result<bool> {
+        let done = sqlx::query!(
+            r#"UPDATE taskq_tasks
+               SET state = 'canceled', finished_at = UTC_TIMESTAMP(6), updated_at = UTC_TIMESTAMP(6)
+               WHERE id = ? AND state = 'pending'"#,
+            id.0
+        )
+        .execute(&mut *tx)
+        .await?;
+        if done.rows_affected() == 1 {
+            sqlx::query!(
+                r#"DELETE u FROM taskq_tasks t
+                     STRAIGHT_JOIN taskq_unique u FORCE INDEX (PRIMARY) ON u.unique_key = t.unique_key
+                   WHERE t.id = ? AND u.task_id = t.id"#,
+                id.0
+            )
+            .execute(&mut *tx)
+            .await?;
+        }
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Moves a pending task's due time to `at`, or to `delay_us` from the database's now when
+    /// `at` is `None`; returns whether a row matched.
+    pub(crate) async fn task_reschedule(
+        &self,
+        conn: &mut MySqlConnection,
+        id: TaskId,
+        at: Option<DateTime<Utc>>,
+        delay_us: i64,
+    ) -> sqlx::Result<bool> {
+        let done = sqlx::query!(
+            r#"UPDATE taskq_tasks
+               SET run_at = COALESCE(?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND),
+                   updated_at = UTC_TIMESTAMP(6)
+               WHERE id = ? AND state = 'pending'"#,
+            at.map(|d| d.naive_utc()),
+            delay_us,
+            id.0
+        )
+        .execute(&mut *conn)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Sets a pending task's priority; returns whether a row matched.
+    pub(crate) async fn task_set_priority(
+        &self,
+        conn: &mut MySqlConnection,
+        id: TaskId,
+        priority: i16,
+    ) -> sqlx::Result<bool> {
+        let done = sqlx::query!(
+            r#"UPDATE taskq_tasks SET priority = ?, updated_at = UTC_TIMESTAMP(6)
+               WHERE id = ? AND state = 'pending'"#,
+            priority,
+            id.0
+        )
+        .execute(&mut *conn)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Moves a dead task back to pending with attempts reset and its epoch incremented. A task
+    /// unique while pending or running takes its identity back, which fails (and changes
+    /// nothing) when another task holds it meanwhile; a windowed one does not (see
+    /// `docs/semantics.md`). On the caller's transaction: it writes only when it returns
+    /// `Retried` (an `IdentityHeld` leaves the identity's row locked until the caller ends).
+    pub(crate) async fn task_retry_dead(
+        &self,
+        tx: &mut MySqlConnection,
+        id: TaskId,
+    ) -> sqlx::Result<RetryDead> {
+        let row = sqlx::query!(
+            r#"SELECT unique_key AS "unique_key: Vec<u8>", unique_while FROM taskq_tasks
+               WHERE id = ? AND state = 'dead' FOR UPDATE"#,
+            id.0
+        )
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(row) = row else {
+            return Ok(RetryDead::NotDead);
+        };
+        let retake = row
+            .unique_key
+            .filter(|_| row.unique_while.as_deref() != Some("window"));
+        if let Some(key) = retake
+            && let Some(holder) = identity_reserve(tx, &key, id.0, None).await?
+        {
+            return Ok(RetryDead::IdentityHeld(holder));
+        }
+        sqlx::query!(
+            r#"UPDATE taskq_tasks
+               SET state = 'pending', attempt = 0, lease_epoch = lease_epoch + 1, run_at = UTC_TIMESTAMP(6),
+                   finished_at = NULL, lease_until = NULL, updated_at = UTC_TIMESTAMP(6)
+               WHERE id = ? AND state = 'dead'"#,
+            id.0
+        )
+        .execute(&mut *tx)
+        .await?;
+        Ok(RetryDead::Retried)
+    }
+
+    /// Moves up to `limit` dead tasks that take no identity back (not unique, or windowed; of
+    /// `queue`, or of every queue) that died at or before `died_before` back to pending, with attempts reset and epochs
+    /// incremented, like [`task_retry_dead`]. Walks `ix_taskq_finished`; the `died_before` bound
+    /// keeps a bulk retry from picking up tasks that die again while it runs. Returns the count.
+    /// (Unique tasks go one by one, see [`Store::task_dead_unique_ids`]: one identity taken
+    /// meanwhile must not fail the whole statement.)
+    pub(crate) async fn task_retry_dead_batch(
+        &self,
+        queue: Option<&str>,
+        died_before: DateTime<Utc>,
+        limit: u32,
+    ) -> sqlx::Result<u64> {
+        let done = sqlx::query!(
+            r#"UPDATE taskq_tasks
+               SET state = 'pending', attempt = 0, lease_epoch = lease_epoch + 1, run_at = UTC_TIMESTAMP(6),
+                   finished_at = NULL, lease_until = NULL, updated_at = UTC_TIMESTAMP(6)
+               WHERE state = 'dead' AND (finished_at IS NULL OR finished_at <= ?)
+                 AND (? IS NULL OR queue = ?) AND (unique_key IS NULL OR unique_while = 'window')
+               ORDER BY finished_at, id
+               LIMIT ?"#,
+            died_before.naive_utc(),
+            queue,
+            queue,
+            limit
+        )
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected())
+    }
+
+    /// Deletes up to `limit` tasks in terminal `state` that finished more than `age_secs` ago.
+    pub(crate) async fn task_prune(
+        &self,
+        conn: &mut MySqlConnection,
+        state: TaskState,
+        age_secs: u64,
+        limit: u32,
+    ) -> sqlx::Result<u64> {
+        let done = sqlx::query!(
+            r#"DELETE FROM taskq_tasks
+               WHERE state = ? AND finished_at < UTC_TIMESTAMP(6) - INTERVAL ? SECOND
+               ORDER BY finished_at
+               LIMIT ?"#,
+            state.as_str(),
+            age_secs,
+            limit
+        )
+        .execute(&mut *conn)
+        .await?;
+        Ok(done.rows_affected())
+    }
+}

@@ -1,0 +1,184 @@
+//! The claim as the worker's claim loop sees it: [`Store::task_claim`] and the [`ClaimCursor`]
+//! it moves on between claims (where the next candidate read starts, how many candidates it
+//! reads). The transaction itself is in `claim_raw`.
+
+use std::time::{Duration, Instant};
+
+use chrono::NaiveDateTime;
+use sqlx::MySqlConnection;
+
+use super::Store;
+use crate::backend::rows::{
+    CanceledTask, ClaimBatch, ClaimRequest, Claimed, ExpiredTask, LimitHit,
+};
+
+/// A row's position in claim order, `(priority, run_at, id)`: the order of `ix_taskq_claim`
+/// within a queue's pending rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ClaimKey {
+    pub priority: i16,
+    pub run_at: NaiveDateTime,
+    pub id: u64,
+}
+
+/// Where a claim looks for due rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ClaimFrom {
+    /// Candidates from the head of the queue, locked by primary key.
+    Head,
+    /// Candidates past this position, locked by primary key.
+    After(ClaimKey),
+    /// One locking scan of `ix_taskq_claim` from the head (`SELECT … ORDER BY … LIMIT ? FOR
+    /// UPDATE SKIP LOCKED`): slower, but it walks past rows others hold however many there are.
+    /// Used after a candidate claim locked nothing because others held every candidate.
+    LockingScan,
+}
+
+/// One claim: up to `limit` due tasks of `queue` whose name is in `names_json`, looked for
+/// `from` the head, a position or by locking scan, with `candidates` candidate ids read.
+pub(super) struct MySqlClaim<'a> {
+    pub queue: &'a str,
+    /// JSON array of the task names the worker handles.
+    pub names_json: &'a str,
+    pub limit: u32,
+    pub candidates: u32,
+    pub from: ClaimFrom,
+    pub lease_us: i64,
+    pub worker_id: &'a str,
+    /// The worker saw the queue as limited (a concurrency or rate limit in `taskq_queues`):
+    /// the claim locks the queue's row first and claims no more than the limits allow (see
+    /// [`Store::task_claim`]). Unlimited queues never touch that row.
+    pub limited: bool,
+}
+
+/// A claim loop's position between claims: where the next claim's candidate read starts and
+/// how many candidates it reads per wanted task.
+///
+/// While draining a backlog the loop seeks past its last full claim (the candidate read then
+/// does not step over the delete-marked index entries that claimed rows leave at the head),
+/// and rescans from the head at least every [`RESCAN_EVERY`]. After a claim that others
+/// partly beat it to (they held some candidates), it goes on past the candidates, so claimers
+/// leapfrog each other; after one where others held every candidate, the next claim is one
+/// locking scan. The spread doubles after a contended claim and halves after a short one
+/// that was not contended.
+#[derive(Debug)]
+pub(crate) struct ClaimCursor {
+    seek: Option<ClaimKey>,
+    last_head_scan: Instant,
+    locking_scan: bool,
+    spread: u32,
+}
+
+impl Default for ClaimCursor {
+    fn default() -> Self {
+        Self {
+            seek: None,
+            last_head_scan: Instant::now(),
+            locking_scan: false,
+            spread: MIN_SPREAD,
+        }
+    }
+}
+
+/// Longest time a claim loop draining a backlog goes on seeking past its last claim before
+/// it scans its queue from the head again: the most a task that sorts before the seek
+/// position (a higher priority, an earlier `run_at`, a released or reaped task) waits for
+/// the loop to look at it.
+const RESCAN_EVERY: Duration = Duration::from_millis(100);
+
+/// Candidates a claim reads per task it wants, at least and at most.
+const MIN_SPREAD: u32 = 2;
+const MAX_SPREAD: u32 = 8;
+
+impl Store {
+    /// Claims up to `req.limit` due tasks (see [`Store::claim_raw`]), from where `cursor`
+    /// says, and moves the cursor on.
+    pub(crate) async fn task_claim(
+        &self,
+        conn: &mut MySqlConnection,
+        req: &ClaimRequest<'_>,
+        cursor: &mut ClaimCursor,
+    ) -> sqlx::Result<ClaimBatch> {
+        let started = Instant::now();
+        let after = cursor
+            .seek
+            .take()
+            .filter(|_| cursor.last_head_scan.elapsed() < RESCAN_EVERY);
+        let from = match after {
+            Some(k) => ClaimFrom::After(k),
+            None if cursor.locking_scan => ClaimFrom::LockingScan,
+            None => ClaimFrom::Head,
+        };
+        cursor.locking_scan = false;
+        if after.is_none() {
+            cursor.last_head_scan = started;
+        }
+        let raw = self
+            .claim_raw(
+                conn,
+                &MySqlClaim {
+                    queue: req.queue,
+                    names_json: req.names_json,
+                    limit: req.limit,
+                    candidates: req.limit.saturating_mul(cursor.spread),
+                    from,
+                    lease_us: req.lease_us,
+                    worker_id: req.worker_id,
+                    limited: req.limited,
+                },
+            )
+            .await?;
+        let took = raw.tasks.len() + raw.expired.len() + raw.canceled.len();
+        let at_limit = raw.limited.is_some_and(|hit| took >= hit.allowed as usize);
+        let mut contended = false;
+        let mut partial = false;
+        if at_limit {
+            // Waiting for room: the next claim starts from the head.
+        } else if took == req.limit as usize {
+            cursor.seek = raw.last;
+        } else {
+            cursor.spread = if raw.contended_after.is_some() {
+                (cursor.spread * 2).min(MAX_SPREAD)
+            } else {
+                (cursor.spread / 2).max(MIN_SPREAD)
+            };
+            if let Some(past) = raw.contended_after {
+                contended = true;
+                if raw.tasks.is_empty() {
+                    cursor.locking_scan = true;
+                } else {
+                    cursor.seek = Some(past);
+                }
+            } else if after.is_some() {
+                // The seek ran short, but rows sorting before its start may be due.
+                partial = true;
+            }
+        }
+        Ok(ClaimBatch {
+            tasks: raw.tasks,
+            expired: raw.expired,
+            canceled: raw.canceled,
+            limited: raw.limited,
+            contended,
+            partial,
+        })
+    }
+}
+
+/// What one claim transaction took (before the cursor reads it).
+pub(super) struct RawBatch {
+    /// The claimed tasks, in claim order.
+    pub tasks: Vec<Claimed>,
+    /// Tasks the claim locked but found past their deadline: moved to `expired`, not run.
+    pub expired: Vec<ExpiredTask>,
+    /// Tasks the claim locked but found with a cancel request: moved to `canceled`, not run.
+    pub canceled: Vec<CanceledTask>,
+    /// Position of the last claimed row (`None` when nothing was claimed).
+    pub last: Option<ClaimKey>,
+    /// Set when fewer tasks than asked for were claimed although the candidate read was full:
+    /// other claimers held some candidates, so more may be due. It is the position of the last
+    /// candidate; the next claim goes on from there rather than reading the same candidates.
+    pub contended_after: Option<ClaimKey>,
+    /// Set when the queue's limits allowed fewer tasks than asked for.
+    pub limited: Option<LimitHit>,
+}

@@ -1,0 +1,185 @@
+//! The MySQL / MariaDB backend: every SQL statement taskq's runtime issues on MySQL lives in
+//! this directory, one file per table or job:
+//!
+//! - `mod.rs`: [`Store`] (the pool handle), the worker's pools and their session setup, the
+//!   server's statement budget, and the error numbers taskq reads (duplicate key, deadlock,
+//!   packet too large);
+//! - `clock.rs`: the database clock;
+//! - `enqueue.rs`: the producer path, one task (idempotency key, unique identity) or a
+//!   multi-row batch;
+//! - `identities.rs`: unique identities (`taskq_unique`): reserve, take and free, prune;
+//! - `tasks.rs`: reads of `taskq_tasks` (one task, pages, counts, statistics, bulk targets);
+//! - `actions.rs`: the operator's writes to `taskq_tasks` (cancel, retry, reschedule,
+//!   priority) and retention;
+//! - `claim.rs`: the claim as the claim loop sees it, with its cursor ([`ClaimCursor`]);
+//! - `claim_raw.rs`: the claim transaction itself;
+//! - `lease.rs`: heartbeat, write-back, release and reap, under the lease's epoch;
+//! - `queues.rs`: queue controls (`taskq_queues`);
+//! - `schedules.rs`: recurring schedules (`taskq_schedules`);
+//! - `workers.rs`: live workers (`taskq_workers`);
+//! - `history.rs`: attempt history and the audit trail (`taskq_audit`);
+//! - `migrate.rs`: the migration lock;
+//! - `database.rs`: whether the database exists, and creating it.
+//!
+//! Not semver-stable. Functions are named noun-first (`task_insert`, `task_claim`...). All
+//! times come from the database clock (`UTC_TIMESTAMP(6)`); every write-back of a claimed task
+//! is conditional on the `lease_epoch` it was claimed with. Statements that touch a batch of
+//! rows take the batch as a JSON array and join it with `JSON_TABLE` (MySQL 8 / MariaDB 10.6+),
+//! driven from the JSON side (`STRAIGHT_JOIN`) and pinned to the primary key (`FORCE INDEX
+//! (PRIMARY)`), so each row is reached, and locked, by primary key whatever the table's
+//! statistics say (on a small table the optimizer would otherwise pick a scan of a `state`
+//! index and lock rows the statement does not touch).
+//!
+//! The interface is small: [`Store`] (a pool handle) has one method per statement the worker
+//! and the [`Client`](crate::Client) issue, taking and returning plain row types (`Claimed`,
+//! `WriteBack`, `TaskInfo`...); the producer path (`task_insert`, `task_insert_rows`) and the
+//! migration lock run on a caller's connection and are free functions. The SQLite backend
+//! (`backend::sqlite`, over the `taskq-sqlite` crate) provides the same methods; nothing
+//! outside this directory names MySQL SQL.
+
+mod actions;
+mod claim;
+mod claim_raw;
+mod clock;
+mod database;
+mod enqueue;
+mod history;
+mod identities;
+mod lease;
+mod migrate;
+mod queues;
+mod schedules;
+mod tasks;
+mod workers;
+
+pub(crate) use claim::ClaimCursor;
+pub(crate) use clock::db_clock_us;
+pub(crate) use database::{database_create, database_exists};
+pub(crate) use enqueue::{task_insert, task_insert_rows};
+pub(crate) use history::audit_insert;
+pub(crate) use migrate::{
+    MIGRATION_LOCK_SECS, migration_lock_renew, migration_lock_table, migration_lock_try,
+    migration_unlock,
+};
+
+use sqlx::{MySqlConnection, MySqlPool};
+
+use super::budget::Budget;
+
+/// The backend handle the worker and the [`Client`](crate::Client) work through: every
+/// statement that does not run on a caller's own connection is a method here. (The producer
+/// path, `task_insert*`, runs on the caller's transaction and stays a free function.) A second
+/// backend would provide the same methods.
+#[derive(Debug, Clone)]
+pub(crate) struct Store {
+    pool: MySqlPool,
+}
+
+impl Store {
+    pub(crate) fn new(pool: MySqlPool) -> Self {
+        Self { pool }
+    }
+
+    /// The pool behind this store.
+    pub(crate) fn pool(&self) -> &MySqlPool {
+        &self.pool
+    }
+
+    /// A pool of the worker: same connect options as the user's, READ COMMITTED sessions, no
+    /// ping before each use (a broken connection fails one statement, which is retried).
+    /// Server-side lock waits end at the statement deadline (`innodb_lock_wait_timeout`), and
+    /// a session that goes silent (frozen process, black-holed network), in a transaction or
+    /// not, is closed by the server after `spec.session_timeout` (`wait_timeout`,
+    /// `net_read_timeout`, `net_write_timeout`), which rolls its transaction back and releases
+    /// its locks. Idle connections are closed by the pool before that: never handed out past
+    /// `spec.idle_limit`, and reaped every half of it.
+    pub(crate) fn worker_store(&self, spec: super::WorkerPool) -> Self {
+        let opts = (*self.pool.connect_options()).clone();
+        // Whole seconds; the lock wait no later than the statement deadline.
+        let lock_wait_secs = spec.statement_timeout.as_secs().max(1);
+        let session_secs = spec.session_timeout.as_secs().max(1);
+        let idle_limit = spec.idle_limit;
+        let pool = sqlx::mysql::MySqlPoolOptions::new()
+            .max_connections(spec.connections.max(1))
+            .min_connections(0)
+            .acquire_timeout(spec.statement_timeout)
+            .test_before_acquire(false)
+            .idle_timeout(idle_limit / 2)
+            .before_acquire(move |_conn, meta| {
+                Box::pin(async move { Ok(meta.idle_for < idle_limit) })
+            })
+            .after_connect(move |conn, _meta| {
+                Box::pin(async move { session_setup(conn, lock_wait_secs, session_secs).await })
+            })
+            .connect_lazy_with(opts);
+        Self { pool }
+    }
+
+    /// The byte limits of this server's multi-row statements, from its `max_allowed_packet`
+    /// (this session's: a server's global setting applies to connections opened after it).
+    pub(crate) async fn statement_budget(
+        &self,
+        conn: &mut MySqlConnection,
+    ) -> sqlx::Result<Budget> {
+        let packet = sqlx::query_scalar!(
+            r#"SELECT CAST(@@SESSION.max_allowed_packet AS UNSIGNED) AS "packet!: u64""#
+        )
+        .fetch_one(&mut *conn)
+        .await?;
+        Ok(Budget::for_packet(packet))
+    }
+}
+
+/// Per-connection setup of the worker's own pool: READ COMMITTED, so claim scans take no gap
+/// locks that would make producers' inserts wait; row-lock waits end after `lock_wait_secs`
+/// (the worker's statement deadline) instead of InnoDB's default 50 s; and the server closes
+/// the session once it has been silent for `session_secs` (`wait_timeout` between statements,
+/// in a transaction or not; `net_read_timeout` / `net_write_timeout` within one packet),
+/// instead of 8 hours.
+pub(crate) async fn session_setup(
+    conn: &mut MySqlConnection,
+    lock_wait_secs: u64,
+    session_secs: u64,
+) -> sqlx::Result<()> {
+    sqlx::query!("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+        .execute(&mut *conn)
+        .await?;
+    sqlx::query!(
+        "SET SESSION innodb_lock_wait_timeout = ?, wait_timeout = ?,
+             net_read_timeout = ?, net_write_timeout = ?",
+        lock_wait_secs,
+        session_secs,
+        session_secs,
+        session_secs
+    )
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// MySQL error number for a duplicate key.
+const ER_DUP_ENTRY: u16 = 1062;
+/// MySQL error number for a deadlock victim (and, on Galera, a certification failure).
+const ER_LOCK_DEADLOCK: u16 = 1213;
+
+/// Whether `e` is a duplicate key error on the unique index `index` (any index for `""`).
+fn is_conflict_on(e: &dyn sqlx::error::DatabaseError, index: &str) -> bool {
+    let mysql = e.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>();
+    mysql.is_some_and(|m| m.number() == ER_DUP_ENTRY) && e.message().contains(index)
+}
+
+/// Whether `e` says a packet was too large: ER_NET_PACKET_TOO_LARGE (1153, the statement
+/// exceeds `max_allowed_packet`), ER_WARN_ALLOWED_PACKET_OVERFLOWED (1301, a function's result
+/// would), CR_NET_PACKET_TOO_LARGE (2020).
+pub(crate) fn is_packet_too_large(e: &dyn sqlx::error::DatabaseError) -> bool {
+    let mysql = e.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>();
+    mysql.is_some_and(|m| matches!(m.number(), 1153 | 1301 | 2020))
+}
+
+/// Whether `e` is ER_LOCK_DEADLOCK (1213): an InnoDB deadlock victim, or on a Galera cluster a
+/// transaction that failed certification or was aborted by a replicated one (brute-force
+/// abort). The transaction was rolled back; running it again is safe.
+pub(crate) fn is_deadlock(e: &dyn sqlx::error::DatabaseError) -> bool {
+    let mysql = e.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>();
+    mysql.is_some_and(|m| m.number() == ER_LOCK_DEADLOCK)
+}
