@@ -8,19 +8,27 @@ use crate::state::{TaskId, TaskState};
 
 /// A row to insert.
 pub struct NewTask<'a> {
+    /// Queue name.
     pub queue: &'a str,
+    /// Task name.
     pub name: &'a str,
+    /// The payload (JSON bytes).
     pub payload: &'a [u8],
+    /// Priority (lower runs first).
     pub priority: i16,
+    /// Attempts allowed.
     pub max_attempts: u32,
     /// Microseconds from the database's now; ignored when `run_at` is set.
     pub delay_us: i64,
+    /// Absolute due time; overrides `delay_us`.
     pub run_at: Option<DateTime<Utc>>,
     /// Absolute deadline; at most one of `deadline` and `ttl_us` is set.
     pub deadline: Option<DateTime<Utc>>,
     /// Deadline as microseconds from the database's now.
     pub ttl_us: Option<i64>,
+    /// Idempotency key, if any.
     pub idempotency_key: Option<&'a str>,
+    /// Trace context of the enqueuing request, if recorded.
     pub trace_context: Option<&'a str>,
     /// The unique identity, if any (`unique_key`, and the key of its `taskq_unique` row).
     pub unique_key: Option<&'a [u8]>,
@@ -32,21 +40,27 @@ pub struct NewTask<'a> {
 
 /// Outcome of `task_insert`.
 pub enum Inserted {
+    /// Inserted; its id.
     New(TaskId),
+    /// Not inserted: the task that already holds the key or identity.
     Duplicate(TaskId),
 }
 
 /// Filter for `task_list` and `task_count`; `None` matches everything.
 #[derive(Default)]
 pub struct TaskFilter<'a> {
+    /// Only this queue.
     pub queue: Option<&'a str>,
+    /// Only this state.
     pub state: Option<TaskState>,
+    /// Only this task name.
     pub name: Option<&'a str>,
 }
 
 /// Outcome of `Store::task_retry_dead`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RetryDead {
+    /// Moved back to pending.
     Retried,
     /// The task does not exist or is not dead.
     NotDead,
@@ -56,11 +70,15 @@ pub enum RetryDead {
 
 /// A task as claimed by a worker (values after the claim).
 pub struct Claimed {
+    /// Task id.
     pub id: u64,
+    /// Task name.
     pub name: String,
+    /// The payload (JSON bytes).
     pub payload: Vec<u8>,
     /// Attempt number of this run (already incremented).
     pub attempt: u32,
+    /// Attempts allowed.
     pub max_attempts: u32,
     /// Snoozes so far (before this run).
     pub snoozes: u32,
@@ -94,7 +112,9 @@ pub struct LimitHit {
 
 /// A due task the claim found past its deadline and moved to `expired` instead of running.
 pub struct ExpiredTask {
+    /// Task id.
     pub id: u64,
+    /// Task name.
     pub name: String,
     /// How long ago its deadline passed, on the database clock (µs).
     pub late_us: i64,
@@ -103,18 +123,27 @@ pub struct ExpiredTask {
 /// A due task the claim found with a cancel request left by an earlier attempt (see
 /// `docs/semantics.md`, "Cancel"): moved to `canceled` instead of running.
 pub struct CanceledTask {
+    /// Task id.
     pub id: u64,
+    /// Task name.
     pub name: String,
 }
 
 /// An expired lease as `Store::task_expired` reads it.
 pub struct ExpiredRow {
+    /// Task id.
     pub id: u64,
+    /// The lease epoch read (fencing token).
     pub lease_epoch: u64,
+    /// Task name.
     pub name: String,
+    /// Queue name.
     pub queue: String,
+    /// Attempts started so far (this lease's included).
     pub attempt: u32,
+    /// Attempts allowed.
     pub max_attempts: u32,
+    /// The worker that held the lease.
     pub worker_id: Option<String>,
     /// The unique identity the reap frees (the task goes dead or canceled), if it holds one.
     pub frees: Option<Vec<u8>>,
@@ -124,6 +153,7 @@ pub struct ExpiredRow {
     pub registered: bool,
     /// The payload, read only for a task the reap moves to dead.
     pub payload: Option<Vec<u8>>,
+    /// Trace context of the enqueuing request, if recorded.
     pub trace_context: Option<String>,
 }
 
@@ -146,10 +176,13 @@ impl ExpiredRow {
 
 /// One expired lease to reap (`Store::task_reap`).
 pub struct ReapRow {
+    /// Task id.
     pub id: u64,
     /// The epoch read: the row is reaped only if it still has it.
     pub epoch: u64,
+    /// The unique identity the reap frees, if any.
     pub frees: Option<Vec<u8>>,
+    /// A cancel was requested: the reap cancels the task.
     pub canceled: bool,
     /// Parked back to pending rather than buried (see [`ExpiredRow::parks`]).
     pub parks: bool,
@@ -160,6 +193,7 @@ pub struct ReapRow {
 /// What `Store::task_reap` did.
 #[derive(Debug, Default)]
 pub struct Reaped {
+    /// Rows reaped.
     pub reaped: u64,
     /// `(id, new state)` of each row reaped, when the reap locked the rows first (`exact`, or
     /// follow-ups to insert); empty otherwise.
@@ -171,7 +205,9 @@ pub struct Reaped {
 /// The outcome of one attempt, written back by `task_write_back`.
 #[derive(Debug, Clone, Serialize)]
 pub struct WriteBack {
+    /// Task id.
     pub id: u64,
+    /// The lease epoch the outcome is written under.
     pub epoch: u64,
     /// `succeeded`, `pending` (retry), `dead`, `canceled` (a cancel request honoured), or
     /// `snoozed`: written as `pending` with the attempt given back and `snoozes` + 1.
@@ -184,6 +220,7 @@ pub struct WriteBack {
     /// Delay from the database's now of the next run, for `pending` and `snoozed`.
     pub delay_us: i64,
     #[serde(skip_serializing_if = "Option::is_none")]
+    /// The error text, for a failed attempt.
     pub error: Option<String>,
     /// The unique identity this outcome frees if the task holds it (`running`: a success or
     /// death; `window`: death).
@@ -196,8 +233,10 @@ pub struct WriteBack {
     #[serde(skip)]
     pub name: std::sync::Arc<str>,
     #[serde(skip)]
+    /// Queue name.
     pub queue: std::sync::Arc<str>,
     #[serde(skip)]
+    /// How long the handler ran.
     pub ran: std::time::Duration,
 }
 
@@ -206,15 +245,19 @@ pub struct WriteBack {
 #[derive(Debug, Clone, Serialize)]
 pub struct FollowUpRow {
     #[serde(rename = "q")]
+    /// Queue name.
     pub queue: &'static str,
     #[serde(rename = "n")]
+    /// Task name.
     pub name: &'static str,
     /// The payload bytes, hex-encoded.
     #[serde(rename = "p")]
     pub payload_hex: String,
     #[serde(rename = "pr")]
+    /// Priority (lower runs first).
     pub priority: i16,
     #[serde(rename = "m")]
+    /// Attempts allowed.
     pub max_attempts: u32,
     /// Deadline as microseconds from the database's now; absent means none.
     #[serde(rename = "tl", skip_serializing_if = "Option::is_none")]
@@ -223,6 +266,7 @@ pub struct FollowUpRow {
     #[serde(rename = "k")]
     pub key: String,
     #[serde(rename = "t", skip_serializing_if = "Option::is_none")]
+    /// Trace context of the enqueuing request, if recorded.
     pub trace_context: Option<String>,
 }
 
@@ -262,31 +306,45 @@ pub struct WrittenBack {
 
 /// One row of `Store::queue_controls`.
 pub struct QueueControl {
+    /// Queue name.
     pub queue: String,
+    /// Paused.
     pub paused: bool,
+    /// Has a concurrency or rate limit.
     pub limited: bool,
 }
 
 /// One queue of `Store::queue_list`.
 pub struct QueueRow {
+    /// Queue name.
     pub queue: String,
+    /// When it was paused, if it is.
     pub paused_at: Option<DateTime<Utc>>,
+    /// Its concurrency limit across all workers, if any.
     pub concurrency_limit: Option<u32>,
     /// `(max, period in µs)`.
     pub rate: Option<(u32, i64)>,
     /// Claims counted in the current rate window.
     pub rate_used: u64,
+    /// Pending tasks.
     pub pending: u64,
+    /// Running tasks.
     pub running: u64,
 }
 
 /// A schedule's definition as a worker declares it at start (`Store::schedule_declare`).
 pub struct ScheduleDecl<'a> {
+    /// The schedule name.
     pub name: &'a str,
+    /// The task it enqueues.
     pub task_name: &'a str,
+    /// Queue name.
     pub queue: &'a str,
+    /// The cron expression.
     pub expression: &'a str,
+    /// The time zone the expression is read in.
     pub timezone: &'a str,
+    /// The missed-tick policy (`latest`, `skip`, `all(N)`).
     pub missed_ticks: &'a str,
     /// The first tick after the database's now, stored when the row is new or its expression
     /// or time zone changes.
@@ -295,22 +353,33 @@ pub struct ScheduleDecl<'a> {
 
 /// What the scheduler reads of one of its schedules each time it wakes.
 pub struct ScheduleState {
+    /// The database clock.
     pub now: DateTime<Utc>,
+    /// The schedule name.
     pub name: String,
+    /// The cron expression.
     pub expression: String,
+    /// The time zone the expression is read in.
     pub timezone: String,
+    /// Every tick at or before this time is handled.
     pub watermark: DateTime<Utc>,
 }
 
 /// One compare-and-set step of a schedule (`Store::schedule_fire`).
 pub struct ScheduleFire<'a> {
+    /// The schedule name.
     pub name: &'a str,
+    /// The cron expression.
     pub expression: &'a str,
+    /// The time zone the expression is read in.
     pub timezone: &'a str,
     /// The watermark the worker read: the step applies only if it is still the row's.
     pub old_watermark: DateTime<Utc>,
+    /// The watermark to store.
     pub new_watermark: DateTime<Utc>,
+    /// The next tick after the new watermark.
     pub next_tick: Option<DateTime<Utc>>,
+    /// The worker that fires the ticks.
     pub worker_id: &'a str,
     /// One task per tick to enqueue (each with `run_at` = its tick and the tick's key).
     pub tasks: Vec<NewTask<'a>>,
@@ -318,13 +387,19 @@ pub struct ScheduleFire<'a> {
 
 /// A worker's own row in `taskq_workers`, as it writes it.
 pub struct WorkerRow<'a> {
+    /// The worker.
     pub worker_id: &'a str,
+    /// Host name.
     pub host: &'a str,
+    /// Process id.
     pub pid: u32,
     /// JSON object: queue → concurrency.
     pub queues_json: &'a str,
+    /// Handlers it runs at once.
     pub concurrency: u32,
+    /// Lease length (µs).
     pub lease_us: u64,
+    /// Heartbeat interval (µs).
     pub heartbeat_us: u64,
     /// JSON array: the task names it registers.
     pub names_json: &'a str,
@@ -332,15 +407,25 @@ pub struct WorkerRow<'a> {
 
 /// A row of `taskq_workers` with the count of running tasks claimed under its id.
 pub struct WorkerListRow {
+    /// The worker.
     pub worker_id: String,
+    /// Host name.
     pub host: String,
+    /// Process id.
     pub pid: u32,
+    /// JSON array of its queues.
     pub queues: String,
+    /// Handlers it runs at once.
     pub concurrency: u32,
+    /// Lease length (µs).
     pub lease_us: u64,
+    /// Heartbeat interval (µs).
     pub heartbeat_us: u64,
+    /// When it started.
     pub started_at: DateTime<Utc>,
+    /// Its last beat.
     pub last_seen_at: DateTime<Utc>,
+    /// When it stopped gracefully, if it did.
     pub stopped_at: Option<DateTime<Utc>>,
     /// JSON array of the task names it registers (`None`: written by an earlier version).
     pub names: Option<String>,
@@ -348,24 +433,35 @@ pub struct WorkerListRow {
     pub seen_ago_us: i64,
     /// Not stopped, and seen within two heartbeat intervals (at least 1 s).
     pub alive: bool,
+    /// Tasks it holds running now.
     pub running: i64,
 }
 
 /// A row of `taskq_audit` as read back.
 pub struct AuditListRow {
+    /// Task id.
     pub id: u64,
+    /// When (database clock).
     pub at: DateTime<Utc>,
+    /// Who acted.
     pub actor: String,
+    /// What was done.
     pub action: String,
+    /// The task acted on, if one.
     pub task_id: Option<u64>,
+    /// Queue name.
     pub queue: Option<String>,
+    /// Details, a JSON object.
     pub detail: Option<String>,
 }
 
 /// An operator action to record in `taskq_audit`.
 pub struct AuditRow<'a> {
+    /// Who acted.
     pub actor: &'a str,
+    /// What was done.
     pub action: &'a str,
+    /// The task acted on, if one.
     pub task_id: Option<u64>,
     /// The queue; when `None` and `task_id` is set, the task's queue is recorded.
     pub queue: Option<&'a str>,
@@ -376,11 +472,15 @@ pub struct AuditRow<'a> {
 /// One claim: up to `limit` due tasks of `queue` whose name is in `names_json`, leased for
 /// `lease_us` to `worker_id`.
 pub struct ClaimRequest<'a> {
+    /// Queue name.
     pub queue: &'a str,
     /// JSON array of the task names the worker handles.
     pub names_json: &'a str,
+    /// Most tasks to claim.
     pub limit: u32,
+    /// Lease length (µs).
     pub lease_us: i64,
+    /// The claiming worker.
     pub worker_id: &'a str,
     /// The worker saw the queue as limited (a concurrency or rate limit in `taskq_queues`):
     /// the claim claims no more than the limits allow. Unlimited queues never read limits.

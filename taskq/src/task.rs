@@ -1,8 +1,6 @@
 //! The [`Task`] trait and the vocabulary around it: [`TaskId`], [`TaskState`].
 
-use std::fmt;
 use std::future::Future;
-use std::str::FromStr;
 use std::time::Duration;
 
 use serde::{Serialize, de::DeserializeOwned};
