@@ -25,7 +25,7 @@ const UNKNOWN_TASK: &str = "bench_unknown";
 const UNKNOWN_REPS: usize = 200;
 
 /// taskq's candidate read from the head of the queue, as in
-/// `taskq/src/backend/mysql/claim_raw.rs` (`claim_by_candidates`), with 32 candidates: what a
+/// `taskq-mysql/src/claim_raw.rs` (`claim_by_candidates`), with 32 candidates: what a
 /// worker at concurrency 16 reads.
 const HEAD_READ: &str = "SELECT id, priority, run_at
      FROM taskq_tasks

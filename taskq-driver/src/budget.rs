@@ -44,11 +44,7 @@ impl Budget {
     /// statements of at most `max_rows` rows whose bytes stay within
     /// [`statement`](Self::statement); a row bigger than that goes alone. Returns the number
     /// of rows of each statement.
-    pub fn chunks(
-        &self,
-        sizes: impl IntoIterator<Item = usize>,
-        max_rows: usize,
-    ) -> Vec<usize> {
+    pub fn chunks(&self, sizes: impl IntoIterator<Item = usize>, max_rows: usize) -> Vec<usize> {
         let mut out = Vec::new();
         let (mut rows, mut bytes) = (0usize, 0usize);
         for size in sizes {

@@ -7,12 +7,16 @@
 //! - [`rows`]: the typed rows the runtime and the drivers exchange (a task to insert, a claimed
 //!   task, an attempt's outcome to write back, an expired lease to reap...).
 //! - [`budget`]: how many bytes one multi-row statement carries, one rule for every driver.
+//! - [`pool`]: how the runtime wants a worker's pools set up.
+//! - [`driver`]: the seam itself, one trait per table or job; every driver implements them all.
 //!
 //! Users depend on `taskq`, which re-exports what they name (`taskq::TaskId`,
 //! `taskq::client::TaskInfo`...). Everything else here is taskq's internal interface: not
 //! semver-stable.
 
 pub mod budget;
+pub mod driver;
+pub mod pool;
 pub mod read;
 pub mod rows;
 pub mod state;

@@ -232,4 +232,3 @@ pub struct ScheduleInfo {
     /// Last change.
     pub updated_at: DateTime<Utc>,
 }
-

@@ -1,17 +1,19 @@
-//! The backend seam: what taskq asks of a database, in the worker's and the client's terms.
+//! The backend seam, as the runtime sees it: which driver a pool belongs to, and one call per
+//! operation that goes to that driver.
 //!
 //! [`Backend`] is the public, sealed trait of the databases taskq runs on (`sqlx::MySql`;
 //! `sqlx::Sqlite` with the `sqlite` feature). Users never name it: it is inferred from their
 //! `Pool<DB>`, `Transaction<'_, DB>` or connection, and turns it into a [`Store`] (a pool
-//! handle of one backend) or a [`Conn`] (a borrowed connection of one backend).
+//! handle of one driver) or a [`Conn`] (a borrowed connection of one driver).
 //!
-//! Everything above this module — the worker's loops, the client, enqueue — speaks only the
-//! operations listed on [`Store`] and [`Conn`] below, with the row types of `rows`: claim up to
-//! n due tasks of a queue under a lease, renew leases, write back under the epoch, list and
-//! reap expired leases, prune, pause... Each backend module (`mysql`, `sqlite`) provides every
-//! one of them with its own SQL, compile-time checked against its own database. How a backend
-//! claims (MySQL's candidate windows and seek positions, SQLite's `BEGIN IMMEDIATE` + `UPDATE
-//! … RETURNING`) stays inside it: the claim loop only carries an opaque [`ClaimCursor`].
+//! The operations themselves are typed once, in `taskq_driver::driver` (one trait per table or
+//! job, with the rows of `taskq_driver::rows`), and implemented by each driver: the
+//! `taskq-mysql` crate (its SQL split by table, checked against MySQL) and, for SQLite, the
+//! `sqlite` module here over the `taskq-sqlite` crate's statements. Everything above this
+//! module — the worker's loops, the client, enqueue — calls the operations listed on [`Store`]
+//! and [`Conn`] below, which forward to the pool's driver. How a driver claims (MySQL's
+//! candidate windows and seek positions, SQLite's `BEGIN IMMEDIATE` + `UPDATE … RETURNING`)
+//! stays inside it: the claim loop only carries an opaque [`ClaimCursor`].
 
 use std::future::Future;
 
@@ -21,9 +23,14 @@ use sqlx::{MySql, MySqlConnection, MySqlPool, Transaction};
 
 use crate::info::{PendingNameCount, QueueStateCount, ScheduleInfo, TaskInfo};
 use crate::task::{TaskId, TaskState};
+#[allow(unused_imports)] // the driver operations the forwarding macros call
+use taskq_driver::driver::{
+    Actions as _, Claims as _, Clock as _, History as _, Identities as _, Leases as _, Queues as _,
+    Schedules as _, StatementBudget as _, Tasks as _, Workers as _,
+};
 
 pub(crate) mod budget;
-pub(crate) mod mysql;
+pub(crate) use taskq_mysql as mysql;
 mod rows;
 #[cfg(feature = "sqlite")]
 pub(crate) mod sqlite;
@@ -96,18 +103,7 @@ pub struct StoreHandle(pub(crate) Store);
 #[doc(hidden)]
 pub struct ConnHandle<'c>(pub(crate) Conn<'c>);
 
-/// How a pool of the worker is set up (see `worker::lanes`).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct WorkerPool {
-    /// Most connections.
-    pub connections: u32,
-    /// Deadline of every worker statement (half the lease); also bounds server-side lock waits.
-    pub statement_timeout: std::time::Duration,
-    /// How long the server keeps a silent session (MySQL).
-    pub session_timeout: std::time::Duration,
-    /// Idle connections are not handed out, and are closed, past this (MySQL).
-    pub idle_limit: std::time::Duration,
-}
+pub(crate) use taskq_driver::pool::WorkerPool;
 
 /// A pool handle of one backend. Cheap to clone.
 #[derive(Debug, Clone)]
@@ -329,7 +325,9 @@ impl Store {
                 s.task_claim(c, req, k).await
             }
             #[cfg(feature = "sqlite")]
-            (Store::Sqlite(s), Conn::Sqlite(c), ClaimCursor::Sqlite) => s.task_claim(c, req).await,
+            (Store::Sqlite(s), Conn::Sqlite(c), ClaimCursor::Sqlite) => {
+                s.task_claim(c, req, &mut ()).await
+            }
             #[cfg(feature = "sqlite")]
             _ => unreachable!("a connection or cursor of another backend than its store"),
         }

@@ -18,6 +18,10 @@ use taskq_sqlite as q;
 use super::rows::*;
 use crate::info::{PendingNameCount, QueueStateCount, ScheduleInfo, TaskInfo};
 use crate::task::{TaskId, TaskState};
+use taskq_driver::driver::{
+    Actions, Claims, Clock, Enqueue, Handle, History, Identities, Leases, Queues, Schedules,
+    StatementBudget, Tasks, Workers,
+};
 
 /// A SQLite pool handle.
 #[derive(Debug, Clone)]
@@ -307,11 +311,289 @@ impl Store {
     async fn conn(&self) -> sqlx::Result<sqlx::pool::PoolConnection<Sqlite>> {
         self.pool.acquire().await
     }
+}
 
-    pub(crate) async fn task_claim(
+impl Handle for Store {
+    type Conn = SqliteConnection;
+    type Database = Sqlite;
+    fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+}
+
+impl Enqueue for Store {
+    async fn task_insert(conn: &mut SqliteConnection, row: &NewTask<'_>) -> sqlx::Result<Inserted> {
+        task_insert(conn, row).await
+    }
+    async fn task_insert_rows(
+        conn: &mut SqliteConnection,
+        rows: &[NewTask<'_>],
+    ) -> sqlx::Result<Vec<TaskId>> {
+        task_insert_rows(conn, rows).await
+    }
+    async fn db_clock_us(conn: &mut SqliteConnection) -> sqlx::Result<i64> {
+        db_clock_us(conn).await
+    }
+    async fn audit_insert(conn: &mut SqliteConnection, row: &AuditRow<'_>) -> sqlx::Result<u64> {
+        audit_insert(conn, row).await
+    }
+}
+
+impl Tasks for Store {
+    async fn task_get(&self, id_: TaskId) -> sqlx::Result<Option<TaskInfo>> {
+        let mut c = self.conn().await?;
+        q::task_get(&mut c, id(id_.0))
+            .await?
+            .map(task_info)
+            .transpose()
+    }
+
+    async fn task_list(
+        &self,
+        f: &TaskFilter<'_>,
+        after_id: u64,
+        up_to: u64,
+        limit: u32,
+    ) -> sqlx::Result<Vec<TaskInfo>> {
+        let mut c = self.conn().await?;
+        task_infos(q::task_list(&mut c, &filter(f), id(after_id), id(up_to), limit).await?)
+    }
+
+    async fn task_list_desc(
+        &self,
+        f: &TaskFilter<'_>,
+        before_id: u64,
+        from: u64,
+        limit: u32,
+    ) -> sqlx::Result<Vec<TaskInfo>> {
+        let mut c = self.conn().await?;
+        task_infos(q::task_list_desc(&mut c, &filter(f), id(before_id), id(from), limit).await?)
+    }
+
+    async fn task_id_bounds(&self) -> sqlx::Result<(u64, u64)> {
+        let mut c = self.conn().await?;
+        let (lo, hi) = q::task_id_bounds(&mut c).await?;
+        Ok((uid(lo), uid(hi)))
+    }
+
+    async fn task_list_queue_desc(
+        &self,
+        queue: &str,
+        name: Option<&str>,
+        before_id: u64,
+        limit: u32,
+    ) -> sqlx::Result<Vec<TaskInfo>> {
+        let mut c = self.conn().await?;
+        task_infos(q::task_list_queue_desc(&mut c, queue, name, id(before_id), limit).await?)
+    }
+
+    async fn task_list_queue_asc(
+        &self,
+        queue: &str,
+        name: Option<&str>,
+        after_id: u64,
+        limit: u32,
+    ) -> sqlx::Result<Vec<TaskInfo>> {
+        let mut c = self.conn().await?;
+        task_infos(q::task_list_queue_asc(&mut c, queue, name, id(after_id), limit).await?)
+    }
+
+    async fn task_finished_per_minute(
+        &self,
+        minutes: u32,
+    ) -> sqlx::Result<Vec<(TaskState, u32, u64)>> {
+        let mut c = self.conn().await?;
+        q::task_finished_per_minute(&mut c, minutes)
+            .await?
+            .into_iter()
+            .map(|(s, m, n)| Ok((state(&s)?, m, n)))
+            .collect()
+    }
+
+    async fn task_prune_count(&self, s: TaskState, age_secs: u64) -> sqlx::Result<u64> {
+        let mut c = self.conn().await?;
+        q::task_prune_count(&mut c, s.as_str(), age_secs).await
+    }
+
+    async fn task_count(&self, f: &TaskFilter<'_>) -> sqlx::Result<u64> {
+        let mut c = self.conn().await?;
+        q::task_count(&mut c, &filter(f)).await
+    }
+
+    async fn task_stats(&self, conn: &mut SqliteConnection) -> sqlx::Result<Vec<QueueStateCount>> {
+        queue_state_counts(q::task_stats(conn).await?)
+    }
+
+    async fn task_stats_active(
+        &self,
+        conn: &mut SqliteConnection,
+    ) -> sqlx::Result<Vec<QueueStateCount>> {
+        queue_state_counts(q::task_stats_active(conn).await?)
+    }
+
+    async fn task_stats_terminal(
+        &self,
+        conn: &mut SqliteConnection,
+    ) -> sqlx::Result<Vec<QueueStateCount>> {
+        queue_state_counts(q::task_stats_terminal(conn).await?)
+    }
+
+    async fn task_pending_by_name(
+        &self,
+        conn: &mut SqliteConnection,
+        queue: Option<&str>,
+    ) -> sqlx::Result<Vec<PendingNameCount>> {
+        Ok(q::task_pending_by_name(conn, queue)
+            .await?
+            .into_iter()
+            .map(|r| PendingNameCount {
+                queue: r.queue,
+                name: r.name,
+                pending: r.pending,
+                due: r.due,
+                oldest_run_at: r.oldest_run_at,
+            })
+            .collect())
+    }
+
+    async fn task_bulk_ids(
+        &self,
+        f: &TaskFilter<'_>,
+        age_us: i64,
+        after_id: u64,
+        limit: u32,
+    ) -> sqlx::Result<Vec<(u64, bool)>> {
+        let mut c = self.conn().await?;
+        let s = f.state.map_or("", TaskState::as_str);
+        Ok(
+            q::task_bulk_ids(&mut c, s, &filter(f), age_us, id(after_id), limit)
+                .await?
+                .into_iter()
+                .map(|(i, r)| (uid(i), r))
+                .collect(),
+        )
+    }
+
+    async fn task_bulk_count(&self, f: &TaskFilter<'_>, age_us: i64) -> sqlx::Result<u64> {
+        let mut c = self.conn().await?;
+        let s = f.state.map_or("", TaskState::as_str);
+        q::task_bulk_count(&mut c, s, &filter(f), age_us).await
+    }
+
+    async fn task_state(&self, t: TaskId) -> sqlx::Result<Option<TaskState>> {
+        let mut c = self.conn().await?;
+        q::task_state(&mut c, id(t.0))
+            .await?
+            .map(|s| state(&s))
+            .transpose()
+    }
+
+    async fn task_dead_unique_ids(
+        &self,
+        queue: Option<&str>,
+        died_before: DateTime<Utc>,
+        after_id: u64,
+        limit: u32,
+    ) -> sqlx::Result<Vec<TaskId>> {
+        let mut c = self.conn().await?;
+        Ok(
+            q::task_dead_unique_ids(&mut c, queue, died_before, id(after_id), limit)
+                .await?
+                .into_iter()
+                .map(|i| TaskId(uid(i)))
+                .collect(),
+        )
+    }
+}
+
+impl Actions for Store {
+    async fn task_cancel_batch(&self, v: &[u64]) -> sqlx::Result<u64> {
+        let mut c = self.conn().await?;
+        q::task_cancel_batch(&mut c, &ids(v)).await
+    }
+
+    async fn task_request_cancel_batch(&self, v: &[u64]) -> sqlx::Result<u64> {
+        let mut c = self.conn().await?;
+        q::task_request_cancel_batch(&mut c, &ids(v)).await
+    }
+
+    async fn task_retry_dead_ids(&self, v: &[u64]) -> sqlx::Result<u64> {
+        let mut c = self.conn().await?;
+        q::task_retry_dead_ids(&mut c, &ids(v)).await
+    }
+
+    async fn task_request_cancel(
+        &self,
+        conn: &mut SqliteConnection,
+        t: TaskId,
+    ) -> sqlx::Result<bool> {
+        q::task_request_cancel(conn, id(t.0)).await
+    }
+
+    async fn task_cancel(&self, conn: &mut SqliteConnection, t: TaskId) -> sqlx::Result<bool> {
+        q::task_cancel(conn, id(t.0)).await
+    }
+
+    async fn task_reschedule(
+        &self,
+        conn: &mut SqliteConnection,
+        t: TaskId,
+        at: Option<DateTime<Utc>>,
+        delay_us: i64,
+    ) -> sqlx::Result<bool> {
+        q::task_reschedule(conn, id(t.0), at, delay_us).await
+    }
+
+    async fn task_set_priority(
+        &self,
+        conn: &mut SqliteConnection,
+        t: TaskId,
+        priority: i16,
+    ) -> sqlx::Result<bool> {
+        q::task_set_priority(conn, id(t.0), priority).await
+    }
+
+    async fn task_retry_dead(
+        &self,
+        conn: &mut SqliteConnection,
+        t: TaskId,
+    ) -> sqlx::Result<RetryDead> {
+        Ok(match q::task_retry_dead(conn, id(t.0)).await? {
+            q::RetryDead::Retried => RetryDead::Retried,
+            q::RetryDead::NotDead => RetryDead::NotDead,
+            q::RetryDead::IdentityHeld(other) => RetryDead::IdentityHeld(TaskId(uid(other))),
+        })
+    }
+
+    async fn task_prune(
+        &self,
+        conn: &mut SqliteConnection,
+        s: TaskState,
+        age_secs: u64,
+        limit: u32,
+    ) -> sqlx::Result<u64> {
+        q::task_prune(conn, s.as_str(), age_secs, limit).await
+    }
+
+    async fn task_retry_dead_batch(
+        &self,
+        queue: Option<&str>,
+        died_before: DateTime<Utc>,
+        limit: u32,
+    ) -> sqlx::Result<u64> {
+        let mut c = self.conn().await?;
+        q::task_retry_dead_batch(&mut c, queue, died_before, limit).await
+    }
+}
+
+impl Claims for Store {
+    type ClaimCursor = ();
+
+    async fn task_claim(
         &self,
         conn: &mut SqliteConnection,
         req: &ClaimRequest<'_>,
+        _cursor: &mut (),
     ) -> sqlx::Result<ClaimBatch> {
         let names = names(req.names_json)?;
         let names: Vec<&str> = names.iter().map(String::as_str).collect();
@@ -371,233 +653,10 @@ impl Store {
             partial: false,
         })
     }
+}
 
-    pub(crate) async fn task_get(&self, id_: TaskId) -> sqlx::Result<Option<TaskInfo>> {
-        let mut c = self.conn().await?;
-        q::task_get(&mut c, id(id_.0))
-            .await?
-            .map(task_info)
-            .transpose()
-    }
-
-    pub(crate) async fn task_list(
-        &self,
-        f: &TaskFilter<'_>,
-        after_id: u64,
-        up_to: u64,
-        limit: u32,
-    ) -> sqlx::Result<Vec<TaskInfo>> {
-        let mut c = self.conn().await?;
-        task_infos(q::task_list(&mut c, &filter(f), id(after_id), id(up_to), limit).await?)
-    }
-
-    pub(crate) async fn task_list_desc(
-        &self,
-        f: &TaskFilter<'_>,
-        before_id: u64,
-        from: u64,
-        limit: u32,
-    ) -> sqlx::Result<Vec<TaskInfo>> {
-        let mut c = self.conn().await?;
-        task_infos(q::task_list_desc(&mut c, &filter(f), id(before_id), id(from), limit).await?)
-    }
-
-    pub(crate) async fn task_id_bounds(&self) -> sqlx::Result<(u64, u64)> {
-        let mut c = self.conn().await?;
-        let (lo, hi) = q::task_id_bounds(&mut c).await?;
-        Ok((uid(lo), uid(hi)))
-    }
-
-    pub(crate) async fn task_list_queue_desc(
-        &self,
-        queue: &str,
-        name: Option<&str>,
-        before_id: u64,
-        limit: u32,
-    ) -> sqlx::Result<Vec<TaskInfo>> {
-        let mut c = self.conn().await?;
-        task_infos(q::task_list_queue_desc(&mut c, queue, name, id(before_id), limit).await?)
-    }
-
-    pub(crate) async fn task_list_queue_asc(
-        &self,
-        queue: &str,
-        name: Option<&str>,
-        after_id: u64,
-        limit: u32,
-    ) -> sqlx::Result<Vec<TaskInfo>> {
-        let mut c = self.conn().await?;
-        task_infos(q::task_list_queue_asc(&mut c, queue, name, id(after_id), limit).await?)
-    }
-
-    pub(crate) async fn task_finished_per_minute(
-        &self,
-        minutes: u32,
-    ) -> sqlx::Result<Vec<(TaskState, u32, u64)>> {
-        let mut c = self.conn().await?;
-        q::task_finished_per_minute(&mut c, minutes)
-            .await?
-            .into_iter()
-            .map(|(s, m, n)| Ok((state(&s)?, m, n)))
-            .collect()
-    }
-
-    pub(crate) async fn task_failed_attempts_per_minute(
-        &self,
-        minutes: u32,
-    ) -> sqlx::Result<Vec<(String, u32, u64)>> {
-        let mut c = self.conn().await?;
-        q::task_failed_attempts_per_minute(&mut c, minutes).await
-    }
-
-    pub(crate) async fn task_prune_count(&self, s: TaskState, age_secs: u64) -> sqlx::Result<u64> {
-        let mut c = self.conn().await?;
-        q::task_prune_count(&mut c, s.as_str(), age_secs).await
-    }
-
-    pub(crate) async fn task_count(&self, f: &TaskFilter<'_>) -> sqlx::Result<u64> {
-        let mut c = self.conn().await?;
-        q::task_count(&mut c, &filter(f)).await
-    }
-
-    pub(crate) async fn task_stats(
-        &self,
-        conn: &mut SqliteConnection,
-    ) -> sqlx::Result<Vec<QueueStateCount>> {
-        queue_state_counts(q::task_stats(conn).await?)
-    }
-
-    pub(crate) async fn task_stats_active(
-        &self,
-        conn: &mut SqliteConnection,
-    ) -> sqlx::Result<Vec<QueueStateCount>> {
-        queue_state_counts(q::task_stats_active(conn).await?)
-    }
-
-    pub(crate) async fn task_stats_terminal(
-        &self,
-        conn: &mut SqliteConnection,
-    ) -> sqlx::Result<Vec<QueueStateCount>> {
-        queue_state_counts(q::task_stats_terminal(conn).await?)
-    }
-
-    pub(crate) async fn task_pending_by_name(
-        &self,
-        conn: &mut SqliteConnection,
-        queue: Option<&str>,
-    ) -> sqlx::Result<Vec<PendingNameCount>> {
-        Ok(q::task_pending_by_name(conn, queue)
-            .await?
-            .into_iter()
-            .map(|r| PendingNameCount {
-                queue: r.queue,
-                name: r.name,
-                pending: r.pending,
-                due: r.due,
-                oldest_run_at: r.oldest_run_at,
-            })
-            .collect())
-    }
-
-    pub(crate) async fn task_bulk_ids(
-        &self,
-        f: &TaskFilter<'_>,
-        age_us: i64,
-        after_id: u64,
-        limit: u32,
-    ) -> sqlx::Result<Vec<(u64, bool)>> {
-        let mut c = self.conn().await?;
-        let s = f.state.map_or("", TaskState::as_str);
-        Ok(
-            q::task_bulk_ids(&mut c, s, &filter(f), age_us, id(after_id), limit)
-                .await?
-                .into_iter()
-                .map(|(i, r)| (uid(i), r))
-                .collect(),
-        )
-    }
-
-    pub(crate) async fn task_bulk_count(
-        &self,
-        f: &TaskFilter<'_>,
-        age_us: i64,
-    ) -> sqlx::Result<u64> {
-        let mut c = self.conn().await?;
-        let s = f.state.map_or("", TaskState::as_str);
-        q::task_bulk_count(&mut c, s, &filter(f), age_us).await
-    }
-
-    pub(crate) async fn task_cancel_batch(&self, v: &[u64]) -> sqlx::Result<u64> {
-        let mut c = self.conn().await?;
-        q::task_cancel_batch(&mut c, &ids(v)).await
-    }
-
-    pub(crate) async fn task_request_cancel_batch(&self, v: &[u64]) -> sqlx::Result<u64> {
-        let mut c = self.conn().await?;
-        q::task_request_cancel_batch(&mut c, &ids(v)).await
-    }
-
-    pub(crate) async fn task_retry_dead_ids(&self, v: &[u64]) -> sqlx::Result<u64> {
-        let mut c = self.conn().await?;
-        q::task_retry_dead_ids(&mut c, &ids(v)).await
-    }
-
-    pub(crate) async fn task_request_cancel(
-        &self,
-        conn: &mut SqliteConnection,
-        t: TaskId,
-    ) -> sqlx::Result<bool> {
-        q::task_request_cancel(conn, id(t.0)).await
-    }
-
-    pub(crate) async fn task_cancel(
-        &self,
-        conn: &mut SqliteConnection,
-        t: TaskId,
-    ) -> sqlx::Result<bool> {
-        q::task_cancel(conn, id(t.0)).await
-    }
-
-    pub(crate) async fn task_reschedule(
-        &self,
-        conn: &mut SqliteConnection,
-        t: TaskId,
-        at: Option<DateTime<Utc>>,
-        delay_us: i64,
-    ) -> sqlx::Result<bool> {
-        q::task_reschedule(conn, id(t.0), at, delay_us).await
-    }
-
-    pub(crate) async fn task_set_priority(
-        &self,
-        conn: &mut SqliteConnection,
-        t: TaskId,
-        priority: i16,
-    ) -> sqlx::Result<bool> {
-        q::task_set_priority(conn, id(t.0), priority).await
-    }
-
-    pub(crate) async fn task_retry_dead(
-        &self,
-        conn: &mut SqliteConnection,
-        t: TaskId,
-    ) -> sqlx::Result<RetryDead> {
-        Ok(match q::task_retry_dead(conn, id(t.0)).await? {
-            q::RetryDead::Retried => RetryDead::Retried,
-            q::RetryDead::NotDead => RetryDead::NotDead,
-            q::RetryDead::IdentityHeld(other) => RetryDead::IdentityHeld(TaskId(uid(other))),
-        })
-    }
-
-    pub(crate) async fn task_state(&self, t: TaskId) -> sqlx::Result<Option<TaskState>> {
-        let mut c = self.conn().await?;
-        q::task_state(&mut c, id(t.0))
-            .await?
-            .map(|s| state(&s))
-            .transpose()
-    }
-
-    pub(crate) async fn task_heartbeat(
+impl Leases for Store {
+    async fn task_heartbeat(
         &self,
         conn: &mut SqliteConnection,
         leases_json: &str,
@@ -606,7 +665,7 @@ impl Store {
         q::task_heartbeat(conn, &leases(leases_json)?, lease_us).await
     }
 
-    pub(crate) async fn task_leases_held(
+    async fn task_leases_held(
         &self,
         conn: &mut SqliteConnection,
         leases_json: &str,
@@ -618,7 +677,7 @@ impl Store {
             .collect())
     }
 
-    pub(crate) async fn task_write_back(
+    async fn task_write_back(
         &self,
         conn: &mut SqliteConnection,
         batch: &[WriteBack],
@@ -644,7 +703,7 @@ impl Store {
         })
     }
 
-    pub(crate) async fn task_release(
+    async fn task_release(
         &self,
         conn: &mut SqliteConnection,
         leases_json: &str,
@@ -652,7 +711,7 @@ impl Store {
         q::task_release(conn, &leases(leases_json)?).await
     }
 
-    pub(crate) async fn task_running_since(
+    async fn task_running_since(
         &self,
         conn: &mut SqliteConnection,
         queue: &str,
@@ -666,7 +725,7 @@ impl Store {
             .collect())
     }
 
-    pub(crate) async fn task_expired(
+    async fn task_expired(
         &self,
         conn: &mut SqliteConnection,
         names_json: &str,
@@ -694,7 +753,7 @@ impl Store {
             .collect())
     }
 
-    pub(crate) async fn task_reap(
+    async fn task_reap(
         &self,
         conn: &mut SqliteConnection,
         rows: &[ReapRow],
@@ -721,35 +780,7 @@ impl Store {
         })
     }
 
-    pub(crate) async fn unique_prune_expired(
-        &self,
-        conn: &mut SqliteConnection,
-        limit: u32,
-    ) -> sqlx::Result<u64> {
-        q::unique_prune_expired(conn, limit).await
-    }
-
-    pub(crate) async fn task_prune(
-        &self,
-        conn: &mut SqliteConnection,
-        s: TaskState,
-        age_secs: u64,
-        limit: u32,
-    ) -> sqlx::Result<u64> {
-        q::task_prune(conn, s.as_str(), age_secs, limit).await
-    }
-
-    /// SQLite has no packet: its statements are bounded by its longest string.
-    pub(crate) async fn statement_budget(
-        &self,
-        _conn: &mut SqliteConnection,
-    ) -> sqlx::Result<crate::backend::budget::Budget> {
-        Ok(crate::backend::budget::Budget::for_packet(
-            crate::backend::budget::SQLITE_MAX_LENGTH,
-        ))
-    }
-
-    pub(crate) async fn task_epochs(
+    async fn task_epochs(
         &self,
         conn: &mut SqliteConnection,
         ids_json: &str,
@@ -762,73 +793,35 @@ impl Store {
             .map(|(i, e)| (uid(i), uid(e)))
             .collect())
     }
+}
 
-    pub(crate) async fn db_now(&self) -> sqlx::Result<DateTime<Utc>> {
-        let mut c = self.conn().await?;
-        q::db_now(&mut c).await
-    }
-
-    pub(crate) async fn db_now_on(
+impl Identities for Store {
+    async fn unique_prune_expired(
         &self,
         conn: &mut SqliteConnection,
-    ) -> sqlx::Result<DateTime<Utc>> {
-        q::db_now(conn).await
-    }
-
-    pub(crate) async fn task_retry_dead_batch(
-        &self,
-        queue: Option<&str>,
-        died_before: DateTime<Utc>,
         limit: u32,
     ) -> sqlx::Result<u64> {
-        let mut c = self.conn().await?;
-        q::task_retry_dead_batch(&mut c, queue, died_before, limit).await
+        q::unique_prune_expired(conn, limit).await
     }
+}
 
-    pub(crate) async fn task_dead_unique_ids(
-        &self,
-        queue: Option<&str>,
-        died_before: DateTime<Utc>,
-        after_id: u64,
-        limit: u32,
-    ) -> sqlx::Result<Vec<TaskId>> {
-        let mut c = self.conn().await?;
-        Ok(
-            q::task_dead_unique_ids(&mut c, queue, died_before, id(after_id), limit)
-                .await?
-                .into_iter()
-                .map(|i| TaskId(uid(i)))
-                .collect(),
-        )
-    }
-
-    pub(crate) async fn queue_pause(
-        &self,
-        conn: &mut SqliteConnection,
-        queue: &str,
-    ) -> sqlx::Result<()> {
+impl Queues for Store {
+    async fn queue_pause(&self, conn: &mut SqliteConnection, queue: &str) -> sqlx::Result<()> {
         q::queue_pause(conn, queue).await
     }
 
-    pub(crate) async fn queue_resume(
-        &self,
-        conn: &mut SqliteConnection,
-        queue: &str,
-    ) -> sqlx::Result<bool> {
+    async fn queue_resume(&self, conn: &mut SqliteConnection, queue: &str) -> sqlx::Result<bool> {
         q::queue_resume(conn, queue).await
     }
 
-    pub(crate) async fn queues_paused(
+    async fn queues_paused(
         &self,
         conn: &mut SqliteConnection,
     ) -> sqlx::Result<Vec<(String, DateTime<Utc>)>> {
         q::queues_paused(conn).await
     }
 
-    pub(crate) async fn queue_controls(
-        &self,
-        conn: &mut SqliteConnection,
-    ) -> sqlx::Result<Vec<QueueControl>> {
+    async fn queue_controls(&self, conn: &mut SqliteConnection) -> sqlx::Result<Vec<QueueControl>> {
         Ok(q::queue_controls(conn)
             .await?
             .into_iter()
@@ -840,16 +833,12 @@ impl Store {
             .collect())
     }
 
-    pub(crate) async fn queue_set_limit(
-        &self,
-        queue: &str,
-        limit: Option<u32>,
-    ) -> sqlx::Result<()> {
+    async fn queue_set_limit(&self, queue: &str, limit: Option<u32>) -> sqlx::Result<()> {
         let mut c = self.conn().await?;
         q::queue_set_limit(&mut c, queue, limit).await
     }
 
-    pub(crate) async fn queue_set_rate_limit(
+    async fn queue_set_rate_limit(
         &self,
         queue: &str,
         rate: Option<(u32, i64)>,
@@ -858,7 +847,7 @@ impl Store {
         q::queue_set_rate_limit(&mut c, queue, rate).await
     }
 
-    pub(crate) async fn queue_list(&self) -> sqlx::Result<Vec<QueueRow>> {
+    async fn queue_list(&self) -> sqlx::Result<Vec<QueueRow>> {
         let mut c = self.conn().await?;
         Ok(q::queue_list(&mut c)
             .await?
@@ -874,8 +863,10 @@ impl Store {
             })
             .collect())
     }
+}
 
-    pub(crate) async fn schedule_declare(
+impl Schedules for Store {
+    async fn schedule_declare(
         &self,
         conn: &mut SqliteConnection,
         d: &ScheduleDecl<'_>,
@@ -895,7 +886,7 @@ impl Store {
         .await
     }
 
-    pub(crate) async fn schedule_states(
+    async fn schedule_states(
         &self,
         conn: &mut SqliteConnection,
         names_json: &str,
@@ -915,7 +906,7 @@ impl Store {
             .collect())
     }
 
-    pub(crate) async fn schedule_fire(
+    async fn schedule_fire(
         &self,
         conn: &mut SqliteConnection,
         f: &ScheduleFire<'_>,
@@ -937,7 +928,7 @@ impl Store {
         Ok(done.map(|v| v.into_iter().map(|i| TaskId(uid(i))).collect()))
     }
 
-    pub(crate) async fn schedule_list(&self) -> sqlx::Result<Vec<ScheduleInfo>> {
+    async fn schedule_list(&self) -> sqlx::Result<Vec<ScheduleInfo>> {
         let mut c = self.conn().await?;
         Ok(q::schedule_list(&mut c)
             .await?
@@ -960,15 +951,13 @@ impl Store {
             .collect())
     }
 
-    pub(crate) async fn schedule_delete(
-        &self,
-        conn: &mut SqliteConnection,
-        name: &str,
-    ) -> sqlx::Result<bool> {
+    async fn schedule_delete(&self, conn: &mut SqliteConnection, name: &str) -> sqlx::Result<bool> {
         q::schedule_delete(conn, name).await
     }
+}
 
-    pub(crate) async fn worker_start(
+impl Workers for Store {
+    async fn worker_start(
         &self,
         conn: &mut SqliteConnection,
         w: &WorkerRow<'_>,
@@ -976,7 +965,7 @@ impl Store {
         q::worker_start(conn, &worker_row(w)).await
     }
 
-    pub(crate) async fn worker_seen(
+    async fn worker_seen(
         &self,
         conn: &mut SqliteConnection,
         w: &WorkerRow<'_>,
@@ -984,7 +973,7 @@ impl Store {
         q::worker_seen(conn, &worker_row(w)).await
     }
 
-    pub(crate) async fn worker_stop(
+    async fn worker_stop(
         &self,
         conn: &mut SqliteConnection,
         worker_id: &str,
@@ -992,7 +981,7 @@ impl Store {
         q::worker_stop(conn, worker_id).await
     }
 
-    pub(crate) async fn worker_prune(
+    async fn worker_prune(
         &self,
         conn: &mut SqliteConnection,
         age_secs: u64,
@@ -1001,10 +990,7 @@ impl Store {
         q::worker_prune(conn, age_secs, limit).await
     }
 
-    pub(crate) async fn worker_list(
-        &self,
-        conn: &mut SqliteConnection,
-    ) -> sqlx::Result<Vec<WorkerListRow>> {
+    async fn worker_list(&self, conn: &mut SqliteConnection) -> sqlx::Result<Vec<WorkerListRow>> {
         Ok(q::worker_list(conn)
             .await?
             .into_iter()
@@ -1026,13 +1012,23 @@ impl Store {
             })
             .collect())
     }
+}
 
-    pub(crate) async fn task_attempts(&self, t: TaskId) -> sqlx::Result<Option<Option<String>>> {
+impl History for Store {
+    async fn task_failed_attempts_per_minute(
+        &self,
+        minutes: u32,
+    ) -> sqlx::Result<Vec<(String, u32, u64)>> {
+        let mut c = self.conn().await?;
+        q::task_failed_attempts_per_minute(&mut c, minutes).await
+    }
+
+    async fn task_attempts(&self, t: TaskId) -> sqlx::Result<Option<Option<String>>> {
         let mut c = self.conn().await?;
         q::task_attempts(&mut c, id(t.0)).await
     }
 
-    pub(crate) async fn audit_list(
+    async fn audit_list(
         &self,
         task_id: Option<u64>,
         queue: Option<&str>,
@@ -1057,13 +1053,36 @@ impl Store {
         )
     }
 
-    pub(crate) async fn audit_prune(
+    async fn audit_prune(
         &self,
         conn: &mut SqliteConnection,
         age_secs: u64,
         limit: u32,
     ) -> sqlx::Result<u64> {
         q::audit_prune(conn, age_secs, limit).await
+    }
+}
+
+impl Clock for Store {
+    async fn db_now(&self) -> sqlx::Result<DateTime<Utc>> {
+        let mut c = self.conn().await?;
+        q::db_now(&mut c).await
+    }
+
+    async fn db_now_on(&self, conn: &mut SqliteConnection) -> sqlx::Result<DateTime<Utc>> {
+        q::db_now(conn).await
+    }
+}
+
+impl StatementBudget for Store {
+    /// SQLite has no packet: its statements are bounded by its longest string.
+    async fn statement_budget(
+        &self,
+        _conn: &mut SqliteConnection,
+    ) -> sqlx::Result<crate::backend::budget::Budget> {
+        Ok(crate::backend::budget::Budget::for_packet(
+            crate::backend::budget::SQLITE_MAX_LENGTH,
+        ))
     }
 }
 

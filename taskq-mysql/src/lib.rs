@@ -1,7 +1,7 @@
-//! The MySQL / MariaDB backend: every SQL statement taskq's runtime issues on MySQL lives in
-//! this directory, one file per table or job:
+//! taskq's MySQL / MariaDB driver: every SQL statement taskq issues on MySQL lives in this
+//! crate, one file per table or job:
 //!
-//! - `mod.rs`: [`Store`] (the pool handle), the worker's pools and their session setup, the
+//! - `lib.rs`: [`Store`] (the pool handle), the worker's pools and their session setup, the
 //!   server's statement budget, and the error numbers taskq reads (duplicate key, deadlock,
 //!   packet too large);
 //! - `clock.rs`: the database clock;
@@ -31,11 +31,11 @@
 //! index and lock rows the statement does not touch).
 //!
 //! The interface is small: [`Store`] (a pool handle) has one method per statement the worker
-//! and the [`Client`](crate::Client) issue, taking and returning plain row types (`Claimed`,
+//! and the `taskq::Client` issue, taking and returning plain row types (`Claimed`,
 //! `WriteBack`, `TaskInfo`...); the producer path (`task_insert`, `task_insert_rows`) and the
-//! migration lock run on a caller's connection and are free functions. The SQLite backend
-//! (`backend::sqlite`, over the `taskq-sqlite` crate) provides the same methods; nothing
-//! outside this directory names MySQL SQL.
+//! migration lock run on a caller's connection and are free functions. The SQLite driver
+//! (the `taskq-sqlite` crate, through taskq's `backend::sqlite`) provides the same methods;
+//! nothing outside this crate names MySQL SQL.
 
 mod actions;
 mod claim;
@@ -52,36 +52,83 @@ mod schedules;
 mod tasks;
 mod workers;
 
-pub(crate) use claim::ClaimCursor;
-pub(crate) use clock::db_clock_us;
-pub(crate) use database::{database_create, database_exists};
-pub(crate) use enqueue::{task_insert, task_insert_rows};
-pub(crate) use history::audit_insert;
-pub(crate) use migrate::{
+pub use claim::ClaimCursor;
+pub use clock::db_clock_us;
+pub use database::{database_create, database_exists};
+pub use enqueue::{task_insert, task_insert_rows};
+pub use history::audit_insert;
+pub use migrate::{
     MIGRATION_LOCK_SECS, migration_lock_renew, migration_lock_table, migration_lock_try,
     migration_unlock,
 };
 
 use sqlx::{MySqlConnection, MySqlPool};
 
-use super::budget::Budget;
+use taskq_driver::budget::Budget;
+use taskq_driver::driver::{Enqueue, Handle, StatementBudget};
 
-/// The backend handle the worker and the [`Client`](crate::Client) work through: every
-/// statement that does not run on a caller's own connection is a method here. (The producer
-/// path, `task_insert*`, runs on the caller's transaction and stays a free function.) A second
-/// backend would provide the same methods.
+/// The MySQL driver's pool handle: the worker and the `taskq::Client` work through it, with
+/// the operations of `taskq_driver::driver` (implemented in this crate's files, one per
+/// table). The producer path (`task_insert*`) runs on the caller's transaction and stays a
+/// free function.
 #[derive(Debug, Clone)]
-pub(crate) struct Store {
+pub struct Store {
     pool: MySqlPool,
 }
 
+impl Handle for Store {
+    type Conn = MySqlConnection;
+    type Database = sqlx::MySql;
+    fn pool(&self) -> &MySqlPool {
+        &self.pool
+    }
+}
+
+impl Enqueue for Store {
+    async fn task_insert(
+        conn: &mut MySqlConnection,
+        row: &taskq_driver::rows::NewTask<'_>,
+    ) -> sqlx::Result<taskq_driver::rows::Inserted> {
+        task_insert(conn, row).await
+    }
+    async fn task_insert_rows(
+        conn: &mut MySqlConnection,
+        rows: &[taskq_driver::rows::NewTask<'_>],
+    ) -> sqlx::Result<Vec<taskq_driver::state::TaskId>> {
+        task_insert_rows(conn, rows).await
+    }
+    async fn db_clock_us(conn: &mut MySqlConnection) -> sqlx::Result<i64> {
+        db_clock_us(conn).await
+    }
+    async fn audit_insert(
+        conn: &mut MySqlConnection,
+        row: &taskq_driver::rows::AuditRow<'_>,
+    ) -> sqlx::Result<u64> {
+        audit_insert(conn, row).await
+    }
+}
+
+impl StatementBudget for Store {
+    /// The byte limits of this server's multi-row statements, from its `max_allowed_packet`
+    /// (this session's: a server's global setting applies to connections opened after it).
+    async fn statement_budget(&self, conn: &mut MySqlConnection) -> sqlx::Result<Budget> {
+        let packet = sqlx::query_scalar!(
+            r#"SELECT CAST(@@SESSION.max_allowed_packet AS UNSIGNED) AS "packet!: u64""#
+        )
+        .fetch_one(&mut *conn)
+        .await?;
+        Ok(Budget::for_packet(packet))
+    }
+}
+
 impl Store {
-    pub(crate) fn new(pool: MySqlPool) -> Self {
+    /// A handle on `pool`.
+    pub fn new(pool: MySqlPool) -> Self {
         Self { pool }
     }
 
     /// The pool behind this store.
-    pub(crate) fn pool(&self) -> &MySqlPool {
+    pub fn pool(&self) -> &MySqlPool {
         &self.pool
     }
 
@@ -93,7 +140,7 @@ impl Store {
     /// `net_read_timeout`, `net_write_timeout`), which rolls its transaction back and releases
     /// its locks. Idle connections are closed by the pool before that: never handed out past
     /// `spec.idle_limit`, and reaped every half of it.
-    pub(crate) fn worker_store(&self, spec: super::WorkerPool) -> Self {
+    pub fn worker_store(&self, spec: taskq_driver::pool::WorkerPool) -> Self {
         let opts = (*self.pool.connect_options()).clone();
         // Whole seconds; the lock wait no later than the statement deadline.
         let lock_wait_secs = spec.statement_timeout.as_secs().max(1);
@@ -114,20 +161,6 @@ impl Store {
             .connect_lazy_with(opts);
         Self { pool }
     }
-
-    /// The byte limits of this server's multi-row statements, from its `max_allowed_packet`
-    /// (this session's: a server's global setting applies to connections opened after it).
-    pub(crate) async fn statement_budget(
-        &self,
-        conn: &mut MySqlConnection,
-    ) -> sqlx::Result<Budget> {
-        let packet = sqlx::query_scalar!(
-            r#"SELECT CAST(@@SESSION.max_allowed_packet AS UNSIGNED) AS "packet!: u64""#
-        )
-        .fetch_one(&mut *conn)
-        .await?;
-        Ok(Budget::for_packet(packet))
-    }
 }
 
 /// Per-connection setup of the worker's own pool: READ COMMITTED, so claim scans take no gap
@@ -136,7 +169,7 @@ impl Store {
 /// the session once it has been silent for `session_secs` (`wait_timeout` between statements,
 /// in a transaction or not; `net_read_timeout` / `net_write_timeout` within one packet),
 /// instead of 8 hours.
-pub(crate) async fn session_setup(
+pub async fn session_setup(
     conn: &mut MySqlConnection,
     lock_wait_secs: u64,
     session_secs: u64,
@@ -171,7 +204,7 @@ fn is_conflict_on(e: &dyn sqlx::error::DatabaseError, index: &str) -> bool {
 /// Whether `e` says a packet was too large: ER_NET_PACKET_TOO_LARGE (1153, the statement
 /// exceeds `max_allowed_packet`), ER_WARN_ALLOWED_PACKET_OVERFLOWED (1301, a function's result
 /// would), CR_NET_PACKET_TOO_LARGE (2020).
-pub(crate) fn is_packet_too_large(e: &dyn sqlx::error::DatabaseError) -> bool {
+pub fn is_packet_too_large(e: &dyn sqlx::error::DatabaseError) -> bool {
     let mysql = e.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>();
     mysql.is_some_and(|m| matches!(m.number(), 1153 | 1301 | 2020))
 }
@@ -179,7 +212,7 @@ pub(crate) fn is_packet_too_large(e: &dyn sqlx::error::DatabaseError) -> bool {
 /// Whether `e` is ER_LOCK_DEADLOCK (1213): an InnoDB deadlock victim, or on a Galera cluster a
 /// transaction that failed certification or was aborted by a replicated one (brute-force
 /// abort). The transaction was rolled back; running it again is safe.
-pub(crate) fn is_deadlock(e: &dyn sqlx::error::DatabaseError) -> bool {
+pub fn is_deadlock(e: &dyn sqlx::error::DatabaseError) -> bool {
     let mysql = e.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>();
     mysql.is_some_and(|m| m.number() == ER_LOCK_DEADLOCK)
 }

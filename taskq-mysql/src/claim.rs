@@ -3,19 +3,18 @@
 //! reads). The transaction itself is in `claim_raw`.
 
 use std::time::{Duration, Instant};
+use taskq_driver::driver::Claims;
 
 use chrono::NaiveDateTime;
 use sqlx::MySqlConnection;
 
-use super::Store;
-use crate::backend::rows::{
-    CanceledTask, ClaimBatch, ClaimRequest, Claimed, ExpiredTask, LimitHit,
-};
+use crate::Store;
+use taskq_driver::rows::{CanceledTask, ClaimBatch, ClaimRequest, Claimed, ExpiredTask, LimitHit};
 
 /// A row's position in claim order, `(priority, run_at, id)`: the order of `ix_taskq_claim`
 /// within a queue's pending rows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct ClaimKey {
+pub struct ClaimKey {
     pub priority: i16,
     pub run_at: NaiveDateTime,
     pub id: u64,
@@ -23,7 +22,7 @@ pub(crate) struct ClaimKey {
 
 /// Where a claim looks for due rows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ClaimFrom {
+pub enum ClaimFrom {
     /// Candidates from the head of the queue, locked by primary key.
     Head,
     /// Candidates past this position, locked by primary key.
@@ -36,7 +35,7 @@ pub(crate) enum ClaimFrom {
 
 /// One claim: up to `limit` due tasks of `queue` whose name is in `names_json`, looked for
 /// `from` the head, a position or by locking scan, with `candidates` candidate ids read.
-pub(super) struct MySqlClaim<'a> {
+pub(crate) struct MySqlClaim<'a> {
     pub queue: &'a str,
     /// JSON array of the task names the worker handles.
     pub names_json: &'a str,
@@ -62,7 +61,7 @@ pub(super) struct MySqlClaim<'a> {
 /// locking scan. The spread doubles after a contended claim and halves after a short one
 /// that was not contended.
 #[derive(Debug)]
-pub(crate) struct ClaimCursor {
+pub struct ClaimCursor {
     seek: Option<ClaimKey>,
     last_head_scan: Instant,
     locking_scan: bool,
@@ -90,10 +89,12 @@ const RESCAN_EVERY: Duration = Duration::from_millis(100);
 const MIN_SPREAD: u32 = 2;
 const MAX_SPREAD: u32 = 8;
 
-impl Store {
+impl Claims for Store {
+    type ClaimCursor = ClaimCursor;
+
     /// Claims up to `req.limit` due tasks (see [`Store::claim_raw`]), from where `cursor`
     /// says, and moves the cursor on.
-    pub(crate) async fn task_claim(
+    async fn task_claim(
         &self,
         conn: &mut MySqlConnection,
         req: &ClaimRequest<'_>,
@@ -166,7 +167,7 @@ impl Store {
 }
 
 /// What one claim transaction took (before the cursor reads it).
-pub(super) struct RawBatch {
+pub(crate) struct RawBatch {
     /// The claimed tasks, in claim order.
     pub tasks: Vec<Claimed>,
     /// Tasks the claim locked but found past their deadline: moved to `expired`, not run.

@@ -3,7 +3,7 @@
 use sqlx::MySqlConnection;
 
 /// Whether a database (schema) named `name` exists on the server of `conn`.
-pub(crate) async fn database_exists(conn: &mut MySqlConnection, name: &str) -> sqlx::Result<bool> {
+pub async fn database_exists(conn: &mut MySqlConnection, name: &str) -> sqlx::Result<bool> {
     let n = sqlx::query_scalar!(
         r#"SELECT COUNT(*) AS "n!: i64" FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?"#,
         name
@@ -16,7 +16,7 @@ pub(crate) async fn database_exists(conn: &mut MySqlConnection, name: &str) -> s
 /// `CREATE DATABASE IF NOT EXISTS` for `name` (`taskq::create_database`). The one statement
 /// built as text: an identifier cannot be a bound parameter. The caller rejects names with a
 /// backtick, so the quoted identifier cannot be closed early.
-pub(crate) async fn database_create(conn: &mut MySqlConnection, name: &str) -> sqlx::Result<()> {
+pub async fn database_create(conn: &mut MySqlConnection, name: &str) -> sqlx::Result<()> {
     debug_assert!(!name.contains('`'));
     sqlx::query(sqlx::AssertSqlSafe(format!(
         "CREATE DATABASE IF NOT EXISTS `{name}`"

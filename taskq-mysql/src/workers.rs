@@ -2,14 +2,15 @@
 
 use chrono::{DateTime, Utc};
 use sqlx::MySqlConnection;
+use taskq_driver::driver::Workers;
 
-use super::Store;
-use crate::backend::rows::{WorkerListRow, WorkerRow};
+use crate::Store;
+use taskq_driver::rows::{WorkerListRow, WorkerRow};
 
-impl Store {
+impl Workers for Store {
     /// Records a starting worker: inserts its row, or (a worker id used again) overwrites it
     /// with `started_at = last_seen_at = now` and `stopped_at = NULL`.
-    pub(crate) async fn worker_start(
+    async fn worker_start(
         &self,
         conn: &mut MySqlConnection,
         w: &WorkerRow<'_>,
@@ -46,11 +47,7 @@ impl Store {
     /// inserted again if it is missing (the start's insert failed, or cleanup deleted it
     /// during a long partition); a row marked stopped is left alone (a beat that was under way
     /// at shutdown must not bring its worker back to life).
-    pub(crate) async fn worker_seen(
-        &self,
-        conn: &mut MySqlConnection,
-        w: &WorkerRow<'_>,
-    ) -> sqlx::Result<()> {
+    async fn worker_seen(&self, conn: &mut MySqlConnection, w: &WorkerRow<'_>) -> sqlx::Result<()> {
         sqlx::query!(
             r#"INSERT INTO taskq_workers (worker_id, host, pid, queues, concurrency, lease_us,
                  heartbeat_us, names, started_at, last_seen_at, stopped_at)
@@ -72,11 +69,7 @@ impl Store {
     }
 
     /// Marks a worker stopped (graceful shutdown): `stopped_at = last_seen_at = now`.
-    pub(crate) async fn worker_stop(
-        &self,
-        conn: &mut MySqlConnection,
-        worker_id: &str,
-    ) -> sqlx::Result<bool> {
+    async fn worker_stop(&self, conn: &mut MySqlConnection, worker_id: &str) -> sqlx::Result<bool> {
         let done = sqlx::query!(
             r#"UPDATE taskq_workers SET stopped_at = UTC_TIMESTAMP(6), last_seen_at = UTC_TIMESTAMP(6)
                WHERE worker_id = ?"#,
@@ -88,7 +81,7 @@ impl Store {
     }
 
     /// Deletes up to `limit` rows of workers not seen for `age_secs` (stopped or gone).
-    pub(crate) async fn worker_prune(
+    async fn worker_prune(
         &self,
         conn: &mut MySqlConnection,
         age_secs: u64,
@@ -111,10 +104,7 @@ impl Store {
     /// alive (not stopped, seen within two of its heartbeat intervals and at least 1 s, on the
     /// database clock), and how many running tasks carry its id (one `GROUP BY` over the
     /// running rows, read through `ix_taskq_lease`).
-    pub(crate) async fn worker_list(
-        &self,
-        conn: &mut MySqlConnection,
-    ) -> sqlx::Result<Vec<WorkerListRow>> {
+    async fn worker_list(&self, conn: &mut MySqlConnection) -> sqlx::Result<Vec<WorkerListRow>> {
         sqlx::query_as!(
             WorkerListRow,
             r#"SELECT w.worker_id, w.host, w.pid AS "pid: u32", w.queues,

@@ -3,15 +3,16 @@
 
 use chrono::{DateTime, Utc};
 use sqlx::MySqlConnection;
+use taskq_driver::driver::Tasks;
 
-use super::Store;
-use crate::backend::rows::TaskFilter;
-use crate::info::{PendingNameCount, QueueStateCount, TaskInfo};
-use crate::task::{TaskId, TaskState};
+use crate::Store;
+use taskq_driver::read::{PendingNameCount, QueueStateCount, TaskInfo};
+use taskq_driver::rows::TaskFilter;
+use taskq_driver::state::{TaskId, TaskState};
 
-impl Store {
+impl Tasks for Store {
     /// One task by id.
-    pub(crate) async fn task_get(&self, id: TaskId) -> sqlx::Result<Option<TaskInfo>> {
+    async fn task_get(&self, id: TaskId) -> sqlx::Result<Option<TaskInfo>> {
         sqlx::query_as!(
             TaskInfo,
             r#"SELECT id AS "id: TaskId", queue, name, payload, state AS "state: TaskState", priority AS "priority: i16",
@@ -32,7 +33,7 @@ impl Store {
     }
 
     /// The state of one task, or `None` when the id does not exist.
-    pub(crate) async fn task_state(&self, id: TaskId) -> sqlx::Result<Option<TaskState>> {
+    async fn task_state(&self, id: TaskId) -> sqlx::Result<Option<TaskState>> {
         sqlx::query_scalar!(
             r#"SELECT state AS "state: TaskState" FROM taskq_tasks WHERE id = ?"#,
             id.0
@@ -42,7 +43,7 @@ impl Store {
     }
 
     /// Tasks matching `f` with `after_id < id <= up_to`, oldest id first.
-    pub(crate) async fn task_list(
+    async fn task_list(
         &self,
         f: &TaskFilter<'_>,
         after_id: u64,
@@ -82,7 +83,7 @@ impl Store {
 
     /// Tasks matching `f` with `from <= id < before_id`, newest id first (the dashboard's
     /// keyset page).
-    pub(crate) async fn task_list_desc(
+    async fn task_list_desc(
         &self,
         f: &TaskFilter<'_>,
         before_id: u64,
@@ -121,7 +122,7 @@ impl Store {
     }
 
     /// Smallest and largest task id (0, 0 when there is none): the ends of the primary key.
-    pub(crate) async fn task_id_bounds(&self) -> sqlx::Result<(u64, u64)> {
+    async fn task_id_bounds(&self) -> sqlx::Result<(u64, u64)> {
         let r = sqlx::query!(
             r#"SELECT CAST(COALESCE(MIN(id), 0) AS UNSIGNED) AS "lo!: u64",
                  CAST(COALESCE(MAX(id), 0) AS UNSIGNED) AS "hi!: u64" FROM taskq_tasks"#
@@ -135,7 +136,7 @@ impl Store {
     /// through `ix_taskq_claim` (whose entries hold state, queue, id and name) rather than by
     /// walking the primary key: a covering read of the queue's entries in every state, the top
     /// `limit` ids sorted, then those rows by id. Costs in proportion to the queue's size.
-    pub(crate) async fn task_list_queue_desc(
+    async fn task_list_queue_desc(
         &self,
         queue: &str,
         name: Option<&str>,
@@ -172,7 +173,7 @@ impl Store {
 
     /// Like [`task_list_queue_desc`](Self::task_list_queue_desc), `id > after_id`, oldest id
     /// first.
-    pub(crate) async fn task_list_queue_asc(
+    async fn task_list_queue_asc(
         &self,
         queue: &str,
         name: Option<&str>,
@@ -208,7 +209,7 @@ impl Store {
     }
 
     /// Number of tasks matching `f`.
-    pub(crate) async fn task_count(&self, f: &TaskFilter<'_>) -> sqlx::Result<u64> {
+    async fn task_count(&self, f: &TaskFilter<'_>) -> sqlx::Result<u64> {
         let state = f.state.map(TaskState::as_str);
         let n = sqlx::query_scalar!(
             r#"SELECT COUNT(*) AS "n: i64" FROM taskq_tasks
@@ -228,7 +229,7 @@ impl Store {
     /// Terminal tasks per state and minute over the last `minutes` minutes (database clock):
     /// `(state, minutes ago, count)`, minute 0 being the last 60 seconds. A covering range read
     /// of `ix_taskq_finished` per state.
-    pub(crate) async fn task_finished_per_minute(
+    async fn task_finished_per_minute(
         &self,
         minutes: u32,
     ) -> sqlx::Result<Vec<(TaskState, u32, u64)>> {
@@ -253,11 +254,7 @@ impl Store {
 
     /// How many tasks in terminal `state` finished more than `age_secs` ago (what
     /// [`task_prune`](Self::task_prune) would delete).
-    pub(crate) async fn task_prune_count(
-        &self,
-        state: TaskState,
-        age_secs: u64,
-    ) -> sqlx::Result<u64> {
+    async fn task_prune_count(&self, state: TaskState, age_secs: u64) -> sqlx::Result<u64> {
         let n = sqlx::query_scalar!(
             r#"SELECT COUNT(*) AS "n: i64" FROM taskq_tasks
                WHERE state = ? AND finished_at < UTC_TIMESTAMP(6) - INTERVAL ? SECOND"#,
@@ -272,10 +269,7 @@ impl Store {
     /// Counts by queue and state (ordered so), with the earliest `run_at` and `lease_until`:
     /// [`task_stats_active`](Self::task_stats_active), the running leases, then
     /// [`task_stats_terminal`](Self::task_stats_terminal), on one connection.
-    pub(crate) async fn task_stats(
-        &self,
-        conn: &mut MySqlConnection,
-    ) -> sqlx::Result<Vec<QueueStateCount>> {
+    async fn task_stats(&self, conn: &mut MySqlConnection) -> sqlx::Result<Vec<QueueStateCount>> {
         let mut rows = self.task_stats_active(&mut *conn).await?;
         for (queue, earliest) in self.task_running_leases(&mut *conn).await? {
             if let Some(r) = rows
@@ -294,7 +288,7 @@ impl Store {
     /// Counts by queue of the pending and running tasks, with the earliest `run_at`
     /// (`earliest_lease_until` is `None`): a covering range read of `ix_taskq_claim` over
     /// those two states.
-    pub(crate) async fn task_stats_active(
+    async fn task_stats_active(
         &self,
         conn: &mut MySqlConnection,
     ) -> sqlx::Result<Vec<QueueStateCount>> {
@@ -311,25 +305,10 @@ impl Store {
         .await
     }
 
-    /// The earliest `lease_until` of the running tasks per queue (reads the running rows).
-    async fn task_running_leases(
-        &self,
-        conn: &mut MySqlConnection,
-    ) -> sqlx::Result<Vec<(String, Option<DateTime<Utc>>)>> {
-        let rows = sqlx::query!(
-            r#"SELECT queue, MIN(lease_until) AS "earliest: DateTime<Utc>"
-               FROM taskq_tasks FORCE INDEX (ix_taskq_claim)
-               WHERE state = 'running' GROUP BY queue"#
-        )
-        .fetch_all(&mut *conn)
-        .await?;
-        Ok(rows.into_iter().map(|r| (r.queue, r.earliest)).collect())
-    }
-
     /// Counts by queue of the tasks in terminal states, with the earliest `run_at`: a covering
     /// read of `ix_taskq_claim`'s terminal ranges (every terminal task's index entry, but not
     /// the rows).
-    pub(crate) async fn task_stats_terminal(
+    async fn task_stats_terminal(
         &self,
         conn: &mut MySqlConnection,
     ) -> sqlx::Result<Vec<QueueStateCount>> {
@@ -349,7 +328,7 @@ impl Store {
     /// Pending tasks per queue and name (of `queue` only, when given): how many, how many are
     /// due, the earliest `run_at`. A covering read of `ix_taskq_claim`'s pending range (every
     /// column it needs is in the index since migration 4), grouped in a temporary table.
-    pub(crate) async fn task_pending_by_name(
+    async fn task_pending_by_name(
         &self,
         conn: &mut MySqlConnection,
         queue: Option<&str>,
@@ -373,7 +352,7 @@ impl Store {
     /// filter, created at least `age_us` ago (database clock; 0: any age, and `created_at` is
     /// not read); with whether the task holds a unique identity that only a one-row retry can
     /// take back (see `task_retry_dead`).
-    pub(crate) async fn task_bulk_ids(
+    async fn task_bulk_ids(
         &self,
         f: &TaskFilter<'_>,
         age_us: i64,
@@ -427,11 +406,7 @@ impl Store {
     /// How many tasks in `state` match the bulk filter (the dry run of a bulk operation).
     /// Without an age (`age_us` 0) it reads no row, only `ix_taskq_claim` (whose columns
     /// include `queue` and `name`).
-    pub(crate) async fn task_bulk_count(
-        &self,
-        f: &TaskFilter<'_>,
-        age_us: i64,
-    ) -> sqlx::Result<u64> {
+    async fn task_bulk_count(&self, f: &TaskFilter<'_>, age_us: i64) -> sqlx::Result<u64> {
         let state = f.state.map(TaskState::as_str);
         let n = if age_us <= 0 {
             sqlx::query_scalar!(
@@ -465,7 +440,7 @@ impl Store {
 
     /// Up to `limit` ids above `after_id` of dead tasks unique while pending or running (of
     /// `queue`, or of every queue) that died at or before `died_before`, ascending.
-    pub(crate) async fn task_dead_unique_ids(
+    async fn task_dead_unique_ids(
         &self,
         queue: Option<&str>,
         died_before: DateTime<Utc>,
@@ -487,5 +462,22 @@ impl Store {
         )
         .fetch_all(&self.pool)
         .await
+    }
+}
+
+impl Store {
+    /// The earliest `lease_until` of the running tasks per queue (reads the running rows).
+    async fn task_running_leases(
+        &self,
+        conn: &mut MySqlConnection,
+    ) -> sqlx::Result<Vec<(String, Option<DateTime<Utc>>)>> {
+        let rows = sqlx::query!(
+            r#"SELECT queue, MIN(lease_until) AS "earliest: DateTime<Utc>"
+               FROM taskq_tasks FORCE INDEX (ix_taskq_claim)
+               WHERE state = 'running' GROUP BY queue"#
+        )
+        .fetch_all(&mut *conn)
+        .await?;
+        Ok(rows.into_iter().map(|r| (r.queue, r.earliest)).collect())
     }
 }

@@ -3,16 +3,16 @@
 
 use sqlx::{MySqlConnection, MySqlPool};
 
-use super::{is_conflict_on, is_deadlock};
+use crate::{is_conflict_on, is_deadlock};
 
 /// How long a taken migration lock is valid without renewal: a migrator that died holding it
 /// stops blocking others after this long. The holder renews it every third of this.
-pub(crate) const MIGRATION_LOCK_SECS: u32 = 60;
+pub const MIGRATION_LOCK_SECS: u32 = 60;
 
 /// Creates the migration lock's table if it is missing (it must exist before the first
 /// migration runs; migration 13 records the same definition). DDL: on a Galera cluster it is
 /// replicated in total order, so concurrent creators on different nodes do not conflict.
-pub(crate) async fn migration_lock_table(conn: &mut MySqlConnection) -> sqlx::Result<()> {
+pub async fn migration_lock_table(conn: &mut MySqlConnection) -> sqlx::Result<()> {
     sqlx::query!(
         r#"CREATE TABLE IF NOT EXISTS taskq_migration_lock (
             id         TINYINT UNSIGNED NOT NULL,
@@ -32,10 +32,7 @@ pub(crate) async fn migration_lock_table(conn: &mut MySqlConnection) -> sqlx::Re
 /// (a certification failure, error 1213), means not taken. Unlike `GET_LOCK`, which each
 /// server keeps to itself, the row is replicated, so this serializes migrators on every node
 /// of a cluster.
-pub(crate) async fn migration_lock_try(
-    conn: &mut MySqlConnection,
-    holder: &str,
-) -> sqlx::Result<bool> {
+pub async fn migration_lock_try(conn: &mut MySqlConnection, holder: &str) -> sqlx::Result<bool> {
     sqlx::query!("DELETE FROM taskq_migration_lock WHERE id = 1 AND expires_at < UTC_TIMESTAMP(6)")
         .execute(&mut *conn)
         .await?;
@@ -55,7 +52,7 @@ pub(crate) async fn migration_lock_try(
 }
 
 /// Extends `holder`'s migration lock by [`MIGRATION_LOCK_SECS`]; returns whether it still held it.
-pub(crate) async fn migration_lock_renew(pool: &MySqlPool, holder: &str) -> sqlx::Result<bool> {
+pub async fn migration_lock_renew(pool: &MySqlPool, holder: &str) -> sqlx::Result<bool> {
     let done = sqlx::query!(
         r#"UPDATE taskq_migration_lock SET expires_at = UTC_TIMESTAMP(6) + INTERVAL ? SECOND
            WHERE id = 1 AND holder = ?"#,
@@ -68,7 +65,7 @@ pub(crate) async fn migration_lock_renew(pool: &MySqlPool, holder: &str) -> sqlx
 }
 
 /// Releases `holder`'s migration lock.
-pub(crate) async fn migration_unlock(conn: &mut MySqlConnection, holder: &str) -> sqlx::Result<()> {
+pub async fn migration_unlock(conn: &mut MySqlConnection, holder: &str) -> sqlx::Result<()> {
     sqlx::query!(
         "DELETE FROM taskq_migration_lock WHERE id = 1 AND holder = ?",
         holder

@@ -2,12 +2,13 @@
 
 use chrono::{DateTime, Utc};
 use sqlx::MySqlConnection;
+use taskq_driver::driver::Clock;
 
-use super::Store;
+use crate::Store;
 
 /// The database clock in microseconds since the Unix epoch (no time zone involved), for the
 /// window of a unique task.
-pub(crate) async fn db_clock_us(conn: &mut MySqlConnection) -> sqlx::Result<i64> {
+pub async fn db_clock_us(conn: &mut MySqlConnection) -> sqlx::Result<i64> {
     sqlx::query_scalar!(
         r#"SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) AS "us!: i64""#
     )
@@ -15,19 +16,16 @@ pub(crate) async fn db_clock_us(conn: &mut MySqlConnection) -> sqlx::Result<i64>
     .await
 }
 
-impl Store {
+impl Clock for Store {
     /// The database clock (`UTC_TIMESTAMP(6)`), against which every stored time is written.
-    pub(crate) async fn db_now(&self) -> sqlx::Result<DateTime<Utc>> {
+    async fn db_now(&self) -> sqlx::Result<DateTime<Utc>> {
         sqlx::query_scalar!(r#"SELECT UTC_TIMESTAMP(6) AS "now!: DateTime<Utc>""#)
             .fetch_one(&self.pool)
             .await
     }
 
     /// The database clock, read on `conn`.
-    pub(crate) async fn db_now_on(
-        &self,
-        conn: &mut MySqlConnection,
-    ) -> sqlx::Result<DateTime<Utc>> {
+    async fn db_now_on(&self, conn: &mut MySqlConnection) -> sqlx::Result<DateTime<Utc>> {
         sqlx::query_scalar!(r#"SELECT UTC_TIMESTAMP(6) AS "now!: DateTime<Utc>""#)
             .fetch_one(&mut *conn)
             .await

@@ -3,16 +3,17 @@
 
 use chrono::{DateTime, Utc};
 use sqlx::MySqlConnection;
+use taskq_driver::driver::Actions;
 
-use super::Store;
-use super::identities::identity_reserve;
-use crate::backend::rows::RetryDead;
-use crate::task::{TaskId, TaskState};
+use crate::Store;
+use crate::identities::identity_reserve;
+use taskq_driver::rows::RetryDead;
+use taskq_driver::state::{TaskId, TaskState};
 
-impl Store {
+impl Actions for Store {
     /// Cancels the pending tasks among `ids` (freeing their unique identities), in one short
     /// transaction; returns how many.
-    pub(crate) async fn task_cancel_batch(&self, ids: &[u64]) -> sqlx::Result<u64> {
+    async fn task_cancel_batch(&self, ids: &[u64]) -> sqlx::Result<u64> {
         let json = serde_json::to_string(ids).expect("ids serialize");
         let mut tx = self.pool.begin().await?;
         let done = sqlx::query!(
@@ -41,7 +42,7 @@ impl Store {
 
     /// Records a cancel request on the running tasks among `ids`; returns how many were
     /// running.
-    pub(crate) async fn task_request_cancel_batch(&self, ids: &[u64]) -> sqlx::Result<u64> {
+    async fn task_request_cancel_batch(&self, ids: &[u64]) -> sqlx::Result<u64> {
         let json = serde_json::to_string(ids).expect("ids serialize");
         let done = sqlx::query!(
             r#"UPDATE JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$')) AS j
@@ -58,7 +59,7 @@ impl Store {
 
     /// Retries the dead tasks among `ids` that hold no identity to take back (not unique, or
     /// unique per window, like `task_retry_dead_batch`); returns how many.
-    pub(crate) async fn task_retry_dead_ids(&self, ids: &[u64]) -> sqlx::Result<u64> {
+    async fn task_retry_dead_ids(&self, ids: &[u64]) -> sqlx::Result<u64> {
         let json = serde_json::to_string(ids).expect("ids serialize");
         let done = sqlx::query!(
             r#"UPDATE JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$')) AS j
@@ -76,7 +77,7 @@ impl Store {
 
     /// Records a cancel request on a running task (kept from the first request); returns
     /// whether the task was running. On the caller's transaction (with its audit row).
-    pub(crate) async fn task_request_cancel(
+    async fn task_request_cancel(
         &self,
         conn: &mut MySqlConnection,
         id: TaskId,
@@ -95,11 +96,7 @@ impl Store {
 
     /// Cancels a pending task (freeing the unique identity it holds); returns whether a row
     /// changed. Two statements on the caller's transaction.
-    pub(crate) async fn task_cancel(
-        &self,
-        tx: &mut MySqlConnection,
-        id: TaskId,
-    ) -> sqlx::Result<bool> {
+    async fn task_cancel(&self, tx: &mut MySqlConnection, id: TaskId) -> sqlx::Result<bool> {
         let done = sqlx::query!(
             r#"UPDATE taskq_tasks
                SET state = 'canceled', finished_at = UTC_TIMESTAMP(6), updated_at = UTC_TIMESTAMP(6)
@@ -123,7 +120,7 @@ impl Store {
 
     /// Moves a pending task's due time to `at`, or to `delay_us` from the database's now when
     /// `at` is `None`; returns whether a row matched.
-    pub(crate) async fn task_reschedule(
+    async fn task_reschedule(
         &self,
         conn: &mut MySqlConnection,
         id: TaskId,
@@ -145,7 +142,7 @@ impl Store {
     }
 
     /// Sets a pending task's priority; returns whether a row matched.
-    pub(crate) async fn task_set_priority(
+    async fn task_set_priority(
         &self,
         conn: &mut MySqlConnection,
         id: TaskId,
@@ -167,7 +164,7 @@ impl Store {
     /// nothing) when another task holds it meanwhile; a windowed one does not (see
     /// `docs/semantics.md`). On the caller's transaction: it writes only when it returns
     /// `Retried` (an `IdentityHeld` leaves the identity's row locked until the caller ends).
-    pub(crate) async fn task_retry_dead(
+    async fn task_retry_dead(
         &self,
         tx: &mut MySqlConnection,
         id: TaskId,
@@ -208,7 +205,7 @@ impl Store {
     /// keeps a bulk retry from picking up tasks that die again while it runs. Returns the count.
     /// (Unique tasks go one by one, see [`Store::task_dead_unique_ids`]: one identity taken
     /// meanwhile must not fail the whole statement.)
-    pub(crate) async fn task_retry_dead_batch(
+    async fn task_retry_dead_batch(
         &self,
         queue: Option<&str>,
         died_before: DateTime<Utc>,
@@ -233,7 +230,7 @@ impl Store {
     }
 
     /// Deletes up to `limit` tasks in terminal `state` that finished more than `age_secs` ago.
-    pub(crate) async fn task_prune(
+    async fn task_prune(
         &self,
         conn: &mut MySqlConnection,
         state: TaskState,

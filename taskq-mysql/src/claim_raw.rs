@@ -5,10 +5,10 @@
 use chrono::NaiveDateTime;
 use sqlx::{Connection, MySqlConnection};
 
-use super::Store;
-use super::claim::{ClaimFrom, ClaimKey, MySqlClaim, RawBatch};
-use super::identities::identities_take;
-use crate::backend::rows::{CanceledTask, Claimed, ExpiredTask, LimitHit};
+use crate::Store;
+use crate::claim::{ClaimFrom, ClaimKey, MySqlClaim, RawBatch};
+use crate::identities::identities_take;
+use taskq_driver::rows::{CanceledTask, Claimed, ExpiredTask, LimitHit};
 
 /// The limits of a queue as the claim reads them, its row locked.
 struct QueueLimits {
@@ -125,7 +125,7 @@ impl Store {
     ///
     /// Run it on a READ COMMITTED connection: under REPEATABLE READ the reads would see an old
     /// snapshot and take gap locks.
-    pub(super) async fn claim_raw(
+    pub(crate) async fn claim_raw(
         &self,
         conn: &mut MySqlConnection,
         req: &MySqlClaim<'_>,
@@ -357,7 +357,7 @@ impl Store {
             // that expired): ours, locked above.
             let pairs: Vec<(String, u64)> = freed
                 .iter()
-                .map(|(k, id)| (crate::backend::hex(k), *id))
+                .map(|(k, id)| (taskq_driver::rows::hex(k), *id))
                 .collect();
             let json = serde_json::to_string(&pairs).expect("pairs serialize");
             sqlx::query!(

@@ -2,9 +2,10 @@
 //! when a task starts or ends, pruned once their window is over.
 
 use sqlx::MySqlConnection;
+use taskq_driver::driver::Identities;
 
-use super::Store;
-use crate::task::TaskId;
+use crate::Store;
+use taskq_driver::state::TaskId;
 
 /// Takes the identity `key` for `task_id` (0: the id follows), or returns the task holding it.
 ///
@@ -20,7 +21,7 @@ use crate::task::TaskId;
 ///
 /// A reservation left with `task_id = 0` (an enqueue whose undo could not run, committed
 /// anyway) names no task: it is taken over.
-pub(super) async fn identity_reserve(
+pub(crate) async fn identity_reserve(
     conn: &mut MySqlConnection,
     key: &[u8],
     task_id: u64,
@@ -48,11 +49,11 @@ pub(super) async fn identity_reserve(
 
 /// What [`identities_take`] found.
 #[derive(Default)]
-pub(super) struct Taken {
+pub(crate) struct Taken {
     /// `(identity, task)` pairs the task holds, now locked by this transaction.
-    pub(super) ours: Vec<(Vec<u8>, u64)>,
+    pub(crate) ours: Vec<(Vec<u8>, u64)>,
     /// Tasks that hold their identity while another transaction has its row locked.
-    pub(super) held_elsewhere: Vec<u64>,
+    pub(crate) held_elsewhere: Vec<u64>,
 }
 
 /// For `(identity, task)` pairs about to be freed, locks the `taskq_unique` rows that no
@@ -60,11 +61,14 @@ pub(super) struct Taken {
 /// matter for deadlocks) and sorts the pairs out: held by that task and now locked here, held
 /// by that task but locked elsewhere (a plain read tells, only for rows the lock skipped), or
 /// not held by that task at all (nothing to free).
-pub(super) async fn identities_take(
+pub(crate) async fn identities_take(
     conn: &mut MySqlConnection,
     wanted: &[(&[u8], u64)],
 ) -> sqlx::Result<Taken> {
-    let mut hex_keys: Vec<String> = wanted.iter().map(|(k, _)| crate::backend::hex(k)).collect();
+    let mut hex_keys: Vec<String> = wanted
+        .iter()
+        .map(|(k, _)| taskq_driver::rows::hex(k))
+        .collect();
     hex_keys.sort_unstable();
     hex_keys.dedup();
     let json = serde_json::to_string(&hex_keys).expect("keys serialize");
@@ -86,7 +90,7 @@ pub(super) async fn identities_take(
         match locked.iter().find(|l| l.unique_key == *k) {
             Some(l) if l.task_id == *id => taken.ours.push((k.to_vec(), *id)),
             Some(_) => {}
-            None => skipped.push(crate::backend::hex(k)),
+            None => skipped.push(taskq_driver::rows::hex(k)),
         }
     }
     if !skipped.is_empty() {
@@ -113,7 +117,7 @@ pub(super) async fn identities_take(
 /// Deletes the `taskq_unique` rows of `(identity, task, epoch, state)` whose task row has that
 /// epoch and state: the rows written by the write-back (or reap) just before in the same
 /// transaction, not those it was fenced from.
-pub(super) async fn identities_free_written(
+pub(crate) async fn identities_free_written(
     conn: &mut MySqlConnection,
     rows: &[(String, u64, u64, &str)],
 ) -> sqlx::Result<()> {
@@ -137,10 +141,10 @@ pub(super) async fn identities_free_written(
     Ok(())
 }
 
-impl Store {
+impl Identities for Store {
     /// Deletes up to `limit` identities of windows that have ended (`expires_at` passed):
     /// whatever task held one, its window is over. Returns the count.
-    pub(crate) async fn unique_prune_expired(
+    async fn unique_prune_expired(
         &self,
         conn: &mut MySqlConnection,
         limit: u32,

@@ -3,17 +3,15 @@
 
 use chrono::{DateTime, Utc};
 use sqlx::MySqlConnection;
+use taskq_driver::driver::History;
 
-use super::Store;
-use crate::backend::rows::{AuditListRow, AuditRow};
-use crate::task::TaskId;
+use crate::Store;
+use taskq_driver::rows::{AuditListRow, AuditRow};
+use taskq_driver::state::TaskId;
 
 /// Inserts an audit row on `conn` (normally the transaction of the action it records), at the
 /// database clock. One statement: the task's queue is read by primary key inside it.
-pub(crate) async fn audit_insert(
-    conn: &mut MySqlConnection,
-    a: &AuditRow<'_>,
-) -> sqlx::Result<u64> {
+pub async fn audit_insert(conn: &mut MySqlConnection, a: &AuditRow<'_>) -> sqlx::Result<u64> {
     let done = sqlx::query!(
         r#"INSERT INTO taskq_audit (at, actor, action, task_id, queue, detail)
            VALUES (UTC_TIMESTAMP(6), ?, ?, ?,
@@ -30,10 +28,10 @@ pub(crate) async fn audit_insert(
     Ok(done.last_insert_id())
 }
 
-impl Store {
+impl History for Store {
     /// A task's attempt history (the JSON array, `None` when empty); `None` when the task
     /// does not exist.
-    pub(crate) async fn task_attempts(&self, id: TaskId) -> sqlx::Result<Option<Option<String>>> {
+    async fn task_attempts(&self, id: TaskId) -> sqlx::Result<Option<Option<String>>> {
         let row = sqlx::query!(r#"SELECT attempts FROM taskq_tasks WHERE id = ?"#, id.0)
             .fetch_optional(&self.pool)
             .await?;
@@ -41,7 +39,7 @@ impl Store {
     }
 
     /// Audit rows with `id < before_id`, of `task_id` and of `queue` when given, newest first.
-    pub(crate) async fn audit_list(
+    async fn audit_list(
         &self,
         task_id: Option<u64>,
         queue: Option<&str>,
@@ -68,7 +66,7 @@ impl Store {
     }
 
     /// Deletes up to `limit` audit rows older than `age_secs` (database clock).
-    pub(crate) async fn audit_prune(
+    async fn audit_prune(
         &self,
         conn: &mut MySqlConnection,
         age_secs: u64,
@@ -95,7 +93,7 @@ impl Store {
     /// `ix_taskq_claim`, and terminal rows finished in the window, through `ix_taskq_finished`.
     /// A reap keeps `run_at`, so the `lease_lost` entry of a task reaped back to pending that
     /// was due before the window is counted only once the task has ended.
-    pub(crate) async fn task_failed_attempts_per_minute(
+    async fn task_failed_attempts_per_minute(
         &self,
         minutes: u32,
     ) -> sqlx::Result<Vec<(String, u32, u64)>> {

@@ -3,20 +3,21 @@
 //! and the reap of expired leases.
 
 use sqlx::{Connection, MySqlConnection};
+use taskq_driver::driver::Leases;
 
-use super::Store;
-use super::identities::{Taken, identities_free_written, identities_take};
-use crate::backend::rows::{
+use crate::Store;
+use crate::identities::{Taken, identities_free_written, identities_take};
+use taskq_driver::rows::{
     ExpiredRow, FollowUpRow, ReapRow, Reaped, WriteBack, WrittenBack, leases_json,
 };
-use crate::task::TaskState;
+use taskq_driver::state::TaskState;
 
-impl Store {
+impl Leases for Store {
     /// Renews the leases `(id, epoch)` that are still held (running, same epoch, not expired)
     /// and carry no cancel request to `now + lease_us`. Returns how many were renewed: fewer
     /// than sent makes the worker read [`task_leases_held`](Self::task_leases_held), which
     /// also reports the cancel requests (so a beat with none costs one statement).
-    pub(crate) async fn task_heartbeat(
+    async fn task_heartbeat(
         &self,
         conn: &mut MySqlConnection,
         leases_json: &str,
@@ -39,7 +40,7 @@ impl Store {
 
     /// Of the leases `(id, epoch)`, those still held: running, same epoch, unexpired; with
     /// whether a cancel was requested (`Client::cancel` on the running task).
-    pub(crate) async fn task_leases_held(
+    async fn task_leases_held(
         &self,
         conn: &mut MySqlConnection,
         leases_json: &str,
@@ -76,7 +77,7 @@ impl Store {
     /// running with their attempt's epoch, the `UPDATE` writes exactly those, and one `INSERT`
     /// adds the follow-ups of those among them, before the commit. A fenced outcome inserts
     /// nothing; a batch without follow-ups keeps the single statement.
-    pub(crate) async fn task_write_back(
+    async fn task_write_back(
         &self,
         conn: &mut MySqlConnection,
         batch: &[WriteBack],
@@ -126,7 +127,7 @@ impl Store {
             .filter(|f| taken.ours.iter().any(|(_, id)| *id == f.id))
             .filter_map(|f| {
                 let k = f.frees.as_deref()?;
-                Some((crate::backend::hex(k), f.id, f.epoch, f.state))
+                Some((taskq_driver::rows::hex(k), f.id, f.epoch, f.state))
             })
             .collect();
         identities_free_written(&mut tx, &free).await?;
@@ -141,7 +142,7 @@ impl Store {
     /// Gives running tasks back (shutdown): pending, epoch incremented, the interrupted
     /// attempt not counted, `run_at` kept (so the task sorts where it was, ahead of tasks
     /// enqueued after it). Conditional on each `(id, epoch)`.
-    pub(crate) async fn task_release(
+    async fn task_release(
         &self,
         conn: &mut MySqlConnection,
         leases_json: &str,
@@ -173,7 +174,7 @@ impl Store {
     /// database clock) in the last `since_us` µs: a plain read of `ix_taskq_claim`'s running
     /// range for the queue (the running tasks of a queue are few: at most the fleet's slots).
     /// Issued only after a claim whose answer was lost (see `worker::claim`).
-    pub(crate) async fn task_running_since(
+    async fn task_running_since(
         &self,
         conn: &mut MySqlConnection,
         queue: &str,
@@ -200,7 +201,7 @@ impl Store {
     /// registers). Only such a worker knows a task's `on_dead` follow-up: a last attempt of a
     /// name it registers goes dead (its payload is read for the follow-up), one of another
     /// name is parked back to pending (see `ExpiredRow::parks`).
-    pub(crate) async fn task_expired(
+    async fn task_expired(
         &self,
         conn: &mut MySqlConnection,
         names_json: &str,
@@ -258,7 +259,7 @@ impl Store {
     /// asked), the transaction first locks the rows by primary key (ascending id) and reads
     /// which are still expired and whether each goes dead; the follow-ups of exactly the rows
     /// it moves to dead are inserted before it commits.
-    pub(crate) async fn task_reap(
+    async fn task_reap(
         &self,
         conn: &mut MySqlConnection,
         rows: &[ReapRow],
@@ -331,7 +332,7 @@ impl Store {
             .filter_map(|r| {
                 let k = r.frees.as_deref()?;
                 let state = if r.canceled { "canceled" } else { "dead" };
-                Some((crate::backend::hex(k), r.id, r.epoch + 1, state))
+                Some((taskq_driver::rows::hex(k), r.id, r.epoch + 1, state))
             })
             .collect();
         identities_free_written(&mut tx, &free).await?;
@@ -340,7 +341,7 @@ impl Store {
     }
 
     /// Current `(id, lease_epoch)` of the given ids (a JSON array); missing ids are absent.
-    pub(crate) async fn task_epochs(
+    async fn task_epochs(
         &self,
         conn: &mut MySqlConnection,
         ids_json: &str,

@@ -3,20 +3,21 @@
 
 use chrono::{DateTime, Utc};
 use sqlx::{Connection, MySqlConnection};
+use taskq_driver::driver::Schedules;
 
-use super::Store;
-use super::enqueue::task_insert;
-use crate::backend::rows::{Inserted, ScheduleDecl, ScheduleFire, ScheduleState};
-use crate::info::ScheduleInfo;
-use crate::task::TaskId;
+use crate::Store;
+use crate::enqueue::task_insert;
+use taskq_driver::read::ScheduleInfo;
+use taskq_driver::rows::{Inserted, ScheduleDecl, ScheduleFire, ScheduleState};
+use taskq_driver::state::TaskId;
 
-impl Store {
+impl Schedules for Store {
     /// Creates or updates a schedule's row with this worker's definition. A new row, or one
     /// whose expression or time zone differs, gets `watermark = now` (so ticks before this
     /// deploy never fire) and the given `next_tick`; an unchanged one keeps its watermark.
     /// The assignments run in order and read the old row until they overwrite a column, so
     /// `watermark` and `next_tick` compare against the old expression and time zone.
-    pub(crate) async fn schedule_declare(
+    async fn schedule_declare(
         &self,
         conn: &mut MySqlConnection,
         d: &ScheduleDecl<'_>,
@@ -59,7 +60,7 @@ impl Store {
 
     /// The database clock and the rows of the schedules named in `names_json` (a JSON array
     /// of strings): one plain read of the (small) schedules table.
-    pub(crate) async fn schedule_states(
+    async fn schedule_states(
         &self,
         conn: &mut MySqlConnection,
         names_json: &str,
@@ -87,7 +88,7 @@ impl Store {
     /// tick is enqueued once however many workers run, and an old tick never fires again even
     /// after retention deleted its task (the idempotency key `cron:<name>:<tick>` guards the
     /// row as well while it is kept).
-    pub(crate) async fn schedule_fire(
+    async fn schedule_fire(
         &self,
         conn: &mut MySqlConnection,
         f: &ScheduleFire<'_>,
@@ -126,7 +127,7 @@ impl Store {
     }
 
     /// Every schedule row, by name.
-    pub(crate) async fn schedule_list(&self) -> sqlx::Result<Vec<ScheduleInfo>> {
+    async fn schedule_list(&self) -> sqlx::Result<Vec<ScheduleInfo>> {
         sqlx::query_as!(
             ScheduleInfo,
             r#"SELECT name, task_name, queue, expression, timezone, missed_ticks,
@@ -141,11 +142,7 @@ impl Store {
     }
 
     /// Deletes a schedule's row; returns whether it existed.
-    pub(crate) async fn schedule_delete(
-        &self,
-        conn: &mut MySqlConnection,
-        name: &str,
-    ) -> sqlx::Result<bool> {
+    async fn schedule_delete(&self, conn: &mut MySqlConnection, name: &str) -> sqlx::Result<bool> {
         let done = sqlx::query!("DELETE FROM taskq_schedules WHERE name = ?", name)
             .execute(&mut *conn)
             .await?;

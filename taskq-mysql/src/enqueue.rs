@@ -5,11 +5,11 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use sqlx::{Connection, MySqlConnection};
 
-use super::identities::identity_reserve;
-use super::is_conflict_on;
-use crate::backend::budget::Budget;
-use crate::backend::rows::{Inserted, NewTask};
-use crate::task::TaskId;
+use crate::identities::identity_reserve;
+use crate::is_conflict_on;
+use taskq_driver::budget::Budget;
+use taskq_driver::rows::{Inserted, NewTask};
+use taskq_driver::state::TaskId;
 
 /// Name of the unique index behind idempotency keys (see the migration).
 const IDEMPOTENCY_INDEX: &str = "uq_taskq_idempotency";
@@ -30,10 +30,7 @@ const IDEMPOTENCY_INDEX: &str = "uq_taskq_idempotency";
 /// on a connection that is not in a transaction (sqlx's `Connection::is_in_transaction`) they
 /// run in a short one of their own; in the caller's transaction, an error after the first
 /// undoes what was written, so that committing anyway leaves no half-enqueued task.
-pub(crate) async fn task_insert(
-    conn: &mut MySqlConnection,
-    t: &NewTask<'_>,
-) -> sqlx::Result<Inserted> {
+pub async fn task_insert(conn: &mut MySqlConnection, t: &NewTask<'_>) -> sqlx::Result<Inserted> {
     let Some(key) = t.unique_key else {
         return Ok(match insert_row(conn, t).await? {
             Ok(id) => Inserted::New(id),
@@ -170,7 +167,7 @@ async fn insert_row(
 }
 
 /// How the server numbers the rows of one multi-row insert.
-pub(crate) struct AutoIncrement {
+pub struct AutoIncrement {
     /// `innodb_autoinc_lock_mode`: 0 or 1 guarantee consecutive ids within one statement;
     /// 2 (MySQL 8's default) may interleave them with concurrent inserts.
     pub lock_mode: i64,
@@ -182,7 +179,7 @@ pub(crate) struct AutoIncrement {
 
 /// Reads the auto-increment settings that decide whether a multi-row insert's ids can be
 /// derived from `LAST_INSERT_ID()`, and the packet size that bounds the insert.
-pub(crate) async fn autoinc_settings(conn: &mut MySqlConnection) -> sqlx::Result<AutoIncrement> {
+pub async fn autoinc_settings(conn: &mut MySqlConnection) -> sqlx::Result<AutoIncrement> {
     let row = sqlx::query!(
         r#"SELECT CAST(@@GLOBAL.innodb_autoinc_lock_mode AS SIGNED) AS "lock_mode: i64",
                   CAST(@@SESSION.auto_increment_increment AS SIGNED) AS "increment: i64",
@@ -243,7 +240,7 @@ fn datetime_text(d: DateTime<Utc>) -> String {
 /// (`innodb_autoinc_lock_mode` 0 or 1) they are derived from the first; otherwise (mode 2,
 /// MySQL 8's default and Galera's requirement) the rows carry a random marker in
 /// `enqueue_batch` and are read back by it.
-pub(crate) async fn task_insert_rows(
+pub async fn task_insert_rows(
     conn: &mut MySqlConnection,
     rows: &[NewTask<'_>],
 ) -> sqlx::Result<Vec<TaskId>> {
@@ -259,7 +256,7 @@ pub(crate) async fn task_insert_rows(
             serde_json::to_string(&BatchRow {
                 queue: r.queue,
                 name: r.name,
-                payload_hex: crate::backend::hex(r.payload),
+                payload_hex: taskq_driver::rows::hex(r.payload),
                 priority: r.priority,
                 max_attempts: r.max_attempts,
                 delay_us: r.delay_us,
@@ -312,7 +309,7 @@ pub(crate) async fn task_insert_rows(
 /// order, with no idempotency key, each row marked with `batch` (`enqueue_batch`). Returns
 /// `(first id, rows inserted)`. The ids of the other rows can be derived when
 /// [`autoinc_settings`] says they are consecutive; otherwise [`task_batch_ids`] reads them back.
-pub(crate) async fn task_insert_batch(
+pub async fn task_insert_batch(
     conn: &mut MySqlConnection,
     rows_json: &str,
     batch: Option<u64>,
@@ -352,7 +349,7 @@ pub(crate) async fn task_insert_batch(
 /// between). Read on the inserting connection, which sees its own uncommitted rows; a
 /// primary-key range scan from the statement's first id that stops after `n` matches, so it
 /// walks only this batch's ids and those other inserts took in between.
-pub(crate) async fn task_batch_ids(
+pub async fn task_batch_ids(
     conn: &mut MySqlConnection,
     first: u64,
     batch: u64,

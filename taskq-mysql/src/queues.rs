@@ -3,17 +3,14 @@
 
 use chrono::{DateTime, Utc};
 use sqlx::MySqlConnection;
+use taskq_driver::driver::Queues;
 
-use super::Store;
-use crate::backend::rows::{QueueControl, QueueRow};
+use crate::Store;
+use taskq_driver::rows::{QueueControl, QueueRow};
 
-impl Store {
+impl Queues for Store {
     /// Pauses `queue` (idempotent: an already paused queue keeps its first pause time).
-    pub(crate) async fn queue_pause(
-        &self,
-        conn: &mut MySqlConnection,
-        queue: &str,
-    ) -> sqlx::Result<()> {
+    async fn queue_pause(&self, conn: &mut MySqlConnection, queue: &str) -> sqlx::Result<()> {
         sqlx::query!(
             r#"INSERT INTO taskq_queues (queue, paused_at, updated_at)
                VALUES (?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))
@@ -27,11 +24,7 @@ impl Store {
     }
 
     /// Resumes `queue`; returns whether it was paused.
-    pub(crate) async fn queue_resume(
-        &self,
-        conn: &mut MySqlConnection,
-        queue: &str,
-    ) -> sqlx::Result<bool> {
+    async fn queue_resume(&self, conn: &mut MySqlConnection, queue: &str) -> sqlx::Result<bool> {
         let done = sqlx::query!(
             r#"UPDATE taskq_queues SET paused_at = NULL, updated_at = UTC_TIMESTAMP(6)
                WHERE queue = ? AND paused_at IS NOT NULL"#,
@@ -43,7 +36,7 @@ impl Store {
     }
 
     /// Paused queues with the time they were paused.
-    pub(crate) async fn queues_paused(
+    async fn queues_paused(
         &self,
         conn: &mut MySqlConnection,
     ) -> sqlx::Result<Vec<(String, DateTime<Utc>)>> {
@@ -59,10 +52,7 @@ impl Store {
     /// What a worker needs to know about its queues, in one read per refresh: the queues that
     /// are paused, and those with a concurrency or rate limit (whose claims take the limited
     /// path of [`Store::task_claim`]).
-    pub(crate) async fn queue_controls(
-        &self,
-        conn: &mut MySqlConnection,
-    ) -> sqlx::Result<Vec<QueueControl>> {
+    async fn queue_controls(&self, conn: &mut MySqlConnection) -> sqlx::Result<Vec<QueueControl>> {
         sqlx::query_as!(
             QueueControl,
             r#"SELECT queue, paused_at IS NOT NULL AS "paused!: bool",
@@ -76,11 +66,7 @@ impl Store {
 
     /// Sets (or, with `None`, clears) the concurrency limit of `queue`. Clearing a queue that
     /// has no row writes nothing.
-    pub(crate) async fn queue_set_limit(
-        &self,
-        queue: &str,
-        limit: Option<u32>,
-    ) -> sqlx::Result<()> {
+    async fn queue_set_limit(&self, queue: &str, limit: Option<u32>) -> sqlx::Result<()> {
         match limit {
             Some(n) => {
                 sqlx::query!(
@@ -110,7 +96,7 @@ impl Store {
     /// Sets (or, with `None`, clears) the rate limit of `queue`: `max` claims per window of
     /// `period_us`. The current window's count is kept (it restarts when the period changes,
     /// since the windows move). Clearing a queue that has no row writes nothing.
-    pub(crate) async fn queue_set_rate_limit(
+    async fn queue_set_rate_limit(
         &self,
         queue: &str,
         rate: Option<(u32, i64)>,
@@ -150,7 +136,7 @@ impl Store {
     /// limited, now or before), by name, with its controls and its pending and running
     /// counts. Two statements: the controls, and one covering read of `ix_taskq_claim`'s
     /// pending and running ranges.
-    pub(crate) async fn queue_list(&self) -> sqlx::Result<Vec<QueueRow>> {
+    async fn queue_list(&self) -> sqlx::Result<Vec<QueueRow>> {
         let mut conn = self.pool.acquire().await?;
         let controls = sqlx::query!(
             r#"SELECT queue, paused_at AS "paused_at: DateTime<Utc>",
