@@ -4,6 +4,7 @@
 
 pub mod clock;
 pub mod connect;
+pub mod driver;
 pub mod enqueue;
 pub mod history;
 pub mod identities;

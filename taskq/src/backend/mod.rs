@@ -8,8 +8,8 @@
 //!
 //! The operations themselves are typed once, in `taskq_driver::driver` (one trait per table or
 //! job, with the rows of `taskq_driver::rows`), and implemented by each driver: the
-//! `taskq-mysql` crate (its SQL split by table, checked against MySQL) and, for SQLite, the
-//! `sqlite` module here over the `taskq-sqlite` crate's statements. Everything above this
+//! `taskq-mysql` crate (its SQL split by table, checked against MySQL) and the `taskq-sqlite`
+//! crate (its `driver` module over its statements). Everything above this
 //! module — the worker's loops, the client, enqueue — calls the operations listed on [`Store`]
 //! and [`Conn`] below, which forward to the pool's driver. How a driver claims (MySQL's
 //! candidate windows and seek positions, SQLite's `BEGIN IMMEDIATE` + `UPDATE … RETURNING`)
@@ -299,7 +299,7 @@ impl Store {
         match self {
             Store::MySql(s) => crate::error::db_error(s.pool(), e).await,
             #[cfg(feature = "sqlite")]
-            Store::Sqlite(s) => s.error(e),
+            Store::Sqlite(_) => crate::Error::Database(e),
         }
     }
 
