@@ -8,7 +8,7 @@ use std::sync::Arc;
 use tokio::sync::watch;
 
 use crate::error::TaskError;
-use crate::task::TaskId;
+use taskq_driver::state::TaskId;
 
 /// Metadata of the attempt being run, handed to every handler.
 #[derive(Clone, Debug)]

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::task::{TaskId, TaskState};
+use taskq_driver::state::{TaskId, TaskState};
 
 /// Result alias for taskq operations.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,5 +1,5 @@
-//! Attempt history ([`Attempt`], [`Client::attempts`]) and the audit trail of operator actions
-//! ([`AuditEntry`], [`Client::audit`], [`Client::record_audit`]).
+//! Attempt history ([`Attempt`], [`Client::attempts`](crate::Client::attempts)) and the audit trail of operator actions
+//! ([`AuditEntry`], [`Client::audit`](crate::Client::audit), [`Client::record_audit`](crate::Client::record_audit)).
 //!
 //! The history lives on the task row (`taskq_tasks.attempts`, a JSON array): each statement
 //! that ends an attempt (the worker's batched write-back, the reaper, the release at shutdown)
@@ -12,9 +12,6 @@ use chrono::{DateTime, NaiveDateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::backend::{AuditRow, Conn};
-use crate::client::Client;
-use crate::enqueue::AsConnection;
-use crate::error::{Error, Result};
 use crate::task::TaskId;
 
 /// Most entries kept in a task's attempt history: an attempt that ends when the history is
@@ -26,10 +23,10 @@ pub const MAX_ATTEMPT_ENTRIES: usize = 100;
 /// `last_error` keeps up to 8,000 bytes of the latest error.
 pub const MAX_ATTEMPT_ERROR_CHARS: usize = 1024;
 
-/// Longest actor recorded in the audit trail, in characters (see [`Client::with_actor`]).
+/// Longest actor recorded in the audit trail, in characters (see [`Client::with_actor`](crate::Client::with_actor)).
 pub const MAX_ACTOR_LEN: usize = 255;
 
-/// The actor of a [`Client`] that was given none.
+/// The actor of a [`Client`](crate::Client) that was given none.
 pub const DEFAULT_ACTOR: &str = "client";
 
 /// How an attempt ended.
@@ -48,7 +45,7 @@ pub enum AttemptOutcome {
     TimedOut,
     /// The handler panicked.
     Panicked,
-    /// A cancel was requested ([`Client::cancel`]) and the handler did not succeed; or the
+    /// A cancel was requested ([`Client::cancel`](crate::Client::cancel)) and the handler did not succeed; or the
     /// lease of a task whose cancel was requested ran out (recorded by the reaper).
     Canceled,
     /// The handler snoozed ([`TaskError::snooze`](crate::TaskError::snooze)): the task runs
@@ -108,12 +105,12 @@ impl Serialize for AttemptOutcome {
     }
 }
 
-/// One attempt of a task, as recorded when it ended (see [`Client::attempts`]).
+/// One attempt of a task, as recorded when it ended (see [`Client::attempts`](crate::Client::attempts)).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Attempt {
     /// The attempt number (1 for the first run). A snoozed or released run does not count,
     /// so the run after it has the same number; a retry of a dead task
-    /// ([`Client::retry_dead`]) starts again at 1 with a higher epoch.
+    /// ([`Client::retry_dead`](crate::Client::retry_dead)) starts again at 1 with a higher epoch.
     pub attempt: u32,
     /// The lease epoch of the run (its fencing token): unique per run of the task.
     pub epoch: u64,
@@ -189,11 +186,11 @@ pub struct AuditEntry {
     pub id: u64,
     /// When it was recorded (database clock), in the transaction of the action.
     pub at: DateTime<Utc>,
-    /// Who: the client's actor ([`Client::with_actor`]).
+    /// Who: the client's actor ([`Client::with_actor`](crate::Client::with_actor)).
     pub actor: String,
     /// What: `cancel`, `cancel_requested`, `retry`, `reschedule`, `priority`, `pause`,
     /// `resume`, `bulk_cancel`, `bulk_retry`, `purge`, `schedule_delete`, or what
-    /// [`Client::record_audit`] was given (e.g. `create`).
+    /// [`Client::record_audit`](crate::Client::record_audit) was given (e.g. `create`).
     pub action: String,
     /// The task acted on, if one.
     pub task_id: Option<TaskId>,
@@ -204,7 +201,7 @@ pub struct AuditEntry {
     pub detail: serde_json::Value,
 }
 
-/// Which audit entries [`Client::audit`] returns, newest first.
+/// Which audit entries [`Client::audit`](crate::Client::audit) returns, newest first.
 #[derive(Debug, Clone, Default)]
 pub struct AuditFilter {
     /// Only entries about this task.
@@ -269,97 +266,6 @@ pub(crate) async fn insert(mut conn: Conn<'_>, actor: &str, a: &Action) -> sqlx:
 /// `s` cut to `max` characters.
 pub(crate) fn cut(s: &str, max: usize) -> String {
     s.chars().take(max).collect()
-}
-
-impl Client {
-    /// The attempt history of a task, oldest first: one [`Attempt`] per run that ended (the
-    /// latest [`MAX_ATTEMPT_ENTRIES`]). A run in progress has no entry yet (its start is
-    /// [`TaskInfo::attempted_at`](crate::client::TaskInfo::attempted_at)). [`Error::NotFound`] when
-    /// the task does not exist (or was pruned: its history goes with it).
-    pub async fn attempts(&self, id: TaskId) -> Result<Vec<Attempt>> {
-        let row = self.run(self.store.task_attempts(id)).await?;
-        match row {
-            None => Err(Error::NotFound(id)),
-            Some(None) => Ok(Vec::new()),
-            Some(Some(json)) => {
-                parse_attempts(&json).map_err(|e| Error::Database(sqlx::Error::Decode(e.into())))
-            }
-        }
-    }
-
-    /// Entries of the audit trail matching `filter`, newest first.
-    pub async fn audit(&self, filter: &AuditFilter) -> Result<Vec<AuditEntry>> {
-        let limit = filter.limit.unwrap_or(100).clamp(1, 10_000);
-        let before = filter.before_id.unwrap_or(u64::MAX);
-        let rows = self
-            .run(self.store.audit_list(
-                filter.task.map(|t| t.0),
-                filter.queue.as_deref(),
-                before,
-                limit,
-            ))
-            .await?;
-        Ok(rows
-            .into_iter()
-            .map(|r| AuditEntry {
-                id: r.id,
-                at: r.at,
-                actor: r.actor,
-                action: r.action,
-                task_id: r.task_id.map(TaskId),
-                queue: r.queue,
-                detail: r
-                    .detail
-                    .as_deref()
-                    .map(|d| serde_json::from_str(d).unwrap_or_else(|_| serde_json::Value::from(d)))
-                    .unwrap_or(serde_json::Value::Null),
-            })
-            .collect())
-    }
-
-    /// Records an action of your own in the audit trail, by this client's actor, on `conn`:
-    /// pass the transaction of the action so that both commit or neither does. For example a
-    /// dashboard that enqueues a task records `create` with the new task's id.
-    ///
-    /// `action` is a name of up to 64 characters, `queue` a queue name, `detail` any JSON
-    /// (`Null` for none). Returns the entry's id. Application enqueues are not recorded by
-    /// taskq (that would cost every enqueue a statement): the task row's `created_at` is
-    /// their record.
-    ///
-    /// ```no_run
-    /// # async fn f(client: taskq::Client, pool: sqlx::MySqlPool) -> taskq::Result<()> {
-    /// let mut tx = pool.begin().await?;
-    /// // ... enqueue_tx(&mut tx) ...
-    /// let id = taskq::TaskId(42);
-    /// client
-    ///     .record_audit(&mut tx, "create", Some(id), None, serde_json::json!({ "via": "web" }))
-    ///     .await?;
-    /// tx.commit().await?;
-    /// # Ok(()) }
-    /// ```
-    pub async fn record_audit<C: AsConnection + ?Sized>(
-        &self,
-        conn: &mut C,
-        action: &str,
-        task: Option<TaskId>,
-        queue: Option<&str>,
-        detail: serde_json::Value,
-    ) -> Result<u64> {
-        crate::enqueue::validate_name("audit action", action, 64)?;
-        if let Some(q) = queue {
-            crate::enqueue::validate_name("queue", q, crate::enqueue::MAX_QUEUE_LEN)?;
-        }
-        let detail = (!detail.is_null()).then(|| detail.to_string());
-        let row = AuditRow {
-            actor: self.actor(),
-            action,
-            task_id: task.map(|t| t.0),
-            queue,
-            detail,
-        };
-        let done = crate::enqueue::conn_of(conn).audit_insert(&row).await;
-        self.db(done).await
-    }
 }
 
 #[cfg(test)]

@@ -1,21 +1,19 @@
-//! What the [`Client`] reads: tasks, queues, schedules, workers, counts. Plain data, shared
+//! What the [`Client`](crate::Client) reads: tasks, queues, schedules, workers, counts. Plain data, shared
 //! by the client and the backends that produce it.
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
-use crate::backend::TaskFilter;
-#[allow(unused_imports)] // doc links
-use crate::client::Client;
 use crate::history::AttemptOutcome;
 use crate::task::{TaskId, TaskState};
+use taskq_driver::rows::TaskFilter;
 
 pub use taskq_driver::read::{
     DeadReason, PendingNameCount, QueueStateCount, ScheduleInfo, TaskInfo,
 };
 pub(crate) use taskq_driver::read::{UNDECODABLE_PREFIX, exhausted_note};
 
-/// Which tasks [`Client::list`] and [`Client::count`] look at; empty fields match everything.
+/// Which tasks [`Client::list`](crate::Client::list) and [`Client::count`](crate::Client::count) look at; empty fields match everything.
 #[derive(Debug, Clone, Default)]
 pub struct ListFilter {
     /// Only this queue.
@@ -44,7 +42,7 @@ impl ListFilter {
 }
 
 /// Tasks that reached one terminal state within one minute (see
-/// [`Client::finished_per_minute`]).
+/// [`Client::finished_per_minute`](crate::Client::finished_per_minute)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct FinishedPerMinute {
     /// The terminal state.
@@ -57,7 +55,7 @@ pub struct FinishedPerMinute {
 }
 
 /// Attempts with one outcome that ended within one minute (see
-/// [`Client::failed_attempts_per_minute`]).
+/// [`Client::failed_attempts_per_minute`](crate::Client::failed_attempts_per_minute)).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct AttemptsPerMinute {
     /// How they ended: `failed`, `timed_out`, `panicked` or `lease_lost`.
@@ -69,7 +67,7 @@ pub struct AttemptsPerMinute {
     pub count: u64,
 }
 
-/// A worker process as recorded in `taskq_workers` (see [`Client::workers`]).
+/// A worker process as recorded in `taskq_workers` (see [`Client::workers`](crate::Client::workers)).
 #[derive(Debug, Clone, Serialize)]
 pub struct WorkerInfo {
     /// The worker id (as recorded on the tasks it claims).
@@ -200,7 +198,7 @@ pub(crate) fn unhandled(
 }
 
 /// A queue's rate limit: at most `max` tasks start in each window of `period`, across every
-/// worker (see [`Client::set_queue_rate_limit`]).
+/// worker (see [`Client::set_queue_rate_limit`](crate::Client::set_queue_rate_limit)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct RateLimit {
     /// Most starts per window.
@@ -211,7 +209,7 @@ pub struct RateLimit {
     pub period: std::time::Duration,
 }
 
-/// A queue as [`Client::queues`] lists it: its controls (pause, limits) and how many of its
+/// A queue as [`Client::queues`](crate::Client::queues) lists it: its controls (pause, limits) and how many of its
 /// tasks are pending and running.
 #[derive(Debug, Clone, Serialize)]
 pub struct QueueInfo {
@@ -219,9 +217,9 @@ pub struct QueueInfo {
     pub queue: String,
     /// When it was paused, if it is.
     pub paused_at: Option<DateTime<Utc>>,
-    /// Its concurrency limit across all workers, if any ([`Client::set_queue_limit`]).
+    /// Its concurrency limit across all workers, if any ([`Client::set_queue_limit`](crate::Client::set_queue_limit)).
     pub concurrency_limit: Option<u32>,
-    /// Its rate limit across all workers, if any ([`Client::set_queue_rate_limit`]).
+    /// Its rate limit across all workers, if any ([`Client::set_queue_rate_limit`](crate::Client::set_queue_rate_limit)).
     pub rate_limit: Option<RateLimit>,
     /// Tasks started (claimed) in the current rate window; 0 without a rate limit.
     pub rate_used: u64,

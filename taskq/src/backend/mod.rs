@@ -21,15 +21,16 @@ use chrono::{DateTime, Utc};
 use sqlx::pool::PoolConnection;
 use sqlx::{MySql, MySqlConnection, MySqlPool, Transaction};
 
-use crate::info::{PendingNameCount, QueueStateCount, ScheduleInfo, TaskInfo};
-use crate::task::{TaskId, TaskState};
 #[allow(unused_imports)] // the driver operations the forwarding macros call
 use taskq_driver::driver::{
     Actions as _, Claims as _, Clock as _, History as _, Identities as _, Leases as _, Queues as _,
     Schedules as _, StatementBudget as _, Tasks as _, Workers as _,
 };
+use taskq_driver::read::{PendingNameCount, QueueStateCount, ScheduleInfo, TaskInfo};
+use taskq_driver::state::{TaskId, TaskState};
 
 pub(crate) mod budget;
+pub(crate) mod migrate_mysql;
 pub(crate) use taskq_mysql as mysql;
 mod rows;
 #[cfg(feature = "sqlite")]
@@ -74,7 +75,7 @@ impl Backend for MySql {
     }
 
     fn __migrate(pool: &MySqlPool) -> impl Future<Output = crate::Result<()>> + Send {
-        crate::migrate::migrate_mysql(pool)
+        migrate_mysql::migrate_mysql(pool)
     }
 }
 
