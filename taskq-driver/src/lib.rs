@@ -7,6 +7,8 @@
 //! - [`rows`]: the typed rows the runtime and the drivers exchange (a task to insert, a claimed
 //!   task, an attempt's outcome to write back, an expired lease to reap...).
 //! - [`budget`]: how many bytes one multi-row statement carries, one rule for every driver.
+//! - [`rules`]: the other decisions every driver makes the same way (what a queue's limits
+//!   let a claim take).
 //! - [`pool`]: how the runtime wants a worker's pools set up.
 //! - [`driver`]: the seam itself, one trait per table or job; every driver implements them all.
 //!
@@ -19,4 +21,5 @@ pub mod driver;
 pub mod pool;
 pub mod read;
 pub mod rows;
+pub mod rules;
 pub mod state;

@@ -4,6 +4,7 @@
 
 use chrono::NaiveDateTime;
 use sqlx::{Connection, MySqlConnection};
+use taskq_driver::rules::{Allowance, claim_allowance};
 
 use crate::Store;
 use crate::claim::{ClaimFrom, ClaimKey, MySqlClaim, RawBatch};
@@ -147,7 +148,7 @@ impl Store {
         let mut claims_seen = None;
         let mut limit = limit;
         if limited && let Some(l) = queue_limits_lock(&mut tx, queue).await? {
-            let mut by_running = limit;
+            let mut concurrency = None;
             if let Some(max) = l.concurrency_limit {
                 claims_seen = Some(l.claims);
                 let running = sqlx::query_scalar!(
@@ -157,23 +158,25 @@ impl Store {
                 )
                 .fetch_one(&mut *tx)
                 .await?;
-                by_running = by_running.min((i64::from(max) - running).clamp(0, 1 << 31) as u32);
+                concurrency = Some((max, running));
             }
-            let mut by_rate = limit;
-            if let Some(max) = l
+            let rate = l
                 .rate_limit
                 .filter(|_| l.rate_period_us.is_some_and(|p| p > 0))
-            {
+                .map(|max| (max, l.rate_used));
+            if rate.is_some() {
                 rate_limited = true;
                 claims_seen = Some(l.claims);
-                by_rate = by_rate.min((i64::from(max) - l.rate_used).clamp(0, 1 << 31) as u32);
             }
-            let allowed = by_running.min(by_rate);
+            let Allowance {
+                allowed,
+                rate_binds,
+            } = claim_allowance(limit, concurrency, rate);
             if allowed < limit {
                 hit = Some(LimitHit {
                     allowed,
                     // The rate is what binds: the window is used up once this claim is full.
-                    rate_resets_in_us: l.rate_resets_in_us.filter(|_| by_rate <= by_running),
+                    rate_resets_in_us: l.rate_resets_in_us.filter(|_| rate_binds),
                 });
             }
             limit = allowed;

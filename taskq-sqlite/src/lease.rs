@@ -9,6 +9,7 @@
 
 use serde::Serialize;
 use sqlx::SqliteConnection;
+use taskq_driver::rules::{Allowance, claim_allowance};
 
 use crate::connect::begin_write;
 use crate::enqueue::hex;
@@ -160,7 +161,7 @@ pub async fn task_claim(
     if req.limited
         && let Some(l) = queue_limits(&mut tx, req.queue).await?
     {
-        let mut by_running = limit;
+        let mut concurrency = None;
         if let Some(max) = l.concurrency_limit {
             let running = sqlx::query_scalar!(
                 r#"SELECT COUNT(*) AS "n!: i64" FROM taskq_tasks
@@ -169,22 +170,22 @@ pub async fn task_claim(
             )
             .fetch_one(&mut *tx)
             .await?;
-            by_running = by_running.min((i64::from(max) - running).clamp(0, 1 << 31) as u32);
+            concurrency = Some((max, running));
         }
-        let mut by_rate = limit;
-        if let Some(max) = l
+        let rate = l
             .rate_limit
             .filter(|_| l.rate_period_us.is_some_and(|p| p > 0))
-        {
-            rate_limited = true;
-            by_rate = by_rate.min((i64::from(max) - l.rate_used).clamp(0, 1 << 31) as u32);
-        }
-        let allowed = by_running.min(by_rate);
+            .map(|max| (max, l.rate_used));
+        rate_limited = rate.is_some();
+        let Allowance {
+            allowed,
+            rate_binds,
+        } = claim_allowance(limit, concurrency, rate);
         if allowed < limit {
             hit = Some(LimitHit {
                 allowed,
                 // The rate is what binds: the window is used up once this claim is full.
-                rate_resets_in_us: l.rate_resets_in_us.filter(|_| by_rate <= by_running),
+                rate_resets_in_us: l.rate_resets_in_us.filter(|_| rate_binds),
             });
         }
         limit = allowed;

@@ -1,0 +1,50 @@
+//! Rules every driver applies the same way, written once: the drivers read the rows their own
+//! way, then decide with these.
+
+/// What a queue's limits let one claim take: `limit` asked for, the concurrency limit with the
+/// queue's running count (`(max, running)`, when the queue has one), the rate limit with the
+/// claims already counted in the current window (`(max, used)`, when the queue has one with a
+/// positive period). `allowed` is at most `limit`; `rate_binds` says the rate limit is what
+/// bound it (its window is used up once this claim is full).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Allowance {
+    /// Tasks the claim may take.
+    pub allowed: u32,
+    /// The rate limit allows no more than the concurrency limit does.
+    pub rate_binds: bool,
+}
+
+/// See [`Allowance`].
+pub fn claim_allowance(
+    limit: u32,
+    concurrency: Option<(u32, i64)>,
+    rate: Option<(u32, i64)>,
+) -> Allowance {
+    let room = |max: u32, used: i64| (i64::from(max) - used).clamp(0, 1 << 31) as u32;
+    let by_running = concurrency.map_or(limit, |(max, running)| limit.min(room(max, running)));
+    let by_rate = rate.map_or(limit, |(max, used)| limit.min(room(max, used)));
+    Allowance {
+        allowed: by_running.min(by_rate),
+        rate_binds: by_rate <= by_running,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tighter_limit_wins_and_never_goes_negative() {
+        let a = |l, c, r| claim_allowance(l, c, r);
+        assert_eq!(a(10, None, None).allowed, 10);
+        assert_eq!(a(10, Some((4, 1)), None).allowed, 3);
+        assert_eq!(a(10, Some((4, 9)), None).allowed, 0);
+        assert_eq!(a(10, None, Some((5, 2))).allowed, 3);
+        let both = a(10, Some((4, 0)), Some((5, 2)));
+        assert_eq!((both.allowed, both.rate_binds), (3, true));
+        let both = a(10, Some((4, 3)), Some((5, 2)));
+        assert_eq!((both.allowed, both.rate_binds), (1, false));
+        assert_eq!(a(2, Some((4, 0)), Some((5, 0))).allowed, 2);
+        assert_eq!(a(10, Some((u32::MAX, -5)), None).allowed, 10);
+    }
+}
