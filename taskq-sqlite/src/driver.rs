@@ -613,9 +613,9 @@ impl Leases for Store {
         conn: &mut SqliteConnection,
         batch: &[WriteBack],
     ) -> sqlx::Result<WrittenBack> {
-        let rows: Vec<q::Finish> = batch
+        let rows: Vec<q::WriteBack> = batch
             .iter()
-            .map(|w| q::Finish {
+            .map(|w| q::WriteBack {
                 id: id(w.id),
                 epoch: id(w.epoch),
                 state: w.state,
@@ -626,7 +626,7 @@ impl Leases for Store {
                 follow_up: w.follow_up.as_deref().map(follow_up),
             })
             .collect();
-        let done = q::task_finish(conn, &rows).await?;
+        let done = q::task_write_back(conn, &rows).await?;
         Ok(WrittenBack {
             written: done.written.len() as u64,
             deferred: Vec::new(),

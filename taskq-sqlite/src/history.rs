@@ -1,5 +1,5 @@
 //! Attempt history (`taskq_tasks.attempts`, appended by the statements that end an attempt:
-//! `lease::task_finish`, `task_reap`, `task_release`) and the audit trail of operator actions
+//! `lease::task_write_back`, `task_reap`, `task_release`) and the audit trail of operator actions
 //! (`taskq_audit`).
 
 use chrono::{DateTime, Utc};

@@ -489,9 +489,9 @@ async fn follow_ups_insert(
     Ok(done.rows_affected())
 }
 
-/// The outcome of one attempt, written back by [`task_finish`] (MySQL's `WriteBack`).
+/// The outcome of one attempt, written back by [`task_write_back`] (MySQL's `WriteBack`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Finish {
+pub struct WriteBack {
     /// Task id.
     pub id: i64,
     /// The epoch its attempt claimed.
@@ -515,9 +515,9 @@ pub struct Finish {
     pub follow_up: Option<FollowUpRow>,
 }
 
-/// What [`task_finish`] did with a batch (MySQL's `WrittenBack`).
+/// What [`task_write_back`] did with a batch (MySQL's `WrittenBack`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Finished {
+pub struct WrittenBack {
     /// Ids written (still running under the epoch of their attempt), ascending.
     pub written: Vec<i64>,
     /// Ids written together with their follow-up, ascending.
@@ -537,9 +537,12 @@ pub struct Finished {
 ///
 /// MySQL's `WrittenBack::deferred` does not exist here: no producer can hold an identity's row
 /// while this runs (one writer at a time), so nothing is ever deferred.
-pub async fn task_finish(conn: &mut SqliteConnection, batch: &[Finish]) -> sqlx::Result<Finished> {
+pub async fn task_write_back(
+    conn: &mut SqliteConnection,
+    batch: &[WriteBack],
+) -> sqlx::Result<WrittenBack> {
     if batch.is_empty() {
-        return Ok(Finished::default());
+        return Ok(WrittenBack::default());
     }
     let json = serde_json::to_string(batch).map_err(|e| sqlx::Error::Encode(Box::new(e)))?;
     let mut tx = begin_write(conn).await?;
@@ -599,7 +602,7 @@ pub async fn task_finish(conn: &mut SqliteConnection, batch: &[Finish]) -> sqlx:
     release_ended(&mut tx, &unique).await?;
     tx.commit().await?;
     followed.sort_unstable();
-    Ok(Finished { written, followed })
+    Ok(WrittenBack { written, followed })
 }
 
 /// Gives running tasks back (shutdown): pending (`run_at` kept), epoch + 1, the interrupted attempt not

@@ -45,10 +45,10 @@ async fn drain(pool: &sqlx::SqlitePool, worker: &str) -> Vec<i64> {
         if got.tasks.is_empty() {
             return mine;
         }
-        let batch: Vec<Finish> = got
+        let batch: Vec<WriteBack> = got
             .tasks
             .iter()
-            .map(|t| Finish {
+            .map(|t| WriteBack {
                 id: t.id,
                 epoch: t.lease_epoch,
                 state: "succeeded",
@@ -59,7 +59,7 @@ async fn drain(pool: &sqlx::SqlitePool, worker: &str) -> Vec<i64> {
                 follow_up: None,
             })
             .collect();
-        let written = task_finish(&mut c, &batch).await.unwrap();
+        let written = task_write_back(&mut c, &batch).await.unwrap();
         assert_eq!(
             written.written.len(),
             batch.len(),

@@ -45,8 +45,8 @@ async fn get(c: &mut SqliteConnection, id: i64) -> TaskRow {
     task_get(c, id).await.unwrap().expect("task exists")
 }
 
-fn outcome(t: &Claimed, state: &'static str, outcome: &'static str) -> Finish {
-    Finish {
+fn outcome(t: &Claimed, state: &'static str, outcome: &'static str) -> WriteBack {
+    WriteBack {
         id: t.id,
         epoch: t.lease_epoch,
         state,
@@ -112,16 +112,16 @@ async fn history_records_every_outcome_and_a_fenced_write_back_appends_nothing()
     let got = task_claim(&mut c, &claim("q", &["a"], 10)).await.unwrap();
     let claimed_row = get(&mut c, ids[0]).await;
     assert_eq!(claimed_row.attempted_at, Some(claimed_row.updated_at));
-    let batch: Vec<Finish> = got
+    let batch: Vec<WriteBack> = got
         .tasks
         .iter()
         .zip(outcomes)
-        .map(|(t, (state, o))| Finish {
+        .map(|(t, (state, o))| WriteBack {
             error: (o != "succeeded").then(|| format!("{o} error")),
             ..outcome(t, state, o)
         })
         .collect();
-    let done = task_finish(&mut c, &batch).await.unwrap();
+    let done = task_write_back(&mut c, &batch).await.unwrap();
     assert_eq!(done.written, ids);
     for (i, (_, o)) in outcomes.iter().enumerate() {
         let row = get(&mut c, ids[i]).await;
@@ -142,7 +142,7 @@ async fn history_records_every_outcome_and_a_fenced_write_back_appends_nothing()
     }
     // The same write-backs again (their epochs are stale or the rows ended): nothing written,
     // nothing appended.
-    let again = task_finish(&mut c, &batch).await.unwrap();
+    let again = task_write_back(&mut c, &batch).await.unwrap();
     assert!(again.written.is_empty());
     for id in &ids {
         assert_eq!(history(&mut c, *id).await.len(), 1);
@@ -156,7 +156,7 @@ async fn history_keeps_the_latest_100_entries_and_cuts_errors_to_1024_chars() {
     let id = insert(&mut c, task("q", "a")).await;
     for _ in 0..102 {
         let got = task_claim(&mut c, &claim("q", &["a"], 1)).await.unwrap();
-        task_finish(&mut c, &[outcome(&got.tasks[0], "snoozed", "snoozed")])
+        task_write_back(&mut c, &[outcome(&got.tasks[0], "snoozed", "snoozed")])
             .await
             .unwrap();
     }
@@ -169,9 +169,9 @@ async fn history_keeps_the_latest_100_entries_and_cuts_errors_to_1024_chars() {
 
     let long: String = "é".repeat(2000);
     let got = task_claim(&mut c, &claim("q", &["a"], 1)).await.unwrap();
-    task_finish(
+    task_write_back(
         &mut c,
-        &[Finish {
+        &[WriteBack {
             error: Some(long.clone()),
             ..outcome(&got.tasks[0], "dead", "failed")
         }],
@@ -240,18 +240,18 @@ async fn write_back_follow_ups_are_inserted_once_and_never_for_fenced_outcomes()
     let ka = format!("taskq:on_success:{a}:1");
     let kb = format!("taskq:on_dead:{b}:0");
     let batch = [
-        Finish {
+        WriteBack {
             follow_up: Some(follow_up(&ka)),
             ..outcome(ta, "succeeded", "succeeded")
         },
         // Stale epoch: fenced, so its follow-up is not inserted.
-        Finish {
+        WriteBack {
             epoch: 0,
             follow_up: Some(follow_up(&kb)),
             ..outcome(tb, "dead", "failed")
         },
     ];
-    let done = task_finish(&mut c, &batch).await.unwrap();
+    let done = task_write_back(&mut c, &batch).await.unwrap();
     assert_eq!((done.written, done.followed), (vec![a], vec![a]));
     assert_eq!(count_key(&mut c, &kb).await, 0);
     let f = task_list(
@@ -286,7 +286,7 @@ async fn write_back_follow_ups_are_inserted_once_and_never_for_fenced_outcomes()
         Some(f.created_at + chrono::TimeDelta::seconds(60))
     );
     // The same write-back again is fenced: no second follow-up.
-    let again = task_finish(&mut c, &batch[..1]).await.unwrap();
+    let again = task_write_back(&mut c, &batch[..1]).await.unwrap();
     assert!(again.written.is_empty() && again.followed.is_empty());
     assert_eq!(count_key(&mut c, &ka).await, 1);
 
@@ -301,9 +301,9 @@ async fn write_back_follow_ups_are_inserted_once_and_never_for_fenced_outcomes()
         },
     )
     .await;
-    let done = task_finish(
+    let done = task_write_back(
         &mut c,
-        &[Finish {
+        &[WriteBack {
             follow_up: Some(follow_up(&kb1)),
             ..outcome(tb, "dead", "failed")
         }],
@@ -397,7 +397,7 @@ async fn reap_follow_ups_only_for_rows_reaped_to_dead() {
     let rows = task_expired(&mut c, &["other"], 10).await.unwrap();
     assert_eq!(rows.len(), 1);
     assert!(rows[0].goes_dead());
-    let late = Finish {
+    let late = WriteBack {
         id: unknown,
         epoch: rows[0].lease_epoch,
         state: "succeeded",
@@ -408,7 +408,7 @@ async fn reap_follow_ups_only_for_rows_reaped_to_dead() {
         follow_up: None,
     };
     assert_eq!(
-        task_finish(&mut c, &[late]).await.unwrap().written,
+        task_write_back(&mut c, &[late]).await.unwrap().written,
         vec![unknown]
     );
     let plan = [ReapRow {
@@ -514,13 +514,13 @@ async fn finished_and_failed_attempts_per_minute() {
         outcome(&t[1], "succeeded", "succeeded"),
         outcome(&t[2], "dead", "failed"),
         outcome(&t[3], "dead", "panicked"),
-        Finish {
+        WriteBack {
             delay_us: 3_600_000_000,
             ..outcome(&t[4], "pending", "timed_out")
         },
         outcome(&t[5], "canceled", "canceled"),
     ];
-    task_finish(&mut c, &batch).await.unwrap();
+    task_write_back(&mut c, &batch).await.unwrap();
     task_claim(
         &mut c,
         &ClaimRequest {
@@ -672,7 +672,7 @@ async fn a_limited_claim_honours_the_concurrency_limit_and_the_rate_window() {
     .unwrap();
     assert_eq!(running.len(), 2);
     let r = &running[0];
-    let f = Finish {
+    let f = WriteBack {
         id: r.id,
         epoch: r.lease_epoch,
         state: "succeeded",
@@ -682,7 +682,7 @@ async fn a_limited_claim_honours_the_concurrency_limit_and_the_rate_window() {
         error: None,
         follow_up: None,
     };
-    task_finish(&mut c, &[f]).await.unwrap();
+    task_write_back(&mut c, &[f]).await.unwrap();
     assert_eq!(
         task_claim(&mut c, &limited("q", 5))
             .await
@@ -811,12 +811,12 @@ async fn concurrent_limited_claimers_never_run_more_than_the_limit() {
                     assert!(running <= LIMIT, "{running} running");
                     tokio::time::sleep(Duration::from_millis(3)).await;
                     held.fetch_sub(n, Ordering::SeqCst);
-                    let batch: Vec<Finish> = got
+                    let batch: Vec<WriteBack> = got
                         .tasks
                         .iter()
                         .map(|t| outcome(t, "succeeded", "succeeded"))
                         .collect();
-                    task_finish(&mut c, &batch).await.unwrap();
+                    task_write_back(&mut c, &batch).await.unwrap();
                     mine.extend(got.tasks.iter().map(|t| t.id));
                 }
             }));
@@ -853,12 +853,12 @@ async fn dashboard_reads_page_count_and_bound() {
     assert_eq!(task_id_bounds(&mut c).await.unwrap(), (ids[0], ids[7]));
     // Two of "even" end: the queue reads list every state.
     let got = task_claim(&mut c, &claim("even", &["a"], 2)).await.unwrap();
-    let batch: Vec<Finish> = got
+    let batch: Vec<WriteBack> = got
         .tasks
         .iter()
         .map(|t| outcome(t, "succeeded", "succeeded"))
         .collect();
-    task_finish(&mut c, &batch).await.unwrap();
+    task_write_back(&mut c, &batch).await.unwrap();
 
     let all = TaskFilter::default();
     let desc = task_list_desc(&mut c, &all, ids[6], ids[2], 3)

@@ -34,12 +34,12 @@ async fn get(c: &mut SqliteConnection, id: i64) -> TaskRow {
 }
 
 /// A write-back of attempt 1 (the outcome named after the state).
-fn finish(id: i64, epoch: i64, state: &'static str) -> Finish {
+fn finish(id: i64, epoch: i64, state: &'static str) -> WriteBack {
     let outcome = match state {
         "pending" | "dead" => "failed",
         s => s,
     };
-    Finish {
+    WriteBack {
         id,
         epoch,
         state,
@@ -217,24 +217,24 @@ async fn finish_writes_each_outcome_and_the_epoch_fences_a_stale_one() {
     assert_eq!(got.tasks.len(), 5);
     let batch = vec![
         finish(ids[0], 1, "succeeded"),
-        Finish {
+        WriteBack {
             delay_us: 3_600_000_000,
             error: Some("boom".into()),
             ..finish(ids[1], 1, "pending")
         },
-        Finish {
+        WriteBack {
             error: Some("fatal".into()),
             ..finish(ids[2], 1, "dead")
         },
         finish(ids[3], 1, "canceled"),
-        Finish {
+        WriteBack {
             delay_us: 3_600_000_000,
             ..finish(ids[4], 1, "snoozed")
         },
         // Stale epoch: fenced.
         finish(ids[0], 0, "dead"),
     ];
-    let written = task_finish(&mut c, &batch).await.unwrap();
+    let written = task_write_back(&mut c, &batch).await.unwrap();
     assert_eq!(written.written, ids);
     assert!(written.followed.is_empty());
 
@@ -260,7 +260,7 @@ async fn finish_writes_each_outcome_and_the_epoch_fences_a_stale_one() {
 
     // A second write-back of the same attempt finds nothing running.
     assert!(
-        task_finish(&mut c, &[finish(ids[0], 1, "dead")])
+        task_write_back(&mut c, &[finish(ids[0], 1, "dead")])
             .await
             .unwrap()
             .written
@@ -327,7 +327,7 @@ async fn reaper_requeues_kills_or_cancels_expired_leases_and_fences_the_old_atte
     assert_eq!(get(&mut c, fresh_lease).await.state, "running");
     // The reaped attempt's write-back and heartbeat are fenced.
     assert!(
-        task_finish(&mut c, &[finish(requeue, 1, "succeeded")])
+        task_write_back(&mut c, &[finish(requeue, 1, "succeeded")])
             .await
             .unwrap()
             .written
@@ -409,7 +409,7 @@ async fn heartbeat_renews_held_leases_and_reports_cancel_requests() {
         vec![(a, 1), (b, 1)]
     );
     // A canceled write-back keeps the request; a success clears it.
-    task_finish(&mut c, &[finish(b, 1, "canceled")])
+    task_write_back(&mut c, &[finish(b, 1, "canceled")])
         .await
         .unwrap();
     assert_eq!(get(&mut c, b).await.state, "canceled");
@@ -493,7 +493,9 @@ async fn unique_while_pending_is_freed_by_the_claim() {
     let b = insert(&mut c, unique("a", &KEY_A, "pending")).await;
     assert!(b > a);
     // The first task's outcome leaves the second's identity alone.
-    task_finish(&mut c, &[finish(a, 1, "dead")]).await.unwrap();
+    task_write_back(&mut c, &[finish(a, 1, "dead")])
+        .await
+        .unwrap();
     assert!(get(&mut c, b).await.unique_held);
 }
 
@@ -504,12 +506,12 @@ async fn unique_while_running_is_kept_by_a_retry_and_freed_by_success_or_death()
     let a = insert(&mut c, unique("a", &KEY_A, "running")).await;
     task_claim(&mut c, &claim("q", &["a"], 1)).await.unwrap();
     assert!(get(&mut c, a).await.unique_held, "held while running");
-    task_finish(&mut c, &[finish(a, 1, "pending")])
+    task_write_back(&mut c, &[finish(a, 1, "pending")])
         .await
         .unwrap();
     assert!(get(&mut c, a).await.unique_held, "a retry keeps it");
     task_claim(&mut c, &claim("q", &["a"], 1)).await.unwrap();
-    task_finish(&mut c, &[finish(a, 2, "succeeded")])
+    task_write_back(&mut c, &[finish(a, 2, "succeeded")])
         .await
         .unwrap();
     assert!(!get(&mut c, a).await.unique_held);
@@ -517,7 +519,9 @@ async fn unique_while_running_is_kept_by_a_retry_and_freed_by_success_or_death()
     // Death frees it; a manual retry takes it back, unless another task took it.
     let b = insert(&mut c, unique("a", &KEY_B, "running")).await;
     task_claim(&mut c, &claim("q", &["a"], 1)).await.unwrap();
-    task_finish(&mut c, &[finish(b, 1, "dead")]).await.unwrap();
+    task_write_back(&mut c, &[finish(b, 1, "dead")])
+        .await
+        .unwrap();
     assert!(!get(&mut c, b).await.unique_held);
     let other = insert(&mut c, unique("a", &KEY_B, "running")).await;
     assert_eq!(
@@ -553,7 +557,7 @@ async fn unique_window_survives_success_until_it_expires() {
     };
     let a = insert(&mut c, window(now + 3_600_000_000)).await;
     task_claim(&mut c, &claim("q", &["a"], 1)).await.unwrap();
-    task_finish(&mut c, &[finish(a, 1, "succeeded")])
+    task_write_back(&mut c, &[finish(a, 1, "succeeded")])
         .await
         .unwrap();
     assert!(get(&mut c, a).await.unique_held, "kept after success");
@@ -843,11 +847,11 @@ async fn bulk_operations_by_filter() {
             .unwrap(),
         1
     );
-    let deaths: Vec<Finish> = [ids[2], ids[3], u]
+    let deaths: Vec<WriteBack> = [ids[2], ids[3], u]
         .iter()
         .map(|&id| finish(id, 1, "dead"))
         .collect();
-    task_finish(&mut c, &deaths).await.unwrap();
+    task_write_back(&mut c, &deaths).await.unwrap();
     assert!(get(&mut c, ids[2]).await.last_error.is_none());
     let later = Utc::now() + TimeDelta::seconds(5);
     assert_eq!(
@@ -1006,7 +1010,7 @@ async fn prune_deletes_only_old_terminal_rows_of_the_state() {
     let done = insert(&mut c, task("q", "a")).await;
     let pending = insert(&mut c, task("q", "b")).await;
     task_claim(&mut c, &claim("q", &["a"], 1)).await.unwrap();
-    task_finish(&mut c, &[finish(done, 1, "succeeded")])
+    task_write_back(&mut c, &[finish(done, 1, "succeeded")])
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(3)).await;
