@@ -233,18 +233,18 @@ pub trait Actions: Handle {
 
 /// What a worker does under a lease: renew, check, write back, release; and the reap of expired leases, each under its epoch.
 pub trait Leases: Handle {
-    /// Renews the leases (`[[id, epoch], ..]`) this worker holds; how many were renewed.
+    /// Renews the leases (`(id, epoch)`) this worker holds; how many were renewed.
     fn task_heartbeat(
         &self,
         conn: &mut Self::Conn,
-        leases_json: &str,
+        leases: &[(u64, u64)],
         lease_us: i64,
     ) -> impl Future<Output = sqlx::Result<u64>> + Send;
     /// Which of the leases are still held, and whether cancel was requested on each.
     fn task_leases_held(
         &self,
         conn: &mut Self::Conn,
-        leases_json: &str,
+        leases: &[(u64, u64)],
     ) -> impl Future<Output = sqlx::Result<Vec<(u64, u64, bool)>>> + Send;
     /// Writes back a batch of ended attempts, each under its epoch.
     fn task_write_back(
@@ -256,7 +256,7 @@ pub trait Leases: Handle {
     fn task_release(
         &self,
         conn: &mut Self::Conn,
-        leases_json: &str,
+        leases: &[(u64, u64)],
     ) -> impl Future<Output = sqlx::Result<u64>> + Send;
     /// Leases `(id, epoch)` of `queue`'s running tasks that `worker_id` claimed in the last
     /// `since_us` µs (a claim whose answer was lost may have taken some).
@@ -267,11 +267,11 @@ pub trait Leases: Handle {
         worker_id: &str,
         since_us: i64,
     ) -> impl Future<Output = sqlx::Result<Vec<(u64, u64)>>> + Send;
-    /// Expired leases of tasks named in `names_json`.
+    /// Expired leases of tasks named in `names`.
     fn task_expired(
         &self,
         conn: &mut Self::Conn,
-        names_json: &str,
+        names: &NameList,
         limit: u32,
     ) -> impl Future<Output = sqlx::Result<Vec<ExpiredRow>>> + Send;
     /// Reaps expired leases, each under its epoch.
@@ -281,11 +281,11 @@ pub trait Leases: Handle {
         rows: &[ReapRow],
         exact: bool,
     ) -> impl Future<Output = sqlx::Result<Reaped>> + Send;
-    /// Current epochs of tasks (`[id, ..]`) that are running.
+    /// Current epochs of the tasks `ids` that are running.
     fn task_epochs(
         &self,
         conn: &mut Self::Conn,
-        ids_json: &str,
+        ids: &[u64],
     ) -> impl Future<Output = sqlx::Result<Vec<(u64, u64)>>> + Send;
 }
 
@@ -347,11 +347,11 @@ pub trait Schedules: Handle {
         conn: &mut Self::Conn,
         d: &ScheduleDecl<'_>,
     ) -> impl Future<Output = sqlx::Result<()>> + Send;
-    /// The state of the schedules named in `names_json`.
+    /// The state of the schedules named in `names`.
     fn schedule_states(
         &self,
         conn: &mut Self::Conn,
-        names_json: &str,
+        names: &NameList,
     ) -> impl Future<Output = sqlx::Result<Vec<ScheduleState>>> + Send;
     /// One compare-and-set step of a schedule, enqueueing its ticks.
     fn schedule_fire(

@@ -250,9 +250,9 @@ pub struct FollowUpRow {
     #[serde(rename = "n")]
     /// Task name.
     pub name: &'static str,
-    /// The payload bytes, hex-encoded.
-    #[serde(rename = "p")]
-    pub payload_hex: String,
+    /// The payload bytes (hex-encoded in a JSON array).
+    #[serde(rename = "p", serialize_with = "as_hex")]
+    pub payload: Vec<u8>,
     #[serde(rename = "pr")]
     /// Priority (lower runs first).
     pub priority: i16,
@@ -276,7 +276,7 @@ impl FollowUpRow {
         use crate::budget::json_str_len;
         96 + json_str_len(self.queue)
             + json_str_len(self.name)
-            + self.payload_hex.len()
+            + 2 * self.payload.len()
             + json_str_len(&self.key)
             + self.trace_context.as_deref().map_or(0, json_str_len)
     }
@@ -393,16 +393,16 @@ pub struct WorkerRow<'a> {
     pub host: &'a str,
     /// Process id.
     pub pid: u32,
-    /// JSON object: queue → concurrency.
-    pub queues_json: &'a str,
+    /// Its queues, each with its concurrency.
+    pub queues: &'a [(String, u32)],
     /// Handlers it runs at once.
     pub concurrency: u32,
     /// Lease length (µs).
     pub lease_us: u64,
     /// Heartbeat interval (µs).
     pub heartbeat_us: u64,
-    /// JSON array: the task names it registers.
-    pub names_json: &'a str,
+    /// The task names it registers.
+    pub names: &'a NameList,
 }
 
 /// A row of `taskq_workers` with the count of running tasks claimed under its id.
@@ -469,13 +469,13 @@ pub struct AuditRow<'a> {
     pub detail: Option<String>,
 }
 
-/// One claim: up to `limit` due tasks of `queue` whose name is in `names_json`, leased for
+/// One claim: up to `limit` due tasks of `queue` whose name is in `names`, leased for
 /// `lease_us` to `worker_id`.
 pub struct ClaimRequest<'a> {
     /// Queue name.
     pub queue: &'a str,
-    /// JSON array of the task names the worker handles.
-    pub names_json: &'a str,
+    /// The task names the worker handles.
+    pub names: &'a NameList,
     /// Most tasks to claim.
     pub limit: u32,
     /// Lease length (µs).
@@ -506,13 +506,37 @@ pub struct ClaimBatch {
     pub partial: bool,
 }
 
-/// `(id, epoch)` pairs as a JSON array of arrays, sorted by id: every batch statement locks
-/// rows in the order of its JSON array, so a common order keeps concurrent batches (heartbeat,
-/// write-back, release) from deadlocking each other.
-pub fn leases_json(leases: &[(u64, u64)]) -> String {
-    let mut sorted = leases.to_vec();
-    sorted.sort_unstable();
-    serde_json::to_string(&sorted).expect("leases serialize")
+/// A list of names (the task names a worker handles, the schedules it declares), with its
+/// JSON array encoded once: a worker asks with the same list on every claim, and drivers bind
+/// it as a JSON array.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NameList {
+    names: Vec<String>,
+    json: String,
+}
+
+impl NameList {
+    /// The list, in the order given.
+    pub fn new<S: Into<String>>(names: impl IntoIterator<Item = S>) -> Self {
+        let names: Vec<String> = names.into_iter().map(Into::into).collect();
+        let json = serde_json::to_string(&names).expect("names serialize");
+        Self { names, json }
+    }
+
+    /// The names.
+    pub fn as_slice(&self) -> &[String] {
+        &self.names
+    }
+
+    /// The names as a JSON array of strings.
+    pub fn json(&self) -> &str {
+        &self.json
+    }
+}
+
+/// Serializes bytes as lower-case hex (how payloads travel inside JSON arrays).
+fn as_hex<S: serde::Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&hex(bytes))
 }
 
 /// Lower-case hex of `bytes` (how payloads and identity keys travel inside JSON arrays).
@@ -529,6 +553,13 @@ pub fn hex(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_name_list_keeps_its_order_and_encodes_once() {
+        let n = NameList::new(["b", "a\"q"]);
+        assert_eq!(n.as_slice(), ["b", "a\"q"]);
+        assert_eq!(n.json(), r#"["b","a\"q"]"#);
+    }
 
     #[test]
     fn hex_encodes_every_byte() {

@@ -119,7 +119,7 @@ impl Claims for Store {
                 conn,
                 &MySqlClaim {
                     queue: req.queue,
-                    names_json: req.names_json,
+                    names_json: req.names.json(),
                     limit: req.limit,
                     candidates: req.limit.saturating_mul(cursor.spread),
                     from,

@@ -8,7 +8,7 @@ use taskq_driver::driver::Leases;
 use crate::Store;
 use crate::identities::{Taken, identities_free_written, identities_take};
 use taskq_driver::rows::{
-    ExpiredRow, FollowUpRow, ReapRow, Reaped, WriteBack, WrittenBack, leases_json,
+    ExpiredRow, FollowUpRow, NameList, ReapRow, Reaped, WriteBack, WrittenBack,
 };
 use taskq_driver::state::TaskState;
 
@@ -20,9 +20,10 @@ impl Leases for Store {
     async fn task_heartbeat(
         &self,
         conn: &mut MySqlConnection,
-        leases_json: &str,
+        leases: &[(u64, u64)],
         lease_us: i64,
     ) -> sqlx::Result<u64> {
+        let leases_json = crate::leases_json(leases);
         let done = sqlx::query!(
             r#"UPDATE JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$[0]',
                                                    epoch BIGINT UNSIGNED PATH '$[1]')) AS j
@@ -43,8 +44,9 @@ impl Leases for Store {
     async fn task_leases_held(
         &self,
         conn: &mut MySqlConnection,
-        leases_json: &str,
+        leases: &[(u64, u64)],
     ) -> sqlx::Result<Vec<(u64, u64, bool)>> {
+        let leases_json = crate::leases_json(leases);
         let rows = sqlx::query!(
             r#"SELECT t.id AS "id: u64", t.lease_epoch AS "lease_epoch: u64",
                  (t.cancel_requested_at IS NOT NULL) AS "cancel_requested!: bool"
@@ -106,7 +108,7 @@ impl Leases for Store {
         // those the `UPDATE` writes, so exactly their follow-ups are inserted.
         let written_ids = if rows.iter().any(|f| f.follow_up.is_some()) {
             let leases: Vec<(u64, u64)> = rows.iter().map(|f| (f.id, f.epoch)).collect();
-            Some(lock_running(&mut tx, &leases_json(&leases)).await?)
+            Some(lock_running(&mut tx, &crate::leases_json(&leases)).await?)
         } else {
             None
         };
@@ -145,8 +147,9 @@ impl Leases for Store {
     async fn task_release(
         &self,
         conn: &mut MySqlConnection,
-        leases_json: &str,
+        leases: &[(u64, u64)],
     ) -> sqlx::Result<u64> {
+        let leases_json = crate::leases_json(leases);
         let done = sqlx::query!(
             r#"UPDATE JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$[0]',
                                                    epoch BIGINT UNSIGNED PATH '$[1]')) AS j
@@ -197,16 +200,17 @@ impl Leases for Store {
 
     /// Up to `limit` running tasks whose lease has expired, oldest lease first: a plain read of
     /// `ix_taskq_lease`, the first half of a reap ([`task_reap`](Self::task_reap) is the
-    /// second), with whether each task's name is in `names_json` (the names this worker
+    /// second), with whether each task's name is in `names` (the names this worker
     /// registers). Only such a worker knows a task's `on_dead` follow-up: a last attempt of a
     /// name it registers goes dead (its payload is read for the follow-up), one of another
     /// name is parked back to pending (see `ExpiredRow::parks`).
     async fn task_expired(
         &self,
         conn: &mut MySqlConnection,
-        names_json: &str,
+        names: &NameList,
         limit: u32,
     ) -> sqlx::Result<Vec<ExpiredRow>> {
+        let names_json = names.json();
         sqlx::query_as!(
             ExpiredRow,
             r#"SELECT id AS "id: u64", lease_epoch AS "lease_epoch: u64", name, queue,
@@ -340,12 +344,13 @@ impl Leases for Store {
         Ok(out)
     }
 
-    /// Current `(id, lease_epoch)` of the given ids (a JSON array); missing ids are absent.
+    /// Current `(id, lease_epoch)` of the given ids; missing ids are absent.
     async fn task_epochs(
         &self,
         conn: &mut MySqlConnection,
-        ids_json: &str,
+        ids: &[u64],
     ) -> sqlx::Result<Vec<(u64, u64)>> {
+        let ids_json = serde_json::to_string(ids).expect("ids serialize");
         let rows = sqlx::query!(
             r#"SELECT t.id AS "id: u64", t.lease_epoch AS "lease_epoch: u64"
                FROM JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$')) AS j

@@ -216,3 +216,21 @@ pub fn is_deadlock(e: &dyn sqlx::error::DatabaseError) -> bool {
     let mysql = e.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>();
     mysql.is_some_and(|m| m.number() == ER_LOCK_DEADLOCK)
 }
+
+/// `(id, epoch)` pairs as a JSON array of arrays, sorted by id: every batch statement locks
+/// rows in the order of its JSON array, so a common order keeps concurrent batches (heartbeat,
+/// write-back, release) from deadlocking each other.
+pub(crate) fn leases_json(leases: &[(u64, u64)]) -> String {
+    let mut sorted = leases.to_vec();
+    sorted.sort_unstable();
+    serde_json::to_string(&sorted).expect("leases serialize")
+}
+
+/// A worker's queues as the JSON object `taskq_workers.queues` holds (queue → concurrency).
+pub(crate) fn queues_json(queues: &[(String, u32)]) -> String {
+    let map: serde_json::Map<String, serde_json::Value> = queues
+        .iter()
+        .map(|(q, c)| (q.clone(), serde_json::Value::from(*c)))
+        .collect();
+    serde_json::Value::Object(map).to_string()
+}

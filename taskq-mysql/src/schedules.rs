@@ -8,7 +8,7 @@ use taskq_driver::driver::Schedules;
 use crate::Store;
 use crate::enqueue::task_insert;
 use taskq_driver::read::ScheduleInfo;
-use taskq_driver::rows::{Inserted, ScheduleDecl, ScheduleFire, ScheduleState};
+use taskq_driver::rows::{Inserted, NameList, ScheduleDecl, ScheduleFire, ScheduleState};
 use taskq_driver::state::TaskId;
 
 impl Schedules for Store {
@@ -58,13 +58,13 @@ impl Schedules for Store {
         Ok(())
     }
 
-    /// The database clock and the rows of the schedules named in `names_json` (a JSON array
-    /// of strings): one plain read of the (small) schedules table.
+    /// The database clock and the rows of the schedules named in `names`: one plain read of the (small) schedules table.
     async fn schedule_states(
         &self,
         conn: &mut MySqlConnection,
-        names_json: &str,
+        names: &NameList,
     ) -> sqlx::Result<Vec<ScheduleState>> {
+        let names_json = names.json();
         sqlx::query_as!(
             ScheduleState,
             r#"SELECT UTC_TIMESTAMP(6) AS "now!: DateTime<Utc>", name, expression, timezone,

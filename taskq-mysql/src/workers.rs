@@ -15,6 +15,7 @@ impl Workers for Store {
         conn: &mut MySqlConnection,
         w: &WorkerRow<'_>,
     ) -> sqlx::Result<()> {
+        let queues_json = crate::queues_json(w.queues);
         sqlx::query!(
             r#"INSERT INTO taskq_workers (worker_id, host, pid, queues, concurrency, lease_us,
                  heartbeat_us, names, started_at, last_seen_at, stopped_at)
@@ -25,18 +26,18 @@ impl Workers for Store {
             w.worker_id,
             w.host,
             w.pid,
-            w.queues_json,
+            queues_json,
             w.concurrency,
             w.lease_us,
             w.heartbeat_us,
-            w.names_json,
+            w.names.json(),
             w.host,
             w.pid,
-            w.queues_json,
+            queues_json,
             w.concurrency,
             w.lease_us,
             w.heartbeat_us,
-            w.names_json,
+            w.names.json(),
         )
         .execute(&mut *conn)
         .await?;
@@ -48,6 +49,7 @@ impl Workers for Store {
     /// during a long partition); a row marked stopped is left alone (a beat that was under way
     /// at shutdown must not bring its worker back to life).
     async fn worker_seen(&self, conn: &mut MySqlConnection, w: &WorkerRow<'_>) -> sqlx::Result<()> {
+        let queues_json = crate::queues_json(w.queues);
         sqlx::query!(
             r#"INSERT INTO taskq_workers (worker_id, host, pid, queues, concurrency, lease_us,
                  heartbeat_us, names, started_at, last_seen_at, stopped_at)
@@ -57,11 +59,11 @@ impl Workers for Store {
             w.worker_id,
             w.host,
             w.pid,
-            w.queues_json,
+            queues_json,
             w.concurrency,
             w.lease_us,
             w.heartbeat_us,
-            w.names_json,
+            w.names.json(),
         )
         .execute(&mut *conn)
         .await?;

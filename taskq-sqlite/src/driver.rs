@@ -82,14 +82,6 @@ fn state(s: &str) -> sqlx::Result<TaskState> {
         .map_err(|e: taskq_driver::state::ParseStateError| sqlx::Error::Decode(e.into()))
 }
 
-fn names(json: &str) -> sqlx::Result<Vec<String>> {
-    serde_json::from_str(json).map_err(|e| sqlx::Error::Decode(e.into()))
-}
-
-fn leases(json: &str) -> sqlx::Result<Vec<(i64, i64)>> {
-    serde_json::from_str(json).map_err(|e| sqlx::Error::Decode(e.into()))
-}
-
 fn filter<'a>(f: &'a TaskFilter<'a>) -> q::TaskFilter<'a> {
     q::TaskFilter {
         queue: f.queue,
@@ -526,8 +518,7 @@ impl Claims for Store {
         req: &ClaimRequest<'_>,
         _cursor: &mut (),
     ) -> sqlx::Result<ClaimBatch> {
-        let names = names(req.names_json)?;
-        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let names: Vec<&str> = req.names.as_slice().iter().map(String::as_str).collect();
         let b = q::task_claim(
             conn,
             &q::ClaimRequest {
@@ -590,18 +581,18 @@ impl Leases for Store {
     async fn task_heartbeat(
         &self,
         conn: &mut SqliteConnection,
-        leases_json: &str,
+        leases: &[(u64, u64)],
         lease_us: i64,
     ) -> sqlx::Result<u64> {
-        q::task_heartbeat(conn, &leases(leases_json)?, lease_us).await
+        q::task_heartbeat(conn, &signed(leases), lease_us).await
     }
 
     async fn task_leases_held(
         &self,
         conn: &mut SqliteConnection,
-        leases_json: &str,
+        leases: &[(u64, u64)],
     ) -> sqlx::Result<Vec<(u64, u64, bool)>> {
-        Ok(q::task_leases_held(conn, &leases(leases_json)?)
+        Ok(q::task_leases_held(conn, &signed(leases))
             .await?
             .into_iter()
             .map(|h| (uid(h.id), uid(h.epoch), h.cancel_requested))
@@ -637,9 +628,9 @@ impl Leases for Store {
     async fn task_release(
         &self,
         conn: &mut SqliteConnection,
-        leases_json: &str,
+        leases: &[(u64, u64)],
     ) -> sqlx::Result<u64> {
-        q::task_release(conn, &leases(leases_json)?).await
+        q::task_release(conn, &signed(leases)).await
     }
 
     async fn task_running_since(
@@ -659,11 +650,10 @@ impl Leases for Store {
     async fn task_expired(
         &self,
         conn: &mut SqliteConnection,
-        names_json: &str,
+        names: &NameList,
         limit: u32,
     ) -> sqlx::Result<Vec<ExpiredRow>> {
-        let names = names(names_json)?;
-        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let names: Vec<&str> = names.as_slice().iter().map(String::as_str).collect();
         Ok(q::task_expired(conn, &names, limit)
             .await?
             .into_iter()
@@ -714,11 +704,9 @@ impl Leases for Store {
     async fn task_epochs(
         &self,
         conn: &mut SqliteConnection,
-        ids_json: &str,
+        ids: &[u64],
     ) -> sqlx::Result<Vec<(u64, u64)>> {
-        let v: Vec<i64> =
-            serde_json::from_str(ids_json).map_err(|e| sqlx::Error::Decode(e.into()))?;
-        Ok(q::task_epochs(conn, &v)
+        Ok(q::task_epochs(conn, &self::ids(ids))
             .await?
             .into_iter()
             .map(|(i, e)| (uid(i), uid(e)))
@@ -820,10 +808,9 @@ impl Schedules for Store {
     async fn schedule_states(
         &self,
         conn: &mut SqliteConnection,
-        names_json: &str,
+        names: &NameList,
     ) -> sqlx::Result<Vec<ScheduleState>> {
-        let names = names(names_json)?;
-        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let names: Vec<&str> = names.as_slice().iter().map(String::as_str).collect();
         Ok(q::schedule_states(conn, &names)
             .await?
             .into_iter()
@@ -893,7 +880,7 @@ impl Workers for Store {
         conn: &mut SqliteConnection,
         w: &WorkerRow<'_>,
     ) -> sqlx::Result<()> {
-        q::worker_start(conn, &worker_row(w)).await
+        q::worker_start(conn, &worker_row(w, &queues_json(w.queues))).await
     }
 
     async fn worker_seen(
@@ -901,7 +888,7 @@ impl Workers for Store {
         conn: &mut SqliteConnection,
         w: &WorkerRow<'_>,
     ) -> sqlx::Result<()> {
-        q::worker_seen(conn, &worker_row(w)).await
+        q::worker_seen(conn, &worker_row(w, &queues_json(w.queues))).await
     }
 
     async fn worker_stop(
@@ -1017,43 +1004,44 @@ impl StatementBudget for Store {
     }
 }
 
-fn worker_row<'a>(w: &'a WorkerRow<'a>) -> q::WorkerRow<'a> {
+fn worker_row<'a>(w: &'a WorkerRow<'a>, queues_json: &'a str) -> q::WorkerRow<'a> {
     q::WorkerRow {
         worker_id: w.worker_id,
         host: w.host,
         pid: w.pid,
-        queues_json: w.queues_json,
+        queues_json,
         concurrency: w.concurrency,
         lease_us: w.lease_us,
         heartbeat_us: w.heartbeat_us,
-        names_json: w.names_json,
+        names_json: w.names.json(),
     }
+}
+
+/// A worker's queues as the JSON object `taskq_workers.queues` holds (queue → concurrency).
+fn queues_json(queues: &[(String, u32)]) -> String {
+    let map: serde_json::Map<String, serde_json::Value> = queues
+        .iter()
+        .map(|(q, c)| (q.clone(), serde_json::Value::from(*c)))
+        .collect();
+    serde_json::Value::Object(map).to_string()
+}
+
+/// `(id, epoch)` pairs as SQLite's signed integers.
+fn signed(leases: &[(u64, u64)]) -> Vec<(i64, i64)> {
+    leases.iter().map(|&(i, e)| (id(i), id(e))).collect()
 }
 
 fn follow_up(f: &FollowUpRow) -> q::FollowUpRow {
     q::FollowUpRow {
         queue: f.queue.to_owned(),
         name: f.name.to_owned(),
-        payload: unhex(&f.payload_hex),
+        payload: f.payload.clone(),
         priority: f.priority,
         max_attempts: f.max_attempts,
         ttl_us: f.ttl_us,
         key: f.key.clone(),
         trace_context: f.trace_context.clone(),
     }
-}
-
-/// Bytes of lower-case hex (`taskq_driver::rows::hex`'s output).
-fn unhex(s: &str) -> Vec<u8> {
-    let digit = |c: u8| match c {
-        b'0'..=b'9' => c - b'0',
-        b'a'..=b'f' => c - b'a' + 10,
-        _ => 0,
-    };
-    s.as_bytes()
-        .chunks(2)
-        .map(|p| digit(p[0]) << 4 | digit(*p.get(1).unwrap_or(&b'0')))
-        .collect()
 }
 
 #[cfg(test)]

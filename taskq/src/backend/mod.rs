@@ -386,27 +386,27 @@ operations! {
     fn task_retry_dead(&self, conn; id: TaskId) -> RetryDead;
     /// A task's state.
     fn task_state(&self; id: TaskId) -> Option<TaskState>;
-    /// Renews the leases (`[[id, epoch], ..]`) this worker holds; how many were renewed.
-    fn task_heartbeat(&self, conn; leases_json: &str; lease_us: i64) -> u64;
+    /// Renews the leases (`(id, epoch)`) this worker holds; how many were renewed.
+    fn task_heartbeat(&self, conn; leases: &[(u64, u64)]; lease_us: i64) -> u64;
     /// Which of the leases are still held, and whether cancel was requested on each.
-    fn task_leases_held(&self, conn; leases_json: &str) -> Vec<(u64, u64, bool)>;
+    fn task_leases_held(&self, conn; leases: &[(u64, u64)]) -> Vec<(u64, u64, bool)>;
     /// Writes back a batch of ended attempts, each under its epoch.
     fn task_write_back(&self, conn; batch: &[WriteBack]) -> WrittenBack;
     /// Returns held leases to pending (shutdown).
-    fn task_release(&self, conn; leases_json: &str) -> u64;
+    fn task_release(&self, conn; leases: &[(u64, u64)]) -> u64;
     /// Leases `(id, epoch)` of `queue`'s running tasks that `worker_id` claimed in the last
     /// `since_us` µs (a claim whose answer was lost may have taken some).
     fn task_running_since(&self, conn; queue: &str; worker_id: &str; since_us: i64) -> Vec<(u64, u64)>;
-    /// Expired leases of tasks named in `names_json`.
-    fn task_expired(&self, conn; names_json: &str; limit: u32) -> Vec<ExpiredRow>;
+    /// Expired leases of tasks named in `names`.
+    fn task_expired(&self, conn; names: &NameList; limit: u32) -> Vec<ExpiredRow>;
     /// Reaps expired leases, each under its epoch.
     fn task_reap(&self, conn; rows: &[ReapRow]; exact: bool) -> Reaped;
     /// Deletes expired unique identities.
     fn unique_prune_expired(&self, conn; limit: u32) -> u64;
     /// Deletes tasks of a terminal state older than `age_secs`.
     fn task_prune(&self, conn; state: TaskState; age_secs: u64; limit: u32) -> u64;
-    /// Current epochs of tasks (`[id, ..]`) that are running.
-    fn task_epochs(&self, conn; ids_json: &str) -> Vec<(u64, u64)>;
+    /// Current epochs of the tasks `ids` that are running.
+    fn task_epochs(&self, conn; ids: &[u64]) -> Vec<(u64, u64)>;
     /// The byte limits of the server's multi-row statements (MySQL: its `max_allowed_packet`).
     fn statement_budget(&self, conn) -> budget::Budget;
     /// The database clock.
@@ -433,8 +433,8 @@ operations! {
     fn queue_list(&self) -> Vec<QueueRow>;
     /// Declares a schedule (worker start).
     fn schedule_declare(&self, conn; d: &ScheduleDecl<'_>) -> ();
-    /// The state of the schedules named in `names_json`.
-    fn schedule_states(&self, conn; names_json: &str) -> Vec<ScheduleState>;
+    /// The state of the schedules named in `names`.
+    fn schedule_states(&self, conn; names: &NameList) -> Vec<ScheduleState>;
     /// One compare-and-set step of a schedule, enqueueing its ticks.
     fn schedule_fire(&self, conn; f: &ScheduleFire<'_>) -> Option<Vec<TaskId>>;
     /// Every schedule.

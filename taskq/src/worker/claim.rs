@@ -9,7 +9,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use super::deadline::StmtError;
 use super::lease::AttemptKey;
 use super::{Shared, WorkerStats, backoff_sleep, executor, within};
-use crate::backend::{ClaimRequest, leases_json};
+use crate::backend::ClaimRequest;
 use crate::wake;
 
 /// Handler slots held by one claimed task (its queue's and the worker's).
@@ -82,7 +82,7 @@ pub(crate) async fn run(shared: Arc<Shared>, queue: Arc<str>, concurrency: usize
         WorkerStats::add(&shared.stats.claim_queries, 1);
         let request = ClaimRequest {
             queue: &queue,
-            names_json: &shared.names_json,
+            names: &shared.names,
             limit: wanted as u32,
             lease_us: shared.lease_us(),
             worker_id: &shared.worker_id,
@@ -252,8 +252,7 @@ async fn release_lost_claims(shared: &Shared, queue: &str, sent: Instant) -> Res
     if lost.is_empty() {
         return Ok(());
     }
-    let json = leases_json(&lost);
-    let n = within!(shared, |c| shared.store.task_release(c, &json)).await?;
+    let n = within!(shared, |c| shared.store.task_release(c, &lost)).await?;
     WorkerStats::add(&shared.stats.lost_claims, n);
     tracing::warn!(queue, tasks = ?lost, released = n,
         "taskq: a claim whose answer was lost had taken these tasks; released them without running (the attempt not counted)");

@@ -13,7 +13,7 @@ use super::lease::{self, AttemptKey, InFlight, Phase};
 use super::observe::{self, OutcomeEvent, TaskOutcome};
 use super::writeback::WriteBackMsg;
 use super::{Shared, WorkerStats, follow, within};
-use crate::backend::{Claimed, WriteBack, leases_json};
+use crate::backend::{Claimed, WriteBack};
 use crate::context::{CancelHandle, CancelReason, TaskContext};
 use crate::enqueue::MAX_DELAY;
 use crate::error::{TaskError, TaskErrorKind, short_type_name};
@@ -206,8 +206,8 @@ async fn give_back_unstarted(shared: &Shared, task: &Claimed, queue: &Arc<str>, 
         "taskq: the lease was over, or about to be, before the handler could start (the \
          executor started late: a busy or blocked runtime); releasing the task without running it"
     );
-    let json = leases_json(&[(task.id, task.lease_epoch)]);
-    match within!(shared, |c| shared.store.task_release(c, &json)).await {
+    let lease = [(task.id, task.lease_epoch)];
+    match within!(shared, |c| shared.store.task_release(c, &lease)).await {
         Ok(n) if n > 0 => observe::emit(shared, || OutcomeEvent {
             task_id: TaskId(task.id),
             name: name.clone(),

@@ -76,7 +76,7 @@ fn row(
                 return Some(Box::new(FollowUpRow {
                     queue: f.queue,
                     name: f.name,
-                    payload_hex: crate::backend::hex(payload),
+                    payload: payload.to_vec(),
                     priority: f.priority,
                     max_attempts: f.max_attempts,
                     ttl_us: f.ttl_us(),

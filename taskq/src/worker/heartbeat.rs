@@ -25,19 +25,19 @@ use std::time::Instant;
 use super::config::Config;
 use super::lease::{self, AttemptKey, Phase};
 use super::{Shared, WorkerStats, within};
-use crate::backend::{WorkerRow, leases_json};
+use crate::backend::{NameList, WorkerRow};
 use crate::context::CancelReason;
 
 /// What a worker records about itself in `taskq_workers`.
 pub(crate) struct Presence {
     host: String,
     pid: u32,
-    queues_json: String,
+    queues: Vec<(String, u32)>,
     concurrency: u32,
     lease_us: u64,
     heartbeat_us: u64,
-    /// JSON array of the task names it registers, sorted.
-    names_json: String,
+    /// The task names it registers, sorted.
+    names: NameList,
 }
 
 impl Presence {
@@ -45,10 +45,14 @@ impl Presence {
         let mut names: Vec<&str> = names.collect();
         names.sort_unstable();
         Self {
-            names_json: serde_json::to_string(&names).expect("names serialize"),
+            names: NameList::new(names),
             host: super::config::hostname().unwrap_or_else(|| "unknown".into()),
             pid: std::process::id(),
-            queues_json: serde_json::to_string(&cfg.queues).expect("queues serialize"),
+            queues: cfg
+                .queues
+                .iter()
+                .map(|(q, c)| (q.clone(), u32::try_from(*c).unwrap_or(u32::MAX)))
+                .collect(),
             concurrency: u32::try_from(cfg.concurrency).unwrap_or(u32::MAX),
             lease_us: cfg.lease.as_micros() as u64,
             heartbeat_us: cfg.heartbeat.as_micros() as u64,
@@ -60,11 +64,11 @@ impl Presence {
             worker_id,
             host: &self.host,
             pid: self.pid,
-            queues_json: &self.queues_json,
+            queues: &self.queues,
             concurrency: self.concurrency,
             lease_us: self.lease_us,
             heartbeat_us: self.heartbeat_us,
-            names_json: &self.names_json,
+            names: &self.names,
         }
     }
 }
@@ -136,13 +140,12 @@ pub(crate) async fn beat(shared: &Shared) {
         return;
     }
     let sent = Instant::now();
-    let json = leases_json(&leases);
     let lease_us = shared.lease_us();
     let mut tries = 0;
     let renewed = loop {
         match within!(shared, control, |c| shared
             .store
-            .task_heartbeat(c, &json, lease_us))
+            .task_heartbeat(c, &leases, lease_us))
         .await
         {
             Ok(n) => break n,
@@ -165,7 +168,11 @@ pub(crate) async fn beat(shared: &Shared) {
     let held: HashSet<(u64, u64)> = if renewed as usize == leases.len() {
         leases.iter().copied().collect()
     } else {
-        match within!(shared, control, |c| shared.store.task_leases_held(c, &json)).await {
+        match within!(shared, control, |c| shared
+            .store
+            .task_leases_held(c, &leases))
+        .await
+        {
             Ok(held) => held
                 .into_iter()
                 .map(|(id, epoch, cancel)| {

@@ -72,7 +72,7 @@ async fn reap(shared: &Shared) {
     'rounds: loop {
         let rows = match within!(shared, |c| shared.store.task_expired(
             c,
-            &shared.names_json,
+            &shared.names,
             BATCH
         ))
         .await

@@ -46,7 +46,7 @@ pub use health::{HealthStatus, WorkerHealth, WorkerPhase};
 pub use observe::{OutcomeEvent, TaskOutcome};
 pub use stats::{StatsSnapshot, WorkerStats};
 
-use crate::backend::{Backend, Store, leases_json};
+use crate::backend::{Backend, NameList, Store};
 use crate::context::{CancelReason, DataMap};
 use crate::error::Result;
 use crate::registry::Registration;
@@ -142,8 +142,7 @@ impl Worker {
         let lanes = lanes::Lanes::open(&user_store, cfg.db_connections, cfg.statement_timeout);
         let (stop_tx, stop_rx) = watch::channel(false);
         let (write_back_tx, write_back_rx) = mpsc::unbounded_channel();
-        let names_json =
-            serde_json::to_string(&handlers.keys().collect::<Vec<_>>()).expect("names serialize");
+        let names = NameList::new(handlers.keys().copied());
         let presence = heartbeat::Presence::new(&cfg, handlers.keys().copied());
         let cfg_queues: Vec<String> = cfg.queues.keys().cloned().collect();
         let shared = Arc::new(Shared {
@@ -154,7 +153,7 @@ impl Worker {
             global: Arc::new(Semaphore::new(cfg.concurrency)),
             cfg,
             handlers,
-            names_json,
+            names,
             data: Arc::new(data),
             inflight: Mutex::default(),
             executing: AtomicUsize::new(0),
@@ -273,9 +272,8 @@ async fn release_abandoned(shared: &Shared) -> (Vec<TaskId>, Vec<TaskId>) {
         return (Vec::new(), Vec::new());
     }
     let ids: Vec<TaskId> = leases.iter().map(|l| TaskId(l.0)).collect();
-    let json = leases_json(&leases);
     for attempt in 0..5 {
-        match within!(shared, |c| shared.store.task_release(c, &json)).await {
+        match within!(shared, |c| shared.store.task_release(c, &leases)).await {
             Ok(n) => {
                 WorkerStats::add(&shared.stats.released, n);
                 // Best-effort, like every observation: a lease given back here that another
@@ -336,8 +334,8 @@ pub(crate) struct Shared {
     pub cfg: Config,
     pub worker_id: Arc<str>,
     pub handlers: HashMap<&'static str, Registration>,
-    /// JSON array of the task names this worker handles.
-    pub names_json: String,
+    /// The task names this worker handles.
+    pub names: NameList,
     pub data: Arc<DataMap>,
     /// The lease table: one record per attempt this worker holds.
     pub inflight: Mutex<Leases>,

@@ -44,7 +44,7 @@ pub(crate) async fn run(shared: Arc<Shared>) {
         return;
     }
     let names: Vec<&str> = defs.iter().map(|d| d.name.as_str()).collect();
-    let names_json = serde_json::to_string(&names).expect("names serialize");
+    let name_list = crate::backend::NameList::new(names.iter().copied());
     let mut local = vec![Local::default(); defs.len()];
     let mut failures = 0u32;
     let mut pending_declare: Vec<usize> = (0..defs.len()).collect();
@@ -60,7 +60,7 @@ pub(crate) async fn run(shared: Arc<Shared>) {
                 }
             }
         }
-        let rows = match within!(shared, |c| shared.store.schedule_states(c, &names_json)).await {
+        let rows = match within!(shared, |c| shared.store.schedule_states(c, &name_list)).await {
             Ok(rows) => rows,
             Err(e) => {
                 WorkerStats::add(&shared.stats.db_errors, 1);

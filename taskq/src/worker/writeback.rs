@@ -287,8 +287,7 @@ async fn flush(shared: &Shared, chunk: &[WriteBack]) -> Result<Vec<WriteBack>, S
     let mut fenced: Vec<&WriteBack> = Vec::new();
     if (done.written as usize) < chunk.len() {
         // Find which rows were rejected: their epoch moved (or the row is gone).
-        let ids = serde_json::to_string(&chunk.iter().map(|f| f.id).collect::<Vec<_>>())
-            .expect("ids serialize");
+        let ids: Vec<u64> = chunk.iter().map(|f| f.id).collect();
         let epochs = within!(shared, |c| shared.store.task_epochs(c, &ids)).await?;
         fenced = chunk
             .iter()
