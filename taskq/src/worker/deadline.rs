@@ -94,7 +94,7 @@ macro_rules! within {
                 $crate::worker::WorkerStats::add(&shared.stats.statement_timeouts, 1);
                 $crate::worker::deadline::StmtError::Timeout(limit)
             };
-            let mut pooled = match tokio::time::timeout_at(deadline, shared.$lane.acquire()).await {
+            let mut pooled = match tokio::time::timeout_at(deadline, shared.acquire(stringify!($lane) == "control")).await {
                 Ok(Ok(c)) => c,
                 Ok(Err(e)) => return Err($crate::worker::deadline::StmtError::Db(e)),
                 Err(_) => return Err(timed_out()),

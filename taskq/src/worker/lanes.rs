@@ -10,10 +10,10 @@
 //!   than one handler can run.
 //!
 //! A **single-slot worker on MySQL** has one connection that both lanes share: with one slot,
-//! nothing is claimed while its task runs, so what a renewal can queue behind is one statement
-//! of each other loop (a reaper or retention pass, a schedule's fire, the presence beat), each
-//! bounded by the statement timeout (half the lease) — and the pool hands the connection out
-//! in the order it was asked for. That keeps a fleet of single-slot worker processes at about
+//! nothing is claimed while its task runs, and control operations go first (a work operation
+//! does not ask for the connection while a renewal waits for it: `Shared::acquire`), so a
+//! renewal waits for at most the statement that holds the connection (a reaper or retention
+//! step, a schedule's fire), bounded by the statement timeout (half the lease). That keeps a fleet of single-slot worker processes at about
 //! 2 server connections each (its own and one of the user's pool). On SQLite a connection costs
 //! the server nothing, and a renewal must wait for nothing but the write lock (the busy-timeout
 //! rule below), so the control lane keeps its own connection there.

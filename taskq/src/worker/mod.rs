@@ -149,6 +149,8 @@ impl Worker {
             store: lanes.work.clone(),
             control: lanes.control.clone(),
             lanes_shared: lanes.shared,
+            control_waiting: AtomicUsize::new(0),
+            control_served: Notify::new(),
             worker_id: cfg.worker_id.as_str().into(),
             global: Arc::new(Semaphore::new(cfg.concurrency)),
             cfg,
@@ -196,8 +198,14 @@ impl Worker {
         while loops.join_next().await.is_some() {}
         maintenance.abort();
         controls.abort();
-        // A step cut short rolls back: the tick stays due for the other workers.
-        scheduler.abort();
+        // A step under way finishes (it is bounded by the statement deadline), so a tick it
+        // committed is counted; the loop returns at its next look at the stop signal. One
+        // that does not finish in time is cut short: it rolls back, or committed unseen.
+        let mut scheduler = scheduler;
+        let step = shared.cfg.statement_timeout + std::time::Duration::from_millis(100);
+        if tokio::time::timeout(step, &mut scheduler).await.is_err() {
+            scheduler.abort();
+        }
 
         // Grace period for handlers in flight.
         let deadline = Instant::now() + shared.cfg.shutdown_timeout;
@@ -331,6 +339,12 @@ pub(crate) struct Shared {
     pub control: Store,
     /// The two lanes are one pool (a single-connection worker on MySQL).
     pub lanes_shared: bool,
+    /// With shared lanes: control operations (renewals) waiting for the connection; work
+    /// operations do not ask for it while there are any, so a renewal waits behind at most
+    /// the operation that holds the connection (see `lanes`).
+    pub control_waiting: AtomicUsize,
+    /// Notified when a control operation got the connection (or gave up waiting).
+    pub control_served: Notify,
     pub cfg: Config,
     pub worker_id: Arc<str>,
     pub handlers: HashMap<&'static str, Registration>,
@@ -367,6 +381,42 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// A connection of the control lane (`control`) or of the work lane. When the lanes
+    /// share one connection, control operations go first: a work operation waits while one
+    /// is waiting.
+    pub async fn acquire(&self, control: bool) -> sqlx::Result<crate::backend::Pooled> {
+        if !self.lanes_shared {
+            return if control {
+                self.control.acquire().await
+            } else {
+                self.store.acquire().await
+            };
+        }
+        if control {
+            /// Counts a waiting control operation until it is served or given up.
+            struct Waiting<'a>(&'a Shared);
+            impl Drop for Waiting<'_> {
+                fn drop(&mut self) {
+                    self.0.control_waiting.fetch_sub(1, Ordering::SeqCst);
+                    self.0.control_served.notify_waiters();
+                }
+            }
+            self.control_waiting.fetch_add(1, Ordering::SeqCst);
+            let _waiting = Waiting(self);
+            return self.store.acquire().await;
+        }
+        loop {
+            let served = self.control_served.notified();
+            tokio::pin!(served);
+            served.as_mut().enable();
+            if self.control_waiting.load(Ordering::SeqCst) == 0 {
+                break;
+            }
+            served.await;
+        }
+        self.store.acquire().await
+    }
+
     /// Connections open in the worker's lanes right now.
     pub fn db_connections(&self) -> u32 {
         if self.lanes_shared {
