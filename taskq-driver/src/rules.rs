@@ -1,6 +1,8 @@
 //! Rules every driver applies the same way, written once: the drivers read the rows their own
 //! way, then decide with these.
 
+use crate::state::TaskState;
+
 /// What a queue's limits let one claim take: `limit` asked for, the concurrency limit with the
 /// queue's running count (`(max, running)`, when the queue has one), the rate limit with the
 /// claims already counted in the current window (`(max, used)`, when the queue has one with a
@@ -29,9 +31,48 @@ pub fn claim_allowance(
     }
 }
 
+/// Whether a unique task frees its identity when it moves to `to` (`unique_while`: `pending`,
+/// `running` or `window`; see taskq's docs/semantics.md, "Unique tasks"). An identity held
+/// while pending is freed when the task starts; one held while running, when it ends; a
+/// window's is kept through a success (the window runs out on its own) and freed by every
+/// other end. Ending `dead`, `canceled` or `expired` frees any identity; going back to
+/// `pending` (a retry, a snooze, a reap with attempts left, a release) frees none.
+pub fn frees_identity(unique_while: &str, to: TaskState) -> bool {
+    match to {
+        TaskState::Pending => false,
+        TaskState::Running => unique_while == "pending",
+        TaskState::Succeeded => unique_while != "window",
+        TaskState::Dead | TaskState::Canceled | TaskState::Expired => true,
+    }
+}
+
+/// Whether retrying a dead unique task takes its identity again: yes, unless it is a window's
+/// (the window is over or held by a later enqueue).
+pub fn retry_retakes_identity(unique_while: &str) -> bool {
+    unique_while != "window"
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn identities_are_freed_as_the_docs_say() {
+        use TaskState::*;
+        let freed = |w: &str| -> Vec<TaskState> {
+            TaskState::ALL
+                .into_iter()
+                .filter(|s| frees_identity(w, *s))
+                .collect()
+        };
+        assert_eq!(
+            freed("pending"),
+            [Running, Succeeded, Dead, Canceled, Expired]
+        );
+        assert_eq!(freed("running"), [Succeeded, Dead, Canceled, Expired]);
+        assert_eq!(freed("window"), [Dead, Canceled, Expired]);
+        assert!(retry_retakes_identity("running") && !retry_retakes_identity("window"));
+    }
 
     #[test]
     fn the_tighter_limit_wins_and_never_goes_negative() {

@@ -4,6 +4,7 @@
 use chrono::{DateTime, Utc};
 use sqlx::MySqlConnection;
 use taskq_driver::driver::Actions;
+use taskq_driver::rules::retry_retakes_identity;
 
 use crate::Store;
 use crate::identities::identity_reserve;
@@ -179,9 +180,11 @@ impl Actions for Store {
         let Some(row) = row else {
             return Ok(RetryDead::NotDead);
         };
-        let retake = row
-            .unique_key
-            .filter(|_| row.unique_while.as_deref() != Some("window"));
+        let retake = row.unique_key.filter(|_| {
+            row.unique_while
+                .as_deref()
+                .is_some_and(retry_retakes_identity)
+        });
         if let Some(key) = retake
             && let Some(holder) = identity_reserve(tx, &key, id.0, None).await?
         {

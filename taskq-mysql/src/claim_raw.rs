@@ -4,7 +4,8 @@
 
 use chrono::NaiveDateTime;
 use sqlx::{Connection, MySqlConnection};
-use taskq_driver::rules::{Allowance, claim_allowance};
+use taskq_driver::rules::{Allowance, claim_allowance, frees_identity};
+use taskq_driver::state::TaskState;
 
 use crate::Store;
 use crate::claim::{ClaimFrom, ClaimKey, MySqlClaim, RawBatch};
@@ -74,11 +75,17 @@ impl ClaimRow {
     /// starts now), or any unique task the claim ends (`expired` or `canceled`, like a
     /// cancel).
     fn frees_at_claim(&self) -> Option<&[u8]> {
-        let frees = match self.unique_while.as_deref() {
-            Some("pending") => true,
-            Some(_) => self.ends_at_claim(),
-            None => false,
+        let to = if self.canceled {
+            TaskState::Canceled
+        } else if self.is_expired() {
+            TaskState::Expired
+        } else {
+            TaskState::Running
         };
+        let frees = self
+            .unique_while
+            .as_deref()
+            .is_some_and(|w| frees_identity(w, to));
         self.unique_key.as_deref().filter(|_| frees)
     }
 }

@@ -4,6 +4,7 @@
 
 use chrono::{DateTime, Utc};
 use sqlx::SqliteConnection;
+use taskq_driver::rules::retry_retakes_identity;
 
 use crate::clock::{opt_time, time_from_us, time_to_us};
 use crate::connect::begin_write;
@@ -649,9 +650,11 @@ pub async fn task_retry_dead(conn: &mut SqliteConnection, id: i64) -> sqlx::Resu
     let Some(row) = row else {
         return Ok(RetryDead::NotDead);
     };
-    let retake = row
-        .unique_key
-        .filter(|_| row.unique_while.as_deref() != Some("window"));
+    let retake = row.unique_key.filter(|_| {
+        row.unique_while
+            .as_deref()
+            .is_some_and(retry_retakes_identity)
+    });
     if let Some(key) = retake {
         let taken = sqlx::query!(
             r#"INSERT INTO taskq_unique (unique_key, task_id, expires_at) VALUES (?1, ?2, NULL)

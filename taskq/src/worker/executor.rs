@@ -5,6 +5,8 @@ use std::any::Any;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
+use taskq_driver::rules::frees_identity;
+use taskq_driver::state::TaskState;
 
 use tracing::Instrument;
 
@@ -421,16 +423,19 @@ fn write_back(
         // ceilings are user input): `now + delay` must stay a valid DATETIME.
         delay_us: delay.min(MAX_DELAY).as_micros() as i64,
         error: error.map(|e| truncate(e, MAX_ERROR_LEN)),
-        // An identity held while running is freed by a success or death, a window's by death
-        // only; a retry keeps it. One held while pending was freed by the claim.
-        frees: match (task.unique_while.as_deref(), state) {
-            (Some("running"), "succeeded" | "dead") | (Some("window"), "dead") => {
-                task.unique_key.clone()
-            }
-            // Like `Client::cancel` of a pending task: a canceled task frees its identity.
-            (Some(_), "canceled") => task.unique_key.clone(),
-            _ => None,
-        },
+        // Freed as `taskq_driver::rules::frees_identity` says (a running task's, or a window's,
+        // by the end it reaches); one held while pending was freed by the claim.
+        frees: task.unique_key.clone().filter(|_| {
+            let to = match state {
+                "succeeded" => TaskState::Succeeded,
+                "dead" => TaskState::Dead,
+                "canceled" => TaskState::Canceled,
+                _ => TaskState::Pending, // a retry or a snooze
+            };
+            task.unique_while
+                .as_deref()
+                .is_some_and(|w| w != "pending" && frees_identity(w, to))
+        }),
         follow_up: None,
         name: task.name.as_str().into(),
         queue: Arc::from(""),
