@@ -24,7 +24,7 @@ use crate::state::{TaskId, TaskState};
 /// A driver's pool handle: cheap to clone, shared by the worker's loops and the client.
 pub trait Handle: Clone + Send + Sync + 'static {
     /// The driver's connection type (`sqlx::MySqlConnection`, `sqlx::SqliteConnection`).
-    type Conn: Send;
+    type Conn: Send + sqlx::Connection<Database = Self::Database>;
     /// The sqlx database of the driver's pool.
     type Database: sqlx::Database<Connection = Self::Conn>;
     /// The pool behind the handle.
