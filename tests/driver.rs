@@ -83,6 +83,7 @@ suite!(
     queue_limits_are_set_listed_and_cleared,
     a_limited_claim_honours_the_concurrency_limit,
     a_limited_claim_honours_the_rate_limit,
+    a_task_a_limited_claim_expires_is_no_start,
     // Reads of many tasks.
     reads_page_count_and_group_tasks,
     // Schedules, workers, history, clock.

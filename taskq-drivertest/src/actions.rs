@@ -148,12 +148,9 @@ pub async fn a_cancel_request_is_recorded_on_a_running_task_only<D: Driver>(d: D
     assert_eq!(get(&d, p).await.state, TaskState::Pending);
 }
 
-/// `task_retry_dead` moves a dead task back to pending, due now, with attempts reset and epoch
-/// + 1 (`Retried`); a task that is not dead, or unknown, is `NotDead` and unchanged.
-/// `task_retry_dead_ids` retries the dead tasks among its ids; `task_retry_dead_batch` those
-/// of a queue (or all) that died at or before a time, oldest death first, up to a limit.
-/// Unique tasks (held while pending or running) are left to the one-by-one retry and listed
-/// by `task_dead_unique_ids`.
+/// `task_retry_dead` moves a dead task back to pending, due now, with its attempts reset and
+/// its epoch incremented (`Retried`); a task that is not dead, or unknown, is `NotDead` and
+/// unchanged. `task_retry_dead_ids` retries the dead tasks among its ids, and only those.
 pub async fn retry_dead_moves_dead_tasks_back_to_pending<D: Driver>(d: D) {
     let mut c = conn(&d).await;
     let a = insert::<D>(&mut c, task("q", "a")).await;

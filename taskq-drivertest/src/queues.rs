@@ -1,8 +1,9 @@
 //! Queue controls (`Queues`): pause, concurrency and rate limits, the queue list; and the
 //! limited claim that honours the limits.
 
+use chrono::TimeDelta;
 use taskq_driver::driver::Driver;
-use taskq_driver::rows::{ClaimRequest, LimitHit, QueueControl, WriteBack};
+use taskq_driver::rows::{ClaimRequest, LimitHit, NewTask, QueueControl, WriteBack};
 use taskq_driver::state::TaskState;
 
 use crate::support::*;
@@ -226,6 +227,66 @@ pub async fn a_limited_claim_honours_the_concurrency_limit<D: Driver>(d: D) {
     assert!(free.limited.is_none());
     let list = d.queue_list().await.expect("queue_list");
     assert_eq!((list[0].queue.as_str(), list[0].running), ("lim", 5));
+    // A queue flagged limited without a row has no limits.
+    let free = insert::<D>(&mut c, task("norow", "a")).await;
+    let got = claim(&d, &mut c, &limited("norow", &an, 5)).await;
+    assert_eq!(claimed_ids(&got), vec![free]);
+    assert!(got.limited.is_none());
+}
+
+/// A task a limited claim finds past its deadline (and moves to `expired`) is no start for
+/// either limit (docs/semantics.md, "Queue limits"): it counts towards the claim's own
+/// limit, but not in the rate window, and not as running.
+pub async fn a_task_a_limited_claim_expires_is_no_start<D: Driver>(d: D) {
+    let mut c = conn(&d).await;
+    let past = ms(now::<D>(&mut c).await) - TimeDelta::seconds(10);
+    let late = insert::<D>(
+        &mut c,
+        NewTask {
+            run_at: Some(past - TimeDelta::seconds(1)),
+            deadline: Some(past),
+            ..task("rate", "a")
+        },
+    )
+    .await;
+    let mut live = Vec::new();
+    for _ in 0..3 {
+        live.push(insert::<D>(&mut c, task("rate", "a")).await);
+    }
+    let period: i64 = 10 * 365 * 24 * HOUR_US;
+    d.queue_set_rate_limit("rate", Some((2, period)))
+        .await
+        .expect("queue_set_rate_limit");
+    let an = names(&["a"]);
+    let got = claim(&d, &mut c, &limited("rate", &an, 5)).await;
+    assert_eq!(got.expired.len(), 1);
+    assert_eq!(got.expired[0].id, late.0);
+    assert_eq!(
+        claimed_ids(&got),
+        live[..1],
+        "{}: the expired one took a place",
+        backend::<D>()
+    );
+    assert_eq!(got.limited.map(|h| h.allowed), Some(2));
+    assert_eq!(
+        d.queue_list().await.expect("queue_list")[0].rate_used,
+        1,
+        "one start"
+    );
+    let next = claim(&d, &mut c, &limited("rate", &an, 5)).await;
+    assert_eq!(
+        claimed_ids(&next),
+        live[1..2],
+        "the second start of the window"
+    );
+    assert_eq!(next.limited.map(|h| h.allowed), Some(1));
+    assert_eq!(d.queue_list().await.expect("queue_list")[0].rate_used, 2);
+    assert!(
+        claim(&d, &mut c, &limited("rate", &an, 5))
+            .await
+            .tasks
+            .is_empty()
+    );
 }
 
 /// A limited claim of a queue with a rate limit starts no more than the limit per window

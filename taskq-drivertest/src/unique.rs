@@ -312,7 +312,8 @@ pub async fn cancel_frees_an_identity_and_retry_dead_takes_it_back_or_names_the_
 
 /// A window identity (unique per period) outlives its task's success until the window ends:
 /// duplicates return the holder meanwhile; `unique_prune_expired` deletes the identities of
-/// windows that have ended (and only those), after which the identity is free.
+/// windows that have ended (and only those), after which the identity is free. A death frees
+/// it before the window ends.
 pub async fn a_window_identity_outlives_a_success_until_its_window_ends<D: Driver>(d: D) {
     let mut c = conn(&d).await;
     let now_us = D::db_clock_us(&mut c).await.expect("db_clock_us");
@@ -353,6 +354,20 @@ pub async fn a_window_identity_outlives_a_success_until_its_window_ends<D: Drive
     assert!(held(&d, a).await);
     let b2 = insert::<D>(&mut c, window(&KEY_B, now_us + HOUR_US)).await;
     assert_ne!(b2, b);
+    // A death frees a window's identity before its end.
+    assert!(d.task_cancel(&mut c, b).await.expect("task_cancel"));
+    let tb2 = claim_one(&d, &mut c, "q", "w", LEASE_US, b2).await;
+    let dead = outcome(&tb2, "dead", "failed");
+    assert_eq!(dead.frees.as_deref(), Some(&KEY_B[..]));
+    d.task_write_back(&mut c, &[dead])
+        .await
+        .expect("task_write_back");
+    assert!(
+        !held(&d, b2).await,
+        "{}: freed by the death",
+        backend::<D>()
+    );
+    insert::<D>(&mut c, window(&KEY_B, now_us + HOUR_US)).await;
 }
 
 /// A claim that finds a unique task past its deadline moves it to `expired` and frees its
