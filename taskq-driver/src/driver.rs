@@ -23,8 +23,10 @@ use crate::state::{TaskId, TaskState};
 
 /// A driver's pool handle: cheap to clone, shared by the worker's loops and the client.
 pub trait Handle: Clone + Send + Sync + 'static {
-    /// The driver's connection type (`sqlx::MySqlConnection`, `sqlx::SqliteConnection`).
-    type Conn: Send;
+    /// The driver's connection type (`sqlx::MySqlConnection`, `sqlx::SqliteConnection`): the
+    /// connection of its database, so that code generic over the driver can take one from
+    /// [`pool`](Self::pool) (the driver test suite does).
+    type Conn: Send + sqlx::Connection<Database = Self::Database>;
     /// The sqlx database of the driver's pool.
     type Database: sqlx::Database<Connection = Self::Conn>;
     /// The pool behind the handle.

@@ -344,7 +344,10 @@ impl Tasks for Store {
     }
 
     async fn task_stats(&self, conn: &mut SqliteConnection) -> sqlx::Result<Vec<QueueStateCount>> {
-        queue_state_counts(q::task_stats(conn).await?)
+        let mut rows = queue_state_counts(q::task_stats(conn).await?)?;
+        // By queue, then state in lifecycle order (`TaskState::ALL`), as on MySQL.
+        rows.sort_by_key(|r| (r.queue.clone(), r.state as u8));
+        Ok(rows)
     }
 
     async fn task_stats_active(

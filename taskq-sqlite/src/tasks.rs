@@ -106,7 +106,8 @@ impl TaskRaw {
             idempotency_key: self.idempotency_key,
             trace_context: self.trace_context,
             last_error: self.last_error,
-            unique_key: self.unique_key,
+            // SQLite's `hex(NULL)` is `''`: a task without identity has none.
+            unique_key: self.unique_key.filter(|k| !k.is_empty()),
             unique_held: self.unique_held,
             created_at: time_from_us(self.created_at)?,
             updated_at: time_from_us(self.updated_at)?,

@@ -1,0 +1,97 @@
+//! The driver test suite (`taskq-drivertest`) run on each driver: every behaviour of the seam
+//! between taskq's runtime and its databases, written once, checked on MySQL / MariaDB
+//! (`taskq_mysql::Store`) and on SQLite (`taskq_sqlite::driver::Store`), each test on a fresh
+//! migrated database (`fn::mysql`, `fn::sqlite`; MySQL prints SKIPPED without a server unless
+//! `TASKQ_REQUIRE_MYSQL=1`).
+
+use sqlx::{MySql, Pool, Sqlite};
+use taskq_driver::driver::Driver;
+use taskq_tests::backends::{Db, TestBackend};
+
+/// A test backend's driver.
+trait HasDriver: TestBackend {
+    /// The driver handle over a pool of this backend.
+    type Store: Driver<Database = Self>;
+    /// The driver on `pool`.
+    fn store(pool: Pool<Self>) -> Self::Store;
+}
+
+impl HasDriver for MySql {
+    type Store = taskq_mysql::Store;
+    fn store(pool: Pool<Self>) -> Self::Store {
+        taskq_mysql::Store::new(pool)
+    }
+}
+
+impl HasDriver for Sqlite {
+    type Store = taskq_sqlite::driver::Store;
+    fn store(pool: Pool<Self>) -> Self::Store {
+        taskq_sqlite::driver::Store::new(pool)
+    }
+}
+
+/// One thin wrapper per suite function (its driver on the test's database, kept alive until
+/// the test ends), run on both backends by `conformance!`.
+macro_rules! suite {
+    ($($name:ident),* $(,)?) => {
+        $(
+            async fn $name<B: HasDriver>(db: Db<B>) {
+                taskq_drivertest::$name(B::store(db.pool.clone())).await;
+                drop(db);
+            }
+        )*
+        taskq_tests::conformance!($($name),*);
+    };
+}
+
+suite!(
+    // Enqueue and reads of one task.
+    insert_then_get_returns_every_field_as_inserted,
+    an_idempotency_key_inserted_twice_returns_the_first_task,
+    insert_rows_returns_the_new_ids_in_input_order,
+    // Claims.
+    a_claim_takes_due_tasks_by_priority_then_due_time_up_to_the_limit,
+    a_second_claim_does_not_take_claimed_tasks_again,
+    a_claim_expires_a_task_past_its_deadline_without_starting_it,
+    // Leases: heartbeat, write-back, release, reap.
+    heartbeat_renews_exactly_the_leases_sent_under_their_epoch,
+    write_back_under_the_epoch_writes_the_outcome_and_fences_a_stale_one,
+    the_attempt_history_records_each_written_outcome,
+    release_returns_held_leases_to_pending,
+    an_expired_lease_is_reaped_back_to_pending_keeping_its_run_at,
+    a_reap_buries_a_last_attempt_or_parks_it_for_a_worker_that_knows_its_name,
+    an_expired_lease_asked_to_cancel_is_reaped_to_canceled,
+    a_follow_up_is_inserted_with_the_end_it_follows_and_never_for_a_fenced_one,
+    // Operator actions and retention.
+    cancel_ends_a_pending_task_only,
+    a_cancel_request_is_recorded_on_a_running_task_only,
+    retry_dead_moves_dead_tasks_back_to_pending,
+    retry_dead_in_bulk_honours_the_queue_the_time_bound_and_the_limit,
+    reschedule_moves_a_pending_task_only,
+    set_priority_changes_a_pending_task_only,
+    prune_deletes_old_terminal_tasks_of_the_state_only,
+    // Unique identities.
+    an_identity_held_while_pending_is_freed_by_the_claim,
+    an_identity_held_while_running_is_freed_by_the_write_back_that_ends_the_task,
+    an_identity_held_while_running_is_freed_by_the_reap_that_ends_the_task,
+    a_cancel_request_racing_the_reap_still_frees_the_identity,
+    cancel_frees_an_identity_and_retry_dead_takes_it_back_or_names_the_holder,
+    a_window_identity_outlives_a_success_until_its_window_ends,
+    a_claim_that_expires_a_unique_task_frees_its_identity,
+    // Queues.
+    a_pause_is_recorded_listed_and_resumed,
+    queue_limits_are_set_listed_and_cleared,
+    a_limited_claim_honours_the_concurrency_limit,
+    a_limited_claim_honours_the_rate_limit,
+    a_task_a_limited_claim_expires_is_no_start,
+    // Reads of many tasks.
+    reads_page_count_and_group_tasks,
+    // Schedules, workers, history, clock.
+    a_schedule_fire_enqueues_its_ticks_once_by_compare_and_set,
+    workers_are_recorded_listed_and_stopped,
+    gone_workers_are_not_alive_and_old_rows_are_pruned,
+    audit_entries_are_listed_newest_first_and_pruned_oldest_first,
+    ended_tasks_and_failed_attempts_are_counted_per_minute,
+    the_database_clock_reads_the_same_through_every_call,
+    the_statement_budget_fits_a_statement,
+);
