@@ -121,7 +121,7 @@ pub async fn heartbeat_renews_exactly_the_leases_sent_under_their_epoch<D: Drive
             .is_empty()
     );
 
-    let ids = serde_json::to_string(&[a.0, b.0, short.0, pending.0, pending.0 + 1_000]).unwrap();
+    let ids = [a.0, b.0, short.0, pending.0, pending.0 + 1_000];
     let mut epochs = d.task_epochs(&mut c, &ids).await.expect("task_epochs");
     epochs.sort_unstable();
     assert_eq!(
@@ -702,7 +702,7 @@ fn follow_up(key: String) -> Box<FollowUpRow> {
     Box::new(FollowUpRow {
         queue: "fq",
         name: "then",
-        payload_hex: taskq_driver::rows::hex(&[0, 159, b'{', 255]),
+        payload: vec![0, 159, b'{', 255],
         priority: -3,
         max_attempts: 7,
         ttl_us: Some(60_000_000),

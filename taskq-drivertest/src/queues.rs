@@ -3,6 +3,7 @@
 
 use chrono::TimeDelta;
 use taskq_driver::driver::Driver;
+use taskq_driver::rows::NameList;
 use taskq_driver::rows::{ClaimRequest, LimitHit, NewTask, QueueControl, WriteBack};
 use taskq_driver::state::TaskState;
 
@@ -173,10 +174,10 @@ pub async fn queue_limits_are_set_listed_and_cleared<D: Driver>(d: D) {
     );
 }
 
-fn limited<'a>(queue: &'a str, names_json: &'a str, limit: u32) -> ClaimRequest<'a> {
+fn limited<'a>(queue: &'a str, names: &'a NameList, limit: u32) -> ClaimRequest<'a> {
     ClaimRequest {
         limited: true,
-        ..req(queue, names_json, limit)
+        ..req(queue, names, limit)
     }
 }
 

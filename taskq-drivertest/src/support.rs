@@ -8,6 +8,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 use serde_json::Value;
 use taskq_driver::driver::{Driver, Handle};
 use taskq_driver::read::TaskInfo;
+use taskq_driver::rows::NameList;
 use taskq_driver::rows::{
     ClaimBatch, ClaimRequest, Claimed, ExpiredRow, Inserted, NewTask, ReapRow, WriteBack,
 };
@@ -92,23 +93,22 @@ pub(crate) async fn get<D: Driver>(d: &D, id: TaskId) -> TaskInfo {
         .unwrap_or_else(|| panic!("task {id} exists"))
 }
 
-/// A JSON array of names, as the claim and the reaper send them.
-pub(crate) fn names(names: &[&str]) -> String {
-    serde_json::to_string(names).expect("names serialize")
+/// A list of task names, as the claim and the reaper take them.
+pub(crate) fn names(names: &[&str]) -> NameList {
+    NameList::new(names.iter().copied())
 }
 
-/// `[[id, epoch], ..]` as the heartbeat, release and leases-held statements take them.
-pub(crate) fn leases(l: &[(TaskId, u64)]) -> String {
-    let pairs: Vec<(u64, u64)> = l.iter().map(|(id, e)| (id.0, *e)).collect();
-    taskq_driver::rows::leases_json(&pairs)
+/// `(id, epoch)` pairs, as the heartbeat, release and leases-held operations take them.
+pub(crate) fn leases(l: &[(TaskId, u64)]) -> Vec<(u64, u64)> {
+    l.iter().map(|(id, e)| (id.0, *e)).collect()
 }
 
-/// A claim of up to `limit` tasks of `queue` named in `names_json`, by worker [`W`] with a
+/// A claim of up to `limit` tasks of `queue` named in `names`, by worker [`W`] with a
 /// lease of [`LEASE_US`], unlimited.
-pub(crate) fn req<'a>(queue: &'a str, names_json: &'a str, limit: u32) -> ClaimRequest<'a> {
+pub(crate) fn req<'a>(queue: &'a str, names: &'a NameList, limit: u32) -> ClaimRequest<'a> {
     ClaimRequest {
         queue,
-        names_json,
+        names,
         limit,
         lease_us: LEASE_US,
         worker_id: W,

@@ -2,20 +2,27 @@
 
 use chrono::TimeDelta;
 use taskq_driver::driver::Driver;
+use taskq_driver::rows::NameList;
 use taskq_driver::rows::{WorkerListRow, WorkerRow};
 
 use crate::support::*;
+
+/// The names and queues every test worker records.
+static NAMES: std::sync::LazyLock<NameList> =
+    std::sync::LazyLock::new(|| NameList::new(["a", "b"]));
+static QUEUES: std::sync::LazyLock<Vec<(String, u32)>> =
+    std::sync::LazyLock::new(|| vec![("q".to_owned(), 4)]);
 
 fn row(worker_id: &str) -> WorkerRow<'_> {
     WorkerRow {
         worker_id,
         host: "host-1",
         pid: 4242,
-        queues_json: r#"{"q":4}"#,
+        queues: &QUEUES,
         concurrency: 4,
         lease_us: 30_000_000,
         heartbeat_us: 10_000_000,
-        names_json: r#"["a","b"]"#,
+        names: &NAMES,
     }
 }
 
