@@ -1,6 +1,6 @@
 //! The driver test suite (`taskq-drivertest`) run on each driver: every behaviour of the seam
 //! between taskq's runtime and its databases, written once, checked on MySQL / MariaDB
-//! (`taskq_mysql::Store`) and on SQLite (`taskq_sqlite::driver::Store`), each test on a fresh
+//! (`taskq_mysql::MySqlDriver`) and on SQLite (`taskq_sqlite::driver::SqliteDriver`), each test on a fresh
 //! migrated database (`fn::mysql`, `fn::sqlite`; MySQL prints SKIPPED without a server unless
 //! `TASKQ_REQUIRE_MYSQL=1`).
 
@@ -17,16 +17,16 @@ trait HasDriver: TestBackend {
 }
 
 impl HasDriver for MySql {
-    type Store = taskq_mysql::Store;
+    type Store = taskq_mysql::MySqlDriver;
     fn store(pool: Pool<Self>) -> Self::Store {
-        taskq_mysql::Store::new(pool)
+        taskq_mysql::MySqlDriver::new(pool)
     }
 }
 
 impl HasDriver for Sqlite {
-    type Store = taskq_sqlite::driver::Store;
+    type Store = taskq_sqlite::driver::SqliteDriver;
     fn store(pool: Pool<Self>) -> Self::Store {
-        taskq_sqlite::driver::Store::new(pool)
+        taskq_sqlite::driver::SqliteDriver::new(pool)
     }
 }
 

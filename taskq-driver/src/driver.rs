@@ -269,13 +269,14 @@ pub trait Leases: Handle {
         worker_id: &str,
         since_us: i64,
     ) -> impl Future<Output = sqlx::Result<Vec<(u64, u64)>>> + Send;
-    /// Expired leases of tasks named in `names`.
-    fn task_expired(
+    /// Lapsed leases (running tasks whose lease ended), with whether each task's name is in
+    /// `names`.
+    fn task_lapsed(
         &self,
         conn: &mut Self::Conn,
         names: &NameList,
         limit: u32,
-    ) -> impl Future<Output = sqlx::Result<Vec<ExpiredRow>>> + Send;
+    ) -> impl Future<Output = sqlx::Result<Vec<LapsedRow>>> + Send;
     /// Reaps expired leases, each under its epoch.
     fn task_reap(
         &self,

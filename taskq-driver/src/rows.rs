@@ -95,7 +95,7 @@ pub struct Claimed {
     /// Set only when the task's attempts were already exhausted before this claim (`attempt >
     /// max_attempts` now): its last attempt's lease expired while no worker that registers its
     /// name was there to bury it, so a reaper that does not parked it back to pending (see
-    /// `Store::task_expired`). Its `last_error`. The worker ends such a task dead without
+    /// `Store::task_lapsed`). Its `last_error`. The worker ends such a task dead without
     /// running it.
     pub parked_error: Option<String>,
 }
@@ -129,8 +129,10 @@ pub struct CanceledTask {
     pub name: String,
 }
 
-/// An expired lease as `Store::task_expired` reads it.
-pub struct ExpiredRow {
+/// A lapsed lease (a running task whose lease ended: its worker stopped renewing it) as
+/// `Leases::task_lapsed` reads it. "Lapsed", not "expired": `expired` is the state of a task
+/// whose deadline passed.
+pub struct LapsedRow {
     /// Task id.
     pub id: u64,
     /// The lease epoch read (fencing token).
@@ -157,7 +159,7 @@ pub struct ExpiredRow {
     pub trace_context: Option<String>,
 }
 
-impl ExpiredRow {
+impl LapsedRow {
     /// Whether the reap moves the task to dead: attempts exhausted, no cancel requested, and
     /// the reading worker registers its name.
     pub fn goes_dead(&self) -> bool {
@@ -184,7 +186,7 @@ pub struct ReapRow {
     pub frees: Option<Vec<u8>>,
     /// A cancel was requested: the reap cancels the task.
     pub canceled: bool,
-    /// Parked back to pending rather than buried (see [`ExpiredRow::parks`]).
+    /// Parked back to pending rather than buried (see [`LapsedRow::parks`]).
     pub parks: bool,
     /// The `on_dead` follow-up, inserted if the reap moves the task to dead.
     pub follow_up: Option<Box<FollowUpRow>>,

@@ -136,9 +136,9 @@ pub async fn ended_tasks_and_failed_attempts_are_counted_per_minute<D: Driver>(d
     claim_one(&d, &mut c, "q", "b", SHORT_LEASE_US, lost).await;
     wait_lease_expired(&d, &mut c, lost).await;
     let rows = d
-        .task_expired(&mut c, &names(&["b"]), 10)
+        .task_lapsed(&mut c, &names(&["b"]), 10)
         .await
-        .expect("task_expired");
+        .expect("task_lapsed");
     d.task_reap(&mut c, &[reap_row(&rows[0])], false)
         .await
         .expect("task_reap");

@@ -409,7 +409,7 @@ pub async fn release_returns_held_leases_to_pending<D: Driver>(d: D) {
     );
 }
 
-/// An expired lease is listed by `task_expired` (with what the reap needs: epoch, attempts,
+/// An expired lease is listed by `task_lapsed` (with what the reap needs: epoch, attempts,
 /// worker, whether the reader registers the name) and reaped by `task_reap` back to pending
 /// while attempts remain: epoch + 1, the attempt counted, `run_at` kept (docs/semantics.md,
 /// "Reaper": it sorts where it was), no lease, `last_error` and a `lease_lost` history entry
@@ -434,9 +434,9 @@ pub async fn an_expired_lease_is_reaped_back_to_pending_keeping_its_run_at<D: Dr
     wait_lease_expired(&d, &mut c, a).await;
 
     let rows = d
-        .task_expired(&mut c, &names(&["a", "b"]), 100)
+        .task_lapsed(&mut c, &names(&["a", "b"]), 100)
         .await
-        .expect("task_expired");
+        .expect("task_lapsed");
     assert_eq!(rows.len(), 1, "{}: only the expired lease", backend::<D>());
     let r = &rows[0];
     assert_eq!((r.id, r.lease_epoch), (a.0, 1));
@@ -510,9 +510,9 @@ pub async fn an_expired_lease_is_reaped_back_to_pending_keeping_its_run_at<D: Dr
     );
     assert_eq!(get(&d, a).await.state, TaskState::Pending);
     assert!(
-        d.task_expired(&mut c, &names(&["a", "b"]), 100)
+        d.task_lapsed(&mut c, &names(&["a", "b"]), 100)
             .await
-            .expect("task_expired")
+            .expect("task_lapsed")
             .is_empty()
     );
     assert_eq!(
@@ -528,9 +528,9 @@ pub async fn an_expired_lease_is_reaped_back_to_pending_keeping_its_run_at<D: Dr
     // The same reap without `exact` still counts the row.
     wait_lease_expired(&d, &mut c, a).await;
     let rows = d
-        .task_expired(&mut c, &names(&["a"]), 100)
+        .task_lapsed(&mut c, &names(&["a"]), 100)
         .await
-        .expect("task_expired");
+        .expect("task_lapsed");
     assert_eq!(rows.len(), 1);
     let plain = d
         .task_reap(&mut c, &[reap_row(&rows[0])], false)
@@ -548,7 +548,7 @@ pub async fn an_expired_lease_is_reaped_back_to_pending_keeping_its_run_at<D: Dr
 }
 
 /// An expired lease on its last attempt is reaped to `dead` (finished, epoch + 1) when the
-/// reading worker registers the task's name (`task_expired` then reads its payload for the
+/// reading worker registers the task's name (`task_lapsed` then reads its payload for the
 /// `on_dead` follow-up); a worker that does not register the name parks it back to pending
 /// instead, and the next claim hands it over with `parked_error` (the reap's error) for the
 /// worker to bury without running it.
@@ -584,9 +584,9 @@ pub async fn a_reap_buries_a_last_attempt_or_parks_it_for_a_worker_that_knows_it
     wait_lease_expired(&d, &mut c, b).await;
     // The reader registers `a` only.
     let mut rows = d
-        .task_expired(&mut c, &names(&["a"]), 100)
+        .task_lapsed(&mut c, &names(&["a"]), 100)
         .await
-        .expect("task_expired");
+        .expect("task_lapsed");
     rows.sort_by_key(|r| r.id);
     assert_eq!(rows.len(), 2);
     let (ra, rb) = (&rows[0], &rows[1]);
@@ -670,9 +670,9 @@ pub async fn an_expired_lease_asked_to_cancel_is_reaped_to_canceled<D: Driver>(d
     );
     wait_lease_expired(&d, &mut c, a).await;
     let rows = d
-        .task_expired(&mut c, &names(&["a"]), 100)
+        .task_lapsed(&mut c, &names(&["a"]), 100)
         .await
-        .expect("task_expired");
+        .expect("task_lapsed");
     assert_eq!(rows.len(), 1);
     assert!(rows[0].canceled && !rows[0].goes_dead() && !rows[0].parks());
     assert_eq!(rows[0].payload, None);
@@ -795,10 +795,7 @@ pub async fn a_follow_up_is_inserted_with_the_end_it_follows_and_never_for_a_fen
     .await;
     wait_lease_expired(&d, &mut c, last).await;
     wait_lease_expired(&d, &mut c, more).await;
-    let rows = d
-        .task_expired(&mut c, &cn, 100)
-        .await
-        .expect("task_expired");
+    let rows = d.task_lapsed(&mut c, &cn, 100).await.expect("task_lapsed");
     assert_eq!(rows.len(), 2);
     let plan: Vec<_> = rows
         .iter()

@@ -10,7 +10,7 @@ use taskq_driver::driver::{Driver, Handle};
 use taskq_driver::read::TaskInfo;
 use taskq_driver::rows::NameList;
 use taskq_driver::rows::{
-    ClaimBatch, ClaimRequest, Claimed, ExpiredRow, Inserted, NewTask, ReapRow, WriteBack,
+    ClaimBatch, ClaimRequest, Claimed, Inserted, LapsedRow, NewTask, ReapRow, WriteBack,
 };
 use taskq_driver::state::TaskId;
 
@@ -185,8 +185,8 @@ pub(crate) fn outcome(t: &Claimed, state: &'static str, outcome: &'static str) -
     }
 }
 
-/// The reap of an expired lease as the reaper plans it from what `task_expired` read.
-pub(crate) fn reap_row(r: &ExpiredRow) -> ReapRow {
+/// The reap of an expired lease as the reaper plans it from what `task_lapsed` read.
+pub(crate) fn reap_row(r: &LapsedRow) -> ReapRow {
     ReapRow {
         id: r.id,
         epoch: r.lease_epoch,

@@ -144,9 +144,9 @@ pub async fn an_identity_held_while_running_is_freed_by_the_reap_that_ends_the_t
     // Attempt 1 of 2 expires: back to pending, still held.
     claim_one(&d, &mut c, "q", "a", SHORT_LEASE_US, a).await;
     wait_lease_expired(&d, &mut c, a).await;
-    let rows = d.task_expired(&mut c, &an, 10).await.expect("task_expired");
+    let rows = d.task_lapsed(&mut c, &an, 10).await.expect("task_lapsed");
     assert_eq!(rows.len(), 1);
-    // DRIVERS DIFFER: `ExpiredRow::frees` names the identity the reap frees on MySQL (it
+    // DRIVERS DIFFER: `LapsedRow::frees` names the identity the reap frees on MySQL (it
     // frees what the read names); SQLite leaves it `None` and frees by the row's new state in
     // the reap's transaction. Either way the reap below keeps it.
     assert_eq!(rows[0].frees, None, "a requeue frees nothing");
@@ -160,7 +160,7 @@ pub async fn an_identity_held_while_running_is_freed_by_the_reap_that_ends_the_t
     let t2 = claim_one(&d, &mut c, "q", "a", SHORT_LEASE_US, a).await;
     assert_eq!(t2.attempt, 2);
     wait_lease_expired(&d, &mut c, a).await;
-    let rows = d.task_expired(&mut c, &an, 10).await.expect("task_expired");
+    let rows = d.task_lapsed(&mut c, &an, 10).await.expect("task_lapsed");
     assert!(rows[0].goes_dead());
     if let Some(frees) = &rows[0].frees {
         assert_eq!(frees, &KEY_A, "the identity the reap frees");
@@ -188,9 +188,9 @@ pub async fn an_identity_held_while_running_is_freed_by_the_reap_that_ends_the_t
     );
     wait_lease_expired(&d, &mut c, b).await;
     let rows = d
-        .task_expired(&mut c, &names(&["b"]), 10)
+        .task_lapsed(&mut c, &names(&["b"]), 10)
         .await
-        .expect("task_expired");
+        .expect("task_lapsed");
     assert!(rows[0].canceled);
     let done = d
         .task_reap(&mut c, &[reap_row(&rows[0])], true)
@@ -215,7 +215,7 @@ pub async fn a_cancel_request_racing_the_reap_still_frees_the_identity<D: Driver
     let a = insert::<D>(&mut c, unique("a", &KEY_A, "running")).await;
     claim_one(&d, &mut c, "q", "a", SHORT_LEASE_US, a).await;
     wait_lease_expired(&d, &mut c, a).await;
-    let read = d.task_expired(&mut c, &an, 10).await.expect("task_expired");
+    let read = d.task_lapsed(&mut c, &an, 10).await.expect("task_lapsed");
     assert_eq!(read.len(), 1);
     assert!(!read[0].canceled, "read before the request");
     assert!(
@@ -240,7 +240,7 @@ pub async fn a_cancel_request_racing_the_reap_still_frees_the_identity<D: Driver
             "{}: still running after 3 rounds",
             backend::<D>()
         );
-        let rows = d.task_expired(&mut c, &an, 10).await.expect("task_expired");
+        let rows = d.task_lapsed(&mut c, &an, 10).await.expect("task_lapsed");
         assert_eq!(rows.len(), 1);
         assert!(rows[0].canceled, "the next round reads the request");
         d.task_reap(&mut c, &[reap_row(&rows[0])], false)

@@ -6,12 +6,12 @@ use sqlx::MySqlConnection;
 use taskq_driver::driver::Actions;
 use taskq_driver::rules::retry_retakes_identity;
 
-use crate::Store;
+use crate::MySqlDriver;
 use crate::identities::identity_reserve;
 use taskq_driver::rows::RetryDead;
 use taskq_driver::state::{TaskId, TaskState};
 
-impl Actions for Store {
+impl Actions for MySqlDriver {
     /// Cancels the pending tasks among `ids` (freeing their unique identities), in one short
     /// transaction; returns how many.
     async fn task_cancel_batch(&self, ids: &[u64]) -> sqlx::Result<u64> {
@@ -206,7 +206,7 @@ impl Actions for Store {
     /// `queue`, or of every queue) that died at or before `died_before` back to pending, with attempts reset and epochs
     /// incremented, like [`task_retry_dead`]. Walks `ix_taskq_finished`; the `died_before` bound
     /// keeps a bulk retry from picking up tasks that die again while it runs. Returns the count.
-    /// (Unique tasks go one by one, see [`Store::task_dead_unique_ids`]: one identity taken
+    /// (Unique tasks go one by one, see [`MySqlDriver::task_dead_unique_ids`]: one identity taken
     /// meanwhile must not fail the whole statement.)
     async fn task_retry_dead_batch(
         &self,

@@ -1,4 +1,4 @@
-//! The claim as the worker's claim loop sees it: [`Store::task_claim`] and the [`ClaimCursor`]
+//! The claim as the worker's claim loop sees it: [`MySqlDriver::task_claim`] and the [`ClaimCursor`]
 //! it moves on between claims (where the next candidate read starts, how many candidates it
 //! reads). The transaction itself is in `claim_raw`.
 
@@ -8,7 +8,7 @@ use taskq_driver::driver::Claims;
 use chrono::NaiveDateTime;
 use sqlx::MySqlConnection;
 
-use crate::Store;
+use crate::MySqlDriver;
 use taskq_driver::rows::{CanceledTask, ClaimBatch, ClaimRequest, Claimed, ExpiredTask, LimitHit};
 
 /// A row's position in claim order, `(priority, run_at, id)`: the order of `ix_taskq_claim`
@@ -46,7 +46,7 @@ pub(crate) struct MySqlClaim<'a> {
     pub worker_id: &'a str,
     /// The worker saw the queue as limited (a concurrency or rate limit in `taskq_queues`):
     /// the claim locks the queue's row first and claims no more than the limits allow (see
-    /// [`Store::task_claim`]). Unlimited queues never touch that row.
+    /// [`MySqlDriver::task_claim`]). Unlimited queues never touch that row.
     pub limited: bool,
 }
 
@@ -89,10 +89,10 @@ const RESCAN_EVERY: Duration = Duration::from_millis(100);
 const MIN_SPREAD: u32 = 2;
 const MAX_SPREAD: u32 = 8;
 
-impl Claims for Store {
+impl Claims for MySqlDriver {
     type ClaimCursor = ClaimCursor;
 
-    /// Claims up to `req.limit` due tasks (see [`Store::claim_raw`]), from where `cursor`
+    /// Claims up to `req.limit` due tasks (see [`MySqlDriver::claim_raw`]), from where `cursor`
     /// says, and moves the cursor on.
     async fn task_claim(
         &self,

@@ -1,4 +1,4 @@
-//! The claim transaction ([`Store::claim_raw`]): a limited queue's row lock, the candidate
+//! The claim transaction ([`MySqlDriver::claim_raw`]): a limited queue's row lock, the candidate
 //! read of `ix_taskq_claim`, the locking read by primary key, and the `UPDATE`s that start the
 //! tasks (or end at the claim those past their deadline or canceled).
 
@@ -7,7 +7,7 @@ use sqlx::{Connection, MySqlConnection};
 use taskq_driver::rules::{Allowance, claim_allowance, frees_identity};
 use taskq_driver::state::TaskState;
 
-use crate::Store;
+use crate::MySqlDriver;
 use crate::claim::{ClaimFrom, ClaimKey, MySqlClaim, RawBatch};
 use crate::identities::identities_take;
 use taskq_driver::rows::{CanceledTask, Claimed, ExpiredTask, LimitHit};
@@ -90,7 +90,7 @@ impl ClaimRow {
     }
 }
 
-impl Store {
+impl MySqlDriver {
     /// Claims up to `limit` due tasks of `queue` whose name is in `names_json`, in one short
     /// transaction of three statements:
     ///
@@ -428,7 +428,7 @@ impl Store {
 
 /// First step of a claim of a limited queue: locks the queue's row in `taskq_queues` (claims
 /// of this queue serialize here until the claim commits; on a Galera cluster only those of one
-/// node, which is why a claim that starts tasks also writes the row, see [`Store::claim_raw`])
+/// node, which is why a claim that starts tasks also writes the row, see [`MySqlDriver::claim_raw`])
 /// and reads its limits and claim counter, with the
 /// claims already counted in the current rate window (windows are multiples of the period
 /// since 1970 on the database clock). `None` when the queue has no row.
@@ -456,7 +456,7 @@ async fn queue_limits_lock(
     .await
 }
 
-/// Steps 1 and 2 of [`Store::task_claim`]: candidates (from the head, or past `after`), then
+/// Steps 1 and 2 of [`MySqlDriver::task_claim`]: candidates (from the head, or past `after`), then
 /// the locking read of them by primary key. Returns the locked rows and, when fewer than
 /// `limit` were locked although the candidate read was full, the last candidate's position.
 async fn claim_by_candidates(

@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 use sqlx::MySqlConnection;
 use taskq_driver::driver::Clock;
 
-use crate::Store;
+use crate::MySqlDriver;
 
 /// The database clock in microseconds since the Unix epoch (no time zone involved), for the
 /// window of a unique task.
@@ -16,7 +16,7 @@ pub async fn db_clock_us(conn: &mut MySqlConnection) -> sqlx::Result<i64> {
     .await
 }
 
-impl Clock for Store {
+impl Clock for MySqlDriver {
     /// The database clock (`UTC_TIMESTAMP(6)`), against which every stored time is written.
     async fn db_now(&self) -> sqlx::Result<DateTime<Utc>> {
         sqlx::query_scalar!(r#"SELECT UTC_TIMESTAMP(6) AS "now!: DateTime<Utc>""#)

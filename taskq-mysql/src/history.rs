@@ -5,7 +5,7 @@ use chrono::{DateTime, Utc};
 use sqlx::MySqlConnection;
 use taskq_driver::driver::History;
 
-use crate::Store;
+use crate::MySqlDriver;
 use taskq_driver::rows::{AuditListRow, AuditRow};
 use taskq_driver::state::TaskId;
 
@@ -28,7 +28,7 @@ pub async fn audit_insert(conn: &mut MySqlConnection, a: &AuditRow<'_>) -> sqlx:
     Ok(done.last_insert_id())
 }
 
-impl History for Store {
+impl History for MySqlDriver {
     /// A task's attempt history (the JSON array, `None` when empty); `None` when the task
     /// does not exist.
     async fn task_attempts(&self, id: TaskId) -> sqlx::Result<Option<Option<String>>> {

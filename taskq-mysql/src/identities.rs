@@ -4,7 +4,7 @@
 use sqlx::MySqlConnection;
 use taskq_driver::driver::Identities;
 
-use crate::Store;
+use crate::MySqlDriver;
 use taskq_driver::state::TaskId;
 
 /// Takes the identity `key` for `task_id` (0: the id follows), or returns the task holding it.
@@ -141,7 +141,7 @@ pub(crate) async fn identities_free_written(
     Ok(())
 }
 
-impl Identities for Store {
+impl Identities for MySqlDriver {
     /// Deletes up to `limit` identities of windows that have ended (`expires_at` passed):
     /// whatever task held one, its window is over. Returns the count.
     async fn unique_prune_expired(

@@ -5,14 +5,14 @@
 use sqlx::{Connection, MySqlConnection};
 use taskq_driver::driver::Leases;
 
-use crate::Store;
+use crate::MySqlDriver;
 use crate::identities::{Taken, identities_free_written, identities_take};
 use taskq_driver::rows::{
-    ExpiredRow, FollowUpRow, NameList, ReapRow, Reaped, WriteBack, WrittenBack,
+    FollowUpRow, LapsedRow, NameList, ReapRow, Reaped, WriteBack, WrittenBack,
 };
 use taskq_driver::state::TaskState;
 
-impl Leases for Store {
+impl Leases for MySqlDriver {
     /// Renews the leases `(id, epoch)` that are still held (running, same epoch, not expired)
     /// and carry no cancel request to `now + lease_us`. Returns how many were renewed: fewer
     /// than sent makes the worker read [`task_leases_held`](Self::task_leases_held), which
@@ -203,16 +203,16 @@ impl Leases for Store {
     /// second), with whether each task's name is in `names` (the names this worker
     /// registers). Only such a worker knows a task's `on_dead` follow-up: a last attempt of a
     /// name it registers goes dead (its payload is read for the follow-up), one of another
-    /// name is parked back to pending (see `ExpiredRow::parks`).
-    async fn task_expired(
+    /// name is parked back to pending (see `LapsedRow::parks`).
+    async fn task_lapsed(
         &self,
         conn: &mut MySqlConnection,
         names: &NameList,
         limit: u32,
-    ) -> sqlx::Result<Vec<ExpiredRow>> {
+    ) -> sqlx::Result<Vec<LapsedRow>> {
         let names_json = names.json();
         sqlx::query_as!(
-            ExpiredRow,
+            LapsedRow,
             r#"SELECT id AS "id: u64", lease_epoch AS "lease_epoch: u64", name, queue,
                  attempt AS "attempt: u32", max_attempts AS "max_attempts: u32", worker_id,
                  IF((cancel_requested_at IS NOT NULL
@@ -238,7 +238,7 @@ impl Leases for Store {
         .await
     }
 
-    /// Reaps expired leases read by [`task_expired`](Self::task_expired): back to pending
+    /// Reaps expired leases read by [`task_lapsed`](Self::task_lapsed): back to pending
     /// with its `run_at` kept (like Oban's Lifeline: it sorts where it was in its queue, ahead
     /// of the tasks enqueued after it, instead of behind the whole backlog), to dead when attempts are exhausted, or to canceled when a cancel was requested (a
     /// reclaim never resurrects a canceled task); epoch incremented either way. Each row is
@@ -365,7 +365,7 @@ impl Leases for Store {
 
 /// The rows of a reap as the JSON its statements read: `[[id, epoch, canceled, park], ..]`
 /// sorted by id (locked in ascending order), `canceled` 1 when the read saw a cancel request,
-/// `park` 1 for a last attempt parked back to pending (see `ExpiredRow::parks`).
+/// `park` 1 for a last attempt parked back to pending (see `LapsedRow::parks`).
 fn reap_json(rows: &[&ReapRow]) -> String {
     let mut out: Vec<(u64, u64, u8, u8)> = rows
         .iter()
@@ -375,9 +375,9 @@ fn reap_json(rows: &[&ReapRow]) -> String {
     serde_json::to_string(&out).expect("reap rows serialize")
 }
 
-/// The `UPDATE` of [`Store::task_reap`], on the rows of `reap_json` (see [`reap_json`]).
+/// The `UPDATE` of [`MySqlDriver::task_reap`], on the rows of `reap_json` (see [`reap_json`]).
 ///
-/// A row is written only if its cancel request is as [`Store::task_expired`] read it: which
+/// A row is written only if its cancel request is as [`MySqlDriver::task_lapsed`] read it: which
 /// identity the reap frees (and whether it frees one at all) was decided from that read, so a
 /// cancel request that landed in between (`Client::cancel` on a task whose lease had just
 /// expired) would otherwise move the task to `canceled` with its identity still held. Such a
@@ -502,7 +502,7 @@ async fn follow_ups_insert(conn: &mut MySqlConnection, rows: &[&FollowUpRow]) ->
     Ok(done.rows_affected())
 }
 
-/// The write-back statement of [`Store::task_write_back`]: one `UPDATE` for every outcome, each row
+/// The write-back statement of [`MySqlDriver::task_write_back`]: one `UPDATE` for every outcome, each row
 /// written only while running with the epoch its attempt claimed. An outcome with an empty
 /// `outcome` appends no attempt-history entry, and one whose `attempt` is below the row's sets
 /// it back (a parked task ended without running: see `Claimed::parked_error`).

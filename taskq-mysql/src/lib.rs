@@ -1,7 +1,7 @@
 //! taskq's MySQL / MariaDB driver: every SQL statement taskq issues on MySQL lives in this
 //! crate, one file per table or job:
 //!
-//! - `lib.rs`: [`Store`] (the pool handle), the worker's pools and their session setup, the
+//! - `lib.rs`: [`MySqlDriver`] (the pool handle), the worker's pools and their session setup, the
 //!   server's statement budget, and the error numbers taskq reads (duplicate key, deadlock,
 //!   packet too large);
 //! - `clock.rs`: the database clock;
@@ -30,7 +30,7 @@
 //! statistics say (on a small table the optimizer would otherwise pick a scan of a `state`
 //! index and lock rows the statement does not touch).
 //!
-//! The interface is small: [`Store`] (a pool handle) has one method per statement the worker
+//! The interface is small: [`MySqlDriver`] (a pool handle) has one method per statement the worker
 //! and the `taskq::Client` issue, taking and returning plain row types (`Claimed`,
 //! `WriteBack`, `TaskInfo`...); the producer path (`task_insert`, `task_insert_rows`) and the
 //! migration lock run on a caller's connection and are free functions. The SQLite driver
@@ -72,11 +72,11 @@ use taskq_driver::driver::{Enqueue, Handle, StatementBudget};
 /// table). The producer path (`task_insert*`) runs on the caller's transaction and stays a
 /// free function.
 #[derive(Debug, Clone)]
-pub struct Store {
+pub struct MySqlDriver {
     pool: MySqlPool,
 }
 
-impl Handle for Store {
+impl Handle for MySqlDriver {
     type Conn = MySqlConnection;
     type Database = sqlx::MySql;
     fn pool(&self) -> &MySqlPool {
@@ -84,7 +84,7 @@ impl Handle for Store {
     }
 }
 
-impl Enqueue for Store {
+impl Enqueue for MySqlDriver {
     async fn task_insert(
         conn: &mut MySqlConnection,
         row: &taskq_driver::rows::NewTask<'_>,
@@ -108,7 +108,7 @@ impl Enqueue for Store {
     }
 }
 
-impl StatementBudget for Store {
+impl StatementBudget for MySqlDriver {
     /// The byte limits of this server's multi-row statements, from its `max_allowed_packet`
     /// (this session's: a server's global setting applies to connections opened after it).
     async fn statement_budget(&self, conn: &mut MySqlConnection) -> sqlx::Result<Budget> {
@@ -121,7 +121,7 @@ impl StatementBudget for Store {
     }
 }
 
-impl Store {
+impl MySqlDriver {
     /// A handle on `pool`.
     pub fn new(pool: MySqlPool) -> Self {
         Self { pool }

@@ -5,10 +5,10 @@ use chrono::{DateTime, Utc};
 use sqlx::MySqlConnection;
 use taskq_driver::driver::Queues;
 
-use crate::Store;
+use crate::MySqlDriver;
 use taskq_driver::rows::{QueueControl, QueueRow};
 
-impl Queues for Store {
+impl Queues for MySqlDriver {
     /// Pauses `queue` (idempotent: an already paused queue keeps its first pause time).
     async fn queue_pause(&self, conn: &mut MySqlConnection, queue: &str) -> sqlx::Result<()> {
         sqlx::query!(
@@ -51,7 +51,7 @@ impl Queues for Store {
 
     /// What a worker needs to know about its queues, in one read per refresh: the queues that
     /// are paused, and those with a concurrency or rate limit (whose claims take the limited
-    /// path of [`Store::task_claim`]).
+    /// path of [`MySqlDriver::task_claim`]).
     async fn queue_controls(&self, conn: &mut MySqlConnection) -> sqlx::Result<Vec<QueueControl>> {
         sqlx::query_as!(
             QueueControl,

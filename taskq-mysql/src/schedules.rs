@@ -5,13 +5,13 @@ use chrono::{DateTime, Utc};
 use sqlx::{Connection, MySqlConnection};
 use taskq_driver::driver::Schedules;
 
-use crate::Store;
+use crate::MySqlDriver;
 use crate::enqueue::task_insert;
 use taskq_driver::read::ScheduleInfo;
 use taskq_driver::rows::{Inserted, NameList, ScheduleDecl, ScheduleFire, ScheduleState};
 use taskq_driver::state::TaskId;
 
-impl Schedules for Store {
+impl Schedules for MySqlDriver {
     /// Creates or updates a schedule's row with this worker's definition. A new row, or one
     /// whose expression or time zone differs, gets `watermark = now` (so ticks before this
     /// deploy never fire) and the given `next_tick`; an unchanged one keeps its watermark.

@@ -5,12 +5,12 @@ use chrono::{DateTime, Utc};
 use sqlx::MySqlConnection;
 use taskq_driver::driver::Tasks;
 
-use crate::Store;
+use crate::MySqlDriver;
 use taskq_driver::read::{PendingNameCount, QueueStateCount, TaskInfo};
 use taskq_driver::rows::TaskFilter;
 use taskq_driver::state::{TaskId, TaskState};
 
-impl Tasks for Store {
+impl Tasks for MySqlDriver {
     /// One task by id.
     async fn task_get(&self, id: TaskId) -> sqlx::Result<Option<TaskInfo>> {
         sqlx::query_as!(
@@ -465,7 +465,7 @@ impl Tasks for Store {
     }
 }
 
-impl Store {
+impl MySqlDriver {
     /// The earliest `lease_until` of the running tasks per queue (reads the running rows).
     async fn task_running_leases(
         &self,

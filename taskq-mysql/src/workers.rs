@@ -4,10 +4,10 @@ use chrono::{DateTime, Utc};
 use sqlx::MySqlConnection;
 use taskq_driver::driver::Workers;
 
-use crate::Store;
+use crate::MySqlDriver;
 use taskq_driver::rows::{WorkerListRow, WorkerRow};
 
-impl Workers for Store {
+impl Workers for MySqlDriver {
     /// Records a starting worker: inserts its row, or (a worker id used again) overwrites it
     /// with `started_at = last_seen_at = now` and `stopped_at = NULL`.
     async fn worker_start(

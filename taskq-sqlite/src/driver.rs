@@ -25,7 +25,7 @@ use taskq_driver::state::{TaskId, TaskState};
 
 /// A SQLite pool handle.
 #[derive(Debug, Clone)]
-pub struct Store {
+pub struct SqliteDriver {
     pool: SqlitePool,
 }
 
@@ -194,7 +194,7 @@ pub async fn audit_insert(conn: &mut SqliteConnection, a: &AuditRow<'_>) -> sqlx
     Ok(uid(id))
 }
 
-impl Store {
+impl SqliteDriver {
     /// A handle on `pool`.
     pub fn new(pool: SqlitePool) -> Self {
         Self { pool }
@@ -236,7 +236,7 @@ impl Store {
     }
 }
 
-impl Handle for Store {
+impl Handle for SqliteDriver {
     type Conn = SqliteConnection;
     type Database = Sqlite;
     fn pool(&self) -> &SqlitePool {
@@ -244,7 +244,7 @@ impl Handle for Store {
     }
 }
 
-impl Enqueue for Store {
+impl Enqueue for SqliteDriver {
     async fn task_insert(conn: &mut SqliteConnection, row: &NewTask<'_>) -> sqlx::Result<Inserted> {
         task_insert(conn, row).await
     }
@@ -262,7 +262,7 @@ impl Enqueue for Store {
     }
 }
 
-impl Tasks for Store {
+impl Tasks for SqliteDriver {
     async fn task_get(&self, id_: TaskId) -> sqlx::Result<Option<TaskInfo>> {
         let mut c = self.conn().await?;
         q::task_get(&mut c, id(id_.0))
@@ -432,7 +432,7 @@ impl Tasks for Store {
     }
 }
 
-impl Actions for Store {
+impl Actions for SqliteDriver {
     async fn task_cancel_batch(&self, v: &[u64]) -> sqlx::Result<u64> {
         let mut c = self.conn().await?;
         q::task_cancel_batch(&mut c, &ids(v)).await
@@ -512,7 +512,7 @@ impl Actions for Store {
     }
 }
 
-impl Claims for Store {
+impl Claims for SqliteDriver {
     type ClaimCursor = ();
 
     async fn task_claim(
@@ -580,7 +580,7 @@ impl Claims for Store {
     }
 }
 
-impl Leases for Store {
+impl Leases for SqliteDriver {
     async fn task_heartbeat(
         &self,
         conn: &mut SqliteConnection,
@@ -650,17 +650,17 @@ impl Leases for Store {
             .collect())
     }
 
-    async fn task_expired(
+    async fn task_lapsed(
         &self,
         conn: &mut SqliteConnection,
         names: &NameList,
         limit: u32,
-    ) -> sqlx::Result<Vec<ExpiredRow>> {
+    ) -> sqlx::Result<Vec<LapsedRow>> {
         let names: Vec<&str> = names.as_slice().iter().map(String::as_str).collect();
-        Ok(q::task_expired(conn, &names, limit)
+        Ok(q::task_lapsed(conn, &names, limit)
             .await?
             .into_iter()
-            .map(|r| ExpiredRow {
+            .map(|r| LapsedRow {
                 id: uid(r.id),
                 lease_epoch: uid(r.lease_epoch),
                 name: r.name,
@@ -717,7 +717,7 @@ impl Leases for Store {
     }
 }
 
-impl Identities for Store {
+impl Identities for SqliteDriver {
     async fn unique_prune_expired(
         &self,
         conn: &mut SqliteConnection,
@@ -727,7 +727,7 @@ impl Identities for Store {
     }
 }
 
-impl Queues for Store {
+impl Queues for SqliteDriver {
     async fn queue_pause(&self, conn: &mut SqliteConnection, queue: &str) -> sqlx::Result<()> {
         q::queue_pause(conn, queue).await
     }
@@ -787,7 +787,7 @@ impl Queues for Store {
     }
 }
 
-impl Schedules for Store {
+impl Schedules for SqliteDriver {
     async fn schedule_declare(
         &self,
         conn: &mut SqliteConnection,
@@ -877,7 +877,7 @@ impl Schedules for Store {
     }
 }
 
-impl Workers for Store {
+impl Workers for SqliteDriver {
     async fn worker_start(
         &self,
         conn: &mut SqliteConnection,
@@ -935,7 +935,7 @@ impl Workers for Store {
     }
 }
 
-impl History for Store {
+impl History for SqliteDriver {
     async fn task_failed_attempts_per_minute(
         &self,
         minutes: u32,
@@ -984,7 +984,7 @@ impl History for Store {
     }
 }
 
-impl Clock for Store {
+impl Clock for SqliteDriver {
     async fn db_now(&self) -> sqlx::Result<DateTime<Utc>> {
         let mut c = self.conn().await?;
         q::db_now(&mut c).await
@@ -995,7 +995,7 @@ impl Clock for Store {
     }
 }
 
-impl StatementBudget for Store {
+impl StatementBudget for SqliteDriver {
     /// SQLite has no packet: its statements are bounded by its longest string.
     async fn statement_budget(
         &self,

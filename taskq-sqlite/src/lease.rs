@@ -65,7 +65,7 @@ pub struct Claimed {
     pub unique_while: Option<String>,
     /// Set only when the task's attempts were already exhausted before this claim (`attempt >
     /// max_attempts` now): a reaper that does not register its name parked its last attempt
-    /// back to pending (see [`ExpiredRow::parks`]). Its `last_error`.
+    /// back to pending (see [`LapsedRow::parks`]). Its `last_error`.
     pub parked_error: Option<String>,
 }
 
@@ -662,9 +662,9 @@ pub async fn task_running_since(
     Ok(rows.into_iter().map(|r| (r.id, r.lease_epoch)).collect())
 }
 
-/// An expired lease as [`task_expired`] reads it (MySQL's `ExpiredRow`).
+/// An expired lease as [`task_lapsed`] reads it (MySQL's `LapsedRow`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ExpiredRow {
+pub struct LapsedRow {
     /// Task id.
     pub id: i64,
     /// The epoch read: the reap writes the row only if it still has it.
@@ -689,14 +689,14 @@ pub struct ExpiredRow {
     pub trace_context: Option<String>,
 }
 
-impl ExpiredRow {
+impl LapsedRow {
     /// Whether the reap moves the task to dead: attempts exhausted, no cancel requested, and
     /// the reading worker registers its name.
     pub fn goes_dead(&self) -> bool {
         !self.canceled && self.attempt >= self.max_attempts && self.registered
     }
 
-    /// Whether the reap parks the task back to pending instead (MySQL's `ExpiredRow::parks`):
+    /// Whether the reap parks the task back to pending instead (MySQL's `LapsedRow::parks`):
     /// attempts exhausted, no cancel requested, and the reading worker does not register its
     /// name, so it cannot know its `on_dead` follow-up. The first worker that registers the name
     /// claims it (see [`Claimed::parked_error`]) and ends it dead without running it.
@@ -712,7 +712,7 @@ pub struct ReapRow {
     pub id: i64,
     /// The epoch read: the row is reaped only if it still has it.
     pub epoch: i64,
-    /// Park the last attempt back to pending rather than bury it ([`ExpiredRow::parks`]).
+    /// Park the last attempt back to pending rather than bury it ([`LapsedRow::parks`]).
     pub park: bool,
     /// The `on_dead` follow-up, inserted if the reap moves the task to dead.
     pub follow_up: Option<FollowUpRow>,
@@ -745,15 +745,15 @@ pub struct Reaped {
 /// whether each task's name is in `names` (the names the reading worker registers). Only such
 /// a worker knows a task's `on_dead` follow-up: a last attempt of a name it registers goes dead
 /// (its payload is read for the follow-up), one of another name is parked back to pending
-/// ([`ExpiredRow::parks`]).
-pub async fn task_expired(
+/// ([`LapsedRow::parks`]).
+pub async fn task_lapsed(
     conn: &mut SqliteConnection,
     names: &[&str],
     limit: u32,
-) -> sqlx::Result<Vec<ExpiredRow>> {
+) -> sqlx::Result<Vec<LapsedRow>> {
     let names = serde_json::to_string(names).map_err(|e| sqlx::Error::Encode(Box::new(e)))?;
     sqlx::query_as!(
-        ExpiredRow,
+        LapsedRow,
         r#"SELECT id AS "id!: i64", lease_epoch AS "lease_epoch!: i64", name AS "name!: String",
              queue AS "queue!: String", attempt AS "attempt!: u32",
              max_attempts AS "max_attempts!: u32", worker_id AS "worker_id?: String",
@@ -774,7 +774,7 @@ pub async fn task_expired(
     .await
 }
 
-/// Reaps expired leases read by [`task_expired`]: back to pending (`run_at` kept, so it sorts
+/// Reaps expired leases read by [`task_lapsed`]: back to pending (`run_at` kept, so it sorts
 /// where it was, ahead of the backlog enqueued after it), to dead when
 /// attempts are exhausted (back to pending when the row is to be parked, [`ReapRow::park`]),
 /// or to canceled when a cancel was requested; epoch + 1 either way,
@@ -860,7 +860,7 @@ pub async fn task_reap(conn: &mut SqliteConnection, rows: &[ReapRow]) -> sqlx::R
     Ok(out)
 }
 
-/// A whole reap in one write transaction: [`task_expired`] (up to `limit` expired leases, a
+/// A whole reap in one write transaction: [`task_lapsed`] (up to `limit` expired leases, a
 /// task that would die read only if its name is in `names`), `plan` called for each row that
 /// goes dead to build its `on_dead` follow-up (`None`: none), then [`task_reap`]. `plan` runs
 /// while the transaction holds the write lock: it must be quick (a hook building a row).
@@ -868,10 +868,10 @@ pub async fn task_reap_expired(
     conn: &mut SqliteConnection,
     names: &[&str],
     limit: u32,
-    mut plan: impl FnMut(&ExpiredRow) -> Option<FollowUpRow>,
+    mut plan: impl FnMut(&LapsedRow) -> Option<FollowUpRow>,
 ) -> sqlx::Result<Reaped> {
     let mut tx = begin_write(conn).await?;
-    let expired = task_expired(&mut tx, names, limit).await?;
+    let expired = task_lapsed(&mut tx, names, limit).await?;
     let rows: Vec<ReapRow> = expired
         .iter()
         .map(|r| ReapRow {

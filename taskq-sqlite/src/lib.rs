@@ -24,9 +24,9 @@ pub use history::{
 };
 pub use identities::unique_prune_expired;
 pub use lease::{
-    CanceledTask, ClaimBatch, ClaimRequest, Claimed, ExpiredRow, ExpiredTask, FollowUpRow,
-    HeldLease, LimitHit, ReapRow, Reaped, ReapedRow, WriteBack, WrittenBack, task_claim,
-    task_epochs, task_expired, task_heartbeat, task_leases_held, task_reap, task_reap_expired,
+    CanceledTask, ClaimBatch, ClaimRequest, Claimed, ExpiredTask, FollowUpRow, HeldLease,
+    LapsedRow, LimitHit, ReapRow, Reaped, ReapedRow, WriteBack, WrittenBack, task_claim,
+    task_epochs, task_heartbeat, task_lapsed, task_leases_held, task_reap, task_reap_expired,
     task_release, task_running_since, task_write_back,
 };
 pub use migrate::{migrate, migrator};

@@ -394,7 +394,7 @@ async fn reap_follow_ups_only_for_rows_reaped_to_dead() {
 
     // Read, then fenced before the reap (a late write-back lands): the reap writes nothing
     // and inserts no follow-up.
-    let rows = task_expired(&mut c, &["other"], 10).await.unwrap();
+    let rows = task_lapsed(&mut c, &["other"], 10).await.unwrap();
     assert_eq!(rows.len(), 1);
     assert!(rows[0].goes_dead());
     let late = WriteBack {

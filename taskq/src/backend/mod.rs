@@ -67,7 +67,7 @@ impl Backend for MySql {
     const NAME: &'static str = "MySQL";
 
     fn __store(pool: MySqlPool) -> StoreHandle {
-        StoreHandle(Store::MySql(mysql::Store::new(pool)))
+        StoreHandle(Store::MySql(mysql::MySqlDriver::new(pool)))
     }
 
     fn __conn(conn: &mut MySqlConnection) -> ConnHandle<'_> {
@@ -84,7 +84,7 @@ impl Backend for sqlx::Sqlite {
     const NAME: &'static str = "SQLite";
 
     fn __store(pool: sqlx::SqlitePool) -> StoreHandle {
-        StoreHandle(Store::Sqlite(sqlite::Store::new(pool)))
+        StoreHandle(Store::Sqlite(sqlite::SqliteDriver::new(pool)))
     }
 
     fn __conn(conn: &mut sqlx::SqliteConnection) -> ConnHandle<'_> {
@@ -110,10 +110,10 @@ pub(crate) use taskq_driver::pool::WorkerPool;
 #[derive(Debug, Clone)]
 pub(crate) enum Store {
     /// MySQL / MariaDB.
-    MySql(mysql::Store),
+    MySql(mysql::MySqlDriver),
     /// SQLite.
     #[cfg(feature = "sqlite")]
-    Sqlite(sqlite::Store),
+    Sqlite(sqlite::SqliteDriver),
 }
 
 /// A borrowed connection of one backend: the caller's transaction (enqueue) or a connection
@@ -397,8 +397,8 @@ operations! {
     /// Leases `(id, epoch)` of `queue`'s running tasks that `worker_id` claimed in the last
     /// `since_us` µs (a claim whose answer was lost may have taken some).
     fn task_running_since(&self, conn; queue: &str; worker_id: &str; since_us: i64) -> Vec<(u64, u64)>;
-    /// Expired leases of tasks named in `names`.
-    fn task_expired(&self, conn; names: &NameList; limit: u32) -> Vec<ExpiredRow>;
+    /// Lapsed leases (running tasks whose lease ended).
+    fn task_lapsed(&self, conn; names: &NameList; limit: u32) -> Vec<LapsedRow>;
     /// Reaps expired leases, each under its epoch.
     fn task_reap(&self, conn; rows: &[ReapRow]; exact: bool) -> Reaped;
     /// Deletes expired unique identities.

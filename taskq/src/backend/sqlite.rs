@@ -6,7 +6,7 @@ use sqlx::sqlite::SqliteConnectOptions;
 use sqlx::{Sqlite, SqlitePool, Transaction};
 use taskq_sqlite as q;
 
-pub(crate) use taskq_sqlite::driver::{Store, is_busy, is_refused};
+pub(crate) use taskq_sqlite::driver::{SqliteDriver, is_busy, is_refused};
 pub(crate) use taskq_sqlite::driver::{audit_insert, db_clock_us, task_insert, task_insert_rows};
 
 /// Creates or upgrades the schema (see `taskq_sqlite::migrate`).

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use super::observe::{self, OutcomeEvent, TaskOutcome};
 use super::{Shared, WorkerStats, follow, within};
-use crate::backend::{ExpiredRow, ReapRow, Reaped};
+use crate::backend::{LapsedRow, ReapRow, Reaped};
 use crate::followup::{DeadTask, payload_value};
 use crate::info::WorkerInfo;
 use crate::task::{TaskId, TaskState};
@@ -70,7 +70,7 @@ async fn reap(shared: &Shared) {
     // Observers need to know exactly which rows were reaped.
     let exact = !shared.observers.is_empty();
     'rounds: loop {
-        let rows = match within!(shared, |c| shared.store.task_expired(
+        let rows = match within!(shared, |c| shared.store.task_lapsed(
             c,
             &shared.names,
             BATCH
@@ -156,7 +156,7 @@ async fn reap(shared: &Shared) {
 }
 
 /// Counts and reports one reap statement's work; returns how many rows it reaped.
-fn reaped(shared: &Shared, rows: &[ExpiredRow], done: &Reaped) -> u64 {
+fn reaped(shared: &Shared, rows: &[LapsedRow], done: &Reaped) -> u64 {
     WorkerStats::add(&shared.stats.follow_ups, done.followed.len() as u64);
     for id in &done.followed {
         if let Some(r) = rows.iter().find(|r| r.id == *id) {
@@ -255,7 +255,7 @@ async fn unhandled(shared: &Shared) {
 }
 
 /// The reap of one expired row, with its `on_dead` follow-up when the reap moves it to dead.
-fn plan(shared: &Shared, r: &ExpiredRow) -> ReapRow {
+fn plan(shared: &Shared, r: &LapsedRow) -> ReapRow {
     let follow_up = if r.goes_dead() {
         follow::dead(
             shared,
@@ -286,7 +286,7 @@ fn plan(shared: &Shared, r: &ExpiredRow) -> ReapRow {
 }
 
 /// The error the reap stores (the same text as the reap's SQL writes).
-fn reap_error(r: &ExpiredRow) -> String {
+fn reap_error(r: &LapsedRow) -> String {
     format!(
         "lease expired (worker {}, attempt {})",
         r.worker_id.as_deref().unwrap_or("?"),
