@@ -204,9 +204,9 @@ impl Actions for MySqlDriver {
 
     /// Moves up to `limit` dead tasks that take no identity back (not unique, or windowed; of
     /// `queue`, or of every queue) that died at or before `died_before` back to pending, with attempts reset and epochs
-    /// incremented, like [`task_retry_dead`]. Walks `ix_taskq_finished`; the `died_before` bound
+    /// incremented, like `task_retry_dead`. Walks `ix_taskq_finished`; the `died_before` bound
     /// keeps a bulk retry from picking up tasks that die again while it runs. Returns the count.
-    /// (Unique tasks go one by one, see [`MySqlDriver::task_dead_unique_ids`]: one identity taken
+    /// (Unique tasks go one by one, see `MySqlDriver::task_dead_unique_ids`: one identity taken
     /// meanwhile must not fail the whole statement.)
     async fn task_retry_dead_batch(
         &self,

@@ -55,7 +55,7 @@ pub(crate) struct MySqlClaim<'a> {
 ///
 /// While draining a backlog the loop seeks past its last full claim (the candidate read then
 /// does not step over the delete-marked index entries that claimed rows leave at the head),
-/// and rescans from the head at least every [`RESCAN_EVERY`]. After a claim that others
+/// and rescans from the head at least every `RESCAN_EVERY`. After a claim that others
 /// partly beat it to (they held some candidates), it goes on past the candidates, so claimers
 /// leapfrog each other; after one where others held every candidate, the next claim is one
 /// locking scan. The spread doubles after a contended claim and halves after a short one
@@ -92,7 +92,7 @@ const MAX_SPREAD: u32 = 8;
 impl Claims for MySqlDriver {
     type ClaimCursor = ClaimCursor;
 
-    /// Claims up to `req.limit` due tasks (see [`MySqlDriver::claim_raw`]), from where `cursor`
+    /// Claims up to `req.limit` due tasks (see `MySqlDriver::claim_raw`), from where `cursor`
     /// says, and moves the cursor on.
     async fn task_claim(
         &self,

@@ -234,7 +234,7 @@ fn datetime_text(d: DateTime<Utc>) -> String {
 }
 
 /// Inserts rows without idempotency key or unique identity (the unkeyed runs of
-/// `enqueue_many`), [`BATCH_ROWS`] per statement at most and within the server's [`Budget`],
+/// `enqueue_many`), `BATCH_ROWS` per statement at most and within the server's [`Budget`],
 /// and returns their ids in order.
 /// When the server's auto-increment settings make a multi-row insert's ids consecutive
 /// (`innodb_autoinc_lock_mode` 0 or 1) they are derived from the first; otherwise (mode 2,

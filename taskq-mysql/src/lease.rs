@@ -244,7 +244,7 @@ impl Leases for MySqlDriver {
     /// reclaim never resurrects a canceled task); epoch incremented either way. Each row is
     /// reaped only if it is still running with the epoch read, its lease still expired (a
     /// late write-back may have landed in between) and its cancel request as read (a request
-    /// that landed in between is left for the next round, see [`reap_rows`]). Returns how many were reaped and, when
+    /// that landed in between is left for the next round, see `reap_rows`). Returns how many were reaped and, when
     /// `exact` is set or follow-ups were inserted, which rows (and their new state).
     ///
     /// Two statements in all, like the claim: the plain read of expired ids on

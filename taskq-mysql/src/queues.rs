@@ -51,7 +51,7 @@ impl Queues for MySqlDriver {
 
     /// What a worker needs to know about its queues, in one read per refresh: the queues that
     /// are paused, and those with a concurrency or rate limit (whose claims take the limited
-    /// path of [`MySqlDriver::task_claim`]).
+    /// path of `MySqlDriver::task_claim`).
     async fn queue_controls(&self, conn: &mut MySqlConnection) -> sqlx::Result<Vec<QueueControl>> {
         sqlx::query_as!(
             QueueControl,

@@ -253,7 +253,7 @@ impl Tasks for MySqlDriver {
     }
 
     /// How many tasks in terminal `state` finished more than `age_secs` ago (what
-    /// [`task_prune`](Self::task_prune) would delete).
+    /// `task_prune` would delete).
     async fn task_prune_count(&self, state: TaskState, age_secs: u64) -> sqlx::Result<u64> {
         let n = sqlx::query_scalar!(
             r#"SELECT COUNT(*) AS "n: i64" FROM taskq_tasks
