@@ -536,6 +536,16 @@ impl NameList {
     }
 }
 
+/// A worker's queues as the JSON object both drivers store in `taskq_workers.queues`
+/// (queue → concurrency).
+pub fn queues_json(queues: &[(String, u32)]) -> String {
+    let map: serde_json::Map<String, serde_json::Value> = queues
+        .iter()
+        .map(|(q, c)| (q.clone(), serde_json::Value::from(*c)))
+        .collect();
+    serde_json::Value::Object(map).to_string()
+}
+
 /// Serializes bytes as lower-case hex (how payloads travel inside JSON arrays).
 fn as_hex<S: serde::Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&hex(bytes))

@@ -225,12 +225,3 @@ pub(crate) fn leases_json(leases: &[(u64, u64)]) -> String {
     sorted.sort_unstable();
     serde_json::to_string(&sorted).expect("leases serialize")
 }
-
-/// A worker's queues as the JSON object `taskq_workers.queues` holds (queue → concurrency).
-pub(crate) fn queues_json(queues: &[(String, u32)]) -> String {
-    let map: serde_json::Map<String, serde_json::Value> = queues
-        .iter()
-        .map(|(q, c)| (q.clone(), serde_json::Value::from(*c)))
-        .collect();
-    serde_json::Value::Object(map).to_string()
-}

@@ -15,7 +15,7 @@ impl Workers for MySqlDriver {
         conn: &mut MySqlConnection,
         w: &WorkerRow<'_>,
     ) -> sqlx::Result<()> {
-        let queues_json = crate::queues_json(w.queues);
+        let queues_json = taskq_driver::rows::queues_json(w.queues);
         sqlx::query!(
             r#"INSERT INTO taskq_workers (worker_id, host, pid, queues, concurrency, lease_us,
                  heartbeat_us, names, started_at, last_seen_at, stopped_at)
@@ -49,7 +49,7 @@ impl Workers for MySqlDriver {
     /// during a long partition); a row marked stopped is left alone (a beat that was under way
     /// at shutdown must not bring its worker back to life).
     async fn worker_seen(&self, conn: &mut MySqlConnection, w: &WorkerRow<'_>) -> sqlx::Result<()> {
-        let queues_json = crate::queues_json(w.queues);
+        let queues_json = taskq_driver::rows::queues_json(w.queues);
         sqlx::query!(
             r#"INSERT INTO taskq_workers (worker_id, host, pid, queues, concurrency, lease_us,
                  heartbeat_us, names, started_at, last_seen_at, stopped_at)

@@ -883,7 +883,11 @@ impl Workers for SqliteDriver {
         conn: &mut SqliteConnection,
         w: &WorkerRow<'_>,
     ) -> sqlx::Result<()> {
-        q::worker_start(conn, &worker_row(w, &queues_json(w.queues))).await
+        q::worker_start(
+            conn,
+            &worker_row(w, &taskq_driver::rows::queues_json(w.queues)),
+        )
+        .await
     }
 
     async fn worker_seen(
@@ -891,7 +895,11 @@ impl Workers for SqliteDriver {
         conn: &mut SqliteConnection,
         w: &WorkerRow<'_>,
     ) -> sqlx::Result<()> {
-        q::worker_seen(conn, &worker_row(w, &queues_json(w.queues))).await
+        q::worker_seen(
+            conn,
+            &worker_row(w, &taskq_driver::rows::queues_json(w.queues)),
+        )
+        .await
     }
 
     async fn worker_stop(
@@ -1018,15 +1026,6 @@ fn worker_row<'a>(w: &'a WorkerRow<'a>, queues_json: &'a str) -> q::WorkerRow<'a
         heartbeat_us: w.heartbeat_us,
         names_json: w.names.json(),
     }
-}
-
-/// A worker's queues as the JSON object `taskq_workers.queues` holds (queue → concurrency).
-fn queues_json(queues: &[(String, u32)]) -> String {
-    let map: serde_json::Map<String, serde_json::Value> = queues
-        .iter()
-        .map(|(q, c)| (q.clone(), serde_json::Value::from(*c)))
-        .collect();
-    serde_json::Value::Object(map).to_string()
 }
 
 /// `(id, epoch)` pairs as SQLite's signed integers.
