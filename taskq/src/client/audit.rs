@@ -8,7 +8,8 @@ use crate::history::parse_attempts;
 
 impl Client {
     /// The attempt history of a task, oldest first: one [`Attempt`] per run that ended (the
-    /// latest [`MAX_ATTEMPT_ENTRIES`]). A run in progress has no entry yet (its start is
+    /// latest [`MAX_ATTEMPT_ENTRIES`](crate::history::MAX_ATTEMPT_ENTRIES)). A run in progress
+    /// has no entry yet (its start is
     /// [`TaskInfo::attempted_at`](crate::client::TaskInfo::attempted_at)). [`Error::NotFound`] when
     /// the task does not exist (or was pruned: its history goes with it).
     pub async fn attempts(&self, id: TaskId) -> Result<Vec<Attempt>> {
