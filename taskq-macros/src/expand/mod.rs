@@ -277,12 +277,12 @@ mod tests {
             "order_export (self . order_id , self . note , __taskq_inject_2 , __taskq_inject_3)",
             "inventory :: submit !",
             "Registration :: of :: < OrderExport > ()",
-            "pub fn with_delay",
-            "pub fn with_idempotency_key",
+            "pub async fn enqueue_tx",
+            "pub async fn enqueue <",
+            // the `with_*` options: taskq's one list, expanded as inherent `pub` methods
+            ":: taskq :: __private :: enqueue_options ! (pub links = \"::taskq\") ;",
             "const MAX_SNOOZES : u32 = 7u32",
             "const TTL : :: core :: option :: Option < :: core :: time :: Duration > = :: core :: option :: Option :: Some (:: core :: time :: Duration :: from_millis (3600000u64))",
-            "pub fn with_deadline",
-            "pub fn with_ttl",
             "# [doc = r\" Exports an order.\"]",
         ] {
             assert!(out.contains(needle), "missing {needle:?} in\n{out}");

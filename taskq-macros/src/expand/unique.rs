@@ -188,7 +188,10 @@ mod tests {
             out.contains("const UNIQUE : :: core :: option :: Option < :: taskq :: Unique > = :: core :: option :: Option :: Some (:: taskq :: Unique :: payload ())"),
             "{out}"
         );
-        assert!(out.contains("pub fn with_unique"), "{out}");
+        assert!(
+            out.contains(":: taskq :: __private :: enqueue_options !"),
+            "{out}"
+        );
         let out = expand_str(quote!(unique(by = [b, a], while = "running")), f.clone());
         assert!(
             out.contains(":: taskq :: Unique :: fields (& [\"bee\" , \"a\"]) . while_running ()"),
