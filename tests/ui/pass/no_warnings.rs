@@ -103,6 +103,16 @@ fn main() {
     }
     .with_unique(taskq::Unique::payload());
     let _ = UniqueWindow {}.enqueue_options();
+    // Every other enqueue option, as an inherent method (no `use taskq::Task`).
+    let now = chrono::Utc::now();
+    let _ = PrivateTask { n: 1 }.with_run_at(now);
+    let _ = PrivateTask { n: 1 }.with_idempotency_key("key");
+    let _ = PrivateTask { n: 1 }.with_queue("elsewhere");
+    let _ = PrivateTask { n: 1 }.with_max_attempts(2);
+    let _ = PrivateTask { n: 1 }.with_deadline(now);
+    let _ = PrivateTask { n: 1 }.with_ttl(Duration::from_secs(60));
+    let _ = PrivateTask { n: 1 }.with_trace_context("00-trace-01");
+    let _ = PrivateTask { n: 1 }.with_payload_limit(1024);
     let _ = taskq::registry::registered();
     let _ = <RefreshReports as taskq::Task>::schedule();
     let _ = <PrivateNightly as taskq::Task>::schedule();

@@ -1,0 +1,113 @@
+//! The HTML pages and their form actions: the routes and the helpers the pages share
+//! (redirects, failure pages, form values); one module per page or page family.
+
+mod bulk;
+mod login;
+mod overview;
+mod queues;
+mod task;
+mod task_list;
+
+use std::time::Duration;
+
+use axum::Router;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+
+use taskq::client::{WorkerInfo, WorkerStatus};
+use taskq::{Error, TaskState};
+
+use crate::AppState;
+use crate::auth::{Ctx, FLASH_MARK};
+use crate::html::error_page;
+
+use bulk::{bulk_confirm, bulk_run};
+pub(crate) use login::login_page;
+use login::{login_get, login_post, logout};
+use overview::overview;
+use queues::{queue_pause, queue_resume};
+use task::{task_cancel, task_page, task_retry};
+use task_list::task_list;
+
+/// The page routes (the guard is added by the caller).
+pub(crate) fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/", get(overview))
+        .route("/tasks", get(task_list))
+        .route("/tasks/{id}", get(task_page))
+        .route("/tasks/{id}/retry", post(task_retry))
+        .route("/tasks/{id}/cancel", post(task_cancel))
+        .route("/queues/pause", post(queue_pause))
+        .route("/queues/resume", post(queue_resume))
+        .route("/bulk", get(bulk_confirm).post(bulk_run))
+        .route("/login", get(login_get).post(login_post))
+        .route("/logout", post(logout))
+}
+
+/// A `303 See Other` to `location` (relative to the current page).
+fn see_other(location: &str) -> Response {
+    let mut r = StatusCode::SEE_OTHER.into_response();
+    if let Ok(v) = HeaderValue::from_str(location) {
+        r.headers_mut().insert(header::LOCATION, v);
+    }
+    r
+}
+
+/// A `303 See Other` to task `id`'s page, which then shows the confirmation of `what` once
+/// (through the flash cookie: a reload does not show it again).
+fn see_task_with_flash(ctx: &Ctx, id: u64, what: &str) -> Response {
+    let mut r = see_other(&format!("{}tasks/{id}", ctx.root));
+    if let Ok(v) = HeaderValue::from_str(&format!("{what}.{id}")) {
+        r.headers_mut().insert(FLASH_MARK, v);
+    }
+    r
+}
+
+/// Status and sentence for a failed client call.
+fn failure(ctx: &Ctx, e: &Error) -> Response {
+    let status = match e {
+        Error::NotFound(_) => StatusCode::NOT_FOUND,
+        Error::WrongState { .. } | Error::UniqueHeld { .. } => StatusCode::CONFLICT,
+        Error::InvalidName { .. } | Error::InvalidOption(_) => StatusCode::BAD_REQUEST,
+        Error::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    error_page(ctx, status, &e.to_string())
+}
+
+/// `None` for a missing or blank form/query value.
+fn nonblank(s: &Option<String>) -> Option<&str> {
+    s.as_deref().map(str::trim).filter(|s| !s.is_empty())
+}
+
+fn parse_state(s: Option<&str>) -> Result<Option<TaskState>, String> {
+    s.map(|s| s.parse::<TaskState>().map_err(|e| e.to_string()))
+        .transpose()
+}
+
+/// An age in taskq's duration grammar (`90s`, `15m`, `2h`, `7d`, `1d12h`, as on the command
+/// line); blank is zero.
+pub(crate) fn parse_age(s: Option<&str>) -> Result<Duration, String> {
+    match s {
+        None => Ok(Duration::ZERO),
+        Some(s) => taskq_grammar::duration::parse(s).map_err(|reason| {
+            format!(
+                "invalid age {s:?}: {reason}; {}",
+                taskq_grammar::duration::HELP
+            )
+        }),
+    }
+}
+
+/// A worker's status as a cell: `alive`, `lost` (highlighted) or `stopped`.
+fn worker_status_cell(w: &WorkerInfo) -> String {
+    match w.status {
+        WorkerStatus::Lost => r#"<span class="lost">lost</span>"#.to_owned(),
+        s => s.as_str().to_owned(),
+    }
+}
+
+fn state_class(s: TaskState) -> String {
+    format!("state-{}", s.as_str())
+}

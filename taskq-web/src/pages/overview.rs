@@ -1,0 +1,279 @@
+//! The overview page: tasks per queue and state, tasks finished and attempts failed per
+//! minute, due tasks no live worker handles, the workers, and the bulk-action form.
+
+use std::fmt::Write as _;
+
+use axum::Extension;
+use axum::extract::{Query, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use serde::Deserialize;
+use taskq::TaskState;
+use taskq::client::WorkerStatus;
+
+use super::{failure, nonblank, worker_status_cell};
+use crate::AppState;
+use crate::auth::Ctx;
+use crate::html::{age, button, esc, page, respond, time, time_us, url};
+
+#[derive(Deserialize, Default)]
+pub(super) struct OverviewQuery {
+    refresh: Option<String>,
+}
+
+pub(super) async fn overview(
+    State(st): State<AppState>,
+    Extension(ctx): Extension<Ctx>,
+    Query(q): Query<OverviewQuery>,
+) -> Response {
+    let minutes = st.throughput_minutes;
+    let (stats, workers, unhandled) = match tokio::try_join!(
+        crate::stats::load(&st),
+        st.client.workers(),
+        crate::stats::unhandled(&st)
+    ) {
+        Ok(v) => v,
+        Err(e) => return failure(&ctx, &e),
+    };
+    let now = stats.now;
+    let queues = &stats.queues;
+    let root = esc(&ctx.root);
+    let home = esc(&ctx.home);
+    let refresh =
+        (st.refresh_secs > 0 && nonblank(&q.refresh) != Some("0")).then_some(st.refresh_secs);
+    let mut b = String::new();
+    let _ = write!(b, "<h1>Overview</h1><p>Database clock: {} · ", time(&now));
+    match refresh {
+        Some(secs) => {
+            let _ = write!(
+                b,
+                r#"refreshes every {secs} s · <a href="{home}?refresh=0">stop refreshing</a></p>"#
+            );
+        }
+        None if st.refresh_secs > 0 => {
+            let _ = write!(b, r#"<a href="{home}">refresh automatically</a></p>"#);
+        }
+        None => b.push_str("</p>"),
+    }
+
+    // Queues × states.
+    b.push_str("<h2>Queues</h2><table id=\"queues\"><tr><th>Queue</th>");
+    for s in TaskState::ALL {
+        let _ = write!(b, "<th>{s}</th>");
+    }
+    b.push_str("<th>Oldest pending</th><th>Limits</th><th>Status</th>");
+    if !ctx.read_only {
+        b.push_str("<th></th>");
+    }
+    b.push_str("</tr>");
+    let mut totals = [0u64; 6];
+    for (queue, row) in queues {
+        let qe = esc(queue);
+        let qu = url(queue);
+        let _ = write!(
+            b,
+            r#"<tr data-queue="{qe}"><td><a href="{root}tasks?queue={qu}">{qe}</a></td>"#
+        );
+        for (i, s) in TaskState::ALL.into_iter().enumerate() {
+            totals[i] += row.counts[i];
+            let _ = write!(
+                b,
+                r#"<td class="n"><a href="{root}tasks?queue={qu}&amp;state={s}">{}</a></td>"#,
+                row.counts[i]
+            );
+        }
+        let oldest = match row.oldest_pending {
+            Some(t) if t <= now => format!("due for {}", age((now - t).num_seconds())),
+            Some(t) => format!("next due in {}", age((t - now).num_seconds())),
+            None => "—".into(),
+        };
+        let _ = write!(b, "<td>{oldest}</td>");
+        let mut limits = Vec::new();
+        if let Some(n) = row.concurrency_limit {
+            limits.push(format!(
+                r#"<span class="limit-concurrency">at most {n} running</span>"#
+            ));
+        }
+        if let Some(r) = &row.rate_limit {
+            limits.push(format!(
+                r#"<span class="limit-rate">{} ({} started in this window)</span>"#,
+                crate::stats::rate_text(r),
+                row.rate_used
+            ));
+        }
+        if limits.is_empty() {
+            b.push_str("<td>—</td>");
+        } else {
+            let _ = write!(b, "<td>{}</td>", limits.join("<br>"));
+        }
+        match row.paused_at {
+            Some(at) => {
+                let _ = write!(
+                    b,
+                    r#"<td><span class="badge paused">paused</span> since {}</td>"#,
+                    time(&at)
+                );
+            }
+            None => b.push_str("<td>active</td>"),
+        }
+        if !ctx.read_only {
+            let action = if row.paused_at.is_some() {
+                button(&ctx, "queues/resume", &[("queue", queue)], "Resume", "")
+            } else {
+                button(&ctx, "queues/pause", &[("queue", queue)], "Pause", "")
+            };
+            let _ = write!(b, "<td>{action}</td>");
+        }
+        b.push_str("</tr>");
+    }
+    b.push_str("<tr><th>all queues</th>");
+    for (i, s) in TaskState::ALL.into_iter().enumerate() {
+        let _ = write!(
+            b,
+            r#"<th class="n"><a href="{root}tasks?state={s}">{}</a></th>"#,
+            totals[i]
+        );
+    }
+    b.push_str("<th></th><th></th><th></th>");
+    if !ctx.read_only {
+        b.push_str("<th></th>");
+    }
+    b.push_str("</tr></table>");
+    let _ = write!(
+        b,
+        r#"<p id="counts-note">Pending and running: exact, now. Succeeded, dead, canceled and expired: exact as of {} (recounted at most every {} s; tasks deleted by retention are not counted).</p>"#,
+        time(&stats.terminal_at),
+        st.terminal_max_age.as_secs()
+    );
+
+    // Throughput.
+    let finished = [
+        TaskState::Succeeded,
+        TaskState::Dead,
+        TaskState::Canceled,
+        TaskState::Expired,
+    ];
+    let mut grid = vec![[0u64; 4]; minutes as usize];
+    for p in &stats.finished {
+        if let (Some(m), Some(i)) = (
+            grid.get_mut(p.minutes_ago as usize),
+            finished.iter().position(|s| *s == p.state),
+        ) {
+            m[i] = p.count;
+        }
+    }
+    let failed = crate::stats::failed_grid(&stats.failed, minutes);
+    let peak = grid
+        .iter()
+        .flatten()
+        .chain(failed.iter().flatten())
+        .copied()
+        .max()
+        .unwrap_or(0)
+        .max(1);
+    let _ = write!(
+        b,
+        "<h2>Per minute</h2><p>Last {minutes} minutes. Tasks finished, by <code>finished_at</code>; failed attempts (<code>failed</code>, <code>timed_out</code>, <code>panicked</code>) and lost leases (the worker stopped renewing; counted when the reaper took the task back), from the attempt histories. Tasks deleted by retention are not counted.</p><table id=\"throughput\"><tr><th>Minute</th>"
+    );
+    for s in finished {
+        let _ = write!(b, "<th>{s}</th>");
+    }
+    b.push_str("<th>failed attempts</th><th>lease lost</th><th></th></tr>");
+    for (ago, counts) in grid.iter().enumerate() {
+        let label = if ago == 0 {
+            "last 60 s".to_owned()
+        } else {
+            format!("{ago} min ago")
+        };
+        let _ = write!(b, "<tr><td>{label}</td>");
+        for n in counts {
+            let _ = write!(b, r#"<td class="n">{n}</td>"#);
+        }
+        let [fails, lost] = failed[ago];
+        let _ = write!(
+            b,
+            r#"<td class="n failed">{fails}</td><td class="n lease-lost">{lost}</td>"#
+        );
+        let bar = |n: u64, class: &str| {
+            format!(
+                r#"<span class="bar {class}" style="width:{}px"></span>"#,
+                n * 200 / peak
+            )
+        };
+        let _ = write!(
+            b,
+            "<td>{}{}{}{}</td></tr>",
+            bar(counts[0], ""),
+            bar(counts[1], "dead"),
+            bar(counts[2], "canceled"),
+            bar(fails, "failed")
+        );
+    }
+    b.push_str("</table>");
+
+    // Due tasks no live worker handles.
+    if !unhandled.rows.is_empty() {
+        let _ = write!(
+            b,
+            r#"<h2>Tasks no live worker handles</h2><p class="error">No alive worker works these queues and registers these task names, so their due tasks stay pending. Run a worker that registers them, or cancel them. (Counted at {}.)</p><table id="unhandled"><tr><th>Queue</th><th>Task</th><th>Due</th><th>Due for</th></tr>"#,
+            time(&unhandled.at)
+        );
+        for p in &unhandled.rows {
+            let _ = write!(
+                b,
+                r#"<tr><td>{}</td><td><a href="{root}tasks?queue={}&amp;name={}&amp;state=pending">{}</a></td><td class="n">{}</td><td>{}</td></tr>"#,
+                esc(&p.queue),
+                url(&p.queue),
+                url(&p.name),
+                esc(&p.name),
+                p.due,
+                age((unhandled.at - p.oldest_run_at).num_seconds())
+            );
+        }
+        b.push_str("</table>");
+    }
+
+    // Workers.
+    b.push_str("<h2>Workers</h2>");
+    if workers.is_empty() {
+        b.push_str("<p>No worker recorded.</p>");
+    } else {
+        b.push_str("<table id=\"workers\"><tr><th>Worker</th><th>Host</th><th>PID</th><th>Queues</th><th>Running</th><th>Status</th><th>Last beat</th></tr>");
+        for w in &workers {
+            let queues: Vec<String> = w
+                .queues
+                .iter()
+                .map(|(q, n)| format!("{}×{n}", esc(q)))
+                .collect();
+            let status = worker_status_cell(w);
+            let _ = write!(
+                b,
+                r#"<tr data-worker="{}"><td>{}</td><td>{}</td><td class="n">{}</td><td>{}</td><td class="n">{}</td><td>{status}</td><td title="{}">{} ago</td></tr>"#,
+                esc(&w.id),
+                esc(&w.id),
+                esc(&w.host),
+                w.pid,
+                queues.join(", "),
+                w.running,
+                time_us(&w.last_seen_at),
+                age(w.last_seen_ago.as_secs() as i64)
+            );
+        }
+        b.push_str("</table>");
+        if workers.iter().any(|w| w.status == WorkerStatus::Lost) {
+            b.push_str("<p>Lost: no heartbeat for two of its heartbeat intervals, and no goodbye (crashed, killed, hung or cut off from the database). Its running tasks stay claimed until their leases end, then return to pending.</p>");
+        }
+    }
+
+    if !ctx.read_only {
+        let _ = write!(
+            b,
+            r#"<h2>Bulk actions</h2><p>Each shows how many tasks match and asks for confirmation first.</p>
+<form method="get" action="{root}bulk" class="filters">
+<select name="action" aria-label="action"><option value="retry">Retry dead tasks</option><option value="cancel">Cancel pending/running tasks</option><option value="purge">Purge dead tasks (all queues)</option></select>
+<input name="queue" placeholder="queue (any)" aria-label="queue"><input name="name" placeholder="task name (any)" aria-label="task name"><input name="older_than" placeholder="older than (e.g. 1h)" aria-label="older than">
+<button type="submit">Review…</button></form>"#
+        );
+    }
+    respond(StatusCode::OK, page(&ctx, "Overview", &b, refresh))
+}
