@@ -147,8 +147,10 @@ pub struct LapsedRow {
     pub max_attempts: u32,
     /// The worker that held the lease.
     pub worker_id: Option<String>,
-    /// The unique identity the reap frees (the task goes dead or canceled), if it holds one.
-    pub frees: Option<Vec<u8>>,
+    /// The task's unique identity, if it is unique (what the reap frees: [`Self::frees`]).
+    pub unique_key: Option<Vec<u8>>,
+    /// Its `unique_while` (`pending`, `running` or `window`).
+    pub unique_while: Option<String>,
     /// A cancel was requested: the reap cancels the task.
     pub canceled: bool,
     /// The reading worker registers the task's name (so it knows its `on_dead` follow-up).
@@ -173,6 +175,24 @@ impl LapsedRow {
     /// longer counts against its queue's concurrency limit.
     pub fn parks(&self) -> bool {
         !self.canceled && self.attempt >= self.max_attempts && !self.registered
+    }
+
+    /// The unique identity the reap frees, as `rules::frees_identity` decides for the end the
+    /// reap gives the task: `canceled` on a cancel request, `dead` when it [goes
+    /// dead](Self::goes_dead), `pending` otherwise (which frees nothing). An identity held while
+    /// pending was freed when the task was claimed.
+    pub fn frees(&self) -> Option<Vec<u8>> {
+        let to = if self.canceled {
+            TaskState::Canceled
+        } else if self.goes_dead() {
+            TaskState::Dead
+        } else {
+            TaskState::Pending
+        };
+        let held = self.unique_while.as_deref()?;
+        (held != "pending" && crate::rules::frees_identity(held, to))
+            .then(|| self.unique_key.clone())
+            .flatten()
     }
 }
 

@@ -443,10 +443,7 @@ pub async fn an_expired_lease_is_reaped_back_to_pending_keeping_its_run_at<D: Dr
     assert_eq!((r.name.as_str(), r.queue.as_str()), ("a", "q"));
     assert_eq!((r.attempt, r.max_attempts), (1, 3));
     assert_eq!(r.worker_id.as_deref(), Some(W));
-    assert_eq!(
-        (r.frees.as_deref(), r.canceled, r.registered),
-        (None, false, true)
-    );
+    assert_eq!((r.frees(), r.canceled, r.registered), (None, false, true));
     assert_eq!(r.payload, None, "read only for a task the reap buries");
     assert_eq!(r.trace_context.as_deref(), Some("00-reap"));
     assert!(!r.goes_dead() && !r.parks());

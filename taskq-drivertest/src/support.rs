@@ -190,7 +190,7 @@ pub(crate) fn reap_row(r: &LapsedRow) -> ReapRow {
     ReapRow {
         id: r.id,
         epoch: r.lease_epoch,
-        frees: r.frees.clone(),
+        frees: r.frees(),
         canceled: r.canceled,
         parks: r.parks(),
         follow_up: None,

@@ -215,10 +215,7 @@ impl Leases for MySqlDriver {
             LapsedRow,
             r#"SELECT id AS "id: u64", lease_epoch AS "lease_epoch: u64", name, queue,
                  attempt AS "attempt: u32", max_attempts AS "max_attempts: u32", worker_id,
-                 IF((cancel_requested_at IS NOT NULL
-                     OR (attempt >= max_attempts AND JSON_CONTAINS(?, JSON_QUOTE(name))))
-                      AND unique_while IN ('running', 'window'), unique_key, NULL)
-                   AS "frees: Vec<u8>",
+                 unique_key AS "unique_key: Vec<u8>", unique_while,
                  (cancel_requested_at IS NOT NULL) AS "canceled!: bool",
                  (JSON_CONTAINS(?, JSON_QUOTE(name)) = 1) AS "registered!: bool",
                  IF(attempt >= max_attempts AND cancel_requested_at IS NULL
@@ -229,7 +226,6 @@ impl Leases for MySqlDriver {
                WHERE state = 'running' AND lease_until < UTC_TIMESTAMP(6)
                ORDER BY lease_until
                LIMIT ?"#,
-            names_json,
             names_json,
             names_json,
             limit

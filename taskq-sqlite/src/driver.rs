@@ -668,7 +668,10 @@ impl Leases for SqliteDriver {
                 attempt: r.attempt,
                 max_attempts: r.max_attempts,
                 worker_id: r.worker_id,
-                frees: None, // freed by state in the reap's transaction
+                // Not read: the reap frees identities by the state it leaves (see
+                // `identities::release_ended`), so `frees()` is `None` here.
+                unique_key: None,
+                unique_while: None,
                 canceled: r.canceled,
                 registered: r.registered,
                 payload: r.payload,

@@ -278,7 +278,7 @@ fn plan(shared: &Shared, r: &LapsedRow) -> ReapRow {
     ReapRow {
         id: r.id,
         epoch: r.lease_epoch,
-        frees: r.frees.clone(),
+        frees: r.frees(),
         canceled: r.canceled,
         parks: r.parks(),
         follow_up,
