@@ -223,9 +223,13 @@ pub struct WebArgs {
     /// Address to listen on
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
     pub listen: std::net::SocketAddr,
-    /// Bearer token (Authorization: Bearer, or on the login page); at least 8 characters
+    /// Bearer token (Authorization: Bearer, or on the login page); at least 8 characters.
+    /// Prefer TASKQ_WEB_TOKEN or --token-file: a flag's value shows in the process list
     #[arg(long, env = "TASKQ_WEB_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+    /// Read the bearer token from this file (trailing newline ignored)
+    #[arg(long, value_name = "PATH", conflicts_with = "token")]
+    pub token_file: Option<std::path::PathBuf>,
     /// Basic credentials (the browser asks for them, or the login page)
     #[arg(
         long,
@@ -234,9 +238,27 @@ pub struct WebArgs {
         value_name = "USER:PASSWORD"
     )]
     pub basic: Option<String>,
-    /// Serve without authentication (only behind something that authenticates)
-    #[arg(long, conflicts_with_all = ["token", "basic"])]
+    /// Serve without authentication (only behind something that authenticates); refused on
+    /// a non-loopback --listen address unless --allow-public-no-auth is given too
+    #[arg(long, conflicts_with_all = ["token", "token_file", "basic"])]
     pub insecure_no_auth: bool,
+    /// Allow --insecure-no-auth on a non-loopback address (anyone who reaches it can change tasks)
+    #[arg(long, requires = "insecure_no_auth")]
+    pub allow_public_no_auth: bool,
+    /// A Host name the dashboard answers (repeat, or comma-separate in the variable);
+    /// default: the --listen address (with localhost for a loopback one), any name when
+    /// listening on every interface with authentication on
+    #[arg(
+        long = "allowed-host",
+        env = "TASKQ_WEB_ALLOWED_HOSTS",
+        value_delimiter = ',',
+        value_name = "HOST[:PORT]"
+    )]
+    pub allowed_hosts: Vec<String>,
+    /// Read the secret that signs sessions from this file (at least 32 bytes; replicas behind
+    /// one load balancer share it); default: a random secret per process
+    #[arg(long, env = "TASKQ_WEB_SESSION_SECRET_FILE", value_name = "PATH")]
+    pub session_secret_file: Option<std::path::PathBuf>,
     /// Refuse every change and hide the controls that make them
     #[arg(long)]
     pub read_only: bool,

@@ -13,14 +13,58 @@ pub async fn web(client: Client, args: &WebArgs) -> Result<(), Failure> {
     if let Some(token) = &args.token {
         builder = builder.bearer_token(token.clone());
     }
+    if let Some(path) = &args.token_file {
+        let token = std::fs::read_to_string(path).map_err(|e| {
+            Failure::new(
+                EXIT_USAGE,
+                format!("cannot read --token-file {}: {e}", path.display()),
+            )
+        })?;
+        builder = builder.bearer_token(token.trim_end_matches(['\r', '\n']));
+    }
+    if let Some(path) = &args.session_secret_file {
+        let secret = std::fs::read(path).map_err(|e| {
+            Failure::new(
+                EXIT_USAGE,
+                format!("cannot read --session-secret-file {}: {e}", path.display()),
+            )
+        })?;
+        builder = builder.session_secret(secret);
+    }
     if let Some(basic) = &args.basic {
         let Some((user, password)) = basic.split_once(':') else {
             return Err(Failure::new(EXIT_USAGE, "--basic takes USER:PASSWORD"));
         };
         builder = builder.basic_auth(user, password);
     }
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .map_err(|e| Failure::new(EXIT_OTHER, format!("cannot listen on {}: {e}", args.listen)))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| Failure::new(EXIT_OTHER, e.to_string()))?;
+    let loopback = addr.ip().is_loopback();
     if args.insecure_no_auth {
+        if !loopback && !args.allow_public_no_auth {
+            return Err(Failure::new(
+                EXIT_USAGE,
+                format!(
+                    "--insecure-no-auth on {}, which is not a loopback address, would let anyone who reaches it change tasks: listen on 127.0.0.1, set credentials, or add --allow-public-no-auth",
+                    addr
+                ),
+            ));
+        }
         builder = builder.insecure_no_auth();
+    }
+    match allowed_hosts(args, addr) {
+        Some(hosts) => builder = builder.allowed_hosts(hosts),
+        None if args.insecure_no_auth && !loopback => {
+            return Err(Failure::new(
+                EXIT_USAGE,
+                "--insecure-no-auth on every interface needs --allowed-host: the names the dashboard answers",
+            ));
+        }
+        None => {}
     }
     let dashboard = builder
         .build()
@@ -35,12 +79,6 @@ pub async fn web(client: Client, args: &WebArgs) -> Result<(), Failure> {
         }
         _ => dashboard.router(),
     };
-    let listener = tokio::net::TcpListener::bind(args.listen)
-        .await
-        .map_err(|e| Failure::new(EXIT_OTHER, format!("cannot listen on {}: {e}", args.listen)))?;
-    let addr = listener
-        .local_addr()
-        .map_err(|e| Failure::new(EXIT_OTHER, e.to_string()))?;
     println!(
         "taskq web: serving the dashboard at http://{addr}{}{}",
         prefix.unwrap_or(""),
@@ -50,11 +88,36 @@ pub async fn web(client: Client, args: &WebArgs) -> Result<(), Failure> {
             "/"
         }
     );
+    let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown_signal())
         .await
         .map_err(|e| Failure::new(EXIT_OTHER, format!("server error: {e}")))?;
     Ok(())
+}
+
+/// The Host names to answer: `--allowed-host`, or the `--listen` address (with `localhost`
+/// for a loopback one); `None` (any name, or the library's default) when listening on every
+/// interface.
+fn allowed_hosts(args: &WebArgs, addr: std::net::SocketAddr) -> Option<Vec<String>> {
+    if !args.allowed_hosts.is_empty() {
+        return Some(args.allowed_hosts.clone());
+    }
+    let (ip, port) = (addr.ip(), addr.port());
+    if ip.is_unspecified() {
+        return None;
+    }
+    let own = addr.to_string();
+    if ip.is_loopback() {
+        Some(vec![
+            format!("localhost:{port}"),
+            format!("127.0.0.1:{port}"),
+            format!("[::1]:{port}"),
+            own,
+        ])
+    } else {
+        Some(vec![own])
+    }
 }
 
 /// Ctrl-C, or SIGTERM on Unix.

@@ -1583,6 +1583,24 @@ async fn web_serves_the_dashboard_and_refuses_to_start_without_credentials() {
     );
     let bad_basic = taskq(Some(url(&db)), &["web", "--basic", "nocolon"]).await;
     assert_eq!(bad_basic.code, 2, "{bad_basic:?}");
+    // No authentication on an address others reach: refused, unless asked for twice, and
+    // then only with the host names to answer.
+    let public = ["web", "--listen", "0.0.0.0:0", "--insecure-no-auth"];
+    let refused = taskq(Some(url(&db)), &public).await;
+    assert_eq!(refused.code, 2, "{refused:?}");
+    assert!(
+        refused.stderr.contains("--allow-public-no-auth"),
+        "{}",
+        refused.stderr
+    );
+    let twice = [&public[..], &["--allow-public-no-auth"]].concat();
+    let no_hosts = taskq(Some(url(&db)), &twice).await;
+    assert_eq!(no_hosts.code, 2, "{no_hosts:?}");
+    assert!(
+        no_hosts.stderr.contains("--allowed-host"),
+        "{}",
+        no_hosts.stderr
+    );
 
     ping(&db, 1).await;
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_taskq"))
@@ -1613,13 +1631,13 @@ async fn web_serves_the_dashboard_and_refuses_to_start_without_credentials() {
         .and_then(|rest| rest.strip_suffix("/ops"))
         .unwrap_or_else(|| panic!("unexpected first line: {line}"))
         .to_owned();
-    let get = |path: &'static str, auth: &'static str| {
+    let get_as = |host: String, path: &'static str, auth: &'static str| {
         let addr = addr.clone();
         async move {
             use tokio::io::{AsyncReadExt, AsyncWriteExt};
             let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
             let req = format!(
-                "{path} HTTP/1.1\r\nHost: x\r\nAuthorization: {auth}\r\nContent-Type: application/json\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                "{path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: {auth}\r\nContent-Type: application/json\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
             );
             s.write_all(req.as_bytes()).await.unwrap();
             let mut out = String::new();
@@ -1627,6 +1645,23 @@ async fn web_serves_the_dashboard_and_refuses_to_start_without_credentials() {
             out
         }
     };
+    let get = |path: &'static str, auth: &'static str| get_as(addr.clone(), path, auth);
+    // Only the listen address's names are answered (DNS rebinding).
+    let port = addr.rsplit(':').next().unwrap().to_owned();
+    let rebound = get_as(
+        format!("evil.example:{port}"),
+        "GET /ops/api/v1/queues",
+        "Bearer cli-token-123",
+    )
+    .await;
+    assert!(rebound.starts_with("HTTP/1.1 421"), "{rebound}");
+    let local = get_as(
+        format!("localhost:{port}"),
+        "GET /ops/api/v1/queues",
+        "Bearer cli-token-123",
+    )
+    .await;
+    assert!(local.starts_with("HTTP/1.1 200"), "{local}");
     let stats = get("GET /ops/api/v1/queues", "Bearer cli-token-123").await;
     assert!(stats.starts_with("HTTP/1.1 200"), "{stats}");
     assert!(stats.contains("\"queue\":\"default\""), "{stats}");

@@ -383,7 +383,8 @@ async fn web_serves_the_dashboard_of_a_sqlite_file() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
     s.write_all(
-        b"GET /api/v1/queues HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sqlite-token\r\nConnection: close\r\n\r\n",
+        format!("GET /api/v1/queues HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer sqlite-token\r\nConnection: close\r\n\r\n")
+            .as_bytes(),
     )
     .await
     .unwrap();

@@ -88,6 +88,15 @@ fn failure(e: &Error) -> Response {
     error(status, code, &e.to_string())
 }
 
+/// The 404 of a path the API does not serve.
+pub(crate) async fn not_found() -> Response {
+    error(
+        StatusCode::NOT_FOUND,
+        "not_found",
+        "no such endpoint: see api/v1/openapi.json",
+    )
+}
+
 fn bad_request(message: &str) -> Response {
     error(StatusCode::BAD_REQUEST, "bad_request", message)
 }
@@ -148,6 +157,17 @@ async fn queue_pause(
     Extension(actor): Extension<ApiActor>,
     Path(queue): Path<String>,
 ) -> Response {
+    match crate::stats::queue_exists(&st, &queue).await {
+        Ok(true) => {}
+        Ok(false) => {
+            return error(
+                StatusCode::NOT_FOUND,
+                "unknown_queue",
+                &crate::stats::unknown_queue(&queue),
+            );
+        }
+        Err(e) => return failure(&e),
+    }
     match st
         .client
         .clone()

@@ -13,9 +13,13 @@
 //!   enqueue a task by name with a JSON payload, checked against the tasks registered in the
 //!   serving binary ([`taskq::registry::registration`]).
 //! - **Safety**: authentication is on unless turned off explicitly
-//!   ([`DashboardBuilder::insecure_no_auth`]); a read-only mode hides and refuses every change;
-//!   every form POST carries a CSRF token; everything read from the database is HTML-escaped;
-//!   page sizes are capped and bulk changes run through taskq's batched bulk APIs.
+//!   ([`DashboardBuilder::insecure_no_auth`]); failed sign-ins are throttled and logged;
+//!   sessions are signed with a random (or configured) secret, capped in lifetime and ended by
+//!   logout; every change, in every mode, must come from the same origin (`Origin` /
+//!   `Sec-Fetch-Site`), API changes must be JSON, and form POSTs carry a CSRF token bound to
+//!   the session; only the allowed `Host` names are answered; a read-only mode hides and
+//!   refuses every change; everything read from the database is HTML-escaped; page sizes are
+//!   capped and bulk changes run through taskq's batched bulk APIs.
 //!
 //! ```no_run
 //! use axum::Router;
@@ -52,6 +56,11 @@ pub const DEFAULT_PAGE_SIZE: u32 = 50;
 /// Largest page size [`DashboardBuilder::max_page_size`] accepts.
 pub const MAX_PAGE_SIZE: u32 = 1_000;
 
+/// Longest [`DashboardBuilder::session_ttl`].
+pub const MAX_SESSION_TTL: Duration = Duration::from_secs(30 * 86_400);
+/// Fewest bytes of a [`DashboardBuilder::session_secret`].
+pub const MIN_SESSION_SECRET_LEN: usize = auth::MIN_SECRET_LEN;
+
 /// Default of [`DashboardBuilder::terminal_counts_max_age`].
 pub const DEFAULT_TERMINAL_COUNTS_MAX_AGE: Duration = Duration::from_secs(30);
 
@@ -83,6 +92,8 @@ pub struct DashboardBuilder {
     refresh: Duration,
     secure_cookies: bool,
     session_ttl: Duration,
+    session_secret: Option<Vec<u8>>,
+    allowed_hosts: Option<Vec<String>>,
 }
 
 /// The dashboard and API: build it with [`Dashboard::builder`], serve [`Dashboard::router`].
@@ -138,6 +149,8 @@ impl Dashboard {
             refresh: Duration::from_secs(5),
             secure_cookies: false,
             session_ttl: Duration::from_secs(12 * 3600),
+            session_secret: None,
+            allowed_hosts: None,
         }
     }
 
@@ -147,14 +160,22 @@ impl Dashboard {
     /// prefix (including behind a proxy that strips one).
     pub fn router(&self) -> Router {
         let state = self.inner.clone();
-        let pages = pages::routes().route_layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            auth::guard,
-        ));
-        let api = api::router().route_layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            auth::api_guard,
-        ));
+        // `layer`, not `route_layer`: unknown paths under the dashboard get its guard too
+        // (no probing without credentials) and its own 404 (an error page, a JSON error).
+        let pages =
+            pages::routes()
+                .fallback(pages::not_found)
+                .layer(axum::middleware::from_fn_with_state(
+                    state.clone(),
+                    auth::guard,
+                ));
+        let api =
+            api::router()
+                .fallback(api::not_found)
+                .layer(axum::middleware::from_fn_with_state(
+                    state.clone(),
+                    auth::api_guard,
+                ));
         Router::new()
             .merge(pages)
             .nest("/api/v1", api)
@@ -184,7 +205,10 @@ impl DashboardBuilder {
 
     /// Serves everything without authentication. Only for a dashboard that something else
     /// protects (an authenticating proxy, an auth layer of your app around the router, a
-    /// loopback-only listener on a single-user machine).
+    /// loopback-only listener on a single-user machine). Changes are still refused from
+    /// other sites (origin checks, JSON-only API changes, CSRF tokens), and unless
+    /// [`allowed_hosts`](Self::allowed_hosts) says otherwise only the loopback host names are
+    /// answered.
     pub fn insecure_no_auth(mut self) -> Self {
         self.no_auth = true;
         self
@@ -240,9 +264,36 @@ impl DashboardBuilder {
         self
     }
 
-    /// How long a login-page session lasts (default 12 hours).
+    /// How long a login-page session lasts from sign-in (default 12 hours, at most
+    /// [`MAX_SESSION_TTL`]); a session cookie claiming more is refused.
     pub fn session_ttl(mut self, ttl: Duration) -> Self {
         self.session_ttl = ttl;
+        self
+    }
+
+    /// The secret that signs session cookies and CSRF tokens: at least
+    /// [`MIN_SESSION_SECRET_LEN`] bytes, e.g. 32 random bytes from a secret store. Replicas
+    /// behind one load balancer must share it to accept each other's sessions. Default: a
+    /// random secret per process (sessions end when it restarts). Session keys are derived
+    /// from the secret *and* the credentials, so changing the token or password ends every
+    /// session.
+    pub fn session_secret(mut self, secret: impl AsRef<[u8]>) -> Self {
+        self.session_secret = Some(secret.as_ref().to_vec());
+        self
+    }
+
+    /// The `Host` names (`dash.example.com`, or with a port, `dash.example.com:8443`) the
+    /// dashboard answers; any other gets 421, which defeats DNS rebinding. An `Origin` naming
+    /// one of them also counts as same-origin for changes (for a proxy that rewrites `Host`),
+    /// so list only names that serve this dashboard.
+    /// Default: with authentication off, the loopback names only (`localhost`, `127.0.0.1`,
+    /// `[::1]`, any port); with authentication on, any name.
+    pub fn allowed_hosts<I, S>(mut self, hosts: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.allowed_hosts = Some(hosts.into_iter().map(Into::into).collect());
         self
     }
 
@@ -281,18 +332,44 @@ impl DashboardBuilder {
                 "throughput_minutes must be between 1 and 60".into(),
             ));
         }
-        if self.session_ttl.is_zero() {
-            return Err(ConfigError("session_ttl must not be zero".into()));
+        if self.session_ttl.is_zero() || self.session_ttl > MAX_SESSION_TTL {
+            return Err(ConfigError(
+                "session_ttl must be between 1 s and 30 days".into(),
+            ));
         }
+        if let Some(secret) = &self.session_secret
+            && secret.len() < MIN_SESSION_SECRET_LEN
+        {
+            return Err(ConfigError(format!(
+                "the session secret must have at least {MIN_SESSION_SECRET_LEN} bytes"
+            )));
+        }
+        let hosts = match &self.allowed_hosts {
+            Some(list) if list.is_empty() => {
+                return Err(ConfigError(
+                    "allowed_hosts must name at least one host".into(),
+                ));
+            }
+            Some(list) => auth::Hosts::Only(
+                list.iter()
+                    .map(|h| auth::HostPattern::parse(h))
+                    .collect::<Result<_, _>>()
+                    .map_err(ConfigError)?,
+            ),
+            None if self.no_auth => auth::Hosts::Loopback,
+            None => auth::Hosts::Any,
+        };
         Ok(Dashboard {
             inner: Arc::new(Inner {
                 client: self.client,
-                auth: auth::Auth::new(
-                    self.token,
-                    self.basic,
-                    self.secure_cookies,
-                    self.session_ttl,
-                ),
+                auth: auth::Auth::new(auth::AuthConfig {
+                    token: self.token,
+                    basic: self.basic,
+                    secure: self.secure_cookies,
+                    session_ttl: self.session_ttl,
+                    secret: self.session_secret,
+                    hosts,
+                }),
                 read_only: self.read_only,
                 page_size: self.page_size.min(self.max_page_size),
                 max_page_size: self.max_page_size,

@@ -8,6 +8,8 @@
 //!   refreshes the ones in `docs/dashboard/`).
 //! - Markup and script stored in names, queues, payloads and errors is shown as text and
 //!   never runs.
+//! - A page on another origin, opened in the same browser, tries every change of a dashboard
+//!   served without authentication (forms, `fetch` in every mode); none happens.
 //!
 //! Without chromedriver or Chromium installed the tests say they were skipped and pass, unless
 //! `TASKQ_REQUIRE_BROWSER=1` (CI) makes that a failure.
@@ -20,7 +22,7 @@ use std::time::Duration;
 use serde_json::Value;
 use support::browser::Browser;
 use support::rows::{Row, insert_row, state_of_row};
-use support::{TOKEN, serve};
+use support::{TOKEN, serve, serve_with};
 use taskq::TaskError;
 use taskq_tests::{RunningWorker, fast_worker, wait_until};
 
@@ -581,4 +583,174 @@ async fn a_failing_browser_test_leaves_no_profile_or_process_behind() {
     assert!(!dir.exists(), "{} is removed after quit", dir.display());
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(!dir.exists(), "{} stays removed after quit", dir.display());
+}
+
+/// The attacker's page: a text/plain form that spells JSON, `fetch` without CORS (simple
+/// requests), `fetch` with a JSON content type (preflighted), and the pages' own forms, each
+/// aimed at the dashboard at `dash`; it reports to its own server after each attempt, so the
+/// test knows the script ran.
+fn evil_page(dash: &str, pending: u64, dead: u64) -> String {
+    format!(
+        r#"<!doctype html><html><body>
+<iframe name="sink" style="display:none"></iframe>
+<form id="plain" method="post" enctype="text/plain" target="sink" action="{dash}/api/v1/tasks">
+<input name='{{"name":"send_receipt","payload":{{"order":666,"x":"' value='"}}}}'></form>
+<form id="pause" method="post" target="sink" action="{dash}/queues/pause">
+<input name="queue" value="billing"></form>
+<form id="retry" method="post" target="sink" action="{dash}/tasks/{dead}/retry"></form>
+<script>
+const report = (what) => fetch('/report?' + what).catch(() => {{}});
+const attempt = async (what, url, init) => {{
+  try {{ const r = await fetch(url, init); await report(what + '=' + r.type + ':' + r.status); }}
+  catch (e) {{ await report(what + '=error'); }}
+}};
+(async () => {{
+  document.getElementById('plain').submit();
+  await new Promise(r => setTimeout(r, 300));
+  document.getElementById('pause').submit();
+  await new Promise(r => setTimeout(r, 300));
+  document.getElementById('retry').submit();
+  await new Promise(r => setTimeout(r, 300));
+  const text = {{method: 'POST', mode: 'no-cors', headers: {{'Content-Type': 'text/plain'}}}};
+  await attempt('enqueue_plain', '{dash}/api/v1/tasks', {{...text, body: '{{"name":"send_receipt","payload":{{"order":667}}}}'}});
+  await attempt('cancel_plain', '{dash}/api/v1/tasks/{pending}/cancel', {{...text, body: '{{}}'}});
+  await attempt('retry_plain', '{dash}/api/v1/tasks/{dead}/retry', {{...text, body: '{{}}'}});
+  await attempt('pause_plain', '{dash}/api/v1/queues/billing/pause', {{...text, body: '{{}}'}});
+  const json = {{method: 'POST', headers: {{'Content-Type': 'application/json'}}, body: '{{}}'}};
+  await attempt('cancel_json', '{dash}/api/v1/tasks/{pending}/cancel', json);
+  await attempt('read_tasks', '{dash}/api/v1/tasks', {{}});
+  await report('done=1');
+}})();
+</script></body></html>"#
+    )
+}
+
+/// A dashboard served without authentication (the loopback-only, single-user setup) and a
+/// page on another origin in the same browser: the page tries every change the dashboard
+/// offers; none happens, and the page cannot read the API either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_on_another_origin_changes_nothing_in_chromium() {
+    let Some(b) = Browser::start("a_page_on_another_origin_changes_nothing_in_chromium").await
+    else {
+        return;
+    };
+    let Some(served) = serve_with("", |d| d.insecure_no_auth()).await else {
+        return;
+    };
+    let db = &served.db;
+    let pending = SendReceipt { order: 1 }
+        .enqueue(&db.pool)
+        .await
+        .unwrap()
+        .id
+        .0;
+    let dead = insert_row(
+        db,
+        Row {
+            queue: "billing",
+            name: "charge_card",
+            payload: r#"{"order":2,"cents":5}"#,
+            state: "dead",
+            ..Row::default()
+        },
+    )
+    .await;
+    let count = || async {
+        sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM taskq_tasks")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap()
+    };
+    let before = count().await;
+
+    // The attacker's site: another origin (`localhost` vs `127.0.0.1`, another port).
+    let dash = format!("http://{}", served.addr);
+    let reports = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let page = evil_page(&dash, pending, dead);
+    let evil = {
+        let reports = reports.clone();
+        axum::Router::new()
+            .route(
+                "/",
+                axum::routing::get(move || {
+                    let page = page.clone();
+                    async move { axum::response::Html(page) }
+                }),
+            )
+            .route(
+                "/report",
+                axum::routing::get(move |uri: axum::http::Uri| {
+                    let reports = reports.clone();
+                    async move {
+                        reports
+                            .lock()
+                            .unwrap()
+                            .push(uri.query().unwrap_or("").to_owned());
+                    }
+                }),
+            )
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let evil_port = listener.local_addr().unwrap().port();
+    let evil_server = tokio::spawn(async move {
+        axum::serve(listener, evil).await.unwrap();
+    });
+
+    b.open(&format!("http://localhost:{evil_port}/")).await;
+    let watched = reports.clone();
+    wait_until(
+        Duration::from_secs(20),
+        "the attacker's script finishes",
+        || {
+            let reports = watched.clone();
+            async move { reports.lock().unwrap().iter().any(|r| r == "done=1") }
+        },
+    )
+    .await;
+    let seen = reports.lock().unwrap().clone();
+    // Every attempt was made; the simple requests went out (opaque answers), the preflighted
+    // and the read failed in the browser.
+    for what in [
+        "enqueue_plain",
+        "cancel_plain",
+        "retry_plain",
+        "pause_plain",
+    ] {
+        assert!(
+            seen.iter().any(|r| r == &format!("{what}=opaque:0")),
+            "{what}: {seen:?}"
+        );
+    }
+    assert!(seen.iter().any(|r| r == "cancel_json=error"), "{seen:?}");
+    assert!(seen.iter().any(|r| r == "read_tasks=error"), "{seen:?}");
+
+    // Nothing changed.
+    let client = taskq::Client::new(db.pool.clone());
+    assert_eq!(count().await, before, "a task was enqueued");
+    assert_eq!(
+        state_of_row(db, pending).await.as_deref(),
+        Some("pending"),
+        "the pending task was canceled"
+    );
+    assert_eq!(
+        state_of_row(db, dead).await.as_deref(),
+        Some("dead"),
+        "the dead task was retried"
+    );
+    assert!(
+        client.paused_queues().await.unwrap().is_empty(),
+        "a queue was paused"
+    );
+
+    // The same browser on the dashboard's own pages can change things (the refusals above
+    // are about the origin, not a broken dashboard).
+    b.open(&format!("{dash}/tasks/{dead}")).await;
+    b.click("form[action$='retry'] button").await;
+    wait_until(
+        Duration::from_secs(10),
+        "a retry from the dashboard's own page",
+        || async { state_of_row(db, dead).await.as_deref() == Some("pending") },
+    )
+    .await;
+    evil_server.abort();
 }

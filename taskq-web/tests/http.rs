@@ -134,8 +134,9 @@ async fn authentication_of_pages_and_api() {
         .status,
         StatusCode::UNAUTHORIZED
     );
-    // A POST with Basic credentials must be JSON (browsers resend Basic credentials).
+    // A POST must be JSON, whatever the credentials (browsers resend Basic credentials).
     a.db.count("1").await;
+    insert(&a.db, "q1", "t", "{}", "pending").await;
     let basic_form = send(
         r,
         Method::POST,
@@ -178,8 +179,9 @@ async fn login_page_sets_a_session_cookie_and_logout_ends_it() {
     let r = &a.router;
     let login = send(r, Method::GET, "/login", Cred::None, &[], None).await;
     assert_eq!(login.status, StatusCode::OK);
-    let csrf = login.set_cookie("taskq_csrf").unwrap();
-    let cookie = format!("taskq_csrf={csrf}");
+    let nonce = login.set_cookie("taskq_csrf").unwrap();
+    let csrf = login.csrf_field().unwrap();
+    let cookie = format!("taskq_csrf={nonce}");
     let post = |fields: Vec<(&'static str, String)>, cookie: String| {
         let body = fields
             .iter()
@@ -243,7 +245,7 @@ async fn login_page_sets_a_session_cookie_and_logout_ends_it() {
     .await;
     assert_eq!(api.status, StatusCode::UNAUTHORIZED);
     // A forged session is refused.
-    let forged = format!("taskq_session=99999999999.{}; {cookie}", "0".repeat(64));
+    let forged = format!("taskq_session=00.99999999999.{}; {cookie}", "0".repeat(64));
     assert_eq!(
         send(
             r,
@@ -257,14 +259,29 @@ async fn login_page_sets_a_session_cookie_and_logout_ends_it() {
         .status,
         StatusCode::UNAUTHORIZED
     );
-    // Logout clears the cookie.
-    let out = send(
+    // Logout clears the cookie (with the token of the signed-in pages' forms: the login
+    // page's token was bound to no session and is refused).
+    let stale = send(
         r,
         Method::POST,
         "/logout",
         Cred::None,
         &[("cookie", &both)],
         Some(("application/x-www-form-urlencoded", format!("csrf={csrf}"))),
+    )
+    .await;
+    assert_eq!(stale.status, StatusCode::FORBIDDEN);
+    let signed_in_csrf = page.csrf_field().unwrap();
+    let out = send(
+        r,
+        Method::POST,
+        "/logout",
+        Cred::None,
+        &[("cookie", &both)],
+        Some((
+            "application/x-www-form-urlencoded",
+            format!("csrf={signed_in_csrf}"),
+        )),
     )
     .await;
     assert_eq!(out.status, StatusCode::SEE_OTHER);
@@ -283,7 +300,7 @@ async fn every_form_post_needs_the_csrf_token() {
     };
     let client = taskq::Client::new(a.db.pool.clone());
     let dead = insert(&a.db, "q1", "t", "{}", "dead").await;
-    let token = a.csrf("/").await;
+    let (cookie, token) = a.csrf("/").await;
     let cases: Vec<(String, Vec<(&str, &str)>)> = vec![
         ("/queues/pause".into(), vec![("queue", "q1")]),
         (format!("/tasks/{dead}/retry"), vec![]),
@@ -295,13 +312,18 @@ async fn every_form_post_needs_the_csrf_token() {
         let r = a.post_raw(path, fields, None).await;
         assert_eq!(r.status, StatusCode::FORBIDDEN, "{path}");
         // Cookie but no field.
-        let r = a.post_raw(path, fields, Some(&token)).await;
+        let r = a.post_raw(path, fields, Some(&cookie)).await;
         assert_eq!(r.status, StatusCode::FORBIDDEN, "{path}");
         // Cookie and a wrong field.
         let mut wrong = fields.clone();
         let other = "0".repeat(64);
         wrong.push(("csrf", &other));
-        let r = a.post_raw(path, &wrong, Some(&token)).await;
+        let r = a.post_raw(path, &wrong, Some(&cookie)).await;
+        assert_eq!(r.status, StatusCode::FORBIDDEN, "{path}");
+        // The cookie's value as the field (the old double-submit pairing).
+        let mut same = fields.clone();
+        same.push(("csrf", &cookie));
+        let r = a.post_raw(path, &same, Some(&cookie)).await;
         assert_eq!(r.status, StatusCode::FORBIDDEN, "{path}");
         // Field but no cookie.
         let mut only_field = fields.clone();
@@ -317,12 +339,17 @@ async fn every_form_post_needs_the_csrf_token() {
     let r = a.post_form("/queues/pause", &[("queue", "q1")]).await;
     assert_eq!(r.status, StatusCode::SEE_OTHER);
     assert_eq!(client.paused_queues().await.unwrap().len(), 1);
-    // Every form on the pages carries the token of the cookie set with them.
+    // Every form on the pages carries the token bound to the cookie set with them (not the
+    // cookie's value itself).
     let page = a.get(&format!("/tasks/{dead}")).await;
     let cookie = page.set_cookie("taskq_csrf").unwrap();
-    assert!(
+    let field = page.csrf_field().unwrap();
+    assert_ne!(field, cookie);
+    assert_eq!(
         page.body
-            .contains(&format!("name=\"csrf\" value=\"{cookie}\""))
+            .matches(&format!("name=\"csrf\" value=\"{field}\""))
+            .count(),
+        page.body.matches("name=\"csrf\"").count()
     );
     assert_eq!(
         page.body.matches("method=\"post\"").count(),
@@ -497,16 +524,15 @@ async fn mounted_under_a_prefix_every_link_resolves() {
     );
     assert!(seen.iter().any(|(t, _)| t == "/ops/taskq"));
     // Redirects are relative too: a retry from the mounted page lands on the task page.
-    let token = get("/ops/taskq/tasks".into())
-        .await
-        .set_cookie("taskq_csrf")
-        .unwrap();
+    let list = get("/ops/taskq/bulk?action=retry".into()).await;
+    let nonce = list.set_cookie("taskq_csrf").unwrap();
+    let token = list.csrf_field().unwrap();
     let r = send(
         &router,
         Method::POST,
         &format!("/ops/taskq/tasks/{dead}/retry"),
         Cred::Bearer(TOKEN),
-        &[("cookie", &format!("taskq_csrf={token}"))],
+        &[("cookie", &format!("taskq_csrf={nonce}"))],
         Some(("application/x-www-form-urlencoded", format!("csrf={token}"))),
     )
     .await;

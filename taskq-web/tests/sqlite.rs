@@ -144,14 +144,14 @@ impl Http {
     }
 
     async fn post_form(&self, path: &str, fields: &[(&str, &str)]) -> Resp {
-        let token = self
-            .get("/")
-            .await
+        let page = self.get("/").await;
+        let nonce = page
             .set_cookie("taskq_csrf")
             .expect("the page sets a CSRF cookie");
+        let token = page.csrf_field().expect("the page has a form");
         let mut body: Vec<String> = fields.iter().map(|(k, v)| format!("{k}={v}")).collect();
         body.push(format!("csrf={token}"));
-        let cookie = format!("taskq_csrf={token}");
+        let cookie = format!("taskq_csrf={nonce}");
         send(
             &self.router,
             Method::POST,

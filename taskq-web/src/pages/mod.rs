@@ -45,6 +45,11 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/logout", post(logout))
 }
 
+/// The 404 of a path the dashboard does not serve (the guard makes it an error page).
+pub(crate) async fn not_found() -> Response {
+    (StatusCode::NOT_FOUND, "no such page").into_response()
+}
+
 /// A `303 See Other` to `location` (relative to the current page).
 fn see_other(location: &str) -> Response {
     let mut r = StatusCode::SEE_OTHER.into_response();

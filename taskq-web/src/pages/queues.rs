@@ -2,12 +2,14 @@
 
 use axum::Extension;
 use axum::extract::State;
+use axum::http::StatusCode;
 use axum::response::Response;
 use serde::Deserialize;
 
 use super::{failure, see_other};
 use crate::AppState;
 use crate::auth::Ctx;
+use crate::html::error_page;
 
 #[derive(Deserialize)]
 pub(super) struct QueueForm {
@@ -19,6 +21,17 @@ pub(super) async fn queue_pause(
     Extension(ctx): Extension<Ctx>,
     axum::Form(f): axum::Form<QueueForm>,
 ) -> Response {
+    match crate::stats::queue_exists(&st, &f.queue).await {
+        Ok(true) => {}
+        Ok(false) => {
+            return error_page(
+                &ctx,
+                StatusCode::NOT_FOUND,
+                &crate::stats::unknown_queue(&f.queue),
+            );
+        }
+        Err(e) => return failure(&ctx, &e),
+    }
     match st
         .client
         .clone()

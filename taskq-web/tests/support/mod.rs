@@ -42,6 +42,13 @@ impl Resp {
             .find(|v| v.starts_with(&format!("{name}=")))
             .map(str::to_owned)
     }
+    /// The value of the first hidden `csrf` field of the page.
+    pub fn csrf_field(&self) -> Option<String> {
+        let key = "name=\"csrf\" value=\"";
+        let i = self.body.find(key)? + key.len();
+        let end = self.body[i..].find('"')?;
+        Some(self.body[i..i + end].to_owned())
+    }
     pub fn location(&self) -> Option<&str> {
         self.headers
             .get(header::LOCATION)
@@ -92,7 +99,15 @@ pub async fn app(configure: impl FnOnce(DashboardBuilder) -> DashboardBuilder) -
     Some(App { db, router })
 }
 
-/// A request through `router` (one `oneshot` call).
+/// A new client address (10.x.y.z) for each call.
+fn next_client() -> SocketAddr {
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    SocketAddr::from(([10, (n >> 16) as u8, (n >> 8) as u8, n as u8], 40000))
+}
+
+/// A request through `router` (one `oneshot` call), with `Host: localhost` unless `headers`
+/// name one.
 pub async fn send(
     router: &Router,
     method: Method,
@@ -111,14 +126,21 @@ pub async fn send(
             req = req.header(header::AUTHORIZATION, format!("Basic {v}"));
         }
     }
+    if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
+        req = req.header(header::HOST, "localhost");
+    }
     for (k, v) in headers {
         req = req.header(*k, *v);
     }
-    let req = match body {
+    let mut req = match body {
         Some((ct, b)) => req.header(header::CONTENT_TYPE, ct).body(Body::from(b)),
         None => req.body(Body::empty()),
     }
     .unwrap();
+    // Each request from its own client address, as the throttle sees it: these tests are not
+    // about throttling (tests/security.rs is), and share one router.
+    req.extensions_mut()
+        .insert(axum::extract::ConnectInfo(next_client()));
     let resp = router.clone().oneshot(req).await.unwrap();
     let status = resp.status();
     let headers = resp.headers().clone();
@@ -146,20 +168,31 @@ impl App {
         .await
     }
 
-    /// A CSRF token: the cookie a GET of `page` sets.
-    pub async fn csrf(&self, page: &str) -> String {
-        self.get(page)
-            .await
-            .set_cookie("taskq_csrf")
-            .expect("the page sets a CSRF cookie")
+    /// The CSRF cookie a GET of `page` sets (a nonce) and the token of the page's forms.
+    /// (`page` may have no form: the bulk confirmation page, which always has one, is asked
+    /// then.)
+    pub async fn csrf(&self, page: &str) -> (String, String) {
+        for p in [page, "/bulk?action=retry"] {
+            let r = self.get(p).await;
+            let cookie = r
+                .set_cookie("taskq_csrf")
+                .expect("the page sets a CSRF cookie");
+            if let Some(field) = r.csrf_field() {
+                return (cookie, field);
+            }
+        }
+        (
+            self.get(page).await.set_cookie("taskq_csrf").unwrap(),
+            String::new(),
+        ) // read-only
     }
 
-    /// A form POST with the bearer token, a CSRF cookie and the same token in the form.
+    /// A form POST with the bearer token, a CSRF cookie and its token in the form.
     pub async fn post_form(&self, path: &str, fields: &[(&str, &str)]) -> Resp {
-        let token = self.csrf("/").await;
+        let (cookie, token) = self.csrf("/").await;
         let mut all: Vec<(&str, &str)> = fields.to_vec();
         all.push(("csrf", &token));
-        self.post_raw(path, &all, Some(&token)).await
+        self.post_raw(path, &all, Some(&cookie)).await
     }
 
     /// A form POST with the bearer token and the given CSRF cookie (if any); `fields` as is.
@@ -247,8 +280,16 @@ pub async fn serve(
     prefix: &str,
     configure: impl FnOnce(DashboardBuilder) -> DashboardBuilder,
 ) -> Option<Served> {
+    serve_with(prefix, |b| configure(b.bearer_token(TOKEN))).await
+}
+
+/// Like [`serve`], with exactly `configure`'s credentials (none unless it sets them).
+pub async fn serve_with(
+    prefix: &str,
+    configure: impl FnOnce(DashboardBuilder) -> DashboardBuilder,
+) -> Option<Served> {
     let db = TestDb::new_or_skip().await?;
-    let dashboard = configure(Dashboard::builder(db.pool.clone()).bearer_token(TOKEN))
+    let dashboard = configure(Dashboard::builder(db.pool.clone()))
         .build()
         .expect("valid dashboard configuration");
     let router = if prefix.is_empty() {
@@ -259,7 +300,8 @@ pub async fn serve(
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let server = tokio::spawn(async move {
-        axum::serve(listener, router).await.unwrap();
+        let app = router.into_make_service_with_connect_info::<SocketAddr>();
+        axum::serve(listener, app).await.unwrap();
     });
     Some(Served {
         addr,
@@ -283,4 +325,79 @@ pub async fn raw_get(addr: SocketAddr, path: &str, auth: &str) -> (u16, String) 
     let status = text[9..12].parse().unwrap();
     let body = text.split_once("\r\n\r\n").map_or("", |x| x.1).to_owned();
     (status, body)
+}
+
+/// A response read off the wire by [`raw`]: status, headers (names lowercase), body.
+#[derive(Debug)]
+pub struct RawResp {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+impl RawResp {
+    /// The first value of header `name` (lowercase).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+    /// The value the response sets for cookie `name`.
+    pub fn set_cookie(&self, name: &str) -> Option<String> {
+        self.headers
+            .iter()
+            .filter(|(k, _)| k == "set-cookie")
+            .find_map(|(_, v)| v.strip_prefix(&format!("{name}=")))
+            .map(|v| v.split(';').next().unwrap_or("").to_owned())
+    }
+    /// The value of the first hidden `csrf` field of the page.
+    pub fn csrf_field(&self) -> Option<String> {
+        let key = "name=\"csrf\" value=\"";
+        let i = self.body.find(key)? + key.len();
+        let end = self.body[i..].find('"')?;
+        Some(self.body[i..i + end].to_owned())
+    }
+}
+
+/// One HTTP/1.1 request written by hand over TCP from `from` (an address on the loopback
+/// network, e.g. `127.0.0.2`, to look like another client), with exactly the headers given
+/// (`Host` included: none is added), so that tests can send what browsers and attackers
+/// send.
+pub async fn raw(
+    addr: SocketAddr,
+    from: std::net::IpAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> RawResp {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(SocketAddr::new(from, 0)).unwrap();
+    let mut s = socket.connect(addr).await.unwrap();
+    let mut req = format!("{method} {path} HTTP/1.1\r\n");
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str(&format!(
+        "Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    ));
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf).await.unwrap();
+    let text = String::from_utf8_lossy(&buf).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let mut lines = head.lines();
+    let status = lines.next().unwrap_or("")[9..12].parse().unwrap();
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
+        .collect();
+    RawResp {
+        status,
+        headers,
+        body: body.to_owned(),
+    }
 }
