@@ -246,22 +246,23 @@ async fn task_list(
     let Ok(Query(p)) = params else {
         return bad_request("invalid query: after and limit are numbers");
     };
-    let state = match p
-        .state
-        .as_deref()
-        .filter(|s| !s.is_empty())
-        .map(str::parse::<TaskState>)
-    {
+    let state = match p.state.as_deref().map(str::parse::<TaskState>) {
         None => None,
         Some(Ok(s)) => Some(s),
         Some(Err(e)) => return bad_request(&e.to_string()),
     };
     let newest = match p.order.as_deref() {
-        None | Some("") | Some("newest") => true,
+        None | Some("newest") => true,
         Some("oldest") => false,
         Some(_) => return bad_request("order must be newest or oldest"),
     };
-    let limit = p.limit.unwrap_or(st.page_size).clamp(1, st.max_page_size);
+    if p.limit == Some(0) {
+        return bad_request("limit must be at least 1");
+    }
+    if p.after.is_some_and(|a| i64::try_from(a).is_err()) {
+        return bad_request("after is a task id: at most 9223372036854775807");
+    }
+    let limit = p.limit.unwrap_or(st.page_size).min(st.max_page_size);
     let filter = ListFilter {
         queue: p.queue.filter(|s| !s.is_empty()),
         name: p.name.filter(|s| !s.is_empty()),

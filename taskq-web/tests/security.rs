@@ -707,6 +707,11 @@ async fn api_headers_unknown_queues_and_bad_input() {
         ("/api/v1/tasks/99999999999999999999999", 400),
         ("/api/v1/tasks/999999", 404),
         ("/api/v1/tasks?limit=abc", 400),
+        // Found by fuzzing from the OpenAPI document (docs/dashboard.md).
+        ("/api/v1/tasks?limit=0", 400),
+        ("/api/v1/tasks?order=", 400),
+        ("/api/v1/tasks?state=", 400),
+        ("/api/v1/tasks?after=9223372036854775808", 400),
         ("/api/v1/nothing-here", 404),
     ] {
         let r = s.req("GET", path, &a, "").await;
@@ -756,6 +761,9 @@ async fn api_headers_unknown_queues_and_bad_input() {
             .iter()
             .all(|q| q.queue != "sec_mial")
     );
+    let long = format!("/api/v1/queues/{}/resume", "q".repeat(65));
+    let r = s.req("POST", &long, &json_post, "{}").await;
+    assert_eq!(r.status, 422, "{}", r.body);
     let r = s
         .req("POST", "/api/v1/queues/sec_mail/pause", &json_post, "{}")
         .await;

@@ -15,6 +15,7 @@ impl Client {
 
     /// Resumes a paused queue; returns whether it was paused.
     pub async fn resume_queue(&self, queue: &str) -> Result<bool> {
+        crate::enqueue::validate_name("queue", queue, crate::enqueue::MAX_QUEUE_LEN)?;
         let mut tx = self.run(self.store.begin()).await?;
         let was_paused = self.run(self.store.queue_resume(tx.conn(), queue)).await?;
         if was_paused {

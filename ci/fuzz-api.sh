@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Fuzzes the dashboard's JSON API from its own OpenAPI document with schemathesis (every check,
+# a fixed seed): `taskq web` (the binary built by `cargo test`) on a fresh database seeded with
+# tasks in every state, on a free loopback port. Used by .ci/run; see docs/dashboard.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN="${TASKQ_BIN:-target/debug/taskq}"
+DB=taskq_ci_api_fuzz
+URL="mysql://root@127.0.0.1:3306/$DB"
+SEED="${FUZZ_SEED:-20261201}"
+EXAMPLES="${FUZZ_EXAMPLES:-100}"
+command -v st >/dev/null 2>&1 || pip install -q schemathesis
+st --version
+mariadb -uroot -h127.0.0.1 -e "DROP DATABASE IF EXISTS $DB; CREATE DATABASE $DB"
+DATABASE_URL="$URL" "$BIN" migrate >/dev/null
+# Tasks in every state, so that reads, cancels and retries reach real rows.
+for i in $(seq 1 40); do
+  state=$(echo "pending running succeeded dead canceled expired" | cut -d' ' -f$(( (i % 6) + 1 )))
+  mariadb -uroot -h127.0.0.1 "$DB" -e "INSERT INTO taskq_tasks (queue, name, payload, state,
+    max_attempts, attempt, run_at, created_at, updated_at, finished_at)
+    VALUES ('fuzz$(( i % 3 ))', 'fuzz_task', '{\"n\": $i}', '$state', 3, 1, UTC_TIMESTAMP(6),
+    UTC_TIMESTAMP(6), UTC_TIMESTAMP(6),
+    IF('$state' IN ('succeeded', 'dead', 'canceled', 'expired'), UTC_TIMESTAMP(6), NULL))"
+done
+PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+TOKEN="fuzz-$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')"
+TASKQ_WEB_TOKEN="$TOKEN" "$BIN" web --listen "127.0.0.1:$PORT" --database-url "$URL" \
+  >target/api-fuzz-server.log 2>&1 &
+server=$!
+trap 'kill $server 2>/dev/null || true' EXIT
+for _ in $(seq 1 100); do
+  curl -fsS -o /dev/null -H "Authorization: Bearer $TOKEN" "http://127.0.0.1:$PORT/api/v1/openapi.json" && break
+  sleep 0.1
+done
+st run "http://127.0.0.1:$PORT/api/v1/openapi.json" --url "http://127.0.0.1:$PORT/api/v1" \
+  -H "Authorization: Bearer $TOKEN" -H "Content-Type: application/json" \
+  --checks all --seed "$SEED" --max-examples "$EXAMPLES" --workers 2
