@@ -39,6 +39,7 @@ pub struct NewTask<'a> {
 }
 
 /// Outcome of `task_insert`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Inserted {
     /// Inserted; its id.
     New(TaskId),

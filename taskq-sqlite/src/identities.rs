@@ -41,7 +41,10 @@ pub(crate) async fn release_ended(conn: &mut SqliteConnection, ids: &[i64]) -> s
 
 /// Deletes up to `limit` identities of windows that have ended (`expires_at` passed):
 /// whatever task held one, its window is over. Returns the count.
-pub async fn unique_prune_expired(conn: &mut SqliteConnection, limit: u32) -> sqlx::Result<u64> {
+pub(crate) async fn unique_prune_expired(
+    conn: &mut SqliteConnection,
+    limit: u32,
+) -> sqlx::Result<u64> {
     let done = sqlx::query!(
         r#"DELETE FROM taskq_unique
            WHERE unique_key IN (

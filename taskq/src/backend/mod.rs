@@ -23,8 +23,8 @@ use sqlx::{MySql, MySqlConnection, MySqlPool, Transaction};
 
 #[allow(unused_imports)] // the driver operations the forwarding macros call
 use taskq_driver::driver::{
-    Actions as _, Claims as _, Clock as _, History as _, Identities as _, Leases as _, Queues as _,
-    Schedules as _, StatementBudget as _, Tasks as _, Workers as _,
+    Actions as _, Claims as _, Clock as _, Enqueue, History as _, Identities as _, Leases as _,
+    Queues as _, Schedules as _, StatementBudget as _, Tasks as _, Workers as _,
 };
 use taskq_driver::read::{PendingNameCount, QueueStateCount, ScheduleInfo, TaskInfo};
 use taskq_driver::state::{TaskId, TaskState};
@@ -496,9 +496,9 @@ impl Conn<'_> {
 macro_rules! on_caller_conn {
     ($conn:expr, $name:ident($($arg:expr),*)) => {
         match $conn {
-            Conn::MySql(c) => mysql::$name(c $(, $arg)*).await,
+            Conn::MySql(c) => <mysql::MySqlDriver as Enqueue>::$name(c $(, $arg)*).await,
             #[cfg(feature = "sqlite")]
-            Conn::Sqlite(c) => sqlite::$name(c $(, $arg)*).await,
+            Conn::Sqlite(c) => <sqlite::SqliteDriver as Enqueue>::$name(c $(, $arg)*).await,
         }
     };
 }
