@@ -12,11 +12,11 @@ use taskq_driver::rows::{
     CanceledTask, ClaimBatch, ClaimRequest, Claimed, ExpiredTask, FollowUpRow, LapsedRow, LimitHit,
     NameList, ReapRow, Reaped, WriteBack, WrittenBack,
 };
-use taskq_driver::rules::{Allowance, claim_allowance};
+use taskq_driver::rules::{Allowance, claim_allowance, frees_identity, run_end_frees_identity};
 
 use crate::connect::begin_write;
 use crate::conv::{json, sids, signed, state, uid};
-use crate::identities::release_ended;
+use crate::identities::{freed, release};
 
 /// A limited queue's limits as the claim reads them (inside its write transaction).
 struct QueueLimits {
@@ -46,8 +46,9 @@ struct QueueLimits {
 ///    from now. Expired rows count towards the limit;
 /// 2. with a rate limit and rows started: the count of the window the claim's clock falls in
 ///    (`rate_window_start`, `rate_window_count`), so no window counts more than the limit;
-/// 3. only when some of those rows are unique while pending, or unique and expired: the
-///    deletion of the identities that ends (see `identities::release_ended`).
+/// 3. only when some of those rows free their identity by the state they got
+///    (`rules::frees_identity`: a task unique while pending that starts, a unique task that
+///    ends expired or canceled): the deletion of those identities (`identities::release`).
 ///
 /// The writer lock replaces MySQL's candidate read and `FOR UPDATE SKIP LOCKED`: two claims
 /// never overlap in time, so the second sees the first's rows as running. A paused queue is
@@ -165,15 +166,13 @@ pub(crate) async fn task_claim(
         .execute(&mut *tx)
         .await?;
     }
-    let frees: Vec<i64> = rows
-        .iter()
-        .filter(|r| {
-            r.unique_key.is_some()
-                && (r.state != "running" || r.unique_while.as_deref() == Some("pending"))
-        })
-        .map(|r| r.id)
-        .collect();
-    release_ended(&mut tx, &frees).await?;
+    let mut frees = Vec::new();
+    for r in rows.iter().filter(|r| r.unique_key.is_some()) {
+        let to = state(&r.state)?;
+        let w = r.unique_while.as_deref();
+        frees.extend(freed(r.id, r.unique_key.clone(), w, to, frees_identity));
+    }
+    release(&mut tx, &frees).await?;
     tx.commit().await?;
     let mut batch = batch(hit);
     for r in rows {
@@ -353,9 +352,11 @@ async fn follow_ups_insert(
 /// `UPDATE` (the latest 100 kept, the error cut to 1,024 characters), like MySQL's.
 ///
 /// One `UPDATE … FROM json_each(?) RETURNING` in a write transaction; then, in it, the
-/// follow-ups of exactly the rows it returned (a fenced outcome inserts nothing), and, when a
-/// written row is unique, the deletion of the identities the outcomes ended (success of a
-/// task unique while running, death, cancel).
+/// follow-ups of exactly the rows it returned (a fenced outcome inserts nothing), and the
+/// deletion of the identities the written rows free by the state they got, as
+/// `rules::run_end_frees_identity` decides (a success of a task unique while running, a death,
+/// a cancel; never a retry or snooze). `WriteBack::frees` is not read: the rule is applied to
+/// the rows the statement wrote.
 ///
 /// MySQL's `WrittenBack::deferred` does not exist here: no producer can hold an identity's row
 /// while this runs (one writer at a time), so nothing is ever deferred.
@@ -402,7 +403,8 @@ pub(crate) async fn task_write_back(
                  FROM json_each(?1)) AS j,
                 taskq_clock AS c
            WHERE t.id = j.id AND t.lease_epoch = j.epoch AND t.state = 'running'
-           RETURNING id AS "id!: i64", (unique_key IS NOT NULL) AS "unique!: bool""#,
+           RETURNING id AS "id!: i64", state AS "state!: String",
+             unique_key AS "unique_key?: Vec<u8>", unique_while AS "unique_while?: String""#,
         json
     )
     .fetch_all(&mut *tx)
@@ -421,8 +423,13 @@ pub(crate) async fn task_write_back(
         }
     }
     follow_ups_insert(&mut tx, &inserts).await?;
-    let unique: Vec<i64> = rows.iter().filter(|r| r.unique).map(|r| r.id).collect();
-    release_ended(&mut tx, &unique).await?;
+    let mut frees = Vec::new();
+    for r in rows {
+        let to = state(&r.state)?;
+        let w = r.unique_while.as_deref();
+        frees.extend(freed(r.id, r.unique_key, w, to, run_end_frees_identity));
+    }
+    release(&mut tx, &frees).await?;
     tx.commit().await?;
     followed.sort_unstable();
     Ok(WrittenBack {
@@ -504,6 +511,8 @@ struct LapsedRaw {
     attempt: u32,
     max_attempts: u32,
     worker_id: Option<String>,
+    unique_key: Option<Vec<u8>>,
+    unique_while: Option<String>,
     canceled: bool,
     registered: bool,
     payload: Option<Vec<u8>>,
@@ -527,6 +536,7 @@ pub(crate) async fn task_lapsed(
         r#"SELECT id AS "id!: i64", lease_epoch AS "lease_epoch!: i64", name AS "name!: String",
              queue AS "queue!: String", attempt AS "attempt!: u32",
              max_attempts AS "max_attempts!: u32", worker_id AS "worker_id?: String",
+             unique_key AS "unique_key?: Vec<u8>", unique_while AS "unique_while?: String",
              (cancel_requested_at IS NOT NULL) AS "canceled!: bool",
              (name IN (SELECT value FROM json_each(?1))) AS "registered!: bool",
              CASE WHEN attempt >= max_attempts AND cancel_requested_at IS NULL
@@ -552,10 +562,8 @@ pub(crate) async fn task_lapsed(
             attempt: r.attempt,
             max_attempts: r.max_attempts,
             worker_id: r.worker_id,
-            // Not read: the reap frees identities by the state it leaves (see
-            // `identities::release_ended`), so `frees()` is `None` here.
-            unique_key: None,
-            unique_while: None,
+            unique_key: r.unique_key,
+            unique_while: r.unique_while,
             canceled: r.canceled,
             registered: r.registered,
             payload: r.payload,
@@ -575,7 +583,12 @@ pub(crate) async fn task_lapsed(
 ///
 /// One `UPDATE … FROM json_each(?) RETURNING` in a write transaction; then, in it, the
 /// `on_dead` follow-ups of exactly the rows it moved to dead, and the deletion of the
-/// identities held by rows that went dead or canceled.
+/// identities the rows free by the state the reap gave them, as `rules::run_end_frees_identity`
+/// decides (dead or canceled frees; a requeue or a parked row keeps it). That is what
+/// `LapsedRow::frees()` named from the read, unless a cancel request landed in between: this
+/// statement reads the request itself and cancels the task at once, and the rule frees the
+/// identity of the canceled task (`ReapRow::frees` and `canceled`, the read's decision, are
+/// not used here).
 pub(crate) async fn task_reap(
     conn: &mut SqliteConnection,
     rows: &[ReapRow],
@@ -615,8 +628,8 @@ pub(crate) async fn task_reap(
            FROM json_each(?1) AS j, taskq_clock AS c
            WHERE t.id = j.value ->> 0 AND t.lease_epoch = j.value ->> 1
              AND t.state = 'running' AND t.lease_until < c.us
-           RETURNING id AS "id!: i64", name AS "name!: String", state AS "state!: String",
-             (unique_key IS NOT NULL) AS "unique!: bool""#,
+           RETURNING id AS "id!: i64", state AS "state!: String",
+             unique_key AS "unique_key?: Vec<u8>", unique_while AS "unique_while?: String""#,
         json
     )
     .fetch_all(&mut *tx)
@@ -637,14 +650,16 @@ pub(crate) async fn task_reap(
         }
     }
     follow_ups_insert(&mut tx, &inserts).await?;
-    let unique: Vec<i64> = reaped.iter().filter(|r| r.unique).map(|r| r.id).collect();
-    release_ended(&mut tx, &unique).await?;
+    let mut frees = Vec::new();
+    for r in reaped {
+        let to = state(&r.state)?;
+        let w = r.unique_while.as_deref();
+        frees.extend(freed(r.id, r.unique_key, w, to, run_end_frees_identity));
+        out.rows.push((uid(r.id), to));
+    }
+    release(&mut tx, &frees).await?;
     tx.commit().await?;
     out.followed.sort_unstable();
-    out.rows = reaped
-        .into_iter()
-        .map(|r| Ok((uid(r.id), state(&r.state)?)))
-        .collect::<sqlx::Result<_>>()?;
     out.rows.sort_unstable_by_key(|r| r.0);
     out.reaped = out.rows.len() as u64;
     Ok(out)

@@ -6,13 +6,13 @@ use chrono::{DateTime, Utc};
 use sqlx::SqliteConnection;
 use taskq_driver::read::{PendingNameCount, QueueStateCount, TaskInfo};
 use taskq_driver::rows::{RetryDead, TaskFilter};
-use taskq_driver::rules::retry_retakes_identity;
+use taskq_driver::rules::{frees_identity, retry_retakes_identity};
 use taskq_driver::state::{TaskId, TaskState};
 
 use crate::clock::{opt_time, time_from_us, time_to_us};
 use crate::connect::begin_write;
 use crate::conv::{json, sid, sids, state, uid};
-use crate::identities::release_ended;
+use crate::identities::{freed, release};
 
 /// A task row as read (times as stored).
 struct TaskRaw {
@@ -481,15 +481,23 @@ pub(crate) async fn task_cancel_batch(
            SET state = 'canceled', finished_at = c.us, updated_at = c.us
            FROM taskq_clock AS c
            WHERE t.id IN (SELECT value FROM json_each(?1)) AND t.state = 'pending'
-           RETURNING id AS "id!: i64", (unique_key IS NOT NULL) AS "unique!: bool""#,
+           RETURNING id AS "id!: i64", unique_key AS "unique_key?: Vec<u8>",
+             unique_while AS "unique_while?: String""#,
         json
     )
     .fetch_all(&mut *tx)
     .await?;
-    let unique: Vec<i64> = rows.iter().filter(|r| r.unique).map(|r| r.id).collect();
-    release_ended(&mut tx, &unique).await?;
+    let count = rows.len() as u64;
+    let frees: Vec<_> = rows
+        .into_iter()
+        .filter_map(|r| {
+            let w = r.unique_while.as_deref();
+            freed(r.id, r.unique_key, w, TaskState::Canceled, frees_identity)
+        })
+        .collect();
+    release(&mut tx, &frees).await?;
     tx.commit().await?;
-    Ok(rows.len() as u64)
+    Ok(count)
 }
 
 /// Records a cancel request on a running task (kept from the first request); returns whether
