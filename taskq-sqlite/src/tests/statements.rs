@@ -1,11 +1,17 @@
-//! Every statement against a real database file, with the rows it leaves.
+//! The statements against a real database file, with the rows they leave. Removed as
+//! redundant with the driver suite (each of their assertions is one of the suite's, which runs
+//! on SQLite too): the heartbeat (`heartbeat_renews_exactly_the_leases_sent_under_their_epoch`,
+//! `a_cancel_request_is_recorded_on_a_running_task_only`), release
+//! (`release_returns_held_leases_to_pending`), workers (`workers_are_recorded_listed_and_stopped`,
+//! `gone_workers_are_not_alive_and_old_rows_are_pruned`) and retention
+//! (`prune_deletes_old_terminal_tasks_of_the_state_only`).
 
 use std::time::Duration;
 
 use chrono::{TimeDelta, Utc};
 use taskq_driver::rows::{
     ClaimRequest, Inserted, NameList, NewTask, RetryDead, ScheduleDecl, ScheduleFire, TaskFilter,
-    WorkerRow, WriteBack,
+    WriteBack,
 };
 use taskq_driver::state::{TaskId, TaskState};
 
@@ -14,15 +20,12 @@ use crate::clock::{db_clock_us, db_now, time_from_us, time_to_us};
 use crate::connect::begin_immediate;
 use crate::enqueue::{task_insert, task_insert_many};
 use crate::identities::unique_prune_expired;
-use crate::lease::{
-    task_claim, task_epochs, task_heartbeat, task_leases_held, task_release, task_write_back,
-};
+use crate::lease::{task_claim, task_heartbeat, task_write_back};
 use crate::queues::{queue_pause, queue_resume, queues_paused};
 use crate::schedules::{
     schedule_declare, schedule_delete, schedule_fire, schedule_list, schedule_states,
 };
 use crate::tasks::*;
-use crate::workers::{worker_list, worker_prune, worker_seen, worker_start, worker_stop};
 use crate::{migrate, migrator, open};
 
 /// A write-back of attempt 1 (the outcome named after the state).
@@ -327,77 +330,6 @@ async fn reaper_requeues_kills_or_cancels_expired_leases_and_fences_the_old_atte
             .rows
             .is_empty()
     );
-}
-
-#[tokio::test]
-async fn heartbeat_renews_held_leases_and_reports_cancel_requests() {
-    let pool = fresh("heartbeat").await;
-    let mut c = pool.acquire().await.unwrap();
-    let a = insert(&mut c, task("q", "a")).await;
-    let b = insert(&mut c, task("q", "a")).await;
-    let short = ClaimRequest {
-        lease_us: 1_000_000,
-        ..claim("q", &["a"], 10)
-    };
-    task_claim(&mut c, &short).await.unwrap();
-    let before = get(&mut c, a).await.lease_until.unwrap();
-    tokio::time::sleep(Duration::from_millis(5)).await;
-    assert_eq!(
-        task_heartbeat(&mut c, &[(a, 1), (b, 1), (b, 7)], 60_000_000)
-            .await
-            .unwrap(),
-        2
-    );
-    assert!(get(&mut c, a).await.lease_until.unwrap() > before + TimeDelta::seconds(50));
-
-    assert!(task_request_cancel(&mut c, TaskId(b)).await.unwrap());
-    let first = get(&mut c, b).await.updated_at;
-    assert!(
-        task_request_cancel(&mut c, TaskId(b)).await.unwrap(),
-        "kept from the first request"
-    );
-    assert_eq!(
-        task_heartbeat(&mut c, &[(a, 1), (b, 1)], 60_000_000)
-            .await
-            .unwrap(),
-        1
-    );
-    let held = task_leases_held(&mut c, &[(a, 1), (b, 1), (a, 2)])
-        .await
-        .unwrap();
-    assert_eq!(held, vec![(a, 1, false), (b, 1, true)]);
-    assert!(get(&mut c, b).await.updated_at >= first);
-    assert_eq!(
-        task_epochs(&mut c, &[a, b, 999]).await.unwrap(),
-        vec![(a, 1), (b, 1)]
-    );
-    // A canceled write-back keeps the request; a success clears it.
-    task_write_back(&mut c, &[finish(b, 1, "canceled")])
-        .await
-        .unwrap();
-    assert_eq!(get(&mut c, b).await.state.as_str(), "canceled");
-}
-
-#[tokio::test]
-async fn release_gives_the_attempt_back() {
-    let pool = fresh("release").await;
-    let mut c = pool.acquire().await.unwrap();
-    let a = insert(&mut c, task("q", "a")).await;
-    task_claim(&mut c, &claim("q", &["a"], 1)).await.unwrap();
-    assert_eq!(
-        task_release(&mut c, &[(a, 0)]).await.unwrap(),
-        0,
-        "wrong epoch"
-    );
-    assert_eq!(task_release(&mut c, &[(a, 1)]).await.unwrap(), 1);
-    let r = get(&mut c, a).await;
-    assert_eq!(
-        (r.state.as_str(), r.attempt, r.lease_epoch),
-        ("pending", 0, 2)
-    );
-    assert!(r.worker_id.is_none() && r.lease_until.is_none());
-    let again = task_claim(&mut c, &claim("q", &["a"], 1)).await.unwrap();
-    assert_eq!((again.tasks[0].attempt, again.tasks[0].lease_epoch), (1, 3));
 }
 
 #[tokio::test]
@@ -930,88 +862,6 @@ async fn schedules_declare_and_fire_by_compare_and_set() {
     assert_eq!(row.expression, "0 4 * * *");
     assert!(schedule_delete(&mut c, "nightly").await.unwrap());
     assert!(!schedule_delete(&mut c, "nightly").await.unwrap());
-}
-
-#[tokio::test]
-async fn workers_register_beat_stop_and_are_pruned() {
-    let pool = fresh("workers").await;
-    let mut c = pool.acquire().await.unwrap();
-    let queues = [("q".to_owned(), 4)];
-    let names = NameList::new(["a"]);
-    let row = WorkerRow {
-        worker_id: W,
-        host: "h",
-        pid: 42,
-        queues: &queues,
-        concurrency: 4,
-        lease_us: 30_000_000,
-        heartbeat_us: 10_000_000,
-        names: &names,
-    };
-    worker_start(&mut c, &row).await.unwrap();
-    insert(&mut c, task("q", "a")).await;
-    task_claim(&mut c, &claim("q", &["a"], 1)).await.unwrap();
-    worker_seen(&mut c, &row).await.unwrap();
-    let list = worker_list(&mut c).await.unwrap();
-    assert_eq!(list.len(), 1);
-    assert!(list[0].alive && list[0].stopped_at.is_none());
-    assert_eq!(list[0].names.as_deref(), Some(r#"["a"]"#));
-    assert!(
-        (0..1_000_000).contains(&list[0].seen_ago_us),
-        "{}",
-        list[0].seen_ago_us
-    );
-    assert_eq!(
-        (list[0].running, list[0].pid, list[0].lease_us),
-        (1, 42, 30_000_000)
-    );
-    assert!(worker_stop(&mut c, W).await.unwrap());
-    let stopped = worker_list(&mut c).await.unwrap().remove(0);
-    assert!(!stopped.alive && stopped.stopped_at.is_some());
-    tokio::time::sleep(Duration::from_millis(3)).await;
-    worker_seen(&mut c, &row).await.unwrap();
-    assert_eq!(
-        worker_list(&mut c).await.unwrap()[0].last_seen_at,
-        stopped.last_seen_at,
-        "not revived"
-    );
-    worker_start(&mut c, &row).await.unwrap();
-    assert!(
-        worker_list(&mut c).await.unwrap()[0].alive,
-        "a restart revives it"
-    );
-    assert_eq!(worker_prune(&mut c, 3600, 10).await.unwrap(), 0);
-    tokio::time::sleep(Duration::from_millis(3)).await;
-    assert_eq!(worker_prune(&mut c, 0, 10).await.unwrap(), 1);
-    assert!(worker_list(&mut c).await.unwrap().is_empty());
-}
-
-#[tokio::test]
-async fn prune_deletes_only_old_terminal_rows_of_the_state() {
-    let pool = fresh("prune").await;
-    let mut c = pool.acquire().await.unwrap();
-    let done = insert(&mut c, task("q", "a")).await;
-    let pending = insert(&mut c, task("q", "b")).await;
-    task_claim(&mut c, &claim("q", &["a"], 1)).await.unwrap();
-    task_write_back(&mut c, &[finish(done, 1, "succeeded")])
-        .await
-        .unwrap();
-    tokio::time::sleep(Duration::from_millis(3)).await;
-    assert_eq!(
-        task_prune(&mut c, TaskState::Succeeded, 3600, 10)
-            .await
-            .unwrap(),
-        0
-    );
-    assert_eq!(task_prune(&mut c, TaskState::Dead, 0, 10).await.unwrap(), 0);
-    assert_eq!(
-        task_prune(&mut c, TaskState::Succeeded, 0, 10)
-            .await
-            .unwrap(),
-        1
-    );
-    assert!(task_get(&mut c, TaskId(done)).await.unwrap().is_none());
-    assert!(task_get(&mut c, TaskId(pending)).await.unwrap().is_some());
 }
 
 #[tokio::test]
