@@ -3,15 +3,18 @@
 //! on SQLite too): the heartbeat (`heartbeat_renews_exactly_the_leases_sent_under_their_epoch`,
 //! `a_cancel_request_is_recorded_on_a_running_task_only`), release
 //! (`release_returns_held_leases_to_pending`), workers (`workers_are_recorded_listed_and_stopped`,
-//! `gone_workers_are_not_alive_and_old_rows_are_pruned`) and retention
-//! (`prune_deletes_old_terminal_tasks_of_the_state_only`).
+//! `gone_workers_are_not_alive_and_old_rows_are_pruned`), retention
+//! (`prune_deletes_old_terminal_tasks_of_the_state_only`), idempotency keys
+//! (`an_idempotency_key_inserted_twice_returns_the_first_task`), unique identities held while
+//! pending, while running and per window (`unique.rs` of the suite, `retry_dead` included) and
+//! a deadline passed at the claim (`a_claim_expires_a_task_past_its_deadline_without_starting_it`,
+//! `a_claim_that_expires_a_unique_task_frees_its_identity`).
 
 use std::time::Duration;
 
 use chrono::{TimeDelta, Utc};
 use taskq_driver::rows::{
-    ClaimRequest, Inserted, NameList, NewTask, RetryDead, ScheduleDecl, ScheduleFire, TaskFilter,
-    WriteBack,
+    ClaimRequest, Inserted, NameList, NewTask, ScheduleDecl, ScheduleFire, TaskFilter, WriteBack,
 };
 use taskq_driver::state::{TaskId, TaskState};
 
@@ -19,7 +22,6 @@ use super::{W, claim, db_path, fresh, get, id_of, insert, reap_lapsed, task, wri
 use crate::clock::{db_clock_us, db_now, time_from_us, time_to_us};
 use crate::connect::begin_immediate;
 use crate::enqueue::{task_insert, task_insert_many};
-use crate::identities::unique_prune_expired;
 use crate::lease::{task_claim, task_heartbeat, task_write_back};
 use crate::queues::{queue_pause, queue_resume, queues_paused};
 use crate::schedules::{
@@ -38,7 +40,6 @@ fn finish(id: u64, epoch: u64, state: &'static str) -> WriteBack {
 }
 
 const KEY_A: [u8; 32] = [0xaa; 32];
-const KEY_B: [u8; 32] = [0xbb; 32];
 
 fn unique<'a>(name: &'a str, key: &'a [u8], while_: &'static str) -> NewTask<'a> {
     NewTask {
@@ -330,196 +331,6 @@ async fn reaper_requeues_kills_or_cancels_expired_leases_and_fences_the_old_atte
             .rows
             .is_empty()
     );
-}
-
-#[tokio::test]
-async fn idempotency_keys_return_the_holder() {
-    let pool = fresh("idempotency").await;
-    let mut c = pool.acquire().await.unwrap();
-    let keyed = |name| NewTask {
-        idempotency_key: Some("k1"),
-        ..task("q", name)
-    };
-    let first = task_insert(&mut c, &keyed("a")).await.unwrap();
-    let Inserted::New(id) = first else {
-        panic!("{first:?}")
-    };
-    assert_eq!(
-        task_insert(&mut c, &keyed("a")).await.unwrap(),
-        Inserted::Duplicate(id)
-    );
-    assert!(matches!(
-        task_insert(&mut c, &keyed("b")).await.unwrap(),
-        Inserted::New(_)
-    ));
-    assert_eq!(task_count(&mut c, &TaskFilter::default()).await.unwrap(), 2);
-    // A key taken is reported before an identity taken.
-    let both = NewTask {
-        idempotency_key: Some("k1"),
-        ..unique("a", &KEY_A, "pending")
-    };
-    assert_eq!(
-        task_insert(&mut c, &both).await.unwrap(),
-        Inserted::Duplicate(id)
-    );
-    assert_eq!(task_count(&mut c, &TaskFilter::default()).await.unwrap(), 2);
-}
-
-#[tokio::test]
-async fn unique_while_pending_is_freed_by_the_claim() {
-    let pool = fresh("unique_pending").await;
-    let mut c = pool.acquire().await.unwrap();
-    let a = insert(&mut c, unique("a", &KEY_A, "pending")).await;
-    assert_eq!(
-        task_insert(&mut c, &unique("a", &KEY_A, "pending"))
-            .await
-            .unwrap(),
-        Inserted::Duplicate(TaskId(a))
-    );
-    assert_eq!(
-        task_count(&mut c, &TaskFilter::default()).await.unwrap(),
-        1,
-        "duplicate undone"
-    );
-    assert!(get(&mut c, a).await.unique_held);
-    assert_eq!(get(&mut c, a).await.unique_key.unwrap(), "aa".repeat(32));
-    task_claim(&mut c, &claim("q", &["a"], 1)).await.unwrap();
-    assert!(!get(&mut c, a).await.unique_held);
-    let b = insert(&mut c, unique("a", &KEY_A, "pending")).await;
-    assert!(b > a);
-    // The first task's outcome leaves the second's identity alone.
-    task_write_back(&mut c, &[finish(a, 1, "dead")])
-        .await
-        .unwrap();
-    assert!(get(&mut c, b).await.unique_held);
-}
-
-#[tokio::test]
-async fn unique_while_running_is_kept_by_a_retry_and_freed_by_success_or_death() {
-    let pool = fresh("unique_running").await;
-    let mut c = pool.acquire().await.unwrap();
-    let a = insert(&mut c, unique("a", &KEY_A, "running")).await;
-    task_claim(&mut c, &claim("q", &["a"], 1)).await.unwrap();
-    assert!(get(&mut c, a).await.unique_held, "held while running");
-    task_write_back(&mut c, &[finish(a, 1, "pending")])
-        .await
-        .unwrap();
-    assert!(get(&mut c, a).await.unique_held, "a retry keeps it");
-    task_claim(&mut c, &claim("q", &["a"], 1)).await.unwrap();
-    task_write_back(&mut c, &[finish(a, 2, "succeeded")])
-        .await
-        .unwrap();
-    assert!(!get(&mut c, a).await.unique_held);
-
-    // Death frees it; a manual retry takes it back, unless another task took it.
-    let b = insert(&mut c, unique("a", &KEY_B, "running")).await;
-    task_claim(&mut c, &claim("q", &["a"], 1)).await.unwrap();
-    task_write_back(&mut c, &[finish(b, 1, "dead")])
-        .await
-        .unwrap();
-    assert!(!get(&mut c, b).await.unique_held);
-    let other = insert(&mut c, unique("a", &KEY_B, "running")).await;
-    assert_eq!(
-        task_retry_dead(&mut c, TaskId(b)).await.unwrap(),
-        RetryDead::IdentityHeld(TaskId(other))
-    );
-    assert_eq!(
-        get(&mut c, b).await.state.as_str(),
-        "dead",
-        "nothing changed"
-    );
-    assert!(task_cancel(&mut c, TaskId(other)).await.unwrap());
-    assert!(!get(&mut c, other).await.unique_held, "cancel frees it");
-    assert_eq!(
-        task_retry_dead(&mut c, TaskId(b)).await.unwrap(),
-        RetryDead::Retried
-    );
-    let r = get(&mut c, b).await;
-    assert_eq!(
-        (r.state.as_str(), r.attempt, r.lease_epoch, r.unique_held),
-        ("pending", 0, 2, true)
-    );
-    assert_eq!(
-        task_retry_dead(&mut c, TaskId(b)).await.unwrap(),
-        RetryDead::NotDead
-    );
-}
-
-#[tokio::test]
-async fn unique_window_survives_success_until_it_expires() {
-    let pool = fresh("unique_window").await;
-    let mut c = pool.acquire().await.unwrap();
-    let now = db_clock_us(&mut c).await.unwrap();
-    let window = |end| NewTask {
-        unique_expires_us: Some(end),
-        ..unique("a", &KEY_A, "window")
-    };
-    let a = insert(&mut c, window(now + 3_600_000_000)).await;
-    task_claim(&mut c, &claim("q", &["a"], 1)).await.unwrap();
-    task_write_back(&mut c, &[finish(a, 1, "succeeded")])
-        .await
-        .unwrap();
-    assert!(get(&mut c, a).await.unique_held, "kept after success");
-    assert_eq!(unique_prune_expired(&mut c, 10).await.unwrap(), 0);
-    assert_eq!(
-        task_insert(&mut c, &window(now)).await.unwrap(),
-        Inserted::Duplicate(TaskId(a))
-    );
-    // A window that has ended is pruned.
-    let b = insert(
-        &mut c,
-        NewTask {
-            unique_expires_us: Some(now - 1),
-            ..unique("a", &KEY_B, "window")
-        },
-    )
-    .await;
-    assert_eq!(unique_prune_expired(&mut c, 10).await.unwrap(), 1);
-    assert!(!get(&mut c, b).await.unique_held);
-    assert!(get(&mut c, a).await.unique_held);
-}
-
-#[tokio::test]
-async fn deadline_passed_expires_at_claim_and_frees_the_identity() {
-    let pool = fresh("deadline").await;
-    let mut c = pool.acquire().await.unwrap();
-    let past = Some(Utc::now() - TimeDelta::seconds(10));
-    let late = insert(
-        &mut c,
-        NewTask {
-            deadline: past,
-            ..unique("a", &KEY_A, "running")
-        },
-    )
-    .await;
-    let ttl = insert(
-        &mut c,
-        NewTask {
-            ttl_us: Some(3_600_000_000),
-            ..task("q", "a")
-        },
-    )
-    .await;
-    let got = task_claim(&mut c, &claim("q", &["a"], 10)).await.unwrap();
-    assert_eq!(
-        got.tasks.iter().map(|t| t.id).collect::<Vec<_>>(),
-        vec![ttl]
-    );
-    assert_eq!(got.expired.len(), 1);
-    assert_eq!(got.expired[0].id, late);
-    assert!(
-        got.expired[0].late_us >= 9_000_000,
-        "{}",
-        got.expired[0].late_us
-    );
-    let r = get(&mut c, late).await;
-    assert_eq!(
-        (r.state.as_str(), r.attempt, r.lease_epoch),
-        ("expired", 0, 0)
-    );
-    assert!(r.finished_at.is_some() && !r.unique_held);
-    let t = get(&mut c, ttl).await;
-    assert_eq!(t.deadline.unwrap() - t.created_at, TimeDelta::hours(1));
 }
 
 #[tokio::test]
