@@ -8,7 +8,8 @@
 //! (`an_idempotency_key_inserted_twice_returns_the_first_task`), unique identities held while
 //! pending, while running and per window (`unique.rs` of the suite, `retry_dead` included) and
 //! a deadline passed at the claim (`a_claim_expires_a_task_past_its_deadline_without_starting_it`,
-//! `a_claim_that_expires_a_unique_task_frees_its_identity`).
+//! `a_claim_that_expires_a_unique_task_frees_its_identity`) and the write-back of each outcome
+//! under its epoch (`write_back_under_the_epoch_writes_the_outcome_and_fences_a_stale_one`).
 
 use std::time::Duration;
 
@@ -189,78 +190,6 @@ async fn claim_order_is_priority_run_at_id_and_skips_not_due_other_names_and_pau
     assert_eq!(
         both.tasks.iter().map(|t| t.id).collect::<Vec<_>>(),
         vec![other_name]
-    );
-}
-
-#[tokio::test]
-async fn finish_writes_each_outcome_and_the_epoch_fences_a_stale_one() {
-    let pool = fresh("finish").await;
-    let mut c = pool.acquire().await.unwrap();
-    let mut ids = Vec::new();
-    for _ in 0..5 {
-        ids.push(insert(&mut c, task("q", "a")).await);
-    }
-    let got = task_claim(&mut c, &claim("q", &["a"], 5)).await.unwrap();
-    assert_eq!(got.tasks.len(), 5);
-    let batch = vec![
-        finish(ids[0], 1, "succeeded"),
-        WriteBack {
-            delay_us: 3_600_000_000,
-            error: Some("boom".into()),
-            ..finish(ids[1], 1, "pending")
-        },
-        WriteBack {
-            error: Some("fatal".into()),
-            ..finish(ids[2], 1, "dead")
-        },
-        finish(ids[3], 1, "canceled"),
-        WriteBack {
-            delay_us: 3_600_000_000,
-            ..finish(ids[4], 1, "snoozed")
-        },
-        // Stale epoch: fenced.
-        finish(ids[0], 0, "dead"),
-    ];
-    let written = task_write_back(&mut c, &batch).await.unwrap();
-    assert_eq!(written.written, ids.len() as u64, "the stale one is fenced");
-    assert!(written.followed.is_empty());
-
-    let ok = get(&mut c, ids[0]).await;
-    assert_eq!(ok.state.as_str(), "succeeded");
-    assert!(ok.finished_at.is_some() && ok.lease_until.is_none());
-    let retry = get(&mut c, ids[1]).await;
-    assert_eq!((retry.state.as_str(), retry.attempt), ("pending", 1));
-    assert_eq!(retry.last_error.as_deref(), Some("boom"));
-    assert!(retry.finished_at.is_none());
-    assert!(retry.run_at - retry.updated_at == TimeDelta::hours(1));
-    let dead = get(&mut c, ids[2]).await;
-    assert_eq!(
-        (dead.state.as_str(), dead.last_error.as_deref()),
-        ("dead", Some("fatal"))
-    );
-    assert_eq!(get(&mut c, ids[3]).await.state.as_str(), "canceled");
-    let snoozed = get(&mut c, ids[4]).await;
-    assert_eq!(
-        (snoozed.state.as_str(), snoozed.attempt, snoozed.snoozes),
-        ("pending", 0, 1)
-    );
-
-    // A second write-back of the same attempt finds nothing running.
-    assert!(
-        task_write_back(&mut c, &[finish(ids[0], 1, "dead")])
-            .await
-            .unwrap()
-            .written
-            == 0
-    );
-    assert_eq!(get(&mut c, ids[0]).await.state.as_str(), "succeeded");
-    // The retried task is not due.
-    assert!(
-        task_claim(&mut c, &claim("q", &["a"], 5))
-            .await
-            .unwrap()
-            .tasks
-            .is_empty()
     );
 }
 
