@@ -1,6 +1,6 @@
 //! The driver test suite (`taskq-drivertest`) run on each driver: every behaviour of the seam
 //! between taskq's runtime and its databases, written once, checked on MySQL / MariaDB
-//! (`taskq_mysql::MySqlDriver`) and on SQLite (`taskq_sqlite::driver::SqliteDriver`), each test on a fresh
+//! (`taskq_mysql::MySqlDriver`) and on SQLite (`taskq_sqlite::SqliteDriver`), each test on a fresh
 //! migrated database (`fn::mysql`, `fn::sqlite`; MySQL prints SKIPPED without a server unless
 //! `TASKQ_REQUIRE_MYSQL=1`).
 
@@ -24,9 +24,9 @@ impl HasDriver for MySql {
 }
 
 impl HasDriver for Sqlite {
-    type Store = taskq_sqlite::driver::SqliteDriver;
+    type Store = taskq_sqlite::SqliteDriver;
     fn store(pool: Pool<Self>) -> Self::Store {
-        taskq_sqlite::driver::SqliteDriver::new(pool)
+        taskq_sqlite::SqliteDriver::new(pool)
     }
 }
 

@@ -163,7 +163,7 @@ async fn one_invalid_task_writes_nothing<B: TestBackend>(db: Db<B>) {
         (
             note("d")
                 .enqueue_options()
-                .with_delay(taskq::limits::MAX_DELAY + Duration::from_secs(1)),
+                .with_delay(taskq::defaults::MAX_DELAY + Duration::from_secs(1)),
             |e| matches!(e, Error::InvalidSchedule(_)),
         ),
         (

@@ -135,7 +135,7 @@ async fn durations_beyond_the_schema_are_rejected_or_clamped() {
     let seen = Seen::default();
 
     // Enqueue: a delay or run_at past the bound is a typed error and inserts nothing.
-    let too_far = taskq::limits::MAX_DELAY + Duration::from_secs(1);
+    let too_far = taskq::defaults::MAX_DELAY + Duration::from_secs(1);
     let e = Enqueue::new(Edge { mode: Mode::Ok })
         .with_delay(too_far)
         .enqueue(&db.pool)
@@ -208,7 +208,7 @@ async fn durations_beyond_the_schema_are_rejected_or_clamped() {
     );
     let t = client.get(huge).await.unwrap();
     let ahead = (t.run_at - client.db_now().await.unwrap()).num_days();
-    let max_days = (taskq::limits::MAX_DELAY.as_secs() / 86_400) as i64;
+    let max_days = (taskq::defaults::MAX_DELAY.as_secs() / 86_400) as i64;
     assert!(
         (max_days - 1..=max_days).contains(&ahead),
         "retry clamped to {max_days} days, got {ahead}"

@@ -402,7 +402,7 @@ async fn error_texts_are_cut_and_the_history_keeps_the_latest_entries<B: TestBac
     let verbose = Verbose(3000).enqueue(&db.pool).await.unwrap().id;
     let quick = Quick.enqueue(&db.pool).await.unwrap().id;
     // A full history: entries for attempts 1..=100.
-    let full: Vec<serde_json::Value> = (1..=taskq::limits::MAX_ATTEMPT_ENTRIES as u64)
+    let full: Vec<serde_json::Value> = (1..=taskq::defaults::MAX_ATTEMPT_ENTRIES as u64)
         .map(|n| {
             serde_json::json!({"attempt": n, "epoch": n, "worker": "old",
                 "started_at": "2020-01-01 00:00:00.000000",
@@ -423,7 +423,7 @@ async fn error_texts_are_cut_and_the_history_keeps_the_latest_entries<B: TestBac
     let a = client.attempts(verbose).await.unwrap();
     assert_eq!(summary(&a), vec![(1, 1, AttemptOutcome::Failed)]);
     let e = a[0].error.as_deref().unwrap();
-    assert_eq!(e.chars().count(), taskq::limits::MAX_ATTEMPT_ERROR_CHARS);
+    assert_eq!(e.chars().count(), taskq::defaults::MAX_ATTEMPT_ERROR_CHARS);
     assert!(
         e.ends_with("é…"),
         "cut on a character: {}",
@@ -433,7 +433,7 @@ async fn error_texts_are_cut_and_the_history_keeps_the_latest_entries<B: TestBac
     assert_eq!(last_error, "é".repeat(3000), "last_error keeps more");
 
     let a = client.attempts(quick).await.unwrap();
-    assert_eq!(a.len(), taskq::limits::MAX_ATTEMPT_ENTRIES);
+    assert_eq!(a.len(), taskq::defaults::MAX_ATTEMPT_ENTRIES);
     assert_eq!((a[0].attempt, a[0].epoch), (2, 2), "the oldest entry went");
     assert_eq!(
         summary(&a[a.len() - 1..]),
@@ -521,7 +521,7 @@ fn actions(entries: &[AuditEntry]) -> Vec<(&str, &str)> {
 
 async fn operator_actions_are_audited_with_their_actor<B: TestBackend>(db: Db<B>) {
     let plain = Client::new(db.pool.clone());
-    assert_eq!(plain.actor(), taskq::limits::DEFAULT_ACTOR);
+    assert_eq!(plain.actor(), taskq::defaults::DEFAULT_ACTOR);
     let client = plain.clone().with_actor("cli:bob@ops-1");
     let before = db_now(&client).await;
 

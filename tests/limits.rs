@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use limits_support::{Nap, QUEUE};
-use taskq::{Client, Error, Task, TaskContext, TaskError, limits::MAX_QUEUE_LIMIT};
+use taskq::{Client, Error, Task, TaskContext, TaskError, defaults::MAX_QUEUE_LIMIT};
 use taskq_tests::backends::{Db, TestBackend};
 use taskq_tests::{RunningWorker, TestDb, wait_until};
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -367,7 +367,7 @@ async fn invalid_limits_are_rejected_and_write_nothing<B: TestBackend>(db: Db<B>
         client
             .set_queue_rate_limit(
                 "q",
-                Some((5, taskq::limits::MAX_RATE_PERIOD + Duration::from_secs(1))),
+                Some((5, taskq::defaults::MAX_RATE_PERIOD + Duration::from_secs(1))),
             )
             .await
             .unwrap_err(),

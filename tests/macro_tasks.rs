@@ -253,19 +253,30 @@ async fn payload_round_trips_through_json_exactly<B: TestBackend>(db: Db<B>) {
     assert_eq!(back.added_later, 0);
 }
 
+/// `taskq::limits`, the former name of `taskq::defaults`, still names the same items
+/// (deprecated).
+#[test]
+#[allow(deprecated)]
+fn the_former_limits_module_names_the_defaults() {
+    use taskq::{defaults, limits};
+    assert_eq!(limits::DEFAULT_QUEUE, defaults::DEFAULT_QUEUE);
+    assert_eq!(limits::MAX_DELAY, defaults::MAX_DELAY);
+    assert_eq!(limits::MAX_QUEUE_LIMIT, defaults::MAX_QUEUE_LIMIT);
+}
+
 async fn defaults_and_attributes_land_in_the_row<B: TestBackend>(db: Db<B>) {
     let plain = PlainDefaults { n: 1 }.enqueue(&db.pool).await.unwrap();
     let t = row(&db, plain.id).await;
     assert_eq!(t.name, "plain_defaults");
-    assert_eq!(t.queue, taskq::limits::DEFAULT_QUEUE);
-    assert_eq!(t.max_attempts, taskq::limits::DEFAULT_MAX_ATTEMPTS);
+    assert_eq!(t.queue, taskq::defaults::DEFAULT_QUEUE);
+    assert_eq!(t.max_attempts, taskq::defaults::DEFAULT_MAX_ATTEMPTS);
     assert_eq!(t.priority, 0);
     assert_eq!(t.state, TaskState::Pending);
     assert_eq!(<PlainDefaults as Task>::TIMEOUT, None);
     assert_eq!(<PlainDefaults as Task>::BACKOFF, Backoff::DEFAULT);
     assert_eq!(
         <PlainDefaults as Task>::MAX_SNOOZES,
-        taskq::limits::DEFAULT_MAX_SNOOZES
+        taskq::defaults::DEFAULT_MAX_SNOOZES
     );
     assert_eq!(<PlainDefaults as Task>::TTL, None);
     assert_eq!((t.snoozes, t.deadline), (0, None));

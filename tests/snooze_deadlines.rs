@@ -9,7 +9,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use taskq::{
     Client, Error, Task, TaskContext, TaskError, TaskId, TaskState, client::ListFilter,
-    client::TaskInfo, limits::MAX_DELAY, worker::Retention,
+    client::TaskInfo, defaults::MAX_DELAY, worker::Retention,
 };
 use taskq_tests::{RunningWorker, TestDb, fast_worker, wait_until};
 

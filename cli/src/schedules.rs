@@ -12,7 +12,7 @@ use crate::text::clean;
 /// How long past its next tick a schedule must be before it is shown as overdue: the
 /// workers' missed-tick grace (a tick reached later than that counts as missed).
 const OVERDUE_AFTER: TimeDelta =
-    TimeDelta::seconds(taskq::limits::MISSED_TICK_GRACE.as_secs() as i64);
+    TimeDelta::seconds(taskq::defaults::MISSED_TICK_GRACE.as_secs() as i64);
 
 /// One line of `schedules --json`: the row plus what it means on the database clock.
 #[derive(Serialize)]

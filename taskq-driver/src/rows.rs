@@ -39,6 +39,7 @@ pub struct NewTask<'a> {
 }
 
 /// Outcome of `task_insert`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Inserted {
     /// Inserted; its id.
     New(TaskId),
@@ -177,8 +178,8 @@ impl LapsedRow {
         !self.canceled && self.attempt >= self.max_attempts && !self.registered
     }
 
-    /// The unique identity the reap frees, as `rules::frees_identity` decides for the end the
-    /// reap gives the task: `canceled` on a cancel request, `dead` when it [goes
+    /// The unique identity the reap frees, as `rules::run_end_frees_identity` decides for the
+    /// end the reap gives the task: `canceled` on a cancel request, `dead` when it [goes
     /// dead](Self::goes_dead), `pending` otherwise (which frees nothing). An identity held while
     /// pending was freed when the task was claimed.
     pub fn frees(&self) -> Option<Vec<u8>> {
@@ -190,7 +191,7 @@ impl LapsedRow {
             TaskState::Pending
         };
         let held = self.unique_while.as_deref()?;
-        (held != "pending" && crate::rules::frees_identity(held, to))
+        crate::rules::run_end_frees_identity(held, to)
             .then(|| self.unique_key.clone())
             .flatten()
     }

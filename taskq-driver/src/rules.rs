@@ -46,6 +46,15 @@ pub fn frees_identity(unique_while: &str, to: TaskState) -> bool {
     }
 }
 
+/// Whether the end of a run (a claimed task moving from `running` to `to`: a retry or snooze
+/// back to `pending`, `succeeded`, `dead` or `canceled`, by the write-back or the reap) frees
+/// the identity of a task unique while `unique_while`: as [`frees_identity`] says, except for
+/// an identity held while pending, which the claim that started the run freed already (a
+/// later enqueue may hold it now), so a run's end never frees it again.
+pub fn run_end_frees_identity(unique_while: &str, to: TaskState) -> bool {
+    unique_while != "pending" && frees_identity(unique_while, to)
+}
+
 /// Whether retrying a dead unique task takes its identity again: yes, unless it is a window's
 /// (the window is over or held by a later enqueue).
 pub fn retry_retakes_identity(unique_while: &str) -> bool {
@@ -72,6 +81,29 @@ mod tests {
         assert_eq!(freed("running"), [Succeeded, Dead, Canceled, Expired]);
         assert_eq!(freed("window"), [Dead, Canceled, Expired]);
         assert!(retry_retakes_identity("running") && !retry_retakes_identity("window"));
+    }
+
+    #[test]
+    fn a_run_frees_what_it_holds_and_never_an_identity_the_claim_freed() {
+        use TaskState::*;
+        let freed = |w: &str| -> Vec<TaskState> {
+            [Pending, Succeeded, Dead, Canceled]
+                .into_iter()
+                .filter(|s| run_end_frees_identity(w, *s))
+                .collect()
+        };
+        assert_eq!(freed("pending"), [], "freed by the claim already");
+        assert_eq!(freed("running"), [Succeeded, Dead, Canceled]);
+        assert_eq!(freed("window"), [Dead, Canceled]);
+        for w in ["running", "window"] {
+            for to in TaskState::ALL {
+                assert_eq!(
+                    run_end_frees_identity(w, to),
+                    frees_identity(w, to),
+                    "{w} {to}"
+                );
+            }
+        }
     }
 
     #[test]

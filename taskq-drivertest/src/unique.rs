@@ -146,10 +146,10 @@ pub async fn an_identity_held_while_running_is_freed_by_the_reap_that_ends_the_t
     wait_lease_expired(&d, &mut c, a).await;
     let rows = d.task_lapsed(&mut c, &an, 10).await.expect("task_lapsed");
     assert_eq!(rows.len(), 1);
-    // DRIVERS DIFFER: `LapsedRow::frees()` (the rule, `rules::frees_identity`) names the
-    // identity the reap frees on MySQL, which frees what it names; SQLite does not read the
-    // identity there and frees by the row's new state in the reap's transaction. Either way
-    // the reap below keeps it.
+    // `LapsedRow::frees()` (the rule, `rules::run_end_frees_identity`) names the identity the
+    // reap frees: none for a requeue.
+    assert_eq!(rows[0].unique_key.as_deref(), Some(&KEY_A[..]));
+    assert_eq!(rows[0].unique_while.as_deref(), Some("running"));
     assert_eq!(rows[0].frees(), None, "a requeue frees nothing");
     let done = d
         .task_reap(&mut c, &[reap_row(&rows[0])], true)
@@ -163,9 +163,12 @@ pub async fn an_identity_held_while_running_is_freed_by_the_reap_that_ends_the_t
     wait_lease_expired(&d, &mut c, a).await;
     let rows = d.task_lapsed(&mut c, &an, 10).await.expect("task_lapsed");
     assert!(rows[0].goes_dead());
-    if let Some(frees) = rows[0].frees() {
-        assert_eq!(frees, KEY_A, "the identity the reap frees");
-    }
+    assert_eq!(
+        rows[0].frees().as_deref(),
+        Some(&KEY_A[..]),
+        "{}: the identity the reap frees",
+        backend::<D>()
+    );
     let done = d
         .task_reap(&mut c, &[reap_row(&rows[0])], true)
         .await
@@ -193,6 +196,7 @@ pub async fn an_identity_held_while_running_is_freed_by_the_reap_that_ends_the_t
         .await
         .expect("task_lapsed");
     assert!(rows[0].canceled);
+    assert_eq!(rows[0].frees().as_deref(), Some(&KEY_B[..]));
     let done = d
         .task_reap(&mut c, &[reap_row(&rows[0])], true)
         .await
@@ -231,7 +235,8 @@ pub async fn a_cancel_request_racing_the_reap_still_frees_the_identity<D: Driver
     // DRIVERS DIFFER (allowed: "whichever way the reap then goes"): MySQL writes a row only
     // if its cancel request is as the read saw it, so this reap writes nothing and the next
     // round cancels the task; SQLite's reap reads the request in its own statement and
-    // cancels the task at once, freeing the identity by its new state.
+    // cancels the task at once, freeing the identity by the rule applied to the state it
+    // gave the row (`rules::run_end_frees_identity` for `canceled`).
     assert!(first.reaped <= 1);
     let mut rounds = 0;
     while get(&d, a).await.state == TaskState::Running {

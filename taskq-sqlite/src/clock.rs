@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 use sqlx::SqliteConnection;
 
 /// A stored time (µs since the Unix epoch) as a `DateTime<Utc>`.
-pub fn time_from_us(us: i64) -> sqlx::Result<DateTime<Utc>> {
+pub(crate) fn time_from_us(us: i64) -> sqlx::Result<DateTime<Utc>> {
     DateTime::from_timestamp_micros(us)
         .ok_or_else(|| sqlx::Error::Decode(format!("stored time out of range: {us} µs").into()))
 }
@@ -20,18 +20,18 @@ pub(crate) fn opt_time(us: Option<i64>) -> sqlx::Result<Option<DateTime<Utc>>> {
 }
 
 /// A `DateTime<Utc>` as stored (µs since the Unix epoch).
-pub fn time_to_us(t: DateTime<Utc>) -> i64 {
+pub(crate) fn time_to_us(t: DateTime<Utc>) -> i64 {
     t.timestamp_micros()
 }
 
 /// The database clock in microseconds since the Unix epoch (millisecond resolution).
-pub async fn db_clock_us(conn: &mut SqliteConnection) -> sqlx::Result<i64> {
+pub(crate) async fn db_clock_us(conn: &mut SqliteConnection) -> sqlx::Result<i64> {
     sqlx::query_scalar!(r#"SELECT us AS "us!: i64" FROM taskq_clock"#)
         .fetch_one(conn)
         .await
 }
 
 /// The database clock, against which every stored time is written.
-pub async fn db_now(conn: &mut SqliteConnection) -> sqlx::Result<DateTime<Utc>> {
+pub(crate) async fn db_now(conn: &mut SqliteConnection) -> sqlx::Result<DateTime<Utc>> {
     time_from_us(db_clock_us(conn).await?)
 }

@@ -1,70 +1,18 @@
 //! The producer path: inserting tasks on the caller's connection or transaction.
 
-use chrono::{DateTime, Utc};
 use serde::Serialize;
 use sqlx::SqliteConnection;
+use taskq_driver::rows::{Inserted, NewTask, hex};
+use taskq_driver::state::TaskId;
 
 use crate::clock::time_to_us;
 use crate::connect::begin_write;
+use crate::conv::{sid, uid};
 
-/// A task to insert (the fields of MySQL's `store::NewTask`).
-#[derive(Debug, Clone, Default)]
-pub struct NewTask<'a> {
-    /// Queue it is claimed from.
-    pub queue: &'a str,
-    /// Task name (how a worker finds the handler).
-    pub name: &'a str,
-    /// Payload bytes (JSON text).
-    pub payload: &'a [u8],
-    /// Lower runs first.
-    pub priority: i16,
-    /// Attempts allowed.
-    pub max_attempts: u32,
-    /// Microseconds from the database's now until the task is due; ignored when `run_at` is
-    /// set.
-    pub delay_us: i64,
-    /// Absolute due time.
-    pub run_at: Option<DateTime<Utc>>,
-    /// Absolute deadline; at most one of `deadline` and `ttl_us` is set.
-    pub deadline: Option<DateTime<Utc>>,
-    /// Deadline as microseconds from the database's now.
-    pub ttl_us: Option<i64>,
-    /// At most one task per (name, key) while the row exists.
-    pub idempotency_key: Option<&'a str>,
-    /// Trace context of the enqueuing request.
-    pub trace_context: Option<&'a str>,
-    /// The unique identity (32 bytes), if the task is unique.
-    pub unique_key: Option<&'a [u8]>,
-    /// `pending`, `running` or `window`; set with `unique_key`.
-    pub unique_while: Option<&'static str>,
-    /// For a window: its end, in microseconds since the Unix epoch (database clock).
-    pub unique_expires_us: Option<i64>,
-}
-
-impl NewTask<'_> {
-    /// Whether the row may turn out a duplicate (an idempotency key or a unique identity), so
-    /// it cannot go into a multi-row insert.
-    pub fn keyed(&self) -> bool {
-        self.idempotency_key.is_some() || self.unique_key.is_some()
-    }
-}
-
-/// Outcome of [`task_insert`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Inserted {
-    /// A new task with this id.
-    New(i64),
-    /// The task holding the idempotency key or the unique identity; nothing was written.
-    Duplicate(i64),
-}
-
-impl Inserted {
-    /// The task id, new or existing.
-    pub fn id(self) -> i64 {
-        match self {
-            Inserted::New(id) | Inserted::Duplicate(id) => id,
-        }
-    }
+/// Whether the row may turn out a duplicate (an idempotency key or a unique identity), so it
+/// cannot go into a multi-row insert.
+fn keyed(t: &NewTask<'_>) -> bool {
+    t.idempotency_key.is_some() || t.unique_key.is_some()
 }
 
 /// Inserts a task on `conn` (the caller's transaction, if any). A duplicate idempotency key,
@@ -81,13 +29,16 @@ impl Inserted {
 ///
 /// Unlike MySQL there is no lock to wait for: the statement holds the database's write lock,
 /// so a conflicting row is committed (or is the caller's own).
-pub async fn task_insert(conn: &mut SqliteConnection, t: &NewTask<'_>) -> sqlx::Result<Inserted> {
+pub(crate) async fn task_insert(
+    conn: &mut SqliteConnection,
+    t: &NewTask<'_>,
+) -> sqlx::Result<Inserted> {
     let Some(key) = t.unique_key else {
         return insert_row(conn, t).await;
     };
     let mut tx = begin_write(conn).await?;
     let id = match insert_row(&mut tx, t).await? {
-        Inserted::New(id) => id,
+        Inserted::New(id) => sid(id.0),
         dup @ Inserted::Duplicate(_) => return Ok(dup),
     };
     let reserved = sqlx::query!(
@@ -101,7 +52,7 @@ pub async fn task_insert(conn: &mut SqliteConnection, t: &NewTask<'_>) -> sqlx::
     .await?;
     if reserved.rows_affected() == 1 {
         tx.commit().await?;
-        return Ok(Inserted::New(id));
+        return Ok(Inserted::New(TaskId(uid(id))));
     }
     let holder = sqlx::query_scalar!(
         r#"SELECT task_id AS "task_id!: i64" FROM taskq_unique WHERE unique_key = ?1"#,
@@ -111,7 +62,7 @@ pub async fn task_insert(conn: &mut SqliteConnection, t: &NewTask<'_>) -> sqlx::
     .await?;
     // Undoes the task row (and its id: AUTOINCREMENT's counter is rolled back with it).
     tx.rollback().await?;
-    Ok(Inserted::Duplicate(holder))
+    Ok(Inserted::Duplicate(TaskId(uid(holder))))
 }
 
 /// The task row's `INSERT`: the new id, or the holder of its idempotency key.
@@ -145,7 +96,7 @@ async fn insert_row(conn: &mut SqliteConnection, t: &NewTask<'_>) -> sqlx::Resul
     .fetch_optional(&mut *conn)
     .await?;
     if let Some(id) = id {
-        return Ok(Inserted::New(id));
+        return Ok(Inserted::New(TaskId(uid(id))));
     }
     let holder = sqlx::query_scalar!(
         r#"SELECT id AS "id!: i64" FROM taskq_tasks WHERE name = ?1 AND idempotency_key = ?2"#,
@@ -154,11 +105,11 @@ async fn insert_row(conn: &mut SqliteConnection, t: &NewTask<'_>) -> sqlx::Resul
     )
     .fetch_one(&mut *conn)
     .await?;
-    Ok(Inserted::Duplicate(holder))
+    Ok(Inserted::Duplicate(TaskId(uid(holder))))
 }
 
 /// Rows per multi-row `INSERT` of [`task_insert_many`].
-pub const BATCH_ROWS: usize = 500;
+pub(crate) const BATCH_ROWS: usize = 500;
 
 /// One row of a multi-row insert inside its JSON array.
 #[derive(Serialize)]
@@ -190,7 +141,7 @@ struct BatchRow<'a> {
 /// in array order, and AUTOINCREMENT numbers them consecutively since the statement holds the
 /// write lock (no other insert can interleave), so the ascending ids are the rows' ids in
 /// order. (MySQL needs `innodb_autoinc_lock_mode` to tell; here the ids are always known.)
-pub async fn task_insert_many(
+pub(crate) async fn task_insert_many(
     conn: &mut SqliteConnection,
     rows: &[NewTask<'_>],
 ) -> sqlx::Result<Vec<Inserted>> {
@@ -198,17 +149,17 @@ pub async fn task_insert_many(
     let mut out = Vec::with_capacity(rows.len());
     let mut i = 0;
     while i < rows.len() {
-        if rows[i].keyed() {
+        if keyed(&rows[i]) {
             out.push(task_insert(&mut tx, &rows[i]).await?);
             i += 1;
             continue;
         }
         let mut end = i;
-        while end < rows.len() && end - i < BATCH_ROWS && !rows[end].keyed() {
+        while end < rows.len() && end - i < BATCH_ROWS && !keyed(&rows[end]) {
             end += 1;
         }
         let ids = insert_batch(&mut tx, &rows[i..end]).await?;
-        out.extend(ids.into_iter().map(Inserted::New));
+        out.extend(ids.into_iter().map(|id| Inserted::New(TaskId(uid(id)))));
         i = end;
     }
     tx.commit().await?;
@@ -258,15 +209,4 @@ async fn insert_batch(conn: &mut SqliteConnection, rows: &[NewTask<'_>]) -> sqlx
     }
     ids.sort_unstable();
     Ok(ids)
-}
-
-/// Lowercase hex of `bytes`.
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        s.push(DIGITS[(b >> 4) as usize] as char);
-        s.push(DIGITS[(b & 15) as usize] as char);
-    }
-    s
 }

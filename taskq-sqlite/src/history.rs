@@ -1,25 +1,22 @@
 //! Attempt history (`taskq_tasks.attempts`, appended by the statements that end an attempt:
-//! `lease::task_write_back`, `task_reap`, `task_release`) and the audit trail of operator actions
-//! (`taskq_audit`).
+//! `lease::task_write_back`, `task_reap`, `task_release`, which keep the latest 100 entries
+//! and cut an error to 1,023 characters and `…`, as MySQL does) and the audit trail of
+//! operator actions (`taskq_audit`).
 
-use chrono::{DateTime, Utc};
 use sqlx::SqliteConnection;
+use taskq_driver::rows::{AuditListRow, AuditRow};
+use taskq_driver::state::TaskId;
 
 use crate::clock::time_from_us;
-
-/// Most entries kept in a task's attempt history (MySQL's `MAX_ATTEMPT_ENTRIES`).
-pub const MAX_ATTEMPT_ENTRIES: usize = 100;
-
-/// Longest error text of one attempt-history entry, in characters; a longer one is cut to
-/// 1,023 characters followed by `…` (MySQL's `MAX_ATTEMPT_ERROR_CHARS`).
-pub const MAX_ATTEMPT_ERROR_CHARS: usize = 1024;
+use crate::conv::{sid, uid};
 
 /// A task's attempt history: the JSON array (`None` when no attempt has ended yet), in MySQL's
 /// format (`taskq::history` parses both); `None` when the task does not exist.
-pub async fn task_attempts(
+pub(crate) async fn task_attempts(
     conn: &mut SqliteConnection,
-    id: i64,
+    id: TaskId,
 ) -> sqlx::Result<Option<Option<String>>> {
+    let id = sid(id.0);
     let row = sqlx::query!(
         r#"SELECT attempts AS "attempts?: String" FROM taskq_tasks WHERE id = ?1"#,
         id
@@ -29,45 +26,15 @@ pub async fn task_attempts(
     Ok(row.map(|r| r.attempts))
 }
 
-/// An operator action to record in `taskq_audit` (MySQL's `AuditRow`).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct AuditRow<'a> {
-    /// Who.
-    pub actor: &'a str,
-    /// What.
-    pub action: &'a str,
-    /// The task acted on.
-    pub task_id: Option<i64>,
-    /// The queue; when `None` and `task_id` is set, the task's queue is recorded.
-    pub queue: Option<&'a str>,
-    /// A JSON object.
-    pub detail: Option<&'a str>,
-}
-
-/// A row of `taskq_audit` as read back (MySQL's `AuditListRow`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AuditListRow {
-    /// Row id (increasing).
-    pub id: i64,
-    /// When (database clock).
-    pub at: DateTime<Utc>,
-    /// Who.
-    pub actor: String,
-    /// What.
-    pub action: String,
-    /// The task acted on.
-    pub task_id: Option<i64>,
-    /// The queue acted on, or the task's queue.
-    pub queue: Option<String>,
-    /// JSON object.
-    pub detail: Option<String>,
-}
-
 /// Inserts an audit row on `conn` (normally the transaction of the action it records), at the
 /// database clock; returns its id. One statement: the task's queue is read by primary key
 /// inside it.
-pub async fn audit_insert(conn: &mut SqliteConnection, a: &AuditRow<'_>) -> sqlx::Result<i64> {
-    sqlx::query_scalar!(
+pub(crate) async fn audit_insert(
+    conn: &mut SqliteConnection,
+    a: &AuditRow<'_>,
+) -> sqlx::Result<u64> {
+    let task_id = a.task_id.map(sid);
+    let id = sqlx::query_scalar!(
         r#"INSERT INTO taskq_audit (at, actor, action, task_id, queue, detail)
            SELECT c.us, ?1, ?2, ?3,
              COALESCE(?4, (SELECT t.queue FROM taskq_tasks AS t WHERE t.id = ?3)), ?5
@@ -75,22 +42,24 @@ pub async fn audit_insert(conn: &mut SqliteConnection, a: &AuditRow<'_>) -> sqlx
            RETURNING id AS "id!: i64""#,
         a.actor,
         a.action,
-        a.task_id,
+        task_id,
         a.queue,
         a.detail
     )
     .fetch_one(&mut *conn)
-    .await
+    .await?;
+    Ok(uid(id))
 }
 
 /// Audit rows with `id < before_id`, of `task_id` and of `queue` when given, newest first.
-pub async fn audit_list(
+pub(crate) async fn audit_list(
     conn: &mut SqliteConnection,
-    task_id: Option<i64>,
+    task_id: Option<u64>,
     queue: Option<&str>,
-    before_id: i64,
+    before_id: u64,
     limit: u32,
 ) -> sqlx::Result<Vec<AuditListRow>> {
+    let (task_id, before_id) = (task_id.map(sid), sid(before_id));
     let rows = sqlx::query!(
         r#"SELECT id AS "id!: i64", at AS "at!: i64", actor AS "actor!: String",
              action AS "action!: String", task_id AS "task_id?: i64", queue AS "queue?: String",
@@ -109,11 +78,11 @@ pub async fn audit_list(
     rows.into_iter()
         .map(|r| {
             Ok(AuditListRow {
-                id: r.id,
+                id: uid(r.id),
                 at: time_from_us(r.at)?,
                 actor: r.actor,
                 action: r.action,
-                task_id: r.task_id,
+                task_id: r.task_id.map(uid),
                 queue: r.queue,
                 detail: r.detail,
             })
@@ -123,7 +92,7 @@ pub async fn audit_list(
 
 /// Deletes up to `limit` audit rows older than `age_secs` (database clock), oldest first.
 /// Returns the count.
-pub async fn audit_prune(
+pub(crate) async fn audit_prune(
     conn: &mut SqliteConnection,
     age_secs: u64,
     limit: u32,
@@ -152,7 +121,7 @@ pub async fn audit_prune(
 /// finished in the window (on `ix_taskq_finished`). A reap keeps `run_at`, so the `lease_lost`
 /// entry of a task reaped back to pending that was due before the window is counted only once
 /// the task has ended.
-pub async fn task_failed_attempts_per_minute(
+pub(crate) async fn task_failed_attempts_per_minute(
     conn: &mut SqliteConnection,
     minutes: u32,
 ) -> sqlx::Result<Vec<(String, u32, u64)>> {

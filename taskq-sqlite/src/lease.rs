@@ -7,113 +7,16 @@
 //! Batches of ids travel as one JSON array bound to one parameter and are read with
 //! `json_each` (SQLite's `JSON_TABLE`).
 
-use serde::Serialize;
 use sqlx::SqliteConnection;
-use taskq_driver::rules::{Allowance, claim_allowance};
+use taskq_driver::rows::{
+    CanceledTask, ClaimBatch, ClaimRequest, Claimed, ExpiredTask, FollowUpRow, LapsedRow, LimitHit,
+    NameList, ReapRow, Reaped, WriteBack, WrittenBack,
+};
+use taskq_driver::rules::{Allowance, claim_allowance, frees_identity, run_end_frees_identity};
 
 use crate::connect::begin_write;
-use crate::enqueue::hex;
-use crate::identities::release_ended;
-
-/// One claim: up to `limit` due tasks of `queue` whose name is in `names`.
-#[derive(Debug, Clone, Copy)]
-pub struct ClaimRequest<'a> {
-    /// The queue to claim from.
-    pub queue: &'a str,
-    /// The task names the worker handles; tasks of other names stay pending.
-    pub names: &'a [&'a str],
-    /// At most this many tasks (expired ones included).
-    pub limit: u32,
-    /// Lease length from the database's now (µs).
-    pub lease_us: i64,
-    /// Recorded in `worker_id`.
-    pub worker_id: &'a str,
-    /// The worker saw the queue as limited (a concurrency or rate limit, see
-    /// `queues::queue_controls`): the claim takes no more than the limits allow. Unlimited
-    /// queues skip that read.
-    pub limited: bool,
-}
-
-/// A task as claimed (values after the claim).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Claimed {
-    /// Task id.
-    pub id: i64,
-    /// Task name.
-    pub name: String,
-    /// Payload bytes.
-    pub payload: Vec<u8>,
-    /// Priority (lower first).
-    pub priority: i16,
-    /// Due time (µs since the epoch).
-    pub run_at_us: i64,
-    /// Attempt number of this run (already incremented).
-    pub attempt: u32,
-    /// Attempts allowed.
-    pub max_attempts: u32,
-    /// Snoozes so far (before this run).
-    pub snoozes: u32,
-    /// Fencing token of this run (already incremented).
-    pub lease_epoch: i64,
-    /// How long the task waited after it was due, on the database clock (µs).
-    pub wait_us: i64,
-    /// Trace context of the enqueuing request.
-    pub trace_context: Option<String>,
-    /// The unique identity, if the task is unique.
-    pub unique_key: Option<Vec<u8>>,
-    /// Its `unique_while`.
-    pub unique_while: Option<String>,
-    /// Set only when the task's attempts were already exhausted before this claim (`attempt >
-    /// max_attempts` now): a reaper that does not register its name parked its last attempt
-    /// back to pending (see [`LapsedRow::parks`]). Its `last_error`.
-    pub parked_error: Option<String>,
-}
-
-/// A due task the claim found past its deadline and moved to `expired` instead of running.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ExpiredTask {
-    /// Task id.
-    pub id: i64,
-    /// Task name.
-    pub name: String,
-    /// How long ago its deadline passed, on the database clock (µs).
-    pub late_us: i64,
-}
-
-/// A due task the claim found with a cancel request that an earlier attempt left on it (its
-/// outcome, a retry or snooze, was written before its worker saw the request, or it was
-/// released at shutdown): moved to `canceled` instead of running.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CanceledTask {
-    /// Task id.
-    pub id: i64,
-    /// Task name.
-    pub name: String,
-}
-
-/// What one claim took.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ClaimBatch {
-    /// The claimed tasks, in claim order (priority, run_at, id).
-    pub tasks: Vec<Claimed>,
-    /// Tasks found past their deadline: now `expired`, not run. They count towards the limit.
-    pub expired: Vec<ExpiredTask>,
-    /// Tasks found with a cancel request: now `canceled`, not run. They count towards the
-    /// limit.
-    pub canceled: Vec<CanceledTask>,
-    /// Set when the queue's limits allowed fewer tasks than asked for.
-    pub limited: Option<LimitHit>,
-}
-
-/// Why a claim of a limited queue took fewer tasks than it asked for (MySQL's `LimitHit`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LimitHit {
-    /// How many the limits allowed this claim (fewer than asked for; may be zero).
-    pub allowed: u32,
-    /// The rate limit was the binding one: its window has no starts left after this claim;
-    /// the next window opens in this many microseconds (database clock).
-    pub rate_resets_in_us: Option<i64>,
-}
+use crate::conv::{json, sids, signed, state, uid};
+use crate::identities::{freed, release};
 
 /// A limited queue's limits as the claim reads them (inside its write transaction).
 struct QueueLimits {
@@ -143,17 +46,18 @@ struct QueueLimits {
 ///    from now. Expired rows count towards the limit;
 /// 2. with a rate limit and rows started: the count of the window the claim's clock falls in
 ///    (`rate_window_start`, `rate_window_count`), so no window counts more than the limit;
-/// 3. only when some of those rows are unique while pending, or unique and expired: the
-///    deletion of the identities that ends (see `identities::release_ended`).
+/// 3. only when some of those rows free their identity by the state they got
+///    (`rules::frees_identity`: a task unique while pending that starts, a unique task that
+///    ends expired or canceled): the deletion of those identities (`identities::release`).
 ///
 /// The writer lock replaces MySQL's candidate read and `FOR UPDATE SKIP LOCKED`: two claims
 /// never overlap in time, so the second sees the first's rows as running. A paused queue is
 /// checked inside the statement (on MySQL the worker checks it before claiming).
-pub async fn task_claim(
+pub(crate) async fn task_claim(
     conn: &mut SqliteConnection,
     req: &ClaimRequest<'_>,
 ) -> sqlx::Result<ClaimBatch> {
-    let names = serde_json::to_string(req.names).map_err(|e| sqlx::Error::Encode(Box::new(e)))?;
+    let names = req.names.json();
     let mut tx = begin_write(conn).await?;
     let mut limit = req.limit;
     let mut hit = None;
@@ -191,10 +95,7 @@ pub async fn task_claim(
         limit = allowed;
         if limit == 0 {
             tx.commit().await?;
-            return Ok(ClaimBatch {
-                limited: hit,
-                ..ClaimBatch::default()
-            });
+            return Ok(batch(hit));
         }
     }
     // A row past its deadline ends `expired`, one with a cancel request left by an earlier
@@ -265,43 +166,36 @@ pub async fn task_claim(
         .execute(&mut *tx)
         .await?;
     }
-    let frees: Vec<i64> = rows
-        .iter()
-        .filter(|r| {
-            r.unique_key.is_some()
-                && (r.state != "running" || r.unique_while.as_deref() == Some("pending"))
-        })
-        .map(|r| r.id)
-        .collect();
-    release_ended(&mut tx, &frees).await?;
+    let mut frees = Vec::new();
+    for r in rows.iter().filter(|r| r.unique_key.is_some()) {
+        let to = state(&r.state)?;
+        let w = r.unique_while.as_deref();
+        frees.extend(freed(r.id, r.unique_key.clone(), w, to, frees_identity));
+    }
+    release(&mut tx, &frees).await?;
     tx.commit().await?;
-    let mut batch = ClaimBatch {
-        limited: hit,
-        ..ClaimBatch::default()
-    };
+    let mut batch = batch(hit);
     for r in rows {
         if r.state == "canceled" {
             batch.canceled.push(CanceledTask {
-                id: r.id,
+                id: uid(r.id),
                 name: r.name,
             });
         } else if r.state == "expired" {
             batch.expired.push(ExpiredTask {
-                id: r.id,
+                id: uid(r.id),
                 name: r.name,
                 late_us: r.late_us.unwrap_or(0),
             });
         } else {
             batch.tasks.push(Claimed {
-                id: r.id,
+                id: uid(r.id),
                 name: r.name,
                 payload: r.payload,
-                priority: r.priority,
-                run_at_us: r.run_at,
                 attempt: r.attempt,
                 max_attempts: r.max_attempts,
                 snoozes: r.snoozes,
-                lease_epoch: r.lease_epoch,
+                lease_epoch: uid(r.lease_epoch),
                 wait_us: r.wait_us,
                 trace_context: r.trace_context,
                 unique_key: r.unique_key,
@@ -311,6 +205,19 @@ pub async fn task_claim(
         }
     }
     Ok(batch)
+}
+
+/// An empty claim batch (SQLite's claim is never contended nor partial: it holds the write
+/// lock and reads the whole queue).
+fn batch(limited: Option<LimitHit>) -> ClaimBatch {
+    ClaimBatch {
+        tasks: Vec::new(),
+        expired: Vec::new(),
+        canceled: Vec::new(),
+        limited,
+        contended: false,
+        partial: false,
+    }
 }
 
 /// Step 0 of a limited claim: the queue's limits, with the claims already counted in the
@@ -339,17 +246,17 @@ async fn queue_limits(
 }
 
 /// `(id, epoch)` pairs as the JSON array of arrays the batch statements read.
-fn leases_json(leases: &[(i64, i64)]) -> sqlx::Result<String> {
-    serde_json::to_string(leases).map_err(|e| sqlx::Error::Encode(Box::new(e)))
+fn leases_json(leases: &[(u64, u64)]) -> sqlx::Result<String> {
+    json(&signed(leases))
 }
 
 /// Renews the leases `(id, epoch)` that are still held (running, same epoch, not expired) and
 /// carry no cancel request, to `now + lease_us`. Returns how many were renewed: fewer than
 /// sent means some were lost or asked to cancel, which [`task_leases_held`] tells apart (so a
 /// beat with nothing to report costs one statement, as on MySQL).
-pub async fn task_heartbeat(
+pub(crate) async fn task_heartbeat(
     conn: &mut SqliteConnection,
-    leases: &[(i64, i64)],
+    leases: &[(u64, u64)],
     lease_us: i64,
 ) -> sqlx::Result<u64> {
     if leases.is_empty() {
@@ -371,28 +278,24 @@ pub async fn task_heartbeat(
     Ok(done.rows_affected())
 }
 
-/// A lease still held, as [`task_leases_held`] reports it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct HeldLease {
-    /// Task id.
-    pub id: i64,
-    /// Its epoch (the one sent).
-    pub epoch: i64,
-    /// Whether a cancel of the running task was requested.
-    pub cancel_requested: bool,
+/// A lease still held, as [`task_leases_held`] reads it.
+struct HeldLease {
+    id: i64,
+    epoch: i64,
+    cancel_requested: bool,
 }
 
 /// Of the leases `(id, epoch)`, those still held (running, same epoch, unexpired), with
 /// whether a cancel was requested.
-pub async fn task_leases_held(
+pub(crate) async fn task_leases_held(
     conn: &mut SqliteConnection,
-    leases: &[(i64, i64)],
-) -> sqlx::Result<Vec<HeldLease>> {
+    leases: &[(u64, u64)],
+) -> sqlx::Result<Vec<(u64, u64, bool)>> {
     if leases.is_empty() {
         return Ok(Vec::new());
     }
     let json = leases_json(leases)?;
-    sqlx::query_as!(
+    let held = sqlx::query_as!(
         HeldLease,
         r#"SELECT t.id AS "id!: i64", t.lease_epoch AS "epoch!: i64",
              (t.cancel_requested_at IS NOT NULL) AS "cancel_requested!: bool"
@@ -403,50 +306,15 @@ pub async fn task_leases_held(
         json
     )
     .fetch_all(&mut *conn)
-    .await
+    .await?;
+    Ok(held
+        .into_iter()
+        .map(|h| (uid(h.id), uid(h.epoch), h.cancel_requested))
+        .collect())
 }
 
-/// A follow-up task to insert with the end of another (`on_dead` / `on_success`): MySQL's
-/// `FollowUpRow`. Inserted pending and due now, with `idempotency_key = key` (naming the
-/// attempt that ended, `taskq:on_dead:<id>:<epoch>`), by the transaction that writes the end,
-/// only if that end is written.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FollowUpRow {
-    /// Queue of the follow-up.
-    pub queue: String,
-    /// Its task name.
-    pub name: String,
-    /// Its payload bytes.
-    pub payload: Vec<u8>,
-    /// Its priority.
-    pub priority: i16,
-    /// Its attempts allowed.
-    pub max_attempts: u32,
-    /// Its deadline as microseconds from the database's now; `None`: none.
-    pub ttl_us: Option<i64>,
-    /// Its idempotency key.
-    pub key: String,
-    /// Trace context of the task that ended.
-    pub trace_context: Option<String>,
-}
-
-/// A follow-up inside the JSON array [`follow_ups_insert`] sends.
-#[derive(Serialize)]
-struct FollowUpJson<'a> {
-    q: &'a str,
-    n: &'a str,
-    /// Payload, hex (decoded by `unhex`).
-    p: String,
-    pr: i16,
-    m: u32,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    tl: Option<i64>,
-    k: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    t: Option<&'a str>,
-}
-
-/// Inserts follow-up tasks in order (one statement; none when `rows` is empty), pending and
+/// Inserts follow-up tasks (`on_dead` / `on_success`, see `FollowUpRow`), pending and due now,
+/// with `idempotency_key = key`, by the transaction that writes the end they follow, in order (one statement; none when `rows` is empty), pending and
 /// due now. One whose idempotency key is already taken (which the fencing of the end makes
 /// impossible unless a row with that key was inserted by hand) is left as it is rather than
 /// failing the end's transaction. Returns how many were inserted.
@@ -457,20 +325,8 @@ async fn follow_ups_insert(
     if rows.is_empty() {
         return Ok(0);
     }
-    let json: Vec<FollowUpJson<'_>> = rows
-        .iter()
-        .map(|r| FollowUpJson {
-            q: &r.queue,
-            n: &r.name,
-            p: hex(&r.payload),
-            pr: r.priority,
-            m: r.max_attempts,
-            tl: r.ttl_us,
-            k: &r.key,
-            t: r.trace_context.as_deref(),
-        })
-        .collect();
-    let json = serde_json::to_string(&json).map_err(|e| sqlx::Error::Encode(Box::new(e)))?;
+    // `FollowUpRow` serializes as `{q, n, p (hex), pr, m, tl?, k, t?}`.
+    let json = json(rows)?;
     let done = sqlx::query!(
         r#"INSERT INTO taskq_tasks
              (queue, name, payload, state, priority, max_attempts, run_at, deadline,
@@ -489,41 +345,6 @@ async fn follow_ups_insert(
     Ok(done.rows_affected())
 }
 
-/// The outcome of one attempt, written back by [`task_write_back`] (MySQL's `WriteBack`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct WriteBack {
-    /// Task id.
-    pub id: i64,
-    /// The epoch its attempt claimed.
-    pub epoch: i64,
-    /// `succeeded`, `pending` (retry), `dead`, `canceled` (a cancel request honoured), or
-    /// `snoozed`: written as `pending` with the attempt given back and `snoozes` + 1.
-    pub state: &'static str,
-    /// The attempt number of this run (as claimed), recorded in the attempt history.
-    pub attempt: u32,
-    /// How the attempt ended, as recorded in the attempt history: `succeeded`, `failed`,
-    /// `timed_out`, `panicked`, `canceled` or `snoozed`.
-    pub outcome: &'static str,
-    /// Delay from the database's now of the next run, for `pending` and `snoozed`.
-    pub delay_us: i64,
-    /// The failure, recorded in `last_error` (kept when `None`) and, cut to 1,024
-    /// characters, in the attempt history.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-    /// The follow-up to insert if this outcome is written (`on_dead` / `on_success`).
-    #[serde(skip)]
-    pub follow_up: Option<FollowUpRow>,
-}
-
-/// What [`task_write_back`] did with a batch (MySQL's `WrittenBack`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct WrittenBack {
-    /// Ids written (still running under the epoch of their attempt), ascending.
-    pub written: Vec<i64>,
-    /// Ids written together with their follow-up, ascending.
-    pub followed: Vec<i64>,
-}
-
 /// Writes a batch of outcomes. Each row is written only if it is still running with the
 /// epoch its attempt claimed (a row not written was reaped, released or retried behind the
 /// worker's back). A snooze is a retry that gives its attempt back (`attempt - 1`) and counts
@@ -531,20 +352,23 @@ pub struct WrittenBack {
 /// `UPDATE` (the latest 100 kept, the error cut to 1,024 characters), like MySQL's.
 ///
 /// One `UPDATE … FROM json_each(?) RETURNING` in a write transaction; then, in it, the
-/// follow-ups of exactly the rows it returned (a fenced outcome inserts nothing), and, when a
-/// written row is unique, the deletion of the identities the outcomes ended (success of a
-/// task unique while running, death, cancel).
+/// follow-ups of exactly the rows it returned (a fenced outcome inserts nothing), and the
+/// deletion of the identities the written rows free by the state they got, as
+/// `rules::run_end_frees_identity` decides (a success of a task unique while running, a death,
+/// a cancel; never a retry or snooze). `WriteBack::frees` is not read: the rule is applied to
+/// the rows the statement wrote.
 ///
 /// MySQL's `WrittenBack::deferred` does not exist here: no producer can hold an identity's row
 /// while this runs (one writer at a time), so nothing is ever deferred.
-pub async fn task_write_back(
+pub(crate) async fn task_write_back(
     conn: &mut SqliteConnection,
     batch: &[WriteBack],
 ) -> sqlx::Result<WrittenBack> {
     if batch.is_empty() {
         return Ok(WrittenBack::default());
     }
-    let json = serde_json::to_string(batch).map_err(|e| sqlx::Error::Encode(Box::new(e)))?;
+    // `WriteBack` serializes as `{id, epoch, state, attempt, outcome, delay_us, error?}`.
+    let json = json(batch)?;
     let mut tx = begin_write(conn).await?;
     let rows = sqlx::query!(
         r#"UPDATE taskq_tasks AS t
@@ -579,17 +403,18 @@ pub async fn task_write_back(
                  FROM json_each(?1)) AS j,
                 taskq_clock AS c
            WHERE t.id = j.id AND t.lease_epoch = j.epoch AND t.state = 'running'
-           RETURNING id AS "id!: i64", (unique_key IS NOT NULL) AS "unique!: bool""#,
+           RETURNING id AS "id!: i64", state AS "state!: String",
+             unique_key AS "unique_key?: Vec<u8>", unique_while AS "unique_while?: String""#,
         json
     )
     .fetch_all(&mut *tx)
     .await?;
-    let mut written: Vec<i64> = rows.iter().map(|r| r.id).collect();
+    let mut written: Vec<u64> = rows.iter().map(|r| uid(r.id)).collect();
     written.sort_unstable();
     let mut followed = Vec::new();
     let mut inserts = Vec::new();
     for f in batch {
-        if let Some(row) = &f.follow_up
+        if let Some(row) = f.follow_up.as_deref()
             && written.binary_search(&f.id).is_ok()
             && !followed.contains(&f.id)
         {
@@ -598,18 +423,30 @@ pub async fn task_write_back(
         }
     }
     follow_ups_insert(&mut tx, &inserts).await?;
-    let unique: Vec<i64> = rows.iter().filter(|r| r.unique).map(|r| r.id).collect();
-    release_ended(&mut tx, &unique).await?;
+    let mut frees = Vec::new();
+    for r in rows {
+        let to = state(&r.state)?;
+        let w = r.unique_while.as_deref();
+        frees.extend(freed(r.id, r.unique_key, w, to, run_end_frees_identity));
+    }
+    release(&mut tx, &frees).await?;
     tx.commit().await?;
     followed.sort_unstable();
-    Ok(WrittenBack { written, followed })
+    Ok(WrittenBack {
+        written: written.len() as u64,
+        deferred: Vec::new(),
+        followed,
+    })
 }
 
 /// Gives running tasks back (shutdown): pending (`run_at` kept), epoch + 1, the interrupted attempt not
 /// counted, and a `released` entry appended to its attempt history. Conditional on each
 /// `(id, epoch)`. Returns how many were released. (A pending task holds its identity, so none
 /// is freed.)
-pub async fn task_release(conn: &mut SqliteConnection, leases: &[(i64, i64)]) -> sqlx::Result<u64> {
+pub(crate) async fn task_release(
+    conn: &mut SqliteConnection,
+    leases: &[(u64, u64)],
+) -> sqlx::Result<u64> {
     if leases.is_empty() {
         return Ok(0);
     }
@@ -641,12 +478,12 @@ pub async fn task_release(conn: &mut SqliteConnection, leases: &[(i64, i64)]) ->
 /// The leases `(id, epoch)` of `queue`'s running tasks that `worker_id` claimed (database
 /// clock) in the last `since_us` µs, by id: what a claim whose answer was lost may have taken
 /// (MySQL's `task_running_since`).
-pub async fn task_running_since(
+pub(crate) async fn task_running_since(
     conn: &mut SqliteConnection,
     queue: &str,
     worker_id: &str,
     since_us: i64,
-) -> sqlx::Result<Vec<(i64, i64)>> {
+) -> sqlx::Result<Vec<(u64, u64)>> {
     let rows = sqlx::query!(
         r#"SELECT id AS "id!: i64", lease_epoch AS "lease_epoch!: i64"
            FROM taskq_tasks
@@ -659,85 +496,27 @@ pub async fn task_running_since(
     )
     .fetch_all(&mut *conn)
     .await?;
-    Ok(rows.into_iter().map(|r| (r.id, r.lease_epoch)).collect())
+    Ok(rows
+        .into_iter()
+        .map(|r| (uid(r.id), uid(r.lease_epoch)))
+        .collect())
 }
 
-/// An expired lease as [`task_lapsed`] reads it (MySQL's `LapsedRow`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LapsedRow {
-    /// Task id.
-    pub id: i64,
-    /// The epoch read: the reap writes the row only if it still has it.
-    pub lease_epoch: i64,
-    /// Task name.
-    pub name: String,
-    /// Queue.
-    pub queue: String,
-    /// Attempt number of the expired run.
-    pub attempt: u32,
-    /// Attempts allowed.
-    pub max_attempts: u32,
-    /// Worker of the expired run.
-    pub worker_id: Option<String>,
-    /// A cancel was requested: the reap cancels the task.
-    pub canceled: bool,
-    /// The reading worker registers the task's name (so it knows its `on_dead` follow-up).
-    pub registered: bool,
-    /// The payload, read only for a task the reap moves to dead (for its `on_dead`).
-    pub payload: Option<Vec<u8>>,
-    /// Trace context of the enqueuing request.
-    pub trace_context: Option<String>,
-}
-
-impl LapsedRow {
-    /// Whether the reap moves the task to dead: attempts exhausted, no cancel requested, and
-    /// the reading worker registers its name.
-    pub fn goes_dead(&self) -> bool {
-        !self.canceled && self.attempt >= self.max_attempts && self.registered
-    }
-
-    /// Whether the reap parks the task back to pending instead (MySQL's `LapsedRow::parks`):
-    /// attempts exhausted, no cancel requested, and the reading worker does not register its
-    /// name, so it cannot know its `on_dead` follow-up. The first worker that registers the name
-    /// claims it (see [`Claimed::parked_error`]) and ends it dead without running it.
-    pub fn parks(&self) -> bool {
-        !self.canceled && self.attempt >= self.max_attempts && !self.registered
-    }
-}
-
-/// One expired lease to reap ([`task_reap`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ReapRow {
-    /// Task id.
-    pub id: i64,
-    /// The epoch read: the row is reaped only if it still has it.
-    pub epoch: i64,
-    /// Park the last attempt back to pending rather than bury it ([`LapsedRow::parks`]).
-    pub park: bool,
-    /// The `on_dead` follow-up, inserted if the reap moves the task to dead.
-    pub follow_up: Option<FollowUpRow>,
-}
-
-/// A task the reaper moved out of `running`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ReapedRow {
-    /// Task id.
-    pub id: i64,
-    /// Task name.
-    pub name: String,
-    /// `pending` (runs again), `dead` (attempts exhausted) or `canceled` (a cancel was
-    /// requested).
-    pub state: String,
-}
-
-/// What a reap did (MySQL's `Reaped`): every row reaped (SQLite always knows them, from
-/// `RETURNING`; `reaped` of MySQL is `rows.len()`), by id, and which got their follow-up.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Reaped {
-    /// The rows reaped, by id.
-    pub rows: Vec<ReapedRow>,
-    /// Ids reaped to dead together with their follow-up, ascending.
-    pub followed: Vec<i64>,
+/// A lapsed lease as [`task_lapsed`] reads it.
+struct LapsedRaw {
+    id: i64,
+    lease_epoch: i64,
+    name: String,
+    queue: String,
+    attempt: u32,
+    max_attempts: u32,
+    worker_id: Option<String>,
+    unique_key: Option<Vec<u8>>,
+    unique_while: Option<String>,
+    canceled: bool,
+    registered: bool,
+    payload: Option<Vec<u8>>,
+    trace_context: Option<String>,
 }
 
 /// Up to `limit` running tasks whose lease has expired, oldest lease first (a read of the
@@ -746,17 +525,18 @@ pub struct Reaped {
 /// a worker knows a task's `on_dead` follow-up: a last attempt of a name it registers goes dead
 /// (its payload is read for the follow-up), one of another name is parked back to pending
 /// ([`LapsedRow::parks`]).
-pub async fn task_lapsed(
+pub(crate) async fn task_lapsed(
     conn: &mut SqliteConnection,
-    names: &[&str],
+    names: &NameList,
     limit: u32,
 ) -> sqlx::Result<Vec<LapsedRow>> {
-    let names = serde_json::to_string(names).map_err(|e| sqlx::Error::Encode(Box::new(e)))?;
-    sqlx::query_as!(
-        LapsedRow,
+    let names = names.json();
+    let rows = sqlx::query_as!(
+        LapsedRaw,
         r#"SELECT id AS "id!: i64", lease_epoch AS "lease_epoch!: i64", name AS "name!: String",
              queue AS "queue!: String", attempt AS "attempt!: u32",
              max_attempts AS "max_attempts!: u32", worker_id AS "worker_id?: String",
+             unique_key AS "unique_key?: Vec<u8>", unique_while AS "unique_while?: String",
              (cancel_requested_at IS NOT NULL) AS "canceled!: bool",
              (name IN (SELECT value FROM json_each(?1))) AS "registered!: bool",
              CASE WHEN attempt >= max_attempts AND cancel_requested_at IS NULL
@@ -771,12 +551,30 @@ pub async fn task_lapsed(
         limit
     )
     .fetch_all(&mut *conn)
-    .await
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| LapsedRow {
+            id: uid(r.id),
+            lease_epoch: uid(r.lease_epoch),
+            name: r.name,
+            queue: r.queue,
+            attempt: r.attempt,
+            max_attempts: r.max_attempts,
+            worker_id: r.worker_id,
+            unique_key: r.unique_key,
+            unique_while: r.unique_while,
+            canceled: r.canceled,
+            registered: r.registered,
+            payload: r.payload,
+            trace_context: r.trace_context,
+        })
+        .collect())
 }
 
 /// Reaps expired leases read by [`task_lapsed`]: back to pending (`run_at` kept, so it sorts
 /// where it was, ahead of the backlog enqueued after it), to dead when
-/// attempts are exhausted (back to pending when the row is to be parked, [`ReapRow::park`]),
+/// attempts are exhausted (back to pending when the row is to be parked, `ReapRow::parks`),
 /// or to canceled when a cancel was requested; epoch + 1 either way,
 /// `last_error` says `lease expired (worker W, attempt N)`, and the attempt history gets a
 /// `lease_lost` (or `canceled`) entry. Each row is reaped only if it is still running with the
@@ -785,16 +583,24 @@ pub async fn task_lapsed(
 ///
 /// One `UPDATE … FROM json_each(?) RETURNING` in a write transaction; then, in it, the
 /// `on_dead` follow-ups of exactly the rows it moved to dead, and the deletion of the
-/// identities held by rows that went dead or canceled.
-pub async fn task_reap(conn: &mut SqliteConnection, rows: &[ReapRow]) -> sqlx::Result<Reaped> {
+/// identities the rows free by the state the reap gave them, as `rules::run_end_frees_identity`
+/// decides (dead or canceled frees; a requeue or a parked row keeps it). That is what
+/// `LapsedRow::frees()` named from the read, unless a cancel request landed in between: this
+/// statement reads the request itself and cancels the task at once, and the rule frees the
+/// identity of the canceled task (`ReapRow::frees` and `canceled`, the read's decision, are
+/// not used here).
+pub(crate) async fn task_reap(
+    conn: &mut SqliteConnection,
+    rows: &[ReapRow],
+) -> sqlx::Result<Reaped> {
     if rows.is_empty() {
         return Ok(Reaped::default());
     }
-    let reap: Vec<(i64, i64, u8)> = rows
+    let reap: Vec<(u64, u64, u8)> = rows
         .iter()
-        .map(|r| (r.id, r.epoch, u8::from(r.park)))
+        .map(|r| (r.id, r.epoch, u8::from(r.parks)))
         .collect();
-    let json = serde_json::to_string(&reap).map_err(|e| sqlx::Error::Encode(Box::new(e)))?;
+    let json = json(&reap)?;
     let mut tx = begin_write(conn).await?;
     let reaped = sqlx::query!(
         r#"UPDATE taskq_tasks AS t
@@ -822,8 +628,8 @@ pub async fn task_reap(conn: &mut SqliteConnection, rows: &[ReapRow]) -> sqlx::R
            FROM json_each(?1) AS j, taskq_clock AS c
            WHERE t.id = j.value ->> 0 AND t.lease_epoch = j.value ->> 1
              AND t.state = 'running' AND t.lease_until < c.us
-           RETURNING id AS "id!: i64", name AS "name!: String", state AS "state!: String",
-             (unique_key IS NOT NULL) AS "unique!: bool""#,
+           RETURNING id AS "id!: i64", state AS "state!: String",
+             unique_key AS "unique_key?: Vec<u8>", unique_while AS "unique_while?: String""#,
         json
     )
     .fetch_all(&mut *tx)
@@ -836,65 +642,38 @@ pub async fn task_reap(conn: &mut SqliteConnection, rows: &[ReapRow]) -> sqlx::R
         }
         if let Some(f) = rows
             .iter()
-            .find(|x| x.id == r.id)
-            .and_then(|x| x.follow_up.as_ref())
+            .find(|x| x.id == uid(r.id))
+            .and_then(|x| x.follow_up.as_deref())
         {
             inserts.push(f);
-            out.followed.push(r.id);
+            out.followed.push(uid(r.id));
         }
     }
     follow_ups_insert(&mut tx, &inserts).await?;
-    let unique: Vec<i64> = reaped.iter().filter(|r| r.unique).map(|r| r.id).collect();
-    release_ended(&mut tx, &unique).await?;
+    let mut frees = Vec::new();
+    for r in reaped {
+        let to = state(&r.state)?;
+        let w = r.unique_while.as_deref();
+        frees.extend(freed(r.id, r.unique_key, w, to, run_end_frees_identity));
+        out.rows.push((uid(r.id), to));
+    }
+    release(&mut tx, &frees).await?;
     tx.commit().await?;
     out.followed.sort_unstable();
-    out.rows = reaped
-        .into_iter()
-        .map(|r| ReapedRow {
-            id: r.id,
-            name: r.name,
-            state: r.state,
-        })
-        .collect();
-    out.rows.sort_unstable_by_key(|r| r.id);
+    out.rows.sort_unstable_by_key(|r| r.0);
+    out.reaped = out.rows.len() as u64;
     Ok(out)
 }
 
-/// A whole reap in one write transaction: [`task_lapsed`] (up to `limit` expired leases, a
-/// task that would die read only if its name is in `names`), `plan` called for each row that
-/// goes dead to build its `on_dead` follow-up (`None`: none), then [`task_reap`]. `plan` runs
-/// while the transaction holds the write lock: it must be quick (a hook building a row).
-pub async fn task_reap_expired(
-    conn: &mut SqliteConnection,
-    names: &[&str],
-    limit: u32,
-    mut plan: impl FnMut(&LapsedRow) -> Option<FollowUpRow>,
-) -> sqlx::Result<Reaped> {
-    let mut tx = begin_write(conn).await?;
-    let expired = task_lapsed(&mut tx, names, limit).await?;
-    let rows: Vec<ReapRow> = expired
-        .iter()
-        .map(|r| ReapRow {
-            id: r.id,
-            epoch: r.lease_epoch,
-            park: r.parks(),
-            follow_up: if r.goes_dead() { plan(r) } else { None },
-        })
-        .collect();
-    let reaped = task_reap(&mut tx, &rows).await?;
-    tx.commit().await?;
-    Ok(reaped)
-}
-
 /// Current `(id, lease_epoch)` of the given ids, by id; missing ids are absent.
-pub async fn task_epochs(
+pub(crate) async fn task_epochs(
     conn: &mut SqliteConnection,
-    ids: &[i64],
-) -> sqlx::Result<Vec<(i64, i64)>> {
+    ids: &[u64],
+) -> sqlx::Result<Vec<(u64, u64)>> {
     if ids.is_empty() {
         return Ok(Vec::new());
     }
-    let json = serde_json::to_string(ids).map_err(|e| sqlx::Error::Encode(Box::new(e)))?;
+    let json = json(&sids(ids))?;
     let rows = sqlx::query!(
         r#"SELECT t.id AS "id!: i64", t.lease_epoch AS "lease_epoch!: i64"
            FROM json_each(?1) AS j JOIN taskq_tasks AS t ON t.id = j.value
@@ -903,5 +682,8 @@ pub async fn task_epochs(
     )
     .fetch_all(&mut *conn)
     .await?;
-    Ok(rows.into_iter().map(|r| (r.id, r.lease_epoch)).collect())
+    Ok(rows
+        .into_iter()
+        .map(|r| (uid(r.id), uid(r.lease_epoch)))
+        .collect())
 }

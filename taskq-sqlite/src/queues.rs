@@ -6,10 +6,12 @@
 use chrono::{DateTime, Utc};
 use sqlx::SqliteConnection;
 
+use taskq_driver::rows::{QueueControl, QueueRow};
+
 use crate::clock::time_from_us;
 
 /// Pauses `queue` (idempotent: an already paused queue keeps its first pause time).
-pub async fn queue_pause(conn: &mut SqliteConnection, queue: &str) -> sqlx::Result<()> {
+pub(crate) async fn queue_pause(conn: &mut SqliteConnection, queue: &str) -> sqlx::Result<()> {
     sqlx::query!(
         r#"INSERT INTO taskq_queues (queue, paused_at, updated_at)
            SELECT ?1, c.us, c.us FROM taskq_clock AS c WHERE true
@@ -24,7 +26,7 @@ pub async fn queue_pause(conn: &mut SqliteConnection, queue: &str) -> sqlx::Resu
 }
 
 /// Resumes `queue`; returns whether it was paused.
-pub async fn queue_resume(conn: &mut SqliteConnection, queue: &str) -> sqlx::Result<bool> {
+pub(crate) async fn queue_resume(conn: &mut SqliteConnection, queue: &str) -> sqlx::Result<bool> {
     let done = sqlx::query!(
         r#"UPDATE taskq_queues AS q SET paused_at = NULL, updated_at = c.us
            FROM taskq_clock AS c
@@ -37,7 +39,7 @@ pub async fn queue_resume(conn: &mut SqliteConnection, queue: &str) -> sqlx::Res
 }
 
 /// Paused queues with the time they were paused, by name.
-pub async fn queues_paused(
+pub(crate) async fn queues_paused(
     conn: &mut SqliteConnection,
 ) -> sqlx::Result<Vec<(String, DateTime<Utc>)>> {
     let rows = sqlx::query!(
@@ -51,20 +53,9 @@ pub async fn queues_paused(
         .collect()
 }
 
-/// One row of [`queue_controls`] (MySQL's `QueueControl`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct QueueControl {
-    /// Queue.
-    pub queue: String,
-    /// Paused.
-    pub paused: bool,
-    /// Has a concurrency or rate limit: its claims take the limited path of `task_claim`.
-    pub limited: bool,
-}
-
 /// What a worker needs to know about its queues, in one read per refresh: the queues that
 /// are paused, and those with a concurrency or rate limit, by name.
-pub async fn queue_controls(conn: &mut SqliteConnection) -> sqlx::Result<Vec<QueueControl>> {
+pub(crate) async fn queue_controls(conn: &mut SqliteConnection) -> sqlx::Result<Vec<QueueControl>> {
     sqlx::query_as!(
         QueueControl,
         r#"SELECT queue AS "queue!: String", (paused_at IS NOT NULL) AS "paused!: bool",
@@ -79,7 +70,7 @@ pub async fn queue_controls(conn: &mut SqliteConnection) -> sqlx::Result<Vec<Que
 
 /// Sets (or, with `None`, clears) the concurrency limit of `queue`: at most that many of its
 /// tasks running at once across all workers. Clearing a queue that has no row writes nothing.
-pub async fn queue_set_limit(
+pub(crate) async fn queue_set_limit(
     conn: &mut SqliteConnection,
     queue: &str,
     limit: Option<u32>,
@@ -115,7 +106,7 @@ pub async fn queue_set_limit(
 /// `period_us` (windows aligned to multiples of the period on the database clock). The current
 /// window's count is kept (it restarts when the period changes, since the windows move).
 /// Clearing a queue that has no row writes nothing.
-pub async fn queue_set_rate_limit(
+pub(crate) async fn queue_set_rate_limit(
     conn: &mut SqliteConnection,
     queue: &str,
     rate: Option<(u32, i64)>,
@@ -151,29 +142,10 @@ pub async fn queue_set_rate_limit(
     Ok(())
 }
 
-/// One queue of [`queue_list`] (MySQL's `QueueRow`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct QueueRow {
-    /// Queue.
-    pub queue: String,
-    /// When it was paused, if it is.
-    pub paused_at: Option<DateTime<Utc>>,
-    /// Its concurrency limit.
-    pub concurrency_limit: Option<u32>,
-    /// Its rate limit: `(max, period in µs)`.
-    pub rate: Option<(u32, i64)>,
-    /// Claims counted in the current rate window.
-    pub rate_used: u64,
-    /// Pending tasks.
-    pub pending: u64,
-    /// Running tasks.
-    pub running: u64,
-}
-
 /// Every queue that has tasks pending or running, or a row in `taskq_queues` (paused or
 /// limited, now or before), by name, with its controls and its pending and running counts.
 /// One statement (a full outer join of the controls and the counts, written as a union).
-pub async fn queue_list(conn: &mut SqliteConnection) -> sqlx::Result<Vec<QueueRow>> {
+pub(crate) async fn queue_list(conn: &mut SqliteConnection) -> sqlx::Result<Vec<QueueRow>> {
     let rows = sqlx::query!(
         r#"WITH counts AS (
              SELECT queue, SUM(state = 'pending') AS pending, SUM(state = 'running') AS running

@@ -2,106 +2,21 @@
 //! workers that carry the schedule and advanced by compare-and-set, so each tick is enqueued
 //! once however many workers run.
 
-use chrono::{DateTime, Utc};
 use sqlx::SqliteConnection;
+use taskq_driver::read::ScheduleInfo;
+use taskq_driver::rows::{Inserted, NameList, ScheduleDecl, ScheduleFire, ScheduleState};
+use taskq_driver::state::TaskId;
 
 use crate::clock::{opt_time, time_from_us, time_to_us};
 use crate::connect::begin_write;
-use crate::enqueue::{NewTask, task_insert};
-
-/// A schedule's definition as a worker declares it at start ([`schedule_declare`]).
-#[derive(Debug, Clone, Copy)]
-pub struct ScheduleDecl<'a> {
-    /// Schedule name.
-    pub name: &'a str,
-    /// The task it enqueues.
-    pub task_name: &'a str,
-    /// Where.
-    pub queue: &'a str,
-    /// Cron expression.
-    pub expression: &'a str,
-    /// Time zone.
-    pub timezone: &'a str,
-    /// Missed-tick policy (`latest`, `skip`, `all(N)`).
-    pub missed_ticks: &'a str,
-    /// The first tick after the database's now, stored when the row is new or its expression
-    /// or time zone changes.
-    pub next_tick: Option<DateTime<Utc>>,
-}
-
-/// What the scheduler reads of one of its schedules each time it wakes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ScheduleState {
-    /// The database clock at the read.
-    pub now: DateTime<Utc>,
-    /// Schedule name.
-    pub name: String,
-    /// Cron expression of the row.
-    pub expression: String,
-    /// Time zone of the row.
-    pub timezone: String,
-    /// Every tick at or before it has been handled.
-    pub watermark: DateTime<Utc>,
-}
-
-/// One compare-and-set step of a schedule ([`schedule_fire`]).
-#[derive(Debug, Clone)]
-pub struct ScheduleFire<'a> {
-    /// Schedule name.
-    pub name: &'a str,
-    /// The worker's expression: the step applies only while the row has it.
-    pub expression: &'a str,
-    /// The worker's time zone: likewise.
-    pub timezone: &'a str,
-    /// The watermark the worker read: the step applies only if it is still the row's.
-    pub old_watermark: DateTime<Utc>,
-    /// The new watermark.
-    pub new_watermark: DateTime<Utc>,
-    /// The next tick after the new watermark.
-    pub next_tick: Option<DateTime<Utc>>,
-    /// Recorded as `last_worker_id` when tasks are enqueued.
-    pub worker_id: &'a str,
-    /// One task per tick (each with `run_at` = its tick and the tick's idempotency key).
-    pub tasks: Vec<NewTask<'a>>,
-}
-
-/// A schedule row (MySQL: `client::ScheduleInfo`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ScheduleRow {
-    /// Schedule name.
-    pub name: String,
-    /// The task it enqueues.
-    pub task_name: String,
-    /// Where.
-    pub queue: String,
-    /// Cron expression.
-    pub expression: String,
-    /// Time zone.
-    pub timezone: String,
-    /// Missed-tick policy.
-    pub missed_ticks: String,
-    /// Every tick at or before it has been handled.
-    pub watermark: DateTime<Utc>,
-    /// The latest tick enqueued.
-    pub last_tick: Option<DateTime<Utc>>,
-    /// By which worker.
-    pub last_worker_id: Option<String>,
-    /// The next tick after the watermark.
-    pub next_tick: Option<DateTime<Utc>>,
-    /// When a worker last started with this definition.
-    pub declared_at: DateTime<Utc>,
-    /// Row creation.
-    pub created_at: DateTime<Utc>,
-    /// Latest change.
-    pub updated_at: DateTime<Utc>,
-}
+use crate::enqueue::task_insert;
 
 /// Creates or updates a schedule's row with this worker's definition. A new row, or one whose
 /// expression or time zone differs, gets `watermark = now` (never moved back) and the given
 /// `next_tick`, so ticks before this deploy never fire; an unchanged one keeps its watermark
 /// and next tick. (In SQLite's upsert every assignment reads the old row, so the comparisons
 /// see the old expression and time zone.)
-pub async fn schedule_declare(
+pub(crate) async fn schedule_declare(
     conn: &mut SqliteConnection,
     d: &ScheduleDecl<'_>,
 ) -> sqlx::Result<()> {
@@ -137,11 +52,11 @@ pub async fn schedule_declare(
 }
 
 /// The database clock and the rows of the schedules named in `names`.
-pub async fn schedule_states(
+pub(crate) async fn schedule_states(
     conn: &mut SqliteConnection,
-    names: &[&str],
+    names: &NameList,
 ) -> sqlx::Result<Vec<ScheduleState>> {
-    let json = serde_json::to_string(names).map_err(|e| sqlx::Error::Encode(Box::new(e)))?;
+    let json = names.json();
     let rows = sqlx::query!(
         r#"SELECT (SELECT us FROM taskq_clock) AS "now!: i64", name AS "name!: String",
              expression AS "expression!: String", timezone AS "timezone!: String",
@@ -171,10 +86,10 @@ pub async fn schedule_states(
 /// the existing holder of a tick's key), or `None` when the compare-and-set found the row
 /// changed (another worker took the step, or declared another definition): then nothing is
 /// written.
-pub async fn schedule_fire(
+pub(crate) async fn schedule_fire(
     conn: &mut SqliteConnection,
     f: &ScheduleFire<'_>,
-) -> sqlx::Result<Option<Vec<i64>>> {
+) -> sqlx::Result<Option<Vec<TaskId>>> {
     let last_tick = f.tasks.last().and_then(|t| t.run_at).map(time_to_us);
     let worker_id = (!f.tasks.is_empty()).then_some(f.worker_id);
     let new_watermark = time_to_us(f.new_watermark);
@@ -204,14 +119,16 @@ pub async fn schedule_fire(
     }
     let mut ids = Vec::with_capacity(f.tasks.len());
     for t in &f.tasks {
-        ids.push(task_insert(&mut tx, t).await?.id());
+        ids.push(match task_insert(&mut tx, t).await? {
+            Inserted::New(id) | Inserted::Duplicate(id) => id,
+        });
     }
     tx.commit().await?;
     Ok(Some(ids))
 }
 
 /// Every schedule row, by name.
-pub async fn schedule_list(conn: &mut SqliteConnection) -> sqlx::Result<Vec<ScheduleRow>> {
+pub(crate) async fn schedule_list(conn: &mut SqliteConnection) -> sqlx::Result<Vec<ScheduleInfo>> {
     let rows = sqlx::query!(
         r#"SELECT name AS "name!: String", task_name AS "task_name!: String",
              queue AS "queue!: String", expression AS "expression!: String",
@@ -226,7 +143,7 @@ pub async fn schedule_list(conn: &mut SqliteConnection) -> sqlx::Result<Vec<Sche
     .await?;
     rows.into_iter()
         .map(|r| {
-            Ok(ScheduleRow {
+            Ok(ScheduleInfo {
                 name: r.name,
                 task_name: r.task_name,
                 queue: r.queue,
@@ -246,7 +163,7 @@ pub async fn schedule_list(conn: &mut SqliteConnection) -> sqlx::Result<Vec<Sche
 }
 
 /// Deletes a schedule's row; returns whether it existed.
-pub async fn schedule_delete(conn: &mut SqliteConnection, name: &str) -> sqlx::Result<bool> {
+pub(crate) async fn schedule_delete(conn: &mut SqliteConnection, name: &str) -> sqlx::Result<bool> {
     let done = sqlx::query!("DELETE FROM taskq_schedules WHERE name = ?1", name)
         .execute(&mut *conn)
         .await?;

@@ -4,62 +4,15 @@
 
 use chrono::{DateTime, Utc};
 use sqlx::SqliteConnection;
-use taskq_driver::rules::retry_retakes_identity;
+use taskq_driver::read::{PendingNameCount, QueueStateCount, TaskInfo};
+use taskq_driver::rows::{RetryDead, TaskFilter};
+use taskq_driver::rules::{frees_identity, retry_retakes_identity};
+use taskq_driver::state::{TaskId, TaskState};
 
 use crate::clock::{opt_time, time_from_us, time_to_us};
 use crate::connect::begin_write;
-use crate::identities::release_ended;
-
-/// One task row (MySQL: `client::TaskInfo`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TaskRow {
-    /// Task id.
-    pub id: i64,
-    /// Queue.
-    pub queue: String,
-    /// Task name.
-    pub name: String,
-    /// Payload bytes.
-    pub payload: Vec<u8>,
-    /// `pending`, `running`, `succeeded`, `dead`, `canceled` or `expired`.
-    pub state: String,
-    /// Priority (lower first).
-    pub priority: i16,
-    /// Attempts started.
-    pub attempt: u32,
-    /// Attempts allowed.
-    pub max_attempts: u32,
-    /// Due time.
-    pub run_at: DateTime<Utc>,
-    /// End of the current lease while running.
-    pub lease_until: Option<DateTime<Utc>>,
-    /// Fencing token.
-    pub lease_epoch: i64,
-    /// Worker of the latest claim.
-    pub worker_id: Option<String>,
-    /// Idempotency key.
-    pub idempotency_key: Option<String>,
-    /// Trace context of the enqueuing request.
-    pub trace_context: Option<String>,
-    /// Latest failure.
-    pub last_error: Option<String>,
-    /// The unique identity, lowercase hex.
-    pub unique_key: Option<String>,
-    /// Whether the task holds its identity now.
-    pub unique_held: bool,
-    /// Database clock at insert.
-    pub created_at: DateTime<Utc>,
-    /// Database clock at the latest change.
-    pub updated_at: DateTime<Utc>,
-    /// When it reached a terminal state.
-    pub finished_at: Option<DateTime<Utc>>,
-    /// Snoozes so far.
-    pub snoozes: u32,
-    /// No attempt starts at or after it.
-    pub deadline: Option<DateTime<Utc>>,
-    /// When the latest attempt started (database clock).
-    pub attempted_at: Option<DateTime<Utc>>,
-}
+use crate::conv::{json, sid, sids, state, uid};
+use crate::identities::{freed, release};
 
 /// A task row as read (times as stored).
 struct TaskRaw {
@@ -89,19 +42,19 @@ struct TaskRaw {
 }
 
 impl TaskRaw {
-    fn into_row(self) -> sqlx::Result<TaskRow> {
-        Ok(TaskRow {
-            id: self.id,
+    fn into_info(self) -> sqlx::Result<TaskInfo> {
+        Ok(TaskInfo {
+            id: TaskId(uid(self.id)),
             queue: self.queue,
             name: self.name,
             payload: self.payload,
-            state: self.state,
+            state: state(&self.state)?,
             priority: self.priority,
             attempt: self.attempt,
             max_attempts: self.max_attempts,
             run_at: time_from_us(self.run_at)?,
             lease_until: opt_time(self.lease_until)?,
-            lease_epoch: self.lease_epoch,
+            lease_epoch: uid(self.lease_epoch),
             worker_id: self.worker_id,
             idempotency_key: self.idempotency_key,
             trace_context: self.trace_context,
@@ -120,7 +73,11 @@ impl TaskRaw {
 }
 
 /// One task by id.
-pub async fn task_get(conn: &mut SqliteConnection, id: i64) -> sqlx::Result<Option<TaskRow>> {
+pub(crate) async fn task_get(
+    conn: &mut SqliteConnection,
+    id: TaskId,
+) -> sqlx::Result<Option<TaskInfo>> {
+    let id = sid(id.0);
     let raw = sqlx::query_as!(
         TaskRaw,
         r#"SELECT id AS "id!: i64", queue AS "queue!: String", name AS "name!: String",
@@ -141,29 +98,19 @@ pub async fn task_get(conn: &mut SqliteConnection, id: i64) -> sqlx::Result<Opti
     )
     .fetch_optional(&mut *conn)
     .await?;
-    raw.map(TaskRaw::into_row).transpose()
-}
-
-/// Filter of [`task_list`], [`task_count`] and the bulk operations; `None` matches everything.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct TaskFilter<'a> {
-    /// Queue.
-    pub queue: Option<&'a str>,
-    /// State.
-    pub state: Option<&'a str>,
-    /// Task name.
-    pub name: Option<&'a str>,
+    raw.map(TaskRaw::into_info).transpose()
 }
 
 /// Tasks matching `f` with `after_id < id <= up_to`, by id, at most `limit` (keyset
 /// pagination).
-pub async fn task_list(
+pub(crate) async fn task_list(
     conn: &mut SqliteConnection,
     f: &TaskFilter<'_>,
-    after_id: i64,
-    up_to: i64,
+    after_id: u64,
+    up_to: u64,
     limit: u32,
-) -> sqlx::Result<Vec<TaskRow>> {
+) -> sqlx::Result<Vec<TaskInfo>> {
+    let (after_id, up_to, st) = (sid(after_id), sid(up_to), f.state.map(TaskState::as_str));
     let raws = sqlx::query_as!(
         TaskRaw,
         r#"SELECT id AS "id!: i64", queue AS "queue!: String", name AS "name!: String",
@@ -185,25 +132,26 @@ pub async fn task_list(
            ORDER BY id LIMIT ?5"#,
         after_id,
         f.queue,
-        f.state,
+        st,
         f.name,
         limit,
         up_to,
     )
     .fetch_all(&mut *conn)
     .await?;
-    raws.into_iter().map(TaskRaw::into_row).collect()
+    raws.into_iter().map(TaskRaw::into_info).collect()
 }
 
 /// Tasks matching `f` with `from <= id < before_id`, newest id first (the dashboard's keyset
 /// page).
-pub async fn task_list_desc(
+pub(crate) async fn task_list_desc(
     conn: &mut SqliteConnection,
     f: &TaskFilter<'_>,
-    before_id: i64,
-    from: i64,
+    before_id: u64,
+    from: u64,
     limit: u32,
-) -> sqlx::Result<Vec<TaskRow>> {
+) -> sqlx::Result<Vec<TaskInfo>> {
+    let (before_id, from, st) = (sid(before_id), sid(from), f.state.map(TaskState::as_str));
     let raws = sqlx::query_as!(
         TaskRaw,
         r#"SELECT id AS "id!: i64", queue AS "queue!: String", name AS "name!: String",
@@ -225,25 +173,25 @@ pub async fn task_list_desc(
            ORDER BY id DESC LIMIT ?5"#,
         before_id,
         f.queue,
-        f.state,
+        st,
         f.name,
         limit,
         from,
     )
     .fetch_all(&mut *conn)
     .await?;
-    raws.into_iter().map(TaskRaw::into_row).collect()
+    raws.into_iter().map(TaskRaw::into_info).collect()
 }
 
 /// Smallest and largest task id (`(0, 0)` when there is none): the ends of the rowid.
-pub async fn task_id_bounds(conn: &mut SqliteConnection) -> sqlx::Result<(i64, i64)> {
+pub(crate) async fn task_id_bounds(conn: &mut SqliteConnection) -> sqlx::Result<(u64, u64)> {
     let r = sqlx::query!(
         r#"SELECT COALESCE(MIN(id), 0) AS "lo!: i64", COALESCE(MAX(id), 0) AS "hi!: i64"
            FROM taskq_tasks"#
     )
     .fetch_one(&mut *conn)
     .await?;
-    Ok((r.lo, r.hi))
+    Ok((uid(r.lo), uid(r.hi)))
 }
 
 /// Tasks of `queue` (and `name`, when given), in every state, with `id < before_id`, newest id
@@ -251,13 +199,14 @@ pub async fn task_id_bounds(conn: &mut SqliteConnection) -> sqlx::Result<(i64, i
 /// state there; here that index holds pending rows only, so this walks the rowid backwards
 /// from `before_id`, reading rows until `limit` match: cheap for a queue with recent tasks,
 /// a long walk for a small queue in a big table.)
-pub async fn task_list_queue_desc(
+pub(crate) async fn task_list_queue_desc(
     conn: &mut SqliteConnection,
     queue: &str,
     name: Option<&str>,
-    before_id: i64,
+    before_id: u64,
     limit: u32,
-) -> sqlx::Result<Vec<TaskRow>> {
+) -> sqlx::Result<Vec<TaskInfo>> {
+    let before_id = sid(before_id);
     let raws = sqlx::query_as!(
         TaskRaw,
         r#"SELECT id AS "id!: i64", queue AS "queue!: String", name AS "name!: String",
@@ -283,17 +232,18 @@ pub async fn task_list_queue_desc(
     )
     .fetch_all(&mut *conn)
     .await?;
-    raws.into_iter().map(TaskRaw::into_row).collect()
+    raws.into_iter().map(TaskRaw::into_info).collect()
 }
 
 /// Like [`task_list_queue_desc`], `id > after_id`, oldest id first.
-pub async fn task_list_queue_asc(
+pub(crate) async fn task_list_queue_asc(
     conn: &mut SqliteConnection,
     queue: &str,
     name: Option<&str>,
-    after_id: i64,
+    after_id: u64,
     limit: u32,
-) -> sqlx::Result<Vec<TaskRow>> {
+) -> sqlx::Result<Vec<TaskInfo>> {
+    let after_id = sid(after_id);
     let raws = sqlx::query_as!(
         TaskRaw,
         r#"SELECT id AS "id!: i64", queue AS "queue!: String", name AS "name!: String",
@@ -319,16 +269,16 @@ pub async fn task_list_queue_asc(
     )
     .fetch_all(&mut *conn)
     .await?;
-    raws.into_iter().map(TaskRaw::into_row).collect()
+    raws.into_iter().map(TaskRaw::into_info).collect()
 }
 
 /// Terminal tasks per state and minute over the last `minutes` minutes (database clock):
 /// `(state, minutes ago, count)`, minute 0 being the last 60 seconds. A range read of
 /// `ix_taskq_finished` per state.
-pub async fn task_finished_per_minute(
+pub(crate) async fn task_finished_per_minute(
     conn: &mut SqliteConnection,
     minutes: u32,
-) -> sqlx::Result<Vec<(String, u32, u64)>> {
+) -> sqlx::Result<Vec<(TaskState, u32, u64)>> {
     let window_us = i64::from(minutes) * 60_000_000;
     let rows = sqlx::query!(
         r#"SELECT state AS "state!: String",
@@ -343,20 +293,20 @@ pub async fn task_finished_per_minute(
     )
     .fetch_all(&mut *conn)
     .await?;
-    Ok(rows
-        .into_iter()
+    rows.into_iter()
         .filter(|r| r.ago >= 0 && r.ago < i64::from(minutes))
-        .map(|r| (r.state, r.ago as u32, r.n.max(0) as u64))
-        .collect())
+        .map(|r| Ok((state(&r.state)?, r.ago as u32, r.n.max(0) as u64)))
+        .collect()
 }
 
 /// How many tasks in terminal `state` finished more than `age_secs` ago (what [`task_prune`]
 /// would delete, without its limit).
-pub async fn task_prune_count(
+pub(crate) async fn task_prune_count(
     conn: &mut SqliteConnection,
-    state: &str,
+    state: TaskState,
     age_secs: u64,
 ) -> sqlx::Result<u64> {
+    let state = state.as_str();
     let age_us = i64::try_from(age_secs.saturating_mul(1_000_000)).unwrap_or(i64::MAX);
     let n = sqlx::query_scalar!(
         r#"SELECT COUNT(*) AS "n!: i64" FROM taskq_tasks
@@ -370,13 +320,17 @@ pub async fn task_prune_count(
 }
 
 /// Number of tasks matching `f`.
-pub async fn task_count(conn: &mut SqliteConnection, f: &TaskFilter<'_>) -> sqlx::Result<u64> {
+pub(crate) async fn task_count(
+    conn: &mut SqliteConnection,
+    f: &TaskFilter<'_>,
+) -> sqlx::Result<u64> {
+    let st = f.state.map(TaskState::as_str);
     let n = sqlx::query_scalar!(
         r#"SELECT COUNT(*) AS "n!: i64" FROM taskq_tasks
            WHERE (?1 IS NULL OR queue = ?1) AND (?2 IS NULL OR state = ?2)
              AND (?3 IS NULL OR name = ?3)"#,
         f.queue,
-        f.state,
+        st,
         f.name,
     )
     .fetch_one(&mut *conn)
@@ -385,32 +339,23 @@ pub async fn task_count(conn: &mut SqliteConnection, f: &TaskFilter<'_>) -> sqlx
 }
 
 /// The state of one task, or `None` when the id does not exist.
-pub async fn task_state(conn: &mut SqliteConnection, id: i64) -> sqlx::Result<Option<String>> {
+pub(crate) async fn task_state(
+    conn: &mut SqliteConnection,
+    id: TaskId,
+) -> sqlx::Result<Option<TaskState>> {
+    let id = sid(id.0);
     sqlx::query_scalar!(
         r#"SELECT state AS "state!: String" FROM taskq_tasks WHERE id = ?1"#,
         id
     )
     .fetch_optional(&mut *conn)
-    .await
-}
-
-/// Count of one queue × state (MySQL: `client::QueueStateCount`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct QueueStateCount {
-    /// Queue.
-    pub queue: String,
-    /// State.
-    pub state: String,
-    /// Tasks.
-    pub count: u64,
-    /// Earliest `run_at` among them.
-    pub oldest_run_at: Option<DateTime<Utc>>,
-    /// Earliest `lease_until` among them.
-    pub earliest_lease_until: Option<DateTime<Utc>>,
+    .await?
+    .map(|s| state(&s))
+    .transpose()
 }
 
 /// Counts by queue and state, ordered by queue and state.
-pub async fn task_stats(conn: &mut SqliteConnection) -> sqlx::Result<Vec<QueueStateCount>> {
+pub(crate) async fn task_stats(conn: &mut SqliteConnection) -> sqlx::Result<Vec<QueueStateCount>> {
     let rows = sqlx::query!(
         r#"SELECT queue AS "queue!: String", state AS "state!: String", COUNT(*) AS "count!: i64",
              MIN(run_at) AS "oldest_run_at?: i64", MIN(lease_until) AS "earliest_lease_until?: i64"
@@ -422,7 +367,7 @@ pub async fn task_stats(conn: &mut SqliteConnection) -> sqlx::Result<Vec<QueueSt
         .map(|r| {
             Ok(QueueStateCount {
                 queue: r.queue,
-                state: r.state,
+                state: state(&r.state)?,
                 count: r.count.max(0) as u64,
                 oldest_run_at: opt_time(r.oldest_run_at)?,
                 earliest_lease_until: opt_time(r.earliest_lease_until)?,
@@ -434,7 +379,9 @@ pub async fn task_stats(conn: &mut SqliteConnection) -> sqlx::Result<Vec<QueueSt
 /// Counts by queue of the pending and running tasks with the earliest `run_at`, ordered by
 /// queue and state; `earliest_lease_until` is `None`, as on MySQL (whose `task_stats` reads
 /// the leases apart; [`task_stats`] here has them).
-pub async fn task_stats_active(conn: &mut SqliteConnection) -> sqlx::Result<Vec<QueueStateCount>> {
+pub(crate) async fn task_stats_active(
+    conn: &mut SqliteConnection,
+) -> sqlx::Result<Vec<QueueStateCount>> {
     let rows = sqlx::query!(
         r#"SELECT queue AS "queue!: String", state AS "state!: String", COUNT(*) AS "count!: i64",
              MIN(run_at) AS "oldest_run_at?: i64"
@@ -447,7 +394,7 @@ pub async fn task_stats_active(conn: &mut SqliteConnection) -> sqlx::Result<Vec<
         .map(|r| {
             Ok(QueueStateCount {
                 queue: r.queue,
-                state: r.state,
+                state: state(&r.state)?,
                 count: r.count.max(0) as u64,
                 oldest_run_at: opt_time(r.oldest_run_at)?,
                 earliest_lease_until: None,
@@ -458,7 +405,7 @@ pub async fn task_stats_active(conn: &mut SqliteConnection) -> sqlx::Result<Vec<
 
 /// Counts by queue of the tasks in terminal states with the earliest `run_at`, ordered by
 /// queue and state (`earliest_lease_until` is `None`).
-pub async fn task_stats_terminal(
+pub(crate) async fn task_stats_terminal(
     conn: &mut SqliteConnection,
 ) -> sqlx::Result<Vec<QueueStateCount>> {
     let rows = sqlx::query!(
@@ -473,7 +420,7 @@ pub async fn task_stats_terminal(
         .map(|r| {
             Ok(QueueStateCount {
                 queue: r.queue,
-                state: r.state,
+                state: state(&r.state)?,
                 count: r.count.max(0) as u64,
                 oldest_run_at: opt_time(r.oldest_run_at)?,
                 earliest_lease_until: None,
@@ -482,24 +429,9 @@ pub async fn task_stats_terminal(
         .collect()
 }
 
-/// Pending tasks of one queue × name (MySQL: `client::PendingNameCount`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PendingNameCount {
-    /// Queue.
-    pub queue: String,
-    /// Task name.
-    pub name: String,
-    /// Pending tasks.
-    pub pending: u64,
-    /// Of which due now.
-    pub due: u64,
-    /// Earliest `run_at`.
-    pub oldest_run_at: DateTime<Utc>,
-}
-
 /// Pending tasks per queue and name (of `queue` only, when given): how many, how many are
 /// due, the earliest `run_at`. Reads the partial claim index only.
-pub async fn task_pending_by_name(
+pub(crate) async fn task_pending_by_name(
     conn: &mut SqliteConnection,
     queue: Option<&str>,
 ) -> sqlx::Result<Vec<PendingNameCount>> {
@@ -529,49 +461,63 @@ pub async fn task_pending_by_name(
 
 /// Cancels a pending task (freeing the unique identity it holds); returns whether it was
 /// pending.
-pub async fn task_cancel(conn: &mut SqliteConnection, id: i64) -> sqlx::Result<bool> {
-    Ok(task_cancel_batch(conn, &[id]).await? == 1)
+pub(crate) async fn task_cancel(conn: &mut SqliteConnection, id: TaskId) -> sqlx::Result<bool> {
+    Ok(task_cancel_batch(conn, &[id.0]).await? == 1)
 }
 
 /// Cancels the pending tasks among `ids` (freeing their unique identities) in one
 /// transaction; returns how many.
-pub async fn task_cancel_batch(conn: &mut SqliteConnection, ids: &[i64]) -> sqlx::Result<u64> {
+pub(crate) async fn task_cancel_batch(
+    conn: &mut SqliteConnection,
+    ids: &[u64],
+) -> sqlx::Result<u64> {
     if ids.is_empty() {
         return Ok(0);
     }
-    let json = serde_json::to_string(ids).map_err(|e| sqlx::Error::Encode(Box::new(e)))?;
+    let json = json(&sids(ids))?;
     let mut tx = begin_write(conn).await?;
     let rows = sqlx::query!(
         r#"UPDATE taskq_tasks AS t
            SET state = 'canceled', finished_at = c.us, updated_at = c.us
            FROM taskq_clock AS c
            WHERE t.id IN (SELECT value FROM json_each(?1)) AND t.state = 'pending'
-           RETURNING id AS "id!: i64", (unique_key IS NOT NULL) AS "unique!: bool""#,
+           RETURNING id AS "id!: i64", unique_key AS "unique_key?: Vec<u8>",
+             unique_while AS "unique_while?: String""#,
         json
     )
     .fetch_all(&mut *tx)
     .await?;
-    let unique: Vec<i64> = rows.iter().filter(|r| r.unique).map(|r| r.id).collect();
-    release_ended(&mut tx, &unique).await?;
+    let count = rows.len() as u64;
+    let frees: Vec<_> = rows
+        .into_iter()
+        .filter_map(|r| {
+            let w = r.unique_while.as_deref();
+            freed(r.id, r.unique_key, w, TaskState::Canceled, frees_identity)
+        })
+        .collect();
+    release(&mut tx, &frees).await?;
     tx.commit().await?;
-    Ok(rows.len() as u64)
+    Ok(count)
 }
 
 /// Records a cancel request on a running task (kept from the first request); returns whether
 /// the task was running. The worker's heartbeat stops renewing it and reports the request.
-pub async fn task_request_cancel(conn: &mut SqliteConnection, id: i64) -> sqlx::Result<bool> {
-    Ok(task_request_cancel_batch(conn, &[id]).await? == 1)
+pub(crate) async fn task_request_cancel(
+    conn: &mut SqliteConnection,
+    id: TaskId,
+) -> sqlx::Result<bool> {
+    Ok(task_request_cancel_batch(conn, &[id.0]).await? == 1)
 }
 
 /// Records a cancel request on the running tasks among `ids`; returns how many were running.
-pub async fn task_request_cancel_batch(
+pub(crate) async fn task_request_cancel_batch(
     conn: &mut SqliteConnection,
-    ids: &[i64],
+    ids: &[u64],
 ) -> sqlx::Result<u64> {
     if ids.is_empty() {
         return Ok(0);
     }
-    let json = serde_json::to_string(ids).map_err(|e| sqlx::Error::Encode(Box::new(e)))?;
+    let json = json(&sids(ids))?;
     let done = sqlx::query!(
         r#"UPDATE taskq_tasks AS t
            SET cancel_requested_at = COALESCE(t.cancel_requested_at, c.us), updated_at = c.us
@@ -586,13 +532,13 @@ pub async fn task_request_cancel_batch(
 
 /// Moves a pending task's due time to `at`, or to `delay_us` from the database's now when
 /// `at` is `None`; returns whether it was pending.
-pub async fn task_reschedule(
+pub(crate) async fn task_reschedule(
     conn: &mut SqliteConnection,
-    id: i64,
+    id: TaskId,
     at: Option<DateTime<Utc>>,
     delay_us: i64,
 ) -> sqlx::Result<bool> {
-    let at = at.map(time_to_us);
+    let (id, at) = (sid(id.0), at.map(time_to_us));
     let done = sqlx::query!(
         r#"UPDATE taskq_tasks AS t
            SET run_at = COALESCE(?2, c.us + ?3), updated_at = c.us
@@ -608,11 +554,12 @@ pub async fn task_reschedule(
 }
 
 /// Sets a pending task's priority; returns whether it was pending.
-pub async fn task_set_priority(
+pub(crate) async fn task_set_priority(
     conn: &mut SqliteConnection,
-    id: i64,
+    id: TaskId,
     priority: i16,
 ) -> sqlx::Result<bool> {
+    let id = sid(id.0);
     let done = sqlx::query!(
         r#"UPDATE taskq_tasks AS t SET priority = ?2, updated_at = c.us
            FROM taskq_clock AS c
@@ -625,21 +572,14 @@ pub async fn task_set_priority(
     Ok(done.rows_affected() == 1)
 }
 
-/// Outcome of [`task_retry_dead`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RetryDead {
-    /// Pending again.
-    Retried,
-    /// The task does not exist or is not dead.
-    NotDead,
-    /// Another task holds the dead task's unique identity; nothing changed.
-    IdentityHeld(i64),
-}
-
 /// Moves a dead task back to pending (due now) with attempts reset and epoch + 1. A task
 /// unique while pending or running takes its identity back, which fails (and changes nothing)
 /// when another task holds it meanwhile; a windowed one does not (as on MySQL).
-pub async fn task_retry_dead(conn: &mut SqliteConnection, id: i64) -> sqlx::Result<RetryDead> {
+pub(crate) async fn task_retry_dead(
+    conn: &mut SqliteConnection,
+    id: TaskId,
+) -> sqlx::Result<RetryDead> {
+    let id = sid(id.0);
     let mut tx = begin_write(conn).await?;
     let row = sqlx::query!(
         r#"SELECT unique_key AS "unique_key?: Vec<u8>", unique_while AS "unique_while?: String"
@@ -673,7 +613,7 @@ pub async fn task_retry_dead(conn: &mut SqliteConnection, id: i64) -> sqlx::Resu
             .fetch_one(&mut *tx)
             .await?;
             if holder != id {
-                return Ok(RetryDead::IdentityHeld(holder));
+                return Ok(RetryDead::IdentityHeld(TaskId(uid(holder))));
             }
         }
     }
@@ -693,11 +633,14 @@ pub async fn task_retry_dead(conn: &mut SqliteConnection, id: i64) -> sqlx::Resu
 
 /// Retries the dead tasks among `ids` that hold no identity to take back (not unique, or
 /// unique per window); returns how many. (Unique ones go one by one, [`task_retry_dead`].)
-pub async fn task_retry_dead_ids(conn: &mut SqliteConnection, ids: &[i64]) -> sqlx::Result<u64> {
+pub(crate) async fn task_retry_dead_ids(
+    conn: &mut SqliteConnection,
+    ids: &[u64],
+) -> sqlx::Result<u64> {
     if ids.is_empty() {
         return Ok(0);
     }
-    let json = serde_json::to_string(ids).map_err(|e| sqlx::Error::Encode(Box::new(e)))?;
+    let json = json(&sids(ids))?;
     let done = sqlx::query!(
         r#"UPDATE taskq_tasks AS t
            SET state = 'pending', attempt = 0, lease_epoch = t.lease_epoch + 1, run_at = c.us,
@@ -716,7 +659,7 @@ pub async fn task_retry_dead_ids(conn: &mut SqliteConnection, ids: &[i64]) -> sq
 /// that died at or before `died_before` back to pending, like [`task_retry_dead_ids`], oldest
 /// death first. The bound keeps a bulk retry from picking up tasks that die again while it
 /// runs. Returns the count.
-pub async fn task_retry_dead_batch(
+pub(crate) async fn task_retry_dead_batch(
     conn: &mut SqliteConnection,
     queue: Option<&str>,
     died_before: DateTime<Utc>,
@@ -746,15 +689,15 @@ pub async fn task_retry_dead_batch(
 
 /// Up to `limit` ids above `after_id` of dead tasks unique while pending or running (of
 /// `queue`, or of every queue) that died at or before `died_before`, ascending.
-pub async fn task_dead_unique_ids(
+pub(crate) async fn task_dead_unique_ids(
     conn: &mut SqliteConnection,
     queue: Option<&str>,
     died_before: DateTime<Utc>,
-    after_id: i64,
+    after_id: u64,
     limit: u32,
-) -> sqlx::Result<Vec<i64>> {
-    let died_before = time_to_us(died_before);
-    sqlx::query_scalar!(
+) -> sqlx::Result<Vec<TaskId>> {
+    let (died_before, after_id) = (time_to_us(died_before), sid(after_id));
+    let ids = sqlx::query_scalar!(
         r#"SELECT id AS "id!: i64" FROM taskq_tasks
            WHERE state = 'dead' AND (finished_at IS NULL OR finished_at <= ?1)
              AND (?2 IS NULL OR queue = ?2) AND unique_key IS NOT NULL
@@ -767,20 +710,21 @@ pub async fn task_dead_unique_ids(
         limit
     )
     .fetch_all(&mut *conn)
-    .await
+    .await?;
+    Ok(ids.into_iter().map(|i| TaskId(uid(i))).collect())
 }
 
 /// Ids (ascending, `> after_id`, at most `limit`) of tasks in `state` matching `f`'s queue and
 /// name, created at least `age_us` ago (database clock); with whether the task holds an
 /// identity only a one-row retry can take back (unique, not per window).
-pub async fn task_bulk_ids(
+pub(crate) async fn task_bulk_ids(
     conn: &mut SqliteConnection,
-    state: &str,
     f: &TaskFilter<'_>,
     age_us: i64,
-    after_id: i64,
+    after_id: u64,
     limit: u32,
-) -> sqlx::Result<Vec<(i64, bool)>> {
+) -> sqlx::Result<Vec<(u64, bool)>> {
+    let (state, after_id) = (f.state.map_or("", TaskState::as_str), sid(after_id));
     let rows = sqlx::query!(
         r#"SELECT id AS "id!: i64",
              (unique_key IS NOT NULL AND unique_while <> 'window') AS "held!: bool"
@@ -798,17 +742,17 @@ pub async fn task_bulk_ids(
     )
     .fetch_all(&mut *conn)
     .await?;
-    Ok(rows.into_iter().map(|r| (r.id, r.held)).collect())
+    Ok(rows.into_iter().map(|r| (uid(r.id), r.held)).collect())
 }
 
 /// How many tasks in `state` match `f`'s queue and name and were created at least `age_us`
 /// ago (the dry run of a bulk operation).
-pub async fn task_bulk_count(
+pub(crate) async fn task_bulk_count(
     conn: &mut SqliteConnection,
-    state: &str,
     f: &TaskFilter<'_>,
     age_us: i64,
 ) -> sqlx::Result<u64> {
+    let state = f.state.map_or("", TaskState::as_str);
     let n = sqlx::query_scalar!(
         r#"SELECT COUNT(*) AS "n!: i64" FROM taskq_tasks
            WHERE state = ?1 AND (?2 IS NULL OR queue = ?2) AND (?3 IS NULL OR name = ?3)
@@ -825,12 +769,13 @@ pub async fn task_bulk_count(
 
 /// Deletes up to `limit` tasks in terminal `state` that finished more than `age_secs` ago,
 /// oldest first (on the partial index `ix_taskq_finished`). Returns the count.
-pub async fn task_prune(
+pub(crate) async fn task_prune(
     conn: &mut SqliteConnection,
-    state: &str,
+    state: TaskState,
     age_secs: u64,
     limit: u32,
 ) -> sqlx::Result<u64> {
+    let state = state.as_str();
     let age_us = i64::try_from(age_secs.saturating_mul(1_000_000)).unwrap_or(i64::MAX);
     let done = sqlx::query!(
         r#"DELETE FROM taskq_tasks

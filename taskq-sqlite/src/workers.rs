@@ -1,69 +1,19 @@
 //! Live workers (`taskq_workers`): one row per worker process, written by the worker itself.
 
-use chrono::{DateTime, Utc};
 use sqlx::SqliteConnection;
+use taskq_driver::rows::{WorkerListRow, WorkerRow, queues_json};
 
 use crate::clock::{opt_time, time_from_us};
 
-/// A worker's own row, as it writes it.
-#[derive(Debug, Clone, Copy)]
-pub struct WorkerRow<'a> {
-    /// Worker id (as in `taskq_tasks.worker_id`).
-    pub worker_id: &'a str,
-    /// Host name.
-    pub host: &'a str,
-    /// Process id.
-    pub pid: u32,
-    /// JSON object: queue → concurrency.
-    pub queues_json: &'a str,
-    /// Handlers at once over all its queues.
-    pub concurrency: u32,
-    /// Its lease (µs).
-    pub lease_us: u64,
-    /// Its heartbeat interval (µs).
-    pub heartbeat_us: u64,
-    /// JSON array: the task names it registers.
-    pub names_json: &'a str,
-}
-
-/// A row of `taskq_workers` with the count of running tasks claimed under its id.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WorkerListRow {
-    /// Worker id.
-    pub worker_id: String,
-    /// Host name.
-    pub host: String,
-    /// Process id.
-    pub pid: u32,
-    /// JSON object: queue → concurrency.
-    pub queues: String,
-    /// Handlers at once.
-    pub concurrency: u32,
-    /// Its lease (µs).
-    pub lease_us: u64,
-    /// Its heartbeat interval (µs).
-    pub heartbeat_us: u64,
-    /// Start (database clock).
-    pub started_at: DateTime<Utc>,
-    /// Last beat.
-    pub last_seen_at: DateTime<Utc>,
-    /// Graceful shutdown, if any.
-    pub stopped_at: Option<DateTime<Utc>>,
-    /// JSON array of the task names it registers (`None`: written by an earlier version).
-    pub names: Option<String>,
-    /// Microseconds since its last beat (database clock).
-    pub seen_ago_us: i64,
-    /// Not stopped and seen within two heartbeat intervals (at least 1 s).
-    pub alive: bool,
-    /// Running tasks carrying its id.
-    pub running: i64,
-}
-
 /// Records a starting worker: inserts its row, or (a worker id used again) overwrites it with
 /// `started_at = last_seen_at = now` and `stopped_at = NULL`.
-pub async fn worker_start(conn: &mut SqliteConnection, w: &WorkerRow<'_>) -> sqlx::Result<()> {
+pub(crate) async fn worker_start(
+    conn: &mut SqliteConnection,
+    w: &WorkerRow<'_>,
+) -> sqlx::Result<()> {
     let lease_us = w.lease_us as i64;
     let heartbeat_us = w.heartbeat_us as i64;
+    let (queues, names) = (queues_json(w.queues), w.names.json());
     sqlx::query!(
         r#"INSERT INTO taskq_workers (worker_id, host, pid, queues, concurrency, lease_us,
              heartbeat_us, names, started_at, last_seen_at, stopped_at)
@@ -77,11 +27,11 @@ pub async fn worker_start(conn: &mut SqliteConnection, w: &WorkerRow<'_>) -> sql
         w.worker_id,
         w.host,
         w.pid,
-        w.queues_json,
+        queues,
         w.concurrency,
         lease_us,
         heartbeat_us,
-        w.names_json,
+        names,
     )
     .execute(&mut *conn)
     .await?;
@@ -90,9 +40,13 @@ pub async fn worker_start(conn: &mut SqliteConnection, w: &WorkerRow<'_>) -> sql
 
 /// A running worker's beat: `last_seen_at = now`. The row is inserted again if it is missing;
 /// a row marked stopped is left alone (a beat under way at shutdown must not revive it).
-pub async fn worker_seen(conn: &mut SqliteConnection, w: &WorkerRow<'_>) -> sqlx::Result<()> {
+pub(crate) async fn worker_seen(
+    conn: &mut SqliteConnection,
+    w: &WorkerRow<'_>,
+) -> sqlx::Result<()> {
     let lease_us = w.lease_us as i64;
     let heartbeat_us = w.heartbeat_us as i64;
+    let (queues, names) = (queues_json(w.queues), w.names.json());
     sqlx::query!(
         r#"INSERT INTO taskq_workers (worker_id, host, pid, queues, concurrency, lease_us,
              heartbeat_us, names, started_at, last_seen_at, stopped_at)
@@ -103,11 +57,11 @@ pub async fn worker_seen(conn: &mut SqliteConnection, w: &WorkerRow<'_>) -> sqlx
         w.worker_id,
         w.host,
         w.pid,
-        w.queues_json,
+        queues,
         w.concurrency,
         lease_us,
         heartbeat_us,
-        w.names_json,
+        names,
     )
     .execute(&mut *conn)
     .await?;
@@ -116,7 +70,10 @@ pub async fn worker_seen(conn: &mut SqliteConnection, w: &WorkerRow<'_>) -> sqlx
 
 /// Marks a worker stopped (graceful shutdown): `stopped_at = last_seen_at = now`. Returns
 /// whether its row exists.
-pub async fn worker_stop(conn: &mut SqliteConnection, worker_id: &str) -> sqlx::Result<bool> {
+pub(crate) async fn worker_stop(
+    conn: &mut SqliteConnection,
+    worker_id: &str,
+) -> sqlx::Result<bool> {
     let done = sqlx::query!(
         r#"UPDATE taskq_workers AS w SET stopped_at = c.us, last_seen_at = c.us
            FROM taskq_clock AS c WHERE w.worker_id = ?1"#,
@@ -128,7 +85,7 @@ pub async fn worker_stop(conn: &mut SqliteConnection, worker_id: &str) -> sqlx::
 }
 
 /// Deletes up to `limit` rows of workers not seen for `age_secs` (stopped or gone).
-pub async fn worker_prune(
+pub(crate) async fn worker_prune(
     conn: &mut SqliteConnection,
     age_secs: u64,
     limit: u32,
@@ -152,7 +109,7 @@ pub async fn worker_prune(
 /// Every worker row, oldest start first, with how long ago it was seen and whether it is alive
 /// (not stopped, seen within two of its heartbeat intervals and at least 1 s, on the database
 /// clock) and how many running tasks carry its id.
-pub async fn worker_list(conn: &mut SqliteConnection) -> sqlx::Result<Vec<WorkerListRow>> {
+pub(crate) async fn worker_list(conn: &mut SqliteConnection) -> sqlx::Result<Vec<WorkerListRow>> {
     let rows = sqlx::query!(
         r#"SELECT w.worker_id AS "worker_id!: String", w.host AS "host!: String",
              w.pid AS "pid!: u32", w.queues AS "queues!: String",

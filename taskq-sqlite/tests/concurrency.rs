@@ -9,7 +9,10 @@ use std::process::Command;
 use std::time::Instant;
 
 use support::task;
-use taskq_sqlite::*;
+use taskq_driver::driver::{Claims, Enqueue, Leases, Tasks};
+use taskq_driver::rows::{ClaimRequest, NameList, NewTask, WriteBack};
+use taskq_driver::state::TaskState;
+use taskq_sqlite::{SqliteDriver, migrate, open};
 
 const TASKS: usize = 2_000;
 const CHILD_ENV: &str = "TASKQ_SQLITE_TEST_CHILD_DB";
@@ -21,7 +24,9 @@ async fn seeded(test: &str) -> std::path::PathBuf {
     migrate(&pool).await.unwrap();
     let mut c = pool.acquire().await.unwrap();
     let rows: Vec<NewTask<'_>> = (0..TASKS).map(|_| task("q", "a")).collect();
-    task_insert_many(&mut c, &rows).await.unwrap();
+    <SqliteDriver as Enqueue>::task_insert_rows(&mut c, &rows)
+        .await
+        .unwrap();
     drop(c);
     pool.close().await;
     path
@@ -29,19 +34,21 @@ async fn seeded(test: &str) -> std::path::PathBuf {
 
 /// Claims (8 at a time) and writes back as succeeded until the queue is empty; returns the
 /// ids claimed.
-async fn drain(pool: &sqlx::SqlitePool, worker: &str) -> Vec<i64> {
+async fn drain(pool: &sqlx::SqlitePool, worker: &str) -> Vec<u64> {
+    let d = SqliteDriver::new(pool.clone());
+    let names = NameList::new(["a"]);
     let mut c = pool.acquire().await.unwrap();
     let mut mine = Vec::new();
     loop {
         let req = ClaimRequest {
             queue: "q",
-            names: &["a"],
+            names: &names,
             limit: 8,
             lease_us: 60_000_000,
             worker_id: worker,
             limited: false,
         };
-        let got = task_claim(&mut c, &req).await.unwrap();
+        let got = d.task_claim(&mut c, &req, &mut ()).await.unwrap();
         if got.tasks.is_empty() {
             return mine;
         }
@@ -56,13 +63,17 @@ async fn drain(pool: &sqlx::SqlitePool, worker: &str) -> Vec<i64> {
                 outcome: "succeeded",
                 delay_us: 0,
                 error: None,
+                frees: None,
                 follow_up: None,
+                name: t.name.as_str().into(),
+                queue: "q".into(),
+                ran: std::time::Duration::ZERO,
             })
             .collect();
-        let written = task_write_back(&mut c, &batch).await.unwrap();
+        let written = d.task_write_back(&mut c, &batch).await.unwrap();
         assert_eq!(
-            written.written.len(),
-            batch.len(),
+            written.written,
+            batch.len() as u64,
             "our own leases are ours to write"
         );
         mine.extend(got.tasks.iter().map(|t| t.id));
@@ -70,17 +81,20 @@ async fn drain(pool: &sqlx::SqlitePool, worker: &str) -> Vec<i64> {
 }
 
 /// Every task succeeded once, after exactly one attempt, and `claimed` has each id once.
-async fn assert_each_claimed_once(path: &Path, claimed: &[i64]) {
-    let unique: HashSet<i64> = claimed.iter().copied().collect();
+async fn assert_each_claimed_once(path: &Path, claimed: &[u64]) {
+    let unique: HashSet<u64> = claimed.iter().copied().collect();
     assert_eq!(unique.len(), claimed.len(), "a task was claimed twice");
     assert_eq!(claimed.len(), TASKS);
     let pool = open(path, 1).await.unwrap();
     let mut c = pool.acquire().await.unwrap();
-    let stats = task_stats(&mut c).await.unwrap();
+    let stats = SqliteDriver::new(pool.clone())
+        .task_stats(&mut c)
+        .await
+        .unwrap();
     assert_eq!(stats.len(), 1, "{stats:?}");
     assert_eq!(
-        (stats[0].state.as_str(), stats[0].count),
-        ("succeeded", TASKS as u64)
+        (stats[0].state, stats[0].count),
+        (TaskState::Succeeded, TASKS as u64)
     );
     let (min, max): (i64, i64) =
         sqlx::query_as("SELECT MIN(attempt), MAX(attempt) FROM taskq_tasks")
@@ -134,7 +148,7 @@ async fn child_process_drain() {
         tokio::time::sleep(std::time::Duration::from_millis(2)).await;
     }
     let mine = drain(&pool, &format!("pid{}", std::process::id())).await;
-    let line: Vec<String> = mine.iter().map(i64::to_string).collect();
+    let line: Vec<String> = mine.iter().map(u64::to_string).collect();
     // On a line of its own: libtest prints the test's name on the line before.
     println!("\nCLAIMED {}", line.join(","));
 }
@@ -172,7 +186,7 @@ async fn four_processes_claim_each_task_exactly_once() {
             .lines()
             .find_map(|l| l.split_once("CLAIMED ").map(|(_, ids)| ids.trim()))
             .expect("the child reports its ids");
-        let ids: Vec<i64> = line
+        let ids: Vec<u64> = line
             .split(',')
             .filter(|s| !s.is_empty())
             .map(|s| s.parse().unwrap())

@@ -38,12 +38,12 @@ mod backend;
 pub mod client;
 mod connect;
 mod context;
+pub mod defaults;
 mod enqueue;
 mod error;
 mod followup;
 mod history;
 mod info;
-pub mod limits;
 mod metrics;
 mod migrate;
 pub mod registry;
@@ -90,6 +90,14 @@ pub mod sqlite {
     pub use taskq_sqlite::connect::{DEFAULT_BUSY_TIMEOUT, DEFAULT_MAX_CONNECTIONS, tune};
 }
 
+/// The former name of [`defaults`], which holds taskq's defaults and the bounds it checks input
+/// against, not queue limits (those are set with
+/// [`Client::set_queue_limit`](crate::Client::set_queue_limit)).
+#[deprecated(note = "renamed `taskq::defaults`")]
+pub mod limits {
+    pub use crate::defaults::*;
+}
+
 /// Process-wide settings: set once at start-up, before the first enqueue.
 pub mod settings {
     pub use crate::enqueue::{payload_limit, set_payload_limit};
@@ -104,11 +112,11 @@ pub mod settings {
 /// registration found by [`WorkerBuilder::register_all`] and [`run_registered`].
 ///
 /// Attributes (all optional): `name` (stable name stored in the row; default: the fn's name),
-/// `queue` (default `"default"`), `max_attempts` (default [`DEFAULT_MAX_ATTEMPTS`](limits::DEFAULT_MAX_ATTEMPTS)), `priority`
+/// `queue` (default `"default"`), `max_attempts` (default [`DEFAULT_MAX_ATTEMPTS`](defaults::DEFAULT_MAX_ATTEMPTS)), `priority`
 /// (default 0, lower runs first), `timeout` (e.g. `"30s"`; default none), `backoff`
 /// (`"exponential(1s, 10m)"` or `"constant(5s)"`; default [`Backoff::DEFAULT`]), `max_snoozes`
 /// (snoozes that do not count as an attempt, see [`TaskError::snooze`]; default
-/// [`DEFAULT_MAX_SNOOZES`](limits::DEFAULT_MAX_SNOOZES)), `ttl` (e.g. `"1h"`: a task not started within it after its
+/// [`DEFAULT_MAX_SNOOZES`](defaults::DEFAULT_MAX_SNOOZES)), `ttl` (e.g. `"1h"`: a task not started within it after its
 /// enqueue ends `expired`, never run; default none) and `unique` (at most one live task per
 /// identity: `unique`, or `unique(by = [field, ..], while = "pending" | "running", period =
 /// "10m")`; see [`Unique`] and `docs/macro.md`), `on_dead` and `on_success` (the path of another

@@ -3,8 +3,7 @@
 
 use std::path::PathBuf;
 
-use sqlx::SqlitePool;
-use taskq_sqlite::NewTask;
+use taskq_driver::rows::NewTask;
 
 /// A path for a fresh database file named after the test (old files removed).
 pub fn db_path(test: &str) -> PathBuf {
@@ -17,20 +16,22 @@ pub fn db_path(test: &str) -> PathBuf {
     path
 }
 
-/// A migrated pool on a fresh file.
-pub async fn fresh(test: &str) -> SqlitePool {
-    let pool = taskq_sqlite::open(db_path(test), 4).await.unwrap();
-    taskq_sqlite::migrate(&pool).await.unwrap();
-    pool
-}
-
 /// A task of `name` on `queue`, due now, three attempts.
 pub fn task<'a>(queue: &'a str, name: &'a str) -> NewTask<'a> {
     NewTask {
         queue,
         name,
         payload: b"{}",
+        priority: 0,
         max_attempts: 3,
-        ..NewTask::default()
+        delay_us: 0,
+        run_at: None,
+        deadline: None,
+        ttl_us: None,
+        idempotency_key: None,
+        trace_context: None,
+        unique_key: None,
+        unique_while: None,
+        unique_expires_us: None,
     }
 }

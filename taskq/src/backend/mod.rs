@@ -10,8 +10,9 @@
 //! job, with the rows of `taskq_driver::rows`), and implemented by each driver: the
 //! `taskq-mysql` crate (its SQL split by table, checked against MySQL) and the `taskq-sqlite`
 //! crate (its `driver` module over its statements). Everything above this
-//! module — the worker's loops, the client, enqueue — calls the operations listed on [`Store`]
-//! and [`Conn`] below, which forward to the pool's driver. How a driver claims (MySQL's
+//! module — the worker's loops, the client, enqueue — calls the operations of [`Store`] and
+//! [`Conn`], which forward to the pool's driver; they are generated from the seam's one list
+//! of operations (`taskq_driver::__seam_operations!`), so no signature is written twice. How a driver claims (MySQL's
 //! candidate windows and seek positions, SQLite's `BEGIN IMMEDIATE` + `UPDATE … RETURNING`)
 //! stays inside it: the claim loop only carries an opaque [`ClaimCursor`].
 
@@ -21,10 +22,11 @@ use chrono::{DateTime, Utc};
 use sqlx::pool::PoolConnection;
 use sqlx::{MySql, MySqlConnection, MySqlPool, Transaction};
 
-#[allow(unused_imports)] // the driver operations the forwarding macros call
+use taskq_driver::budget::Budget;
+#[allow(unused_imports)] // the driver operations the forwarding macro calls
 use taskq_driver::driver::{
-    Actions as _, Claims as _, Clock as _, History as _, Identities as _, Leases as _, Queues as _,
-    Schedules as _, StatementBudget as _, Tasks as _, Workers as _,
+    Actions as _, Claims as _, Clock as _, Enqueue, History as _, Identities as _, Leases as _,
+    Queues as _, Schedules as _, StatementBudget as _, Tasks as _, Workers as _,
 };
 use taskq_driver::read::{PendingNameCount, QueueStateCount, ScheduleInfo, TaskInfo};
 use taskq_driver::state::{TaskId, TaskState};
@@ -214,29 +216,6 @@ macro_rules! on_conn {
     };
 }
 
-/// Declares operations of [`Store`]: each forwards to the same-named method of the backend's
-/// store (`fn name(&self, ..)`: on the store's pool; `fn name(&self, conn, ..)`: on a
-/// connection the caller took, for the worker's deadlines and the client's transactions).
-macro_rules! operations {
-    ($(
-        $(#[$m:meta])*
-        fn $name:ident(&self $(, $conn:ident)? $(; $arg:ident: $ty:ty)* $(,)?) -> $ret:ty;
-    )*) => {
-        impl Store {$(
-            $(#[$m])*
-            pub(crate) async fn $name(&self $(, $conn: Conn<'_>)? $(, $arg: $ty)*) -> sqlx::Result<$ret> {
-                operations!(@call self, $name, ($($conn)?), ($($arg),*))
-            }
-        )*}
-    };
-    (@call $self:ident, $name:ident, (), ($($arg:ident),*)) => {
-        on_store!($self, s => s.$name($($arg),*).await)
-    };
-    (@call $self:ident, $name:ident, ($conn:ident), ($($arg:ident),*)) => {
-        on_conn!($self, $conn, |s, c| s.$name(c $(, $arg)*).await)
-    };
-}
-
 impl Store {
     /// The backend's name.
     pub(crate) fn backend(&self) -> &'static str {
@@ -335,129 +314,54 @@ impl Store {
     }
 }
 
-operations! {
-    /// One task by id.
-    fn task_get(&self; id: TaskId) -> Option<TaskInfo>;
-    /// A page of tasks by ascending id, `after_id < id <= up_to`.
-    fn task_list(&self; f: &TaskFilter<'_>; after_id: u64; up_to: u64; limit: u32) -> Vec<TaskInfo>;
-    /// A page of tasks by descending id, `from >= id > before_id`... (see the backends).
-    fn task_list_desc(&self; f: &TaskFilter<'_>; before_id: u64; from: u64; limit: u32) -> Vec<TaskInfo>;
-    /// The smallest and largest task ids.
-    fn task_id_bounds(&self) -> (u64, u64);
-    /// A page of one queue's tasks, newest first.
-    fn task_list_queue_desc(&self; queue: &str; name: Option<&str>; before_id: u64; limit: u32) -> Vec<TaskInfo>;
-    /// A page of one queue's tasks, oldest first.
-    fn task_list_queue_asc(&self; queue: &str; name: Option<&str>; after_id: u64; limit: u32) -> Vec<TaskInfo>;
-    /// Tasks that ended per state and minute, over the last `minutes`.
-    fn task_finished_per_minute(&self; minutes: u32) -> Vec<(TaskState, u32, u64)>;
-    /// Failed attempts per outcome and minute, over the last `minutes`.
-    fn task_failed_attempts_per_minute(&self; minutes: u32) -> Vec<(String, u32, u64)>;
-    /// Tasks retention would prune now.
-    fn task_prune_count(&self; state: TaskState; age_secs: u64) -> u64;
-    /// Tasks matching a filter.
-    fn task_count(&self; f: &TaskFilter<'_>) -> u64;
-    /// Tasks per queue and state.
-    fn task_stats(&self, conn) -> Vec<QueueStateCount>;
-    /// Pending and running tasks per queue.
-    fn task_stats_active(&self, conn) -> Vec<QueueStateCount>;
-    /// Tasks in terminal states per queue.
-    fn task_stats_terminal(&self, conn) -> Vec<QueueStateCount>;
-    /// Pending tasks per name.
-    fn task_pending_by_name(&self, conn; queue: Option<&str>) -> Vec<PendingNameCount>;
-    /// Ids (and whether running) of a bulk action's tasks, ascending past `after_id`.
-    fn task_bulk_ids(&self; f: &TaskFilter<'_>; age_us: i64; after_id: u64; limit: u32) -> Vec<(u64, bool)>;
-    /// How many tasks a bulk action would touch.
-    fn task_bulk_count(&self; f: &TaskFilter<'_>; age_us: i64) -> u64;
-    /// Cancels pending tasks by id.
-    fn task_cancel_batch(&self; ids: &[u64]) -> u64;
-    /// Asks running tasks by id to cancel.
-    fn task_request_cancel_batch(&self; ids: &[u64]) -> u64;
-    /// Retries dead tasks by id.
-    fn task_retry_dead_ids(&self; ids: &[u64]) -> u64;
-    /// Asks one running task to cancel.
-    fn task_request_cancel(&self, conn; id: TaskId) -> bool;
-    /// Cancels one pending task.
-    fn task_cancel(&self, conn; id: TaskId) -> bool;
-    /// Moves a pending task's `run_at`.
-    fn task_reschedule(&self, conn; id: TaskId; at: Option<DateTime<Utc>>; delay_us: i64) -> bool;
-    /// Changes a pending task's priority.
-    fn task_set_priority(&self, conn; id: TaskId; priority: i16) -> bool;
-    /// Retries one dead task.
-    fn task_retry_dead(&self, conn; id: TaskId) -> RetryDead;
-    /// A task's state.
-    fn task_state(&self; id: TaskId) -> Option<TaskState>;
-    /// Renews the leases (`(id, epoch)`) this worker holds; how many were renewed.
-    fn task_heartbeat(&self, conn; leases: &[(u64, u64)]; lease_us: i64) -> u64;
-    /// Which of the leases are still held, and whether cancel was requested on each.
-    fn task_leases_held(&self, conn; leases: &[(u64, u64)]) -> Vec<(u64, u64, bool)>;
-    /// Writes back a batch of ended attempts, each under its epoch.
-    fn task_write_back(&self, conn; batch: &[WriteBack]) -> WrittenBack;
-    /// Returns held leases to pending (shutdown).
-    fn task_release(&self, conn; leases: &[(u64, u64)]) -> u64;
-    /// Leases `(id, epoch)` of `queue`'s running tasks that `worker_id` claimed in the last
-    /// `since_us` µs (a claim whose answer was lost may have taken some).
-    fn task_running_since(&self, conn; queue: &str; worker_id: &str; since_us: i64) -> Vec<(u64, u64)>;
-    /// Lapsed leases (running tasks whose lease ended).
-    fn task_lapsed(&self, conn; names: &NameList; limit: u32) -> Vec<LapsedRow>;
-    /// Reaps expired leases, each under its epoch.
-    fn task_reap(&self, conn; rows: &[ReapRow]; exact: bool) -> Reaped;
-    /// Deletes expired unique identities.
-    fn unique_prune_expired(&self, conn; limit: u32) -> u64;
-    /// Deletes tasks of a terminal state older than `age_secs`.
-    fn task_prune(&self, conn; state: TaskState; age_secs: u64; limit: u32) -> u64;
-    /// Current epochs of the tasks `ids` that are running.
-    fn task_epochs(&self, conn; ids: &[u64]) -> Vec<(u64, u64)>;
-    /// The byte limits of the server's multi-row statements (MySQL: its `max_allowed_packet`).
-    fn statement_budget(&self, conn) -> budget::Budget;
-    /// The database clock.
-    fn db_now(&self) -> DateTime<Utc>;
-    /// The database clock, on a connection.
-    fn db_now_on(&self, conn) -> DateTime<Utc>;
-    /// Retries dead tasks of a queue that died before a time.
-    fn task_retry_dead_batch(&self; queue: Option<&str>; died_before: DateTime<Utc>; limit: u32) -> u64;
-    /// Ids of dead unique tasks (retried one by one).
-    fn task_dead_unique_ids(&self; queue: Option<&str>; died_before: DateTime<Utc>; after_id: u64; limit: u32) -> Vec<TaskId>;
-    /// Pauses a queue.
-    fn queue_pause(&self, conn; queue: &str) -> ();
-    /// Resumes a queue; whether it was paused.
-    fn queue_resume(&self, conn; queue: &str) -> bool;
-    /// Paused queues.
-    fn queues_paused(&self, conn) -> Vec<(String, DateTime<Utc>)>;
-    /// Paused and limited queues, for the worker's refresh.
-    fn queue_controls(&self, conn) -> Vec<QueueControl>;
-    /// Sets or clears a queue's concurrency limit.
-    fn queue_set_limit(&self; queue: &str; limit: Option<u32>) -> ();
-    /// Sets or clears a queue's rate limit.
-    fn queue_set_rate_limit(&self; queue: &str; rate: Option<(u32, i64)>) -> ();
-    /// Queues with their controls and counts.
-    fn queue_list(&self) -> Vec<QueueRow>;
-    /// Declares a schedule (worker start).
-    fn schedule_declare(&self, conn; d: &ScheduleDecl<'_>) -> ();
-    /// The state of the schedules named in `names`.
-    fn schedule_states(&self, conn; names: &NameList) -> Vec<ScheduleState>;
-    /// One compare-and-set step of a schedule, enqueueing its ticks.
-    fn schedule_fire(&self, conn; f: &ScheduleFire<'_>) -> Option<Vec<TaskId>>;
-    /// Every schedule.
-    fn schedule_list(&self) -> Vec<ScheduleInfo>;
-    /// Deletes a schedule.
-    fn schedule_delete(&self, conn; name: &str) -> bool;
-    /// Records a worker's start.
-    fn worker_start(&self, conn; w: &WorkerRow<'_>) -> ();
-    /// Records that a worker is alive.
-    fn worker_seen(&self, conn; w: &WorkerRow<'_>) -> ();
-    /// Records a worker's stop.
-    fn worker_stop(&self, conn; worker_id: &str) -> bool;
-    /// Deletes workers not seen for `age_secs`.
-    fn worker_prune(&self, conn; age_secs: u64; limit: u32) -> u64;
-    /// Known workers.
-    fn worker_list(&self, conn) -> Vec<WorkerListRow>;
-    /// A task's attempt history (JSON), if the task exists.
-    fn task_attempts(&self; id: TaskId) -> Option<Option<String>>;
-    /// A page of the audit trail, newest first.
-    fn audit_list(&self; task_id: Option<u64>; queue: Option<&str>; before_id: u64; limit: u32) -> Vec<AuditListRow>;
-    /// Deletes audit entries older than `age_secs`.
-    fn audit_prune(&self, conn; age_secs: u64; limit: u32) -> u64;
+/// Declares the operations of [`Store`] and [`Conn`] from the seam's one list
+/// (`taskq_driver::__seam_operations!`, which also declares the driver traits): each forwards
+/// to the same-named operation of the backend's driver. `fn name(&self, ..)` runs on the
+/// store's pool; `fn name(&self, conn, ..)` on a connection the caller took (the worker's
+/// deadlines, the client's transactions); the `enqueue` ones on a caller's connection (the
+/// producer path and audit entries, in the caller's transaction). Only the claim, whose cursor
+/// is each driver's own, is written out below.
+macro_rules! forward {
+    (@call $self:ident, $name:ident, (), ($($arg:ident),*)) => {
+        on_store!($self, s => s.$name($($arg),*).await)
+    };
+    (@call $self:ident, $name:ident, ($conn:ident), ($($arg:ident),*)) => {
+        on_conn!($self, $conn, |s, c| s.$name(c $(, $arg)*).await)
+    };
+    (
+        $(#[$em:meta])* enqueue $enqueue:ident {
+            $( $(#[$efm:meta])* fn $ename:ident(conn $(; $earg:ident: $ety:ty)* $(,)?) -> $eret:ty; )*
+        }
+        $(
+            $(#[$tm:meta])* trait $trait:ident {
+                $(
+                    $(#[$m:meta])*
+                    fn $name:ident(&self $(, $conn:ident)? $(; $arg:ident: $ty:ty)* $(,)?) -> $ret:ty;
+                )*
+            }
+        )*
+    ) => {
+        impl Conn<'_> {$(
+            $(#[$efm])*
+            pub(crate) async fn $ename(&mut self $(, $earg: $ety)*) -> sqlx::Result<$eret> {
+                match self {
+                    Conn::MySql(c) => <mysql::MySqlDriver as Enqueue>::$ename(c $(, $earg)*).await,
+                    #[cfg(feature = "sqlite")]
+                    Conn::Sqlite(c) => <sqlite::SqliteDriver as Enqueue>::$ename(c $(, $earg)*).await,
+                }
+            }
+        )*}
+
+        impl Store {$($(
+            $(#[$m])*
+            pub(crate) async fn $name(&self $(, $conn: Conn<'_>)? $(, $arg: $ty)*) -> sqlx::Result<$ret> {
+                forward!(@call self, $name, ($($conn)?), ($($arg),*))
+            }
+        )*)*}
+    };
 }
+
+taskq_driver::__seam_operations!(forward);
 
 /// Whether a database error says the statement's transaction lost to a concurrent one (see
 /// `StmtError::is_conflict`): MySQL's 1213 (deadlock victim; on Galera a certification
@@ -489,44 +393,5 @@ impl Conn<'_> {
             #[cfg(feature = "sqlite")]
             Conn::Sqlite(c) => Conn::Sqlite(c),
         }
-    }
-}
-
-/// Dispatches a call on a borrowed connection to the same-named function of its backend.
-macro_rules! on_caller_conn {
-    ($conn:expr, $name:ident($($arg:expr),*)) => {
-        match $conn {
-            Conn::MySql(c) => mysql::$name(c $(, $arg)*).await,
-            #[cfg(feature = "sqlite")]
-            Conn::Sqlite(c) => sqlite::$name(c $(, $arg)*).await,
-        }
-    };
-}
-
-/// Operations on a caller's connection (the producer path and audit entries), in the caller's
-/// transaction.
-impl Conn<'_> {
-    /// Inserts one task (with its idempotency key or unique identity, if any).
-    pub(crate) async fn task_insert(&mut self, row: &NewTask<'_>) -> sqlx::Result<Inserted> {
-        on_caller_conn!(self, task_insert(row))
-    }
-
-    /// Inserts tasks without idempotency key or unique identity, in as few statements as the
-    /// backend can; their ids in order.
-    pub(crate) async fn task_insert_rows(
-        &mut self,
-        rows: &[NewTask<'_>],
-    ) -> sqlx::Result<Vec<TaskId>> {
-        on_caller_conn!(self, task_insert_rows(rows))
-    }
-
-    /// The database clock in microseconds since the Unix epoch.
-    pub(crate) async fn db_clock_us(&mut self) -> sqlx::Result<i64> {
-        on_caller_conn!(self, db_clock_us())
-    }
-
-    /// Appends an entry to the audit trail.
-    pub(crate) async fn audit_insert(&mut self, row: &AuditRow<'_>) -> sqlx::Result<u64> {
-        on_caller_conn!(self, audit_insert(row))
     }
 }

@@ -1,13 +1,12 @@
 //! The SQLite backend's public side in taskq (`taskq::sqlite`: opening a file with taskq's
 //! settings, write transactions) and its migration; the driver itself (the seam's operations
-//! over SQLite's statements) is `taskq_sqlite::driver`.
+//! over SQLite's statements) is `taskq_sqlite::SqliteDriver`.
 
 use sqlx::sqlite::SqliteConnectOptions;
 use sqlx::{Sqlite, SqlitePool, Transaction};
 use taskq_sqlite as q;
 
-pub(crate) use taskq_sqlite::driver::{SqliteDriver, is_busy, is_refused};
-pub(crate) use taskq_sqlite::driver::{audit_insert, db_clock_us, task_insert, task_insert_rows};
+pub(crate) use taskq_sqlite::{SqliteDriver, is_busy, is_refused};
 
 /// Creates or upgrades the schema (see `taskq_sqlite::migrate`).
 pub(crate) async fn migrate(pool: &SqlitePool) -> crate::Result<()> {

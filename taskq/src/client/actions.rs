@@ -73,7 +73,7 @@ impl Client {
     /// Moves the due time of a task that has not started to `delay` from now (database clock):
     /// [`Duration::ZERO`](std::time::Duration::ZERO) makes it due at once. Nothing else
     /// changes (attempts, priority, deadline: a task rescheduled past its deadline expires
-    /// when it comes due). A delay over [`MAX_DELAY`](crate::limits::MAX_DELAY) is
+    /// when it comes due). A delay over [`MAX_DELAY`](crate::defaults::MAX_DELAY) is
     /// [`Error::InvalidSchedule`]; running and terminal tasks give [`Error::WrongState`],
     /// unknown ids [`Error::NotFound`]. Workers see the change at their next poll.
     pub async fn reschedule(&self, id: TaskId, delay: std::time::Duration) -> Result<()> {

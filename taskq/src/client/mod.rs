@@ -10,10 +10,10 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 use crate::backend::{Backend, RetryDead, Store, TaskFilter, Tx};
+use crate::defaults::{MAX_QUEUE_LIMIT, MAX_RATE_PERIOD, MIN_RATE_PERIOD};
 use crate::error::{Error, Result};
 use crate::history::{self, Action};
 pub use crate::history::{Attempt, AttemptOutcome, AuditEntry, AuditFilter};
-use crate::limits::{MAX_QUEUE_LIMIT, MAX_RATE_PERIOD, MIN_RATE_PERIOD};
 use crate::task::{TaskId, TaskState};
 
 mod actions;
@@ -98,7 +98,7 @@ impl Client {
 
     /// This client with `actor` as the "who" of the actions it records in the audit trail
     /// (default `"client"`; the CLI uses `cli:<user>@<host>`). Cut to
-    /// [`MAX_ACTOR_LEN`](crate::limits::MAX_ACTOR_LEN) characters.
+    /// [`MAX_ACTOR_LEN`](crate::defaults::MAX_ACTOR_LEN) characters.
     pub fn with_actor(mut self, actor: impl Into<String>) -> Self {
         self.actor = history::cut(&actor.into(), history::MAX_ACTOR_LEN).into();
         self

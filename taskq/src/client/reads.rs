@@ -179,7 +179,7 @@ impl Client {
 
     /// The workers recorded in the database, oldest start first: alive, lost (no heartbeat for
     /// two of their heartbeat intervals) or stopped (see [`WorkerInfo::status`]), kept for
-    /// [`WORKER_ROW_RETENTION`](crate::limits::WORKER_ROW_RETENTION) after their last beat, each
+    /// [`WORKER_ROW_RETENTION`](crate::defaults::WORKER_ROW_RETENTION) after their last beat, each
     /// with the age of that beat and the number of tasks it is running. One statement (a
     /// `GROUP BY` over the running tasks).
     pub async fn workers(&self) -> Result<Vec<WorkerInfo>> {

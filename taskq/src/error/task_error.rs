@@ -74,7 +74,7 @@ impl TaskError {
     /// Bounded: once the task has snoozed [`Task::MAX_SNOOZES`](crate::Task::MAX_SNOOZES)
     /// times (default 100), a further snooze counts as a failed attempt (retried after
     /// `delay`, `dead` when attempts are exhausted), with the reason in `last_error`. The delay
-    /// is clamped to [`MAX_DELAY`](crate::limits::MAX_DELAY).
+    /// is clamped to [`MAX_DELAY`](crate::defaults::MAX_DELAY).
     ///
     /// ```
     /// # use std::time::Duration;

@@ -5,7 +5,7 @@ use std::any::Any;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
-use taskq_driver::rules::frees_identity;
+use taskq_driver::rules::run_end_frees_identity;
 use taskq_driver::state::TaskState;
 
 use tracing::Instrument;
@@ -423,8 +423,8 @@ fn write_back(
         // ceilings are user input): `now + delay` must stay a valid DATETIME.
         delay_us: delay.min(MAX_DELAY).as_micros() as i64,
         error: error.map(|e| truncate(e, MAX_ERROR_LEN)),
-        // Freed as `taskq_driver::rules::frees_identity` says (a running task's, or a window's,
-        // by the end it reaches); one held while pending was freed by the claim.
+        // Freed as `taskq_driver::rules::run_end_frees_identity` says (a running task's, or a
+        // window's, by the end it reaches; one held while pending was freed by the claim).
         frees: task.unique_key.clone().filter(|_| {
             let to = match state {
                 "succeeded" => TaskState::Succeeded,
@@ -434,7 +434,7 @@ fn write_back(
             };
             task.unique_while
                 .as_deref()
-                .is_some_and(|w| w != "pending" && frees_identity(w, to))
+                .is_some_and(|w| run_end_frees_identity(w, to))
         }),
         follow_up: None,
         name: task.name.as_str().into(),

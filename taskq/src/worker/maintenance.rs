@@ -1,7 +1,7 @@
 //! Maintenance inside every worker: the reaper (expired leases back to pending, or to dead
 //! when attempts are exhausted), retention (deleting old terminal tasks in small batches,
 //! the identities of unique windows that have ended, the `taskq_workers` rows of workers
-//! not seen for [`WORKER_ROW_RETENTION`](crate::limits::WORKER_ROW_RETENTION), and audit rows older
+//! not seen for [`WORKER_ROW_RETENTION`](crate::defaults::WORKER_ROW_RETENTION), and audit rows older
 //! than the longest terminal-task retention), and the check for due tasks that no live worker
 //! handles (logged at WARN).
 
@@ -310,7 +310,7 @@ async fn prune(shared: &Shared) {
     }
     // Rows of workers not seen for a day (stopped, or gone without a goodbye).
     loop {
-        let age = crate::limits::WORKER_ROW_RETENTION.as_secs();
+        let age = crate::defaults::WORKER_ROW_RETENTION.as_secs();
         match within!(shared, |c| shared.store.worker_prune(c, age, BATCH)).await {
             Ok(n) if n < u64::from(BATCH) || shared.stopping() => break,
             Ok(_) => tokio::time::sleep(Duration::from_millis(10)).await,

@@ -2,8 +2,6 @@
 //! follow-ups, queue limits, the dashboard's reads, and migrations run by several processes
 //! at once. Each test asserts the rows the statements leave.
 
-mod support;
-
 use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
 use std::process::Command;
@@ -13,22 +11,25 @@ use std::time::Duration;
 
 use serde_json::Value;
 use sqlx::SqliteConnection;
-use support::{fresh, task};
-use taskq_sqlite::*;
+use taskq_driver::rows::{
+    AuditRow, ClaimRequest, Claimed, FollowUpRow, LimitHit, NameList, NewTask, ReapRow, TaskFilter,
+    WriteBack,
+};
+use taskq_driver::state::{TaskId, TaskState};
 
-const W: &str = "w1";
+use super::{W, claim, db_path, fresh, get, insert, reap_lapsed, task, write_back};
+use crate::enqueue::task_insert_many;
+use crate::history::{
+    audit_insert, audit_list, audit_prune, task_attempts, task_failed_attempts_per_minute,
+};
+use crate::lease::{task_claim, task_lapsed, task_reap, task_release, task_write_back};
+use crate::queues::{
+    queue_controls, queue_list, queue_pause, queue_set_limit, queue_set_rate_limit,
+};
+use crate::tasks::*;
+use crate::{migrate, migrator, open};
+
 const CHILD_ENV: &str = "TASKQ_SQLITE_TEST_MIGRATE_DB";
-
-fn claim<'a>(queue: &'a str, names: &'a [&'a str], limit: u32) -> ClaimRequest<'a> {
-    ClaimRequest {
-        queue,
-        names,
-        limit,
-        lease_us: 30_000_000,
-        worker_id: W,
-        limited: false,
-    }
-}
 
 fn limited<'a>(queue: &'a str, limit: u32) -> ClaimRequest<'a> {
     ClaimRequest {
@@ -37,30 +38,18 @@ fn limited<'a>(queue: &'a str, limit: u32) -> ClaimRequest<'a> {
     }
 }
 
-async fn insert(c: &mut SqliteConnection, t: NewTask<'_>) -> i64 {
-    task_insert(c, &t).await.unwrap().id()
-}
-
-async fn get(c: &mut SqliteConnection, id: i64) -> TaskRow {
-    task_get(c, id).await.unwrap().expect("task exists")
-}
-
+/// The write-back of a claimed task's attempt.
 fn outcome(t: &Claimed, state: &'static str, outcome: &'static str) -> WriteBack {
-    WriteBack {
-        id: t.id,
-        epoch: t.lease_epoch,
-        state,
-        attempt: t.attempt,
-        outcome,
-        delay_us: 0,
-        error: None,
-        follow_up: None,
-    }
+    write_back(t.id, t.lease_epoch, t.attempt, state, outcome)
 }
 
 /// The attempt history of `id`, parsed (empty when none).
-async fn history(c: &mut SqliteConnection, id: i64) -> Vec<Value> {
-    match task_attempts(c, id).await.unwrap().expect("task exists") {
+async fn history(c: &mut SqliteConnection, id: u64) -> Vec<Value> {
+    match task_attempts(c, TaskId(id))
+        .await
+        .unwrap()
+        .expect("task exists")
+    {
         None => Vec::new(),
         Some(json) => serde_json::from_str(&json).unwrap(),
     }
@@ -71,17 +60,17 @@ fn fmt(t: chrono::DateTime<chrono::Utc>) -> String {
     t.format("%Y-%m-%d %H:%M:%S%.6f").to_string()
 }
 
-fn follow_up(key: &str) -> FollowUpRow {
-    FollowUpRow {
-        queue: "fq".into(),
-        name: "then".into(),
+fn follow_up(key: &str) -> Box<FollowUpRow> {
+    Box::new(FollowUpRow {
+        queue: "fq",
+        name: "then",
         payload: vec![0, 159, b'{', 255],
         priority: -3,
         max_attempts: 7,
         ttl_us: Some(60_000_000),
         key: key.into(),
         trace_context: Some("00-trace".into()),
-    }
+    })
 }
 
 async fn count_key(c: &mut SqliteConnection, key: &str) -> i64 {
@@ -122,7 +111,7 @@ async fn history_records_every_outcome_and_a_fenced_write_back_appends_nothing()
         })
         .collect();
     let done = task_write_back(&mut c, &batch).await.unwrap();
-    assert_eq!(done.written, ids);
+    assert_eq!(done.written, ids.len() as u64);
     for (i, (_, o)) in outcomes.iter().enumerate() {
         let row = get(&mut c, ids[i]).await;
         let h = history(&mut c, ids[i]).await;
@@ -143,7 +132,7 @@ async fn history_records_every_outcome_and_a_fenced_write_back_appends_nothing()
     // The same write-backs again (their epochs are stale or the rows ended): nothing written,
     // nothing appended.
     let again = task_write_back(&mut c, &batch).await.unwrap();
-    assert!(again.written.is_empty());
+    assert_eq!(again.written, 0);
     for id in &ids {
         assert_eq!(history(&mut c, *id).await.len(), 1);
     }
@@ -197,10 +186,8 @@ async fn reaper_and_release_append_their_entries() {
         ..claim("q", &["a"], 2)
     };
     task_claim(&mut c, &expired).await.unwrap();
-    task_request_cancel(&mut c, cancel).await.unwrap();
-    let reaped = task_reap_expired(&mut c, &["a"], 10, |_| None)
-        .await
-        .unwrap();
+    task_request_cancel(&mut c, TaskId(cancel)).await.unwrap();
+    let reaped = reap_lapsed(&mut c, &["a"], 10, |_| None).await.unwrap();
     assert_eq!(reaped.rows.len(), 2);
     let h = history(&mut c, lost).await;
     assert_eq!(h.len(), 1);
@@ -252,7 +239,7 @@ async fn write_back_follow_ups_are_inserted_once_and_never_for_fenced_outcomes()
         },
     ];
     let done = task_write_back(&mut c, &batch).await.unwrap();
-    assert_eq!((done.written, done.followed), (vec![a], vec![a]));
+    assert_eq!((done.written, done.followed), (1, vec![a]));
     assert_eq!(count_key(&mut c, &kb).await, 0);
     let f = task_list(
         &mut c,
@@ -261,7 +248,7 @@ async fn write_back_follow_ups_are_inserted_once_and_never_for_fenced_outcomes()
             ..TaskFilter::default()
         },
         0,
-        i64::MAX,
+        u64::MAX,
         10,
     )
     .await
@@ -287,7 +274,7 @@ async fn write_back_follow_ups_are_inserted_once_and_never_for_fenced_outcomes()
     );
     // The same write-back again is fenced: no second follow-up.
     let again = task_write_back(&mut c, &batch[..1]).await.unwrap();
-    assert!(again.written.is_empty() && again.followed.is_empty());
+    assert!(again.written == 0 && again.followed.is_empty());
     assert_eq!(count_key(&mut c, &ka).await, 1);
 
     // The key is the backstop: a row already holding it stays the only one, and the
@@ -310,9 +297,9 @@ async fn write_back_follow_ups_are_inserted_once_and_never_for_fenced_outcomes()
     )
     .await
     .unwrap();
-    assert_eq!(done.written, vec![b]);
+    assert_eq!(done.written, 1);
     assert_eq!(count_key(&mut c, &kb1).await, 1);
-    assert_eq!(get(&mut c, b).await.state, "dead");
+    assert_eq!(get(&mut c, b).await.state.as_str(), "dead");
 }
 
 #[tokio::test]
@@ -344,7 +331,7 @@ async fn reap_follow_ups_only_for_rows_reaped_to_dead() {
     let mut planned = Vec::new();
     // This worker registers "a" only: the dying "other" task is parked back to pending for a
     // worker that knows its follow-up.
-    let reaped = task_reap_expired(&mut c, &["a"], 10, |r| {
+    let reaped = reap_lapsed(&mut c, &["a"], 10, |r| {
         planned.push(r.id);
         assert_eq!(r.payload.as_deref(), Some(&b"{}"[..]));
         Some(follow_up(&format!(
@@ -355,11 +342,7 @@ async fn reap_follow_ups_only_for_rows_reaped_to_dead() {
     .await
     .unwrap();
     assert_eq!(planned, vec![dies]);
-    let states: Vec<(i64, &str)> = reaped
-        .rows
-        .iter()
-        .map(|r| (r.id, r.state.as_str()))
-        .collect();
+    let states: Vec<(u64, &str)> = reaped.rows.iter().map(|r| (r.0, r.1.as_str())).collect();
     assert_eq!(
         states,
         vec![(dies, "dead"), (requeued, "pending"), (unknown, "pending")]
@@ -394,33 +377,25 @@ async fn reap_follow_ups_only_for_rows_reaped_to_dead() {
 
     // Read, then fenced before the reap (a late write-back lands): the reap writes nothing
     // and inserts no follow-up.
-    let rows = task_lapsed(&mut c, &["other"], 10).await.unwrap();
+    let rows = task_lapsed(&mut c, &NameList::new(["other"]), 10)
+        .await
+        .unwrap();
     assert_eq!(rows.len(), 1);
     assert!(rows[0].goes_dead());
-    let late = WriteBack {
-        id: unknown,
-        epoch: rows[0].lease_epoch,
-        state: "succeeded",
-        attempt: 1,
-        outcome: "succeeded",
-        delay_us: 0,
-        error: None,
-        follow_up: None,
-    };
-    assert_eq!(
-        task_write_back(&mut c, &[late]).await.unwrap().written,
-        vec![unknown]
-    );
+    let late = write_back(unknown, rows[0].lease_epoch, 1, "succeeded", "succeeded");
+    assert_eq!(task_write_back(&mut c, &[late]).await.unwrap().written, 1);
     let plan = [ReapRow {
         id: unknown,
         epoch: rows[0].lease_epoch,
-        park: false,
+        frees: None,
+        canceled: false,
+        parks: false,
         follow_up: Some(follow_up("taskq:on_dead:late")),
     }];
     let reaped = task_reap(&mut c, &plan).await.unwrap();
     assert!(reaped.rows.is_empty() && reaped.followed.is_empty());
     assert_eq!(count_key(&mut c, "taskq:on_dead:late").await, 0);
-    assert_eq!(get(&mut c, unknown).await.state, "succeeded");
+    assert_eq!(get(&mut c, unknown).await.state.as_str(), "succeeded");
 }
 
 #[tokio::test]
@@ -441,13 +416,13 @@ async fn audit_rows_are_listed_newest_first_and_pruned_oldest_first() {
             action,
             task_id,
             queue,
-            detail: Some(r#"{"n":1}"#),
+            detail: Some(r#"{"n":1}"#.to_owned()),
         };
         ids.push(audit_insert(&mut c, &row).await.unwrap());
     }
     assert!(ids.windows(2).all(|w| w[0] < w[1]));
-    let all = audit_list(&mut c, None, None, i64::MAX, 100).await.unwrap();
-    let got: Vec<(i64, &str, Option<&str>)> = all
+    let all = audit_list(&mut c, None, None, u64::MAX, 100).await.unwrap();
+    let got: Vec<(u64, &str, Option<&str>)> = all
         .iter()
         .map(|r| (r.id, r.action.as_str(), r.queue.as_deref()))
         .collect();
@@ -463,7 +438,7 @@ async fn audit_rows_are_listed_newest_first_and_pruned_oldest_first() {
     );
     assert_eq!(all[0].actor, "cli:me@host");
     assert_eq!(all[0].detail.as_deref(), Some(r#"{"n":1}"#));
-    let of_task = audit_list(&mut c, Some(t), None, i64::MAX, 100)
+    let of_task = audit_list(&mut c, Some(t), None, u64::MAX, 100)
         .await
         .unwrap();
     assert_eq!(
@@ -486,12 +461,12 @@ async fn audit_rows_are_listed_newest_first_and_pruned_oldest_first() {
     assert_eq!(audit_prune(&mut c, 3600, 100).await.unwrap(), 0);
     // Age the first three rows by an hour.
     sqlx::query("UPDATE taskq_audit SET at = at - 3700000000 WHERE id <= ?1")
-        .bind(ids[2])
+        .bind(ids[2] as i64)
         .execute(&mut *c)
         .await
         .unwrap();
     assert_eq!(audit_prune(&mut c, 3600, 2).await.unwrap(), 2);
-    let left = audit_list(&mut c, None, None, i64::MAX, 100).await.unwrap();
+    let left = audit_list(&mut c, None, None, u64::MAX, 100).await.unwrap();
     assert_eq!(
         left.iter().map(|r| r.id).collect::<Vec<_>>(),
         vec![ids[4], ids[3], ids[2]]
@@ -530,16 +505,14 @@ async fn finished_and_failed_attempts_per_minute() {
     )
     .await
     .unwrap();
-    task_reap_expired(&mut c, &["b"], 10, |_| None)
-        .await
-        .unwrap();
-    assert_eq!(get(&mut c, lost).await.state, "pending");
+    reap_lapsed(&mut c, &["b"], 10, |_| None).await.unwrap();
+    assert_eq!(get(&mut c, lost).await.state.as_str(), "pending");
     // Move t[1] (succeeded) and t[3] (dead, panicked) back 90 s: minute 1. t[5] (canceled)
     // back 10 minutes: outside a 5-minute window.
     for (id, us) in [
-        (t[1].id, 90_000_000_i64),
-        (t[3].id, 90_000_000),
-        (t[5].id, 600_000_000),
+        (t[1].id as i64, 90_000_000_i64),
+        (t[3].id as i64, 90_000_000),
+        (t[5].id as i64, 600_000_000),
     ] {
         sqlx::query(
             "UPDATE taskq_tasks SET finished_at = finished_at - ?2,
@@ -554,15 +527,20 @@ async fn finished_and_failed_attempts_per_minute() {
         .await
         .unwrap();
     }
-    let mut finished = task_finished_per_minute(&mut c, 5).await.unwrap();
+    let mut finished: Vec<(&str, u32, u64)> = task_finished_per_minute(&mut c, 5)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(s, m, n)| (s.as_str(), m, n))
+        .collect();
     finished.sort();
     assert_eq!(
         finished,
         vec![
-            ("dead".to_string(), 0, 1),
-            ("dead".to_string(), 1, 1),
-            ("succeeded".to_string(), 0, 1),
-            ("succeeded".to_string(), 1, 1),
+            ("dead", 0, 1),
+            ("dead", 1, 1),
+            ("succeeded", 0, 1),
+            ("succeeded", 1, 1),
         ]
     );
     let mut failed = task_failed_attempts_per_minute(&mut c, 5).await.unwrap();
@@ -661,27 +639,18 @@ async fn a_limited_claim_honours_the_concurrency_limit_and_the_rate_window() {
     let running = task_list(
         &mut c,
         &TaskFilter {
-            state: Some("running"),
+            state: Some(TaskState::Running),
             ..TaskFilter::default()
         },
         0,
-        i64::MAX,
+        u64::MAX,
         10,
     )
     .await
     .unwrap();
     assert_eq!(running.len(), 2);
     let r = &running[0];
-    let f = WriteBack {
-        id: r.id,
-        epoch: r.lease_epoch,
-        state: "succeeded",
-        attempt: r.attempt,
-        outcome: "succeeded",
-        delay_us: 0,
-        error: None,
-        follow_up: None,
-    };
+    let f = write_back(r.id.0, r.lease_epoch, r.attempt, "succeeded", "succeeded");
     task_write_back(&mut c, &[f]).await.unwrap();
     assert_eq!(
         task_claim(&mut c, &limited("q", 5))
@@ -751,7 +720,7 @@ async fn rate_windows_hold_exactly_the_limit() {
 async fn concurrent_limited_claimers_never_run_more_than_the_limit() {
     const LIMIT: i64 = 3;
     const TASKS: usize = 120;
-    let path = support::db_path("limit_pools");
+    let path = db_path("limit_pools");
     {
         let pool = open(&path, 1).await.unwrap();
         migrate(&pool).await.unwrap();
@@ -826,7 +795,7 @@ async fn concurrent_limited_claimers_never_run_more_than_the_limit() {
     for h in handles {
         claimed.extend(h.await.unwrap());
     }
-    let unique: HashSet<i64> = claimed.iter().copied().collect();
+    let unique: HashSet<u64> = claimed.iter().copied().collect();
     assert_eq!((claimed.len(), unique.len()), (TASKS, TASKS));
     let peak = peak.load(Ordering::SeqCst);
     assert!(peak <= LIMIT, "peak {peak}");
@@ -865,28 +834,28 @@ async fn dashboard_reads_page_count_and_bound() {
         .await
         .unwrap();
     assert_eq!(
-        desc.iter().map(|t| t.id).collect::<Vec<_>>(),
+        desc.iter().map(|t| t.id.0).collect::<Vec<_>>(),
         vec![ids[5], ids[4], ids[3]]
     );
     let desc = task_list_desc(&mut c, &all, ids[6], ids[2], 10)
         .await
         .unwrap();
-    assert_eq!(desc.last().map(|t| t.id), Some(ids[2]));
+    assert_eq!(desc.last().map(|t| t.id.0), Some(ids[2]));
     let odd = TaskFilter {
         queue: Some("odd"),
         ..TaskFilter::default()
     };
     let page = task_list(&mut c, &odd, 0, ids[5], 10).await.unwrap();
     assert_eq!(
-        page.iter().map(|t| t.id).collect::<Vec<_>>(),
+        page.iter().map(|t| t.id.0).collect::<Vec<_>>(),
         vec![ids[1], ids[3], ids[5]]
     );
-    let q = task_list_queue_desc(&mut c, "even", None, i64::MAX, 3)
+    let q = task_list_queue_desc(&mut c, "even", None, u64::MAX, 3)
         .await
         .unwrap();
     assert_eq!(
         q.iter()
-            .map(|t| (t.id, t.state.as_str()))
+            .map(|t| (t.id.0, t.state.as_str()))
             .collect::<Vec<_>>(),
         vec![
             (ids[6], "pending"),
@@ -898,7 +867,7 @@ async fn dashboard_reads_page_count_and_bound() {
         .await
         .unwrap();
     assert_eq!(
-        q.iter().map(|t| t.id).collect::<Vec<_>>(),
+        q.iter().map(|t| t.id.0).collect::<Vec<_>>(),
         vec![ids[2], ids[4]]
     );
     assert!(
@@ -927,19 +896,28 @@ async fn dashboard_reads_page_count_and_bound() {
     assert!(terminal[0].oldest_run_at.is_some());
 
     assert_eq!(
-        task_prune_count(&mut c, "succeeded", 3600).await.unwrap(),
+        task_prune_count(&mut c, TaskState::Succeeded, 3600)
+            .await
+            .unwrap(),
         0
     );
     sqlx::query("UPDATE taskq_tasks SET finished_at = finished_at - 7200000000 WHERE id = ?1")
-        .bind(ids[0])
+        .bind(ids[0] as i64)
         .execute(&mut *c)
         .await
         .unwrap();
     assert_eq!(
-        task_prune_count(&mut c, "succeeded", 3600).await.unwrap(),
+        task_prune_count(&mut c, TaskState::Succeeded, 3600)
+            .await
+            .unwrap(),
         1
     );
-    assert_eq!(task_prune_count(&mut c, "dead", 3600).await.unwrap(), 0);
+    assert_eq!(
+        task_prune_count(&mut c, TaskState::Dead, 3600)
+            .await
+            .unwrap(),
+        0
+    );
 }
 
 /// In a child process (spawned by the test below): migrates the database named by the
@@ -960,14 +938,14 @@ async fn child_migrate() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn migrate_from_several_processes_at_once_on_a_new_file() {
-    let path = support::db_path("migrate_processes");
+    let path = db_path("migrate_processes");
     let exe = std::env::current_exe().unwrap();
     let children: Vec<_> = (0..6)
         .map(|_| {
             Command::new(&exe)
                 .args([
                     "--exact",
-                    "child_migrate",
+                    "tests::parity::child_migrate",
                     "--nocapture",
                     "--test-threads=1",
                 ])
