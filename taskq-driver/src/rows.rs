@@ -453,10 +453,21 @@ pub struct WorkerListRow {
     pub names: Option<String>,
     /// Microseconds since `last_seen_at`, on the database clock.
     pub seen_ago_us: i64,
-    /// Not stopped, and seen within two heartbeat intervals (at least 1 s).
-    pub alive: bool,
     /// Tasks it holds running now.
     pub running: i64,
+}
+
+impl WorkerListRow {
+    /// Not stopped, and seen within [`crate::rules::worker_lost_after_us`] of its heartbeat
+    /// and lease (on the database clock): [`crate::rules::worker_alive`].
+    pub fn alive(&self) -> bool {
+        crate::rules::worker_alive(
+            self.stopped_at.is_some(),
+            self.seen_ago_us,
+            self.heartbeat_us,
+            self.lease_us,
+        )
+    }
 }
 
 /// A row of `taskq_audit` as read back.

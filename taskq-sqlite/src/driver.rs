@@ -939,7 +939,6 @@ impl Workers for SqliteDriver {
                 stopped_at: r.stopped_at,
                 names: r.names,
                 seen_ago_us: r.seen_ago_us,
-                alive: r.alive,
                 running: r.running,
             })
             .collect())

@@ -53,10 +53,21 @@ pub struct WorkerListRow {
     pub names: Option<String>,
     /// Microseconds since its last beat (database clock).
     pub seen_ago_us: i64,
-    /// Not stopped and seen within two heartbeat intervals (at least 1 s).
-    pub alive: bool,
     /// Running tasks carrying its id.
     pub running: i64,
+}
+
+impl WorkerListRow {
+    /// Not stopped, and seen recently enough for its heartbeat and lease
+    /// (`taskq_driver::rules::worker_alive`).
+    pub fn alive(&self) -> bool {
+        taskq_driver::rules::worker_alive(
+            self.stopped_at.is_some(),
+            self.seen_ago_us,
+            self.heartbeat_us,
+            self.lease_us,
+        )
+    }
 }
 
 /// Records a starting worker: inserts its row, or (a worker id used again) overwrites it with
@@ -149,9 +160,9 @@ pub async fn worker_prune(
     Ok(done.rows_affected())
 }
 
-/// Every worker row, oldest start first, with how long ago it was seen and whether it is alive
-/// (not stopped, seen within two of its heartbeat intervals and at least 1 s, on the database
-/// clock) and how many running tasks carry its id.
+/// Every worker row, oldest start first, with how long ago it was seen (on the database clock;
+/// whether that makes it alive is `taskq_driver::rules::worker_alive`) and how many running
+/// tasks carry its id.
 pub async fn worker_list(conn: &mut SqliteConnection) -> sqlx::Result<Vec<WorkerListRow>> {
     let rows = sqlx::query!(
         r#"SELECT w.worker_id AS "worker_id!: String", w.host AS "host!: String",
@@ -161,9 +172,6 @@ pub async fn worker_list(conn: &mut SqliteConnection) -> sqlx::Result<Vec<Worker
              w.last_seen_at AS "last_seen_at!: i64", w.stopped_at AS "stopped_at?: i64",
              w.names AS "names?: String",
              (SELECT us FROM taskq_clock) - w.last_seen_at AS "seen_ago_us!: i64",
-             (w.stopped_at IS NULL
-              AND w.last_seen_at >= (SELECT us FROM taskq_clock)
-                    - MAX(2 * w.heartbeat_us, 1000000)) AS "alive!: bool",
              COALESCE(r.running, 0) AS "running!: i64"
            FROM taskq_workers AS w
              LEFT JOIN (SELECT worker_id, COUNT(*) AS running FROM taskq_tasks
@@ -188,7 +196,6 @@ pub async fn worker_list(conn: &mut SqliteConnection) -> sqlx::Result<Vec<Worker
                 stopped_at: opt_time(r.stopped_at)?,
                 names: r.names,
                 seen_ago_us: r.seen_ago_us,
-                alive: r.alive,
                 running: r.running,
             })
         })

@@ -975,7 +975,7 @@ async fn workers_register_beat_stop_and_are_pruned() {
     worker_seen(&mut c, &row).await.unwrap();
     let list = worker_list(&mut c).await.unwrap();
     assert_eq!(list.len(), 1);
-    assert!(list[0].alive && list[0].stopped_at.is_none());
+    assert!(list[0].alive() && list[0].stopped_at.is_none());
     assert_eq!(list[0].names.as_deref(), Some(r#"["a"]"#));
     assert!((0..1_000_000).contains(&list[0].seen_ago_us), "{list:?}");
     assert_eq!(
@@ -984,7 +984,7 @@ async fn workers_register_beat_stop_and_are_pruned() {
     );
     assert!(worker_stop(&mut c, W).await.unwrap());
     let stopped = worker_list(&mut c).await.unwrap()[0].clone();
-    assert!(!stopped.alive && stopped.stopped_at.is_some());
+    assert!(!stopped.alive() && stopped.stopped_at.is_some());
     tokio::time::sleep(Duration::from_millis(3)).await;
     worker_seen(&mut c, &row).await.unwrap();
     assert_eq!(
@@ -994,7 +994,7 @@ async fn workers_register_beat_stop_and_are_pruned() {
     );
     worker_start(&mut c, &row).await.unwrap();
     assert!(
-        worker_list(&mut c).await.unwrap()[0].alive,
+        worker_list(&mut c).await.unwrap()[0].alive(),
         "a restart revives it"
     );
     assert_eq!(worker_prune(&mut c, 3600, 10).await.unwrap(), 0);

@@ -191,6 +191,9 @@ struct TaskJson<'a> {
     payload: Option<Value>,
     payload_bytes: usize,
     dead_reason: Option<String>,
+    /// For a running task in a list: whether its worker is `alive`, `lost` or `stopped`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    worker_status: Option<&'static str>,
 }
 
 impl<'a> TaskJson<'a> {
@@ -205,6 +208,7 @@ impl<'a> TaskJson<'a> {
             payload,
             payload_bytes: info.payload.len(),
             dead_reason: info.dead_reason().map(|r| r.to_string()),
+            worker_status: None,
         }
     }
 }
@@ -261,7 +265,30 @@ async fn task_list(
     } else {
         None
     };
-    let items: Vec<TaskJson<'_>> = tasks.iter().map(|t| TaskJson::new(t, false)).collect();
+    // The status of the workers holding the page's running tasks (read only when it has some).
+    let workers = if tasks.iter().any(|t| t.state == TaskState::Running) {
+        match st.client.workers().await {
+            Ok(w) => w,
+            Err(e) => return failure(&e),
+        }
+    } else {
+        Vec::new()
+    };
+    let items: Vec<TaskJson<'_>> = tasks
+        .iter()
+        .map(|t| {
+            let mut j = TaskJson::new(t, false);
+            if t.state == TaskState::Running {
+                j.worker_status = Some(
+                    workers
+                        .iter()
+                        .find(|w| Some(&w.id) == t.worker_id.as_ref())
+                        .map_or("unknown", |w| w.status.as_str()),
+                );
+            }
+            j
+        })
+        .collect();
     Json(json!({"tasks": items, "next_after": next})).into_response()
 }
 

@@ -83,6 +83,17 @@ pub(crate) fn time_us(t: &DateTime<Utc>) -> String {
     t.format("%Y-%m-%d %H:%M:%S%.6f UTC").to_string()
 }
 
+/// How long before `now` `t` was, as a muted span next to an absolute time: `12s ago`, or
+/// `in 3m 05s` for a time ahead of `now`.
+pub(crate) fn rel(t: &DateTime<Utc>, now: &DateTime<Utc>) -> String {
+    let secs = (*now - *t).num_seconds();
+    if secs >= 0 {
+        format!(r#"<span class="ago">{} ago</span>"#, age(secs))
+    } else {
+        format!(r#"<span class="ago">in {}</span>"#, age(-secs))
+    }
+}
+
 /// An optional time, `—` when absent.
 pub(crate) fn opt_time(t: &Option<DateTime<Utc>>) -> String {
     t.as_ref().map_or_else(|| "—".into(), time_us)
@@ -126,6 +137,7 @@ pre{background:#fff;border:1px solid #d0d7de;padding:8px;white-space:pre-wrap;wo
 .badge{border-radius:4px;padding:1px 6px;background:#eee}
 .paused{background:#fff3cd;color:#7a5d00}
 .lost{color:#b3261e;font-weight:600}
+.ago{color:#57606a;font-size:12px;margin-left:4px}
 .flash{background:#e6f4ea;border:1px solid #1a7f37;padding:6px 10px;margin-bottom:12px}
 .error{background:#fde7e9;border:1px solid #b3261e;padding:6px 10px;margin-bottom:12px}
 button{cursor:pointer}button.danger{color:#b3261e}

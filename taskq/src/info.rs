@@ -97,11 +97,15 @@ pub struct WorkerInfo {
     /// database clock, when the list was read.
     #[serde(rename = "last_seen_ago_ms", serialize_with = "duration_ms")]
     pub last_seen_ago: std::time::Duration,
-    /// Not stopped, and seen within two of its heartbeat intervals (and within 1 s at least),
-    /// on the database clock: [`WorkerStatus::Alive`].
+    /// Not stopped, and seen within [`lost_after`](Self::lost_after), on the database clock:
+    /// [`WorkerStatus::Alive`].
     pub alive: bool,
-    /// Alive, lost (not stopped and not seen within two heartbeat intervals: it crashed, was
-    /// killed, hangs, or cannot reach the database) or stopped.
+    /// How long after its last beat it counts as lost: two of its heartbeat intervals, at most
+    /// its lease, at least 1 s (`taskq_driver::rules::worker_lost_after_us`).
+    #[serde(rename = "lost_after_ms", serialize_with = "duration_ms")]
+    pub lost_after: std::time::Duration,
+    /// Alive, lost (not stopped and not seen within [`lost_after`](Self::lost_after): it
+    /// crashed, was killed, hangs, or cannot reach the database) or stopped.
     pub status: WorkerStatus,
     /// The task names it registers (`None`: recorded by a worker of an earlier version, taken
     /// as registering every name).
@@ -112,7 +116,11 @@ pub struct WorkerInfo {
 
 impl WorkerInfo {
     pub(crate) fn from_row(r: crate::backend::WorkerListRow) -> Self {
-        let status = if r.alive {
+        let alive = r.alive();
+        let lost_after = std::time::Duration::from_micros(
+            taskq_driver::rules::worker_lost_after_us(r.heartbeat_us, r.lease_us),
+        );
+        let status = if alive {
             WorkerStatus::Alive
         } else if r.stopped_at.is_some() {
             WorkerStatus::Stopped
@@ -132,7 +140,8 @@ impl WorkerInfo {
             last_seen_at: r.last_seen_at,
             stopped_at: r.stopped_at,
             last_seen_ago: std::time::Duration::from_micros(r.seen_ago_us.max(0) as u64),
-            alive: r.alive,
+            alive,
+            lost_after,
             status,
             running: r.running.max(0) as u64,
         }
@@ -153,9 +162,10 @@ impl WorkerInfo {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum WorkerStatus {
-    /// Not stopped, and seen within two heartbeat intervals.
+    /// Not stopped, and seen within two heartbeat intervals (at most its lease, at least 1 s).
     Alive,
-    /// Not stopped, and not seen within two heartbeat intervals: crashed, killed, hung, or cut
+    /// Not stopped, and not seen for two heartbeat intervals (at most its lease, at least 1 s):
+    /// crashed, killed, hung, or cut
     /// off from the database. Its running tasks stay claimed until their leases expire; then
     /// the reaper returns them to pending.
     Lost,

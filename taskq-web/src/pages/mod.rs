@@ -108,6 +108,38 @@ fn worker_status_cell(w: &WorkerInfo) -> String {
     }
 }
 
+/// The ids of the lost workers that hold running tasks among `tasks` (no read when none is
+/// running).
+pub(crate) async fn lost_workers(
+    st: &AppState,
+    tasks: &[taskq::client::TaskInfo],
+) -> Result<std::collections::BTreeSet<String>, Error> {
+    if !tasks.iter().any(|t| t.state == TaskState::Running) {
+        return Ok(Default::default());
+    }
+    Ok(st
+        .client
+        .workers()
+        .await?
+        .into_iter()
+        .filter(|w| w.status == WorkerStatus::Lost)
+        .map(|w| w.id)
+        .collect())
+}
+
+/// ` worker lost` (highlighted) after the state of a running task whose worker is lost.
+pub(crate) fn lost_mark(
+    t: &taskq::client::TaskInfo,
+    lost: &std::collections::BTreeSet<String>,
+) -> &'static str {
+    match &t.worker_id {
+        Some(w) if t.state == TaskState::Running && lost.contains(w) => {
+            r#" <span class="lost worker-lost">worker lost</span>"#
+        }
+        _ => "",
+    }
+}
+
 fn state_class(s: TaskState) -> String {
     format!("state-{}", s.as_str())
 }

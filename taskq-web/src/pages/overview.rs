@@ -14,7 +14,7 @@ use taskq::client::WorkerStatus;
 use super::{failure, nonblank, worker_status_cell};
 use crate::AppState;
 use crate::auth::Ctx;
-use crate::html::{age, button, esc, page, respond, time, time_us, url};
+use crate::html::{age, button, esc, page, rel, respond, time, url};
 
 #[derive(Deserialize, Default)]
 pub(super) struct OverviewQuery {
@@ -110,8 +110,9 @@ pub(super) async fn overview(
             Some(at) => {
                 let _ = write!(
                     b,
-                    r#"<td><span class="badge paused">paused</span> since {}</td>"#,
-                    time(&at)
+                    r#"<td><span class="badge paused">paused</span> since {} {}</td>"#,
+                    time(&at),
+                    rel(&at, &now)
                 );
             }
             None => b.push_str("<td>active</td>"),
@@ -248,20 +249,20 @@ pub(super) async fn overview(
             let status = worker_status_cell(w);
             let _ = write!(
                 b,
-                r#"<tr data-worker="{}"><td>{}</td><td>{}</td><td class="n">{}</td><td>{}</td><td class="n">{}</td><td>{status}</td><td title="{}">{} ago</td></tr>"#,
+                r#"<tr data-worker="{}"><td>{}</td><td>{}</td><td class="n">{}</td><td>{}</td><td class="n">{}</td><td>{status}</td><td>{} <span class="ago">{} ago</span></td></tr>"#,
                 esc(&w.id),
                 esc(&w.id),
                 esc(&w.host),
                 w.pid,
                 queues.join(", "),
                 w.running,
-                time_us(&w.last_seen_at),
+                time(&w.last_seen_at),
                 age(w.last_seen_ago.as_secs() as i64)
             );
         }
         b.push_str("</table>");
         if workers.iter().any(|w| w.status == WorkerStatus::Lost) {
-            b.push_str("<p>Lost: no heartbeat for two of its heartbeat intervals, and no goodbye (crashed, killed, hung or cut off from the database). Its running tasks stay claimed until their leases end, then return to pending.</p>");
+            b.push_str("<p>Lost: no heartbeat for two of its heartbeat intervals (at most its lease, at least 1 s), and no goodbye (crashed, killed, hung or cut off from the database). Its running tasks stay claimed until their leases end, then return to pending; the task list and the task pages mark them <span class=\"lost\">worker lost</span>.</p>");
         }
     }
 

@@ -94,6 +94,11 @@ pub(super) async fn task_list(
     };
     let more = tasks.len() > limit as usize;
     tasks.truncate(limit as usize);
+    // The lost workers holding running tasks of this page (read only when it has some).
+    let lost = match super::lost_workers(&st, &tasks).await {
+        Ok(l) => l,
+        Err(e) => return failure(&ctx, &e),
+    };
 
     let root = esc(&ctx.root);
     let mut b = String::from("<h1>Tasks</h1>");
@@ -151,11 +156,12 @@ pub(super) async fn task_list(
         for t in &tasks {
             let _ = write!(
                 b,
-                r#"<tr><td><a href="{root}tasks/{id}">{id}</a></td><td>{}</td><td>{}</td><td class="{}">{}</td><td class="n">{}/{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>"#,
+                r#"<tr><td><a href="{root}tasks/{id}">{id}</a></td><td>{}</td><td>{}</td><td class="{}">{}{}</td><td class="n">{}/{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>"#,
                 esc(&t.queue),
                 esc(&t.name),
                 state_class(t.state),
                 t.state,
+                super::lost_mark(t, &lost),
                 t.attempt,
                 t.max_attempts,
                 time(&t.run_at),
