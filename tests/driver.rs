@@ -70,6 +70,8 @@ suite!(
     reschedule_moves_a_pending_task_only,
     set_priority_changes_a_pending_task_only,
     prune_deletes_old_terminal_tasks_of_the_state_only,
+    // The dashboard's pending views.
+    pending_views_list_scheduled_and_retrying_tasks_by_due_time,
     // Unique identities.
     an_identity_held_while_pending_is_freed_by_the_claim,
     an_identity_held_while_running_is_freed_by_the_write_back_that_ends_the_task,

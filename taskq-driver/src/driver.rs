@@ -116,6 +116,17 @@ pub trait Tasks: Handle {
     ) -> impl Future<Output = sqlx::Result<Vec<TaskInfo>>> + Send;
     /// Tasks matching a filter.
     fn task_count(&self, f: &TaskFilter<'_>) -> impl Future<Output = sqlx::Result<u64>> + Send;
+    /// Pending tasks of `kind`, of `queue` when given, by `run_at` then id, after the keyset
+    /// cursor `(run_at, id)` when given; at most `limit`. Reads the pending tasks' claim-index
+    /// entries (and, for the attempt count, their rows): bounded by the pending backlog, not
+    /// the table.
+    fn task_list_pending(
+        &self,
+        kind: PendingKind,
+        queue: Option<&str>,
+        after: Option<(DateTime<Utc>, u64)>,
+        limit: u32,
+    ) -> impl Future<Output = sqlx::Result<Vec<TaskInfo>>> + Send;
     /// Tasks that ended per state and minute, over the last `minutes`.
     fn task_finished_per_minute(
         &self,

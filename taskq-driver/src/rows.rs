@@ -57,6 +57,26 @@ pub struct TaskFilter<'a> {
     pub name: Option<&'a str>,
 }
 
+/// Which pending tasks `Tasks::task_list_pending` lists (the dashboard's views).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PendingKind {
+    /// Due later (`run_at` after the database's now) and never attempted: enqueued with a
+    /// delay or a due time, snoozed before a first attempt, or rescheduled.
+    Scheduled,
+    /// At least one attempt made (`attempt > 0`): waiting for the next one, due or not.
+    Retrying,
+}
+
+impl PendingKind {
+    /// `scheduled` or `retrying`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Scheduled => "scheduled",
+            Self::Retrying => "retrying",
+        }
+    }
+}
+
 /// Outcome of `Store::task_retry_dead`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RetryDead {

@@ -7,7 +7,7 @@ use taskq_driver::driver::Tasks;
 
 use crate::MySqlDriver;
 use taskq_driver::read::{PendingNameCount, QueueStateCount, TaskInfo};
-use taskq_driver::rows::TaskFilter;
+use taskq_driver::rows::{PendingKind, TaskFilter};
 use taskq_driver::state::{TaskId, TaskState};
 
 impl Tasks for MySqlDriver {
@@ -75,6 +75,46 @@ impl Tasks for MySqlDriver {
             state,
             f.name,
             f.name,
+            limit,
+        )
+        .fetch_all(&self.pool)
+        .await
+    }
+
+    /// Pending tasks of `kind` by `(run_at, id)` after the cursor: a range of `ix_taskq_claim`
+    /// (`state = 'pending'`), the rows read for `attempt`, sorted.
+    async fn task_list_pending(
+        &self,
+        kind: PendingKind,
+        queue: Option<&str>,
+        after: Option<(DateTime<Utc>, u64)>,
+        limit: u32,
+    ) -> sqlx::Result<Vec<TaskInfo>> {
+        let (after_at, after_id) = after.unwrap_or((DateTime::<Utc>::UNIX_EPOCH, 0));
+        let after_at = after_at.naive_utc();
+        sqlx::query_as!(
+            TaskInfo,
+            r#"SELECT id AS "id: TaskId", queue, name, payload, state AS "state: TaskState", priority AS "priority: i16",
+                 attempt AS "attempt: u32", max_attempts AS "max_attempts: u32",
+                 run_at AS "run_at: DateTime<Utc>", lease_until AS "lease_until: DateTime<Utc>",
+                 lease_epoch AS "lease_epoch: u64", worker_id, idempotency_key, trace_context, last_error,
+                 LOWER(HEX(unique_key)) AS "unique_key: String",
+                 EXISTS (SELECT 1 FROM taskq_unique u WHERE u.unique_key = taskq_tasks.unique_key
+                           AND u.task_id = taskq_tasks.id) AS "unique_held!: bool",
+                 created_at AS "created_at: DateTime<Utc>", updated_at AS "updated_at: DateTime<Utc>",
+                 finished_at AS "finished_at: DateTime<Utc>", snoozes AS "snoozes: u32",
+                 deadline AS "deadline: DateTime<Utc>", attempted_at AS "attempted_at: DateTime<Utc>"
+               FROM taskq_tasks FORCE INDEX (ix_taskq_claim)
+               WHERE state = 'pending' AND (? IS NULL OR queue = ?)
+                 AND IF(? = 'retrying', attempt > 0, attempt = 0 AND run_at > UTC_TIMESTAMP(6))
+                 AND (run_at > ? OR (run_at = ? AND id > ?))
+               ORDER BY run_at, id LIMIT ?"#,
+            queue,
+            queue,
+            kind.as_str(),
+            after_at,
+            after_at,
+            after_id,
             limit,
         )
         .fetch_all(&self.pool)

@@ -282,6 +282,18 @@ impl Tasks for SqliteDriver {
         task_infos(q::task_list(&mut c, &filter(f), id(after_id), id(up_to), limit).await?)
     }
 
+    async fn task_list_pending(
+        &self,
+        kind: PendingKind,
+        queue: Option<&str>,
+        after: Option<(DateTime<Utc>, u64)>,
+        limit: u32,
+    ) -> sqlx::Result<Vec<TaskInfo>> {
+        let (at, after_id) = after.map_or((i64::MIN, 0), |(t, i)| (t.timestamp_micros(), id(i)));
+        let mut c = self.conn().await?;
+        task_infos(q::task_list_pending(&mut c, kind.as_str(), queue, at, after_id, limit).await?)
+    }
+
     async fn task_list_desc(
         &self,
         f: &TaskFilter<'_>,

@@ -38,6 +38,11 @@ fn routes() -> Vec<(Method, &'static str, MethodRouter<AppState>)> {
         (Method::POST, "/tasks/{id}/retry", post(task_retry)),
         (Method::GET, "/task-names", get(task_names)),
         (Method::GET, "/workers", get(workers)),
+        (Method::GET, "/scheduled", get(crate::views_api::scheduled)),
+        (Method::GET, "/retrying", get(crate::views_api::retrying)),
+        (Method::GET, "/schedules", get(crate::views_api::schedules)),
+        (Method::GET, "/audit", get(crate::views_api::audit)),
+        (Method::GET, "/unhandled", get(crate::views_api::unhandled)),
     ]
 }
 
@@ -71,7 +76,7 @@ pub(crate) fn error(status: StatusCode, code: &str, message: &str) -> Response {
 }
 
 /// The response for a failed client call.
-fn failure(e: &Error) -> Response {
+pub(crate) fn failure(e: &Error) -> Response {
     let (status, code) = match e {
         Error::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
         Error::UnknownTask(_) => (StatusCode::NOT_FOUND, "unknown_task"),
@@ -88,7 +93,7 @@ fn failure(e: &Error) -> Response {
     error(status, code, &e.to_string())
 }
 
-fn bad_request(message: &str) -> Response {
+pub(crate) fn bad_request(message: &str) -> Response {
     error(StatusCode::BAD_REQUEST, "bad_request", message)
 }
 
@@ -184,7 +189,7 @@ async fn queue_resume(
 /// A task as the API shows it: every stored field, the payload as JSON (a string when it is
 /// not JSON), and why a dead task died.
 #[derive(Serialize)]
-struct TaskJson<'a> {
+pub(crate) struct TaskJson<'a> {
     #[serde(flatten)]
     info: &'a TaskInfo,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -197,7 +202,7 @@ struct TaskJson<'a> {
 }
 
 impl<'a> TaskJson<'a> {
-    fn new(info: &'a TaskInfo, with_payload: bool) -> Self {
+    pub(crate) fn new(info: &'a TaskInfo, with_payload: bool) -> Self {
         let payload = with_payload.then(|| {
             info.payload_json().unwrap_or_else(|_| {
                 Value::String(String::from_utf8_lossy(&info.payload).into_owned())

@@ -94,6 +94,11 @@ pub(crate) fn rel(t: &DateTime<Utc>, now: &DateTime<Utc>) -> String {
     }
 }
 
+/// An absolute time (to the second) with how long ago it was: `2026-12-01 12:00:00 UTC 12s ago`.
+pub(crate) fn when(t: &DateTime<Utc>, now: &DateTime<Utc>) -> String {
+    format!("{} {}", time(t), rel(t, now))
+}
+
 /// An optional time, `—` when absent.
 pub(crate) fn opt_time(t: &Option<DateTime<Utc>>) -> String {
     t.as_ref().map_or_else(|| "—".into(), time_us)
@@ -164,7 +169,7 @@ pub(crate) fn page(ctx: &Ctx, title: &str, body: &str, refresh: Option<u64>) -> 
     );
     let _ = write!(
         h,
-        r#"<a href="{home}">taskq</a><a href="{root}tasks">Tasks</a><a href="{root}tasks?state=dead">Dead</a><a href="{root}tasks?state=running">Running</a>"#
+        r#"<a href="{home}">taskq</a><a href="{root}tasks">Tasks</a><a href="{root}tasks?state=running">Running</a><a href="{root}scheduled">Scheduled</a><a href="{root}retrying">Retrying</a><a href="{root}tasks?state=dead">Dead</a><a href="{root}schedules">Schedules</a><a href="{root}unhandled">Unhandled</a><a href="{root}audit">Audit</a>"#
     );
     let _ = write!(
         h,

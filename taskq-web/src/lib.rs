@@ -38,6 +38,8 @@ mod auth;
 mod html;
 mod pages;
 mod stats;
+mod views;
+mod views_api;
 
 use std::sync::Arc;
 use std::time::Duration;

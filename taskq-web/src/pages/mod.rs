@@ -7,6 +7,7 @@ mod overview;
 mod queues;
 mod task;
 mod task_list;
+mod views;
 
 use std::time::Duration;
 
@@ -41,6 +42,11 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/queues/pause", post(queue_pause))
         .route("/queues/resume", post(queue_resume))
         .route("/bulk", get(bulk_confirm).post(bulk_run))
+        .route("/scheduled", get(views::scheduled))
+        .route("/retrying", get(views::retrying))
+        .route("/schedules", get(views::schedules))
+        .route("/audit", get(views::audit))
+        .route("/unhandled", get(views::unhandled))
         .route("/login", get(login_get).post(login_post))
         .route("/logout", post(logout))
 }

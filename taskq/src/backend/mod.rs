@@ -356,6 +356,8 @@ operations! {
     fn task_prune_count(&self; state: TaskState; age_secs: u64) -> u64;
     /// Tasks matching a filter.
     fn task_count(&self; f: &TaskFilter<'_>) -> u64;
+    /// Pending tasks of a kind (scheduled, retrying), by due time then id.
+    fn task_list_pending(&self; kind: PendingKind; queue: Option<&str>; after: Option<(DateTime<Utc>, u64)>; limit: u32) -> Vec<TaskInfo>;
     /// Tasks per queue and state.
     fn task_stats(&self, conn) -> Vec<QueueStateCount>;
     /// Pending and running tasks per queue.

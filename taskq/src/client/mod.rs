@@ -47,6 +47,9 @@ pub struct Client {
     timeout: Duration,
 }
 
+/// Which pending tasks [`Client::list_pending`] lists.
+pub use taskq_driver::rows::PendingKind;
+
 pub use crate::info::{
     AttemptsPerMinute, DeadReason, FinishedPerMinute, ListFilter, PendingNameCount, QueueInfo,
     QueueStateCount, RateLimit, ScheduleInfo, TaskInfo, WorkerInfo, WorkerStatus,

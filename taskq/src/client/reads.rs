@@ -35,6 +35,25 @@ impl Client {
             .await
     }
 
+    /// Pending tasks of `kind` ([`PendingKind::Scheduled`]: due later and never attempted;
+    /// [`PendingKind::Retrying`]: at least one attempt made), of `queue` when given, soonest
+    /// `run_at` first (then by id), after the keyset cursor `(run_at, id)` of the previous
+    /// page's last task; at most `limit` (1 to 10,000). Reads the pending tasks' claim-index
+    /// entries (and their rows for the attempt count), sorted: it costs in proportion to the
+    /// pending backlog, not the table.
+    pub async fn list_pending(
+        &self,
+        kind: PendingKind,
+        queue: Option<&str>,
+        after: Option<(DateTime<Utc>, TaskId)>,
+        limit: u32,
+    ) -> Result<Vec<TaskInfo>> {
+        let limit = limit.clamp(1, 10_000);
+        let after = after.map(|(at, id)| (at, id.0));
+        self.run(self.store.task_list_pending(kind, queue, after, limit))
+            .await
+    }
+
     /// Most ids of the primary key [`list`](Self::list) walks for a queue filter without a
     /// state before it turns to the claim index.
     pub const LIST_PROBE_IDS: u64 = 5_000;
