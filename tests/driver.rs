@@ -70,6 +70,7 @@ suite!(
     reschedule_moves_a_pending_task_only,
     set_priority_changes_a_pending_task_only,
     prune_deletes_old_terminal_tasks_of_the_state_only,
+    delete_removes_a_task_that_is_not_running_and_its_identity,
     // The dashboard's pending views.
     pending_views_list_scheduled_and_retrying_tasks_by_due_time,
     // Unique identities.

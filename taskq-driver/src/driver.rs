@@ -183,7 +183,7 @@ pub trait Tasks: Handle {
     ) -> impl Future<Output = sqlx::Result<Vec<TaskId>>> + Send;
 }
 
-/// The operator's writes to `taskq_tasks` (cancel, retry, reschedule, priority), one task or a batch, and retention.
+/// The operator's writes to `taskq_tasks` (cancel, retry, reschedule, priority, delete), one task or a batch, and retention.
 pub trait Actions: Handle {
     /// Cancels pending tasks by id.
     fn task_cancel_batch(&self, ids: &[u64]) -> impl Future<Output = sqlx::Result<u64>> + Send;
@@ -220,6 +220,13 @@ pub trait Actions: Handle {
         conn: &mut Self::Conn,
         id: TaskId,
         priority: i16,
+    ) -> impl Future<Output = sqlx::Result<bool>> + Send;
+    /// Deletes a task that is not running (pending or finished), with the unique identity it
+    /// holds; whether a row was deleted. On the caller's transaction (with its audit row).
+    fn task_delete(
+        &self,
+        conn: &mut Self::Conn,
+        id: TaskId,
     ) -> impl Future<Output = sqlx::Result<bool>> + Send;
     /// Retries one dead task.
     fn task_retry_dead(
@@ -337,15 +344,18 @@ pub trait Queues: Handle {
         &self,
         conn: &mut Self::Conn,
     ) -> impl Future<Output = sqlx::Result<Vec<QueueControl>>> + Send;
-    /// Sets or clears a queue's concurrency limit.
+    /// Sets or clears a queue's concurrency limit, on the caller's transaction (with its audit
+    /// row).
     fn queue_set_limit(
         &self,
+        conn: &mut Self::Conn,
         queue: &str,
         limit: Option<u32>,
     ) -> impl Future<Output = sqlx::Result<()>> + Send;
-    /// Sets or clears a queue's rate limit.
+    /// Sets or clears a queue's rate limit, on the caller's transaction (with its audit row).
     fn queue_set_rate_limit(
         &self,
+        conn: &mut Self::Conn,
         queue: &str,
         rate: Option<(u32, i64)>,
     ) -> impl Future<Output = sqlx::Result<()>> + Send;

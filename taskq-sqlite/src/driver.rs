@@ -472,6 +472,10 @@ impl Actions for SqliteDriver {
         q::task_cancel(conn, id(t.0)).await
     }
 
+    async fn task_delete(&self, conn: &mut SqliteConnection, t: TaskId) -> sqlx::Result<bool> {
+        q::task_delete(conn, id(t.0)).await
+    }
+
     async fn task_reschedule(
         &self,
         conn: &mut SqliteConnection,
@@ -770,18 +774,22 @@ impl Queues for SqliteDriver {
             .collect())
     }
 
-    async fn queue_set_limit(&self, queue: &str, limit: Option<u32>) -> sqlx::Result<()> {
-        let mut c = self.conn().await?;
-        q::queue_set_limit(&mut c, queue, limit).await
+    async fn queue_set_limit(
+        &self,
+        conn: &mut SqliteConnection,
+        queue: &str,
+        limit: Option<u32>,
+    ) -> sqlx::Result<()> {
+        q::queue_set_limit(conn, queue, limit).await
     }
 
     async fn queue_set_rate_limit(
         &self,
+        conn: &mut SqliteConnection,
         queue: &str,
         rate: Option<(u32, i64)>,
     ) -> sqlx::Result<()> {
-        let mut c = self.conn().await?;
-        q::queue_set_rate_limit(&mut c, queue, rate).await
+        q::queue_set_rate_limit(conn, queue, rate).await
     }
 
     async fn queue_list(&self) -> sqlx::Result<Vec<QueueRow>> {

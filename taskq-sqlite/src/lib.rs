@@ -40,7 +40,7 @@ pub use schedules::{
 };
 pub use tasks::{
     PendingNameCount, QueueStateCount, RetryDead, TaskFilter, TaskRow, task_bulk_count,
-    task_bulk_ids, task_cancel, task_cancel_batch, task_count, task_dead_unique_ids,
+    task_bulk_ids, task_cancel, task_cancel_batch, task_count, task_dead_unique_ids, task_delete,
     task_finished_per_minute, task_get, task_id_bounds, task_list, task_list_desc,
     task_list_pending, task_list_queue_asc, task_list_queue_desc, task_pending_by_name, task_prune,
     task_prune_count, task_request_cancel, task_request_cancel_batch, task_reschedule,

@@ -600,6 +600,28 @@ pub async fn task_cancel_batch(conn: &mut SqliteConnection, ids: &[i64]) -> sqlx
     Ok(rows.len() as u64)
 }
 
+/// Deletes a task that is not running, and the unique identity it holds; whether a row was
+/// deleted.
+pub async fn task_delete(conn: &mut SqliteConnection, id: i64) -> sqlx::Result<bool> {
+    let mut tx = begin_write(conn).await?;
+    sqlx::query!(
+        r#"DELETE FROM taskq_unique
+           WHERE task_id = ?1
+             AND unique_key = (SELECT unique_key FROM taskq_tasks WHERE id = ?1 AND state <> 'running')"#,
+        id
+    )
+    .execute(&mut *tx)
+    .await?;
+    let done = sqlx::query!(
+        r#"DELETE FROM taskq_tasks WHERE id = ?1 AND state <> 'running'"#,
+        id
+    )
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(done.rows_affected() == 1)
+}
+
 /// Records a cancel request on a running task (kept from the first request); returns whether
 /// the task was running. The worker's heartbeat stops renewing it and reports the request.
 pub async fn task_request_cancel(conn: &mut SqliteConnection, id: i64) -> sqlx::Result<bool> {

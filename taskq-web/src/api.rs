@@ -36,6 +36,31 @@ fn routes() -> Vec<(Method, &'static str, MethodRouter<AppState>)> {
         (Method::GET, "/tasks/{id}", get(task_get)),
         (Method::POST, "/tasks/{id}/cancel", post(task_cancel)),
         (Method::POST, "/tasks/{id}/retry", post(task_retry)),
+        (
+            Method::POST,
+            "/tasks/{id}/run-now",
+            post(crate::views_api::task_run_now),
+        ),
+        (
+            Method::POST,
+            "/tasks/{id}/reschedule",
+            post(crate::views_api::task_reschedule),
+        ),
+        (
+            Method::POST,
+            "/tasks/{id}/priority",
+            post(crate::views_api::task_priority),
+        ),
+        (
+            Method::POST,
+            "/tasks/{id}/delete",
+            post(crate::views_api::task_delete),
+        ),
+        (
+            Method::POST,
+            "/tasks/selected",
+            post(crate::views_api::tasks_selected),
+        ),
         (Method::GET, "/task-names", get(task_names)),
         (Method::GET, "/workers", get(workers)),
         (Method::GET, "/scheduled", get(crate::views_api::scheduled)),
@@ -77,6 +102,12 @@ pub(crate) fn error(status: StatusCode, code: &str, message: &str) -> Response {
 
 /// The response for a failed client call.
 pub(crate) fn failure(e: &Error) -> Response {
+    let (status, code, message) = error_parts(e);
+    error(status, code, &message)
+}
+
+/// The status, code and message the API answers a failed client call with.
+pub(crate) fn error_parts(e: &Error) -> (StatusCode, &'static str, String) {
     let (status, code) = match e {
         Error::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
         Error::UnknownTask(_) => (StatusCode::NOT_FOUND, "unknown_task"),
@@ -90,7 +121,7 @@ pub(crate) fn failure(e: &Error) -> Response {
         Error::Timeout(_) => (StatusCode::GATEWAY_TIMEOUT, "timeout"),
         _ => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
     };
-    error(status, code, &e.to_string())
+    (status, code, e.to_string())
 }
 
 pub(crate) fn bad_request(message: &str) -> Response {

@@ -33,6 +33,7 @@
 //!
 //! See `docs/dashboard.md` in the repository for the full guide.
 
+mod actions;
 mod api;
 mod auth;
 mod html;

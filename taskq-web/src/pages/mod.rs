@@ -1,6 +1,7 @@
 //! The HTML pages and their form actions: the routes and the helpers the pages share
 //! (redirects, failure pages, form values); one module per page or page family.
 
+mod actions;
 mod bulk;
 mod login;
 mod overview;
@@ -39,6 +40,11 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/tasks/{id}", get(task_page))
         .route("/tasks/{id}/retry", post(task_retry))
         .route("/tasks/{id}/cancel", post(task_cancel))
+        .route("/tasks/{id}/run-now", post(actions::task_run_now))
+        .route("/tasks/{id}/reschedule", post(actions::task_reschedule))
+        .route("/tasks/{id}/priority", post(actions::task_priority))
+        .route("/tasks/{id}/delete", post(actions::task_delete))
+        .route("/tasks/selected", post(actions::tasks_selected))
         .route("/queues/pause", post(queue_pause))
         .route("/queues/resume", post(queue_resume))
         .route("/bulk", get(bulk_confirm).post(bulk_run))

@@ -58,6 +58,9 @@ pub(super) async fn task_page(
     let flash = match done {
         Some("retried") => Some("Moved back to pending."),
         Some("canceled") => Some("Canceled."),
+        Some("due_now") => Some("Due now: a worker of the queue claims it at its next poll."),
+        Some("rescheduled") => Some("Rescheduled."),
+        Some("priority") => Some("Priority changed."),
         Some("cancel_requested") => {
             Some("Cancel requested: the worker stops the task at its next heartbeat at the latest.")
         }
@@ -86,8 +89,35 @@ pub(super) async fn task_page(
                 "danger",
             ));
         }
+        if t.state == TaskState::Pending {
+            actions.push_str(&button(
+                &ctx,
+                &format!("tasks/{}/run-now", t.id),
+                &[],
+                "Run now",
+                "",
+            ));
+        }
+        if t.state != TaskState::Running {
+            actions.push_str(&button(
+                &ctx,
+                &format!("tasks/{}/delete", t.id),
+                &[],
+                "Delete",
+                "danger",
+            ));
+        }
         if !actions.is_empty() {
-            let _ = write!(b, "<p>{actions}</p>");
+            let _ = write!(b, "<p id=\"actions\">{actions}</p>");
+        }
+        if t.state == TaskState::Pending {
+            let _ = write!(
+                b,
+                r#"<form method="post" action="{root}tasks/{id}/reschedule" class="filters" id="reschedule">{csrf}<input name="when" placeholder="2026-12-01 15:00 (UTC) or 15m" aria-label="run at" size="30"><button type="submit">Reschedule</button></form><form method="post" action="{root}tasks/{id}/priority" class="filters" id="priority">{csrf}<input name="priority" type="number" min="-32768" max="32767" value="{}" aria-label="priority"><button type="submit">Set priority</button></form>"#,
+                t.priority,
+                id = t.id,
+                csrf = crate::html::csrf_field(&ctx),
+            );
         }
     }
     b.push_str("<dl>");

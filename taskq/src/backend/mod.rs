@@ -384,6 +384,8 @@ operations! {
     fn task_reschedule(&self, conn; id: TaskId; at: Option<DateTime<Utc>>; delay_us: i64) -> bool;
     /// Changes a pending task's priority.
     fn task_set_priority(&self, conn; id: TaskId; priority: i16) -> bool;
+    /// Deletes a task that is not running, with its unique identity.
+    fn task_delete(&self, conn; id: TaskId) -> bool;
     /// Retries one dead task.
     fn task_retry_dead(&self, conn; id: TaskId) -> RetryDead;
     /// A task's state.
@@ -428,9 +430,9 @@ operations! {
     /// Paused and limited queues, for the worker's refresh.
     fn queue_controls(&self, conn) -> Vec<QueueControl>;
     /// Sets or clears a queue's concurrency limit.
-    fn queue_set_limit(&self; queue: &str; limit: Option<u32>) -> ();
+    fn queue_set_limit(&self, conn; queue: &str; limit: Option<u32>) -> ();
     /// Sets or clears a queue's rate limit.
-    fn queue_set_rate_limit(&self; queue: &str; rate: Option<(u32, i64)>) -> ();
+    fn queue_set_rate_limit(&self, conn; queue: &str; rate: Option<(u32, i64)>) -> ();
     /// Queues with their controls and counts.
     fn queue_list(&self) -> Vec<QueueRow>;
     /// Declares a schedule (worker start).
