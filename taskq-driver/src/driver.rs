@@ -132,6 +132,14 @@ pub trait Tasks: Handle {
         &self,
         minutes: u32,
     ) -> impl Future<Output = sqlx::Result<Vec<(TaskState, u32, u64)>>> + Send;
+    /// `(name, run time in µs)` of the tasks that succeeded in the last `minutes` (their last
+    /// attempt: `finished_at - attempted_at`), newest first, at most `limit`: a range of
+    /// `ix_taskq_finished`.
+    fn task_run_times(
+        &self,
+        minutes: u32,
+        limit: u32,
+    ) -> impl Future<Output = sqlx::Result<Vec<(String, i64)>>> + Send;
     /// Tasks retention would prune now.
     fn task_prune_count(
         &self,

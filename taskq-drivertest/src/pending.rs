@@ -123,3 +123,41 @@ pub async fn pending_views_list_scheduled_and_retrying_tasks_by_due_time<D: Driv
     );
     assert!(!ids_of(&all).contains(&due) && !ids_of(&all).contains(&running));
 }
+
+/// `task_run_times` reads `(name, finished_at - attempted_at)` of the tasks that succeeded in
+/// the window, newest first, up to `limit`; other states and tasks finished before the window
+/// are not read.
+pub async fn run_times_are_read_from_the_successes_of_the_window<D: Driver>(d: D) {
+    let mut c = conn(&d).await;
+    let mut ids = vec![];
+    for name in ["a", "b", "a"] {
+        let id = insert::<D>(&mut c, task("q", name)).await;
+        let t = claim_one(&d, &mut c, "q", name, LEASE_US, id).await;
+        let done = d
+            .task_write_back(&mut c, &[outcome(&t, "succeeded", "succeeded")])
+            .await
+            .expect("task_write_back");
+        assert_eq!(done.written, 1);
+        ids.push(id);
+        wait_clock_past::<D>(&mut c, get(&d, id).await.finished_at.expect("finished")).await;
+    }
+    let dead = insert::<D>(&mut c, task("q", "x")).await;
+    let t = claim_one(&d, &mut c, "q", "x", LEASE_US, dead).await;
+    d.task_write_back(&mut c, &[outcome(&t, "dead", "failed")])
+        .await
+        .expect("task_write_back");
+
+    let got = d.task_run_times(5, 10).await.expect("task_run_times");
+    let names: Vec<&str> = got.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["a", "b", "a"], "{}: newest first", backend::<D>());
+    for ((_, us), id) in got.iter().zip(ids.iter().rev()) {
+        let t = get(&d, *id).await;
+        let expect = t.finished_at.expect("finished") - t.attempted_at.expect("attempted");
+        assert_eq!(*us, expect.num_microseconds().unwrap(), "{id}");
+        assert!(*us >= 0);
+    }
+    assert_eq!(
+        d.task_run_times(5, 2).await.expect("task_run_times").len(),
+        2
+    );
+}

@@ -292,6 +292,25 @@ impl Tasks for MySqlDriver {
             .collect())
     }
 
+    /// Run times of the tasks that succeeded in the last `minutes`, newest first: a range of
+    /// `ix_taskq_finished` (`state = 'succeeded'`, `finished_at` in the window), read backwards,
+    /// stopping at `limit` rows.
+    async fn task_run_times(&self, minutes: u32, limit: u32) -> sqlx::Result<Vec<(String, i64)>> {
+        let rows = sqlx::query!(
+            r#"SELECT name,
+                 CAST(TIMESTAMPDIFF(MICROSECOND, attempted_at, finished_at) AS SIGNED) AS "run_us!: i64"
+               FROM taskq_tasks FORCE INDEX (ix_taskq_finished)
+               WHERE state = 'succeeded' AND finished_at > UTC_TIMESTAMP(6) - INTERVAL ? MINUTE
+                 AND attempted_at IS NOT NULL
+               ORDER BY finished_at DESC LIMIT ?"#,
+            minutes,
+            limit
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.into_iter().map(|r| (r.name, r.run_us)).collect())
+    }
+
     /// How many tasks in terminal `state` finished more than `age_secs` ago (what
     /// `task_prune` would delete).
     async fn task_prune_count(&self, state: TaskState, age_secs: u64) -> sqlx::Result<u64> {

@@ -345,6 +345,11 @@ impl Tasks for SqliteDriver {
             .collect()
     }
 
+    async fn task_run_times(&self, minutes: u32, limit: u32) -> sqlx::Result<Vec<(String, i64)>> {
+        let mut c = self.conn().await?;
+        q::task_run_times(&mut c, minutes, limit).await
+    }
+
     async fn task_prune_count(&self, s: TaskState, age_secs: u64) -> sqlx::Result<u64> {
         let mut c = self.conn().await?;
         q::task_prune_count(&mut c, s.as_str(), age_secs).await

@@ -44,8 +44,8 @@ pub use tasks::{
     task_finished_per_minute, task_get, task_id_bounds, task_list, task_list_desc,
     task_list_pending, task_list_queue_asc, task_list_queue_desc, task_pending_by_name, task_prune,
     task_prune_count, task_request_cancel, task_request_cancel_batch, task_reschedule,
-    task_retry_dead, task_retry_dead_batch, task_retry_dead_ids, task_set_priority, task_state,
-    task_stats, task_stats_active, task_stats_terminal,
+    task_retry_dead, task_retry_dead_batch, task_retry_dead_ids, task_run_times, task_set_priority,
+    task_state, task_stats, task_stats_active, task_stats_terminal,
 };
 pub use workers::{
     WorkerListRow, WorkerRow, worker_list, worker_prune, worker_seen, worker_start, worker_stop,

@@ -365,6 +365,28 @@ pub async fn task_list_queue_asc(
     raws.into_iter().map(TaskRaw::into_row).collect()
 }
 
+/// `(name, run µs)` of the tasks that succeeded in the last `minutes` (`finished_at -
+/// attempted_at`), newest first, at most `limit`: a range of `ix_taskq_finished`.
+pub async fn task_run_times(
+    conn: &mut SqliteConnection,
+    minutes: u32,
+    limit: u32,
+) -> sqlx::Result<Vec<(String, i64)>> {
+    let rows = sqlx::query!(
+        r#"SELECT name AS "name!: String", finished_at - attempted_at AS "run_us!: i64"
+           FROM taskq_tasks
+           WHERE state = 'succeeded' AND finished_at IS NOT NULL
+             AND finished_at > (SELECT us FROM taskq_clock) - ?1 * 60000000
+             AND attempted_at IS NOT NULL
+           ORDER BY finished_at DESC LIMIT ?2"#,
+        minutes,
+        limit
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    Ok(rows.into_iter().map(|r| (r.name, r.run_us)).collect())
+}
+
 /// Terminal tasks per state and minute over the last `minutes` minutes (database clock):
 /// `(state, minutes ago, count)`, minute 0 being the last 60 seconds. A range read of
 /// `ix_taskq_finished` per state.

@@ -175,6 +175,7 @@ async fn queues(State(st): State<AppState>) -> Response {
         "queues": queues,
         "finished_per_minute": stats.finished,
         "failed_attempts_per_minute": stats.failed,
+        "run_times": stats.run_times,
     }))
     .into_response()
 }

@@ -306,7 +306,97 @@ async fn the_audit_trail_and_unhandled_names_are_listed<B: TestBackend>(db: Db<B
     assert!(api["counted_at"].is_string());
 }
 
+/// The overview: a legend on the per-minute bars, p50/p95 run time per task name (page and
+/// API), times with their ages; it reloads itself but carries no field to type into (the bulk
+/// form moved to `/bulk`, the task-id field is left out while it refreshes); the task page
+/// shows `attempted_at`.
+async fn the_overview_shows_run_times_a_legend_and_no_field_to_wipe<B: TestBackend>(db: Db<B>) {
+    let mut ids = vec![];
+    for n in 0..4 {
+        ids.push(Report { n }.enqueue(&db.pool).await.unwrap().id.0);
+    }
+    // Three successes that ran 1, 2 and 4 s, a minute ago.
+    for (id, secs) in ids.iter().zip([1u64, 2, 4]) {
+        db.exec(&format!(
+            "UPDATE taskq_tasks SET state = 'succeeded', attempt = 1, lease_epoch = 1,
+               attempted_at = {}, finished_at = {}, updated_at = {} WHERE id = {id}",
+            db.ago(Duration::from_secs(60 + secs)),
+            db.ago(Duration::from_secs(60)),
+            db.ago(Duration::from_secs(60)),
+        ))
+        .await;
+    }
+    let app = App::new(&db);
+    let page = app.get("/").await.body;
+    assert!(
+        page.contains(r#"<meta http-equiv="refresh""#),
+        "it refreshes"
+    );
+    assert!(page.contains(r#"<p class="legend" id="legend">"#), "{page}");
+    for what in ["succeeded", "dead", "canceled", "failed attempts"] {
+        assert!(
+            page.contains(&format!("</span>{what}</span>")),
+            "legend of {what}: {page}"
+        );
+    }
+    let start = page
+        .find(r#"<tr data-name="report">"#)
+        .unwrap_or_else(|| panic!("{page}"));
+    let row = &page[start..start + page[start..].find("</tr>").unwrap()];
+    assert!(
+        row.contains(r#"<td class="n">3</td><td class="n">2.00 s</td><td class="n">4.00 s</td><td class="n">4.00 s</td>"#),
+        "p50 2 s, p95 4 s: {row}"
+    );
+    assert!(page.contains(r#"<span class="ago">"#), "ages next to times");
+    // Nothing to type into while it refreshes; the forms are elsewhere.
+    let fields: Vec<&str> = page
+        .split("<input")
+        .skip(1)
+        .filter(|f| !f.trim_start().starts_with(r#"type="hidden""#))
+        .collect();
+    assert!(fields.is_empty(), "fields on a refreshing page: {fields:?}");
+    assert!(!page.contains("<select"));
+    assert!(
+        page.contains(r#"<a href="./bulk" id="bulk-link">"#),
+        "{page}"
+    );
+    let bulk = app.get("/bulk").await.body;
+    assert!(
+        bulk.contains(r#"<form method="get" action="./bulk" class="filters" id="bulk-form">"#),
+        "{bulk}"
+    );
+    let still = app.get("/?refresh=0").await.body;
+    assert!(!still.contains("http-equiv") && still.contains(r#"<input name="id""#));
+
+    let api = app.get("/api/v1/queues").await.json();
+    let rt = &api["run_times"][0];
+    assert_eq!(
+        (rt["name"].as_str(), rt["count"].as_u64()),
+        (Some("report"), Some(3)),
+        "{api}"
+    );
+    let p50 = rt["p50_ms"].as_f64().unwrap();
+    let p95 = rt["p95_ms"].as_f64().unwrap();
+    assert!(
+        (1_999.0..=2_001.0).contains(&p50) && (3_999.0..=4_001.0).contains(&p95),
+        "{api}"
+    );
+
+    let task = app.get(&format!("/tasks/{}", ids[0])).await.body;
+    assert!(
+        task.contains("<dt>Attempted at</dt><dd>")
+            && task.contains(r#"<span class="ago">1m 01s ago</span>"#),
+        "{task}"
+    );
+    let pending = app.get(&format!("/tasks/{}", ids[3])).await.body;
+    assert!(
+        pending.contains("<dt>Attempted at</dt><dd>—</dd>"),
+        "{pending}"
+    );
+}
+
 taskq_tests::conformance!(
+    the_overview_shows_run_times_a_legend_and_no_field_to_wipe,
     scheduled_and_retrying_tasks_are_listed_soonest_first,
     schedules_show_their_fires_pause_and_overdue,
     the_audit_trail_and_unhandled_names_are_listed,

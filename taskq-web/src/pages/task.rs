@@ -13,7 +13,7 @@ use taskq::{TaskId, TaskState};
 use super::{failure, see_task_with_flash, state_class, worker_status_cell};
 use crate::AppState;
 use crate::auth::{Ctx, FLASH_MARK};
-use crate::html::{age, button, esc, opt_time, page, respond, time_us, url};
+use crate::html::{age, button, esc, opt_time, opt_when, page, respond, time_us, url};
 
 /// The payload as pretty JSON, or as (lossy) text when it is not JSON.
 fn pretty_payload(t: &TaskInfo) -> String {
@@ -28,8 +28,8 @@ pub(super) async fn task_page(
     Extension(ctx): Extension<Ctx>,
     Path(id): Path<u64>,
 ) -> Response {
-    let t = match st.client.get(TaskId(id)).await {
-        Ok(t) => t,
+    let (t, now) = match tokio::try_join!(st.client.get(TaskId(id)), st.client.db_now()) {
+        Ok(v) => v,
         Err(e) => return failure(&ctx, &e),
     };
     // The worker holding a running task, to say whether it is alive or lost.
@@ -140,12 +140,13 @@ pub(super) async fn task_page(
     row("Attempts", format!("{} of {}", t.attempt, t.max_attempts));
     row("Snoozes", t.snoozes.to_string());
     row("Priority", t.priority.to_string());
-    row("Run at", time_us(&t.run_at));
-    row("Created", time_us(&t.created_at));
-    row("Updated", time_us(&t.updated_at));
-    row("Finished", opt_time(&t.finished_at));
-    row("Deadline", opt_time(&t.deadline));
-    row("Lease until", opt_time(&t.lease_until));
+    row("Run at", opt_when(&Some(t.run_at), &now));
+    row("Created", opt_when(&Some(t.created_at), &now));
+    row("Updated", opt_when(&Some(t.updated_at), &now));
+    row("Attempted at", opt_when(&t.attempted_at, &now));
+    row("Finished", opt_when(&t.finished_at, &now));
+    row("Deadline", opt_when(&t.deadline, &now));
+    row("Lease until", opt_when(&t.lease_until, &now));
     row("Lease epoch", t.lease_epoch.to_string());
     row(
         "Worker",
@@ -184,7 +185,7 @@ pub(super) async fn task_page(
         "Trace context",
         esc(t.trace_context.as_deref().unwrap_or("—")),
     );
-    b.push_str("</dl><p>Times are as stored: the database clock, UTC.</p>");
+    b.push_str("</dl><p>Times are as stored (the database clock, UTC), each with how long ago it was, or how far off. <i>Attempted at</i> is when the latest attempt started.</p>");
     let _ = write!(
         b,
         r#"<h2>Payload</h2><pre id="payload">{}</pre>"#,

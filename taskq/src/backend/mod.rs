@@ -352,6 +352,8 @@ operations! {
     fn task_finished_per_minute(&self; minutes: u32) -> Vec<(TaskState, u32, u64)>;
     /// Failed attempts per outcome and minute, over the last `minutes`.
     fn task_failed_attempts_per_minute(&self; minutes: u32) -> Vec<(String, u32, u64)>;
+    /// `(name, run µs)` of the tasks that succeeded in the last `minutes`, newest first.
+    fn task_run_times(&self; minutes: u32; limit: u32) -> Vec<(String, i64)>;
     /// Tasks retention would prune now.
     fn task_prune_count(&self; state: TaskState; age_secs: u64) -> u64;
     /// Tasks matching a filter.

@@ -52,7 +52,7 @@ pub use taskq_driver::rows::PendingKind;
 
 pub use crate::info::{
     AttemptsPerMinute, DeadReason, FinishedPerMinute, ListFilter, PendingNameCount, QueueInfo,
-    QueueStateCount, RateLimit, ScheduleInfo, TaskInfo, WorkerInfo, WorkerStatus,
+    QueueStateCount, RateLimit, RunTimes, ScheduleInfo, TaskInfo, WorkerInfo, WorkerStatus,
 };
 impl Client {
     /// A client on `pool`: a `MySqlPool`, or with the `sqlite` feature a `SqlitePool`.
