@@ -137,7 +137,7 @@ async fn an_operator_retries_a_dead_task_and_pauses_its_queue_in_chromium() {
         .await;
     b.wait_path("/ops/taskq/tasks").await;
     let rows = b
-        .eval("return [...document.querySelectorAll('#tasks tr')].slice(1).map(r => r.cells[0].innerText + ' ' + r.cells[2].innerText + ' ' + r.cells[3].innerText)")
+        .eval("return [...document.querySelectorAll('#tasks tr')].slice(1).map(r => r.cells[1].innerText + ' ' + r.cells[3].innerText + ' ' + r.cells[4].innerText)")
         .await;
     assert_eq!(rows, serde_json::json!([format!("{id} charge_card dead")]));
     b.screenshot("tasks-dead.png").await;
@@ -295,6 +295,296 @@ async fn an_operator_retries_a_dead_task_and_pauses_its_queue_in_chromium() {
 
     b.quit().await;
     worker.stop().await;
+}
+
+/// Sets `taskq_tasks` columns of task `id` (`sets`: SQL assignments).
+async fn set_row(db: &taskq_tests::TestDb, id: u64, sets: &str) {
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "UPDATE taskq_tasks SET {sets} WHERE id = ?"
+    )))
+    .bind(id)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+}
+
+/// `(actor, action)` of the audit trail, oldest first.
+async fn audit_trail(db: &taskq_tests::TestDb) -> Vec<(String, String)> {
+    sqlx::query_as("SELECT actor, action FROM taskq_audit ORDER BY id")
+        .fetch_all(&db.pool)
+        .await
+        .unwrap()
+}
+
+/// The operator's views and the task actions, in a signed-in browser: a worker killed without
+/// a goodbye shows lost (and its running task says so), the scheduled, retrying, schedules,
+/// unhandled and audit views list what the database holds, the overview shows run times and a
+/// legend, and priority, run now, reschedule, select-many cancel and delete work from their
+/// forms, each checked in the database and the audit trail, each page screenshotted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_operator_views_and_task_actions_in_chromium() {
+    let Some(b) = Browser::start("the_operator_views_and_task_actions_in_chromium").await else {
+        return;
+    };
+    let Some(served) = serve("/ops/taskq", |d| {
+        d.refresh_interval(Duration::from_secs(60))
+    })
+    .await
+    else {
+        return;
+    };
+    let db = &served.db;
+    // A worker of `billing` killed 25 s ago (heartbeat 10 s, lease 30 s), holding a charge.
+    sqlx::query(
+        "INSERT INTO taskq_workers (worker_id, host, pid, queues, concurrency, lease_us,
+           heartbeat_us, names, started_at, last_seen_at)
+         VALUES ('billing-7f3a', 'app-2', 4711, '{\"billing\":4}', 4, 30000000, 10000000,
+                 '[\"charge_card\"]', UTC_TIMESTAMP(6) - INTERVAL 1 HOUR,
+                 UTC_TIMESTAMP(6) - INTERVAL 25 SECOND)",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let held = ChargeCard {
+        order: 2001,
+        cents: 4200,
+    }
+    .enqueue(&db.pool)
+    .await
+    .unwrap()
+    .id
+    .0;
+    set_row(db, held, "state = 'running', attempt = 1, lease_epoch = 1, worker_id = 'billing-7f3a', attempted_at = UTC_TIMESTAMP(6) - INTERVAL 40 SECOND, lease_until = UTC_TIMESTAMP(6) + INTERVAL 5 SECOND").await;
+    // Receipts: three that ran (for the run times), one scheduled in 2 h, one retrying.
+    for (order, ms) in [(3001u64, 120u64), (3002, 180), (3003, 950)] {
+        let id = SendReceipt { order }.enqueue(&db.pool).await.unwrap().id.0;
+        set_row(db, id, &format!("state = 'succeeded', attempt = 1, lease_epoch = 1, attempted_at = UTC_TIMESTAMP(6) - INTERVAL {} MICROSECOND, finished_at = UTC_TIMESTAMP(6) - INTERVAL 30 SECOND", 30_000_000 + ms * 1000)).await;
+    }
+    let scheduled = SendReceipt { order: 3004 }
+        .enqueue(&db.pool)
+        .await
+        .unwrap()
+        .id
+        .0;
+    set_row(db, scheduled, "run_at = UTC_TIMESTAMP(6) + INTERVAL 2 HOUR").await;
+    let retrying = ChargeCard {
+        order: 2002,
+        cents: 990,
+    }
+    .enqueue(&db.pool)
+    .await
+    .unwrap()
+    .id
+    .0;
+    set_row(db, retrying, "attempt = 1, max_attempts = 5, run_at = UTC_TIMESTAMP(6) + INTERVAL 5 MINUTE, last_error = 'card issuer timed out after 10 s'").await;
+    // A task name no worker registers, due for 10 minutes; two more pending tasks to select.
+    let legacy = insert_row(
+        db,
+        Row {
+            queue: "exports",
+            name: "legacy_export",
+            ..Row::default()
+        },
+    )
+    .await;
+    set_row(
+        db,
+        legacy,
+        "attempt = 0, run_at = UTC_TIMESTAMP(6) - INTERVAL 10 MINUTE",
+    )
+    .await;
+    let mut picked = vec![];
+    for order in [3005, 3006] {
+        picked.push(SendReceipt { order }.enqueue(&db.pool).await.unwrap().id.0);
+    }
+    sqlx::query(
+        "INSERT INTO taskq_schedules (name, task_name, queue, expression, timezone, missed_ticks,
+           watermark, last_tick, last_worker_id, next_tick, declared_at, created_at, updated_at)
+         VALUES ('nightly_report', 'nightly_report', 'reports', '0 0 3 * * *', 'Europe/Paris', 'latest',
+                 UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) - INTERVAL 3 HOUR, 'reports-1',
+                 UTC_TIMESTAMP(6) + INTERVAL 21 HOUR, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+
+    b.open(&served.url("")).await;
+    b.type_into("input[name=token]", TOKEN).await;
+    b.click("main form button[type=submit]").await;
+    b.wait_path("/ops/taskq").await;
+
+    // Overview: the lost worker, the run times, the legend.
+    let worker = b.text_of(r#"tr[data-worker="billing-7f3a"]"#).await;
+    assert!(
+        worker.contains("lost") && (worker.contains("25s ago") || worker.contains("26s ago")),
+        "{worker}"
+    );
+    let receipts = b
+        .text_of(r#"#run-times tr[data-name="send_receipt"]"#)
+        .await;
+    assert!(
+        receipts.contains("180 ms") && receipts.contains("950 ms"),
+        "p50, p95: {receipts}"
+    );
+    assert!(b.text_of("#legend").await.contains("failed attempts"));
+    assert_eq!(
+        b.eval(
+            "return [...document.querySelectorAll('input')].filter(i => i.type !== 'hidden').length"
+        )
+        .await,
+        0,
+        "the refreshing overview has no field to type into"
+    );
+    b.screenshot("overview-operator.png").await;
+
+    // The running task of the lost worker says so.
+    b.open(&served.url("/tasks?state=running")).await;
+    assert!(b.text_of("#tasks").await.contains("running worker lost"));
+    b.screenshot("tasks-worker-lost.png").await;
+
+    // Each view from the header.
+    for (link, path, table, expect, shot) in [
+        (
+            "Scheduled",
+            "/ops/taskq/scheduled",
+            "#scheduled",
+            format!("{scheduled}"),
+            "scheduled.png",
+        ),
+        (
+            "Retrying",
+            "/ops/taskq/retrying",
+            "#retrying",
+            "card issuer timed out".to_owned(),
+            "retrying.png",
+        ),
+        (
+            "Schedules",
+            "/ops/taskq/schedules",
+            "#schedules",
+            "0 0 3 * * *".to_owned(),
+            "schedules.png",
+        ),
+        (
+            "Unhandled",
+            "/ops/taskq/unhandled",
+            "#unhandled",
+            "legacy_export".to_owned(),
+            "unhandled.png",
+        ),
+    ] {
+        b.click(&format!(
+            "header a[href$=\"{}\"]",
+            &path["/ops/taskq/".len()..]
+        ))
+        .await;
+        b.wait_path(path).await;
+        let text = b.text_of(table).await;
+        assert!(text.contains(&expect), "{link}: {text}");
+        b.screenshot(shot).await;
+    }
+    b.open(&served.url("/schedules")).await;
+    let schedule = b.text_of(r#"tr[data-schedule="nightly_report"]"#).await;
+    assert!(
+        schedule.contains("Europe/Paris") && schedule.contains("3h 00m ago"),
+        "{schedule}"
+    );
+
+    // Task actions on the scheduled receipt: priority, then run now, then reschedule.
+    b.open(&served.url(&format!("/tasks/{scheduled}"))).await;
+    b.screenshot("task-actions.png").await;
+    b.eval("document.querySelector('#priority input[name=priority]').value = '-5'; return null")
+        .await;
+    b.click("#priority button").await;
+    assert!(b.text().await.contains("Priority changed."));
+    b.click(&format!(
+        "form[action$=\"tasks/{scheduled}/run-now\"] button"
+    ))
+    .await;
+    assert!(b.text().await.contains("Due now"));
+    let due_now: i64 = sqlx::query_scalar(
+        "SELECT CAST(run_at <= UTC_TIMESTAMP(6) AS SIGNED) FROM taskq_tasks WHERE id = ?",
+    )
+    .bind(scheduled)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(due_now, 1);
+    b.type_into("#reschedule input[name=when]", "2031-01-02 03:04")
+        .await;
+    b.click("#reschedule button").await;
+    assert!(b.text().await.contains("Rescheduled."));
+    let (priority, run_at): (i16, String) =
+        sqlx::query_as("SELECT priority, CAST(run_at AS CHAR) FROM taskq_tasks WHERE id = ?")
+            .bind(scheduled)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        (priority, run_at.as_str()),
+        (-5, "2031-01-02 03:04:00.000000")
+    );
+
+    // Select two pending receipts on the list and cancel them.
+    b.open(&served.url("/tasks?state=pending&name=send_receipt"))
+        .await;
+    for id in &picked {
+        b.eval(&format!("document.querySelector('#tasks input[name=id][value=\"{id}\"]').checked = true; return null")).await;
+    }
+    b.screenshot("tasks-selected.png").await;
+    b.click(r#"#select-many button[value="cancel"]"#).await;
+    assert_eq!(
+        b.eval("return document.getElementById('selected-done').dataset.ok")
+            .await,
+        "2"
+    );
+    for id in &picked {
+        assert_eq!(state_of_row(db, *id).await.as_deref(), Some("canceled"));
+    }
+    b.screenshot("selected-done.png").await;
+
+    // Delete one of them from its page.
+    b.open(&served.url(&format!("/tasks/{}", picked[0]))).await;
+    b.click(&format!(
+        "form[action$=\"tasks/{}/delete\"] button",
+        picked[0]
+    ))
+    .await;
+    assert!(
+        b.text()
+            .await
+            .contains(&format!("Deleted task {}.", picked[0]))
+    );
+    assert_eq!(state_of_row(db, picked[0]).await, None);
+
+    // The audit trail: every action, by the session.
+    b.click(r#"header a[href$="audit"]"#).await;
+    b.wait_path("/ops/taskq/audit").await;
+    let audit = audit_trail(db).await;
+    let actions: Vec<&str> = audit.iter().map(|(_, a)| a.as_str()).collect();
+    assert_eq!(
+        actions,
+        [
+            "priority",
+            "run_now",
+            "reschedule",
+            "cancel",
+            "cancel",
+            "delete"
+        ]
+    );
+    assert!(
+        audit.iter().all(|(actor, _)| actor == "web:session"),
+        "{audit:?}"
+    );
+    let page = b.text_of("#audit").await;
+    assert!(
+        page.contains("run_now") && page.contains("delete") && page.contains("web:session"),
+        "{page}"
+    );
+    b.screenshot("audit.png").await;
+
+    b.quit().await;
 }
 
 /// What the stored values try to do; none of it may happen.
