@@ -60,8 +60,10 @@ pub struct TaskFilter<'a> {
 /// Which pending tasks `Tasks::task_list_pending` lists (the dashboard's views).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PendingKind {
-    /// Due later (`run_at` after the database's now) and never attempted: enqueued with a
-    /// delay or a due time, snoozed before a first attempt, or rescheduled.
+    /// Due later (`run_at` after the database's now): enqueued with a delay or a due time,
+    /// snoozed, rescheduled, or waiting for a later attempt after a failed one (those are
+    /// [`Retrying`](Self::Retrying) too; their attempt count tells them apart). Read from the
+    /// claim index alone, so a page costs little however big the backlog.
     Scheduled,
     /// At least one attempt made (`attempt > 0`): waiting for the next one, due or not.
     Retrying,

@@ -12,8 +12,8 @@ fn ids_of(v: &[taskq_driver::read::TaskInfo]) -> Vec<TaskId> {
 }
 
 /// `task_list_pending(Scheduled, ..)` lists the pending tasks due later (`run_at` after the
-/// database's now) that have not been attempted; `Retrying` lists the pending tasks with at
-/// least one attempt (due or not). Both order by `run_at`, then id, go on after a `(run_at,
+/// database's now), a retry waiting for its next attempt included; `Retrying` lists the
+/// pending tasks with at least one attempt (due or not). Both order by `run_at`, then id, go on after a `(run_at,
 /// id)` cursor, take an optional queue and stop at `limit`. Due, running and terminal tasks
 /// are in neither.
 pub async fn pending_views_list_scheduled_and_retrying_tasks_by_due_time<D: Driver>(d: D) {
@@ -46,7 +46,7 @@ pub async fn pending_views_list_scheduled_and_retrying_tasks_by_due_time<D: Driv
         },
     )
     .await;
-    // Attempted once and written back pending with a delay: retrying, not scheduled.
+    // Attempted once and written back pending with a 2 h delay: retrying, and scheduled.
     let retry = insert::<D>(&mut c, task("q1", "r")).await;
     let t = claim_one(&d, &mut c, "q1", "r", LEASE_US, retry).await;
     let done = d
@@ -76,15 +76,15 @@ pub async fn pending_views_list_scheduled_and_retrying_tasks_by_due_time<D: Driv
     let all = list(PendingKind::Scheduled, None, None, 10).await;
     assert_eq!(
         ids_of(&all),
-        vec![s1, s1b, s3],
+        vec![s1, s1b, retry, s3],
         "{}: by due time, then id",
         backend::<D>()
     );
     assert!(all.iter().all(|t| t.state == TaskState::Pending));
-    assert_eq!(all[2].run_at, later(3).unwrap());
+    assert_eq!(all[3].run_at, later(3).unwrap());
     assert_eq!(
         ids_of(&list(PendingKind::Scheduled, Some("q1"), None, 10).await),
-        vec![s1b, s3]
+        vec![s1b, retry, s3]
     );
     // Keyset: after (run_at, id) of the first.
     let first = &all[0];
@@ -105,7 +105,7 @@ pub async fn pending_views_list_scheduled_and_retrying_tasks_by_due_time<D: Driv
             &list(
                 PendingKind::Scheduled,
                 None,
-                Some((all[2].run_at, s3.0)),
+                Some((all[3].run_at, s3.0)),
                 10
             )
             .await

@@ -224,7 +224,7 @@ pub async fn task_list_pending(
            FROM taskq_tasks
            WHERE state = 'pending' AND (?2 IS NULL OR queue = ?2)
              AND CASE WHEN ?1 = 'retrying' THEN attempt > 0
-                      ELSE attempt = 0 AND run_at > (SELECT us FROM taskq_clock) END
+                      ELSE run_at > (SELECT us FROM taskq_clock) END
              AND (run_at > ?3 OR (run_at = ?3 AND id > ?4))
            ORDER BY run_at, id LIMIT ?5"#,
         kind,

@@ -67,7 +67,7 @@ async fn pending_page(st: AppState, ctx: Ctx, q: PendingQuery, kind: PendingKind
         PendingKind::Scheduled => (
             "Scheduled",
             "scheduled",
-            "Pending tasks due later that have not been attempted yet (enqueued with a delay or a <code>run_at</code>, snoozed, or rescheduled), soonest first.",
+            "Pending tasks due later (enqueued with a delay or a <code>run_at</code>, snoozed, rescheduled, or waiting for their next attempt after a failed one: those show their attempt count and are under Retrying too), soonest first.",
         ),
         PendingKind::Retrying => (
             "Retrying",

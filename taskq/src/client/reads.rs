@@ -35,12 +35,13 @@ impl Client {
             .await
     }
 
-    /// Pending tasks of `kind` ([`PendingKind::Scheduled`]: due later and never attempted;
-    /// [`PendingKind::Retrying`]: at least one attempt made), of `queue` when given, soonest
-    /// `run_at` first (then by id), after the keyset cursor `(run_at, id)` of the previous
-    /// page's last task; at most `limit` (1 to 10,000). Reads the pending tasks' claim-index
-    /// entries (and their rows for the attempt count), sorted: it costs in proportion to the
-    /// pending backlog, not the table.
+    /// Pending tasks of `kind` ([`PendingKind::Scheduled`]: due later;
+    /// [`PendingKind::Retrying`]: at least one attempt made, due or not), of `queue` when given,
+    /// soonest `run_at` first (then by id), after the keyset cursor `(run_at, id)` of the
+    /// previous page's last task; at most `limit` (1 to 10,000). Scheduled sorts the pending
+    /// tasks' claim-index entries due later (no row read but the page's); retrying reads every
+    /// pending row for its attempt count: both cost in proportion to the pending backlog, not
+    /// the table.
     pub async fn list_pending(
         &self,
         kind: PendingKind,
