@@ -70,6 +70,10 @@ suite!(
     reschedule_moves_a_pending_task_only,
     set_priority_changes_a_pending_task_only,
     prune_deletes_old_terminal_tasks_of_the_state_only,
+    delete_removes_a_task_that_is_not_running_and_its_identity,
+    // The dashboard's pending views.
+    pending_views_list_scheduled_and_retrying_tasks_by_due_time,
+    run_times_are_read_from_the_successes_of_the_window,
     // Unique identities.
     an_identity_held_while_pending_is_freed_by_the_claim,
     an_identity_held_while_running_is_freed_by_the_write_back_that_ends_the_task,

@@ -43,7 +43,7 @@ async fn fill(pool: &MySqlPool, n: u64) -> Res<()> {
         sqlx::query(
             "INSERT INTO taskq_tasks (queue, name, payload, state, priority, attempt, max_attempts,
                  run_at, lease_until, lease_epoch, worker_id, last_error, created_at, updated_at,
-                 finished_at, attempts)
+                 finished_at, attempts, attempted_at)
              SELECT IF(s.n % 100000 = 99999, 'audit',
                        ELT(1 + s.n % 7, 'default', 'billing', 'mail', 'reports', 'webhooks',
                            'search', 'exports')),
@@ -57,14 +57,15 @@ async fn fill(pool: &MySqlPool, n: u64) -> Res<()> {
                       WHEN s.k < 86 THEN 'running' WHEN s.k < 92 THEN 'dead'
                       WHEN s.k < 97 THEN 'canceled' ELSE 'expired' END,
                  0,
-                 CASE WHEN s.k < 70 THEN 1 WHEN s.k < 85 THEN 0 WHEN s.k < 86 THEN 1
-                      WHEN s.k < 92 THEN 3 ELSE 0 END,
+                 CASE WHEN s.k < 70 THEN 1 WHEN s.k < 85 THEN IF(s.n % 10 = 1, 1, 0)
+                      WHEN s.k < 86 THEN 1 WHEN s.k < 92 THEN 3 ELSE 0 END,
                  3,
-                 s.created,
+                 IF(s.k >= 70 AND s.k < 85 AND s.n % 10 = 0,
+                    UTC_TIMESTAMP(6) + INTERVAL (s.n % 7200) SECOND, s.created),
                  IF(s.k = 85, UTC_TIMESTAMP(6) + INTERVAL 30 SECOND, NULL),
                  IF(s.k < 70 OR (s.k >= 85 AND s.k < 92), 1, 0),
                  IF(s.k = 85, 'bench-host:4242:0001', NULL),
-                 IF(s.k >= 86 AND s.k < 92,
+                 IF((s.k >= 86 AND s.k < 92) OR (s.k >= 70 AND s.k < 85 AND s.n % 10 = 1),
                     CONCAT('upstream answered 503 Service Unavailable for order ', s.n), NULL),
                  s.created,
                  IF(s.k < 70 OR s.k >= 86, s.created + INTERVAL 1 SECOND, s.created),
@@ -76,7 +77,8 @@ async fn fill(pool: &MySqlPool, n: u64) -> Res<()> {
                             IF(s.k < 70, '\",\"outcome\":\"succeeded\",\"error\":null}]',
                                CONCAT('\",\"outcome\":\"failed\",\"error\":\"upstream answered 503 for order ',
                                       s.n, '\"}]')))
-                 END
+                 END,
+                 IF(s.k < 70 OR (s.k >= 85 AND s.k < 92), s.created, NULL)
              FROM (SELECT d.n, (d.n * 37) % 100 AS k,
                           UTC_TIMESTAMP(6) - INTERVAL ((? - d.n) * 20000) MICROSECOND AS created
                    FROM (SELECT ? + a.d + 10 * b.d + 100 * c.d + 1000 * e.d + 10000 * f.d AS n
@@ -92,6 +94,18 @@ async fn fill(pool: &MySqlPool, n: u64) -> Res<()> {
         .await?;
         base += CHUNK;
     }
+    // An audit trail of 10,000 entries over the 8 queues.
+    sqlx::query(
+        "INSERT INTO taskq_audit (at, actor, action, task_id, queue, detail)
+         SELECT UTC_TIMESTAMP(6) - INTERVAL d.n SECOND, 'web:session',
+                ELT(1 + d.n % 4, 'retry', 'cancel', 'pause', 'reschedule'), d.n + 1,
+                ELT(1 + d.n % 7, 'default', 'billing', 'mail', 'reports', 'webhooks', 'search',
+                    'exports'), NULL
+         FROM (SELECT a.d + 10 * b.d + 100 * c.d + 1000 * e.d AS n
+               FROM bench_digits a, bench_digits b, bench_digits c, bench_digits e) d",
+    )
+    .execute(pool)
+    .await?;
     sqlx::query("ANALYZE TABLE taskq_tasks")
         .execute(pool)
         .await?;
@@ -246,6 +260,61 @@ pub async fn run(pool: &MySqlPool, o: &DashOpts) -> Res<()> {
             label: "API: GET /api/v1/queues, terminal counts recounted",
             path: "uncached:/api/v1/queues".into(),
             expect: "billing",
+        },
+        Case {
+            label: "scheduled (pending, due later; soonest first)",
+            path: "/scheduled".into(),
+            expect: "id=\"scheduled\"",
+        },
+        Case {
+            label: "scheduled, one queue",
+            path: "/scheduled?queue=billing".into(),
+            expect: "id=\"scheduled\"",
+        },
+        Case {
+            label: "retrying (pending, attempt > 0)",
+            path: "/retrying".into(),
+            expect: "id=\"retrying\"",
+        },
+        Case {
+            label: "schedules",
+            path: "/schedules".into(),
+            expect: "<h1>Schedules</h1>",
+        },
+        Case {
+            label: "audit trail (10,000 entries)",
+            path: "/audit".into(),
+            expect: "id=\"audit\"",
+        },
+        Case {
+            label: "audit trail, one queue",
+            path: "/audit?queue=billing".into(),
+            expect: "id=\"audit\"",
+        },
+        Case {
+            label: "names no live worker handles",
+            path: "/unhandled".into(),
+            expect: "id=\"unhandled\"",
+        },
+        Case {
+            label: "names no live worker handles, counted on every request",
+            path: "uncached:/unhandled".into(),
+            expect: "id=\"unhandled\"",
+        },
+        Case {
+            label: "API: GET /api/v1/scheduled",
+            path: "/api/v1/scheduled?limit=50".into(),
+            expect: "next_after",
+        },
+        Case {
+            label: "API: GET /api/v1/retrying",
+            path: "/api/v1/retrying?limit=50".into(),
+            expect: "next_after",
+        },
+        Case {
+            label: "API: GET /api/v1/audit",
+            path: "/api/v1/audit?limit=50".into(),
+            expect: "next_before",
         },
         Case {
             label: "bulk retry confirmation (count of billing's dead)",

@@ -83,8 +83,17 @@ macro_rules! __seam_operations {
                 fn task_list_queue_asc(&self; queue: &str; name: Option<&str>; after_id: u64; limit: u32) -> Vec<TaskInfo>;
                 /// Tasks matching a filter.
                 fn task_count(&self; f: &TaskFilter<'_>) -> u64;
+                /// Pending tasks of `kind`, of `queue` when given, by `run_at` then id, after the keyset
+                /// cursor `(run_at, id)` when given; at most `limit`. Reads the pending tasks' claim-index
+                /// entries (and, for the attempt count, their rows): bounded by the pending backlog, not
+                /// the table.
+                fn task_list_pending(&self; kind: PendingKind; queue: Option<&str>; after: Option<(DateTime<Utc>, u64)>; limit: u32) -> Vec<TaskInfo>;
                 /// Tasks that ended per state and minute, over the last `minutes`.
                 fn task_finished_per_minute(&self; minutes: u32) -> Vec<(TaskState, u32, u64)>;
+                /// `(name, run time in µs)` of the tasks that succeeded in the last `minutes` (their last
+                /// attempt: `finished_at - attempted_at`), newest first, at most `limit`: a range of
+                /// `ix_taskq_finished`.
+                fn task_run_times(&self; minutes: u32; limit: u32) -> Vec<(String, i64)>;
                 /// Tasks retention would prune now.
                 fn task_prune_count(&self; state: TaskState; age_secs: u64) -> u64;
                 /// Tasks per queue and state.
@@ -102,7 +111,7 @@ macro_rules! __seam_operations {
                 /// Ids of dead unique tasks (retried one by one).
                 fn task_dead_unique_ids(&self; queue: Option<&str>; died_before: DateTime<Utc>; after_id: u64; limit: u32) -> Vec<TaskId>;
             }
-            /// The operator's writes to `taskq_tasks` (cancel, retry, reschedule, priority), one task or a batch, and retention.
+            /// The operator's writes to `taskq_tasks` (cancel, retry, reschedule, priority, delete), one task or a batch, and retention.
             trait Actions {
                 /// Cancels pending tasks by id.
                 fn task_cancel_batch(&self; ids: &[u64]) -> u64;
@@ -118,6 +127,9 @@ macro_rules! __seam_operations {
                 fn task_reschedule(&self, conn; id: TaskId; at: Option<DateTime<Utc>>; delay_us: i64) -> bool;
                 /// Changes a pending task's priority.
                 fn task_set_priority(&self, conn; id: TaskId; priority: i16) -> bool;
+                /// Deletes a task that is not running (pending or finished), with the unique identity it
+                /// holds; whether a row was deleted. On the caller's transaction (with its audit row).
+                fn task_delete(&self, conn; id: TaskId) -> bool;
                 /// Retries one dead task.
                 fn task_retry_dead(&self, conn; id: TaskId) -> RetryDead;
                 /// Retries dead tasks of a queue that died before a time.
@@ -161,10 +173,11 @@ macro_rules! __seam_operations {
                 fn queues_paused(&self, conn) -> Vec<(String, DateTime<Utc>)>;
                 /// Paused and limited queues, for the worker's refresh.
                 fn queue_controls(&self, conn) -> Vec<QueueControl>;
-                /// Sets or clears a queue's concurrency limit.
-                fn queue_set_limit(&self; queue: &str; limit: Option<u32>) -> ();
-                /// Sets or clears a queue's rate limit.
-                fn queue_set_rate_limit(&self; queue: &str; rate: Option<(u32, i64)>) -> ();
+                /// Sets or clears a queue's concurrency limit, on the caller's transaction (with its
+                /// audit row).
+                fn queue_set_limit(&self, conn; queue: &str; limit: Option<u32>) -> ();
+                /// Sets or clears a queue's rate limit, on the caller's transaction (with its audit row).
+                fn queue_set_rate_limit(&self, conn; queue: &str; rate: Option<(u32, i64)>) -> ();
                 /// Queues with their controls and counts.
                 fn queue_list(&self) -> Vec<QueueRow>;
             }

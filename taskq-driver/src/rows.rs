@@ -58,6 +58,28 @@ pub struct TaskFilter<'a> {
     pub name: Option<&'a str>,
 }
 
+/// Which pending tasks `Tasks::task_list_pending` lists (the dashboard's views).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PendingKind {
+    /// Due later (`run_at` after the database's now): enqueued with a delay or a due time,
+    /// snoozed, rescheduled, or waiting for a later attempt after a failed one (those are
+    /// [`Retrying`](Self::Retrying) too; their attempt count tells them apart). Read from the
+    /// claim index alone, so a page costs little however big the backlog.
+    Scheduled,
+    /// At least one attempt made (`attempt > 0`): waiting for the next one, due or not.
+    Retrying,
+}
+
+impl PendingKind {
+    /// `scheduled` or `retrying`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Scheduled => "scheduled",
+            Self::Retrying => "retrying",
+        }
+    }
+}
+
 /// Outcome of `Store::task_retry_dead`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RetryDead {
@@ -454,10 +476,21 @@ pub struct WorkerListRow {
     pub names: Option<String>,
     /// Microseconds since `last_seen_at`, on the database clock.
     pub seen_ago_us: i64,
-    /// Not stopped, and seen within two heartbeat intervals (at least 1 s).
-    pub alive: bool,
     /// Tasks it holds running now.
     pub running: i64,
+}
+
+impl WorkerListRow {
+    /// Not stopped, and seen within [`crate::rules::worker_lost_after_us`] of its heartbeat
+    /// and lease (on the database clock): [`crate::rules::worker_alive`].
+    pub fn alive(&self) -> bool {
+        crate::rules::worker_alive(
+            self.stopped_at.is_some(),
+            self.seen_ago_us,
+            self.heartbeat_us,
+            self.lease_us,
+        )
+    }
 }
 
 /// A row of `taskq_audit` as read back.

@@ -61,9 +61,53 @@ pub fn retry_retakes_identity(unique_while: &str) -> bool {
     unique_while != "window"
 }
 
+/// How long after its last beat a worker that has not stopped counts as lost (µs): two of the
+/// heartbeat intervals it registered (one late beat is tolerated: a slow statement, a pause, a
+/// failover), but never longer than its lease (past it, every lease it held has lapsed and the
+/// reaper takes its tasks back), and never less than 1 s (clock granularity and scheduling
+/// jitter). Both drivers read `heartbeat_us`, `lease_us` and the age of `last_seen_at` from
+/// `taskq_workers` and decide with this; the dashboard, the CLI and `Client::unhandled` show
+/// what it says.
+pub fn worker_lost_after_us(heartbeat_us: u64, lease_us: u64) -> u64 {
+    heartbeat_us
+        .saturating_mul(2)
+        .min(lease_us)
+        .max(WORKER_LOST_FLOOR_US)
+}
+
+/// The floor of [`worker_lost_after_us`]: 1 s.
+pub const WORKER_LOST_FLOOR_US: u64 = 1_000_000;
+
+/// Whether a worker row is alive: not stopped, and its last beat (`seen_ago_us` before the
+/// database clock's now) no older than [`worker_lost_after_us`]. A worker that is neither alive
+/// nor stopped is lost (crashed, killed with `kill -9`, hung, or cut off from the database).
+pub fn worker_alive(stopped: bool, seen_ago_us: i64, heartbeat_us: u64, lease_us: u64) -> bool {
+    !stopped && seen_ago_us <= worker_lost_after_us(heartbeat_us, lease_us) as i64
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_worker_is_lost_after_two_missed_beats_its_lease_or_one_second() {
+        const S: u64 = 1_000_000;
+        // Defaults: lease 30 s, heartbeat 10 s: lost after 20 s.
+        assert_eq!(worker_lost_after_us(10 * S, 30 * S), 20 * S);
+        assert!(worker_alive(false, 20 * S as i64, 10 * S, 30 * S));
+        assert!(!worker_alive(false, 20 * S as i64 + 1, 10 * S, 30 * S));
+        // A heartbeat over half the lease: the lease bounds it.
+        assert_eq!(worker_lost_after_us(20 * S, 30 * S), 30 * S);
+        // Fast beats: the 1 s floor.
+        assert_eq!(worker_lost_after_us(1_000, 30 * S), S);
+        assert_eq!(worker_lost_after_us(0, 0), S);
+        assert!(worker_alive(false, 999_999, 1_000, 3_000));
+        // No overflow on absurd values.
+        assert_eq!(worker_lost_after_us(u64::MAX, u64::MAX), u64::MAX);
+        // Stopped is never alive; a beat from the future (clock skew) is alive.
+        assert!(!worker_alive(true, 0, 10 * S, 30 * S));
+        assert!(worker_alive(false, -5, 10 * S, 30 * S));
+    }
 
     #[test]
     fn identities_are_freed_as_the_docs_say() {

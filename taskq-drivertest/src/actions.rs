@@ -448,3 +448,38 @@ pub async fn prune_deletes_old_terminal_tasks_of_the_state_only<D: Driver>(d: D)
     let next = insert::<D>(&mut c, NewTask { ..task("q", "a") }).await;
     assert!(next > dead);
 }
+
+/// `task_delete` deletes a pending or finished task and the unique identity it holds (a new
+/// task can take it), and returns true; a running or unknown task is left alone and it
+/// returns false.
+pub async fn delete_removes_a_task_that_is_not_running_and_its_identity<D: Driver>(d: D) {
+    let mut c = conn(&d).await;
+    let plain = insert::<D>(&mut c, task("q", "a")).await;
+    let held = insert::<D>(&mut c, unique("u", &[7u8; 32], "running")).await;
+    assert!(get(&d, held).await.unique_held);
+    let running = insert::<D>(&mut c, task("q", "r")).await;
+    claim_one(&d, &mut c, "q", "r", LEASE_US, running).await;
+    let dead = insert::<D>(&mut c, task("q", "x")).await;
+    kill(&d, &mut c, "x", dead).await;
+
+    for id in [plain, held, dead] {
+        assert!(
+            d.task_delete(&mut c, id).await.expect("task_delete"),
+            "{id}"
+        );
+        assert!(d.task_get(id).await.expect("task_get").is_none(), "{id}");
+    }
+    assert!(
+        !d.task_delete(&mut c, plain).await.expect("task_delete"),
+        "already gone"
+    );
+    assert!(
+        !d.task_delete(&mut c, running).await.expect("task_delete"),
+        "{}: running",
+        backend::<D>()
+    );
+    assert_eq!(get(&d, running).await.state, TaskState::Running);
+    // The identity is free again: a new task takes it.
+    let again = insert::<D>(&mut c, unique("u", &[7u8; 32], "running")).await;
+    assert!(get(&d, again).await.unique_held);
+}

@@ -106,17 +106,17 @@ pub async fn queue_limits_are_set_listed_and_cleared<D: Driver>(d: D) {
     let run = insert::<D>(&mut c, task("busy", "a")).await;
     insert::<D>(&mut c, task("busy", "a")).await;
     claim_one(&d, &mut c, "busy", "a", LEASE_US, run).await;
-    d.queue_set_limit("lim", Some(2))
+    d.queue_set_limit(&mut c, "lim", Some(2))
         .await
         .expect("queue_set_limit");
-    d.queue_set_rate_limit("rate", Some((10, 60_000_000)))
+    d.queue_set_rate_limit(&mut c, "rate", Some((10, 60_000_000)))
         .await
         .expect("queue_set_rate_limit");
     d.queue_pause(&mut c, "paused").await.expect("queue_pause");
-    d.queue_set_limit("nothing", None)
+    d.queue_set_limit(&mut c, "nothing", None)
         .await
         .expect("queue_set_limit");
-    d.queue_set_rate_limit("nothing", None)
+    d.queue_set_rate_limit(&mut c, "nothing", None)
         .await
         .expect("queue_set_rate_limit");
     assert_eq!(
@@ -148,7 +148,7 @@ pub async fn queue_limits_are_set_listed_and_cleared<D: Driver>(d: D) {
     );
     assert_eq!(list[3].concurrency_limit, None);
     // Changed.
-    d.queue_set_limit("lim", Some(5))
+    d.queue_set_limit(&mut c, "lim", Some(5))
         .await
         .expect("queue_set_limit");
     assert_eq!(
@@ -156,10 +156,10 @@ pub async fn queue_limits_are_set_listed_and_cleared<D: Driver>(d: D) {
         Some(5)
     );
 
-    d.queue_set_limit("lim", None)
+    d.queue_set_limit(&mut c, "lim", None)
         .await
         .expect("queue_set_limit");
-    d.queue_set_rate_limit("rate", None)
+    d.queue_set_rate_limit(&mut c, "rate", None)
         .await
         .expect("queue_set_rate_limit");
     assert_eq!(
@@ -190,7 +190,7 @@ pub async fn a_limited_claim_honours_the_concurrency_limit<D: Driver>(d: D) {
     for _ in 0..6 {
         ids.push(insert::<D>(&mut c, task("lim", "a")).await);
     }
-    d.queue_set_limit("lim", Some(2))
+    d.queue_set_limit(&mut c, "lim", Some(2))
         .await
         .expect("queue_set_limit");
     let an = names(&["a"]);
@@ -213,14 +213,14 @@ pub async fn a_limited_claim_honours_the_concurrency_limit<D: Driver>(d: D) {
     assert_eq!(claimed_ids(&one), ids[2..3]);
     assert_eq!(one.limited.map(|h| h.allowed), Some(1));
     // Within the limit: no hit.
-    d.queue_set_limit("lim", Some(10))
+    d.queue_set_limit(&mut c, "lim", Some(10))
         .await
         .expect("queue_set_limit");
     let within = claim(&d, &mut c, &limited("lim", &an, 1)).await;
     assert_eq!(claimed_ids(&within), ids[3..4]);
     assert!(within.limited.is_none());
     // Unflagged: the limits are not read.
-    d.queue_set_limit("lim", Some(1))
+    d.queue_set_limit(&mut c, "lim", Some(1))
         .await
         .expect("queue_set_limit");
     let free = claim(&d, &mut c, &req("lim", &an, 5)).await;
@@ -255,7 +255,7 @@ pub async fn a_task_a_limited_claim_expires_is_no_start<D: Driver>(d: D) {
         live.push(insert::<D>(&mut c, task("rate", "a")).await);
     }
     let period: i64 = 10 * 365 * 24 * HOUR_US;
-    d.queue_set_rate_limit("rate", Some((2, period)))
+    d.queue_set_rate_limit(&mut c, "rate", Some((2, period)))
         .await
         .expect("queue_set_rate_limit");
     let an = names(&["a"]);
@@ -303,7 +303,7 @@ pub async fn a_limited_claim_honours_the_rate_limit<D: Driver>(d: D) {
     // A window of ten years (the next boundary is 2030-01-01): it does not turn during the
     // test.
     let period: i64 = 10 * 365 * 24 * HOUR_US;
-    d.queue_set_rate_limit("rate", Some((3, period)))
+    d.queue_set_rate_limit(&mut c, "rate", Some((3, period)))
         .await
         .expect("queue_set_rate_limit");
     let an = names(&["a"]);
@@ -330,7 +330,7 @@ pub async fn a_limited_claim_honours_the_rate_limit<D: Driver>(d: D) {
         assert_eq!(get(&d, *id).await.state, TaskState::Pending);
     }
     // A larger limit lets the window's rest through.
-    d.queue_set_rate_limit("rate", Some((4, period)))
+    d.queue_set_rate_limit(&mut c, "rate", Some((4, period)))
         .await
         .expect("queue_set_rate_limit");
     let more = claim(&d, &mut c, &limited("rate", &an, 5)).await;

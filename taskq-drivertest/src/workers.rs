@@ -62,7 +62,7 @@ pub async fn workers_are_recorded_listed_and_stopped<D: Driver>(d: D) {
     );
     assert_eq!(w.last_seen_at, w.started_at);
     assert_eq!(w.stopped_at, None);
-    assert!(w.alive);
+    assert!(w.alive());
     assert!(
         (0..60_000_000).contains(&w.seen_ago_us),
         "seen {} µs ago",
@@ -79,21 +79,21 @@ pub async fn workers_are_recorded_listed_and_stopped<D: Driver>(d: D) {
     assert!(d.worker_stop(&mut c, W).await.expect("worker_stop"));
     assert!(!d.worker_stop(&mut c, "nobody").await.expect("worker_stop"));
     let stopped = &list(&d, &mut c).await[0];
-    assert!(!stopped.alive);
+    assert!(!stopped.alive());
     let stopped_at = stopped.stopped_at.expect("stopped_at");
     assert_eq!(stopped.last_seen_at, stopped_at);
     wait_clock_past::<D>(&mut c, stopped_at).await;
     d.worker_seen(&mut c, &row(W)).await.expect("worker_seen");
     let l = list(&d, &mut c).await;
     assert_eq!(
-        (l[0].last_seen_at, l[0].stopped_at, l[0].alive),
+        (l[0].last_seen_at, l[0].stopped_at, l[0].alive()),
         (stopped_at, Some(stopped_at), false),
         "a late beat does not revive it"
     );
     d.worker_start(&mut c, &row(W)).await.expect("worker_start");
     let l = list(&d, &mut c).await;
     assert!(
-        l[0].alive && l[0].stopped_at.is_none(),
+        l[0].alive() && l[0].stopped_at.is_none(),
         "a restart revives it"
     );
     assert!(l[0].started_at > w.started_at);
@@ -105,7 +105,7 @@ pub async fn workers_are_recorded_listed_and_stopped<D: Driver>(d: D) {
     let l = list(&d, &mut c).await;
     let ids: Vec<&str> = l.iter().map(|w| w.worker_id.as_str()).collect();
     assert_eq!(ids, vec![W, "w2"], "oldest start first");
-    assert!(l[1].alive);
+    assert!(l[1].alive());
     assert_eq!(l[1].running, 0);
 }
 
@@ -120,11 +120,11 @@ pub async fn gone_workers_are_not_alive_and_old_rows_are_pruned<D: Driver>(d: D)
     };
     d.worker_start(&mut c, &fast).await.expect("worker_start");
     let started = list(&d, &mut c).await[0].last_seen_at;
-    assert!(list(&d, &mut c).await[0].alive);
+    assert!(list(&d, &mut c).await[0].alive());
     // Two heartbeats are 2 ms; the floor is 1 s.
     wait_clock_past::<D>(&mut c, started + TimeDelta::milliseconds(1_001)).await;
     let l = list(&d, &mut c).await;
-    assert!(!l[0].alive, "{}: lost after 1 s", backend::<D>());
+    assert!(!l[0].alive(), "{}: lost after 1 s", backend::<D>());
     assert_eq!(l[0].stopped_at, None, "lost, not stopped");
     assert!(l[0].seen_ago_us > 1_000_000);
 

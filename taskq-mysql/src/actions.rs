@@ -160,6 +160,38 @@ impl Actions for MySqlDriver {
         Ok(done.rows_affected() == 1)
     }
 
+    /// Deletes a task that is not running, and the unique identity it holds (its
+    /// `taskq_unique` row, if the row names this task): the row locked first, so a claim
+    /// cannot start it in between. Three statements on the caller's transaction.
+    async fn task_delete(&self, tx: &mut MySqlConnection, id: TaskId) -> sqlx::Result<bool> {
+        let row = sqlx::query!(
+            r#"SELECT unique_key AS "unique_key: Vec<u8>" FROM taskq_tasks
+               WHERE id = ? AND state <> 'running' FOR UPDATE"#,
+            id.0
+        )
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(row) = row else {
+            return Ok(false);
+        };
+        if let Some(key) = row.unique_key {
+            sqlx::query!(
+                r#"DELETE FROM taskq_unique WHERE unique_key = ? AND task_id = ?"#,
+                key,
+                id.0
+            )
+            .execute(&mut *tx)
+            .await?;
+        }
+        let done = sqlx::query!(
+            r#"DELETE FROM taskq_tasks WHERE id = ? AND state <> 'running'"#,
+            id.0
+        )
+        .execute(&mut *tx)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
     /// Moves a dead task back to pending with attempts reset and its epoch incremented. A task
     /// unique while pending or running takes its identity back, which fails (and changes
     /// nothing) when another task holds it meanwhile; a windowed one does not (see

@@ -66,7 +66,12 @@ impl Queues for MySqlDriver {
 
     /// Sets (or, with `None`, clears) the concurrency limit of `queue`. Clearing a queue that
     /// has no row writes nothing.
-    async fn queue_set_limit(&self, queue: &str, limit: Option<u32>) -> sqlx::Result<()> {
+    async fn queue_set_limit(
+        &self,
+        conn: &mut MySqlConnection,
+        queue: &str,
+        limit: Option<u32>,
+    ) -> sqlx::Result<()> {
         match limit {
             Some(n) => {
                 sqlx::query!(
@@ -77,7 +82,7 @@ impl Queues for MySqlDriver {
                     n,
                     n
                 )
-                .execute(&self.pool)
+                .execute(&mut *conn)
                 .await?;
             }
             None => {
@@ -86,7 +91,7 @@ impl Queues for MySqlDriver {
                        WHERE queue = ?"#,
                     queue
                 )
-                .execute(&self.pool)
+                .execute(&mut *conn)
                 .await?;
             }
         }
@@ -98,6 +103,7 @@ impl Queues for MySqlDriver {
     /// since the windows move). Clearing a queue that has no row writes nothing.
     async fn queue_set_rate_limit(
         &self,
+        conn: &mut MySqlConnection,
         queue: &str,
         rate: Option<(u32, i64)>,
     ) -> sqlx::Result<()> {
@@ -114,7 +120,7 @@ impl Queues for MySqlDriver {
                     max,
                     period_us
                 )
-                .execute(&self.pool)
+                .execute(&mut *conn)
                 .await?;
             }
             None => {
@@ -125,7 +131,7 @@ impl Queues for MySqlDriver {
                        WHERE queue = ?"#,
                     queue
                 )
-                .execute(&self.pool)
+                .execute(&mut *conn)
                 .await?;
             }
         }

@@ -7,7 +7,7 @@ use taskq_driver::driver::Tasks;
 
 use crate::MySqlDriver;
 use taskq_driver::read::{PendingNameCount, QueueStateCount, TaskInfo};
-use taskq_driver::rows::TaskFilter;
+use taskq_driver::rows::{PendingKind, TaskFilter};
 use taskq_driver::state::{TaskId, TaskState};
 
 impl Tasks for MySqlDriver {
@@ -79,6 +79,82 @@ impl Tasks for MySqlDriver {
         )
         .fetch_all(&self.pool)
         .await
+    }
+
+    /// Pending tasks of `kind` by `(run_at, id)` after the cursor. Scheduled: the page's ids
+    /// from a covering range of `ix_taskq_claim` (`state = 'pending'`, `run_at` after now,
+    /// top-N sorted without reading a row), then those rows. Retrying: the attempt count is
+    /// not in the index, so every pending row is read (in proportion to the pending backlog).
+    async fn task_list_pending(
+        &self,
+        kind: PendingKind,
+        queue: Option<&str>,
+        after: Option<(DateTime<Utc>, u64)>,
+        limit: u32,
+    ) -> sqlx::Result<Vec<TaskInfo>> {
+        let (after_at, after_id) = after.unwrap_or((DateTime::<Utc>::UNIX_EPOCH, 0));
+        let after_at = after_at.naive_utc();
+        match kind {
+            PendingKind::Scheduled => {
+                sqlx::query_as!(
+                    TaskInfo,
+                    r#"SELECT t.id AS "id: TaskId", t.queue, t.name, t.payload, t.state AS "state: TaskState",
+                         t.priority AS "priority: i16", t.attempt AS "attempt: u32",
+                         t.max_attempts AS "max_attempts: u32", t.run_at AS "run_at: DateTime<Utc>",
+                         t.lease_until AS "lease_until: DateTime<Utc>", t.lease_epoch AS "lease_epoch: u64",
+                         t.worker_id, t.idempotency_key, t.trace_context, t.last_error,
+                         LOWER(HEX(t.unique_key)) AS "unique_key: String",
+                         EXISTS (SELECT 1 FROM taskq_unique u WHERE u.unique_key = t.unique_key
+                                   AND u.task_id = t.id) AS "unique_held!: bool",
+                         t.created_at AS "created_at: DateTime<Utc>", t.updated_at AS "updated_at: DateTime<Utc>",
+                         t.finished_at AS "finished_at: DateTime<Utc>", t.snoozes AS "snoozes: u32",
+                         t.deadline AS "deadline: DateTime<Utc>", t.attempted_at AS "attempted_at: DateTime<Utc>"
+                       FROM (SELECT id FROM taskq_tasks FORCE INDEX (ix_taskq_claim)
+                             WHERE state = 'pending' AND (? IS NULL OR queue = ?)
+                               AND run_at > UTC_TIMESTAMP(6)
+                               AND (run_at > ? OR (run_at = ? AND id > ?))
+                             ORDER BY run_at, id LIMIT ?) AS c
+                         STRAIGHT_JOIN taskq_tasks t ON t.id = c.id
+                       WHERE t.state = 'pending'
+                       ORDER BY t.run_at, t.id"#,
+                    queue,
+                    queue,
+                    after_at,
+                    after_at,
+                    after_id,
+                    limit,
+                )
+                .fetch_all(&self.pool)
+                .await
+            }
+            PendingKind::Retrying => {
+                sqlx::query_as!(
+                    TaskInfo,
+                    r#"SELECT id AS "id: TaskId", queue, name, payload, state AS "state: TaskState", priority AS "priority: i16",
+                         attempt AS "attempt: u32", max_attempts AS "max_attempts: u32",
+                         run_at AS "run_at: DateTime<Utc>", lease_until AS "lease_until: DateTime<Utc>",
+                         lease_epoch AS "lease_epoch: u64", worker_id, idempotency_key, trace_context, last_error,
+                         LOWER(HEX(unique_key)) AS "unique_key: String",
+                         EXISTS (SELECT 1 FROM taskq_unique u WHERE u.unique_key = taskq_tasks.unique_key
+                                   AND u.task_id = taskq_tasks.id) AS "unique_held!: bool",
+                         created_at AS "created_at: DateTime<Utc>", updated_at AS "updated_at: DateTime<Utc>",
+                         finished_at AS "finished_at: DateTime<Utc>", snoozes AS "snoozes: u32",
+                         deadline AS "deadline: DateTime<Utc>", attempted_at AS "attempted_at: DateTime<Utc>"
+                       FROM taskq_tasks FORCE INDEX (ix_taskq_claim)
+                       WHERE state = 'pending' AND (? IS NULL OR queue = ?) AND attempt > 0
+                         AND (run_at > ? OR (run_at = ? AND id > ?))
+                       ORDER BY run_at, id LIMIT ?"#,
+                    queue,
+                    queue,
+                    after_at,
+                    after_at,
+                    after_id,
+                    limit,
+                )
+                .fetch_all(&self.pool)
+                .await
+            }
+        }
     }
 
     /// Tasks matching `f` with `from <= id < before_id`, newest id first (the dashboard's
@@ -250,6 +326,25 @@ impl Tasks for MySqlDriver {
             .filter(|r| r.ago < u64::from(minutes))
             .map(|r| (r.state, r.ago as u32, r.n))
             .collect())
+    }
+
+    /// Run times of the tasks that succeeded in the last `minutes`, newest first: a range of
+    /// `ix_taskq_finished` (`state = 'succeeded'`, `finished_at` in the window), read backwards,
+    /// stopping at `limit` rows.
+    async fn task_run_times(&self, minutes: u32, limit: u32) -> sqlx::Result<Vec<(String, i64)>> {
+        let rows = sqlx::query!(
+            r#"SELECT name,
+                 CAST(TIMESTAMPDIFF(MICROSECOND, attempted_at, finished_at) AS SIGNED) AS "run_us!: i64"
+               FROM taskq_tasks FORCE INDEX (ix_taskq_finished)
+               WHERE state = 'succeeded' AND finished_at > UTC_TIMESTAMP(6) - INTERVAL ? MINUTE
+                 AND attempted_at IS NOT NULL
+               ORDER BY finished_at DESC LIMIT ?"#,
+            minutes,
+            limit
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.into_iter().map(|r| (r.name, r.run_us)).collect())
     }
 
     /// How many tasks in terminal `state` finished more than `age_secs` ago (what

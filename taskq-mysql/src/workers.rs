@@ -102,9 +102,9 @@ impl Workers for MySqlDriver {
         Ok(done.rows_affected())
     }
 
-    /// Every worker row, oldest start first, with how long ago it was seen and whether it is
-    /// alive (not stopped, seen within two of its heartbeat intervals and at least 1 s, on the
-    /// database clock), and how many running tasks carry its id (one `GROUP BY` over the
+    /// Every worker row, oldest start first, with how long ago it was seen (on the database
+    /// clock; whether that makes it alive is `rules::worker_alive`), and how many running tasks
+    /// carry its id (one `GROUP BY` over the
     /// running rows, read through `ix_taskq_lease`).
     async fn worker_list(&self, conn: &mut MySqlConnection) -> sqlx::Result<Vec<WorkerListRow>> {
         sqlx::query_as!(
@@ -118,10 +118,6 @@ impl Workers for MySqlDriver {
                  w.names,
                  CAST(TIMESTAMPDIFF(MICROSECOND, w.last_seen_at, UTC_TIMESTAMP(6)) AS SIGNED)
                    AS "seen_ago_us!: i64",
-                 (w.stopped_at IS NULL
-                  AND w.last_seen_at >= UTC_TIMESTAMP(6)
-                        - INTERVAL GREATEST(2 * w.heartbeat_us, 1000000) MICROSECOND)
-                   AS "alive!: bool",
                  CAST(COALESCE(r.running, 0) AS SIGNED) AS "running!: i64"
                FROM taskq_workers w
                  LEFT JOIN (SELECT worker_id, COUNT(*) AS running FROM taskq_tasks

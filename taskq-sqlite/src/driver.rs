@@ -156,6 +156,18 @@ impl Tasks for SqliteDriver {
         tasks::task_list(&mut *self.conn().await?, f, after_id, up_to, limit).await
     }
 
+    async fn task_list_pending(
+        &self,
+        kind: PendingKind,
+        queue: Option<&str>,
+        after: Option<(DateTime<Utc>, u64)>,
+        limit: u32,
+    ) -> sqlx::Result<Vec<TaskInfo>> {
+        let (at, after_id) = after.map_or((i64::MIN, 0), |(t, i)| (t.timestamp_micros(), id(i)));
+        let mut c = self.conn().await?;
+        task_infos(q::task_list_pending(&mut c, kind.as_str(), queue, at, after_id, limit).await?)
+    }
+
     async fn task_list_desc(
         &self,
         f: &TaskFilter<'_>,
@@ -195,6 +207,11 @@ impl Tasks for SqliteDriver {
         minutes: u32,
     ) -> sqlx::Result<Vec<(TaskState, u32, u64)>> {
         tasks::task_finished_per_minute(&mut *self.conn().await?, minutes).await
+    }
+
+    async fn task_run_times(&self, minutes: u32, limit: u32) -> sqlx::Result<Vec<(String, i64)>> {
+        let mut c = self.conn().await?;
+        q::task_run_times(&mut c, minutes, limit).await
     }
 
     async fn task_prune_count(&self, s: TaskState, age_secs: u64) -> sqlx::Result<u64> {
@@ -287,6 +304,10 @@ impl Actions for SqliteDriver {
 
     async fn task_cancel(&self, conn: &mut SqliteConnection, id: TaskId) -> sqlx::Result<bool> {
         tasks::task_cancel(conn, id).await
+    }
+
+    async fn task_delete(&self, conn: &mut SqliteConnection, t: TaskId) -> sqlx::Result<bool> {
+        q::task_delete(conn, id(t.0)).await
     }
 
     async fn task_reschedule(
@@ -451,16 +472,22 @@ impl Queues for SqliteDriver {
         queues::queue_controls(conn).await
     }
 
-    async fn queue_set_limit(&self, queue: &str, limit: Option<u32>) -> sqlx::Result<()> {
-        queues::queue_set_limit(&mut *self.conn().await?, queue, limit).await
+    async fn queue_set_limit(
+        &self,
+        conn: &mut SqliteConnection,
+        queue: &str,
+        limit: Option<u32>,
+    ) -> sqlx::Result<()> {
+        queues::queue_set_limit(conn, queue, limit).await
     }
 
     async fn queue_set_rate_limit(
         &self,
+        conn: &mut SqliteConnection,
         queue: &str,
         rate: Option<(u32, i64)>,
     ) -> sqlx::Result<()> {
-        queues::queue_set_rate_limit(&mut *self.conn().await?, queue, rate).await
+        queues::queue_set_rate_limit(conn, queue, rate).await
     }
 
     async fn queue_list(&self) -> sqlx::Result<Vec<QueueRow>> {

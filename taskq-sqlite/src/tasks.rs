@@ -142,6 +142,49 @@ pub(crate) async fn task_list(
     raws.into_iter().map(TaskRaw::into_info).collect()
 }
 
+/// Pending tasks (`kind`: `scheduled` or `retrying`) by `(run_at, id)` after the cursor
+/// (`after_at` µs, `after_id`), of `queue` when given: a range of the partial `ix_taskq_claim`
+/// (pending rows only), sorted.
+pub async fn task_list_pending(
+    conn: &mut SqliteConnection,
+    kind: &str,
+    queue: Option<&str>,
+    after_at: i64,
+    after_id: i64,
+    limit: u32,
+) -> sqlx::Result<Vec<TaskRow>> {
+    let raws = sqlx::query_as!(
+        TaskRaw,
+        r#"SELECT id AS "id!: i64", queue AS "queue!: String", name AS "name!: String",
+             payload AS "payload!: Vec<u8>", state AS "state!: String",
+             priority AS "priority!: i16", attempt AS "attempt!: u32",
+             max_attempts AS "max_attempts!: u32", run_at AS "run_at!: i64",
+             lease_until AS "lease_until?: i64", lease_epoch AS "lease_epoch!: i64",
+             worker_id AS "worker_id?: String", idempotency_key AS "idempotency_key?: String",
+             trace_context AS "trace_context?: String", last_error AS "last_error?: String",
+             lower(hex(unique_key)) AS "unique_key?: String",
+             EXISTS (SELECT 1 FROM taskq_unique AS u WHERE u.unique_key = taskq_tasks.unique_key
+                       AND u.task_id = taskq_tasks.id) AS "unique_held!: bool",
+             created_at AS "created_at!: i64", updated_at AS "updated_at!: i64",
+             finished_at AS "finished_at?: i64", snoozes AS "snoozes!: u32",
+             deadline AS "deadline?: i64", attempted_at AS "attempted_at?: i64"
+           FROM taskq_tasks
+           WHERE state = 'pending' AND (?2 IS NULL OR queue = ?2)
+             AND CASE WHEN ?1 = 'retrying' THEN attempt > 0
+                      ELSE run_at > (SELECT us FROM taskq_clock) END
+             AND (run_at > ?3 OR (run_at = ?3 AND id > ?4))
+           ORDER BY run_at, id LIMIT ?5"#,
+        kind,
+        queue,
+        after_at,
+        after_id,
+        limit,
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    raws.into_iter().map(TaskRaw::into_row).collect()
+}
+
 /// Tasks matching `f` with `from <= id < before_id`, newest id first (the dashboard's keyset
 /// page).
 pub(crate) async fn task_list_desc(
@@ -270,6 +313,28 @@ pub(crate) async fn task_list_queue_asc(
     .fetch_all(&mut *conn)
     .await?;
     raws.into_iter().map(TaskRaw::into_info).collect()
+}
+
+/// `(name, run µs)` of the tasks that succeeded in the last `minutes` (`finished_at -
+/// attempted_at`), newest first, at most `limit`: a range of `ix_taskq_finished`.
+pub async fn task_run_times(
+    conn: &mut SqliteConnection,
+    minutes: u32,
+    limit: u32,
+) -> sqlx::Result<Vec<(String, i64)>> {
+    let rows = sqlx::query!(
+        r#"SELECT name AS "name!: String", finished_at - attempted_at AS "run_us!: i64"
+           FROM taskq_tasks
+           WHERE state = 'succeeded' AND finished_at IS NOT NULL
+             AND finished_at > (SELECT us FROM taskq_clock) - ?1 * 60000000
+             AND attempted_at IS NOT NULL
+           ORDER BY finished_at DESC LIMIT ?2"#,
+        minutes,
+        limit
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    Ok(rows.into_iter().map(|r| (r.name, r.run_us)).collect())
 }
 
 /// Terminal tasks per state and minute over the last `minutes` minutes (database clock):
@@ -498,6 +563,28 @@ pub(crate) async fn task_cancel_batch(
     release(&mut tx, &frees).await?;
     tx.commit().await?;
     Ok(count)
+}
+
+/// Deletes a task that is not running, and the unique identity it holds; whether a row was
+/// deleted.
+pub async fn task_delete(conn: &mut SqliteConnection, id: i64) -> sqlx::Result<bool> {
+    let mut tx = begin_write(conn).await?;
+    sqlx::query!(
+        r#"DELETE FROM taskq_unique
+           WHERE task_id = ?1
+             AND unique_key = (SELECT unique_key FROM taskq_tasks WHERE id = ?1 AND state <> 'running')"#,
+        id
+    )
+    .execute(&mut *tx)
+    .await?;
+    let done = sqlx::query!(
+        r#"DELETE FROM taskq_tasks WHERE id = ?1 AND state <> 'running'"#,
+        id
+    )
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(done.rows_affected() == 1)
 }
 
 /// Records a cancel request on a running task (kept from the first request); returns whether

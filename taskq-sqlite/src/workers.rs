@@ -106,9 +106,9 @@ pub(crate) async fn worker_prune(
     Ok(done.rows_affected())
 }
 
-/// Every worker row, oldest start first, with how long ago it was seen and whether it is alive
-/// (not stopped, seen within two of its heartbeat intervals and at least 1 s, on the database
-/// clock) and how many running tasks carry its id.
+/// Every worker row, oldest start first, with how long ago it was seen (on the database clock;
+/// whether that makes it alive is `taskq_driver::rules::worker_alive`) and how many running
+/// tasks carry its id.
 pub(crate) async fn worker_list(conn: &mut SqliteConnection) -> sqlx::Result<Vec<WorkerListRow>> {
     let rows = sqlx::query!(
         r#"SELECT w.worker_id AS "worker_id!: String", w.host AS "host!: String",
@@ -118,9 +118,6 @@ pub(crate) async fn worker_list(conn: &mut SqliteConnection) -> sqlx::Result<Vec
              w.last_seen_at AS "last_seen_at!: i64", w.stopped_at AS "stopped_at?: i64",
              w.names AS "names?: String",
              (SELECT us FROM taskq_clock) - w.last_seen_at AS "seen_ago_us!: i64",
-             (w.stopped_at IS NULL
-              AND w.last_seen_at >= (SELECT us FROM taskq_clock)
-                    - MAX(2 * w.heartbeat_us, 1000000)) AS "alive!: bool",
              COALESCE(r.running, 0) AS "running!: i64"
            FROM taskq_workers AS w
              LEFT JOIN (SELECT worker_id, COUNT(*) AS running FROM taskq_tasks
@@ -145,7 +142,6 @@ pub(crate) async fn worker_list(conn: &mut SqliteConnection) -> sqlx::Result<Vec
                 stopped_at: opt_time(r.stopped_at)?,
                 names: r.names,
                 seen_ago_us: r.seen_ago_us,
-                alive: r.alive,
                 running: r.running,
             })
         })

@@ -36,8 +36,38 @@ fn routes() -> Vec<(Method, &'static str, MethodRouter<AppState>)> {
         (Method::GET, "/tasks/{id}", get(task_get)),
         (Method::POST, "/tasks/{id}/cancel", post(task_cancel)),
         (Method::POST, "/tasks/{id}/retry", post(task_retry)),
+        (
+            Method::POST,
+            "/tasks/{id}/run-now",
+            post(crate::views_api::task_run_now),
+        ),
+        (
+            Method::POST,
+            "/tasks/{id}/reschedule",
+            post(crate::views_api::task_reschedule),
+        ),
+        (
+            Method::POST,
+            "/tasks/{id}/priority",
+            post(crate::views_api::task_priority),
+        ),
+        (
+            Method::POST,
+            "/tasks/{id}/delete",
+            post(crate::views_api::task_delete),
+        ),
+        (
+            Method::POST,
+            "/tasks/selected",
+            post(crate::views_api::tasks_selected),
+        ),
         (Method::GET, "/task-names", get(task_names)),
         (Method::GET, "/workers", get(workers)),
+        (Method::GET, "/scheduled", get(crate::views_api::scheduled)),
+        (Method::GET, "/retrying", get(crate::views_api::retrying)),
+        (Method::GET, "/schedules", get(crate::views_api::schedules)),
+        (Method::GET, "/audit", get(crate::views_api::audit)),
+        (Method::GET, "/unhandled", get(crate::views_api::unhandled)),
     ]
 }
 
@@ -71,7 +101,13 @@ pub(crate) fn error(status: StatusCode, code: &str, message: &str) -> Response {
 }
 
 /// The response for a failed client call.
-fn failure(e: &Error) -> Response {
+pub(crate) fn failure(e: &Error) -> Response {
+    let (status, code, message) = error_parts(e);
+    error(status, code, &message)
+}
+
+/// The status, code and message the API answers a failed client call with.
+pub(crate) fn error_parts(e: &Error) -> (StatusCode, &'static str, String) {
     let (status, code) = match e {
         Error::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
         Error::UnknownTask(_) => (StatusCode::NOT_FOUND, "unknown_task"),
@@ -85,7 +121,7 @@ fn failure(e: &Error) -> Response {
         Error::Timeout(_) => (StatusCode::GATEWAY_TIMEOUT, "timeout"),
         _ => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
     };
-    error(status, code, &e.to_string())
+    (status, code, e.to_string())
 }
 
 /// The 404 of a path the API does not serve.
@@ -97,7 +133,7 @@ pub(crate) async fn not_found() -> Response {
     )
 }
 
-fn bad_request(message: &str) -> Response {
+pub(crate) fn bad_request(message: &str) -> Response {
     error(StatusCode::BAD_REQUEST, "bad_request", message)
 }
 
@@ -148,6 +184,7 @@ async fn queues(State(st): State<AppState>) -> Response {
         "queues": queues,
         "finished_per_minute": stats.finished,
         "failed_attempts_per_minute": stats.failed,
+        "run_times": stats.run_times,
     }))
     .into_response()
 }
@@ -204,17 +241,20 @@ async fn queue_resume(
 /// A task as the API shows it: every stored field, the payload as JSON (a string when it is
 /// not JSON), and why a dead task died.
 #[derive(Serialize)]
-struct TaskJson<'a> {
+pub(crate) struct TaskJson<'a> {
     #[serde(flatten)]
     info: &'a TaskInfo,
     #[serde(skip_serializing_if = "Option::is_none")]
     payload: Option<Value>,
     payload_bytes: usize,
     dead_reason: Option<String>,
+    /// For a running task in a list: whether its worker is `alive`, `lost` or `stopped`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    worker_status: Option<&'static str>,
 }
 
 impl<'a> TaskJson<'a> {
-    fn new(info: &'a TaskInfo, with_payload: bool) -> Self {
+    pub(crate) fn new(info: &'a TaskInfo, with_payload: bool) -> Self {
         let payload = with_payload.then(|| {
             info.payload_json().unwrap_or_else(|_| {
                 Value::String(String::from_utf8_lossy(&info.payload).into_owned())
@@ -225,6 +265,7 @@ impl<'a> TaskJson<'a> {
             payload,
             payload_bytes: info.payload.len(),
             dead_reason: info.dead_reason().map(|r| r.to_string()),
+            worker_status: None,
         }
     }
 }
@@ -282,7 +323,30 @@ async fn task_list(
     } else {
         None
     };
-    let items: Vec<TaskJson<'_>> = tasks.iter().map(|t| TaskJson::new(t, false)).collect();
+    // The status of the workers holding the page's running tasks (read only when it has some).
+    let workers = if tasks.iter().any(|t| t.state == TaskState::Running) {
+        match st.client.workers().await {
+            Ok(w) => w,
+            Err(e) => return failure(&e),
+        }
+    } else {
+        Vec::new()
+    };
+    let items: Vec<TaskJson<'_>> = tasks
+        .iter()
+        .map(|t| {
+            let mut j = TaskJson::new(t, false);
+            if t.state == TaskState::Running {
+                j.worker_status = Some(
+                    workers
+                        .iter()
+                        .find(|w| Some(&w.id) == t.worker_id.as_ref())
+                        .map_or("unknown", |w| w.status.as_str()),
+                );
+            }
+            j
+        })
+        .collect();
     Json(json!({"tasks": items, "next_after": next})).into_response()
 }
 

@@ -83,6 +83,42 @@ pub(crate) fn time_us(t: &DateTime<Utc>) -> String {
     t.format("%Y-%m-%d %H:%M:%S%.6f UTC").to_string()
 }
 
+/// How long before `now` `t` was, as a muted span next to an absolute time: `12s ago`, or
+/// `in 3m 05s` for a time ahead of `now`.
+pub(crate) fn rel(t: &DateTime<Utc>, now: &DateTime<Utc>) -> String {
+    let secs = (*now - *t).num_seconds();
+    if secs >= 0 {
+        format!(r#"<span class="ago">{} ago</span>"#, age(secs))
+    } else {
+        format!(r#"<span class="ago">in {}</span>"#, age(-secs))
+    }
+}
+
+/// An absolute time (to the second) with how long ago it was: `2026-12-01 12:00:00 UTC 12s ago`.
+pub(crate) fn when(t: &DateTime<Utc>, now: &DateTime<Utc>) -> String {
+    format!("{} {}", time(t), rel(t, now))
+}
+
+/// An optional time with microseconds and its age, `—` when absent.
+pub(crate) fn opt_when(t: &Option<DateTime<Utc>>, now: &DateTime<Utc>) -> String {
+    t.as_ref()
+        .map_or_else(|| "—".into(), |t| format!("{} {}", time_us(t), rel(t, now)))
+}
+
+/// A run time: `0.8 ms`, `412 ms`, `3.20 s`, `2m 05s`.
+pub(crate) fn run_time(d: std::time::Duration) -> String {
+    let ms = d.as_secs_f64() * 1_000.0;
+    if ms < 10.0 {
+        format!("{ms:.1} ms")
+    } else if ms < 1_000.0 {
+        format!("{ms:.0} ms")
+    } else if ms < 60_000.0 {
+        format!("{:.2} s", ms / 1_000.0)
+    } else {
+        age(d.as_secs() as i64)
+    }
+}
+
 /// An optional time, `—` when absent.
 pub(crate) fn opt_time(t: &Option<DateTime<Utc>>) -> String {
     t.as_ref().map_or_else(|| "—".into(), time_us)
@@ -126,16 +162,20 @@ pre{background:#fff;border:1px solid #d0d7de;padding:8px;white-space:pre-wrap;wo
 .badge{border-radius:4px;padding:1px 6px;background:#eee}
 .paused{background:#fff3cd;color:#7a5d00}
 .lost{color:#b3261e;font-weight:600}
+.ago{color:#57606a;font-size:12px;margin-left:4px}
 .flash{background:#e6f4ea;border:1px solid #1a7f37;padding:6px 10px;margin-bottom:12px}
 .error{background:#fde7e9;border:1px solid #b3261e;padding:6px 10px;margin-bottom:12px}
 button{cursor:pointer}button.danger{color:#b3261e}
+.legend{display:flex;gap:16px;align-items:center;margin:4px 0}.legend span.bar{width:16px;margin-right:4px;vertical-align:middle}
 .bar{display:inline-block;height:10px;background:#1a7f37}.bar.dead{background:#b3261e}.bar.canceled{background:#888}.bar.failed{background:#d97706}
 dl{display:grid;grid-template-columns:max-content auto;gap:4px 16px}dt{font-weight:600}dd{margin:0}
 form.filters input,form.filters select{margin-right:8px}
 "#;
 
 /// A complete page: `title` and `body` (already escaped HTML), with the navigation.
-/// `refresh` adds a `<meta http-equiv="refresh">` (no script).
+/// `refresh` adds a `<meta http-equiv="refresh">` (no script) and leaves out the header's
+/// task-id field, so that a reload never wipes something being typed: a page that refreshes
+/// has no field at all (only one-button forms), its forms are on pages of their own.
 pub(crate) fn page(ctx: &Ctx, title: &str, body: &str, refresh: Option<u64>) -> String {
     let root = esc(&ctx.root);
     let home = esc(&ctx.home);
@@ -152,12 +192,15 @@ pub(crate) fn page(ctx: &Ctx, title: &str, body: &str, refresh: Option<u64>) -> 
     );
     let _ = write!(
         h,
-        r#"<a href="{home}">taskq</a><a href="{root}tasks">Tasks</a><a href="{root}tasks?state=dead">Dead</a><a href="{root}tasks?state=running">Running</a>"#
+        r#"<a href="{home}">taskq</a><a href="{root}tasks">Tasks</a><a href="{root}tasks?state=running">Running</a><a href="{root}scheduled">Scheduled</a><a href="{root}retrying">Retrying</a><a href="{root}tasks?state=dead">Dead</a><a href="{root}schedules">Schedules</a><a href="{root}unhandled">Unhandled</a><a href="{root}audit">Audit</a>"#
     );
-    let _ = write!(
-        h,
-        r#"<form method="get" action="{root}tasks"><input name="id" placeholder="task id" size="10" aria-label="task id"> <button type="submit">Go</button></form>"#
-    );
+    // A page that reloads itself carries no field to type into: the reload would wipe it.
+    if refresh.is_none() {
+        let _ = write!(
+            h,
+            r#"<form method="get" action="{root}tasks"><input name="id" placeholder="task id" size="10" aria-label="task id"> <button type="submit">Go</button></form>"#
+        );
+    }
     if ctx.read_only {
         h.push_str(r#"<span class="badge paused">read-only</span>"#);
     }

@@ -37,11 +37,14 @@
 //!
 //! See `docs/dashboard.md` in the repository for the full guide.
 
+mod actions;
 mod api;
 mod auth;
 mod html;
 mod pages;
 mod stats;
+mod views;
+mod views_api;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use taskq::client::{
-    AttemptsPerMinute, FinishedPerMinute, PendingNameCount, QueueStateCount, RateLimit,
+    AttemptsPerMinute, FinishedPerMinute, PendingNameCount, QueueStateCount, RateLimit, RunTimes,
 };
 use taskq::{Error, TaskState};
 
@@ -56,6 +56,8 @@ pub(crate) struct QueueStats {
     pub terminal_at: DateTime<Utc>,
     pub finished: Vec<FinishedPerMinute>,
     pub failed: Vec<AttemptsPerMinute>,
+    /// Run-time percentiles per task name over the same minutes.
+    pub run_times: Vec<RunTimes>,
 }
 
 pub(crate) fn state_index(s: TaskState) -> usize {
@@ -68,13 +70,14 @@ pub(crate) fn state_index(s: TaskState) -> usize {
 pub(crate) async fn load(st: &AppState) -> Result<QueueStats, Error> {
     let c = &st.client;
     let minutes = st.throughput_minutes;
-    let (active, controls, now, finished, failed, terminal) = tokio::try_join!(
+    let (active, controls, now, finished, failed, terminal, run_times) = tokio::try_join!(
         c.stats_active(),
         c.queues(),
         c.db_now(),
         c.finished_per_minute(minutes),
         c.failed_attempts_per_minute(minutes),
-        terminal(st)
+        terminal(st),
+        c.run_times(minutes)
     )?;
     let mut queues: BTreeMap<String, QueueRow> = BTreeMap::new();
     for s in active.iter().chain(terminal.rows.iter()) {
@@ -97,6 +100,7 @@ pub(crate) async fn load(st: &AppState) -> Result<QueueStats, Error> {
         terminal_at: terminal.at,
         finished,
         failed,
+        run_times,
     })
 }
 

@@ -24,6 +24,7 @@ use support::browser::Browser;
 use support::rows::{Row, insert_row, state_of_row};
 use support::{TOKEN, serve, serve_with};
 use taskq::TaskError;
+use taskq_tests::backends::{Db, TestBackend};
 use taskq_tests::{RunningWorker, fast_worker, wait_until};
 
 /// Whether the (pretend) payment gateway declines charges.
@@ -139,7 +140,7 @@ async fn an_operator_retries_a_dead_task_and_pauses_its_queue_in_chromium() {
         .await;
     b.wait_path("/ops/taskq/tasks").await;
     let rows = b
-        .eval("return [...document.querySelectorAll('#tasks tr')].slice(1).map(r => r.cells[0].innerText + ' ' + r.cells[2].innerText + ' ' + r.cells[3].innerText)")
+        .eval("return [...document.querySelectorAll('#tasks tr')].slice(1).map(r => r.cells[1].innerText + ' ' + r.cells[3].innerText + ' ' + r.cells[4].innerText)")
         .await;
     assert_eq!(rows, serde_json::json!([format!("{id} charge_card dead")]));
     b.screenshot("tasks-dead.png").await;
@@ -297,6 +298,330 @@ async fn an_operator_retries_a_dead_task_and_pauses_its_queue_in_chromium() {
 
     b.quit().await;
     worker.stop().await;
+}
+
+/// A task name no worker registers (the unhandled view).
+#[taskq::task(queue = "exports")]
+async fn legacy_export(batch: u64) -> Result<(), TaskError> {
+    let _ = batch;
+    Ok(())
+}
+
+/// Sets columns of task `id` (`sets`: SQL assignments, in the backend's dialect).
+async fn set_row<B: TestBackend>(db: &Db<B>, id: u64, sets: &str) {
+    assert_eq!(
+        db.exec(&format!("UPDATE taskq_tasks SET {sets} WHERE id = {id}"))
+            .await,
+        1
+    );
+}
+
+/// The operator's views and the task actions, in a signed-in browser, on each backend: a
+/// worker killed without a goodbye shows lost (and its running task says so), the scheduled,
+/// retrying, schedules, unhandled and audit views list what the database holds, the overview
+/// shows run times and a legend, and priority, run now, reschedule, select-many cancel and
+/// delete work from their forms, each checked in the database and the audit trail. The MySQL
+/// run takes the screenshots.
+async fn operator_views_and_task_actions<B: TestBackend>(test: &str, screenshots: bool) {
+    let Some(b) = Browser::start(test).await else {
+        return;
+    };
+    let Some(db) = B::create().await else {
+        return;
+    };
+    let dashboard = taskq_web::Dashboard::builder(db.pool.clone())
+        .bearer_token(TOKEN)
+        .refresh_interval(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let app = axum::Router::new().nest("/ops/taskq", dashboard.router());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move {
+        axum::serve(listener, app).await.unwrap();
+    });
+    let url = |path: &str| format!("http://{addr}/ops/taskq{path}");
+    let shot = |name: &'static str| {
+        let b = &b;
+        async move {
+            if screenshots {
+                b.screenshot(name).await;
+            }
+        }
+    };
+    let s = Duration::from_secs;
+    // A worker of `billing` killed 25 s ago (heartbeat 10 s, lease 30 s), holding a charge.
+    db.exec(&format!(
+        "INSERT INTO taskq_workers (worker_id, host, pid, queues, concurrency, lease_us,
+           heartbeat_us, names, started_at, last_seen_at)
+         VALUES ('billing-7f3a', 'app-2', 4711, '{{\"billing\":4}}', 4, 30000000, 10000000,
+                 '[\"charge_card\"]', {}, {})",
+        db.ago(s(3600)),
+        db.ago(s(25))
+    ))
+    .await;
+    let held = ChargeCard {
+        order: 2001,
+        cents: 4200,
+    }
+    .enqueue(&db.pool)
+    .await
+    .unwrap()
+    .id
+    .0;
+    set_row(&db, held, &format!(
+        "state = 'running', attempt = 1, lease_epoch = 1, worker_id = 'billing-7f3a', attempted_at = {}, lease_until = {}",
+        db.ago(s(40)),
+        db.from_now(s(5))
+    ))
+    .await;
+    // Receipts: three that ran 120, 180 and 950 ms (the run times), one due in 2 h, one
+    // charge waiting for its second attempt.
+    for (order, ms) in [(3001u64, 120u64), (3002, 180), (3003, 950)] {
+        let id = SendReceipt { order }.enqueue(&db.pool).await.unwrap().id.0;
+        set_row(&db, id, &format!(
+            "state = 'succeeded', attempt = 1, lease_epoch = 1, attempted_at = {}, finished_at = {}",
+            db.ago(Duration::from_millis(30_000 + ms)),
+            db.ago(s(30))
+        ))
+        .await;
+    }
+    let scheduled = SendReceipt { order: 3004 }
+        .enqueue(&db.pool)
+        .await
+        .unwrap()
+        .id
+        .0;
+    set_row(
+        &db,
+        scheduled,
+        &format!("run_at = {}", db.from_now(s(7200))),
+    )
+    .await;
+    let retrying = ChargeCard {
+        order: 2002,
+        cents: 990,
+    }
+    .enqueue(&db.pool)
+    .await
+    .unwrap()
+    .id
+    .0;
+    set_row(&db, retrying, &format!(
+        "attempt = 1, max_attempts = 5, run_at = {}, last_error = 'card issuer timed out after 10 s'",
+        db.from_now(s(300))
+    ))
+    .await;
+    // A task name no worker registers, due for 10 minutes; two more receipts to select.
+    let legacy = LegacyExport { batch: 7 }
+        .enqueue(&db.pool)
+        .await
+        .unwrap()
+        .id
+        .0;
+    set_row(&db, legacy, &format!("run_at = {}", db.ago(s(600)))).await;
+    let mut picked = vec![];
+    for order in [3005, 3006] {
+        picked.push(SendReceipt { order }.enqueue(&db.pool).await.unwrap().id.0);
+    }
+    db.exec(&format!(
+        "INSERT INTO taskq_schedules (name, task_name, queue, expression, timezone, missed_ticks,
+           watermark, last_tick, last_worker_id, next_tick, declared_at, created_at, updated_at)
+         VALUES ('nightly_report', 'nightly_report', 'reports', '0 0 3 * * *', 'Europe/Paris',
+                 'latest', {now}, {last}, 'reports-1', {next}, {now}, {now}, {now})",
+        now = db.now(),
+        last = db.ago(s(3 * 3600)),
+        next = db.from_now(s(21 * 3600)),
+    ))
+    .await;
+
+    b.open(&url("")).await;
+    b.type_into("input[name=token]", TOKEN).await;
+    b.click("main form button[type=submit]").await;
+    b.wait_path("/ops/taskq").await;
+
+    // Overview: the lost worker, the run times, the legend, no field to type into.
+    let worker = b.text_of(r#"tr[data-worker="billing-7f3a"]"#).await;
+    assert!(
+        worker.contains("lost") && (25..=40).any(|n| worker.contains(&format!("{n}s ago"))),
+        "{worker}"
+    );
+    let receipts = b
+        .text_of(r#"#run-times tr[data-name="send_receipt"]"#)
+        .await;
+    assert!(
+        receipts.contains("180 ms") && receipts.contains("950 ms"),
+        "p50, p95: {receipts}"
+    );
+    assert!(b.text_of("#legend").await.contains("failed attempts"));
+    assert_eq!(
+        b.eval(
+            "return [...document.querySelectorAll('input')].filter(i => i.type !== 'hidden').length"
+        )
+        .await,
+        0,
+        "the refreshing overview has no field to type into"
+    );
+    shot("overview-operator.png").await;
+
+    // The running task of the lost worker says so.
+    b.open(&url("/tasks?state=running")).await;
+    assert!(b.text_of("#tasks").await.contains("running worker lost"));
+    shot("tasks-worker-lost.png").await;
+
+    // Each view from the header.
+    for (view, table, expect, name) in [
+        (
+            "scheduled",
+            "#scheduled",
+            scheduled.to_string(),
+            "scheduled.png",
+        ),
+        (
+            "retrying",
+            "#retrying",
+            "card issuer timed out".to_owned(),
+            "retrying.png",
+        ),
+        (
+            "schedules",
+            "#schedules",
+            "0 0 3 * * *".to_owned(),
+            "schedules.png",
+        ),
+        (
+            "unhandled",
+            "#unhandled",
+            "legacy_export".to_owned(),
+            "unhandled.png",
+        ),
+    ] {
+        b.click(&format!("header a[href$=\"{view}\"]")).await;
+        b.wait_path(&format!("/ops/taskq/{view}")).await;
+        let text = b.text_of(table).await;
+        assert!(text.contains(&expect), "{view}: {text}");
+        shot(name).await;
+    }
+    b.open(&url("/schedules")).await;
+    let schedule = b.text_of(r#"tr[data-schedule="nightly_report"]"#).await;
+    assert!(
+        schedule.contains("Europe/Paris") && schedule.contains("3h 00m ago"),
+        "{schedule}"
+    );
+
+    // Task actions on the scheduled receipt: priority, run now, reschedule.
+    b.open(&url(&format!("/tasks/{scheduled}"))).await;
+    shot("task-actions.png").await;
+    b.eval("document.querySelector('#priority input[name=priority]').value = '-5'; return null")
+        .await;
+    b.click("#priority button").await;
+    assert!(b.text().await.contains("Priority changed."));
+    b.click(&format!(
+        "form[action$=\"tasks/{scheduled}/run-now\"] button"
+    ))
+    .await;
+    assert!(b.text().await.contains("Due now"));
+    let t = db.client().get(taskq::TaskId(scheduled)).await.unwrap();
+    assert!(t.run_at <= db.server_now().await, "due now");
+    b.type_into("#reschedule input[name=when]", "2031-01-02 03:04")
+        .await;
+    b.click("#reschedule button").await;
+    assert!(b.text().await.contains("Rescheduled."));
+    let t = db.client().get(taskq::TaskId(scheduled)).await.unwrap();
+    assert_eq!(
+        (t.priority, t.run_at.to_rfc3339()),
+        (-5, "2031-01-02T03:04:00+00:00".to_owned())
+    );
+
+    // Check two pending receipts on the list and cancel them.
+    b.open(&url("/tasks?state=pending&name=send_receipt")).await;
+    for id in &picked {
+        b.eval(&format!(
+            "document.querySelector('#tasks input[name=id][value=\"{id}\"]').checked = true; return null"
+        ))
+        .await;
+    }
+    shot("tasks-selected.png").await;
+    b.click(r#"#select-many button[value="cancel"]"#).await;
+    assert_eq!(
+        b.eval("return document.getElementById('selected-done').dataset.ok")
+            .await,
+        "2"
+    );
+    for id in &picked {
+        assert_eq!(
+            db.count(&format!("id = {id} AND state = 'canceled'")).await,
+            1
+        );
+    }
+    shot("selected-done.png").await;
+
+    // Delete one of them from its page.
+    b.open(&url(&format!("/tasks/{}", picked[0]))).await;
+    b.click(&format!(
+        "form[action$=\"tasks/{}/delete\"] button",
+        picked[0]
+    ))
+    .await;
+    assert!(
+        b.text()
+            .await
+            .contains(&format!("Deleted task {}.", picked[0]))
+    );
+    assert_eq!(db.count(&format!("id = {}", picked[0])).await, 0);
+
+    // The audit trail: every action, by the session, in the database and on the page.
+    b.click(r#"header a[href$="audit"]"#).await;
+    b.wait_path("/ops/taskq/audit").await;
+    let mut audit = db
+        .client()
+        .audit(&taskq::client::AuditFilter::default())
+        .await
+        .unwrap();
+    audit.reverse();
+    let actions: Vec<(&str, &str)> = audit
+        .iter()
+        .map(|e| (e.actor.as_str(), e.action.as_str()))
+        .collect();
+    let by = "web:session";
+    assert_eq!(
+        actions,
+        [
+            (by, "priority"),
+            (by, "run_now"),
+            (by, "reschedule"),
+            (by, "cancel"),
+            (by, "cancel"),
+            (by, "delete")
+        ]
+    );
+    let page = b.text_of("#audit").await;
+    assert!(
+        page.contains("run_now") && page.contains("delete") && page.contains(by),
+        "{page}"
+    );
+    shot("audit.png").await;
+
+    b.quit().await;
+    server.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_operator_views_and_task_actions_in_chromium_on_mysql() {
+    operator_views_and_task_actions::<sqlx::MySql>(
+        "the_operator_views_and_task_actions_in_chromium_on_mysql",
+        true,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_operator_views_and_task_actions_in_chromium_on_sqlite() {
+    operator_views_and_task_actions::<sqlx::Sqlite>(
+        "the_operator_views_and_task_actions_in_chromium_on_sqlite",
+        false,
+    )
+    .await;
 }
 
 /// What the stored values try to do; none of it may happen.

@@ -825,19 +825,28 @@ async fn the_openapi_document_lists_exactly_the_served_routes() {
     assert_eq!(documented, served);
     // And each documented route is served (not the router's 404/405): handlers answer JSON.
     let pending = insert(&a.db, "q", "t", "{}", "pending").await;
+    // Delete gets a task of its own (the routes after it act on `pending`).
+    let doomed = insert(&a.db, "q", "t", "{}", "pending").await;
     for (method, path) in &documented {
+        let id = if path == "/tasks/{id}/delete" {
+            doomed
+        } else {
+            pending
+        };
+        let body = match path.as_str() {
+            "/tasks/{id}/priority" => json!({"priority": 1}),
+            "/tasks/{id}/reschedule" => json!({"delay_ms": 1000}),
+            "/tasks/selected" => json!({"action": "run_now", "ids": [pending]}),
+            _ => json!({"name": "web_send_mail", "payload": {"to": "x", "count": 1}}),
+        };
         let path = path
-            .replace("{id}", &pending.to_string())
+            .replace("{id}", &id.to_string())
             .replace("{queue}", "q");
         let url = format!("/api/v1{path}");
         let r = if method == "get" {
             a.get(&url).await
         } else {
-            a.api_post(
-                &url,
-                json!({"name": "web_send_mail", "payload": {"to": "x", "count": 1}}),
-            )
-            .await
+            a.api_post(&url, body).await
         };
         assert!(
             r.headers

@@ -117,7 +117,29 @@ async fn lost_workers_and_unhandled_tasks_show_on_the_dashboard_and_api<B: TestB
         "{page}"
     );
 
+    // The task list marks the running task of the lost worker, in the page and the API.
+    let list = get("/tasks?state=running".into()).await.body;
+    assert!(
+        list.contains(r#"running <span class="lost worker-lost">worker lost</span>"#),
+        "{list}"
+    );
+    let listed = get("/api/v1/tasks?state=running".into()).await.json();
+    assert_eq!(listed["tasks"][0]["worker_status"], "lost", "{listed}");
+    assert!(
+        !get("/tasks?state=pending".into())
+            .await
+            .body
+            .contains("worker lost")
+    );
+    // The last beat: absolute, then relative.
+    assert!(
+        lost.contains(" UTC <span class=\"ago\">25s ago</span>")
+            || lost.contains(" UTC <span class=\"ago\">26s ago</span>"),
+        "{lost}"
+    );
+
     let api = get("/api/v1/workers".into()).await.json();
+    assert_eq!(api["workers"][0]["lost_after_ms"], 20_000, "{api}");
     let statuses: Vec<(&str, &str, u64)> = api["workers"]
         .as_array()
         .unwrap()

@@ -188,8 +188,9 @@ pub struct AuditEntry {
     pub at: DateTime<Utc>,
     /// Who: the client's actor ([`Client::with_actor`](crate::Client::with_actor)).
     pub actor: String,
-    /// What: `cancel`, `cancel_requested`, `retry`, `reschedule`, `priority`, `pause`,
-    /// `resume`, `bulk_cancel`, `bulk_retry`, `purge`, `schedule_delete`, or what
+    /// What: `cancel`, `cancel_requested`, `retry`, `reschedule`, `run_now`, `priority`,
+    /// `delete`, `pause`, `resume`, `limit`, `rate_limit`, `bulk_cancel`, `bulk_retry`, `purge`,
+    /// `schedule_delete`, or what
     /// [`Client::record_audit`](crate::Client::record_audit) was given (e.g. `create`).
     pub action: String,
     /// The task acted on, if one.

@@ -97,11 +97,15 @@ pub struct WorkerInfo {
     /// database clock, when the list was read.
     #[serde(rename = "last_seen_ago_ms", serialize_with = "duration_ms")]
     pub last_seen_ago: std::time::Duration,
-    /// Not stopped, and seen within two of its heartbeat intervals (and within 1 s at least),
-    /// on the database clock: [`WorkerStatus::Alive`].
+    /// Not stopped, and seen within [`lost_after`](Self::lost_after), on the database clock:
+    /// [`WorkerStatus::Alive`].
     pub alive: bool,
-    /// Alive, lost (not stopped and not seen within two heartbeat intervals: it crashed, was
-    /// killed, hangs, or cannot reach the database) or stopped.
+    /// How long after its last beat it counts as lost: two of its heartbeat intervals, at most
+    /// its lease, at least 1 s (`taskq_driver::rules::worker_lost_after_us`).
+    #[serde(rename = "lost_after_ms", serialize_with = "duration_ms")]
+    pub lost_after: std::time::Duration,
+    /// Alive, lost (not stopped and not seen within [`lost_after`](Self::lost_after): it
+    /// crashed, was killed, hangs, or cannot reach the database) or stopped.
     pub status: WorkerStatus,
     /// The task names it registers (`None`: recorded by a worker of an earlier version, taken
     /// as registering every name).
@@ -112,7 +116,11 @@ pub struct WorkerInfo {
 
 impl WorkerInfo {
     pub(crate) fn from_row(r: crate::backend::WorkerListRow) -> Self {
-        let status = if r.alive {
+        let alive = r.alive();
+        let lost_after = std::time::Duration::from_micros(
+            taskq_driver::rules::worker_lost_after_us(r.heartbeat_us, r.lease_us),
+        );
+        let status = if alive {
             WorkerStatus::Alive
         } else if r.stopped_at.is_some() {
             WorkerStatus::Stopped
@@ -132,7 +140,8 @@ impl WorkerInfo {
             last_seen_at: r.last_seen_at,
             stopped_at: r.stopped_at,
             last_seen_ago: std::time::Duration::from_micros(r.seen_ago_us.max(0) as u64),
-            alive: r.alive,
+            alive,
+            lost_after,
             status,
             running: r.running.max(0) as u64,
         }
@@ -153,9 +162,10 @@ impl WorkerInfo {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum WorkerStatus {
-    /// Not stopped, and seen within two heartbeat intervals.
+    /// Not stopped, and seen within two heartbeat intervals (at most its lease, at least 1 s).
     Alive,
-    /// Not stopped, and not seen within two heartbeat intervals: crashed, killed, hung, or cut
+    /// Not stopped, and not seen for two heartbeat intervals (at most its lease, at least 1 s):
+    /// crashed, killed, hung, or cut
     /// off from the database. Its running tasks stay claimed until their leases expire; then
     /// the reaper returns them to pending.
     Lost,
@@ -230,9 +240,97 @@ pub struct QueueInfo {
     pub running: u64,
 }
 
+/// Run-time percentiles of one task name (see [`Client::run_times`](crate::Client::run_times)).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RunTimes {
+    /// Task name.
+    pub name: String,
+    /// Successes read for it.
+    pub count: u64,
+    /// Median run time (nearest rank).
+    #[serde(rename = "p50_ms", serialize_with = "duration_ms_f64")]
+    pub p50: std::time::Duration,
+    /// 95th percentile run time (nearest rank).
+    #[serde(rename = "p95_ms", serialize_with = "duration_ms_f64")]
+    pub p95: std::time::Duration,
+    /// Longest run time.
+    #[serde(rename = "max_ms", serialize_with = "duration_ms_f64")]
+    pub max: std::time::Duration,
+}
+
+/// The nearest-rank `p`-th percentile (0 < p <= 100) of `sorted` (ascending, not empty): the
+/// smallest value with at least `p` % of the values at or below it.
+pub(crate) fn percentile(sorted: &[i64], p: u32) -> i64 {
+    let n = sorted.len();
+    let rank = (n * p as usize).div_ceil(100).clamp(1, n);
+    sorted[rank - 1]
+}
+
+/// Percentiles per name of `(name, run µs)` rows, by name. Negative run times (a clock step
+/// between start and end) count as zero.
+pub(crate) fn run_times(rows: Vec<(String, i64)>) -> Vec<RunTimes> {
+    let mut by_name: std::collections::BTreeMap<String, Vec<i64>> = Default::default();
+    for (name, us) in rows {
+        by_name.entry(name).or_default().push(us.max(0));
+    }
+    let us = |v: i64| std::time::Duration::from_micros(v as u64);
+    by_name
+        .into_iter()
+        .map(|(name, mut v)| {
+            v.sort_unstable();
+            RunTimes {
+                name,
+                count: v.len() as u64,
+                p50: us(percentile(&v, 50)),
+                p95: us(percentile(&v, 95)),
+                max: us(v[v.len() - 1]),
+            }
+        })
+        .collect()
+}
+
+fn duration_ms_f64<S: serde::Serializer>(
+    d: &std::time::Duration,
+    s: S,
+) -> std::result::Result<S::Ok, S::Error> {
+    s.serialize_f64((d.as_micros() as f64) / 1_000.0)
+}
+
 fn duration_ms<S: serde::Serializer>(
     d: &std::time::Duration,
     s: S,
 ) -> std::result::Result<S::Ok, S::Error> {
     s.serialize_u64(d.as_millis() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_are_nearest_rank_per_name() {
+        let v: Vec<i64> = (1..=100).collect();
+        assert_eq!((percentile(&v, 50), percentile(&v, 95)), (50, 95));
+        assert_eq!((percentile(&[7], 50), percentile(&[7], 95)), (7, 7));
+        assert_eq!(percentile(&[1, 2], 50), 1);
+        assert_eq!(percentile(&[1, 2, 3], 95), 3);
+        let rows = vec![
+            ("b".to_owned(), 3_000),
+            ("a".to_owned(), 2_000),
+            ("b".to_owned(), -5),
+            ("b".to_owned(), 1_000),
+        ];
+        let r = run_times(rows);
+        let ms = std::time::Duration::from_millis;
+        assert_eq!(r[0].name, "a");
+        assert_eq!((r[0].count, r[0].p50, r[0].p95), (1, ms(2), ms(2)));
+        assert_eq!(
+            (r[1].count, r[1].p50, r[1].p95, r[1].max),
+            (3, ms(1), ms(3), ms(3))
+        );
+        assert_eq!(
+            serde_json::to_value(&r[1]).unwrap()["p50_ms"],
+            serde_json::json!(1.0)
+        );
+    }
 }

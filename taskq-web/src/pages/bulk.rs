@@ -94,6 +94,9 @@ pub(super) async fn bulk_confirm(
     if ctx.read_only {
         return error_page(&ctx, StatusCode::FORBIDDEN, "the dashboard is read-only");
     }
+    if nonblank(&form.action).is_none() {
+        return bulk_form(&ctx);
+    }
     let action = match form.parse() {
         Ok(a) => a,
         Err(e) => return error_page(&ctx, StatusCode::BAD_REQUEST, &e),
@@ -149,6 +152,19 @@ pub(super) async fn bulk_confirm(
     }
     let _ = write!(b, r#"<p><a href="{}">Back</a></p>"#, esc(&ctx.home));
     respond(StatusCode::OK, page(&ctx, "Confirm", &b, None))
+}
+
+/// The bulk form (moved off the overview, which reloads itself).
+fn bulk_form(ctx: &Ctx) -> Response {
+    let b = format!(
+        r#"<h1>Bulk actions</h1><p>Each shows how many tasks match and asks for confirmation first.</p>
+<form method="get" action="{}bulk" class="filters" id="bulk-form">
+<select name="action" aria-label="action"><option value="retry">Retry dead tasks</option><option value="cancel">Cancel pending/running tasks</option><option value="purge">Purge dead tasks (all queues)</option></select>
+<input name="queue" placeholder="queue (any)" aria-label="queue"><input name="name" placeholder="task name (any)" aria-label="task name"><input name="older_than" placeholder="older than (e.g. 1h)" aria-label="older than">
+<button type="submit">Review…</button></form>"#,
+        esc(&ctx.root)
+    );
+    respond(StatusCode::OK, page(ctx, "Bulk actions", &b, None))
 }
 
 pub(super) async fn bulk_run(

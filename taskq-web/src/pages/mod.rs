@@ -1,12 +1,14 @@
 //! The HTML pages and their form actions: the routes and the helpers the pages share
 //! (redirects, failure pages, form values); one module per page or page family.
 
+mod actions;
 mod bulk;
 mod login;
 mod overview;
 mod queues;
 mod task;
 mod task_list;
+mod views;
 
 use std::time::Duration;
 
@@ -38,9 +40,19 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/tasks/{id}", get(task_page))
         .route("/tasks/{id}/retry", post(task_retry))
         .route("/tasks/{id}/cancel", post(task_cancel))
+        .route("/tasks/{id}/run-now", post(actions::task_run_now))
+        .route("/tasks/{id}/reschedule", post(actions::task_reschedule))
+        .route("/tasks/{id}/priority", post(actions::task_priority))
+        .route("/tasks/{id}/delete", post(actions::task_delete))
+        .route("/tasks/selected", post(actions::tasks_selected))
         .route("/queues/pause", post(queue_pause))
         .route("/queues/resume", post(queue_resume))
         .route("/bulk", get(bulk_confirm).post(bulk_run))
+        .route("/scheduled", get(views::scheduled))
+        .route("/retrying", get(views::retrying))
+        .route("/schedules", get(views::schedules))
+        .route("/audit", get(views::audit))
+        .route("/unhandled", get(views::unhandled))
         .route("/login", get(login_get).post(login_post))
         .route("/logout", post(logout))
 }
@@ -110,6 +122,38 @@ fn worker_status_cell(w: &WorkerInfo) -> String {
     match w.status {
         WorkerStatus::Lost => r#"<span class="lost">lost</span>"#.to_owned(),
         s => s.as_str().to_owned(),
+    }
+}
+
+/// The ids of the lost workers that hold running tasks among `tasks` (no read when none is
+/// running).
+pub(crate) async fn lost_workers(
+    st: &AppState,
+    tasks: &[taskq::client::TaskInfo],
+) -> Result<std::collections::BTreeSet<String>, Error> {
+    if !tasks.iter().any(|t| t.state == TaskState::Running) {
+        return Ok(Default::default());
+    }
+    Ok(st
+        .client
+        .workers()
+        .await?
+        .into_iter()
+        .filter(|w| w.status == WorkerStatus::Lost)
+        .map(|w| w.id)
+        .collect())
+}
+
+/// ` worker lost` (highlighted) after the state of a running task whose worker is lost.
+pub(crate) fn lost_mark(
+    t: &taskq::client::TaskInfo,
+    lost: &std::collections::BTreeSet<String>,
+) -> &'static str {
+    match &t.worker_id {
+        Some(w) if t.state == TaskState::Running && lost.contains(w) => {
+            r#" <span class="lost worker-lost">worker lost</span>"#
+        }
+        _ => "",
     }
 }
 

@@ -14,7 +14,7 @@ use taskq::client::WorkerStatus;
 use super::{failure, nonblank, worker_status_cell};
 use crate::AppState;
 use crate::auth::Ctx;
-use crate::html::{age, button, esc, page, respond, time, time_us, url};
+use crate::html::{age, button, esc, page, rel, respond, run_time, time, url, when};
 
 #[derive(Deserialize, Default)]
 pub(super) struct OverviewQuery {
@@ -110,8 +110,9 @@ pub(super) async fn overview(
             Some(at) => {
                 let _ = write!(
                     b,
-                    r#"<td><span class="badge paused">paused</span> since {}</td>"#,
-                    time(&at)
+                    r#"<td><span class="badge paused">paused</span> since {} {}</td>"#,
+                    time(&at),
+                    rel(&at, &now)
                 );
             }
             None => b.push_str("<td>active</td>"),
@@ -142,7 +143,7 @@ pub(super) async fn overview(
     let _ = write!(
         b,
         r#"<p id="counts-note">Pending and running: exact, now. Succeeded, dead, canceled and expired: exact as of {} (recounted at most every {} s; tasks deleted by retention are not counted).</p>"#,
-        time(&stats.terminal_at),
+        when(&stats.terminal_at, &now),
         st.terminal_max_age.as_secs()
     );
 
@@ -178,7 +179,7 @@ pub(super) async fn overview(
     for s in finished {
         let _ = write!(b, "<th>{s}</th>");
     }
-    b.push_str("<th>failed attempts</th><th>lease lost</th><th></th></tr>");
+    b.push_str(r#"<th>failed attempts</th><th>lease lost</th><th>bars</th></tr>"#);
     for (ago, counts) in grid.iter().enumerate() {
         let label = if ago == 0 {
             "last 60 s".to_owned()
@@ -210,13 +211,40 @@ pub(super) async fn overview(
         );
     }
     b.push_str("</table>");
+    b.push_str(r#"<p class="legend" id="legend">Bars, scaled to the busiest cell: <span><span class="bar"></span>succeeded</span><span><span class="bar dead"></span>dead</span><span><span class="bar canceled"></span>canceled</span><span><span class="bar failed"></span>failed attempts</span> (expired and lease lost: their columns only)</p>"#);
+
+    // Run times.
+    let _ = write!(
+        b,
+        r#"<h2>Run time per task name</h2><p>Tasks that succeeded in the last {minutes} minutes: the run time of their last attempt (<code>finished_at</code> − <code>attempted_at</code>, database clock), nearest-rank percentiles over the newest {} successes of the window.</p>"#,
+        taskq::Client::RUN_TIMES_SAMPLE
+    );
+    if stats.run_times.is_empty() {
+        b.push_str(r#"<p id="run-times-none">No task succeeded in the window.</p>"#);
+    } else {
+        b.push_str(r#"<table id="run-times"><tr><th>Task</th><th>Runs</th><th>p50</th><th>p95</th><th>Longest</th></tr>"#);
+        for r in &stats.run_times {
+            let _ = write!(
+                b,
+                r#"<tr data-name="{}"><td><a href="{root}tasks?name={}&amp;state=succeeded">{}</a></td><td class="n">{}</td><td class="n">{}</td><td class="n">{}</td><td class="n">{}</td></tr>"#,
+                esc(&r.name),
+                url(&r.name),
+                esc(&r.name),
+                r.count,
+                run_time(r.p50),
+                run_time(r.p95),
+                run_time(r.max)
+            );
+        }
+        b.push_str("</table>");
+    }
 
     // Due tasks no live worker handles.
     if !unhandled.rows.is_empty() {
         let _ = write!(
             b,
-            r#"<h2>Tasks no live worker handles</h2><p class="error">No alive worker works these queues and registers these task names, so their due tasks stay pending. Run a worker that registers them, or cancel them. (Counted at {}.)</p><table id="unhandled"><tr><th>Queue</th><th>Task</th><th>Due</th><th>Due for</th></tr>"#,
-            time(&unhandled.at)
+            r#"<h2>Tasks no live worker handles</h2><p class="error">No alive worker works these queues and registers these task names, so their due tasks stay pending. Run a worker that registers them, or cancel them. (Counted at {}; <a href="{root}unhandled">details</a>.)</p><table id="unhandled"><tr><th>Queue</th><th>Task</th><th>Due</th><th>Due for</th></tr>"#,
+            when(&unhandled.at, &now)
         );
         for p in &unhandled.rows {
             let _ = write!(
@@ -248,31 +276,29 @@ pub(super) async fn overview(
             let status = worker_status_cell(w);
             let _ = write!(
                 b,
-                r#"<tr data-worker="{}"><td>{}</td><td>{}</td><td class="n">{}</td><td>{}</td><td class="n">{}</td><td>{status}</td><td title="{}">{} ago</td></tr>"#,
+                r#"<tr data-worker="{}"><td>{}</td><td>{}</td><td class="n">{}</td><td>{}</td><td class="n">{}</td><td>{status}</td><td>{} <span class="ago">{} ago</span></td></tr>"#,
                 esc(&w.id),
                 esc(&w.id),
                 esc(&w.host),
                 w.pid,
                 queues.join(", "),
                 w.running,
-                time_us(&w.last_seen_at),
+                time(&w.last_seen_at),
                 age(w.last_seen_ago.as_secs() as i64)
             );
         }
         b.push_str("</table>");
         if workers.iter().any(|w| w.status == WorkerStatus::Lost) {
-            b.push_str("<p>Lost: no heartbeat for two of its heartbeat intervals, and no goodbye (crashed, killed, hung or cut off from the database). Its running tasks stay claimed until their leases end, then return to pending.</p>");
+            b.push_str("<p>Lost: no heartbeat for two of its heartbeat intervals (at most its lease, at least 1 s), and no goodbye (crashed, killed, hung or cut off from the database). Its running tasks stay claimed until their leases end, then return to pending; the task list and the task pages mark them <span class=\"lost\">worker lost</span>.</p>");
         }
     }
 
+    // The bulk form is on its own page: this one reloads itself, which would wipe a form
+    // being filled in.
     if !ctx.read_only {
         let _ = write!(
             b,
-            r#"<h2>Bulk actions</h2><p>Each shows how many tasks match and asks for confirmation first.</p>
-<form method="get" action="{root}bulk" class="filters">
-<select name="action" aria-label="action"><option value="retry">Retry dead tasks</option><option value="cancel">Cancel pending/running tasks</option><option value="purge">Purge dead tasks (all queues)</option></select>
-<input name="queue" placeholder="queue (any)" aria-label="queue"><input name="name" placeholder="task name (any)" aria-label="task name"><input name="older_than" placeholder="older than (e.g. 1h)" aria-label="older than">
-<button type="submit">Review…</button></form>"#
+            r#"<h2>Bulk actions</h2><p><a href="{root}bulk" id="bulk-link">Retry, cancel or purge by filter…</a> (each shows how many tasks match and asks for confirmation first)</p>"#
         );
     }
     respond(StatusCode::OK, page(&ctx, "Overview", &b, refresh))

@@ -13,7 +13,7 @@ use taskq::{TaskId, TaskState};
 use super::{failure, see_task_with_flash, state_class, worker_status_cell};
 use crate::AppState;
 use crate::auth::{Ctx, FLASH_MARK};
-use crate::html::{age, button, esc, opt_time, page, respond, time_us, url};
+use crate::html::{age, button, esc, opt_time, opt_when, page, respond, time_us, url};
 
 /// The payload as pretty JSON, or as (lossy) text when it is not JSON.
 fn pretty_payload(t: &TaskInfo) -> String {
@@ -28,8 +28,8 @@ pub(super) async fn task_page(
     Extension(ctx): Extension<Ctx>,
     Path(id): Path<u64>,
 ) -> Response {
-    let t = match st.client.get(TaskId(id)).await {
-        Ok(t) => t,
+    let (t, now) = match tokio::try_join!(st.client.get(TaskId(id)), st.client.db_now()) {
+        Ok(v) => v,
         Err(e) => return failure(&ctx, &e),
     };
     // The worker holding a running task, to say whether it is alive or lost.
@@ -58,6 +58,9 @@ pub(super) async fn task_page(
     let flash = match done {
         Some("retried") => Some("Moved back to pending."),
         Some("canceled") => Some("Canceled."),
+        Some("due_now") => Some("Due now: a worker of the queue claims it at its next poll."),
+        Some("rescheduled") => Some("Rescheduled."),
+        Some("priority") => Some("Priority changed."),
         Some("cancel_requested") => {
             Some("Cancel requested: the worker stops the task at its next heartbeat at the latest.")
         }
@@ -86,8 +89,35 @@ pub(super) async fn task_page(
                 "danger",
             ));
         }
+        if t.state == TaskState::Pending {
+            actions.push_str(&button(
+                &ctx,
+                &format!("tasks/{}/run-now", t.id),
+                &[],
+                "Run now",
+                "",
+            ));
+        }
+        if t.state != TaskState::Running {
+            actions.push_str(&button(
+                &ctx,
+                &format!("tasks/{}/delete", t.id),
+                &[],
+                "Delete",
+                "danger",
+            ));
+        }
         if !actions.is_empty() {
-            let _ = write!(b, "<p>{actions}</p>");
+            let _ = write!(b, "<p id=\"actions\">{actions}</p>");
+        }
+        if t.state == TaskState::Pending {
+            let _ = write!(
+                b,
+                r#"<form method="post" action="{root}tasks/{id}/reschedule" class="filters" id="reschedule">{csrf}<input name="when" placeholder="2026-12-01 15:00 (UTC) or 15m" aria-label="run at" size="30"><button type="submit">Reschedule</button></form><form method="post" action="{root}tasks/{id}/priority" class="filters" id="priority">{csrf}<input name="priority" type="number" min="-32768" max="32767" value="{}" aria-label="priority"><button type="submit">Set priority</button></form>"#,
+                t.priority,
+                id = t.id,
+                csrf = crate::html::csrf_field(&ctx),
+            );
         }
     }
     b.push_str("<dl>");
@@ -110,12 +140,13 @@ pub(super) async fn task_page(
     row("Attempts", format!("{} of {}", t.attempt, t.max_attempts));
     row("Snoozes", t.snoozes.to_string());
     row("Priority", t.priority.to_string());
-    row("Run at", time_us(&t.run_at));
-    row("Created", time_us(&t.created_at));
-    row("Updated", time_us(&t.updated_at));
-    row("Finished", opt_time(&t.finished_at));
-    row("Deadline", opt_time(&t.deadline));
-    row("Lease until", opt_time(&t.lease_until));
+    row("Run at", opt_when(&Some(t.run_at), &now));
+    row("Created", opt_when(&Some(t.created_at), &now));
+    row("Updated", opt_when(&Some(t.updated_at), &now));
+    row("Attempted at", opt_when(&t.attempted_at, &now));
+    row("Finished", opt_when(&t.finished_at, &now));
+    row("Deadline", opt_when(&t.deadline, &now));
+    row("Lease until", opt_when(&t.lease_until, &now));
     row("Lease epoch", t.lease_epoch.to_string());
     row(
         "Worker",
@@ -154,7 +185,7 @@ pub(super) async fn task_page(
         "Trace context",
         esc(t.trace_context.as_deref().unwrap_or("—")),
     );
-    b.push_str("</dl><p>Times are as stored: the database clock, UTC.</p>");
+    b.push_str("</dl><p>Times are as stored (the database clock, UTC), each with how long ago it was, or how far off. <i>Attempted at</i> is when the latest attempt started.</p>");
     let _ = write!(
         b,
         r#"<h2>Payload</h2><pre id="payload">{}</pre>"#,

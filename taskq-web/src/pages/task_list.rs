@@ -94,6 +94,11 @@ pub(super) async fn task_list(
     };
     let more = tasks.len() > limit as usize;
     tasks.truncate(limit as usize);
+    // The lost workers holding running tasks of this page (read only when it has some).
+    let lost = match super::lost_workers(&st, &tasks).await {
+        Ok(l) => l,
+        Err(e) => return failure(&ctx, &e),
+    };
 
     let root = esc(&ctx.root);
     let mut b = String::from("<h1>Tasks</h1>");
@@ -147,15 +152,36 @@ pub(super) async fn task_list(
     if tasks.is_empty() {
         b.push_str("<p>No matching tasks.</p>");
     } else {
-        b.push_str("<table id=\"tasks\"><tr><th>ID</th><th>Queue</th><th>Name</th><th>State</th><th>Attempt</th><th>Run at</th><th>Created</th><th>Finished</th><th>Last error</th></tr>");
-        for t in &tasks {
+        if !ctx.read_only {
             let _ = write!(
                 b,
-                r#"<tr><td><a href="{root}tasks/{id}">{id}</a></td><td>{}</td><td>{}</td><td class="{}">{}</td><td class="n">{}/{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>"#,
+                r#"<form method="post" action="{root}tasks/selected" id="select-many">{}"#,
+                crate::html::csrf_field(&ctx)
+            );
+        }
+        let check_th = if ctx.read_only { "" } else { "<th>✓</th>" };
+        let _ = write!(
+            b,
+            "<table id=\"tasks\"><tr>{check_th}<th>ID</th><th>Queue</th><th>Name</th><th>State</th><th>Attempt</th><th>Run at</th><th>Created</th><th>Finished</th><th>Last error</th></tr>"
+        );
+        for t in &tasks {
+            if !ctx.read_only {
+                let _ = write!(
+                    b,
+                    r#"<tr><td><input type="checkbox" name="id" value="{}" aria-label="select task {}"></td>"#,
+                    t.id, t.id
+                );
+            } else {
+                b.push_str("<tr>");
+            }
+            let _ = write!(
+                b,
+                r#"<td><a href="{root}tasks/{id}">{id}</a></td><td>{}</td><td>{}</td><td class="{}">{}{}</td><td class="n">{}/{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>"#,
                 esc(&t.queue),
                 esc(&t.name),
                 state_class(t.state),
                 t.state,
+                super::lost_mark(t, &lost),
                 t.attempt,
                 t.max_attempts,
                 time(&t.run_at),
@@ -166,6 +192,9 @@ pub(super) async fn task_list(
             );
         }
         b.push_str("</table>");
+        if !ctx.read_only {
+            b.push_str(r#"<p>With the checked tasks: <button type="submit" name="action" value="run_now">Run now</button> <button type="submit" name="action" value="retry">Retry</button> <button type="submit" name="action" value="cancel" class="danger">Cancel</button> <button type="submit" name="action" value="delete" class="danger">Delete</button> (one audited action per task; each says what happened)</p></form>"#);
+        }
     }
     let base = list_query(queue, name, state, newest);
     let _ = write!(

@@ -1,5 +1,5 @@
-//! The client's actions on one task: enqueue by name, cancel, reschedule, priority, retry a dead
-//! task; and deleting a schedule. Each is audited in its own transaction.
+//! The client's actions on one task: enqueue by name, cancel, reschedule, run now, priority,
+//! delete, retry a dead task; and deleting a schedule. Each is audited in its own transaction.
 
 use super::*;
 
@@ -79,7 +79,38 @@ impl Client {
     pub async fn reschedule(&self, id: TaskId, delay: std::time::Duration) -> Result<()> {
         let delay_us = crate::enqueue::validate_schedule(delay, None)?;
         let detail = serde_json::json!({ "delay_ms": delay.as_millis() as u64 });
-        self.reschedule_audited(id, None, delay_us, detail).await
+        self.reschedule_audited("reschedule", id, None, delay_us, detail)
+            .await
+    }
+
+    /// Makes a task that has not started due now (database clock), like
+    /// [`reschedule`](Self::reschedule) with no delay, recorded in the audit trail as `run_now`.
+    /// Running and terminal tasks give [`Error::WrongState`], unknown ids
+    /// [`Error::NotFound`].
+    pub async fn run_now(&self, id: TaskId) -> Result<()> {
+        self.reschedule_audited("run_now", id, None, 0, serde_json::Value::Null)
+            .await
+    }
+
+    /// Deletes a task that is not running (pending, or in a terminal state): its row with its
+    /// attempt history, and the unique identity it holds (a later enqueue of the same identity
+    /// is then accepted). Recorded in the audit trail as `delete` with the task's queue, name
+    /// and state, in the transaction of the delete. A running task gives
+    /// [`Error::WrongState`] (cancel it first), an unknown id [`Error::NotFound`].
+    pub async fn delete(&self, id: TaskId) -> Result<()> {
+        let t = self.get(id).await?;
+        let mut tx = self.run(self.store.begin()).await?;
+        if self.run(self.store.task_delete(tx.conn(), id)).await? {
+            let a = Action {
+                action: "delete",
+                task: Some(id),
+                queue: Some(t.queue.clone()),
+                detail: Some(serde_json::json!({ "name": t.name, "state": t.state.as_str() })),
+            };
+            return self.commit_audited(tx, &a).await;
+        }
+        drop(tx);
+        Err(self.state_error(id, "pending or finished").await)
     }
 
     /// Like [`reschedule`](Self::reschedule), to an absolute time (between 1970 and 10 years
@@ -87,11 +118,13 @@ impl Client {
     pub async fn reschedule_at(&self, id: TaskId, at: DateTime<Utc>) -> Result<()> {
         crate::enqueue::validate_schedule(std::time::Duration::ZERO, Some(at))?;
         let detail = serde_json::json!({ "at": at });
-        self.reschedule_audited(id, Some(at), 0, detail).await
+        self.reschedule_audited("reschedule", id, Some(at), 0, detail)
+            .await
     }
 
     pub(super) async fn reschedule_audited(
         &self,
+        action: &'static str,
         id: TaskId,
         at: Option<DateTime<Utc>>,
         delay_us: i64,
@@ -101,7 +134,10 @@ impl Client {
         let done = self.store.task_reschedule(tx.conn(), id, at, delay_us);
         if self.run(done).await? {
             return self
-                .commit_audited(tx, &Action::task("reschedule", id, Some(detail)))
+                .commit_audited(
+                    tx,
+                    &Action::task(action, id, Some(detail).filter(|d| !d.is_null())),
+                )
                 .await;
         }
         drop(tx);

@@ -47,9 +47,12 @@ pub struct Client {
     timeout: Duration,
 }
 
+/// Which pending tasks [`Client::list_pending`] lists.
+pub use taskq_driver::rows::PendingKind;
+
 pub use crate::info::{
     AttemptsPerMinute, DeadReason, FinishedPerMinute, ListFilter, PendingNameCount, QueueInfo,
-    QueueStateCount, RateLimit, ScheduleInfo, TaskInfo, WorkerInfo, WorkerStatus,
+    QueueStateCount, RateLimit, RunTimes, ScheduleInfo, TaskInfo, WorkerInfo, WorkerStatus,
 };
 impl Client {
     /// A client on `pool`: a `MySqlPool`, or with the `sqlite` feature a `SqlitePool`.

@@ -51,7 +51,8 @@ impl Client {
     ///
     /// A limit of 0 or above [`MAX_QUEUE_LIMIT`] is [`Error::InvalidOption`] (to stop a queue,
     /// [`pause_queue`](Self::pause_queue)); nothing is written then. Clearing a queue without
-    /// a limit is a no-op.
+    /// a limit changes nothing. Recorded in the audit trail as `limit` (detail
+    /// `{"concurrency_limit": n | null}`), in the transaction of the change.
     pub async fn set_queue_limit(&self, queue: &str, limit: Option<u32>) -> Result<()> {
         crate::enqueue::validate_name("queue", queue, crate::enqueue::MAX_QUEUE_LEN)?;
         if let Some(n) = limit
@@ -61,7 +62,12 @@ impl Client {
                 "concurrency limit of queue {queue:?} must be between 1 and {MAX_QUEUE_LIMIT}, got {n} (to stop the queue, pause it)"
             )));
         }
-        self.run(self.store.queue_set_limit(queue, limit)).await
+        let mut tx = self.run(self.store.begin()).await?;
+        self.run(self.store.queue_set_limit(tx.conn(), queue, limit))
+            .await?;
+        let detail = serde_json::json!({ "concurrency_limit": limit });
+        self.commit_audited(tx, &Action::queue("limit", Some(queue), detail))
+            .await
     }
 
     /// Sets the rate limit of `queue` across every worker: at most `max` tasks start in each
@@ -78,6 +84,8 @@ impl Client {
     ///
     /// `max` of 0 or above [`MAX_QUEUE_LIMIT`], or a period shorter than [`MIN_RATE_PERIOD`]
     /// or longer than [`MAX_RATE_PERIOD`], is [`Error::InvalidOption`]; nothing is written.
+    /// Recorded in the audit trail as `rate_limit` (detail `{"rate_limit": {"max", "period_ms"}
+    /// | null}`), in the transaction of the change.
     pub async fn set_queue_rate_limit(
         &self,
         queue: &str,
@@ -100,7 +108,17 @@ impl Client {
                 Some((max, period.as_micros() as i64))
             }
         };
-        self.run(self.store.queue_set_rate_limit(queue, rate)).await
+        let mut tx = self.run(self.store.begin()).await?;
+        self.run(self.store.queue_set_rate_limit(tx.conn(), queue, rate))
+            .await?;
+        let detail = match rate {
+            Some((max, period_us)) => {
+                serde_json::json!({ "rate_limit": { "max": max, "period_ms": period_us / 1_000 } })
+            }
+            None => serde_json::json!({ "rate_limit": null }),
+        };
+        self.commit_audited(tx, &Action::queue("rate_limit", Some(queue), detail))
+            .await
     }
 
     /// Every queue that has pending or running tasks, or that was ever paused or limited, by

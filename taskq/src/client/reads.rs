@@ -35,6 +35,43 @@ impl Client {
             .await
     }
 
+    /// Pending tasks of `kind` ([`PendingKind::Scheduled`]: due later;
+    /// [`PendingKind::Retrying`]: at least one attempt made, due or not), of `queue` when given,
+    /// soonest `run_at` first (then by id), after the keyset cursor `(run_at, id)` of the
+    /// previous page's last task; at most `limit` (1 to 10,000). Scheduled sorts the pending
+    /// tasks' claim-index entries due later (no row read but the page's); retrying reads every
+    /// pending row for its attempt count: both cost in proportion to the pending backlog, not
+    /// the table.
+    pub async fn list_pending(
+        &self,
+        kind: PendingKind,
+        queue: Option<&str>,
+        after: Option<(DateTime<Utc>, TaskId)>,
+        limit: u32,
+    ) -> Result<Vec<TaskInfo>> {
+        let limit = limit.clamp(1, 10_000);
+        let after = after.map(|(at, id)| (at, id.0));
+        self.run(self.store.task_list_pending(kind, queue, after, limit))
+            .await
+    }
+
+    /// Run-time percentiles per task name of the tasks that succeeded in the last `minutes`
+    /// (1 to 60): p50, p95 and the longest of their last attempt (`finished_at -
+    /// attempted_at`, database clock), over at most the newest [`RUN_TIMES_SAMPLE`](Self::RUN_TIMES_SAMPLE)
+    /// successes of the window, by name. One statement, a range of the `(state, finished_at)`
+    /// index read newest first and stopped at the sample size: its cost is bounded whatever
+    /// the throughput.
+    pub async fn run_times(&self, minutes: u32) -> Result<Vec<RunTimes>> {
+        let minutes = minutes.clamp(1, 60);
+        let rows = self
+            .run(self.store.task_run_times(minutes, Self::RUN_TIMES_SAMPLE))
+            .await?;
+        Ok(crate::info::run_times(rows))
+    }
+
+    /// Most successes [`run_times`](Self::run_times) reads.
+    pub const RUN_TIMES_SAMPLE: u32 = 10_000;
+
     /// Most ids of the primary key [`list`](Self::list) walks for a queue filter without a
     /// state before it turns to the claim index.
     pub const LIST_PROBE_IDS: u64 = 5_000;

@@ -1,0 +1,282 @@
+//! The API routes of the operator's views (scheduled and retrying tasks, schedules, the audit
+//! trail, the task names no live worker handles) and of the task actions (run now, reschedule,
+//! priority, delete, one action over selected ids).
+
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, Query, State};
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
+use chrono::{DateTime, Utc};
+use serde::Deserialize;
+use serde_json::json;
+use taskq::TaskId;
+use taskq::client::{AuditFilter, PendingKind};
+
+use crate::AppState;
+use crate::actions::{Each, When};
+use crate::api::{TaskJson, bad_request, failure};
+use crate::auth::ApiActor;
+use crate::views::{PendingCursor, pending, schedule_views};
+
+#[derive(Deserialize, Default)]
+pub(crate) struct PendingParams {
+    queue: Option<String>,
+    after: Option<String>,
+    limit: Option<u32>,
+}
+
+pub(crate) async fn scheduled(
+    State(st): State<AppState>,
+    params: Result<Query<PendingParams>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    pending_list(st, params, PendingKind::Scheduled).await
+}
+
+pub(crate) async fn retrying(
+    State(st): State<AppState>,
+    params: Result<Query<PendingParams>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    pending_list(st, params, PendingKind::Retrying).await
+}
+
+async fn pending_list(
+    st: AppState,
+    params: Result<Query<PendingParams>, axum::extract::rejection::QueryRejection>,
+    kind: PendingKind,
+) -> Response {
+    let Ok(Query(p)) = params else {
+        return bad_request("invalid query: limit is a number");
+    };
+    let after = match p
+        .after
+        .as_deref()
+        .filter(|s| !s.is_empty())
+        .map(str::parse::<PendingCursor>)
+        .transpose()
+    {
+        Ok(a) => a,
+        Err(e) => return bad_request(&e),
+    };
+    let limit = p.limit.unwrap_or(st.page_size).clamp(1, st.max_page_size);
+    let queue = p.queue.as_deref().filter(|s| !s.is_empty());
+    let (tasks, next) = match pending(&st, kind, queue, after, limit).await {
+        Ok(v) => v,
+        Err(e) => return failure(&e),
+    };
+    let items: Vec<TaskJson<'_>> = tasks.iter().map(|t| TaskJson::new(t, false)).collect();
+    Json(json!({"tasks": items, "next_after": next.map(|c| c.to_string())})).into_response()
+}
+
+pub(crate) async fn schedules(State(st): State<AppState>) -> Response {
+    match schedule_views(&st).await {
+        Ok((now, rows)) => Json(json!({"now": now, "schedules": rows})).into_response(),
+        Err(e) => failure(&e),
+    }
+}
+
+#[derive(Deserialize, Default)]
+pub(crate) struct AuditParams {
+    queue: Option<String>,
+    task: Option<u64>,
+    before: Option<u64>,
+    limit: Option<u32>,
+}
+
+pub(crate) async fn audit(
+    State(st): State<AppState>,
+    params: Result<Query<AuditParams>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let Ok(Query(p)) = params else {
+        return bad_request("invalid query: task, before and limit are numbers");
+    };
+    let limit = p.limit.unwrap_or(st.page_size).clamp(1, st.max_page_size);
+    let filter = AuditFilter {
+        task: p.task.map(TaskId),
+        queue: p.queue.filter(|s| !s.is_empty()),
+        before_id: p.before,
+        limit: Some(limit + 1),
+    };
+    let mut rows = match st.client.audit(&filter).await {
+        Ok(r) => r,
+        Err(e) => return failure(&e),
+    };
+    let more = rows.len() > limit as usize;
+    rows.truncate(limit as usize);
+    let next = if more {
+        rows.last().map(|e| e.id)
+    } else {
+        None
+    };
+    Json(json!({"entries": rows, "next_before": next})).into_response()
+}
+
+pub(crate) async fn unhandled(State(st): State<AppState>) -> Response {
+    match crate::stats::unhandled(&st).await {
+        Ok(u) => Json(json!({"counted_at": u.at, "unhandled": u.rows})).into_response(),
+        Err(e) => failure(&e),
+    }
+}
+
+// ----------------------------------------------------------------------------- task actions
+
+/// The JSON body of an action, `{}` when empty.
+/// The JSON body of an action decoded as `T` (an empty body is `{}`).
+fn body_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, String> {
+    let body: &[u8] = if body.iter().all(u8::is_ascii_whitespace) {
+        b"{}"
+    } else {
+        body
+    };
+    serde_json::from_slice(body).map_err(|e| format!("invalid request body: {e}"))
+}
+
+fn task_id(id: Result<Path<u64>, PathRejection>) -> Option<u64> {
+    id.ok().map(|Path(id)| id)
+}
+
+pub(crate) async fn task_run_now(
+    State(st): State<AppState>,
+    Extension(actor): Extension<ApiActor>,
+    id: Result<Path<u64>, PathRejection>,
+) -> Response {
+    let Some(id) = task_id(id) else {
+        return bad_request("the task id is a number");
+    };
+    match st
+        .client
+        .clone()
+        .with_actor(actor.0)
+        .run_now(TaskId(id))
+        .await
+    {
+        Ok(()) => Json(json!({"id": id, "result": "due_now"})).into_response(),
+        Err(e) => failure(&e),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RescheduleBody {
+    run_at: Option<DateTime<Utc>>,
+    delay_ms: Option<u64>,
+}
+
+pub(crate) async fn task_reschedule(
+    State(st): State<AppState>,
+    Extension(actor): Extension<ApiActor>,
+    id: Result<Path<u64>, PathRejection>,
+    body: Bytes,
+) -> Response {
+    let Some(id) = task_id(id) else {
+        return bad_request("the task id is a number");
+    };
+    let b: RescheduleBody = match body_json(&body) {
+        Ok(b) => b,
+        Err(e) => return bad_request(&e),
+    };
+    let when = match (b.run_at, b.delay_ms) {
+        (Some(t), None) => When::At(t),
+        (None, Some(ms)) => When::In(Duration::from_millis(ms)),
+        _ => return bad_request("give exactly one of run_at and delay_ms"),
+    };
+    let c = st.client.clone().with_actor(actor.0);
+    if let Err(e) = when.apply(&c, TaskId(id)).await {
+        return failure(&e);
+    }
+    match st.client.get(TaskId(id)).await {
+        Ok(t) => Json(json!({"id": id, "run_at": t.run_at})).into_response(),
+        Err(e) => failure(&e),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PriorityBody {
+    priority: i16,
+}
+
+pub(crate) async fn task_priority(
+    State(st): State<AppState>,
+    Extension(actor): Extension<ApiActor>,
+    id: Result<Path<u64>, PathRejection>,
+    body: Bytes,
+) -> Response {
+    let Some(id) = task_id(id) else {
+        return bad_request("the task id is a number");
+    };
+    let b: PriorityBody = match serde_json::from_slice(&body) {
+        Ok(b) => b,
+        Err(e) => return bad_request(&format!("invalid request body: {e}")),
+    };
+    let c = st.client.clone().with_actor(actor.0);
+    match c.set_priority(TaskId(id), b.priority).await {
+        Ok(()) => Json(json!({"id": id, "priority": b.priority})).into_response(),
+        Err(e) => failure(&e),
+    }
+}
+
+pub(crate) async fn task_delete(
+    State(st): State<AppState>,
+    Extension(actor): Extension<ApiActor>,
+    id: Result<Path<u64>, PathRejection>,
+) -> Response {
+    let Some(id) = task_id(id) else {
+        return bad_request("the task id is a number");
+    };
+    match st
+        .client
+        .clone()
+        .with_actor(actor.0)
+        .delete(TaskId(id))
+        .await
+    {
+        Ok(()) => {
+            st.terminal.invalidate().await;
+            Json(json!({"id": id, "result": "deleted"})).into_response()
+        }
+        Err(e) => failure(&e),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SelectedBody {
+    action: String,
+    ids: Vec<u64>,
+}
+
+/// `POST /tasks/selected`: one action over a list of ids, one audited call per task.
+pub(crate) async fn tasks_selected(
+    State(st): State<AppState>,
+    Extension(actor): Extension<ApiActor>,
+    body: Bytes,
+) -> Response {
+    let b: SelectedBody = match serde_json::from_slice(&body) {
+        Ok(b) => b,
+        Err(e) => return bad_request(&format!("invalid request body: {e}")),
+    };
+    let Some(each) = Each::parse(&b.action) else {
+        return bad_request("action must be cancel, retry, run_now or delete");
+    };
+    if b.ids.is_empty() || b.ids.len() > st.max_page_size as usize {
+        return bad_request(&format!("ids: 1 to {} task ids", st.max_page_size));
+    }
+    let c = st.client.clone().with_actor(actor.0);
+    let mut done = Vec::new();
+    let mut failed = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
+    for id in b.ids.into_iter().filter(|id| seen.insert(*id)) {
+        match each.apply(&c, TaskId(id)).await {
+            Ok(result) => done.push(json!({"id": id, "result": result})),
+            Err(e) => {
+                let (_, code, message) = crate::api::error_parts(&e);
+                failed.push(json!({"id": id, "code": code, "message": message}));
+            }
+        }
+    }
+    st.terminal.invalidate().await;
+    Json(json!({"done": done, "failed": failed})).into_response()
+}

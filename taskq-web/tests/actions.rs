@@ -1,0 +1,497 @@
+//! The task actions (run now, reschedule, priority, delete, one action over checked tasks) in
+//! the pages and the API, each audited and refused in read-only mode, and the audit entries
+//! of queue limits, on both backends.
+
+mod support;
+
+use std::time::Duration;
+
+use axum::http::{Method, StatusCode};
+use support::{Cred, Resp, TOKEN, send};
+use taskq::client::AuditFilter;
+use taskq::{Task, TaskContext, TaskError, TaskId, TaskState};
+use taskq_tests::backends::{Db, TestBackend};
+use taskq_web::Dashboard;
+
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct Job {
+    n: u32,
+}
+
+impl Task for Job {
+    const NAME: &'static str = "job";
+    const QUEUE: &'static str = "jobs";
+    async fn run(self, _cx: TaskContext) -> Result<(), TaskError> {
+        Ok(())
+    }
+}
+
+struct App {
+    router: axum::Router,
+}
+
+impl App {
+    fn new<B: TestBackend>(db: &Db<B>, read_only: bool) -> Self {
+        let router = Dashboard::builder(db.pool.clone())
+            .bearer_token(TOKEN)
+            .read_only(read_only)
+            .build()
+            .unwrap()
+            .router();
+        Self { router }
+    }
+
+    async fn get(&self, path: &str) -> Resp {
+        send(
+            &self.router,
+            Method::GET,
+            path,
+            Cred::Bearer(TOKEN),
+            &[],
+            None,
+        )
+        .await
+    }
+
+    /// A form POST with the CSRF cookie and field (`fields` may repeat a name).
+    async fn post_form(&self, path: &str, fields: &[(&str, &str)]) -> Resp {
+        let token = self
+            .get("/tasks")
+            .await
+            .set_cookie("taskq_csrf")
+            .expect("a CSRF cookie");
+        let mut body: Vec<String> = fields
+            .iter()
+            .map(|(k, v)| format!("{k}={}", urlencode(v)))
+            .collect();
+        body.push(format!("csrf={token}"));
+        let cookie = format!("taskq_csrf={token}");
+        send(
+            &self.router,
+            Method::POST,
+            path,
+            Cred::Bearer(TOKEN),
+            &[("cookie", &cookie)],
+            Some(("application/x-www-form-urlencoded", body.join("&"))),
+        )
+        .await
+    }
+
+    async fn api_post(&self, path: &str, body: serde_json::Value) -> Resp {
+        send(
+            &self.router,
+            Method::POST,
+            path,
+            Cred::Bearer(TOKEN),
+            &[],
+            Some(("application/json", body.to_string())),
+        )
+        .await
+    }
+}
+
+fn urlencode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' => (b as char).to_string(),
+            b' ' => "+".into(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+async fn enqueue<B: TestBackend>(db: &Db<B>, n: u32) -> u64 {
+    Job { n }.enqueue(&db.pool).await.unwrap().id.0
+}
+
+/// The newest audit entry of task `id`: (actor, action, detail).
+async fn last_audit<B: TestBackend>(db: &Db<B>, id: u64) -> (String, String, serde_json::Value) {
+    let e = db
+        .client()
+        .audit(&AuditFilter {
+            task: Some(TaskId(id)),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let e = e
+        .first()
+        .unwrap_or_else(|| panic!("no audit entry for task {id}"));
+    (e.actor.clone(), e.action.clone(), e.detail.clone())
+}
+
+async fn seconds_until_due<B: TestBackend>(db: &Db<B>, id: u64) -> i64 {
+    let t = db.client().get(TaskId(id)).await.unwrap();
+    (t.run_at - db.server_now().await).num_seconds()
+}
+
+/// Run now, reschedule (a delay and a UTC time), priority and delete from the task page's
+/// forms: the rows change, each action is in the audit trail with the page's actor, the page
+/// confirms; delete refuses a running task (409) and the task page offers the forms of a
+/// pending task only.
+async fn task_page_actions_change_the_task_and_are_audited<B: TestBackend>(db: Db<B>) {
+    let app = App::new(&db, false);
+    let id = enqueue(&db, 1).await;
+    let page = app.get(&format!("/tasks/{id}")).await.body;
+    for form in [
+        format!(r#"action="../tasks/{id}/run-now""#),
+        r#"id="reschedule""#.into(),
+        r#"id="priority""#.into(),
+        format!(r#"action="../tasks/{id}/delete""#),
+    ] {
+        assert!(page.contains(&form), "{form}: {page}");
+    }
+
+    let r = app
+        .post_form(&format!("/tasks/{id}/reschedule"), &[("when", "2h")])
+        .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
+    assert!((7150..=7200).contains(&seconds_until_due(&db, id).await));
+    let (actor, action, detail) = last_audit(&db, id).await;
+    assert_eq!(
+        (actor.as_str(), action.as_str()),
+        ("web:token", "reschedule")
+    );
+    assert_eq!(detail["delay_ms"], 7_200_000);
+    let page = app.get(&format!("/tasks/{id}")).await;
+    assert_eq!(page.status, StatusCode::OK);
+
+    let r = app
+        .post_form(
+            &format!("/tasks/{id}/reschedule"),
+            &[("when", "2031-01-02 03:04")],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
+    let t = db.client().get(TaskId(id)).await.unwrap();
+    assert_eq!(t.run_at.to_rfc3339(), "2031-01-02T03:04:00+00:00");
+    let r = app
+        .post_form(&format!("/tasks/{id}/reschedule"), &[("when", "soonish")])
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+
+    let r = app.post_form(&format!("/tasks/{id}/run-now"), &[]).await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
+    assert!(seconds_until_due(&db, id).await <= 0);
+    assert_eq!(last_audit(&db, id).await.1, "run_now");
+
+    let r = app
+        .post_form(&format!("/tasks/{id}/priority"), &[("priority", "-7")])
+        .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
+    assert_eq!(db.client().get(TaskId(id)).await.unwrap().priority, -7);
+    let (_, action, detail) = last_audit(&db, id).await;
+    assert_eq!(
+        (action.as_str(), &detail["priority"]),
+        ("priority", &serde_json::json!(-7))
+    );
+    assert_eq!(
+        app.post_form(&format!("/tasks/{id}/priority"), &[("priority", "high")])
+            .await
+            .status,
+        StatusCode::BAD_REQUEST
+    );
+
+    // A running task: no run-now or delete; delete is refused, the row stays.
+    let running = enqueue(&db, 2).await;
+    db.exec(&format!(
+        "UPDATE taskq_tasks SET state = 'running', attempt = 1, lease_epoch = 1, worker_id = 'w', lease_until = {} WHERE id = {running}",
+        db.from_now(Duration::from_secs(60))
+    ))
+    .await;
+    let page = app.get(&format!("/tasks/{running}")).await.body;
+    assert!(
+        !page.contains("/run-now\"") && !page.contains("/delete\""),
+        "{page}"
+    );
+    let r = app
+        .post_form(&format!("/tasks/{running}/delete"), &[])
+        .await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.body);
+    assert_eq!(db.count(&format!("id = {running}")).await, 1);
+
+    let r = app.post_form(&format!("/tasks/{id}/delete"), &[]).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert!(r.body.contains(&format!("Deleted task {id}.")));
+    assert_eq!(db.count(&format!("id = {id}")).await, 0);
+    let (actor, action, detail) = last_audit(&db, id).await;
+    assert_eq!((actor.as_str(), action.as_str()), ("web:token", "delete"));
+    assert_eq!(
+        detail,
+        serde_json::json!({"name": "job", "state": "pending"})
+    );
+    let trail = db
+        .client()
+        .audit(&AuditFilter {
+            queue: Some("jobs".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        trail[0].action, "delete",
+        "the entry keeps the deleted task's queue"
+    );
+}
+
+/// The task list's checkboxes: one action over the checked ids, each applied and audited on
+/// its own, the page saying what happened to each; the same through the API.
+async fn checked_tasks_take_one_action_each<B: TestBackend>(db: Db<B>) {
+    let app = App::new(&db, false);
+    let a = enqueue(&db, 1).await;
+    let b = enqueue(&db, 2).await;
+    let c = enqueue(&db, 3).await;
+    let list = app.get("/tasks").await.body;
+    assert!(
+        list.contains(r#"<form method="post" action="./tasks/selected" id="select-many">"#)
+            && list.contains(&format!(r#"<input type="checkbox" name="id" value="{a}""#))
+            && list.contains(r#"<button type="submit" name="action" value="delete" class="danger">Delete</button>"#),
+        "{list}"
+    );
+    let (sa, sb) = (a.to_string(), b.to_string());
+    let r = app
+        .post_form(
+            "/tasks/selected",
+            &[("action", "cancel"), ("id", &sa), ("id", &sb)],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert!(r.body.contains(r#"data-ok="2""#), "{}", r.body);
+    for id in [a, b] {
+        assert_eq!(
+            db.client().get(TaskId(id)).await.unwrap().state,
+            TaskState::Canceled
+        );
+        assert_eq!(last_audit(&db, id).await.1, "cancel");
+    }
+    assert_eq!(
+        db.client().get(TaskId(c)).await.unwrap().state,
+        TaskState::Pending
+    );
+    // Retry of a canceled task fails for that task only; delete works on finished tasks.
+    let sc = c.to_string();
+    let r = app
+        .post_form(
+            "/tasks/selected",
+            &[("action", "delete"), ("id", &sa), ("id", &sc)],
+        )
+        .await;
+    assert!(r.body.contains(r#"data-ok="2""#), "{}", r.body);
+    assert_eq!(db.count(&format!("id IN ({a}, {c})")).await, 0);
+    let r = app
+        .post_form("/tasks/selected", &[("action", "retry"), ("id", &sb)])
+        .await;
+    assert!(
+        r.body.contains(r#"data-ok="0""#)
+            && r.body
+                .contains(&format!(r#"<tr data-id="{b}" class="error">"#)),
+        "{}",
+        r.body
+    );
+    for bad in [
+        vec![("action", "retry")],
+        vec![("action", "explode"), ("id", sb.as_str())],
+        vec![("action", "retry"), ("id", "x")],
+    ] {
+        assert_eq!(
+            app.post_form("/tasks/selected", &bad).await.status,
+            StatusCode::BAD_REQUEST,
+            "{bad:?}"
+        );
+    }
+
+    // The API.
+    let d = enqueue(&db, 4).await;
+    let e = enqueue(&db, 5).await;
+    let r = app
+        .api_post(
+            "/api/v1/tasks/selected",
+            serde_json::json!({"action": "run_now", "ids": [d, e, b]}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let j = r.json();
+    assert_eq!(j["done"].as_array().unwrap().len(), 2, "{j}");
+    assert_eq!(j["failed"][0]["id"], b);
+    assert_eq!(j["failed"][0]["code"], "wrong_state");
+    assert_eq!(
+        last_audit(&db, d).await,
+        (
+            "api:token".into(),
+            "run_now".into(),
+            serde_json::Value::Null
+        )
+    );
+}
+
+/// The API's task actions, with their errors.
+async fn api_task_actions_change_the_task_and_are_audited<B: TestBackend>(db: Db<B>) {
+    let app = App::new(&db, false);
+    let id = enqueue(&db, 1).await;
+    let r = app
+        .api_post(
+            &format!("/api/v1/tasks/{id}/reschedule"),
+            serde_json::json!({"delay_ms": 60_000}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert!((50..=60).contains(&seconds_until_due(&db, id).await));
+    assert_eq!(last_audit(&db, id).await.0, "api:token");
+    let r = app
+        .api_post(
+            &format!("/api/v1/tasks/{id}/reschedule"),
+            serde_json::json!({"run_at": "2031-01-02T03:04:05Z"}),
+        )
+        .await;
+    assert_eq!(r.json()["run_at"], "2031-01-02T03:04:05Z", "{}", r.body);
+    for body in [
+        serde_json::json!({}),
+        serde_json::json!({"delay_ms": 1, "run_at": "2031-01-02T03:04:05Z"}),
+    ] {
+        let r = app
+            .api_post(&format!("/api/v1/tasks/{id}/reschedule"), body)
+            .await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
+    }
+    let r = app
+        .api_post(
+            &format!("/api/v1/tasks/{id}/run-now"),
+            serde_json::json!({}),
+        )
+        .await;
+    assert_eq!(r.json()["result"], "due_now", "{}", r.body);
+    assert!(seconds_until_due(&db, id).await <= 0);
+    let r = app
+        .api_post(
+            &format!("/api/v1/tasks/{id}/priority"),
+            serde_json::json!({"priority": 9}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(db.client().get(TaskId(id)).await.unwrap().priority, 9);
+    let r = app
+        .api_post(&format!("/api/v1/tasks/{id}/delete"), serde_json::json!({}))
+        .await;
+    assert_eq!(r.json()["result"], "deleted", "{}", r.body);
+    assert_eq!(last_audit(&db, id).await.1, "delete");
+    let r = app
+        .api_post(
+            &format!("/api/v1/tasks/{id}/run-now"),
+            serde_json::json!({}),
+        )
+        .await;
+    assert_eq!(
+        (r.status, r.json()["error"]["code"].clone()),
+        (StatusCode::NOT_FOUND, "not_found".into())
+    );
+}
+
+/// Read-only: no action form is shown, and every action (page and API) is refused with 403,
+/// changing nothing.
+async fn read_only_refuses_every_task_action<B: TestBackend>(db: Db<B>) {
+    let app = App::new(&db, true);
+    let id = enqueue(&db, 1).await;
+    let page = app.get(&format!("/tasks/{id}")).await.body;
+    assert!(!page.contains("<form method=\"post\""), "{page}");
+    let list = app.get("/tasks").await.body;
+    assert!(
+        !list.contains("checkbox") && !list.contains("select-many"),
+        "{list}"
+    );
+    let s = id.to_string();
+    for (path, fields) in [
+        (format!("/tasks/{id}/run-now"), vec![]),
+        (format!("/tasks/{id}/reschedule"), vec![("when", "1h")]),
+        (format!("/tasks/{id}/priority"), vec![("priority", "3")]),
+        (format!("/tasks/{id}/delete"), vec![]),
+        (
+            "/tasks/selected".to_owned(),
+            vec![("action", "delete"), ("id", s.as_str())],
+        ),
+    ] {
+        assert_eq!(
+            app.post_form(&path, &fields).await.status,
+            StatusCode::FORBIDDEN,
+            "{path}"
+        );
+        let api = app
+            .api_post(
+                &format!("/api/v1{path}"),
+                serde_json::json!({"priority": 1, "delay_ms": 1, "action": "delete", "ids": [id]}),
+            )
+            .await;
+        assert_eq!(api.status, StatusCode::FORBIDDEN, "api {path}");
+    }
+    let t = db.client().get(TaskId(id)).await.unwrap();
+    assert_eq!((t.state, t.priority), (TaskState::Pending, 0));
+    assert!(
+        db.client()
+            .audit(&AuditFilter::default())
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+/// Queue limits and rate limits are recorded in the audit trail, set and cleared.
+async fn queue_limits_are_audited<B: TestBackend>(db: Db<B>) {
+    let c = db.client().with_actor("ops:alice");
+    c.set_queue_limit("jobs", Some(3)).await.unwrap();
+    c.set_queue_rate_limit("jobs", Some((10, Duration::from_secs(60))))
+        .await
+        .unwrap();
+    c.set_queue_limit("jobs", None).await.unwrap();
+    c.set_queue_rate_limit("jobs", None).await.unwrap();
+    assert!(c.set_queue_limit("jobs", Some(0)).await.is_err());
+    let trail = c
+        .audit(&AuditFilter {
+            queue: Some("jobs".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let got: Vec<(&str, &str, String)> = trail
+        .iter()
+        .map(|e| (e.actor.as_str(), e.action.as_str(), e.detail.to_string()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (
+                "ops:alice",
+                "rate_limit",
+                r#"{"rate_limit":null}"#.to_owned()
+            ),
+            (
+                "ops:alice",
+                "limit",
+                r#"{"concurrency_limit":null}"#.to_owned()
+            ),
+            (
+                "ops:alice",
+                "rate_limit",
+                r#"{"rate_limit":{"max":10,"period_ms":60000}}"#.to_owned()
+            ),
+            (
+                "ops:alice",
+                "limit",
+                r#"{"concurrency_limit":3}"#.to_owned()
+            ),
+        ]
+    );
+    // The audit page shows them.
+    let page = App::new(&db, false).get("/audit?queue=jobs").await.body;
+    assert_eq!(
+        page.matches(r#"<tr data-action="limit">"#).count(),
+        2,
+        "{page}"
+    );
+}
+
+taskq_tests::conformance!(
+    task_page_actions_change_the_task_and_are_audited,
+    checked_tasks_take_one_action_each,
+    api_task_actions_change_the_task_and_are_audited,
+    read_only_refuses_every_task_action,
+    queue_limits_are_audited,
+);
