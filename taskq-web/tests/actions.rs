@@ -433,6 +433,61 @@ async fn read_only_refuses_every_task_action<B: TestBackend>(db: Db<B>) {
     );
 }
 
+/// Every task action's form needs the CSRF token: without the cookie and field, with the
+/// cookie only, or with a wrong field, it is refused (403) and changes nothing.
+async fn task_actions_need_the_csrf_token<B: TestBackend>(db: Db<B>) {
+    let app = App::new(&db, false);
+    let id = enqueue(&db, 1).await;
+    let token = app
+        .get("/tasks")
+        .await
+        .set_cookie("taskq_csrf")
+        .expect("a CSRF cookie");
+    let wrong = "0".repeat(64);
+    let s = id.to_string();
+    for (path, fields) in [
+        (format!("/tasks/{id}/run-now"), String::new()),
+        (format!("/tasks/{id}/reschedule"), "when=1h".to_owned()),
+        (format!("/tasks/{id}/priority"), "priority=3".to_owned()),
+        (format!("/tasks/{id}/delete"), String::new()),
+        (
+            "/tasks/selected".to_owned(),
+            format!("action=delete&id={s}"),
+        ),
+    ] {
+        let cookie = format!("taskq_csrf={token}");
+        for (headers, body) in [
+            (vec![], fields.clone()),
+            (vec![("cookie", cookie.as_str())], fields.clone()),
+            (
+                vec![("cookie", cookie.as_str())],
+                format!("{fields}&csrf={wrong}"),
+            ),
+            (vec![], format!("{fields}&csrf={token}")),
+        ] {
+            let r = send(
+                &app.router,
+                Method::POST,
+                &path,
+                Cred::Bearer(TOKEN),
+                &headers,
+                Some(("application/x-www-form-urlencoded", body.clone())),
+            )
+            .await;
+            assert_eq!(r.status, StatusCode::FORBIDDEN, "{path} {headers:?} {body}");
+        }
+    }
+    let t = db.client().get(TaskId(id)).await.unwrap();
+    assert_eq!((t.state, t.priority), (TaskState::Pending, 0));
+    assert!(
+        db.client()
+            .audit(&AuditFilter::default())
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
 /// Queue limits and rate limits are recorded in the audit trail, set and cleared.
 async fn queue_limits_are_audited<B: TestBackend>(db: Db<B>) {
     let c = db.client().with_actor("ops:alice");
@@ -493,5 +548,6 @@ taskq_tests::conformance!(
     checked_tasks_take_one_action_each,
     api_task_actions_change_the_task_and_are_audited,
     read_only_refuses_every_task_action,
+    task_actions_need_the_csrf_token,
     queue_limits_are_audited,
 );
