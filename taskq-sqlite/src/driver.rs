@@ -15,6 +15,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
 use sqlx::{Sqlite, SqliteConnection, SqlitePool, Transaction};
 
 use crate::connect::{DEFAULT_BUSY_TIMEOUT, begin_immediate, tune};
+use crate::conv::sid;
 use crate::{clock, enqueue, history, identities, lease, queues, schedules, tasks, workers};
 use taskq_driver::driver::{
     Actions, Claims, Clock, Enqueue, Handle, History, Identities, Leases, Queues, Schedules,
@@ -163,9 +164,9 @@ impl Tasks for SqliteDriver {
         after: Option<(DateTime<Utc>, u64)>,
         limit: u32,
     ) -> sqlx::Result<Vec<TaskInfo>> {
-        let (at, after_id) = after.map_or((i64::MIN, 0), |(t, i)| (t.timestamp_micros(), id(i)));
+        let (at, after_id) = after.map_or((i64::MIN, 0), |(t, i)| (t.timestamp_micros(), i));
         let mut c = self.conn().await?;
-        task_infos(q::task_list_pending(&mut c, kind.as_str(), queue, at, after_id, limit).await?)
+        tasks::task_list_pending(&mut c, kind.as_str(), queue, at, sid(after_id), limit).await
     }
 
     async fn task_list_desc(
@@ -210,8 +211,7 @@ impl Tasks for SqliteDriver {
     }
 
     async fn task_run_times(&self, minutes: u32, limit: u32) -> sqlx::Result<Vec<(String, i64)>> {
-        let mut c = self.conn().await?;
-        q::task_run_times(&mut c, minutes, limit).await
+        tasks::task_run_times(&mut *self.conn().await?, minutes, limit).await
     }
 
     async fn task_prune_count(&self, s: TaskState, age_secs: u64) -> sqlx::Result<u64> {
@@ -307,7 +307,7 @@ impl Actions for SqliteDriver {
     }
 
     async fn task_delete(&self, conn: &mut SqliteConnection, t: TaskId) -> sqlx::Result<bool> {
-        q::task_delete(conn, id(t.0)).await
+        tasks::task_delete(conn, t).await
     }
 
     async fn task_reschedule(

@@ -145,14 +145,14 @@ pub(crate) async fn task_list(
 /// Pending tasks (`kind`: `scheduled` or `retrying`) by `(run_at, id)` after the cursor
 /// (`after_at` µs, `after_id`), of `queue` when given: a range of the partial `ix_taskq_claim`
 /// (pending rows only), sorted.
-pub async fn task_list_pending(
+pub(crate) async fn task_list_pending(
     conn: &mut SqliteConnection,
     kind: &str,
     queue: Option<&str>,
     after_at: i64,
     after_id: i64,
     limit: u32,
-) -> sqlx::Result<Vec<TaskRow>> {
+) -> sqlx::Result<Vec<TaskInfo>> {
     let raws = sqlx::query_as!(
         TaskRaw,
         r#"SELECT id AS "id!: i64", queue AS "queue!: String", name AS "name!: String",
@@ -182,7 +182,7 @@ pub async fn task_list_pending(
     )
     .fetch_all(&mut *conn)
     .await?;
-    raws.into_iter().map(TaskRaw::into_row).collect()
+    raws.into_iter().map(TaskRaw::into_info).collect()
 }
 
 /// Tasks matching `f` with `from <= id < before_id`, newest id first (the dashboard's keyset
@@ -317,7 +317,7 @@ pub(crate) async fn task_list_queue_asc(
 
 /// `(name, run µs)` of the tasks that succeeded in the last `minutes` (`finished_at -
 /// attempted_at`), newest first, at most `limit`: a range of `ix_taskq_finished`.
-pub async fn task_run_times(
+pub(crate) async fn task_run_times(
     conn: &mut SqliteConnection,
     minutes: u32,
     limit: u32,
@@ -567,7 +567,8 @@ pub(crate) async fn task_cancel_batch(
 
 /// Deletes a task that is not running, and the unique identity it holds; whether a row was
 /// deleted.
-pub async fn task_delete(conn: &mut SqliteConnection, id: i64) -> sqlx::Result<bool> {
+pub(crate) async fn task_delete(conn: &mut SqliteConnection, id: TaskId) -> sqlx::Result<bool> {
+    let id = sid(id.0);
     let mut tx = begin_write(conn).await?;
     sqlx::query!(
         r#"DELETE FROM taskq_unique

@@ -55,17 +55,25 @@ impl App {
 
     /// A form POST with the CSRF cookie and field (`fields` may repeat a name).
     async fn post_form(&self, path: &str, fields: &[(&str, &str)]) -> Resp {
-        let token = self
-            .get("/tasks")
-            .await
-            .set_cookie("taskq_csrf")
-            .expect("a CSRF cookie");
+        // A page with a form: its field is the token bound to the cookie (a read-only
+        // dashboard has none: any token does, the change is refused before the check).
+        let mut pair = None;
+        for p in ["/tasks", "/bulk?action=retry"] {
+            let page = self.get(p).await;
+            let nonce = page.set_cookie("taskq_csrf").expect("a CSRF cookie");
+            if let Some(field) = page.csrf_field() {
+                pair = Some((nonce, field));
+                break;
+            }
+            pair.get_or_insert((nonce, String::new()));
+        }
+        let (nonce, token) = pair.expect("a page");
         let mut body: Vec<String> = fields
             .iter()
             .map(|(k, v)| format!("{k}={}", urlencode(v)))
             .collect();
         body.push(format!("csrf={token}"));
-        let cookie = format!("taskq_csrf={token}");
+        let cookie = format!("taskq_csrf={nonce}");
         send(
             &self.router,
             Method::POST,
