@@ -25,7 +25,12 @@ impl FromStr for PendingCursor {
         let bad = || format!("after: expected <microseconds>:<task id>, got {s:?}");
         let (us, id) = s.split_once(':').ok_or_else(bad)?;
         let us: i64 = us.parse().map_err(|_| bad())?;
+        // A time taskq can store: from 1970 to the year 9999 (both databases' range).
+        if !(0..=253_402_300_799_999_999).contains(&us) {
+            return Err(bad());
+        }
         let id: u64 = id.parse().map_err(|_| bad())?;
+        i64::try_from(id).map_err(|_| bad())?;
         let at = DateTime::from_timestamp_micros(us).ok_or_else(bad)?;
         Ok(Self { at, id })
     }

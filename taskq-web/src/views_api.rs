@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
-use serde_json::json;
+use serde_json::{Value, json};
 use taskq::TaskId;
 use taskq::client::{AuditFilter, PendingKind};
 
@@ -53,14 +53,16 @@ async fn pending_list(
     let after = match p
         .after
         .as_deref()
-        .filter(|s| !s.is_empty())
         .map(str::parse::<PendingCursor>)
         .transpose()
     {
         Ok(a) => a,
         Err(e) => return bad_request(&e),
     };
-    let limit = p.limit.unwrap_or(st.page_size).clamp(1, st.max_page_size);
+    if p.limit == Some(0) {
+        return bad_request("limit must be at least 1");
+    }
+    let limit = p.limit.unwrap_or(st.page_size).min(st.max_page_size);
     let queue = p.queue.as_deref().filter(|s| !s.is_empty());
     let (tasks, next) = match pending(&st, kind, queue, after, limit).await {
         Ok(v) => v,
@@ -92,7 +94,17 @@ pub(crate) async fn audit(
     let Ok(Query(p)) = params else {
         return bad_request("invalid query: task, before and limit are numbers");
     };
-    let limit = p.limit.unwrap_or(st.page_size).clamp(1, st.max_page_size);
+    if p.limit == Some(0) {
+        return bad_request("limit must be at least 1");
+    }
+    if [p.task, p.before]
+        .iter()
+        .flatten()
+        .any(|&v| i64::try_from(v).is_err())
+    {
+        return bad_request("task and before are ids: at most 9223372036854775807");
+    }
+    let limit = p.limit.unwrap_or(st.page_size).min(st.max_page_size);
     let filter = AuditFilter {
         task: p.task.map(TaskId),
         queue: p.queue.filter(|s| !s.is_empty()),
@@ -130,7 +142,16 @@ fn body_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, String> {
     } else {
         body
     };
-    serde_json::from_slice(body).map_err(|e| format!("invalid request body: {e}"))
+    let value: Value =
+        serde_json::from_slice(body).map_err(|e| format!("invalid request body: {e}"))?;
+    // An explicit `null` is not "left out": the documented fields are never nullable.
+    if let Some((k, _)) = value
+        .as_object()
+        .and_then(|o| o.iter().find(|(_, v)| v.is_null()))
+    {
+        return Err(format!("invalid request body: {k} must not be null"));
+    }
+    serde_json::from_value(value).map_err(|e| format!("invalid request body: {e}"))
 }
 
 fn task_id(id: Result<Path<u64>, PathRejection>) -> Option<u64> {
@@ -261,8 +282,11 @@ pub(crate) async fn tasks_selected(
     let Some(each) = Each::parse(&b.action) else {
         return bad_request("action must be cancel, retry, run_now or delete");
     };
-    if b.ids.is_empty() || b.ids.len() > st.max_page_size as usize {
-        return bad_request(&format!("ids: 1 to {} task ids", st.max_page_size));
+    if b.ids.is_empty() || b.ids.len() > crate::MAX_PAGE_SIZE as usize {
+        return bad_request(&format!("ids: 1 to {} task ids", crate::MAX_PAGE_SIZE));
+    }
+    if b.ids.iter().any(|&id| i64::try_from(id).is_err()) {
+        return bad_request("ids are task ids: at most 9223372036854775807");
     }
     let c = st.client.clone().with_actor(actor.0);
     let mut done = Vec::new();

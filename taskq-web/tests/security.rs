@@ -712,6 +712,13 @@ async fn api_headers_unknown_queues_and_bad_input() {
         ("/api/v1/tasks?order=", 400),
         ("/api/v1/tasks?state=", 400),
         ("/api/v1/tasks?after=9223372036854775808", 400),
+        ("/api/v1/retrying?limit=0", 400),
+        ("/api/v1/scheduled?after=", 400),
+        // A cursor time outside what the database stores: 400, not a 500 from the driver.
+        ("/api/v1/retrying?after=-980358573150701993:1", 400),
+        ("/api/v1/scheduled?after=999999999999999999:1", 400),
+        ("/api/v1/audit?task=9223372036854775808", 400),
+        ("/api/v1/audit?limit=0", 400),
         ("/api/v1/nothing-here", 404),
     ] {
         let r = s.req("GET", path, &a, "").await;
@@ -761,6 +768,19 @@ async fn api_headers_unknown_queues_and_bad_input() {
             .iter()
             .all(|q| q.queue != "sec_mial")
     );
+    for (path, body) in [
+        (
+            format!("/api/v1/tasks/{pending}/reschedule"),
+            r#"{"delay_ms": 0, "run_at": null}"#,
+        ),
+        (
+            "/api/v1/tasks/selected".to_owned(),
+            r#"{"action": "cancel", "ids": [9223372036854775808]}"#,
+        ),
+    ] {
+        let r = s.req("POST", &path, &json_post, body).await;
+        assert_eq!(r.status, 400, "{path} {body}: {}", r.body);
+    }
     let long = format!("/api/v1/queues/{}/resume", "q".repeat(65));
     let r = s.req("POST", &long, &json_post, "{}").await;
     assert_eq!(r.status, 422, "{}", r.body);
