@@ -38,4 +38,4 @@ st --config-file ci/schemathesis.toml run "http://127.0.0.1:$PORT/api/v1/openapi
   --url "http://127.0.0.1:$PORT/api/v1" \
   -H "Authorization: Bearer $TOKEN" -H "Content-Type: application/json" \
   --phases examples,coverage,fuzzing \
-  --checks all --seed "$SEED" --max-examples "$EXAMPLES" --workers 2
+  --checks all --seed "$SEED" --generation-deterministic --max-examples "$EXAMPLES" --workers 1

@@ -24,14 +24,16 @@ impl FromStr for PendingCursor {
     fn from_str(s: &str) -> Result<Self, String> {
         let bad = || format!("after: expected <microseconds>:<task id>, got {s:?}");
         let (us, id) = s.split_once(':').ok_or_else(bad)?;
-        let us: i64 = us.parse().map_err(|_| bad())?;
-        // A time taskq can store: from 1970 to the year 9999 (both databases' range).
-        if !(0..=253_402_300_799_999_999).contains(&us) {
+        // As the API document's pattern: 1 to 18 digits each (an id fits i64).
+        let digits = |p: &str| (1..=18).contains(&p.len()) && p.bytes().all(|b| b.is_ascii_digit());
+        if !digits(us) || !digits(id) {
             return Err(bad());
         }
+        let us: i64 = us.parse().map_err(|_| bad())?;
         let id: u64 = id.parse().map_err(|_| bad())?;
-        i64::try_from(id).map_err(|_| bad())?;
-        let at = DateTime::from_timestamp_micros(us).ok_or_else(bad)?;
+        // A time past what the databases store (year 9999) means "after everything".
+        let at =
+            DateTime::from_timestamp_micros(us.min(253_402_300_799_999_999)).ok_or_else(bad)?;
         Ok(Self { at, id })
     }
 }
