@@ -61,6 +61,20 @@ pub async fn pending_views_list_scheduled_and_retrying_tasks_by_due_time<D: Driv
         .await
         .expect("task_write_back");
     assert_eq!(done.written, 1);
+    // Attempted once and written back due at once: retrying (first: due sooner), not scheduled.
+    let retry_due = insert::<D>(&mut c, task("q2", "r2")).await;
+    let t = claim_one(&d, &mut c, "q2", "r2", LEASE_US, retry_due).await;
+    let done = d
+        .task_write_back(
+            &mut c,
+            &[WriteBack {
+                error: Some("bang".into()),
+                ..outcome(&t, "pending", "failed")
+            }],
+        )
+        .await
+        .expect("task_write_back");
+    assert_eq!(done.written, 1);
     // Running and dead tasks are in neither list.
     let running = insert::<D>(&mut c, task("q1", "x")).await;
     claim_one(&d, &mut c, "q1", "x", LEASE_US, running).await;
@@ -113,13 +127,38 @@ pub async fn pending_views_list_scheduled_and_retrying_tasks_by_due_time<D: Driv
         Vec::<TaskId>::new()
     );
     let retrying = list(PendingKind::Retrying, None, None, 10).await;
-    assert_eq!(ids_of(&retrying), vec![retry]);
-    assert_eq!(retrying[0].attempt, 1);
-    assert_eq!(retrying[0].last_error.as_deref(), Some("boom"));
+    assert_eq!(ids_of(&retrying), vec![retry_due, retry], "by due time");
+    assert_eq!(retrying[1].attempt, 1);
+    assert_eq!(retrying[1].last_error.as_deref(), Some("boom"));
+    assert_eq!(
+        ids_of(&list(PendingKind::Retrying, Some("q2"), None, 10).await),
+        vec![retry_due]
+    );
+    assert_eq!(
+        ids_of(&list(PendingKind::Retrying, Some("q1"), None, 10).await),
+        vec![retry]
+    );
+    // Keyset: after (run_at, id) of the first, one per page.
+    let r0 = &retrying[0];
+    assert_eq!(
+        ids_of(&list(PendingKind::Retrying, None, Some((r0.run_at, r0.id.0)), 1).await),
+        vec![retry]
+    );
     assert!(
-        list(PendingKind::Retrying, Some("q2"), None, 10)
-            .await
-            .is_empty()
+        list(
+            PendingKind::Retrying,
+            None,
+            Some((retrying[1].run_at, retry.0)),
+            10
+        )
+        .await
+        .is_empty()
+    );
+    // Claimed again (running), the due retry leaves the view; the other stays.
+    claim_one(&d, &mut c, "q2", "r2", LEASE_US, retry_due).await;
+    assert_eq!(
+        ids_of(&list(PendingKind::Retrying, None, None, 10).await),
+        vec![retry]
     );
     assert!(!ids_of(&all).contains(&due) && !ids_of(&all).contains(&running));
 }

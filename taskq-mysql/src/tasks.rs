@@ -83,8 +83,10 @@ impl Tasks for MySqlDriver {
 
     /// Pending tasks of `kind` by `(run_at, id)` after the cursor. Scheduled: the page's ids
     /// from a covering range of `ix_taskq_claim` (`state = 'pending'`, `run_at` after now,
-    /// top-N sorted without reading a row), then those rows. Retrying: the attempt count is
-    /// not in the index, so every pending row is read (in proportion to the pending backlog).
+    /// top-N sorted without reading a row), then those rows. Retrying: a keyset range of
+    /// `ix_taskq_retrying` (the generated `retry_at`: `run_at` of exactly the pending rows with
+    /// `attempt > 0`), in order, stopping at the page (a queue filter reads rows until the page
+    /// is full).
     async fn task_list_pending(
         &self,
         kind: PendingKind,
@@ -140,15 +142,15 @@ impl Tasks for MySqlDriver {
                          created_at AS "created_at: DateTime<Utc>", updated_at AS "updated_at: DateTime<Utc>",
                          finished_at AS "finished_at: DateTime<Utc>", snoozes AS "snoozes: u32",
                          deadline AS "deadline: DateTime<Utc>", attempted_at AS "attempted_at: DateTime<Utc>"
-                       FROM taskq_tasks FORCE INDEX (ix_taskq_claim)
-                       WHERE state = 'pending' AND (? IS NULL OR queue = ?) AND attempt > 0
-                         AND (run_at > ? OR (run_at = ? AND id > ?))
-                       ORDER BY run_at, id LIMIT ?"#,
-                    queue,
-                    queue,
+                       FROM taskq_tasks FORCE INDEX (ix_taskq_retrying)
+                       WHERE (retry_at > ? OR (retry_at = ? AND id > ?))
+                         AND (? IS NULL OR queue = ?)
+                       ORDER BY retry_at, id LIMIT ?"#,
                     after_at,
                     after_at,
                     after_id,
+                    queue,
+                    queue,
                     limit,
                 )
                 .fetch_all(&self.pool)

@@ -166,7 +166,7 @@ impl Tasks for SqliteDriver {
     ) -> sqlx::Result<Vec<TaskInfo>> {
         let (at, after_id) = after.map_or((i64::MIN, 0), |(t, i)| (t.timestamp_micros(), i));
         let mut c = self.conn().await?;
-        tasks::task_list_pending(&mut c, kind.as_str(), queue, at, sid(after_id), limit).await
+        tasks::task_list_pending(&mut c, kind, queue, at, sid(after_id), limit).await
     }
 
     async fn task_list_desc(

@@ -5,7 +5,7 @@
 use chrono::{DateTime, Utc};
 use sqlx::SqliteConnection;
 use taskq_driver::read::{PendingNameCount, QueueStateCount, TaskInfo};
-use taskq_driver::rows::{RetryDead, TaskFilter};
+use taskq_driver::rows::{PendingKind, RetryDead, TaskFilter};
 use taskq_driver::rules::{frees_identity, retry_retakes_identity};
 use taskq_driver::state::{TaskId, TaskState};
 
@@ -142,20 +142,49 @@ pub(crate) async fn task_list(
     raws.into_iter().map(TaskRaw::into_info).collect()
 }
 
-/// Pending tasks (`kind`: `scheduled` or `retrying`) by `(run_at, id)` after the cursor
-/// (`after_at` µs, `after_id`), of `queue` when given: a range of the partial `ix_taskq_claim`
-/// (pending rows only), sorted.
+/// Pending tasks of `kind` by `(run_at, id)` after the cursor
+/// (`after_at` µs, `after_id`), of `queue` when given. Scheduled: a range of the partial
+/// `ix_taskq_claim` (pending rows only), sorted. Retrying: a keyset range of the partial
+/// `ix_taskq_retrying` (exactly the pending rows with `attempt > 0`), in order.
 pub(crate) async fn task_list_pending(
     conn: &mut SqliteConnection,
-    kind: &str,
+    kind: PendingKind,
     queue: Option<&str>,
     after_at: i64,
     after_id: i64,
     limit: u32,
 ) -> sqlx::Result<Vec<TaskInfo>> {
-    let raws = sqlx::query_as!(
-        TaskRaw,
-        r#"SELECT id AS "id!: i64", queue AS "queue!: String", name AS "name!: String",
+    let raws = if kind == PendingKind::Retrying {
+        sqlx::query_as!(
+            TaskRaw,
+            r#"SELECT id AS "id!: i64", queue AS "queue!: String", name AS "name!: String",
+             payload AS "payload!: Vec<u8>", state AS "state!: String",
+             priority AS "priority!: i16", attempt AS "attempt!: u32",
+             max_attempts AS "max_attempts!: u32", run_at AS "run_at!: i64",
+             lease_until AS "lease_until?: i64", lease_epoch AS "lease_epoch!: i64",
+             worker_id AS "worker_id?: String", idempotency_key AS "idempotency_key?: String",
+             trace_context AS "trace_context?: String", last_error AS "last_error?: String",
+             lower(hex(unique_key)) AS "unique_key?: String",
+             EXISTS (SELECT 1 FROM taskq_unique AS u WHERE u.unique_key = taskq_tasks.unique_key
+                       AND u.task_id = taskq_tasks.id) AS "unique_held!: bool",
+             created_at AS "created_at!: i64", updated_at AS "updated_at!: i64",
+             finished_at AS "finished_at?: i64", snoozes AS "snoozes!: u32",
+             deadline AS "deadline?: i64", attempted_at AS "attempted_at?: i64"
+           FROM taskq_tasks INDEXED BY ix_taskq_retrying
+           WHERE state = 'pending' AND attempt > 0 AND (?1 IS NULL OR queue = ?1)
+             AND (run_at > ?2 OR (run_at = ?2 AND id > ?3))
+           ORDER BY run_at, id LIMIT ?4"#,
+            queue,
+            after_at,
+            after_id,
+            limit,
+        )
+        .fetch_all(&mut *conn)
+        .await?
+    } else {
+        sqlx::query_as!(
+            TaskRaw,
+            r#"SELECT id AS "id!: i64", queue AS "queue!: String", name AS "name!: String",
              payload AS "payload!: Vec<u8>", state AS "state!: String",
              priority AS "priority!: i16", attempt AS "attempt!: u32",
              max_attempts AS "max_attempts!: u32", run_at AS "run_at!: i64",
@@ -169,19 +198,18 @@ pub(crate) async fn task_list_pending(
              finished_at AS "finished_at?: i64", snoozes AS "snoozes!: u32",
              deadline AS "deadline?: i64", attempted_at AS "attempted_at?: i64"
            FROM taskq_tasks
-           WHERE state = 'pending' AND (?2 IS NULL OR queue = ?2)
-             AND CASE WHEN ?1 = 'retrying' THEN attempt > 0
-                      ELSE run_at > (SELECT us FROM taskq_clock) END
-             AND (run_at > ?3 OR (run_at = ?3 AND id > ?4))
-           ORDER BY run_at, id LIMIT ?5"#,
-        kind,
-        queue,
-        after_at,
-        after_id,
-        limit,
-    )
-    .fetch_all(&mut *conn)
-    .await?;
+           WHERE state = 'pending' AND (?1 IS NULL OR queue = ?1)
+             AND run_at > (SELECT us FROM taskq_clock)
+             AND (run_at > ?2 OR (run_at = ?2 AND id > ?3))
+           ORDER BY run_at, id LIMIT ?4"#,
+            queue,
+            after_at,
+            after_id,
+            limit,
+        )
+        .fetch_all(&mut *conn)
+        .await?
+    };
     raws.into_iter().map(TaskRaw::into_info).collect()
 }
 
