@@ -731,6 +731,8 @@ async fn craft<B: TestBackend>(
             .format("%Y-%m-%d %H:%M:%S%.6f")
             .to_string()
     };
+    // Every entry is an attempt the task started (its count, as a claim keeps it).
+    let attempts = entries.len();
     let entries: Vec<serde_json::Value> = entries
         .iter()
         .enumerate()
@@ -751,10 +753,11 @@ async fn craft<B: TestBackend>(
     };
     db.exec(&format!(
         "UPDATE taskq_tasks SET state = '{state}', run_at = {},
-           finished_at = {finished}, lease_until = {lease}, attempts = '{}'
+           finished_at = {finished}, lease_until = {lease}, attempts = '{}', attempt = {}
          WHERE id = {}",
         secs(run_at_s),
         serde_json::Value::from(entries),
+        attempts,
         id.0
     ))
     .await;

@@ -87,10 +87,15 @@ impl History for MySqlDriver {
 
     /// Attempts that ended `failed`, `timed_out`, `panicked` or `lease_lost` per outcome and
     /// minute over the last `minutes` minutes (database clock), from the attempt histories:
-    /// `(outcome, minutes ago, count)`. Reads only the rows that can hold such an entry: pending
-    /// and running rows due after the window's start (an attempt that fails sets `run_at` to its
-    /// end plus the backoff, and nothing but `reschedule_at` moves it earlier), through
-    /// `ix_taskq_claim`, and terminal rows finished in the window, through `ix_taskq_finished`.
+    /// `(outcome, minutes ago, count)`. Reads only the rows that can hold such an entry, each
+    /// through an index: pending rows with an attempt made (`ix_taskq_retrying`) and running
+    /// rows (`ix_taskq_claim`), both due after the window's start (an attempt that fails sets
+    /// `run_at` to its end plus the backoff, and nothing but `reschedule_at` moves it earlier),
+    /// and terminal rows finished in the window (`ix_taskq_finished`). A pending row without an
+    /// attempt has no history, and tasks scheduled for later are most of the pending rows due
+    /// after the window's start: reading them cost seconds on a million-task table. (A dead
+    /// task an operator retried is pending with its attempt count back at 0: its failures in
+    /// the window are counted again once it is claimed.)
     /// A reap keeps `run_at`, so the `lease_lost` entry of a task reaped back to pending that
     /// was due before the window is counted only once the task has ended.
     async fn task_failed_attempts_per_minute(
@@ -101,8 +106,11 @@ impl History for MySqlDriver {
             r#"SELECT j.outcome AS "outcome!: String",
                  CAST(TIMESTAMPDIFF(MINUTE, j.finished_at, UTC_TIMESTAMP(6)) AS UNSIGNED) AS "ago!: u64",
                  CAST(COUNT(*) AS UNSIGNED) AS "n!: u64"
-               FROM (SELECT attempts FROM taskq_tasks FORCE INDEX (ix_taskq_claim)
-                      WHERE state IN ('pending', 'running')
+               FROM (SELECT attempts FROM taskq_tasks FORCE INDEX (ix_taskq_retrying)
+                      WHERE retry_at > UTC_TIMESTAMP(6) - INTERVAL ? MINUTE AND attempts IS NOT NULL
+                     UNION ALL
+                     SELECT attempts FROM taskq_tasks FORCE INDEX (ix_taskq_claim)
+                      WHERE state = 'running'
                         AND run_at > UTC_TIMESTAMP(6) - INTERVAL ? MINUTE AND attempts IS NOT NULL
                      UNION ALL
                      SELECT attempts FROM taskq_tasks FORCE INDEX (ix_taskq_finished)
@@ -115,6 +123,7 @@ impl History for MySqlDriver {
                WHERE j.outcome IN ('failed', 'timed_out', 'panicked', 'lease_lost')
                  AND j.finished_at > UTC_TIMESTAMP(6) - INTERVAL ? MINUTE
                GROUP BY j.outcome, 2"#,
+            minutes,
             minutes,
             minutes,
             minutes

@@ -116,9 +116,11 @@ pub(crate) async fn audit_prune(
 /// Attempts that ended `failed`, `timed_out`, `panicked` or `lease_lost` per outcome and
 /// minute over the last `minutes` minutes (database clock), from the attempt histories:
 /// `(outcome, minutes ago, count)`, minute 0 being the last 60 seconds. Reads only the rows
-/// that can hold such an entry, like MySQL's: pending and running rows due after the window's
-/// start (a failed attempt sets `run_at` to its end plus the backoff), and terminal rows
-/// finished in the window (on `ix_taskq_finished`). A reap keeps `run_at`, so the `lease_lost`
+/// that can hold such an entry, like MySQL's: pending rows with an attempt made (on
+/// `ix_taskq_retrying`) and running rows, both due after the window's start (a failed attempt
+/// sets `run_at` to its end plus the backoff), and terminal rows finished in the window (on
+/// `ix_taskq_finished`). (A dead task an operator retried is pending with its attempt count
+/// back at 0: its failures in the window are counted again once it is claimed.) A reap keeps `run_at`, so the `lease_lost`
 /// entry of a task reaped back to pending that was due before the window is counted only once
 /// the task has ended.
 pub(crate) async fn task_failed_attempts_per_minute(
@@ -129,8 +131,12 @@ pub(crate) async fn task_failed_attempts_per_minute(
     let rows = sqlx::query!(
         r#"WITH now AS (SELECT us FROM taskq_clock),
            t AS (
+             SELECT attempts FROM taskq_tasks INDEXED BY ix_taskq_retrying
+             WHERE state = 'pending' AND attempt > 0
+               AND run_at > (SELECT us FROM now) - ?1 AND attempts IS NOT NULL
+             UNION ALL
              SELECT attempts FROM taskq_tasks
-             WHERE state IN ('pending', 'running')
+             WHERE state = 'running'
                AND run_at > (SELECT us FROM now) - ?1 AND attempts IS NOT NULL
              UNION ALL
              SELECT attempts FROM taskq_tasks
