@@ -7,7 +7,8 @@
 //!
 //! Every operation but the claim (whose cursor type is the driver's) is written once, in the
 //! list of `taskq_driver::__seam_operations!`: the traits here are generated from it, and so
-//! is taskq's forwarding from its runtime to the pool's driver (`taskq::backend`). A new
+//! are their trait objects ([`crate::dynamic`]), through which taskq's runtime calls the pool's
+//! driver (`taskq::backend`). A new
 //! operation is one entry there and one implementation per driver.
 //!
 //! Operations named `(&self, ..)` run on the driver's pool; those taking `conn` run on a
@@ -78,8 +79,9 @@ pub trait Handle: Clone + Send + Sync + 'static {
 /// the caller took). Every output is wrapped in `sqlx::Result`. Doc comments come along. Types
 /// are named as this module imports them; a callback in another crate imports them too.
 ///
-/// This module generates the traits from it; taskq generates its forwarding to the pool's
-/// driver (`taskq::backend`). Not semver-stable.
+/// This module generates the traits from it, [`crate::dynamic`] their object-safe mirror
+/// (implemented for every driver), and taskq the calls its runtime makes through that
+/// (`taskq::backend`). An argument may be of any type. Not semver-stable.
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __seam_operations {

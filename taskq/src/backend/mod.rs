@@ -11,8 +11,12 @@
 //! `taskq-mysql` crate (its SQL split by table, checked against MySQL) and the `taskq-sqlite`
 //! crate (its `driver` module over its statements). Everything above this
 //! module — the worker's loops, the client, enqueue — calls the operations of [`Store`] and
-//! [`Conn`], which forward to the pool's driver; they are generated from the seam's one list
-//! of operations (`taskq_driver::__seam_operations!`), so no signature is written twice. How a driver claims (MySQL's
+//! [`Conn`], which call the pool's driver through a trait object (`Store` is an
+//! `Arc<dyn taskq_driver::dynamic::DynDriver>`, a connection a `&mut dyn Any`): no `match` on
+//! the database, no `cfg` arm. They are generated from the seam's one list of operations
+//! (`taskq_driver::__seam_operations!`), as are the driver traits and their trait objects, so
+//! no signature is written twice; the only per-driver lines are the [`Backend`] impls, which
+//! map a pool type to its driver. How a driver claims (MySQL's
 //! candidate windows and seek positions, SQLite's `BEGIN IMMEDIATE` + `UPDATE … RETURNING`)
 //! stays inside it: the claim loop only carries an opaque [`ClaimCursor`].
 
