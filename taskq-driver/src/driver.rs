@@ -7,7 +7,8 @@
 //!
 //! Every operation but the claim (whose cursor type is the driver's) is written once, in the
 //! list of `taskq_driver::__seam_operations!`: the traits here are generated from it, and so
-//! is taskq's forwarding from its runtime to the pool's driver (`taskq::backend`). A new
+//! are their trait objects ([`crate::dynamic`]), through which taskq's runtime calls the pool's
+//! driver (`taskq::backend`). A new
 //! operation is one entry there and one implementation per driver.
 //!
 //! Operations named `(&self, ..)` run on the driver's pool; those taking `conn` run on a
@@ -18,24 +19,57 @@
 //! Not semver-stable: taskq's own interface between its runtime and its drivers.
 
 use std::future::Future;
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
 use crate::budget::Budget;
+use crate::dynamic::ErrorClass;
+use crate::pool::WorkerPool;
 use crate::read::{PendingNameCount, QueueStateCount, ScheduleInfo, TaskInfo};
 use crate::rows::*;
 use crate::state::{TaskId, TaskState};
 
-/// A driver's pool handle: cheap to clone, shared by the worker's loops and the client.
+/// A driver's pool handle: cheap to clone, shared by the worker's loops and the client; and
+/// what the runtime asks of the pool itself (a transaction, the worker's pools, how to read an
+/// error).
 pub trait Handle: Clone + Send + Sync + 'static {
     /// The driver's connection type (`sqlx::MySqlConnection`, `sqlx::SqliteConnection`): the
     /// connection of its database, so that code generic over the driver can take one from
     /// [`pool`](Self::pool) (the driver test suite does).
-    type Conn: Send + sqlx::Connection<Database = Self::Database>;
+    type Conn: Send + 'static + sqlx::Connection<Database = Self::Database>;
     /// The sqlx database of the driver's pool.
     type Database: sqlx::Database<Connection = Self::Conn>;
+    /// The database's name, as logs and errors print it ("MySQL", "SQLite").
+    const NAME: &'static str;
+    /// A handle on `pool` (a user's pool: the client's, or the one a worker derives its own
+    /// from).
+    fn from_pool(pool: sqlx::Pool<Self::Database>) -> Self;
     /// The pool behind the handle.
     fn pool(&self) -> &sqlx::Pool<Self::Database>;
+    /// A pool for the worker on the same database, set up as `spec` says (its size, the
+    /// statement deadline, how long the server keeps a silent session...).
+    fn worker_store(&self, spec: WorkerPool) -> Self;
+    /// Begins a transaction of the client (its actions with their audit entries); SQLite's
+    /// takes the write lock at once.
+    fn begin(
+        &self,
+    ) -> impl Future<Output = sqlx::Result<sqlx::Transaction<'static, Self::Database>>> + Send {
+        self.pool().begin()
+    }
+    /// How long a statement may wait for the database's write lock, where there is one
+    /// (SQLite's busy timeout, which bounds the worker's shortest lease); `None`: row locks.
+    fn busy_timeout(&self) -> Option<Duration> {
+        None
+    }
+    /// Where the pool connects (`host:port` or a socket path), for errors that say the server
+    /// could not be reached; `None` for a database in a file, which is never "unreachable".
+    fn connect_target(&self) -> Option<String> {
+        None
+    }
+    /// How the driver reads an error of its database (a conflict to retry at once, a
+    /// statement refused for good).
+    fn classify(e: &dyn sqlx::error::DatabaseError) -> ErrorClass;
 }
 
 /// The seam's operations, listed once. `__seam_operations!(callback)` calls `callback! { .. }`
@@ -45,8 +79,9 @@ pub trait Handle: Clone + Send + Sync + 'static {
 /// the caller took). Every output is wrapped in `sqlx::Result`. Doc comments come along. Types
 /// are named as this module imports them; a callback in another crate imports them too.
 ///
-/// This module generates the traits from it; taskq generates its forwarding to the pool's
-/// driver (`taskq::backend`). Not semver-stable.
+/// This module generates the traits from it, [`crate::dynamic`] their object-safe mirror
+/// (implemented for every driver), and taskq the calls its runtime makes through that
+/// (`taskq::backend`). An argument may be of any type. Not semver-stable.
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __seam_operations {
@@ -279,7 +314,7 @@ crate::__seam_operations!(declare_traits);
 /// position and candidate spread, SQLite needs nothing).
 pub trait Claims: Handle {
     /// What one queue's claim loop keeps between claims.
-    type ClaimCursor: Default + Send;
+    type ClaimCursor: Default + Send + 'static;
     /// Claims up to `req.limit` due tasks of `req.queue` under a lease.
     fn task_claim(
         &self,

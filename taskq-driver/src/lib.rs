@@ -11,6 +11,8 @@
 //!   let a claim take).
 //! - [`pool`]: how the runtime wants a worker's pools set up.
 //! - [`driver`]: the seam itself, one trait per table or job; every driver implements them all.
+//! - [`dynamic`]: the seam as trait objects, implemented for every driver: how the runtime,
+//!   compiled once, calls the driver of whichever pool it is given.
 //!
 //! Users depend on `taskq`, which re-exports what they name (`taskq::TaskId`,
 //! `taskq::client::TaskInfo`...). Everything else here is taskq's internal interface: not
@@ -18,6 +20,7 @@
 
 pub mod budget;
 pub mod driver;
+pub mod dynamic;
 pub mod pool;
 pub mod read;
 pub mod rows;

@@ -66,6 +66,7 @@ use sqlx::{MySqlConnection, MySqlPool};
 
 use taskq_driver::budget::Budget;
 use taskq_driver::driver::{Enqueue, Handle, StatementBudget};
+use taskq_driver::dynamic::ErrorClass;
 
 /// The MySQL driver's pool handle: the worker and the `taskq::Client` work through it, with
 /// the operations of `taskq_driver::driver` (implemented in this crate's files, one per
@@ -79,8 +80,31 @@ pub struct MySqlDriver {
 impl Handle for MySqlDriver {
     type Conn = MySqlConnection;
     type Database = sqlx::MySql;
+    const NAME: &'static str = "MySQL";
+    fn from_pool(pool: MySqlPool) -> Self {
+        Self::new(pool)
+    }
     fn pool(&self) -> &MySqlPool {
         &self.pool
+    }
+    fn worker_store(&self, spec: taskq_driver::pool::WorkerPool) -> Self {
+        Self::worker_store(self, spec)
+    }
+    /// `host:port`, or the socket path.
+    fn connect_target(&self) -> Option<String> {
+        let opts = self.pool.connect_options();
+        Some(match opts.get_socket() {
+            Some(socket) => socket.display().to_string(),
+            None => format!("{}:{}", opts.get_host(), opts.get_port()),
+        })
+    }
+    /// A conflict: ER_LOCK_DEADLOCK (1213; on Galera also a certification failure). Refused:
+    /// a packet too large (1153, 1301, 2020).
+    fn classify(e: &dyn sqlx::error::DatabaseError) -> ErrorClass {
+        ErrorClass {
+            conflict: is_deadlock(e),
+            refused: is_packet_too_large(e),
+        }
     }
 }
 

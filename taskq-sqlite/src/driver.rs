@@ -21,6 +21,7 @@ use taskq_driver::driver::{
     Actions, Claims, Clock, Enqueue, Handle, History, Identities, Leases, Queues, Schedules,
     StatementBudget, Tasks, Workers,
 };
+use taskq_driver::dynamic::ErrorClass;
 use taskq_driver::read::{PendingNameCount, QueueStateCount, ScheduleInfo, TaskInfo};
 use taskq_driver::rows::*;
 use taskq_driver::state::{TaskId, TaskState};
@@ -112,8 +113,30 @@ impl SqliteDriver {
 impl Handle for SqliteDriver {
     type Conn = SqliteConnection;
     type Database = Sqlite;
+    const NAME: &'static str = "SQLite";
+    fn from_pool(pool: SqlitePool) -> Self {
+        Self::new(pool)
+    }
     fn pool(&self) -> &SqlitePool {
         &self.pool
+    }
+    fn worker_store(&self, spec: taskq_driver::pool::WorkerPool) -> Self {
+        Self::worker_store(self, spec)
+    }
+    /// `BEGIN IMMEDIATE`: the write lock at once.
+    async fn begin(&self) -> sqlx::Result<Transaction<'static, Sqlite>> {
+        Self::begin(self).await
+    }
+    fn busy_timeout(&self) -> Option<Duration> {
+        Some(Self::busy_timeout(self))
+    }
+    /// A conflict: `SQLITE_BUSY` past the busy timeout. Refused: `SQLITE_TOOBIG`,
+    /// `SQLITE_CONSTRAINT`.
+    fn classify(e: &dyn sqlx::error::DatabaseError) -> ErrorClass {
+        ErrorClass {
+            conflict: is_busy(e),
+            refused: is_refused(e),
+        }
     }
 }
 

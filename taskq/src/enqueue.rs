@@ -84,7 +84,7 @@ impl<DB: Backend> AsConnection for PoolConnection<DB> {
 
 /// The backend's view of a caller's connection.
 pub(crate) fn conn_of<C: AsConnection + ?Sized>(c: &mut C) -> Conn<'_> {
-    <C::Database as Backend>::__conn(c.as_connection()).0
+    Conn::of::<C::Database>(c.as_connection())
 }
 
 /// The result of an enqueue.
@@ -259,7 +259,7 @@ impl<T: Task> Enqueue<T> {
         let prepared = self.prepare()?;
         let mut conn = match pool.acquire().await {
             Ok(c) => c,
-            Err(e) => return Err(DB::__store(pool.clone()).0.error(e).await),
+            Err(e) => return Err(crate::backend::Store::of(pool.clone()).error(e).await),
         };
         let out = prepared.insert(conn_of(&mut conn), &mut None).await?;
         wake::notify(&prepared.queue);

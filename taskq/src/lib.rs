@@ -185,7 +185,6 @@ pub use taskq_macros::task;
 #[doc(hidden)]
 pub mod __private {
     pub use crate::__enqueue_options as enqueue_options;
-    pub use crate::backend::{ConnHandle, StoreHandle};
     pub use crate::context::DataRequirement;
     pub use crate::followup::FollowUpFrom;
     pub use chrono;

@@ -152,7 +152,7 @@ impl Registration {
     ) -> Result<Enqueued> {
         let mut conn = match pool.acquire().await {
             Ok(c) => c,
-            Err(e) => return Err(DB::__store(pool.clone()).0.error(e).await),
+            Err(e) => return Err(crate::backend::Store::of(pool.clone()).error(e).await),
         };
         let out = self.enqueue_json_tx(&mut conn, payload, options).await?;
         crate::wake::notify(options.queue.as_deref().unwrap_or(self.queue));

@@ -1,5 +1,6 @@
 //! Unique tasks: [`Unique`] (what makes two tasks "the same" and how long a task keeps others
-//! out), and the derivation of the stored identity.
+//! out); the derivation of the stored identity is a rule of the bottom layer
+//! (`taskq_driver::rules::unique`).
 //!
 //! A unique task's identity is a SHA-256 of the task name and the selected payload fields
 //! (canonical JSON: object keys sorted, no whitespace), plus, for a window, the period and the
@@ -10,7 +11,7 @@
 use std::time::Duration;
 
 use serde_json::Value;
-use sha2::{Digest, Sha256};
+use taskq_driver::rules::unique as rule;
 
 use crate::enqueue::MAX_DELAY;
 use crate::error::{Error, Result};
@@ -136,38 +137,22 @@ impl Unique {
             _ => None,
         };
         let value: Value = serde_json::from_slice(payload).map_err(Error::Serialize)?;
-        let selected = match self.by {
-            UniqueBy::Payload => value,
-            UniqueBy::Fields(fields) => {
-                let Value::Object(mut obj) = value else {
-                    return Err(Error::InvalidOption(format!(
-                        "unique fields {fields:?} of task {name:?} need a payload that is a JSON object"
-                    )));
-                };
-                let mut picked = serde_json::Map::new();
-                for f in fields {
-                    match obj.remove(*f) {
-                        Some(v) => {
-                            picked.insert((*f).to_owned(), v);
-                        }
-                        None if picked.contains_key(*f) => {}
-                        None => {
-                            return Err(Error::InvalidOption(format!(
-                                "unique field {f:?} is not in the payload of task {name:?} \
-                                 (a field renamed or skipped by serde is looked up by its JSON name)"
-                            )));
-                        }
-                    }
-                }
-                Value::Object(picked)
-            }
+        let fields = match self.by {
+            UniqueBy::Payload => None,
+            UniqueBy::Fields(fields) => Some(fields),
         };
-        let mut material = String::from("taskq.unique.v1\0");
-        material.push_str(name);
-        material.push('\0');
-        canonical_json(&selected, &mut material);
+        let selected = rule::select(value, fields).map_err(|e| match e {
+            rule::SelectError::NotObject => Error::InvalidOption(format!(
+                "unique fields {fields:?} of task {name:?} need a payload that is a JSON object",
+                fields = fields.unwrap_or_default()
+            )),
+            rule::SelectError::Missing(f) => Error::InvalidOption(format!(
+                "unique field {f:?} is not in the payload of task {name:?} \
+                 (a field renamed or skipped by serde is looked up by its JSON name)"
+            )),
+        })?;
         Ok(PreparedUnique {
-            base: Sha256::digest(material.as_bytes()).into(),
+            base: rule::base_key(name, &selected),
             hold: self.hold,
             window_us,
         })
@@ -204,56 +189,14 @@ impl PreparedUnique {
             None => self.base,
             Some(period) => {
                 let now = clock_us.expect("the database clock is read for a windowed identity");
-                let window = now.div_euclid(period);
-                let mut h = Sha256::new();
-                h.update(b"taskq.unique.v1.window\0");
-                h.update(self.base);
-                h.update(period.to_be_bytes());
-                h.update(window.to_be_bytes());
-                h.finalize().into()
+                rule::window_key(&self.base, period, now)
             }
         }
     }
-}
 
-impl PreparedUnique {
     /// For a window: when it ends, in microseconds since the Unix epoch (database clock).
     pub(crate) fn window_end_us(&self, clock_us: Option<i64>) -> Option<i64> {
-        let period = self.window_us?;
-        let now = clock_us?;
-        Some((now.div_euclid(period) + 1).saturating_mul(period))
-    }
-}
-
-/// Compact JSON with object keys sorted, so equal values give equal text whatever the order
-/// their maps serialized in.
-fn canonical_json(v: &Value, out: &mut String) {
-    match v {
-        Value::Object(map) => {
-            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-            entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
-            out.push('{');
-            for (i, (k, v)) in entries.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                out.push_str(&Value::String(k.clone()).to_string());
-                out.push(':');
-                canonical_json(v, out);
-            }
-            out.push('}');
-        }
-        Value::Array(items) => {
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                canonical_json(item, out);
-            }
-            out.push(']');
-        }
-        scalar => out.push_str(&scalar.to_string()),
+        Some(rule::window_end_us(self.window_us?, clock_us?))
     }
 }
 
@@ -263,14 +206,6 @@ mod tests {
 
     fn key(u: Unique, name: &str, json: &str) -> Result<[u8; 32]> {
         Ok(u.prepare(name, json.as_bytes())?.key(Some(0)))
-    }
-
-    #[test]
-    fn canonical_json_sorts_keys_at_every_level() {
-        let v: Value = serde_json::from_str(r#"{"b":[{"y":1,"x":"é\n"}],"a":null}"#).unwrap();
-        let mut s = String::new();
-        canonical_json(&v, &mut s);
-        assert_eq!(s, r#"{"a":null,"b":[{"x":"é\n","y":1}]}"#);
     }
 
     #[test]

@@ -27,7 +27,7 @@ pub fn migrator() -> Migrator {
 pub(crate) async fn migrate_mysql(pool: &MySqlPool) -> Result<()> {
     let mut conn = match pool.acquire().await {
         Ok(conn) => conn,
-        Err(e) => return Err(crate::error::db_error(pool, e).await),
+        Err(e) => return Err(super::Store::of(pool.clone()).error(e).await),
     };
     store::migration_lock_table(&mut conn).await?;
     let holder = format!("{:016x}{:016x}", fastrand::u64(..), fastrand::u64(..));

@@ -6,8 +6,6 @@ use sqlx::sqlite::SqliteConnectOptions;
 use sqlx::{Sqlite, SqlitePool, Transaction};
 use taskq_sqlite as q;
 
-pub(crate) use taskq_sqlite::{SqliteDriver, is_busy, is_refused};
-
 /// Creates or upgrades the schema (see `taskq_sqlite::migrate`).
 pub(crate) async fn migrate(pool: &SqlitePool) -> crate::Result<()> {
     q::migrate(pool).await.map_err(crate::Error::from)

@@ -58,7 +58,7 @@ impl Client {
     /// A client on `pool`: a `MySqlPool`, or with the `sqlite` feature a `SqlitePool`.
     pub fn new<DB: Backend>(pool: sqlx::Pool<DB>) -> Self {
         Self {
-            store: DB::__store(pool).0,
+            store: Store::of(pool),
             actor: history::DEFAULT_ACTOR.into(),
             timeout: Self::DEFAULT_TIMEOUT,
         }

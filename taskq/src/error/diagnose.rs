@@ -32,7 +32,8 @@ pub(super) fn error_number(e: &sqlx::Error) -> Option<u16> {
 }
 
 /// Whether `e` says one of taskq's tables does not exist (MySQL error 1146; SQLite has no
-/// number for it, only `SQLITE_ERROR` with the message `no such table: <name>`).
+/// number for it, only `SQLITE_ERROR` with the message `no such table: <name>`, which no
+/// other database writes).
 pub(super) fn is_missing_taskq_table(e: &sqlx::Error) -> bool {
     let sqlx::Error::Database(db) = e else {
         return false;
@@ -40,11 +41,7 @@ pub(super) fn is_missing_taskq_table(e: &sqlx::Error) -> bool {
     if error_number(e) == Some(er::NO_SUCH_TABLE) {
         return db.message().contains("taskq_");
     }
-    #[cfg(feature = "sqlite")]
-    if db.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some() {
-        return db.message().starts_with("no such table: taskq_");
-    }
-    false
+    db.message().starts_with("no such table: taskq_")
 }
 
 /// For an error that means the database could not be reached or refused the session: what
@@ -130,44 +127,30 @@ pub(super) fn database_sentence(e: &sqlx::Error) -> String {
 /// How long [`db_error`] waits for its diagnostic connection.
 pub(super) const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Where `pool` connects: `host:port`, or the socket path.
-pub(crate) fn target_of(pool: &sqlx::MySqlPool) -> String {
-    let opts = pool.connect_options();
-    match opts.get_socket() {
-        Some(socket) => socket.display().to_string(),
-        None => format!("{}:{}", opts.get_host(), opts.get_port()),
-    }
-}
-
-/// Turns an error of a call on `pool` into the error users see: a connection failure becomes
-/// [`Error::Connect`] naming the server. A pool only says it timed out (it retries a refused
-/// connection until its acquire timeout), so then one direct connection, bounded by
-/// [`PROBE_TIMEOUT`], finds the cause; if that connection works, the pool was just busy.
-pub(crate) async fn db_error(pool: &sqlx::MySqlPool, e: sqlx::Error) -> Error {
-    use sqlx::{ConnectOptions, Connection};
+/// Turns an error of a call on `store` into the error users see: a connection failure of a
+/// database on a server becomes [`Error::Connect`] naming the server. A pool only says it timed
+/// out (it retries a refused connection until its acquire timeout), so then one direct
+/// connection, bounded by [`PROBE_TIMEOUT`], finds the cause; if that connection works, the
+/// pool was just busy. A database in a file (no connect target) is never "unreachable".
+pub(crate) async fn db_error(store: &crate::backend::Store, e: sqlx::Error) -> Error {
+    let Some(target) = store.connect_target() else {
+        return Error::Database(e);
+    };
     match e {
-        sqlx::Error::PoolTimedOut => {
-            let options = pool.connect_options();
-            match tokio::time::timeout(PROBE_TIMEOUT, options.connect()).await {
-                Ok(Ok(conn)) => {
-                    let _ = conn.close().await;
-                    Error::Database(sqlx::Error::PoolTimedOut)
-                }
-                Ok(Err(cause)) if connect_problem(&cause).is_some() => Error::Connect {
-                    target: target_of(pool),
-                    source: cause,
-                },
-                Ok(Err(_)) => Error::Database(sqlx::Error::PoolTimedOut),
-                Err(_) => Error::Connect {
-                    target: target_of(pool),
-                    source: sqlx::Error::PoolTimedOut,
-                },
-            }
-        }
-        e if connect_problem(&e).is_some() => Error::Connect {
-            target: target_of(pool),
-            source: e,
+        sqlx::Error::PoolTimedOut => match tokio::time::timeout(PROBE_TIMEOUT, store.probe()).await
+        {
+            Ok(Ok(())) => Error::Database(sqlx::Error::PoolTimedOut),
+            Ok(Err(cause)) if connect_problem(&cause).is_some() => Error::Connect {
+                target,
+                source: cause,
+            },
+            Ok(Err(_)) => Error::Database(sqlx::Error::PoolTimedOut),
+            Err(_) => Error::Connect {
+                target,
+                source: sqlx::Error::PoolTimedOut,
+            },
         },
+        e if connect_problem(&e).is_some() => Error::Connect { target, source: e },
         e => Error::Database(e),
     }
 }

@@ -429,7 +429,7 @@ impl WorkerBuilder {
             return cfg_err("claim batch must be at least 1".into());
         }
         for r in handlers.values() {
-            if let Some(problem) = r.backoff.problem() {
+            if let Some(problem) = crate::retry::problem(&r.backoff) {
                 return cfg_err(format!(
                     "task {:?} has an invalid backoff: {problem}",
                     r.name

@@ -22,8 +22,8 @@ use std::time::Duration;
 /// Why a worker statement did not complete.
 #[derive(Debug)]
 pub(crate) enum StmtError {
-    /// The database (or the connection) answered with an error.
-    Db(sqlx::Error),
+    /// The database (or the connection) answered with an error, as the driver reads it.
+    Db(sqlx::Error, taskq_driver::dynamic::ErrorClass),
     /// No answer within the statement timeout: the connection was discarded.
     Timeout(Duration),
 }
@@ -31,26 +31,32 @@ pub(crate) enum StmtError {
 impl fmt::Display for StmtError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            StmtError::Db(e) => e.fmt(f),
+            StmtError::Db(e, _) => e.fmt(f),
             StmtError::Timeout(d) => write!(f, "no answer within {d:?}; connection discarded"),
         }
     }
 }
 
 impl StmtError {
+    /// A database error of a statement on `store`'s driver, classified by it.
+    pub(crate) fn db(store: &crate::backend::Store, e: sqlx::Error) -> Self {
+        let class = store.classify(&e);
+        StmtError::Db(e, class)
+    }
+
     /// Whether retrying the same statement cannot help: the server rejected the data itself
     /// (SQLSTATE class 22 data exception, 23 constraint violation, 42 syntax or access, 45
     /// raised by a trigger or procedure), or the statement is too big for it (MySQL's packet
-    /// too large, 1153 and friends; SQLite's `SQLITE_TOOBIG`; see `backend::is_refused`).
+    /// too large, 1153 and friends; SQLite's `SQLITE_TOOBIG`: the driver's `ErrorClass`).
     /// Connection errors, timeouts, deadlocks and lock waits are worth retrying.
     pub(crate) fn is_deterministic(&self) -> bool {
         match self {
-            StmtError::Db(sqlx::Error::Database(db)) => {
+            StmtError::Db(sqlx::Error::Database(db), class) => {
                 db.code().is_some_and(|c| {
                     ["22", "23", "42", "45"]
                         .iter()
                         .any(|class| c.starts_with(class))
-                }) || crate::backend::is_refused(&**db)
+                }) || class.refused
             }
             _ => false,
         }
@@ -62,7 +68,7 @@ impl StmtError {
     /// statement again at once is the cure, without the backoff meant for an outage.
     pub(crate) fn is_conflict(&self) -> bool {
         match self {
-            StmtError::Db(sqlx::Error::Database(db)) => crate::backend::is_conflict(&**db),
+            StmtError::Db(_, class) => class.conflict,
             _ => false,
         }
     }
@@ -96,7 +102,7 @@ macro_rules! within {
             };
             let mut pooled = match tokio::time::timeout_at(deadline, shared.acquire(stringify!($lane) == "control")).await {
                 Ok(Ok(c)) => c,
-                Ok(Err(e)) => return Err($crate::worker::deadline::StmtError::Db(e)),
+                Ok(Err(e)) => return Err($crate::worker::deadline::StmtError::db(&shared.store, e)),
                 Err(_) => return Err(timed_out()),
             };
             // Connections grow only in an acquire, so the peak is seen right after one.
@@ -113,7 +119,7 @@ macro_rules! within {
                         shared.health.db_ok();
                     }
                     r.map_err(|e| {
-                        let e = $crate::worker::deadline::StmtError::Db(e);
+                        let e = $crate::worker::deadline::StmtError::db(&shared.store, e);
                         if e.is_conflict() {
                             $crate::worker::WorkerStats::add(&shared.stats.db_conflicts, 1);
                         }

@@ -104,7 +104,7 @@ impl Worker {
     /// closes once silent for half the lease + 1 s, at least 5 s), and never changes `pool`'s
     /// sessions.
     pub fn builder<DB: Backend>(pool: sqlx::Pool<DB>) -> WorkerBuilder {
-        WorkerBuilder::new(DB::__store(pool).0)
+        WorkerBuilder::new(Store::of(pool))
     }
 
     /// This worker's id, as recorded on the rows it claims.
