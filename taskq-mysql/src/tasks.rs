@@ -458,7 +458,7 @@ impl Tasks for MySqlDriver {
         if age_us <= 0 {
             let rows = sqlx::query!(
                 r#"SELECT id AS "id: u64",
-                     (unique_key IS NOT NULL AND unique_while <> 'window') AS "held!: bool"
+                     ((unique_key IS NOT NULL AND unique_while <> 'window') OR order_key IS NOT NULL) AS "held!: bool"
                    FROM taskq_tasks
                    WHERE state = ? AND (? IS NULL OR queue = ?) AND (? IS NULL OR name = ?)
                      AND id > ?
@@ -478,7 +478,7 @@ impl Tasks for MySqlDriver {
         }
         let rows = sqlx::query!(
             r#"SELECT id AS "id: u64",
-                 (unique_key IS NOT NULL AND unique_while <> 'window') AS "held!: bool"
+                 ((unique_key IS NOT NULL AND unique_while <> 'window') OR order_key IS NOT NULL) AS "held!: bool"
                FROM taskq_tasks
                WHERE state = ? AND (? IS NULL OR queue = ?) AND (? IS NULL OR name = ?)
                  AND created_at <= UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND AND id > ?
@@ -533,7 +533,17 @@ impl Tasks for MySqlDriver {
         Ok(n.max(0) as u64)
     }
 
-    /// Up to `limit` ids above `after_id` of dead tasks unique while pending or running (of
+    /// Order keys held back by a failing head (see `crate::order::order_keys_held`).
+    async fn order_keys_held(
+        &self,
+        queue: Option<&str>,
+        limit: u32,
+    ) -> sqlx::Result<Vec<taskq_driver::rows::HeldKey>> {
+        crate::order::order_keys_held(&self.pool, queue, limit).await
+    }
+
+    /// Up to `limit` ids above `after_id` of dead tasks unique while pending or running, or
+    /// ordered (of
     /// `queue`, or of every queue) that died at or before `died_before`, ascending.
     async fn task_dead_unique_ids(
         &self,
@@ -545,7 +555,8 @@ impl Tasks for MySqlDriver {
         sqlx::query_scalar!(
             r#"SELECT id AS "id: TaskId" FROM taskq_tasks
                WHERE state = 'dead' AND (finished_at IS NULL OR finished_at <= ?)
-                 AND (? IS NULL OR queue = ?) AND unique_key IS NOT NULL AND unique_while <> 'window'
+                 AND (? IS NULL OR queue = ?)
+                 AND ((unique_key IS NOT NULL AND unique_while <> 'window') OR order_key IS NOT NULL)
                  AND id > ?
                ORDER BY id
                LIMIT ?"#,

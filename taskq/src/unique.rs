@@ -227,7 +227,7 @@ impl PreparedUnique {
 
 /// Compact JSON with object keys sorted, so equal values give equal text whatever the order
 /// their maps serialized in.
-fn canonical_json(v: &Value, out: &mut String) {
+pub(crate) fn canonical_json(v: &Value, out: &mut String) {
     match v {
         Value::Object(map) => {
             let mut entries: Vec<(&String, &Value)> = map.iter().collect();
