@@ -232,7 +232,7 @@ impl Tasks for MySqlDriver {
                  t.finished_at AS "finished_at: DateTime<Utc>", t.snoozes AS "snoozes: u32",
                  t.deadline AS "deadline: DateTime<Utc>", t.attempted_at AS "attempted_at: DateTime<Utc>"
                FROM (SELECT id FROM taskq_tasks FORCE INDEX (ix_taskq_claim)
-                      WHERE state IN ('pending', 'running', 'succeeded', 'dead', 'canceled', 'expired')
+                      WHERE state IN ('waiting', 'pending', 'running', 'succeeded', 'dead', 'canceled', 'expired')
                         AND queue = ? AND (? IS NULL OR name = ?) AND id < ?
                       ORDER BY id DESC LIMIT ?) AS k
                JOIN taskq_tasks t ON t.id = k.id
@@ -269,7 +269,7 @@ impl Tasks for MySqlDriver {
                  t.finished_at AS "finished_at: DateTime<Utc>", t.snoozes AS "snoozes: u32",
                  t.deadline AS "deadline: DateTime<Utc>", t.attempted_at AS "attempted_at: DateTime<Utc>"
                FROM (SELECT id FROM taskq_tasks FORCE INDEX (ix_taskq_claim)
-                      WHERE state IN ('pending', 'running', 'succeeded', 'dead', 'canceled', 'expired')
+                      WHERE state IN ('waiting', 'pending', 'running', 'succeeded', 'dead', 'canceled', 'expired')
                         AND queue = ? AND (? IS NULL OR name = ?) AND id > ?
                       ORDER BY id LIMIT ?) AS k
                JOIN taskq_tasks t ON t.id = k.id
@@ -393,7 +393,7 @@ impl Tasks for MySqlDriver {
                  MIN(run_at) AS "oldest_run_at: DateTime<Utc>",
                  CAST(NULL AS DATETIME(6)) AS "earliest_lease_until: DateTime<Utc>"
                FROM taskq_tasks FORCE INDEX (ix_taskq_claim)
-               WHERE state IN ('pending', 'running')
+               WHERE state IN ('waiting', 'pending', 'running')
                GROUP BY state, queue"#
         )
         .fetch_all(&mut *conn)

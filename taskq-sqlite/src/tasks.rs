@@ -451,7 +451,7 @@ pub(crate) async fn task_stats_active(
     let rows = sqlx::query!(
         r#"SELECT queue AS "queue!: String", state AS "state!: String", COUNT(*) AS "count!: i64",
              MIN(run_at) AS "oldest_run_at?: i64"
-           FROM taskq_tasks WHERE state IN ('pending', 'running')
+           FROM taskq_tasks WHERE state IN ('waiting', 'pending', 'running')
            GROUP BY queue, state ORDER BY queue, state"#
     )
     .fetch_all(&mut *conn)
