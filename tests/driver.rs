@@ -74,6 +74,10 @@ suite!(
     // The dashboard's pending views.
     pending_views_list_scheduled_and_retrying_tasks_by_due_time,
     run_times_are_read_from_the_successes_of_the_window,
+    // Ordered tasks.
+    ordered_tasks_run_one_at_a_time_per_key_in_enqueue_order,
+    a_dead_head_that_skips_lets_its_key_go_on,
+    cancel_and_delete_keep_a_keys_order,
     // Unique identities.
     an_identity_held_while_pending_is_freed_by_the_claim,
     an_identity_held_while_running_is_freed_by_the_write_back_that_ends_the_task,

@@ -19,6 +19,8 @@ pub struct Opts {
     /// Only the queue-limit scenario (drains without a limit, with a limit that never binds,
     /// with one that does), printed.
     pub limits_only: bool,
+    /// `--ordered [n]`: only the ordered drains (1, 16, 256 keys) next to an unordered one.
+    pub ordered: Option<u64>,
     /// Only the dashboard's page times on a large table (see `dashboard.rs`).
     pub dashboard: Option<dashboard::DashOpts>,
     /// Leave the scratch database in place (its name is printed).
@@ -54,6 +56,7 @@ pub fn parse_args() -> Res<Opts> {
         targets_only: false,
         unknown_only: false,
         limits_only: false,
+        ordered: None,
         dashboard: None,
         keep_db: false,
         sqlite: None,
@@ -72,6 +75,7 @@ pub fn parse_args() -> Res<Opts> {
             "--targets-only" => o.targets_only = true,
             "--unknown-names" => o.unknown_only = true,
             "--limits" => o.limits_only = true,
+            "--ordered" => o.ordered = Some(2000),
             "--dashboard" => {
                 dashboard_opts(&mut o);
             }

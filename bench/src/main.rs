@@ -10,6 +10,7 @@
 //! cargo run --release -p taskq-bench -- --sqlite [--sqlite-file target/bench-sqlite.db] [--quick]
 //!     [--out target/bench-sqlite.json] [--keep-db]
 //! cargo run --release -p taskq-bench -- --fleet 32x1,64x1 [--fleet-tasks 10000]
+//! cargo run --release -p taskq-bench -- --database-url mysql://… --ordered [--quick]
 //! ```
 //!
 //! It creates a scratch database (`taskq_bench_<random>`), runs every measurement in it and
@@ -46,6 +47,7 @@ mod explain;
 mod fleet;
 mod full_run;
 mod latency;
+mod ordered;
 mod raw_claim;
 mod report;
 mod scratch;
@@ -113,6 +115,10 @@ async fn bench(opts: &Opts, pool: &MySqlPool) -> Res<()> {
     }
     if opts.limits_only {
         return limits_only(&sz, pool).await;
+    }
+    if let Some(n) = opts.ordered {
+        eprintln!("machine: {}", machine());
+        return ordered::run(pool, if opts.quick { n / 4 } else { n }).await;
     }
     if !opts.fleet.is_empty() {
         return fleet_only(opts, pool).await;

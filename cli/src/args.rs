@@ -55,6 +55,17 @@ pub enum Command {
         #[arg(long)]
         queue: Option<String>,
     },
+    /// Order keys held back by their head (ordered tasks): a head that failed and is waiting
+    /// for its next attempt or running again, or a dead head that holds its key until it is
+    /// retried or deleted; with how many tasks wait behind each
+    HeldKeys {
+        /// Only this queue
+        #[arg(long)]
+        queue: Option<String>,
+        /// At most this many keys
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
+    },
     /// List tasks, oldest id first (paged: pass the last id shown as --after-id)
     List(ListArgs),
     /// Show every field of one task, its last error, its payload, why a dead task died and

@@ -92,6 +92,9 @@ async fn run(cli: &Cli, url: &str) -> Result<(), Failure> {
         Command::Migrate => migrate(&pool, cli.json).await,
         Command::Stats => stats(&client, cli.json).await,
         Command::Names { queue } => names(&client, queue.as_deref(), cli.json).await,
+        Command::HeldKeys { queue, limit } => {
+            stats::held_keys(&client, queue.as_deref(), *limit, cli.json).await
+        }
         Command::List(args) => list(&client, args, cli.json).await,
         Command::Show { id } => show(&client, TaskId(*id), cli.json).await,
         Command::Retry {

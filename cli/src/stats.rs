@@ -164,3 +164,61 @@ pub async fn names(client: &Client, queue: Option<&str>, json: bool) -> Result<(
     }
     Ok(())
 }
+
+/// `taskq held-keys`: the order keys held back by their head.
+pub async fn held_keys(
+    client: &Client,
+    queue: Option<&str>,
+    limit: u32,
+    json: bool,
+) -> Result<(), Failure> {
+    let keys = client.held_keys(queue, limit).await?;
+    if json {
+        print_json(&serde_json::json!({ "held_keys": keys }));
+        return Ok(());
+    }
+    if keys.is_empty() {
+        println!("no order key is held back");
+        return Ok(());
+    }
+    let rows = keys
+        .iter()
+        .map(|k| {
+            vec![
+                k.queue.clone(),
+                k.order_key[..16].to_owned(),
+                k.head.to_string(),
+                k.name.clone(),
+                k.state.to_string(),
+                k.attempt.to_string(),
+                k.waiting.to_string(),
+                k.last_error
+                    .as_deref()
+                    .unwrap_or("")
+                    .chars()
+                    .take(60)
+                    .collect(),
+            ]
+        })
+        .collect();
+    print_table(
+        &[
+            "QUEUE",
+            "KEY",
+            ">HEAD",
+            "NAME",
+            "STATE",
+            ">ATTEMPT",
+            ">WAITING",
+            "LAST ERROR",
+        ],
+        rows,
+    );
+    if keys.iter().any(|k| k.state == TaskState::Dead) {
+        eprintln!(
+            "(a dead head holds its key: retry it (taskq retry ID) to run it again first, or \
+             delete it (the dashboard, or Client::delete) to let the tasks behind it run)"
+        );
+    }
+    Ok(())
+}

@@ -95,6 +95,11 @@ macro_rules! __seam_operations {
                 /// Inserts tasks without idempotency key or unique identity, in as few
                 /// statements as the driver can; their ids in order.
                 fn task_insert_rows(conn; rows: &[NewTask<'_>]) -> Vec<TaskId>;
+                /// Inserts one ordered task (no unique identity, no deadline): takes the key's next
+                /// sequence number under the key row's lock (held to the caller's commit, so
+                /// sequence order is commit order), and inserts the task `pending` as the key's
+                /// head when the key has none, `waiting` behind it otherwise.
+                fn task_insert_ordered(conn; row: &NewTask<'_>; order: &OrderKey<'_>) -> Inserted;
                 /// The database clock, in microseconds since the Unix epoch.
                 fn db_clock_us(conn) -> i64;
                 /// Appends an entry to the audit trail; its id.
@@ -143,6 +148,11 @@ macro_rules! __seam_operations {
                 fn task_bulk_ids(&self; f: &TaskFilter<'_>; age_us: i64; after_id: u64; limit: u32) -> Vec<(u64, bool)>;
                 /// How many tasks a bulk action would touch.
                 fn task_bulk_count(&self; f: &TaskFilter<'_>; age_us: i64) -> u64;
+                /// Order keys held back by their head: the head has run at least once and not ended
+                /// (pending for a retry, or running a second attempt or later), or it is dead and
+                /// holds the key, of `queue` when given,
+                /// with how many tasks wait behind it; at most `limit`, most tasks waiting first.
+                fn order_keys_held(&self; queue: Option<&str>; limit: u32) -> Vec<HeldKey>;
                 /// Ids of dead unique tasks (retried one by one).
                 fn task_dead_unique_ids(&self; queue: Option<&str>; died_before: DateTime<Utc>; after_id: u64; limit: u32) -> Vec<TaskId>;
             }

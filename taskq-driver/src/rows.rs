@@ -38,6 +38,39 @@ pub struct NewTask<'a> {
     pub unique_expires_us: Option<i64>,
 }
 
+/// The order of an ordered task (`Enqueue::task_insert_ordered`): tasks sharing a key run one
+/// at a time, in the order their enqueues committed.
+#[derive(Debug, Clone, Copy)]
+pub struct OrderKey<'a> {
+    /// The key: SHA-256 of the queue and the selected payload fields (32 bytes).
+    pub key: &'a [u8],
+    /// When the task dies, its key goes on with the next task (`ordered_dead_after`); otherwise
+    /// the dead task holds its key until an operator retries, cancels or deletes it.
+    pub dead_skips: bool,
+}
+
+/// An order key held back by its head (`Tasks::order_keys_held`): the head has failed at
+/// least once and has not ended, or died and holds the key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HeldKey {
+    /// The key, lowercase hex.
+    pub order_key: String,
+    /// The head's queue.
+    pub queue: String,
+    /// The head task.
+    pub head: TaskId,
+    /// The head's name.
+    pub name: String,
+    /// The head's state (`pending` for a retry, `running`, or `dead`).
+    pub state: TaskState,
+    /// Attempts the head has made.
+    pub attempt: u32,
+    /// The head's last error.
+    pub last_error: Option<String>,
+    /// Tasks of the key waiting behind the head.
+    pub waiting: u64,
+}
+
 /// Outcome of `task_insert`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Inserted {
@@ -115,6 +148,10 @@ pub struct Claimed {
     pub unique_key: Option<Vec<u8>>,
     /// Its `unique_while` (`pending`, `running` or `window`).
     pub unique_while: Option<String>,
+    /// The task's order key, if it is ordered.
+    pub order_key: Option<Vec<u8>>,
+    /// Whether its death lets its key go on (see [`OrderKey::dead_skips`]).
+    pub order_dead_skips: bool,
     /// Set only when the task's attempts were already exhausted before this claim (`attempt >
     /// max_attempts` now): its last attempt's lease expired while no worker that registers its
     /// name was there to bury it, so a reaper that does not parked it back to pending (see
@@ -174,6 +211,10 @@ pub struct LapsedRow {
     pub unique_key: Option<Vec<u8>>,
     /// Its `unique_while` (`pending`, `running` or `window`).
     pub unique_while: Option<String>,
+    /// The task's order key, if it is ordered.
+    pub order_key: Option<Vec<u8>>,
+    /// Whether its death lets its key go on (see [`OrderKey::dead_skips`]).
+    pub order_dead_skips: bool,
     /// A cancel was requested: the reap cancels the task.
     pub canceled: bool,
     /// The reading worker registers the task's name (so it knows its `on_dead` follow-up).
@@ -217,6 +258,21 @@ impl LapsedRow {
             .then(|| self.unique_key.clone())
             .flatten()
     }
+
+    /// The order key whose next task the reap promotes, as `rules::ends_order_head` decides
+    /// for the end the reap gives the task (a task reaped back to pending stays its key's head).
+    pub fn order_ends(&self) -> Option<Vec<u8>> {
+        let to = if self.canceled {
+            TaskState::Canceled
+        } else if self.goes_dead() {
+            TaskState::Dead
+        } else {
+            TaskState::Pending
+        };
+        crate::rules::ends_order_head(to, self.order_dead_skips)
+            .then(|| self.order_key.clone())
+            .flatten()
+    }
 }
 
 /// One expired lease to reap (`Store::task_reap`).
@@ -231,6 +287,9 @@ pub struct ReapRow {
     pub canceled: bool,
     /// Parked back to pending rather than buried (see [`LapsedRow::parks`]).
     pub parks: bool,
+    /// The order key whose next task the reap promotes if it writes this row (see
+    /// [`LapsedRow::order_ends`]).
+    pub order_ends: Option<Vec<u8>>,
     /// The `on_dead` follow-up, inserted if the reap moves the task to dead.
     pub follow_up: Option<Box<FollowUpRow>>,
 }
@@ -274,6 +333,10 @@ pub struct WriteBack {
     /// The follow-up to insert if this outcome is written (`on_dead` / `on_success`).
     #[serde(skip)]
     pub follow_up: Option<Box<FollowUpRow>>,
+    /// The order key whose next task is promoted if this outcome is written: the task is its
+    /// key's head and the outcome ends it (`rules::ends_order_head`).
+    #[serde(skip)]
+    pub order_ends: Option<Vec<u8>>,
     /// For outcome observers: the attempt's task name, queue and handler run time.
     #[serde(skip)]
     pub name: std::sync::Arc<str>,

@@ -44,7 +44,7 @@ pub fn claim_allowance(
 /// `pending` (a retry, a snooze, a reap with attempts left, a release) frees none.
 pub fn frees_identity(unique_while: &str, to: TaskState) -> bool {
     match to {
-        TaskState::Pending => false,
+        TaskState::Pending | TaskState::Waiting => false,
         TaskState::Running => unique_while == "pending",
         TaskState::Succeeded => unique_while != "window",
         TaskState::Dead | TaskState::Canceled | TaskState::Expired => true,
@@ -64,6 +64,31 @@ pub fn run_end_frees_identity(unique_while: &str, to: TaskState) -> bool {
 /// (the window is over or held by a later enqueue).
 pub fn retry_retakes_identity(unique_while: &str) -> bool {
     unique_while != "window"
+}
+
+/// Whether an ordered task that is its key's head stops being the head when it moves to `to`
+/// (then the same transaction promotes the key's next waiting task, lowest `order_seq` first;
+/// see docs/semantics.md, "Ordered tasks"). Succeeding, being canceled or expiring ends the
+/// head; dying ends it only when the task opted in (`dead_skips`, `ordered_dead_after`):
+/// otherwise a dead head holds its key until an operator retries, cancels or deletes it.
+/// Going back to `pending` (a retry, a snooze, a reaped lease, a release) keeps it the head, so
+/// the key waits for it and its order holds across crashes.
+pub fn ends_order_head(to: TaskState, dead_skips: bool) -> bool {
+    match to {
+        TaskState::Succeeded | TaskState::Canceled | TaskState::Expired => true,
+        TaskState::Dead => dead_skips,
+        TaskState::Waiting | TaskState::Pending | TaskState::Running => false,
+    }
+}
+
+/// The state an ordered task is enqueued in: `pending` (claimable, and its key's head) when
+/// its key has no head, `waiting` behind the head otherwise.
+pub fn ordered_enqueue_state(key_has_head: bool) -> TaskState {
+    if key_has_head {
+        TaskState::Waiting
+    } else {
+        TaskState::Pending
+    }
 }
 
 /// How long after its last beat a worker that has not stopped counts as lost (µs): two of the
@@ -153,6 +178,25 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn an_order_head_ends_as_the_docs_say() {
+        use TaskState::*;
+        let ends = |skips: bool| -> Vec<TaskState> {
+            TaskState::ALL
+                .into_iter()
+                .filter(|s| ends_order_head(*s, skips))
+                .collect()
+        };
+        assert_eq!(
+            ends(false),
+            [Succeeded, Canceled, Expired],
+            "a dead head holds"
+        );
+        assert_eq!(ends(true), [Succeeded, Dead, Canceled, Expired]);
+        assert_eq!(ordered_enqueue_state(false), Pending);
+        assert_eq!(ordered_enqueue_state(true), Waiting);
     }
 
     #[test]

@@ -28,6 +28,9 @@ impl From<u64> for TaskId {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum TaskState {
+    /// Queued behind the head of its order key (an ordered task): not claimable until the
+    /// task ahead of it ends and promotes it to `pending`.
+    Waiting,
     /// Waiting for `run_at` or for a worker. Entered by enqueue, retry, snooze, reaping an
     /// expired lease, release at shutdown and manual retry of a dead task.
     Pending,
@@ -47,7 +50,8 @@ pub enum TaskState {
 
 impl TaskState {
     /// All states, in lifecycle order.
-    pub const ALL: [TaskState; 6] = [
+    pub const ALL: [TaskState; 7] = [
+        Self::Waiting,
         Self::Pending,
         Self::Running,
         Self::Succeeded,
@@ -59,6 +63,7 @@ impl TaskState {
     /// The value stored in the database.
     pub const fn as_str(self) -> &'static str {
         match self {
+            Self::Waiting => "waiting",
             Self::Pending => "pending",
             Self::Running => "running",
             Self::Succeeded => "succeeded",
@@ -87,7 +92,7 @@ impl fmt::Display for TaskState {
 /// (`{:#?}` the structure).
 #[derive(Clone, thiserror::Error)]
 #[error(
-    "unknown task state {0:?} (expected pending, running, succeeded, dead, canceled or expired)"
+    "unknown task state {0:?} (expected waiting, pending, running, succeeded, dead, canceled or expired)"
 )]
 pub struct ParseStateError(pub String);
 
@@ -161,8 +166,8 @@ mod tests {
     #[test]
     fn parse_error_debug_is_the_sentence() {
         let e = "done".parse::<TaskState>().unwrap_err();
-        let sentence = "unknown task state \"done\" (expected pending, running, succeeded, dead, \
-                        canceled or expired)";
+        let sentence = "unknown task state \"done\" (expected waiting, pending, running, succeeded, \
+                        dead, canceled or expired)";
         assert_eq!(e.to_string(), sentence);
         assert_eq!(format!("{e:?}"), sentence);
         assert_eq!(format!("{e:#?}"), "ParseStateError(\n    \"done\",\n)");

@@ -12,7 +12,7 @@ use taskq_driver::rows::NameList;
 use taskq_driver::rows::{
     ClaimBatch, ClaimRequest, Claimed, Inserted, LapsedRow, NewTask, ReapRow, WriteBack,
 };
-use taskq_driver::state::TaskId;
+use taskq_driver::state::{TaskId, TaskState};
 
 /// The worker id of the tests' claims.
 pub(crate) const W: &str = "w1";
@@ -169,7 +169,17 @@ pub(crate) fn frees(t: &Claimed, state: &str) -> Option<Vec<u8>> {
 /// The write-back of `t`'s attempt ending in `state` with `outcome`, as the worker builds it
 /// (its epoch and attempt, the identity it frees, no delay, no error, no follow-up).
 pub(crate) fn outcome(t: &Claimed, state: &'static str, outcome: &'static str) -> WriteBack {
+    let to = match state {
+        "succeeded" => TaskState::Succeeded,
+        "dead" => TaskState::Dead,
+        "canceled" => TaskState::Canceled,
+        _ => TaskState::Pending,
+    };
     WriteBack {
+        order_ends: t
+            .order_key
+            .clone()
+            .filter(|_| taskq_driver::rules::ends_order_head(to, t.order_dead_skips)),
         id: t.id,
         epoch: t.lease_epoch,
         state,
@@ -188,6 +198,7 @@ pub(crate) fn outcome(t: &Claimed, state: &'static str, outcome: &'static str) -
 /// The reap of an expired lease as the reaper plans it from what `task_lapsed` read.
 pub(crate) fn reap_row(r: &LapsedRow) -> ReapRow {
     ReapRow {
+        order_ends: r.order_ends(),
         id: r.id,
         epoch: r.lease_epoch,
         frees: r.frees(),

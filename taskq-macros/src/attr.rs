@@ -31,6 +31,8 @@ pub const KEYS: &[(&str, &str)] = &[
     ("max_snoozes", "max_snoozes = 10"),
     ("ttl", "ttl = \"1h\""),
     ("unique", "unique(by = [order_id], while = \"running\")"),
+    ("ordered_by", "ordered_by = [account]"),
+    ("ordered_dead_after", "ordered_dead_after = 5"),
     ("on_dead", "on_dead = notify_ops"),
     ("on_success", "on_success = next_step"),
 ];
@@ -94,6 +96,13 @@ pub struct TaskAttrs {
     pub ttl: Option<Duration>,
     /// Unique task declaration (the `by` names are checked against the signature later).
     pub unique: Option<UniqueSpec>,
+    /// `ordered_by = [..]`: payload parameter names of the order key (checked against the
+    /// signature later).
+    pub ordered_by: Option<Vec<Ident>>,
+    /// The JSON names of `ordered_by`, once checked against the signature.
+    pub ordered_fields: Option<Vec<String>>,
+    /// `ordered_dead_after = n`: a death after `n` attempts lets the key go on.
+    pub ordered_dead_after: Option<u32>,
     /// `on_dead = path`: the follow-up task enqueued when this one dies.
     pub on_dead: Option<Target>,
     /// `on_success = path`: the follow-up task enqueued when this one succeeds.
@@ -157,6 +166,7 @@ pub fn parse_attrs(tokens: TokenStream) -> syn::Result<TaskAttrs> {
     let entries = parse_entries.parse2(tokens)?;
     let mut attrs = TaskAttrs::default();
     let mut seen: Vec<String> = Vec::new();
+    let mut seen_spans: Vec<(String, Span)> = Vec::new();
     let mut only_with_cron: Vec<Ident> = Vec::new();
     let mut errors: Option<syn::Error> = None;
     let mut push = |e: syn::Error| match &mut errors {
@@ -177,6 +187,7 @@ pub fn parse_attrs(tokens: TokenStream) -> syn::Result<TaskAttrs> {
             continue;
         }
         seen.push(k.clone());
+        seen_spans.push((k.clone(), key.span()));
         let value = match (k.as_str(), value) {
             ("unique", Value::Bare) => {
                 attrs.unique = Some(UniqueSpec::default());
@@ -227,6 +238,19 @@ pub fn parse_attrs(tokens: TokenStream) -> syn::Result<TaskAttrs> {
             }
             "max_snoozes" => max_snoozes(&value).map(|v| attrs.max_snoozes = Some(v)),
             "ttl" => ttl(&value).map(|v| attrs.ttl = Some(v)),
+            "ordered_by" => ordered_by(&value).map(|v| attrs.ordered_by = Some(v)),
+            "ordered_dead_after" => int_value(&k, &value).and_then(|(n, span)| {
+                u32::try_from(n)
+                    .ok()
+                    .filter(|n| *n >= 1)
+                    .map(|n| attrs.ordered_dead_after = Some(n))
+                    .ok_or_else(|| {
+                        syn::Error::new(
+                            span,
+                            "`ordered_dead_after` must be between 1 and 4294967295 attempts",
+                        )
+                    })
+            }),
             "on_dead" => target(&k, &value).map(|v| attrs.on_dead = Some(v)),
             "on_success" => target(&k, &value).map(|v| attrs.on_success = Some(v)),
             _ => unreachable!("every key of KEYS is handled"),
@@ -246,10 +270,68 @@ pub fn parse_attrs(tokens: TokenStream) -> syn::Result<TaskAttrs> {
             ));
         }
     }
+    for e in ordered_conflicts(&attrs, &seen_spans) {
+        push(e);
+    }
     match errors {
         Some(e) => Err(e),
         None => Ok(attrs),
     }
+}
+
+/// `ordered_by = [a, b]`: payload parameter names (identifiers).
+fn ordered_by(value: &Expr) -> syn::Result<Vec<Ident>> {
+    let help = "`ordered_by` lists payload parameter names (identifiers, not strings), e.g. \
+                `ordered_by = [account]`";
+    let Expr::Array(a) = peel(value) else {
+        return Err(syn::Error::new(value.span(), help));
+    };
+    a.elems
+        .iter()
+        .map(|e| match e {
+            Expr::Path(p) if p.qself.is_none() && p.path.get_ident().is_some() => {
+                Ok(p.path.get_ident().cloned().expect("checked"))
+            }
+            other => Err(syn::Error::new(other.span(), help)),
+        })
+        .collect()
+}
+
+/// What cannot go with `ordered_by` / `ordered_dead_after`, each error on the key's span.
+fn ordered_conflicts(attrs: &TaskAttrs, spans: &[(String, Span)]) -> Vec<syn::Error> {
+    let span = |k: &str| {
+        spans
+            .iter()
+            .find(|(s, _)| s == k)
+            .map_or_else(Span::call_site, |(_, sp)| *sp)
+    };
+    let mut out = Vec::new();
+    if attrs.ordered_by.is_some() {
+        if attrs.unique.is_some() {
+            out.push(syn::Error::new(
+                span("ordered_by"),
+                "`ordered_by` cannot be combined with `unique`: an ordered task takes its place in its key's order at enqueue, so a duplicate enqueue could not be turned away without breaking that order",
+            ));
+        }
+        if attrs.cron.is_some() {
+            out.push(syn::Error::new(
+                span("ordered_by"),
+                "`ordered_by` cannot be combined with `cron`: a recurring task has no payload to take an order key from",
+            ));
+        }
+    } else if attrs.ordered_dead_after.is_some() {
+        out.push(syn::Error::new(
+            span("ordered_dead_after"),
+            "`ordered_dead_after` only applies to an ordered task: add `ordered_by = [field, ..]`",
+        ));
+    }
+    if attrs.ordered_dead_after.is_some() && attrs.max_attempts.is_some() {
+        out.push(syn::Error::new(
+            span("ordered_dead_after"),
+            "`ordered_dead_after = n` sets the attempts before the task dies and lets its key go on; leave out `max_attempts`",
+        ));
+    }
+    out
 }
 
 /// `key = value` pairs, bare keys and `key(...)` lists, separated by commas (a trailing comma

@@ -8,16 +8,19 @@ use taskq_driver::rules::retry_retakes_identity;
 
 use crate::MySqlDriver;
 use crate::identities::identity_reserve;
+use crate::order::{order_advance, order_advance_ids, order_retry};
 use taskq_driver::rows::RetryDead;
 use taskq_driver::state::{TaskId, TaskState};
 
 impl Actions for MySqlDriver {
-    /// Cancels the pending tasks among `ids` (freeing their unique identities), in one short
-    /// transaction; returns how many.
+    /// Cancels the pending and waiting tasks among `ids` (freeing their unique identities; an
+    /// ordered key's head promotes the key's next task), in one short transaction; returns
+    /// how many. The pending ones first: a pending ordered task is its key's head, a waiting
+    /// one never is, so only the first touch their keys.
     async fn task_cancel_batch(&self, ids: &[u64]) -> sqlx::Result<u64> {
         let json = serde_json::to_string(ids).expect("ids serialize");
         let mut tx = self.pool.begin().await?;
-        let done = sqlx::query!(
+        let pending = sqlx::query!(
             r#"UPDATE JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$')) AS j
                  STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id
                SET t.state = 'canceled', t.finished_at = UTC_TIMESTAMP(6), t.updated_at = UTC_TIMESTAMP(6)
@@ -25,8 +28,31 @@ impl Actions for MySqlDriver {
             json
         )
         .execute(&mut *tx)
-        .await?;
-        if done.rows_affected() > 0 {
+        .await?
+        .rows_affected();
+        if pending > 0 {
+            let heads = sqlx::query_scalar!(
+                r#"SELECT t.id AS "id: u64"
+                   FROM JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$')) AS j
+                     STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id
+                   WHERE t.state = 'canceled' AND t.order_key IS NOT NULL"#,
+                json
+            )
+            .fetch_all(&mut *tx)
+            .await?;
+            order_advance_ids(&mut tx, &heads).await?;
+        }
+        let waiting = sqlx::query!(
+            r#"UPDATE JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$')) AS j
+                 STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id
+               SET t.state = 'canceled', t.finished_at = UTC_TIMESTAMP(6), t.updated_at = UTC_TIMESTAMP(6)
+               WHERE t.state = 'waiting'"#,
+            json
+        )
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        if pending > 0 {
             sqlx::query!(
                 r#"DELETE u FROM JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$')) AS j
                      STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id
@@ -38,7 +64,7 @@ impl Actions for MySqlDriver {
             .await?;
         }
         tx.commit().await?;
-        Ok(done.rows_affected())
+        Ok(pending + waiting)
     }
 
     /// Records a cancel request on the running tasks among `ids`; returns how many were
@@ -68,7 +94,8 @@ impl Actions for MySqlDriver {
                SET t.state = 'pending', t.attempt = 0, t.lease_epoch = t.lease_epoch + 1,
                    t.run_at = UTC_TIMESTAMP(6), t.finished_at = NULL, t.lease_until = NULL,
                    t.updated_at = UTC_TIMESTAMP(6)
-               WHERE t.state = 'dead' AND (t.unique_key IS NULL OR t.unique_while = 'window')"#,
+               WHERE t.state = 'dead' AND (t.unique_key IS NULL OR t.unique_while = 'window')
+                 AND t.order_key IS NULL"#,
             json
         )
         .execute(&self.pool)
@@ -95,8 +122,10 @@ impl Actions for MySqlDriver {
         Ok(done.rows_affected() == 1)
     }
 
-    /// Cancels a pending task (freeing the unique identity it holds); returns whether a row
-    /// changed. Two statements on the caller's transaction.
+    /// Cancels a pending or waiting task (freeing the unique identity it holds; an ordered
+    /// key's head, which is pending, promotes the key's next task); returns whether a row
+    /// changed. On the caller's transaction: three statements for a pending task, one more
+    /// for an ordered head, two for a waiting one.
     async fn task_cancel(&self, tx: &mut MySqlConnection, id: TaskId) -> sqlx::Result<bool> {
         let done = sqlx::query!(
             r#"UPDATE taskq_tasks
@@ -115,8 +144,18 @@ impl Actions for MySqlDriver {
             )
             .execute(&mut *tx)
             .await?;
+            order_advance_ids(tx, &[id.0]).await?;
+            return Ok(true);
         }
-        Ok(done.rows_affected() == 1)
+        let waiting = sqlx::query!(
+            r#"UPDATE taskq_tasks
+               SET state = 'canceled', finished_at = UTC_TIMESTAMP(6), updated_at = UTC_TIMESTAMP(6)
+               WHERE id = ? AND state = 'waiting'"#,
+            id.0
+        )
+        .execute(&mut *tx)
+        .await?;
+        Ok(waiting.rows_affected() == 1)
     }
 
     /// Moves a pending task's due time to `at`, or to `delay_us` from the database's now when
@@ -165,7 +204,9 @@ impl Actions for MySqlDriver {
     /// cannot start it in between. Three statements on the caller's transaction.
     async fn task_delete(&self, tx: &mut MySqlConnection, id: TaskId) -> sqlx::Result<bool> {
         let row = sqlx::query!(
-            r#"SELECT unique_key AS "unique_key: Vec<u8>" FROM taskq_tasks
+            r#"SELECT unique_key AS "unique_key: Vec<u8>", order_key AS "order_key: Vec<u8>",
+                 order_seq AS "order_seq: u64", state AS "state: TaskState"
+               FROM taskq_tasks
                WHERE id = ? AND state <> 'running' FOR UPDATE"#,
             id.0
         )
@@ -182,6 +223,13 @@ impl Actions for MySqlDriver {
             )
             .execute(&mut *tx)
             .await?;
+        }
+        // A deleted head (pending, or dead and holding its key) lets its key go on; a waiting
+        // or finished task is no head, and its key is left alone.
+        if let (Some(key), Some(seq)) = (&row.order_key, row.order_seq)
+            && matches!(row.state, TaskState::Pending | TaskState::Dead)
+        {
+            order_advance(tx, key, id.0, seq).await?;
         }
         let done = sqlx::query!(
             r#"DELETE FROM taskq_tasks WHERE id = ? AND state <> 'running'"#,
@@ -203,7 +251,9 @@ impl Actions for MySqlDriver {
         id: TaskId,
     ) -> sqlx::Result<RetryDead> {
         let row = sqlx::query!(
-            r#"SELECT unique_key AS "unique_key: Vec<u8>", unique_while FROM taskq_tasks
+            r#"SELECT unique_key AS "unique_key: Vec<u8>", unique_while,
+                 order_key AS "order_key: Vec<u8>"
+               FROM taskq_tasks
                WHERE id = ? AND state = 'dead' FOR UPDATE"#,
             id.0
         )
@@ -222,11 +272,17 @@ impl Actions for MySqlDriver {
         {
             return Ok(RetryDead::IdentityHeld(holder));
         }
+        // An ordered task: its key's head stays the head; any other goes to the end of its key.
+        let state = match &row.order_key {
+            Some(key) => order_retry(tx, key, id.0).await?,
+            None => TaskState::Pending,
+        };
         sqlx::query!(
             r#"UPDATE taskq_tasks
-               SET state = 'pending', attempt = 0, lease_epoch = lease_epoch + 1, run_at = UTC_TIMESTAMP(6),
+               SET state = ?, attempt = 0, lease_epoch = lease_epoch + 1, run_at = UTC_TIMESTAMP(6),
                    finished_at = NULL, lease_until = NULL, updated_at = UTC_TIMESTAMP(6)
                WHERE id = ? AND state = 'dead'"#,
+            state.as_str(),
             id.0
         )
         .execute(&mut *tx)
@@ -252,6 +308,7 @@ impl Actions for MySqlDriver {
                    finished_at = NULL, lease_until = NULL, updated_at = UTC_TIMESTAMP(6)
                WHERE state = 'dead' AND (finished_at IS NULL OR finished_at <= ?)
                  AND (? IS NULL OR queue = ?) AND (unique_key IS NULL OR unique_while = 'window')
+                 AND order_key IS NULL
                ORDER BY finished_at, id
                LIMIT ?"#,
             died_before.naive_utc(),
@@ -264,7 +321,9 @@ impl Actions for MySqlDriver {
         Ok(done.rows_affected())
     }
 
-    /// Deletes up to `limit` tasks in terminal `state` that finished more than `age_secs` ago.
+    /// Deletes up to `limit` tasks in terminal `state` that finished more than `age_secs` ago,
+    /// except a dead ordered task that holds its key (deleting it is an operator's decision:
+    /// `task_delete`).
     async fn task_prune(
         &self,
         conn: &mut MySqlConnection,
@@ -275,6 +334,9 @@ impl Actions for MySqlDriver {
         let done = sqlx::query!(
             r#"DELETE FROM taskq_tasks
                WHERE state = ? AND finished_at < UTC_TIMESTAMP(6) - INTERVAL ? SECOND
+                 AND (order_key IS NULL OR NOT EXISTS (
+                       SELECT 1 FROM taskq_order_keys k
+                       WHERE k.order_key = taskq_tasks.order_key AND k.head_task_id = taskq_tasks.id))
                ORDER BY finished_at
                LIMIT ?"#,
             state.as_str(),

@@ -50,6 +50,8 @@ struct ClaimRow {
     deadline_in_us: Option<i64>,
     unique_key: Option<Vec<u8>>,
     unique_while: Option<String>,
+    order_key: Option<Vec<u8>>,
+    order_dead_skips: bool,
     /// A cancel request is on the row: an earlier attempt's (see [`ClaimRow::ends_at_claim`]).
     canceled: bool,
     /// `last_error` of a task whose attempts were exhausted before this claim (see
@@ -210,6 +212,7 @@ impl MySqlDriver {
                          trace_context, snoozes AS "snoozes: u32",
                          TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), deadline) AS "deadline_in_us: i64",
                          unique_key AS "unique_key: Vec<u8>", unique_while,
+                         order_key AS "order_key: Vec<u8>", order_dead_skips AS "order_dead_skips: bool",
                          (cancel_requested_at IS NOT NULL) AS "canceled!: bool",
                          IF(attempt >= max_attempts, last_error, NULL) AS "parked_error: String"
                        FROM taskq_tasks
@@ -340,6 +343,13 @@ impl MySqlDriver {
             )
             .execute(&mut *tx)
             .await?;
+            // Ordered heads ended here (expired, or canceled) promote their keys' next tasks.
+            let heads: Vec<u64> = ended
+                .iter()
+                .filter(|r| r.order_key.is_some())
+                .map(|r| r.id)
+                .collect();
+            crate::order::order_advance_ids(&mut tx, &heads).await?;
         }
         if rate_limited && !rows.is_empty() {
             // Counted in the window of this statement's clock, not the lock's: a claim that
@@ -395,6 +405,8 @@ impl MySqlDriver {
                 trace_context: r.trace_context,
                 unique_key: r.unique_key,
                 unique_while: r.unique_while,
+                order_key: r.order_key,
+                order_dead_skips: r.order_dead_skips,
                 parked_error: r.parked_error,
             })
             .collect();
@@ -573,6 +585,7 @@ async fn lock_candidates(
              t.trace_context, t.snoozes AS "snoozes: u32",
              TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), t.deadline) AS "deadline_in_us: i64",
              t.unique_key AS "unique_key: Vec<u8>", t.unique_while,
+             t.order_key AS "order_key: Vec<u8>", t.order_dead_skips AS "order_dead_skips: bool",
              (t.cancel_requested_at IS NOT NULL) AS "canceled!: bool",
              IF(t.attempt >= t.max_attempts, t.last_error, NULL) AS "parked_error: String"
            FROM JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$')) AS j

@@ -7,6 +7,7 @@ use taskq_driver::driver::Leases;
 
 use crate::MySqlDriver;
 use crate::identities::{Taken, identities_free_written, identities_take};
+use crate::order::order_advance_ids;
 use taskq_driver::rows::{
     FollowUpRow, LapsedRow, NameList, ReapRow, Reaped, WriteBack, WrittenBack,
 };
@@ -89,7 +90,10 @@ impl Leases for MySqlDriver {
             .filter_map(|f| f.frees.as_deref().map(|k| (k, f.id)))
             .collect();
         let follow = batch.iter().any(|f| f.follow_up.is_some());
-        if wanted.is_empty() && !follow {
+        // Outcomes that end an ordered key's head promote the key's next task in the same
+        // transaction; a batch without any keeps its single statement.
+        let ordered = batch.iter().any(|f| f.order_ends.is_some());
+        if wanted.is_empty() && !follow && !ordered {
             return Ok(WrittenBack {
                 written: write_back_rows(conn, batch.iter()).await?,
                 ..WrittenBack::default()
@@ -106,7 +110,10 @@ impl Leases for MySqlDriver {
         // With follow-ups, first lock the batch's rows (ascending id, like every batch
         // statement) and learn which are still running with their attempt's epoch: exactly
         // those the `UPDATE` writes, so exactly their follow-ups are inserted.
-        let written_ids = if rows.iter().any(|f| f.follow_up.is_some()) {
+        let written_ids = if rows
+            .iter()
+            .any(|f| f.follow_up.is_some() || f.order_ends.is_some())
+        {
             let leases: Vec<(u64, u64)> = rows.iter().map(|f| (f.id, f.epoch)).collect();
             Some(lock_running(&mut tx, &crate::leases_json(&leases)).await?)
         } else {
@@ -114,6 +121,14 @@ impl Leases for MySqlDriver {
         };
         let written = write_back_rows(&mut tx, rows.iter().copied()).await?;
         let mut followed = Vec::new();
+        if let Some(ids) = &written_ids {
+            let ended: Vec<u64> = rows
+                .iter()
+                .filter(|f| f.order_ends.is_some() && ids.contains(&f.id))
+                .map(|f| f.id)
+                .collect();
+            order_advance_ids(&mut tx, &ended).await?;
+        }
         if let Some(ids) = written_ids {
             let mut inserts: Vec<&FollowUpRow> = Vec::new();
             for f in rows.iter().filter(|f| ids.contains(&f.id)) {
@@ -216,6 +231,7 @@ impl Leases for MySqlDriver {
             r#"SELECT id AS "id: u64", lease_epoch AS "lease_epoch: u64", name, queue,
                  attempt AS "attempt: u32", max_attempts AS "max_attempts: u32", worker_id,
                  unique_key AS "unique_key: Vec<u8>", unique_while,
+                 order_key AS "order_key: Vec<u8>", order_dead_skips AS "order_dead_skips: bool",
                  (cancel_requested_at IS NOT NULL) AS "canceled!: bool",
                  (JSON_CONTAINS(?, JSON_QUOTE(name)) = 1) AS "registered!: bool",
                  IF(attempt >= max_attempts AND cancel_requested_at IS NULL
@@ -273,6 +289,8 @@ impl Leases for MySqlDriver {
             .filter_map(|r| r.frees.as_deref().map(|k| (k, r.id)))
             .collect();
         let follow = rows.iter().any(|r| r.follow_up.is_some());
+        let ordered = rows.iter().any(|r| r.order_ends.is_some());
+        let exact = exact || ordered;
         if wanted.is_empty() && !follow && !exact {
             let all: Vec<&ReapRow> = rows.iter().collect();
             let reaped = reap_rows(conn, &reap_json(&all)).await?;
@@ -324,6 +342,17 @@ impl Leases for MySqlDriver {
                 }
             }
             follow_ups_insert(&mut tx, &inserts).await?;
+            // Ordered heads the reap ended (canceled, or dead and letting their key go on).
+            let ended: Vec<u64> = out
+                .rows
+                .iter()
+                .filter(|(id, state)| {
+                    *state != TaskState::Pending
+                        && rows.iter().any(|r| r.id == *id && r.order_ends.is_some())
+                })
+                .map(|(id, _)| *id)
+                .collect();
+            order_advance_ids(&mut tx, &ended).await?;
         }
         // Those reaped to dead or canceled, with the epoch the reap gave them.
         let free: Vec<(String, u64, u64, &str)> = rows

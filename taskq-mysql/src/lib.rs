@@ -7,6 +7,7 @@
 //! - `clock.rs`: the database clock;
 //! - `enqueue.rs`: the producer path, one task (idempotency key, unique identity) or a
 //!   multi-row batch;
+//! - `order.rs`: ordered tasks (`taskq_order_keys`): the ordered enqueue, promotion, held keys;
 //! - `identities.rs`: unique identities (`taskq_unique`): reserve, take and free, prune;
 //! - `tasks.rs`: reads of `taskq_tasks` (one task, pages, counts, statistics, bulk targets);
 //! - `actions.rs`: the operator's writes to `taskq_tasks` (cancel, retry, reschedule,
@@ -47,6 +48,7 @@ mod history;
 mod identities;
 mod lease;
 mod migrate;
+mod order;
 mod queues;
 mod schedules;
 mod tasks;
@@ -61,6 +63,7 @@ pub use migrate::{
     MIGRATION_LOCK_SECS, migration_lock_renew, migration_lock_table, migration_lock_try,
     migration_unlock,
 };
+pub use order::task_insert_ordered;
 
 use sqlx::{MySqlConnection, MySqlPool};
 
@@ -120,6 +123,13 @@ impl Enqueue for MySqlDriver {
         rows: &[taskq_driver::rows::NewTask<'_>],
     ) -> sqlx::Result<Vec<taskq_driver::state::TaskId>> {
         task_insert_rows(conn, rows).await
+    }
+    async fn task_insert_ordered(
+        conn: &mut MySqlConnection,
+        row: &taskq_driver::rows::NewTask<'_>,
+        order: &taskq_driver::rows::OrderKey<'_>,
+    ) -> sqlx::Result<taskq_driver::rows::Inserted> {
+        task_insert_ordered(conn, row, order).await
     }
     async fn db_clock_us(conn: &mut MySqlConnection) -> sqlx::Result<i64> {
         db_clock_us(conn).await

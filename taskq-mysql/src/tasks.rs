@@ -234,7 +234,7 @@ impl Tasks for MySqlDriver {
                  t.finished_at AS "finished_at: DateTime<Utc>", t.snoozes AS "snoozes: u32",
                  t.deadline AS "deadline: DateTime<Utc>", t.attempted_at AS "attempted_at: DateTime<Utc>"
                FROM (SELECT id FROM taskq_tasks FORCE INDEX (ix_taskq_claim)
-                      WHERE state IN ('pending', 'running', 'succeeded', 'dead', 'canceled', 'expired')
+                      WHERE state IN ('waiting', 'pending', 'running', 'succeeded', 'dead', 'canceled', 'expired')
                         AND queue = ? AND (? IS NULL OR name = ?) AND id < ?
                       ORDER BY id DESC LIMIT ?) AS k
                JOIN taskq_tasks t ON t.id = k.id
@@ -271,7 +271,7 @@ impl Tasks for MySqlDriver {
                  t.finished_at AS "finished_at: DateTime<Utc>", t.snoozes AS "snoozes: u32",
                  t.deadline AS "deadline: DateTime<Utc>", t.attempted_at AS "attempted_at: DateTime<Utc>"
                FROM (SELECT id FROM taskq_tasks FORCE INDEX (ix_taskq_claim)
-                      WHERE state IN ('pending', 'running', 'succeeded', 'dead', 'canceled', 'expired')
+                      WHERE state IN ('waiting', 'pending', 'running', 'succeeded', 'dead', 'canceled', 'expired')
                         AND queue = ? AND (? IS NULL OR name = ?) AND id > ?
                       ORDER BY id LIMIT ?) AS k
                JOIN taskq_tasks t ON t.id = k.id
@@ -395,7 +395,7 @@ impl Tasks for MySqlDriver {
                  MIN(run_at) AS "oldest_run_at: DateTime<Utc>",
                  CAST(NULL AS DATETIME(6)) AS "earliest_lease_until: DateTime<Utc>"
                FROM taskq_tasks FORCE INDEX (ix_taskq_claim)
-               WHERE state IN ('pending', 'running')
+               WHERE state IN ('waiting', 'pending', 'running')
                GROUP BY state, queue"#
         )
         .fetch_all(&mut *conn)
@@ -460,7 +460,7 @@ impl Tasks for MySqlDriver {
         if age_us <= 0 {
             let rows = sqlx::query!(
                 r#"SELECT id AS "id: u64",
-                     (unique_key IS NOT NULL AND unique_while <> 'window') AS "held!: bool"
+                     ((unique_key IS NOT NULL AND unique_while <> 'window') OR order_key IS NOT NULL) AS "held!: bool"
                    FROM taskq_tasks
                    WHERE state = ? AND (? IS NULL OR queue = ?) AND (? IS NULL OR name = ?)
                      AND id > ?
@@ -480,7 +480,7 @@ impl Tasks for MySqlDriver {
         }
         let rows = sqlx::query!(
             r#"SELECT id AS "id: u64",
-                 (unique_key IS NOT NULL AND unique_while <> 'window') AS "held!: bool"
+                 ((unique_key IS NOT NULL AND unique_while <> 'window') OR order_key IS NOT NULL) AS "held!: bool"
                FROM taskq_tasks
                WHERE state = ? AND (? IS NULL OR queue = ?) AND (? IS NULL OR name = ?)
                  AND created_at <= UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND AND id > ?
@@ -535,7 +535,17 @@ impl Tasks for MySqlDriver {
         Ok(n.max(0) as u64)
     }
 
-    /// Up to `limit` ids above `after_id` of dead tasks unique while pending or running (of
+    /// Order keys held back by a failing head (see `crate::order::order_keys_held`).
+    async fn order_keys_held(
+        &self,
+        queue: Option<&str>,
+        limit: u32,
+    ) -> sqlx::Result<Vec<taskq_driver::rows::HeldKey>> {
+        crate::order::order_keys_held(&self.pool, queue, limit).await
+    }
+
+    /// Up to `limit` ids above `after_id` of dead tasks unique while pending or running, or
+    /// ordered (of
     /// `queue`, or of every queue) that died at or before `died_before`, ascending.
     async fn task_dead_unique_ids(
         &self,
@@ -547,7 +557,8 @@ impl Tasks for MySqlDriver {
         sqlx::query_scalar!(
             r#"SELECT id AS "id: TaskId" FROM taskq_tasks
                WHERE state = 'dead' AND (finished_at IS NULL OR finished_at <= ?)
-                 AND (? IS NULL OR queue = ?) AND unique_key IS NOT NULL AND unique_while <> 'window'
+                 AND (? IS NULL OR queue = ?)
+                 AND ((unique_key IS NOT NULL AND unique_while <> 'window') OR order_key IS NOT NULL)
                  AND id > ?
                ORDER BY id
                LIMIT ?"#,

@@ -16,7 +16,7 @@ use sqlx::{Sqlite, SqliteConnection, SqlitePool, Transaction};
 
 use crate::connect::{DEFAULT_BUSY_TIMEOUT, begin_immediate, tune};
 use crate::conv::sid;
-use crate::{clock, enqueue, history, identities, lease, queues, schedules, tasks, workers};
+use crate::{clock, enqueue, history, identities, lease, order, queues, schedules, tasks, workers};
 use taskq_driver::driver::{
     Actions, Claims, Clock, Enqueue, Handle, History, Identities, Leases, Queues, Schedules,
     StatementBudget, Tasks, Workers,
@@ -156,6 +156,13 @@ impl Enqueue for SqliteDriver {
                 Inserted::New(id) | Inserted::Duplicate(id) => id,
             })
             .collect())
+    }
+    async fn task_insert_ordered(
+        conn: &mut SqliteConnection,
+        row: &NewTask<'_>,
+        order: &taskq_driver::rows::OrderKey<'_>,
+    ) -> sqlx::Result<Inserted> {
+        order::task_insert_ordered(conn, row, order).await
     }
     async fn db_clock_us(conn: &mut SqliteConnection) -> sqlx::Result<i64> {
         clock::db_clock_us(conn).await
@@ -301,6 +308,14 @@ impl Tasks for SqliteDriver {
     ) -> sqlx::Result<Vec<TaskId>> {
         let mut c = self.conn().await?;
         tasks::task_dead_unique_ids(&mut c, queue, died_before, after_id, limit).await
+    }
+
+    async fn order_keys_held(
+        &self,
+        queue: Option<&str>,
+        limit: u32,
+    ) -> sqlx::Result<Vec<taskq_driver::rows::HeldKey>> {
+        order::order_keys_held(&self.pool, queue, limit).await
     }
 }
 

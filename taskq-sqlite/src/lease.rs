@@ -17,6 +17,7 @@ use taskq_driver::rules::{Allowance, claim_allowance, frees_identity, run_end_fr
 use crate::connect::begin_write;
 use crate::conv::{json, sids, signed, state, uid};
 use crate::identities::{freed, release};
+use crate::order::{Ended, order_advance_ended};
 
 /// A limited queue's limits as the claim reads them (inside its write transaction).
 struct QueueLimits {
@@ -135,6 +136,8 @@ pub(crate) async fn task_claim(
              finished_at - deadline AS "late_us?: i64",
              trace_context AS "trace_context?: String",
              unique_key AS "unique_key?: Vec<u8>", unique_while AS "unique_while?: String",
+             order_key AS "order_key?: Vec<u8>", order_seq AS "order_seq?: i64",
+             order_dead_skips AS "order_dead_skips!: bool",
              CASE WHEN attempt > max_attempts THEN last_error END AS "parked_error?: String""#,
         req.queue,
         names,
@@ -173,6 +176,21 @@ pub(crate) async fn task_claim(
         frees.extend(freed(r.id, r.unique_key.clone(), w, to, frees_identity));
     }
     release(&mut tx, &frees).await?;
+    // Ordered heads the claim ended (expired, or canceled) let their keys go on.
+    let mut ended = Vec::new();
+    for r in rows
+        .iter()
+        .filter(|r| r.order_key.is_some() && r.state != "running")
+    {
+        ended.push(Ended {
+            id: r.id,
+            state: state(&r.state)?,
+            order_key: r.order_key.clone(),
+            order_seq: r.order_seq,
+            dead_skips: r.order_dead_skips,
+        });
+    }
+    order_advance_ended(&mut tx, ended).await?;
     tx.commit().await?;
     let mut batch = batch(hit);
     for r in rows {
@@ -200,6 +218,8 @@ pub(crate) async fn task_claim(
                 trace_context: r.trace_context,
                 unique_key: r.unique_key,
                 unique_while: r.unique_while,
+                order_key: r.order_key,
+                order_dead_skips: r.order_dead_skips,
                 parked_error: r.parked_error,
             });
         }
@@ -404,7 +424,9 @@ pub(crate) async fn task_write_back(
                 taskq_clock AS c
            WHERE t.id = j.id AND t.lease_epoch = j.epoch AND t.state = 'running'
            RETURNING id AS "id!: i64", state AS "state!: String",
-             unique_key AS "unique_key?: Vec<u8>", unique_while AS "unique_while?: String""#,
+             unique_key AS "unique_key?: Vec<u8>", unique_while AS "unique_while?: String",
+             order_key AS "order_key?: Vec<u8>", order_seq AS "order_seq?: i64",
+             order_dead_skips AS "order_dead_skips!: bool""#,
         json
     )
     .fetch_all(&mut *tx)
@@ -424,11 +446,23 @@ pub(crate) async fn task_write_back(
     }
     follow_ups_insert(&mut tx, &inserts).await?;
     let mut frees = Vec::new();
+    let mut ended = Vec::new();
     for r in rows {
         let to = state(&r.state)?;
         let w = r.unique_while.as_deref();
         frees.extend(freed(r.id, r.unique_key, w, to, run_end_frees_identity));
+        if r.order_key.is_some() {
+            ended.push(Ended {
+                id: r.id,
+                state: to,
+                order_key: r.order_key,
+                order_seq: r.order_seq,
+                dead_skips: r.order_dead_skips,
+            });
+        }
     }
+    // Ordered heads this write-back ended let their keys go on, in the same transaction.
+    order_advance_ended(&mut tx, ended).await?;
     release(&mut tx, &frees).await?;
     tx.commit().await?;
     followed.sort_unstable();
@@ -513,6 +547,8 @@ struct LapsedRaw {
     worker_id: Option<String>,
     unique_key: Option<Vec<u8>>,
     unique_while: Option<String>,
+    order_key: Option<Vec<u8>>,
+    order_dead_skips: bool,
     canceled: bool,
     registered: bool,
     payload: Option<Vec<u8>>,
@@ -537,6 +573,7 @@ pub(crate) async fn task_lapsed(
              queue AS "queue!: String", attempt AS "attempt!: u32",
              max_attempts AS "max_attempts!: u32", worker_id AS "worker_id?: String",
              unique_key AS "unique_key?: Vec<u8>", unique_while AS "unique_while?: String",
+             order_key AS "order_key?: Vec<u8>", order_dead_skips AS "order_dead_skips!: bool",
              (cancel_requested_at IS NOT NULL) AS "canceled!: bool",
              (name IN (SELECT value FROM json_each(?1))) AS "registered!: bool",
              CASE WHEN attempt >= max_attempts AND cancel_requested_at IS NULL
@@ -564,6 +601,8 @@ pub(crate) async fn task_lapsed(
             worker_id: r.worker_id,
             unique_key: r.unique_key,
             unique_while: r.unique_while,
+            order_key: r.order_key,
+            order_dead_skips: r.order_dead_skips,
             canceled: r.canceled,
             registered: r.registered,
             payload: r.payload,
@@ -629,7 +668,9 @@ pub(crate) async fn task_reap(
            WHERE t.id = j.value ->> 0 AND t.lease_epoch = j.value ->> 1
              AND t.state = 'running' AND t.lease_until < c.us
            RETURNING id AS "id!: i64", state AS "state!: String",
-             unique_key AS "unique_key?: Vec<u8>", unique_while AS "unique_while?: String""#,
+             unique_key AS "unique_key?: Vec<u8>", unique_while AS "unique_while?: String",
+             order_key AS "order_key?: Vec<u8>", order_seq AS "order_seq?: i64",
+             order_dead_skips AS "order_dead_skips!: bool""#,
         json
     )
     .fetch_all(&mut *tx)
@@ -651,12 +692,24 @@ pub(crate) async fn task_reap(
     }
     follow_ups_insert(&mut tx, &inserts).await?;
     let mut frees = Vec::new();
+    let mut ended = Vec::new();
     for r in reaped {
         let to = state(&r.state)?;
         let w = r.unique_while.as_deref();
         frees.extend(freed(r.id, r.unique_key, w, to, run_end_frees_identity));
         out.rows.push((uid(r.id), to));
+        if r.order_key.is_some() {
+            ended.push(Ended {
+                id: r.id,
+                state: to,
+                order_key: r.order_key,
+                order_seq: r.order_seq,
+                dead_skips: r.order_dead_skips,
+            });
+        }
     }
+    // Ordered heads the reap ended (canceled, or dead letting their key go on).
+    order_advance_ended(&mut tx, ended).await?;
     release(&mut tx, &frees).await?;
     tx.commit().await?;
     out.followed.sort_unstable();

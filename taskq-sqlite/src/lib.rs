@@ -13,6 +13,7 @@ mod history;
 mod identities;
 mod lease;
 pub mod migrate;
+mod order;
 mod queues;
 mod schedules;
 mod tasks;

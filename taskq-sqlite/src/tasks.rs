@@ -13,6 +13,7 @@ use crate::clock::{opt_time, time_from_us, time_to_us};
 use crate::connect::begin_write;
 use crate::conv::{json, sid, sids, state, uid};
 use crate::identities::{freed, release};
+use crate::order::{Ended, order_advance_ended, order_retry};
 
 /// A task row as read (times as stored).
 struct TaskRaw {
@@ -478,7 +479,7 @@ pub(crate) async fn task_stats_active(
     let rows = sqlx::query!(
         r#"SELECT queue AS "queue!: String", state AS "state!: String", COUNT(*) AS "count!: i64",
              MIN(run_at) AS "oldest_run_at?: i64"
-           FROM taskq_tasks WHERE state IN ('pending', 'running')
+           FROM taskq_tasks WHERE state IN ('waiting', 'pending', 'running')
            GROUP BY queue, state ORDER BY queue, state"#
     )
     .fetch_all(&mut *conn)
@@ -558,8 +559,8 @@ pub(crate) async fn task_cancel(conn: &mut SqliteConnection, id: TaskId) -> sqlx
     Ok(task_cancel_batch(conn, &[id.0]).await? == 1)
 }
 
-/// Cancels the pending tasks among `ids` (freeing their unique identities) in one
-/// transaction; returns how many.
+/// Cancels the pending and waiting tasks among `ids` (freeing their unique identities; an
+/// ordered key's head promotes the key's next task) in one transaction; returns how many.
 pub(crate) async fn task_cancel_batch(
     conn: &mut SqliteConnection,
     ids: &[u64],
@@ -573,14 +574,27 @@ pub(crate) async fn task_cancel_batch(
         r#"UPDATE taskq_tasks AS t
            SET state = 'canceled', finished_at = c.us, updated_at = c.us
            FROM taskq_clock AS c
-           WHERE t.id IN (SELECT value FROM json_each(?1)) AND t.state = 'pending'
+           WHERE t.id IN (SELECT value FROM json_each(?1)) AND t.state IN ('pending', 'waiting')
            RETURNING id AS "id!: i64", unique_key AS "unique_key?: Vec<u8>",
-             unique_while AS "unique_while?: String""#,
+             unique_while AS "unique_while?: String", order_key AS "order_key?: Vec<u8>",
+             order_seq AS "order_seq?: i64""#,
         json
     )
     .fetch_all(&mut *tx)
     .await?;
     let count = rows.len() as u64;
+    // A canceled head lets its key go on (a waiting task is no head: nothing changes).
+    let ended: Vec<Ended> = rows
+        .iter()
+        .map(|r| Ended {
+            id: r.id,
+            state: TaskState::Canceled,
+            order_key: r.order_key.clone(),
+            order_seq: r.order_seq,
+            dead_skips: false,
+        })
+        .collect();
+    order_advance_ended(&mut tx, ended).await?;
     let frees: Vec<_> = rows
         .into_iter()
         .filter_map(|r| {
@@ -607,13 +621,29 @@ pub(crate) async fn task_delete(conn: &mut SqliteConnection, id: TaskId) -> sqlx
     .execute(&mut *tx)
     .await?;
     let done = sqlx::query!(
-        r#"DELETE FROM taskq_tasks WHERE id = ?1 AND state <> 'running'"#,
+        r#"DELETE FROM taskq_tasks WHERE id = ?1 AND state <> 'running'
+           RETURNING order_key AS "order_key?: Vec<u8>", order_seq AS "order_seq?: i64""#,
         id
     )
-    .execute(&mut *tx)
+    .fetch_optional(&mut *tx)
     .await?;
+    // A deleted head (pending, or dead holding its key) lets its key go on; for any other
+    // task `order_advance` changes nothing.
+    if let Some(r) = &done {
+        order_advance_ended(
+            &mut tx,
+            [Ended {
+                id,
+                state: TaskState::Canceled,
+                order_key: r.order_key.clone(),
+                order_seq: r.order_seq,
+                dead_skips: false,
+            }],
+        )
+        .await?;
+    }
     tx.commit().await?;
-    Ok(done.rows_affected() == 1)
+    Ok(done.is_some())
 }
 
 /// Records a cancel request on a running task (kept from the first request); returns whether
@@ -698,7 +728,8 @@ pub(crate) async fn task_retry_dead(
     let id = sid(id.0);
     let mut tx = begin_write(conn).await?;
     let row = sqlx::query!(
-        r#"SELECT unique_key AS "unique_key?: Vec<u8>", unique_while AS "unique_while?: String"
+        r#"SELECT unique_key AS "unique_key?: Vec<u8>", unique_while AS "unique_while?: String",
+             order_key AS "order_key?: Vec<u8>"
            FROM taskq_tasks WHERE id = ?1 AND state = 'dead'"#,
         id
     )
@@ -733,13 +764,20 @@ pub(crate) async fn task_retry_dead(
             }
         }
     }
+    // An ordered task: its key's head stays the head; any other goes to the end of its key.
+    let state = match &row.order_key {
+        Some(key) => order_retry(&mut tx, key, id).await?,
+        None => TaskState::Pending,
+    }
+    .as_str();
     sqlx::query!(
         r#"UPDATE taskq_tasks AS t
-           SET state = 'pending', attempt = 0, lease_epoch = t.lease_epoch + 1, run_at = c.us,
+           SET state = ?2, attempt = 0, lease_epoch = t.lease_epoch + 1, run_at = c.us,
                finished_at = NULL, lease_until = NULL, updated_at = c.us
            FROM taskq_clock AS c
            WHERE t.id = ?1 AND t.state = 'dead'"#,
-        id
+        id,
+        state
     )
     .execute(&mut *tx)
     .await?;
@@ -763,7 +801,7 @@ pub(crate) async fn task_retry_dead_ids(
                finished_at = NULL, lease_until = NULL, updated_at = c.us
            FROM taskq_clock AS c
            WHERE t.id IN (SELECT value FROM json_each(?1)) AND t.state = 'dead'
-             AND (t.unique_key IS NULL OR t.unique_while = 'window')"#,
+             AND (t.unique_key IS NULL OR t.unique_while = 'window') AND t.order_key IS NULL"#,
         json
     )
     .execute(&mut *conn)
@@ -791,7 +829,7 @@ pub(crate) async fn task_retry_dead_batch(
              SELECT id FROM taskq_tasks
              WHERE state = 'dead' AND (finished_at IS NULL OR finished_at <= ?1)
                AND (?2 IS NULL OR queue = ?2)
-               AND (unique_key IS NULL OR unique_while = 'window')
+               AND (unique_key IS NULL OR unique_while = 'window') AND order_key IS NULL
              ORDER BY finished_at, id
              LIMIT ?3)"#,
         died_before,
@@ -816,8 +854,9 @@ pub(crate) async fn task_dead_unique_ids(
     let ids = sqlx::query_scalar!(
         r#"SELECT id AS "id!: i64" FROM taskq_tasks
            WHERE state = 'dead' AND (finished_at IS NULL OR finished_at <= ?1)
-             AND (?2 IS NULL OR queue = ?2) AND unique_key IS NOT NULL
-             AND unique_while <> 'window' AND id > ?3
+             AND (?2 IS NULL OR queue = ?2)
+             AND ((unique_key IS NOT NULL AND unique_while <> 'window') OR order_key IS NOT NULL)
+             AND id > ?3
            ORDER BY id
            LIMIT ?4"#,
         died_before,
@@ -843,7 +882,8 @@ pub(crate) async fn task_bulk_ids(
     let (state, after_id) = (f.state.map_or("", TaskState::as_str), sid(after_id));
     let rows = sqlx::query!(
         r#"SELECT id AS "id!: i64",
-             (unique_key IS NOT NULL AND unique_while <> 'window') AS "held!: bool"
+             ((unique_key IS NOT NULL AND unique_while <> 'window') OR order_key IS NOT NULL)
+               AS "held!: bool"
            FROM taskq_tasks
            WHERE state = ?1 AND (?2 IS NULL OR queue = ?2) AND (?3 IS NULL OR name = ?3)
              AND created_at <= (SELECT us FROM taskq_clock) - ?4 AND id > ?5
@@ -898,6 +938,9 @@ pub(crate) async fn task_prune(
            WHERE id IN (
              SELECT id FROM taskq_tasks
              WHERE state = ?1 AND finished_at < (SELECT us FROM taskq_clock) - ?2
+               AND (order_key IS NULL OR NOT EXISTS (
+                     SELECT 1 FROM taskq_order_keys AS k
+                     WHERE k.order_key = taskq_tasks.order_key AND k.head_task_id = taskq_tasks.id))
              ORDER BY finished_at
              LIMIT ?3)"#,
         state,

@@ -56,6 +56,7 @@ async fn drain(pool: &sqlx::SqlitePool, worker: &str) -> Vec<u64> {
             .tasks
             .iter()
             .map(|t| WriteBack {
+                order_ends: None,
                 id: t.id,
                 epoch: t.lease_epoch,
                 state: "succeeded",

@@ -38,7 +38,7 @@ struct Terminal {
 #[derive(Debug, Default)]
 pub(crate) struct QueueRow {
     /// Tasks per state, in [`TaskState::ALL`]'s order.
-    pub counts: [u64; 6],
+    pub counts: [u64; TaskState::ALL.len()],
     pub oldest_pending: Option<DateTime<Utc>>,
     pub paused_at: Option<DateTime<Utc>>,
     pub concurrency_limit: Option<u32>,

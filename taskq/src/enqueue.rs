@@ -6,7 +6,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use sqlx::{Pool, Transaction, pool::PoolConnection};
 
-use crate::backend::{Backend, Conn, Inserted, NewTask};
+use crate::backend::{Backend, Conn, Inserted, NewTask, OrderKey};
 use crate::error::{Error, Result};
 use crate::task::{Task, TaskId};
 use crate::unique::{PreparedUnique, Unique};
@@ -149,6 +149,8 @@ pub struct Enqueue<T> {
     expiry: Option<Expiry>,
     /// `None`: the task's declaration (`T::UNIQUE`).
     unique: Option<Option<Unique>>,
+    /// An explicit order key (`with_order_key`); `None`: the task's declaration (`T::ORDERED`).
+    order_key: Option<String>,
 }
 
 /// A deadline as given to [`Enqueue`]: absolute, or relative to the insert.
@@ -173,6 +175,7 @@ impl<T: Task> Enqueue<T> {
             trace_context: None,
             expiry: None,
             unique: None,
+            order_key: None,
         }
     }
     /// Runs no earlier than `delay` after the insert, on the database clock.
@@ -204,6 +207,15 @@ impl<T: Task> Enqueue<T> {
     /// `#[taskq::task(unique)]`); `None` makes this enqueue not unique. See [`Unique`].
     pub fn with_unique(mut self, unique: impl Into<Option<Unique>>) -> Self {
         self.unique = Some(unique.into());
+        self
+    }
+    /// Runs this task in order with the other tasks of its queue given the same key: tasks
+    /// sharing a key run one at a time, in the order their enqueues commit, across every
+    /// worker (see [`Ordered`](crate::Ordered) and docs/semantics.md, "Ordered tasks").
+    /// Replaces the key the task's `ordered_by` fields would give; a death lets the key go on
+    /// only if the task declares `ordered_dead_after`. An ordered task cannot be unique.
+    pub fn with_order_key(mut self, key: impl Into<String>) -> Self {
+        self.order_key = Some(key.into());
         self
     }
     /// Overrides the task's queue.
@@ -278,6 +290,8 @@ impl<T: Task> Enqueue<T> {
             ("with_delay", !self.delay.is_zero()),
             ("with_run_at", self.run_at.is_some()),
             ("with_idempotency_key", self.idempotency_key.is_some()),
+            ("with_order_key", self.order_key.is_some()),
+            ("ordered_by", T::ORDERED.is_some()),
         ];
         if let Some((what, _)) = set.iter().find(|(_, on)| *on) {
             return Err(Error::InvalidCron {
@@ -300,7 +314,11 @@ impl<T: Task> Enqueue<T> {
         if let Some(k) = &self.idempotency_key {
             validate_name("idempotency key", k, MAX_NAME_LEN)?;
         }
-        let max_attempts = self.max_attempts.unwrap_or(T::MAX_ATTEMPTS);
+        let ordered_dead_after = T::ORDERED.and_then(|o| o.dead_after_attempts());
+        let max_attempts = self
+            .max_attempts
+            .or(ordered_dead_after)
+            .unwrap_or(T::MAX_ATTEMPTS);
         if max_attempts == 0 {
             return Err(Error::InvalidOption(
                 "max_attempts must be at least 1".into(),
@@ -321,6 +339,22 @@ impl<T: Task> Enqueue<T> {
             Some(u) => Some(u.prepare(T::NAME, &payload)?),
             None => None,
         };
+        let order = match (&self.order_key, T::ORDERED) {
+            (Some(k), _) => {
+                validate_name("order key", k, MAX_NAME_LEN)?;
+                Some(crate::ordered::explicit_key(&queue, k))
+            }
+            (None, Some(o)) => Some(o.key(&queue, T::NAME, &payload)?),
+            (None, None) => None,
+        };
+        if order.is_some() && unique.is_some() {
+            return Err(Error::InvalidOption(format!(
+                "task {:?} is ordered and unique: an ordered task cannot be unique (its place \
+                 in its key's order is taken at enqueue)",
+                T::NAME
+            )));
+        }
+        let order = order.map(|key| (key, ordered_dead_after.is_some()));
         Ok(Prepared {
             queue,
             name: T::NAME,
@@ -334,6 +368,7 @@ impl<T: Task> Enqueue<T> {
             idempotency_key: self.idempotency_key,
             trace_context: trace(self.trace_context),
             unique,
+            order,
         })
     }
 }
@@ -353,12 +388,14 @@ pub(crate) struct Prepared {
     idempotency_key: Option<String>,
     pub(crate) trace_context: Option<String>,
     unique: Option<PreparedUnique>,
+    /// The order key and whether a death lets the key go on, for an ordered task.
+    order: Option<([u8; 32], bool)>,
 }
 
 impl Prepared {
     /// Whether this row must be inserted on its own (a duplicate is possible).
     fn keyed(&self) -> bool {
-        self.idempotency_key.is_some() || self.unique.is_some()
+        self.idempotency_key.is_some() || self.unique.is_some() || self.order.is_some()
     }
 
     /// The row to insert, with its unique identity's key and window end when it has one.
@@ -402,7 +439,17 @@ impl Prepared {
             None => (None, None),
         };
         let row = self.row(unique_key.as_ref().map(|k| k.as_slice()), unique_expires_us);
-        let out = match conn.task_insert(&row).await? {
+        let inserted = match &self.order {
+            Some((key, dead_skips)) => {
+                let order = OrderKey {
+                    key,
+                    dead_skips: *dead_skips,
+                };
+                conn.task_insert_ordered(&row, &order).await?
+            }
+            None => conn.task_insert(&row).await?,
+        };
+        let out = match inserted {
             Inserted::New(id) => Enqueued {
                 id,
                 duplicate: false,

@@ -73,6 +73,9 @@ macro_rules! __enqueue_options {
             with_unique(
                 unique: impl ::core::convert::Into<::core::option::Option<$crate::Unique>>
             );
+            /// Runs this task in order with the other tasks of its queue given the same key: one
+            /// at a time, in commit order (replaces the key of the task's `ordered_by`).
+            with_order_key(key: impl ::core::convert::Into<::std::string::String>);
             /// Overrides the task's queue.
             with_queue(queue: impl ::core::convert::Into<::std::string::String>);
             /// Overrides the task's max attempts (at least 1).
@@ -139,6 +142,10 @@ pub trait Task: Serialize + DeserializeOwned + Send + Sync + 'static {
     /// [`Unique`]); `None` (the default) for none. An enqueue can replace it with
     /// [`Enqueue::with_unique`].
     const UNIQUE: Option<Unique> = None;
+    /// Makes every enqueue of this task ordered (one at a time per key, in commit order; see
+    /// [`Ordered`](crate::Ordered)); `None` (the default) for none. An enqueue can give its own
+    /// key with [`Enqueue::with_order_key`].
+    const ORDERED: Option<crate::Ordered> = None;
     /// What to enqueue when a task of this kind dies, durably: the hook's [`FollowUp`] is
     /// inserted in the transaction that moves the task to `dead` (by its worker's write-back or
     /// by the reaper), so a death is never recorded without it and never gets two. `None` (the

@@ -82,6 +82,12 @@ pub trait TestBackend:
         sql: &'c str,
     ) -> impl Future<Output = u64> + Send + 'c;
 
+    /// Runs a query returning one integer on a connection (a transaction's).
+    fn scalar_in<'c>(
+        conn: &'c mut Self::Connection,
+        sql: &'c str,
+    ) -> impl Future<Output = i64> + Send + 'c;
+
     /// Begins a transaction meant to write (SQLite: `BEGIN IMMEDIATE`, see
     /// `taskq::sqlite::begin`).
     fn begin(pool: &Pool<Self>) -> impl Future<Output = sqlx::Transaction<'static, Self>> + Send;
@@ -155,6 +161,11 @@ impl<B: TestBackend> Db<B> {
     /// Runs `sql` on a transaction's connection (`&mut *tx`) and returns the rows it changed.
     pub async fn exec_in(&self, conn: &mut B::Connection, sql: &str) -> u64 {
         B::exec_in(conn, sql).await
+    }
+
+    /// Runs a query returning one integer on a connection (a transaction's).
+    pub async fn scalar_in(&self, conn: &mut B::Connection, sql: &str) -> i64 {
+        B::scalar_in(conn, sql).await
     }
 
     /// Begins a transaction meant to write (SQLite: `BEGIN IMMEDIATE`).
@@ -460,6 +471,13 @@ impl TestBackend for MySql {
             .rows_affected()
     }
 
+    async fn scalar_in(conn: &mut Self::Connection, sql: &str) -> i64 {
+        sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(sql.to_owned()))
+            .fetch_one(conn)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+
     async fn begin(pool: &Pool<Self>) -> sqlx::Transaction<'static, Self> {
         pool.begin().await.expect("begin")
     }
@@ -643,6 +661,13 @@ impl TestBackend for Sqlite {
             .await
             .unwrap_or_else(|e| panic!("{sql}: {e}"))
             .rows_affected()
+    }
+
+    async fn scalar_in(conn: &mut Self::Connection, sql: &str) -> i64 {
+        sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(sql.to_owned()))
+            .fetch_one(conn)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
     }
 
     async fn begin(pool: &Pool<Self>) -> sqlx::Transaction<'static, Self> {

@@ -7,6 +7,7 @@
 //! (`inherent`) and the inventory registration.
 
 mod inherent;
+mod ordered;
 mod payload;
 mod task_impl;
 mod unique;
@@ -58,8 +59,11 @@ pub fn expand(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> 
     let consumed = strip_param_attrs(&mut f);
     let handler = analyze(&f, &consumed);
     match (attrs, handler) {
-        (Ok(attrs), Ok(handler)) => {
+        (Ok(mut attrs), Ok(handler)) => {
             check_cron_payload(&f, &attrs, &handler)?;
+            if let Some(by) = &attrs.ordered_by {
+                attrs.ordered_fields = Some(ordered::ordered_fields(&f, by, &handler)?);
+            }
             check_follow_up_targets(&f, &attrs)?;
             let unique = match &attrs.unique {
                 Some(spec) => Some(unique_fields(&f, spec, &handler)?),

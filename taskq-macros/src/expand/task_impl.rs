@@ -45,6 +45,7 @@ pub fn generate(
         .unique
         .as_ref()
         .map(|spec| unique_tokens(spec, unique_fields.and_then(Option::as_ref)));
+    let ordered = super::ordered::ordered_tokens(attrs);
     let timeout = attrs.timeout.map(|d| {
         let d = duration_tokens(d);
         quote!(const TIMEOUT: ::core::option::Option<::core::time::Duration> = ::core::option::Option::Some(#d);)
@@ -167,6 +168,7 @@ pub fn generate(
             #max_snoozes
             #ttl
             #unique
+            #ordered
             #on_dead
             #on_success
 

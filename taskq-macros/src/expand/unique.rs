@@ -96,7 +96,7 @@ pub fn unique_fields(
 
 /// The JSON name of a payload field given its `#[serde(...)]` attributes, or why it is not
 /// always serialized under one name.
-fn json_name(name: &str, serde_attrs: &[Attribute]) -> Result<String, String> {
+pub(super) fn json_name(name: &str, serde_attrs: &[Attribute]) -> Result<String, String> {
     let mut json = name.to_owned();
     for attr in serde_attrs {
         let mut problem = None;

@@ -119,6 +119,7 @@ fn write_back(
     outcome: &'static str,
 ) -> WriteBack {
     WriteBack {
+        order_ends: None,
         id,
         epoch,
         state,
@@ -149,6 +150,7 @@ async fn reap_lapsed(
     let rows: Vec<ReapRow> = lapsed
         .iter()
         .map(|r| ReapRow {
+            order_ends: None,
             id: r.id,
             epoch: r.lease_epoch,
             frees: r.frees(),

@@ -385,6 +385,7 @@ async fn reap_follow_ups_only_for_rows_reaped_to_dead() {
     let late = write_back(unknown, rows[0].lease_epoch, 1, "succeeded", "succeeded");
     assert_eq!(task_write_back(&mut c, &[late]).await.unwrap().written, 1);
     let plan = [ReapRow {
+        order_ends: None,
         id: unknown,
         epoch: rows[0].lease_epoch,
         frees: None,

@@ -27,10 +27,11 @@ pub(super) async fn overview(
     Query(q): Query<OverviewQuery>,
 ) -> Response {
     let minutes = st.throughput_minutes;
-    let (stats, workers, unhandled) = match tokio::try_join!(
+    let (stats, workers, unhandled, held) = match tokio::try_join!(
         crate::stats::load(&st),
         st.client.workers(),
-        crate::stats::unhandled(&st)
+        crate::stats::unhandled(&st),
+        st.client.held_keys(None, 20)
     ) {
         Ok(v) => v,
         Err(e) => return failure(&ctx, &e),
@@ -66,7 +67,7 @@ pub(super) async fn overview(
         b.push_str("<th></th>");
     }
     b.push_str("</tr>");
-    let mut totals = [0u64; 6];
+    let mut totals = [0u64; TaskState::ALL.len()];
     for (queue, row) in queues {
         let qe = esc(queue);
         let qu = url(queue);
@@ -256,6 +257,29 @@ pub(super) async fn overview(
                 esc(&p.name),
                 p.due,
                 age((unhandled.at - p.oldest_run_at).num_seconds())
+            );
+        }
+        b.push_str("</table>");
+    }
+
+    // Order keys held back by their head (ordered tasks).
+    if !held.is_empty() {
+        b.push_str(
+            r#"<h2>Held order keys</h2><p>Ordered tasks wait behind these heads: a head that failed and waits for its next attempt (or runs again), or a dead head, which holds its key until it is retried or deleted.</p><table id="held-keys"><tr><th>Queue</th><th>Key</th><th>Head</th><th>Task</th><th>State</th><th>Attempts</th><th>Waiting</th><th>Last error</th></tr>"#,
+        );
+        for k in &held {
+            let _ = write!(
+                b,
+                r#"<tr><td>{}</td><td><code>{}</code></td><td><a href="{root}tasks/{}">{}</a></td><td>{}</td><td>{}</td><td class="n">{}</td><td class="n">{}</td><td>{}</td></tr>"#,
+                esc(&k.queue),
+                esc(&k.order_key[..16]),
+                k.head,
+                k.head,
+                esc(&k.name),
+                k.state,
+                k.attempt,
+                k.waiting,
+                esc(k.last_error.as_deref().unwrap_or(""))
             );
         }
         b.push_str("</table>");

@@ -48,7 +48,7 @@ pub struct Client {
 }
 
 /// Which pending tasks [`Client::list_pending`] lists.
-pub use taskq_driver::rows::PendingKind;
+pub use taskq_driver::rows::{HeldKey, PendingKind};
 
 pub use crate::info::{
     AttemptsPerMinute, DeadReason, FinishedPerMinute, ListFilter, PendingNameCount, QueueInfo,

@@ -168,6 +168,15 @@ impl Client {
             .collect())
     }
 
+    /// Order keys held back by their head (see [`Ordered`](crate::Ordered)): the head has
+    /// failed at least once and is waiting for its next attempt or running again, or it died
+    /// and holds its key until an operator retries, cancels or deletes it. Of `queue` when
+    /// given, most tasks waiting first, at most `limit`. Reads every key that has a head (one
+    /// row per key in `taskq_order_keys`), so it costs in proportion to the live keys.
+    pub async fn held_keys(&self, queue: Option<&str>, limit: u32) -> Result<Vec<HeldKey>> {
+        self.run(self.store.order_keys_held(queue, limit)).await
+    }
+
     /// Number of tasks matching `filter` (`after_id` and `limit` are ignored).
     pub async fn count(&self, filter: &ListFilter) -> Result<u64> {
         self.run(self.store.task_count(&filter.store())).await

@@ -5,7 +5,7 @@ use std::any::Any;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
-use taskq_driver::rules::run_end_frees_identity;
+use taskq_driver::rules::{ends_order_head, run_end_frees_identity};
 use taskq_driver::state::TaskState;
 
 use tracing::Instrument;
@@ -413,6 +413,12 @@ fn write_back(
     delay: Duration,
     error: Option<String>,
 ) -> WriteBack {
+    let to = match state {
+        "succeeded" => TaskState::Succeeded,
+        "dead" => TaskState::Dead,
+        "canceled" => TaskState::Canceled,
+        _ => TaskState::Pending, // a retry or a snooze
+    };
     WriteBack {
         id: task.id,
         epoch: task.lease_epoch,
@@ -426,16 +432,15 @@ fn write_back(
         // Freed as `taskq_driver::rules::run_end_frees_identity` says (a running task's, or a
         // window's, by the end it reaches; one held while pending was freed by the claim).
         frees: task.unique_key.clone().filter(|_| {
-            let to = match state {
-                "succeeded" => TaskState::Succeeded,
-                "dead" => TaskState::Dead,
-                "canceled" => TaskState::Canceled,
-                _ => TaskState::Pending, // a retry or a snooze
-            };
             task.unique_while
                 .as_deref()
                 .is_some_and(|w| run_end_frees_identity(w, to))
         }),
+        // An ordered head that ends lets its key go on (`rules::ends_order_head`).
+        order_ends: task
+            .order_key
+            .clone()
+            .filter(|_| ends_order_head(to, task.order_dead_skips)),
         follow_up: None,
         name: task.name.as_str().into(),
         queue: Arc::from(""),

@@ -281,6 +281,7 @@ fn plan(shared: &Shared, r: &LapsedRow) -> ReapRow {
         frees: r.frees(),
         canceled: r.canceled,
         parks: r.parks(),
+        order_ends: r.order_ends(),
         follow_up,
     }
 }

@@ -1,0 +1,282 @@
+//! Ordered tasks (`taskq_order_keys`): the ordered enqueue, the promotion of a key's next
+//! task when its head ends, and the keys held back by a failing head.
+//!
+//! Lock order, the same in every transaction: the task row that ends (locked by the statement
+//! that ends it), then the key's row in `taskq_order_keys`, then the key's next waiting task.
+//! The enqueue locks only the key's row before inserting its new row, so it never waits for a
+//! task row while holding the key.
+
+use sqlx::{Connection, MySqlConnection};
+
+use crate::is_conflict_on;
+use taskq_driver::rows::{HeldKey, Inserted, NewTask, OrderKey};
+use taskq_driver::rules::ordered_enqueue_state;
+use taskq_driver::state::{TaskId, TaskState};
+
+/// Name of the unique index behind idempotency keys (see the migration).
+const IDEMPOTENCY_INDEX: &str = "uq_taskq_idempotency";
+
+/// Inserts an ordered task on `conn`: the key's row is upserted first (`next_seq + 1`), which
+/// locks it until the caller's transaction ends, so two enqueues of one key take their
+/// numbers in the order they commit; then the task row is inserted `pending` and made the
+/// key's head when the key has none, `waiting` otherwise. Outside a transaction the
+/// statements run in a short one of their own. A duplicate idempotency key returns the holder
+/// and leaves a gap in the key's numbers (harmless: only their order counts).
+pub async fn task_insert_ordered(
+    conn: &mut MySqlConnection,
+    t: &NewTask<'_>,
+    order: &OrderKey<'_>,
+) -> sqlx::Result<Inserted> {
+    if t.unique_key.is_some() {
+        return Err(sqlx::Error::Protocol(
+            "an ordered task has no unique identity".into(),
+        ));
+    }
+    if conn.is_in_transaction() {
+        return insert(conn, t, order).await;
+    }
+    let mut tx = conn.begin().await?;
+    let out = insert(&mut tx, t, order).await?;
+    tx.commit().await?;
+    Ok(out)
+}
+
+async fn insert(
+    conn: &mut MySqlConnection,
+    t: &NewTask<'_>,
+    order: &OrderKey<'_>,
+) -> sqlx::Result<Inserted> {
+    sqlx::query!(
+        r#"INSERT INTO taskq_order_keys (order_key, next_seq, head_task_id) VALUES (?, 1, NULL)
+           ON DUPLICATE KEY UPDATE next_seq = next_seq + 1"#,
+        order.key
+    )
+    .execute(&mut *conn)
+    .await?;
+    let key = sqlx::query!(
+        r#"SELECT next_seq AS "next_seq: u64", head_task_id AS "head_task_id: u64"
+           FROM taskq_order_keys WHERE order_key = ? FOR UPDATE"#,
+        order.key
+    )
+    .fetch_one(&mut *conn)
+    .await?;
+    let state = ordered_enqueue_state(key.head_task_id.is_some());
+    let res = sqlx::query!(
+        r#"INSERT INTO taskq_tasks
+            (queue, name, payload, state, priority, max_attempts, run_at, deadline,
+             idempotency_key, trace_context, order_key, order_seq, order_dead_skips,
+             created_at, updated_at)
+           VALUES (?, ?, ?, ?, ?, ?, COALESCE(?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND),
+             COALESCE(?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND),
+             ?, ?, ?, ?, ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))"#,
+        t.queue,
+        t.name,
+        t.payload,
+        state.as_str(),
+        t.priority,
+        t.max_attempts,
+        t.run_at.map(|d| d.naive_utc()),
+        t.delay_us,
+        t.deadline.map(|d| d.naive_utc()),
+        t.ttl_us,
+        t.idempotency_key,
+        t.trace_context,
+        order.key,
+        key.next_seq,
+        order.dead_skips,
+    )
+    .execute(&mut *conn)
+    .await;
+    let id = match res {
+        Ok(done) => TaskId(done.last_insert_id()),
+        Err(sqlx::Error::Database(e))
+            if is_conflict_on(&*e, IDEMPOTENCY_INDEX) && t.idempotency_key.is_some() =>
+        {
+            let id = sqlx::query_scalar!(
+                r#"SELECT id AS "id: u64" FROM taskq_tasks
+                   WHERE name = ? AND idempotency_key = ? LOCK IN SHARE MODE"#,
+                t.name,
+                t.idempotency_key,
+            )
+            .fetch_one(&mut *conn)
+            .await?;
+            return Ok(Inserted::Duplicate(TaskId(id)));
+        }
+        Err(e) => return Err(e),
+    };
+    if state == TaskState::Pending {
+        sqlx::query!(
+            "UPDATE taskq_order_keys SET head_task_id = ? WHERE order_key = ?",
+            id.0,
+            order.key
+        )
+        .execute(&mut *conn)
+        .await?;
+    }
+    Ok(Inserted::New(id))
+}
+
+/// After the task `ended` stopped being its key's head (it succeeded, was canceled, was
+/// deleted, or died and lets its key go on), on the transaction that ended it: if it is the
+/// head recorded for `key`, promotes the key's next waiting task (lowest sequence number above
+/// the ended one's) to `pending` and records it as the head, or records none. Returns the
+/// promoted task. A task that is not the key's head changes nothing, so this may be called
+/// for any ordered task that ended.
+pub async fn order_advance(
+    conn: &mut MySqlConnection,
+    key: &[u8],
+    ended: u64,
+    ended_seq: u64,
+) -> sqlx::Result<Option<u64>> {
+    let done = sqlx::query!(
+        r#"UPDATE taskq_order_keys SET head_task_id = NULL
+           WHERE order_key = ? AND head_task_id = ?"#,
+        key,
+        ended
+    )
+    .execute(&mut *conn)
+    .await?;
+    if done.rows_affected() == 0 {
+        return Ok(None);
+    }
+    // The waiting tasks of a key all come after its head (enqueues append; a retried task
+    // takes a new number), so the search starts at the ended head's number. Locking: it reads
+    // the latest committed rows, and a cancel of the task found cannot slip in between.
+    let next = sqlx::query_scalar!(
+        r#"SELECT id AS "id: u64" FROM taskq_tasks FORCE INDEX (ix_taskq_order)
+           WHERE order_key = ? AND order_seq > ? AND state = 'waiting'
+           ORDER BY order_seq LIMIT 1 FOR UPDATE"#,
+        key,
+        ended_seq
+    )
+    .fetch_optional(&mut *conn)
+    .await?;
+    let Some(next) = next else {
+        return Ok(None);
+    };
+    sqlx::query!(
+        r#"UPDATE taskq_tasks SET state = 'pending', updated_at = UTC_TIMESTAMP(6)
+           WHERE id = ? AND state = 'waiting'"#,
+        next
+    )
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query!(
+        "UPDATE taskq_order_keys SET head_task_id = ? WHERE order_key = ?",
+        next,
+        key
+    )
+    .execute(&mut *conn)
+    .await?;
+    Ok(Some(next))
+}
+
+/// [`order_advance`] for tasks by id: reads each one's key and number (the rows are locked
+/// already by the statement that ended them) and advances the ordered ones.
+pub async fn order_advance_ids(conn: &mut MySqlConnection, ids: &[u64]) -> sqlx::Result<()> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    let json = serde_json::to_string(ids).expect("ids serialize");
+    let rows = sqlx::query!(
+        r#"SELECT t.id AS "id: u64", t.order_key AS "order_key!: Vec<u8>",
+             t.order_seq AS "order_seq!: u64"
+           FROM JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$')) AS j
+             STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id
+           WHERE t.order_key IS NOT NULL
+           ORDER BY t.id"#,
+        json
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    for r in rows {
+        order_advance(conn, &r.order_key, r.id, r.order_seq).await?;
+    }
+    Ok(())
+}
+
+/// Makes a dead ordered task live again (the retry of a dead task), on the caller's
+/// transaction, with the task's row locked: the key's head stays the head (`pending`); any
+/// other takes a new number at the end of its key, `pending` and head when the key has none,
+/// `waiting` otherwise. Returns the state to write.
+pub async fn order_retry(
+    conn: &mut MySqlConnection,
+    key: &[u8],
+    id: u64,
+) -> sqlx::Result<TaskState> {
+    sqlx::query!(
+        r#"INSERT INTO taskq_order_keys (order_key, next_seq, head_task_id) VALUES (?, 1, NULL)
+           ON DUPLICATE KEY UPDATE next_seq = next_seq + 1"#,
+        key
+    )
+    .execute(&mut *conn)
+    .await?;
+    let row = sqlx::query!(
+        r#"SELECT next_seq AS "next_seq: u64", head_task_id AS "head_task_id: u64"
+           FROM taskq_order_keys WHERE order_key = ? FOR UPDATE"#,
+        key
+    )
+    .fetch_one(&mut *conn)
+    .await?;
+    if row.head_task_id == Some(id) {
+        return Ok(TaskState::Pending);
+    }
+    let state = ordered_enqueue_state(row.head_task_id.is_some());
+    sqlx::query!(
+        "UPDATE taskq_tasks SET order_seq = ? WHERE id = ?",
+        row.next_seq,
+        id
+    )
+    .execute(&mut *conn)
+    .await?;
+    if state == TaskState::Pending {
+        sqlx::query!(
+            "UPDATE taskq_order_keys SET head_task_id = ? WHERE order_key = ?",
+            id,
+            key
+        )
+        .execute(&mut *conn)
+        .await?;
+    }
+    Ok(state)
+}
+
+/// See `Tasks::order_keys_held`.
+pub async fn order_keys_held(
+    pool: &sqlx::MySqlPool,
+    queue: Option<&str>,
+    limit: u32,
+) -> sqlx::Result<Vec<HeldKey>> {
+    let rows = sqlx::query!(
+        r#"SELECT LOWER(HEX(k.order_key)) AS "order_key!: String", t.queue, t.id AS "id: u64",
+             t.name, t.state AS "state: TaskState", t.attempt AS "attempt: u32", t.last_error,
+             (SELECT COUNT(*) FROM taskq_tasks w FORCE INDEX (ix_taskq_order)
+               WHERE w.order_key = k.order_key AND w.order_seq > t.order_seq
+                 AND w.state = 'waiting') AS "waiting!: i64"
+           FROM taskq_order_keys k
+             STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = k.head_task_id
+           WHERE k.head_task_id IS NOT NULL AND (? IS NULL OR t.queue = ?)
+             AND (t.state = 'dead' OR (t.state = 'pending' AND t.attempt > 0)
+                  OR (t.state = 'running' AND t.attempt > 1))
+           ORDER BY 8 DESC, t.id
+           LIMIT ?"#,
+        queue,
+        queue,
+        limit
+    )
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| HeldKey {
+            order_key: r.order_key,
+            queue: r.queue,
+            head: TaskId(r.id),
+            name: r.name,
+            state: r.state,
+            attempt: r.attempt,
+            last_error: r.last_error,
+            waiting: r.waiting.max(0) as u64,
+        })
+        .collect())
+}

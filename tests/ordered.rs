@@ -1,0 +1,363 @@
+//! Ordered tasks against a real database, through the public API: tasks sharing a key run one
+//! at a time, in commit order, while other keys run alongside; a failing task holds back only
+//! its own key; a dead task holds its key until an operator retries or deletes it, unless the
+//! task opted in to `ordered_dead_after`; `with_order_key` orders any task; the held keys are
+//! listed by `Client::held_keys`. The same on both backends (`conformance!`).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use taskq::{Client, Data, Task, TaskContext, TaskError, TaskId, TaskState};
+use taskq_tests::backends::{Db, TestBackend};
+use taskq_tests::{RunningWorker, wait_until};
+
+// ---------------------------------------------------------------------------------------------
+// Tasks
+
+/// What the handlers record: per run, the key, the task's place in its key's commit order,
+/// and when it started and ended (a monotonic clock of this process).
+#[derive(Clone, Default)]
+struct Log(Arc<Mutex<Vec<Run>>>);
+
+#[derive(Debug, Clone)]
+struct Run {
+    key: u64,
+    version: u64,
+    start: Instant,
+    end: Instant,
+    ok: bool,
+}
+
+impl Log {
+    fn runs(&self) -> Vec<Run> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+/// How the `post_entry` handler fails, per `(account, version)`: failures left before success
+/// (`u32::MAX`: a permanent error at once).
+#[derive(Clone, Default)]
+struct Failures(Arc<Mutex<HashMap<(u64, u64), u32>>>);
+
+impl Failures {
+    fn set(&self, account: u64, version: u64, n: u32) {
+        self.0.lock().unwrap().insert((account, version), n);
+    }
+    fn take(&self, account: u64, version: u64) -> Option<bool> {
+        let mut m = self.0.lock().unwrap();
+        let left = m.get_mut(&(account, version))?;
+        if *left == u32::MAX {
+            return Some(true);
+        }
+        if *left == 0 {
+            return None;
+        }
+        *left -= 1;
+        Some(false)
+    }
+}
+
+async fn record(
+    log: &Log,
+    failures: &Failures,
+    account: u64,
+    version: u64,
+) -> Result<(), TaskError> {
+    let start = Instant::now();
+    tokio::time::sleep(Duration::from_millis(3)).await;
+    let fail = failures.take(account, version);
+    log.0.lock().unwrap().push(Run {
+        key: account,
+        version,
+        start,
+        end: Instant::now(),
+        ok: fail.is_none(),
+    });
+    match fail {
+        None => Ok(()),
+        Some(true) => Err(TaskError::permanent(std::io::Error::other("rejected"))),
+        Some(false) => Err(TaskError::retry_after(
+            Duration::from_millis(50),
+            std::io::Error::other("try again"),
+        )),
+    }
+}
+
+/// A ledger entry: ordered by account, held back while it fails (the default).
+#[taskq::task(queue = "ledger", ordered_by = [account], max_attempts = 3)]
+async fn post_entry(
+    account: u64,
+    version: u64,
+    log: Data<Log>,
+    failures: Data<Failures>,
+) -> Result<(), TaskError> {
+    record(&log, &failures, account, version).await
+}
+
+/// Another task name of the same queue and key field: ordered together with `post_entry`.
+#[taskq::task(queue = "ledger", ordered_by = [account])]
+async fn close_account(
+    account: u64,
+    version: u64,
+    log: Data<Log>,
+    failures: Data<Failures>,
+) -> Result<(), TaskError> {
+    record(&log, &failures, account, version).await
+}
+
+/// Ordered, and a death after two attempts lets its key go on.
+#[taskq::task(queue = "ledger", ordered_by = [account], ordered_dead_after = 2)]
+async fn notify(
+    account: u64,
+    version: u64,
+    log: Data<Log>,
+    failures: Data<Failures>,
+) -> Result<(), TaskError> {
+    record(&log, &failures, account, version).await
+}
+
+/// Not ordered unless an enqueue gives a key.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct Plain {
+    account: u64,
+    version: u64,
+}
+
+impl Task for Plain {
+    const NAME: &'static str = "plain";
+    const QUEUE: &'static str = "ledger";
+    async fn run(self, cx: TaskContext) -> Result<(), TaskError> {
+        let log = cx.data::<Log>().expect("log");
+        let failures = cx.data::<Failures>().expect("failures");
+        record(&log, &failures, self.account, self.version).await
+    }
+}
+
+fn worker<B: TestBackend>(db: &Db<B>, log: &Log, failures: &Failures) -> taskq::WorkerBuilder {
+    db.worker()
+        .register::<PostEntry>()
+        .register::<CloseAccount>()
+        .register::<Notify>()
+        .register::<Plain>()
+        .queue("ledger", 16)
+        .poll_interval(Duration::from_millis(5), Duration::from_millis(20))
+        .data(log.clone())
+        .data(failures.clone())
+}
+
+async fn wait_state<B: TestBackend>(db: &Db<B>, id: TaskId, state: TaskState) {
+    let client = Client::new(db.pool.clone());
+    wait_until(
+        Duration::from_secs(30),
+        &format!("task {id} {state}"),
+        || {
+            let client = client.clone();
+            async move { client.get(id).await.is_ok_and(|t| t.state == state) }
+        },
+    )
+    .await;
+}
+
+async fn state<B: TestBackend>(db: &Db<B>, id: TaskId) -> TaskState {
+    Client::new(db.pool.clone()).get(id).await.unwrap().state
+}
+
+/// Per key, the runs in start order: no two overlap, and the successful ones come in
+/// `version` order (the key's commit order).
+fn check_runs(runs: &[Run]) -> HashMap<u64, Vec<u64>> {
+    let mut by_key: HashMap<u64, Vec<&Run>> = HashMap::new();
+    for r in runs {
+        by_key.entry(r.key).or_default().push(r);
+    }
+    let mut order = HashMap::new();
+    for (key, mut rs) in by_key {
+        rs.sort_by_key(|r| r.start);
+        for w in rs.windows(2) {
+            assert!(
+                w[0].end <= w[1].start,
+                "key {key}: version {} started before version {} ended",
+                w[1].version,
+                w[0].version
+            );
+        }
+        let ok: Vec<u64> = rs.iter().filter(|r| r.ok).map(|r| r.version).collect();
+        let mut sorted = ok.clone();
+        sorted.sort_unstable();
+        assert_eq!(ok, sorted, "key {key}: ran out of commit order");
+        order.insert(key, ok);
+    }
+    order
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tests
+
+/// Eight keys, 25 tasks each, enqueued interleaved in separate transactions (two task names
+/// on one key field), drained by a worker running 16 at a time: per key no overlap and commit
+/// order, and every task ran once.
+async fn tasks_of_one_key_run_one_at_a_time_in_commit_order<B: TestBackend>(db: Db<B>) {
+    let (log, failures) = (Log::default(), Failures::default());
+    for version in 0..25u64 {
+        for account in 0..8u64 {
+            let mut tx = db.begin().await;
+            if version % 5 == 4 {
+                CloseAccount { account, version }
+                    .enqueue_tx(&mut tx)
+                    .await
+                    .unwrap();
+            } else {
+                PostEntry { account, version }
+                    .enqueue_tx(&mut tx)
+                    .await
+                    .unwrap();
+            }
+            tx.commit().await.unwrap();
+        }
+    }
+    assert_eq!(db.count("state = 'pending'").await, 8, "one head per key");
+    assert_eq!(db.count("state = 'waiting'").await, 8 * 24);
+    let w = RunningWorker::spawn(worker(&db, &log, &failures));
+    wait_until(Duration::from_secs(60), "200 tasks succeeded", || async {
+        db.count("state = 'succeeded'").await == 200
+    })
+    .await;
+    w.stop().await;
+    let order = check_runs(&log.runs());
+    assert_eq!(order.len(), 8);
+    for (key, versions) in order {
+        assert_eq!(versions, (0..25).collect::<Vec<_>>(), "key {key}");
+    }
+}
+
+/// The first task of key 1 fails twice before it succeeds: the rest of key 1 waits for it,
+/// while key 2 drains.
+async fn a_failing_task_holds_back_only_its_key<B: TestBackend>(db: Db<B>) {
+    let (log, failures) = (Log::default(), Failures::default());
+    failures.set(1, 0, 2);
+    for version in 0..5u64 {
+        for account in [1u64, 2] {
+            PostEntry { account, version }
+                .enqueue(&db.pool)
+                .await
+                .unwrap();
+        }
+    }
+    let w = RunningWorker::spawn(worker(&db, &log, &failures));
+    wait_until(Duration::from_secs(30), "10 tasks succeeded", || async {
+        db.count("state = 'succeeded'").await == 10
+    })
+    .await;
+    w.stop().await;
+    let runs = log.runs();
+    let order = check_runs(&runs);
+    assert_eq!(order[&1], vec![0, 1, 2, 3, 4]);
+    assert_eq!(order[&2], vec![0, 1, 2, 3, 4]);
+    let fails: Vec<&Run> = runs.iter().filter(|r| !r.ok).collect();
+    assert_eq!(fails.len(), 2);
+    assert!(fails.iter().all(|r| (r.key, r.version) == (1, 0)));
+}
+
+/// A task that dies holds its key (strict, the default): the next waits, `held_keys` names the
+/// key, until an operator deletes the dead task; the key then goes on in order. A task that
+/// declares `ordered_dead_after` dies after that many attempts and lets its key go on.
+async fn a_dead_task_holds_its_key_unless_it_opted_out<B: TestBackend>(db: Db<B>) {
+    let (log, failures) = (Log::default(), Failures::default());
+    let client = Client::new(db.pool.clone());
+    failures.set(1, 0, u32::MAX);
+    failures.set(2, 0, 5);
+    let dead = PostEntry {
+        account: 1,
+        version: 0,
+    }
+    .enqueue(&db.pool)
+    .await
+    .unwrap()
+    .id;
+    let after_dead = PostEntry {
+        account: 1,
+        version: 1,
+    }
+    .enqueue(&db.pool)
+    .await
+    .unwrap()
+    .id;
+    let skipped = Notify {
+        account: 2,
+        version: 0,
+    }
+    .enqueue(&db.pool)
+    .await
+    .unwrap()
+    .id;
+    let after_skipped = Notify {
+        account: 2,
+        version: 1,
+    }
+    .enqueue(&db.pool)
+    .await
+    .unwrap()
+    .id;
+    let w = RunningWorker::spawn(worker(&db, &log, &failures));
+    wait_state(&db, dead, TaskState::Dead).await;
+    wait_state(&db, skipped, TaskState::Dead).await;
+    wait_state(&db, after_skipped, TaskState::Succeeded).await;
+    assert_eq!(state(&db, after_dead).await, TaskState::Waiting);
+    let held = client.held_keys(Some("ledger"), 10).await.unwrap();
+    assert_eq!(held.len(), 1, "{held:?}");
+    assert_eq!(
+        (held[0].head, held[0].state, held[0].waiting),
+        (dead, TaskState::Dead, 1)
+    );
+    client.delete(dead).await.unwrap();
+    wait_state(&db, after_dead, TaskState::Succeeded).await;
+    assert!(client.held_keys(None, 10).await.unwrap().is_empty());
+    w.stop().await;
+    check_runs(&log.runs());
+}
+
+/// `with_order_key` orders tasks of a type that declares no order; canceling a waiting task
+/// takes it out of the order, and canceling the head lets the next run.
+async fn an_enqueue_order_key_orders_any_task<B: TestBackend>(db: Db<B>) {
+    let (log, failures) = (Log::default(), Failures::default());
+    let client = Client::new(db.pool.clone());
+    let mut ids = Vec::new();
+    for version in 0..4u64 {
+        let e = Plain {
+            account: 9,
+            version,
+        }
+        .with_order_key("account-9")
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+        ids.push(e.id);
+    }
+    assert_eq!(state(&db, ids[0]).await, TaskState::Pending);
+    assert_eq!(state(&db, ids[1]).await, TaskState::Waiting);
+    client.cancel(ids[1]).await.unwrap();
+    client.cancel(ids[0]).await.unwrap();
+    assert_eq!(state(&db, ids[2]).await, TaskState::Pending);
+    let w = RunningWorker::spawn(worker(&db, &log, &failures));
+    wait_state(&db, ids[3], TaskState::Succeeded).await;
+    w.stop().await;
+    assert_eq!(check_runs(&log.runs())[&9], vec![2, 3]);
+    // An ordered task cannot also be unique.
+    let e = Plain {
+        account: 9,
+        version: 9,
+    }
+    .with_order_key("k")
+    .with_unique(taskq::Unique::payload())
+    .enqueue(&db.pool)
+    .await
+    .unwrap_err();
+    assert!(e.to_string().contains("cannot be unique"), "{e}");
+}
+
+taskq_tests::conformance!(
+    tasks_of_one_key_run_one_at_a_time_in_commit_order,
+    a_failing_task_holds_back_only_its_key,
+    a_dead_task_holds_its_key_unless_it_opted_out,
+    an_enqueue_order_key_orders_any_task,
+);
