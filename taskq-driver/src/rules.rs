@@ -1,11 +1,12 @@
 //! Rules every driver applies the same way, written once: the drivers read the rows their own
 //! way, then decide with these. The runtime's own rules that depend on no database live here
-//! too, each unit-tested without one: [`backoff`] (the delay before a retry) and [`unique`]
-//! (a unique task's identity).
+//! too, each unit-tested without one: [`backoff`] (the delay before a retry), [`unique`]
+//! (a unique task's identity) and [`order`] (an ordered task's key).
 
 use crate::state::TaskState;
 
 pub mod backoff;
+pub mod order;
 pub mod unique;
 
 /// What a queue's limits let one claim take: `limit` asked for, the concurrency limit with the

@@ -9,7 +9,6 @@
 //! See `docs/semantics.md` ("Ordered tasks") for the guarantees.
 
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 
 use crate::error::{Error, Result};
 
@@ -88,23 +87,11 @@ impl Ordered {
                 }
             }
         }
-        let mut material = String::from("taskq.order.v1\0");
-        material.push_str(queue);
-        material.push('\0');
-        taskq_driver::rules::unique::canonical_json(&Value::Object(picked), &mut material);
-        Ok(Sha256::digest(material.as_bytes()).into())
+        Ok(taskq_driver::rules::order::fields_key(queue, picked))
     }
 }
 
-/// The key of an explicit order key given at enqueue, in `queue`.
-pub(crate) fn explicit_key(queue: &str, key: &str) -> [u8; 32] {
-    let mut h = Sha256::new();
-    h.update(b"taskq.order.v1.key\0");
-    h.update(queue.as_bytes());
-    h.update(b"\0");
-    h.update(key.as_bytes());
-    h.finalize().into()
-}
+pub(crate) use taskq_driver::rules::order::explicit_key;
 
 #[cfg(test)]
 mod tests {
