@@ -39,7 +39,7 @@ async fn the_dashboard_reads_and_acts_on_a_sqlite_database() {
         .router();
     let app = Http { router };
     let mut tx = db.begin().await;
-    let ids: Vec<u64> = taskq::enqueue_many(
+    let ids: Vec<u64> = taskq::enqueue::enqueue_many(
         &mut tx,
         (0..3).map(|i| Mail {
             to: format!("user{i}@example.com"),

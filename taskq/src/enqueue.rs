@@ -466,7 +466,7 @@ impl<T: Task> IntoEnqueue for Enqueue<T> {
 ///   window of a windowed identity is computed from one reading of the database clock per
 ///   call.
 /// - New rows get ascending ids in input order.
-/// - Like `enqueue_tx`, this does not wake local workers; call [`crate::notify`] for the
+/// - Like `enqueue_tx`, this does not wake local workers; call [`crate::worker::notify`] for the
 ///   queue after committing to skip the poll delay.
 ///
 /// ```no_run

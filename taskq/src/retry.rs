@@ -50,7 +50,7 @@ impl Backoff {
 
     /// What is wrong with this backoff, if anything: a `jitter` (a public field, so it can be
     /// set without [`with_jitter`](Self::with_jitter)) that is NaN or outside `0.0..=1.0`.
-    /// [`WorkerBuilder::build`](crate::WorkerBuilder::build) refuses a task whose backoff has
+    /// [`WorkerBuilder::build`](crate::worker::WorkerBuilder::build) refuses a task whose backoff has
     /// one ([`Error::Config`](crate::Error::Config)).
     pub(crate) fn problem(&self) -> Option<String> {
         (!(0.0..=1.0).contains(&self.jitter))

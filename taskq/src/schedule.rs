@@ -1,7 +1,7 @@
 //! Recurring tasks: a [`Schedule`] is a cron expression, a task value, a time zone and a
 //! [`MissedTicks`] policy. Declare one on the task (`#[taskq::task(cron = "..")]`, or
-//! [`Task::schedule`]) or on the worker ([`WorkerBuilder::cron`](crate::WorkerBuilder::cron),
-//! [`WorkerBuilder::schedule`](crate::WorkerBuilder::schedule)).
+//! [`Task::schedule`]) or on the worker ([`WorkerBuilder::cron`](crate::worker::WorkerBuilder::cron),
+//! [`WorkerBuilder::schedule`](crate::worker::WorkerBuilder::schedule)).
 //!
 //! This module holds the public definition and the pure tick arithmetic; the worker's scheduler
 //! loop (`worker::schedule`) applies it against the database clock.

@@ -71,7 +71,7 @@ macro_rules! __enqueue_options {
             /// Makes this enqueue unique (or, with `None`, not unique), replacing the task's
             /// `unique` declaration.
             with_unique(
-                unique: impl ::core::convert::Into<::core::option::Option<$crate::Unique>>
+                unique: impl ::core::convert::Into<::core::option::Option<$crate::unique::Unique>>
             );
             /// Overrides the task's queue.
             with_queue(queue: impl ::core::convert::Into<::std::string::String>);
@@ -182,7 +182,7 @@ pub trait Task: Serialize + DeserializeOwned + Send + Sync + 'static {
     /// queue) enqueue the returned value at every tick. `None` (the default) declares none;
     /// `#[taskq::task(cron = "..")]` generates it for a task without payload parameters. To
     /// schedule a task with a payload, or several times, use
-    /// [`WorkerBuilder::cron`](crate::WorkerBuilder::cron) instead.
+    /// [`WorkerBuilder::cron`](crate::worker::WorkerBuilder::cron) instead.
     fn schedule() -> Option<Schedule<Self>> {
         None
     }
@@ -207,4 +207,4 @@ pub trait Task: Serialize + DeserializeOwned + Send + Sync + 'static {
     }
 }
 
-pub use taskq_driver::state::{ParseStateError, TaskId, TaskState};
+pub use taskq_driver::state::{TaskId, TaskState};
