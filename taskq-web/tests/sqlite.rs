@@ -144,23 +144,7 @@ impl Http {
     }
 
     async fn post_form(&self, path: &str, fields: &[(&str, &str)]) -> Resp {
-        let page = self.get("/").await;
-        let nonce = page
-            .set_cookie("taskq_csrf")
-            .expect("the page sets a CSRF cookie");
-        let token = page.csrf_field().expect("the page has a form");
-        let mut body: Vec<String> = fields.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        body.push(format!("csrf={token}"));
-        let cookie = format!("taskq_csrf={nonce}");
-        send(
-            &self.router,
-            Method::POST,
-            path,
-            Cred::Bearer(TOKEN),
-            &[("cookie", &cookie)],
-            Some(("application/x-www-form-urlencoded", body.join("&"))),
-        )
-        .await
+        support::post_form(&self.router, &["/"], path, fields).await
     }
 
     async fn api_post(&self, path: &str, body: serde_json::Value) -> Resp {
