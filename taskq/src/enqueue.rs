@@ -477,9 +477,9 @@ impl<T: Task> IntoEnqueue for Enqueue<T> {
 /// # async fn f(pool: sqlx::MySqlPool) -> taskq::Result<()> {
 /// let mut tx = pool.begin().await?;
 /// let mails = (0..1000).map(|i| Mail { to: format!("user{i}@example.com") });
-/// let ids = taskq::enqueue_many(&mut tx, mails).await?;
+/// let ids = taskq::enqueue::enqueue_many(&mut tx, mails).await?;
 /// tx.commit().await?;
-/// taskq::notify(Mail::QUEUE);
+/// taskq::worker::notify(Mail::QUEUE);
 /// assert_eq!(ids.len(), 1000);
 /// # Ok(()) }
 /// ```

@@ -89,7 +89,7 @@ impl FromStr for MissedTicks {
 /// attempts); its `run_at` is the tick, and delay, run-at and idempotency key cannot be set.
 ///
 /// ```no_run
-/// use taskq::{MissedTicks, Schedule, Task, TaskContext, TaskError};
+/// use taskq::{Task, TaskContext, TaskError, schedule::{MissedTicks, Schedule}};
 ///
 /// #[derive(serde::Serialize, serde::Deserialize)]
 /// struct NightlyReport { region: String }

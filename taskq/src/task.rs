@@ -146,7 +146,7 @@ pub trait Task: Serialize + DeserializeOwned + Send + Sync + 'static {
     /// `docs/semantics.md`.
     ///
     /// ```
-    /// use taskq::{DeadTask, FollowUp, OnDead, Task, TaskContext, TaskError};
+    /// use taskq::{DeadTask, Task, TaskContext, TaskError, followup::{FollowUp, OnDead}};
     /// # #[derive(serde::Serialize, serde::Deserialize)] struct NotifyOps { dead: DeadTask }
     /// # impl Task for NotifyOps { const NAME: &'static str = "notify_ops";
     /// #   async fn run(self, _: TaskContext) -> Result<(), TaskError> { Ok(()) } }

@@ -21,7 +21,7 @@ const UNIQUE_KEYS: &[(&str, &str)] = &[
     ("period", "period = \"10m\""),
 ];
 
-/// How long a unique task holds its identity (`taskq::UniqueHold`).
+/// How long a unique task holds its identity (`taskq::unique::UniqueHold`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum HoldSpec {
     /// `while = "pending"` (the default).
