@@ -7,7 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use taskq::{
-    CancelReason, Client, Task, TaskContext, TaskError, TaskId, TaskState, Unique, client::Canceled,
+    Client, Task, TaskContext, TaskError, TaskId, TaskState, client::Canceled,
+    context::CancelReason, unique::Unique,
 };
 use taskq_tests::backends::{Db, TestBackend};
 use taskq_tests::{RunningWorker, wait_until};
@@ -471,12 +472,13 @@ async fn cancel_where_counts_in_a_dry_run_and_cancels_in_batches<B: TestBackend>
     // 1,100 pending `long` tasks (more than two batches of 500), one of them running, one
     // enqueued two hours ago; and a pending unique `solo` task.
     let mut conn = db.pool.acquire().await.unwrap();
-    let ids: Vec<TaskId> = taskq::enqueue_many(&mut *conn, (0..1100).map(|_| Long(React::Fail)))
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|e| e.id)
-        .collect();
+    let ids: Vec<TaskId> =
+        taskq::enqueue::enqueue_many(&mut *conn, (0..1100).map(|_| Long(React::Fail)))
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|e| e.id)
+            .collect();
     drop(conn);
     let solo = Solo { account: 1 }.enqueue(&db.pool).await.unwrap().id;
     db.exec(&format!("UPDATE taskq_tasks SET state = 'running', attempt = 1, lease_epoch = 1, lease_until = {} WHERE id = {}", db.from_now(Duration::from_secs(3600)), ids[0].0)).await;

@@ -43,7 +43,7 @@ impl Task for Step {
 
 async fn enqueue_steps<B: TestBackend>(db: &Db<B>, range: std::ops::Range<u32>, sleep_ms: u64) {
     let mut tx = db.begin().await;
-    taskq::enqueue_many(&mut tx, range.map(|n| Step { n, sleep_ms }))
+    taskq::enqueue::enqueue_many(&mut tx, range.map(|n| Step { n, sleep_ms }))
         .await
         .unwrap();
     tx.commit().await.unwrap();

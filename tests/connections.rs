@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use taskq::worker::Retention;
-use taskq::{Schedule, Task, TaskContext, TaskError};
+use taskq::{Task, TaskContext, TaskError, schedule::Schedule};
 use taskq_tests::backends::{Db, TestBackend};
 use taskq_tests::{RunningWorker, wait_until};
 

@@ -17,7 +17,8 @@ use chrono::{DateTime, TimeDelta, Timelike, Utc};
 use serde::{Deserialize, Serialize};
 use sqlx::ConnectOptions;
 use taskq::{
-    Client, Error, MissedTicks, Schedule, Task, TaskContext, TaskError, schedule_tick_key,
+    Client, Error, Task, TaskContext, TaskError,
+    schedule::{MissedTicks, Schedule, schedule_tick_key},
 };
 use taskq_tests::{RunningWorker, TestDb, fast_worker, wait_until};
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -411,12 +412,12 @@ async fn a_worker_fires_only_schedules_of_its_queues() {
 #[tokio::test]
 async fn bad_schedules_are_typed_errors_at_build() {
     let pool = sqlx::MySqlPool::connect_lazy("mysql://root@127.0.0.1:1/none").unwrap();
-    let err = |b: taskq::WorkerBuilder| match b.build() {
+    let err = |b: taskq::worker::WorkerBuilder| match b.build() {
         Err(e) => e,
         Ok(_) => panic!("build must fail"),
     };
     let builder = || taskq::Worker::builder(pool.clone());
-    let cases: Vec<(taskq::WorkerBuilder, &str, &str)> = vec![
+    let cases: Vec<(taskq::worker::WorkerBuilder, &str, &str)> = vec![
         (
             builder().cron("0 25 * * *", beat("x")),
             "cron_beat",

@@ -1,4 +1,4 @@
-//! Batch enqueue (`taskq::enqueue_many`) against a real database: rows and ids, payload
+//! Batch enqueue (`taskq::enqueue::enqueue_many`) against a real database: rows and ids, payload
 //! round-trip, options, commit/rollback, all-or-nothing validation, idempotency keys, empty
 //! input and inputs larger than one statement.
 
@@ -43,7 +43,7 @@ async fn payload_of<B: TestBackend>(db: &Db<B>, id: TaskId) -> Vec<u8> {
 
 async fn empty_input_writes_nothing<B: TestBackend>(db: Db<B>) {
     let mut tx = db.begin().await;
-    let out = taskq::enqueue_many(&mut tx, Vec::<Note>::new())
+    let out = taskq::enqueue::enqueue_many(&mut tx, Vec::<Note>::new())
         .await
         .unwrap();
     assert!(out.is_empty());
@@ -57,7 +57,7 @@ async fn rows_get_their_ids_in_input_order_and_payloads_round_trip<B: TestBacken
         .map(|i| format!("n{i} \"q\" \\ \u{0}\t\n é 漢字 🚀 {}", "x".repeat(i % 7)))
         .collect();
     let mut tx = db.begin().await;
-    let out = taskq::enqueue_many(&mut tx, texts.iter().map(note))
+    let out = taskq::enqueue::enqueue_many(&mut tx, texts.iter().map(note))
         .await
         .unwrap();
     tx.commit().await.unwrap();
@@ -104,7 +104,9 @@ async fn per_task_options_are_applied<B: TestBackend>(db: Db<B>) {
             .with_trace_context("00-aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa-bbbbbbbbbbbbbbbb-01"),
     ];
     let mut conn = db.pool.acquire().await.unwrap();
-    let out = taskq::enqueue_many(&mut conn, batch).await.unwrap();
+    let out = taskq::enqueue::enqueue_many(&mut conn, batch)
+        .await
+        .unwrap();
     let now = db_now(&db).await;
     let plain = client.get(out[0].id).await.unwrap();
     assert!(plain.run_at <= now);
@@ -128,7 +130,7 @@ async fn per_task_options_are_applied<B: TestBackend>(db: Db<B>) {
 
 async fn invisible_until_commit_and_gone_on_rollback<B: TestBackend>(db: Db<B>) {
     let mut tx = db.begin().await;
-    taskq::enqueue_many(&mut tx, (0..50).map(|i| note(i.to_string())))
+    taskq::enqueue::enqueue_many(&mut tx, (0..50).map(|i| note(i.to_string())))
         .await
         .unwrap();
     assert_eq!(db.count("1=1").await, 0, "not visible before commit");
@@ -136,7 +138,7 @@ async fn invisible_until_commit_and_gone_on_rollback<B: TestBackend>(db: Db<B>) 
     assert_eq!(db.count("1=1").await, 0, "rolled back");
 
     let mut tx = db.begin().await;
-    taskq::enqueue_many(&mut tx, (0..50).map(|i| note(i.to_string())))
+    taskq::enqueue::enqueue_many(&mut tx, (0..50).map(|i| note(i.to_string())))
         .await
         .unwrap();
     assert_eq!(db.count("1=1").await, 0);
@@ -175,7 +177,9 @@ async fn one_invalid_task_writes_nothing<B: TestBackend>(db: Db<B>) {
         let mut batch: Vec<Enqueue<Note>> =
             (0..20).map(|i| Enqueue::new(note(i.to_string()))).collect();
         batch.insert(10, bad);
-        let e = taskq::enqueue_many(&mut conn, batch).await.unwrap_err();
+        let e = taskq::enqueue::enqueue_many(&mut conn, batch)
+            .await
+            .unwrap_err();
         assert!(is_expected(&e), "unexpected error {e:?}");
         assert_eq!(db.count("1=1").await, 0, "nothing written for {e}");
     }
@@ -197,7 +201,7 @@ async fn idempotency_keys_in_a_batch_deduplicate_per_row<B: TestBackend>(db: Db<
         Enqueue::new(note("f")),
     ];
     let mut tx = db.begin().await;
-    let out = taskq::enqueue_many(&mut tx, batch).await.unwrap();
+    let out = taskq::enqueue::enqueue_many(&mut tx, batch).await.unwrap();
     tx.commit().await.unwrap();
     let dup: Vec<bool> = out.iter().map(|e| e.duplicate).collect();
     assert_eq!(dup, [false, true, false, false, true, false]);
@@ -218,7 +222,7 @@ async fn idempotency_keys_in_a_batch_deduplicate_per_row<B: TestBackend>(db: Db<
 async fn large_inputs_span_several_statements<B: TestBackend>(db: Db<B>) {
     let n = 12_345;
     let mut tx = db.begin().await;
-    let out = taskq::enqueue_many(&mut tx, (0..n).map(|i| note(format!("{i:0>200}"))))
+    let out = taskq::enqueue::enqueue_many(&mut tx, (0..n).map(|i| note(format!("{i:0>200}"))))
         .await
         .unwrap();
     tx.commit().await.unwrap();
@@ -278,7 +282,7 @@ async fn ids_are_exact_under_autoinc_lock_mode_2_with_interleaved_inserts() {
             for round in 0..5 {
                 let texts: Vec<String> = (0..300).map(|i| format!("p{p}-r{round}-{i}")).collect();
                 let mut tx = pool.begin().await.unwrap();
-                let out = taskq::enqueue_many(&mut tx, texts.iter().map(note))
+                let out = taskq::enqueue::enqueue_many(&mut tx, texts.iter().map(note))
                     .await
                     .unwrap();
                 // A single insert between batches, on another connection.

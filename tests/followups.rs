@@ -9,8 +9,10 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use taskq::{
-    Client, Data, DeadTask, FollowUp, OnDead, OnSuccess, SucceededTask, Task, TaskContext,
-    TaskError, TaskId, TaskState, worker::OutcomeEvent, worker::TaskOutcome,
+    Client, Data, DeadTask, SucceededTask, Task, TaskContext, TaskError, TaskId, TaskState,
+    followup::{FollowUp, OnDead, OnSuccess},
+    worker::OutcomeEvent,
+    worker::TaskOutcome,
 };
 use taskq_tests::backends::{Db, TestBackend, blob};
 use taskq_tests::{RunningWorker, wait_until};
@@ -271,7 +273,7 @@ async fn expire_leases<B: TestBackend>(db: &Db<B>) {
 }
 
 /// A worker that holds what it claims: long lease, rare heartbeat, no reaper, long grace.
-fn holding_worker<B: TestBackend>(db: &Db<B>, id: &str) -> taskq::WorkerBuilder {
+fn holding_worker<B: TestBackend>(db: &Db<B>, id: &str) -> taskq::worker::WorkerBuilder {
     db.worker()
         .worker_id(id)
         .lease(Duration::from_secs(60))

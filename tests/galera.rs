@@ -114,7 +114,7 @@ async fn migration_lock_serializes_migrators_on_different_nodes(cluster: &Galera
     .fetch_one(&pools[2])
     .await
     .unwrap();
-    assert_eq!(versions, taskq::migrator().iter().count() as i64);
+    assert_eq!(versions, taskq::migrate::migrator().iter().count() as i64);
     assert_eq!(versions, distinct);
     let left: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM taskq_migration_lock")
         .fetch_one(&pools[1])
@@ -272,7 +272,7 @@ async fn business_tx(
 /// 50 tasks by `enqueue_many` in one transaction; their ids in input order.
 async fn batch_tx(pool: &sqlx::MySqlPool, base: u64) -> taskq::Result<Vec<TaskId>> {
     let mut tx = pool.begin().await?;
-    let ids = taskq::enqueue_many(
+    let ids = taskq::enqueue::enqueue_many(
         &mut tx,
         (0..50).map(|j| Work {
             order: base + j,
@@ -342,7 +342,7 @@ async fn a_killed_node_s_tasks_are_finished_by_the_survivors(cluster: &mut Galer
     let tasks = 600i64;
     let db = ClusterDb::new(cluster, "node_kill", 24).await;
     let mut tx = db.pools[0].begin().await.unwrap();
-    taskq::enqueue_many(
+    taskq::enqueue::enqueue_many(
         &mut tx,
         (0..tasks as u64).map(|order| Work { order, ms: 20 }),
     )
@@ -413,7 +413,7 @@ async fn a_node_without_quorum_refuses_work_and_its_worker_backs_off(cluster: &G
     let tasks = 600i64;
     let db = ClusterDb::new(cluster, "quorum", 24).await;
     let mut tx = db.pools[0].begin().await.unwrap();
-    taskq::enqueue_many(
+    taskq::enqueue::enqueue_many(
         &mut tx,
         (0..tasks as u64).map(|order| Work { order, ms: 20 }),
     )

@@ -28,7 +28,7 @@ struct Edge {
 
 /// Cancel reasons the handlers saw.
 #[derive(Clone, Default)]
-struct Seen(Arc<Mutex<Vec<taskq::CancelReason>>>);
+struct Seen(Arc<Mutex<Vec<taskq::context::CancelReason>>>);
 
 impl Task for Edge {
     const NAME: &'static str = "edge";
@@ -56,7 +56,7 @@ impl Task for Edge {
     }
 }
 
-fn worker(db: &TestDb, seen: &Seen) -> taskq::WorkerBuilder {
+fn worker(db: &TestDb, seen: &Seen) -> taskq::worker::WorkerBuilder {
     fast_worker(&db.pool)
         .register::<Edge>()
         .data(seen.clone())
@@ -120,7 +120,7 @@ async fn a_result_within_the_grace_after_a_timeout_is_the_result() {
             .lock()
             .unwrap()
             .iter()
-            .all(|r| *r == taskq::CancelReason::Timeout)
+            .all(|r| *r == taskq::context::CancelReason::Timeout)
     );
     assert!(stats.timeouts >= 2, "{stats:?}");
     assert_eq!(stats.succeeded, 1);

@@ -127,7 +127,7 @@ async fn enqueue_naps<B: TestBackend>(db: &Db<B>, n: usize, ms: u64) {
     let naps = (0..n).map(|_| Nap {
         ms: ms + fastrand::u64(..=ms / 2),
     });
-    taskq::enqueue_many(&mut tx, naps).await.unwrap();
+    taskq::enqueue::enqueue_many(&mut tx, naps).await.unwrap();
     tx.commit().await.unwrap();
 }
 
@@ -284,7 +284,7 @@ async fn a_rate_limit_holds_per_window_across_workers<B: TestBackend>(db: Db<B>)
         .collect();
     const N: u32 = 20;
     let mut tx = db.begin().await;
-    taskq::enqueue_many(&mut tx, (0..N).map(Quick))
+    taskq::enqueue::enqueue_many(&mut tx, (0..N).map(Quick))
         .await
         .unwrap();
     tx.commit().await.unwrap();
@@ -517,10 +517,10 @@ async fn only_limited_queues_take_the_queue_row_lock() {
     client.set_queue_limit("free", None).await.unwrap();
     client.set_queue_limit("capped", Some(5)).await.unwrap();
     let mut tx = db.pool.begin().await.unwrap();
-    taskq::enqueue_many(&mut tx, (0..20).map(Free))
+    taskq::enqueue::enqueue_many(&mut tx, (0..20).map(Free))
         .await
         .unwrap();
-    taskq::enqueue_many(&mut tx, (0..20).map(Capped))
+    taskq::enqueue::enqueue_many(&mut tx, (0..20).map(Capped))
         .await
         .unwrap();
     tx.commit().await.unwrap();

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use taskq::{
-    __private::DataRequirement, Backoff, Client, Error, FromTaskContext, Task, TaskContext,
-    TaskError, TaskId, TaskState, WorkerBuilder, client::TaskInfo,
+    __private::DataRequirement, Backoff, Client, Error, Task, TaskContext, TaskError, TaskId,
+    TaskState, client::TaskInfo, context::FromTaskContext, worker::WorkerBuilder,
 };
 use taskq_tests::backends::{Db, TestBackend};
 
@@ -475,7 +475,7 @@ async fn custom_injected_parameters_run<B: TestBackend>(db: Db<B>) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_handler_stays_callable_directly() {
     let ledger = Ledger::default();
-    let mut data = taskq::DataMap::new();
+    let mut data = taskq::context::DataMap::new();
     data.insert(ledger.clone());
     let cx = TaskContext::for_test(99, data);
     let cancel = cx.cancel_signal().clone();
@@ -485,7 +485,7 @@ async fn the_handler_stays_callable_directly() {
     assert_eq!(ledger.0.lock().unwrap()[0], (99, 1, 1, "direct".to_owned()));
 
     // And through the Task impl, as a worker would.
-    let mut data = taskq::DataMap::new();
+    let mut data = taskq::context::DataMap::new();
     data.insert(ledger.clone());
     ChargeInvoice {
         invoice_id: 2,

@@ -120,9 +120,15 @@ async fn migration_4_adds_name_to_the_claim_index_of_a_database_with_tasks() {
         return;
     };
     let db = Db::from_test_db(db);
-    let all: Vec<i64> = taskq::migrator().iter().map(|m| m.version).collect();
+    let all: Vec<i64> = taskq::migrate::migrator()
+        .iter()
+        .map(|m| m.version)
+        .collect();
     // A database at schema v3 that already holds tasks.
-    taskq::migrator().run_to(all[2], &db.pool).await.unwrap();
+    taskq::migrate::migrator()
+        .run_to(all[2], &db.pool)
+        .await
+        .unwrap();
     assert_eq!(
         claim_index_columns(&db).await,
         ["state", "queue", "priority", "run_at", "id"]
@@ -262,9 +268,15 @@ async fn migration_5_adds_unique_tasks_to_a_database_with_tasks() {
         return;
     };
     let db = Db::from_test_db(db);
-    let all: Vec<i64> = taskq::migrator().iter().map(|m| m.version).collect();
+    let all: Vec<i64> = taskq::migrate::migrator()
+        .iter()
+        .map(|m| m.version)
+        .collect();
     // A database at schema v4 that already holds tasks, one of them running.
-    taskq::migrator().run_to(all[3], &db.pool).await.unwrap();
+    taskq::migrate::migrator()
+        .run_to(all[3], &db.pool)
+        .await
+        .unwrap();
     for state in ["pending", "running", "succeeded"] {
         sqlx::query(
             "INSERT INTO taskq_tasks (queue, name, payload, state, max_attempts, run_at, created_at, updated_at)
@@ -373,14 +385,17 @@ async fn a_lost_migration_lock_stops_the_migration_before_the_next_one() {
         return;
     };
     let db = Db::from_test_db(db);
-    let all: Vec<i64> = taskq::migrator().iter().map(|m| m.version).collect();
+    let all: Vec<i64> = taskq::migrate::migrator()
+        .iter()
+        .map(|m| m.version)
+        .collect();
     // The migration that alters `taskq_queues` (v11), and at least one after it.
     let slow = all
         .iter()
         .position(|v| *v == 20261130000011)
         .expect("the queue limits migration");
     assert!(slow + 1 < all.len());
-    taskq::migrator()
+    taskq::migrate::migrator()
         .run_to(all[slow - 1], &db.pool)
         .await
         .unwrap();
@@ -446,7 +461,10 @@ async fn a_pool_of_one_connection_migrates() {
         .connect_with(db.options.clone())
         .await
         .unwrap();
-    let all: Vec<i64> = taskq::migrator().iter().map(|m| m.version).collect();
+    let all: Vec<i64> = taskq::migrate::migrator()
+        .iter()
+        .map(|m| m.version)
+        .collect();
     tokio::time::timeout(Duration::from_secs(60), taskq::migrate(&one))
         .await
         .expect("migrate returns")

@@ -16,7 +16,7 @@ use std::time::Duration;
 use chrono::NaiveDateTime;
 use sqlx::MySqlPool;
 use sqlx::mysql::MySqlPoolOptions;
-use taskq::{CancelReason, Client, Task, TaskContext, TaskError, TaskState};
+use taskq::{Client, Task, TaskContext, TaskError, TaskState, context::CancelReason};
 use taskq_tests::proxy::{CLAIM_SQL, ChaosProxy, HEARTBEAT_SQL};
 use taskq_tests::{RunningWorker, TestDb, fast_worker, wait_until};
 use tokio::sync::Semaphore;
@@ -175,7 +175,7 @@ impl Partition {
     }
 
     /// Worker "A", reaching the database through the proxy: its heartbeat never answers.
-    fn worker_a(&self, cancel_grace: Duration) -> taskq::WorkerBuilder {
+    fn worker_a(&self, cancel_grace: Duration) -> taskq::worker::WorkerBuilder {
         fast_worker(&pool_through(&self.db, &self.proxy))
             .worker_id("A")
             .register::<Partitioned>()

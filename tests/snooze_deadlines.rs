@@ -140,7 +140,7 @@ fn script(n: u32, steps: &[Step]) -> Script {
     }
 }
 
-fn worker(db: &TestDb, runs: &Runs) -> taskq::WorkerBuilder {
+fn worker(db: &TestDb, runs: &Runs) -> taskq::worker::WorkerBuilder {
     fast_worker(&db.pool)
         .register::<Script>()
         .register::<Sleepy>()
@@ -609,7 +609,7 @@ async fn expired_and_live_tasks_in_one_claim() {
             t
         }
     });
-    taskq::enqueue_many(&mut tx, tasks).await.unwrap();
+    taskq::enqueue::enqueue_many(&mut tx, tasks).await.unwrap();
     tx.commit().await.unwrap();
     let w = RunningWorker::spawn(worker(&db, &runs).queue("default", 32));
     wait_until(Duration::from_secs(20), "all done", || async {
@@ -654,10 +654,10 @@ async fn the_locking_scan_expires_rows_past_their_deadline_too() {
     let runs = Runs::default();
     let now = db_now(&db).await;
     let mut tx = db.pool.begin().await.unwrap();
-    taskq::enqueue_many(&mut tx, (0..40).map(|n| script(n, &[Step::Ok])))
+    taskq::enqueue::enqueue_many(&mut tx, (0..40).map(|n| script(n, &[Step::Ok])))
         .await
         .unwrap();
-    taskq::enqueue_many(
+    taskq::enqueue::enqueue_many(
         &mut tx,
         (40..43).map(|n| script(n, &[Step::Ok]).with_deadline(now)),
     )
@@ -711,7 +711,7 @@ async fn deadlines_are_stored_by_every_enqueue_path_and_checked() {
         .await
         .unwrap()
         .id;
-    let many = taskq::enqueue_many(
+    let many = taskq::enqueue::enqueue_many(
         &mut tx,
         vec![
             script(3, &[Step::Ok]).with_ttl(Duration::from_secs(90)),
@@ -724,7 +724,7 @@ async fn deadlines_are_stored_by_every_enqueue_path_and_checked() {
     )
     .await
     .unwrap();
-    let typed = taskq::enqueue_many(
+    let typed = taskq::enqueue::enqueue_many(
         &mut tx,
         [ShortLived {
             n: 7,
@@ -763,7 +763,9 @@ async fn deadlines_are_stored_by_every_enqueue_path_and_checked() {
         let err = e.clone().enqueue(&db.pool).await.unwrap_err();
         assert!(matches!(err, Error::InvalidSchedule(_)), "{e:?}: {err:?}");
         let mut tx = db.pool.begin().await.unwrap();
-        let err = taskq::enqueue_many(&mut tx, [e]).await.unwrap_err();
+        let err = taskq::enqueue::enqueue_many(&mut tx, [e])
+            .await
+            .unwrap_err();
         assert!(matches!(err, Error::InvalidSchedule(_)), "{err:?}");
     }
     assert_eq!(db.count("1 = 1").await, before);

@@ -10,8 +10,9 @@ use std::time::Duration;
 
 use sqlx::Connection;
 use taskq::{
-    Client, Data, Enqueued, Error, Task, TaskContext, TaskError, TaskId, TaskState, Unique,
-    UniqueBy, UniqueHold, client::TaskInfo,
+    Client, Data, Enqueued, Error, Task, TaskContext, TaskError, TaskId, TaskState,
+    client::TaskInfo,
+    unique::{Unique, UniqueBy, UniqueHold},
 };
 use taskq_tests::backends::{Db, TestBackend};
 use taskq_tests::{RunningWorker, TestDb, wait_until};
@@ -140,7 +141,7 @@ impl Task for Flaky {
 // ---------------------------------------------------------------------------------------------
 // Helpers
 
-fn worker<B: TestBackend>(db: &Db<B>, gate: &Gate) -> taskq::WorkerBuilder {
+fn worker<B: TestBackend>(db: &Db<B>, gate: &Gate) -> taskq::worker::WorkerBuilder {
     db.worker()
         .register::<SyncAccount>()
         .register::<Rebuild>()
@@ -563,7 +564,7 @@ async fn enqueue_many_makes_one_task_per_identity_and_reports_each_input<B: Test
 ) {
     let existing = new(&SyncAccount { account: 3 }.enqueue(&db.pool).await.unwrap());
     let mut tx = db.begin().await;
-    let outs = taskq::enqueue_many(
+    let outs = taskq::enqueue::enqueue_many(
         &mut tx,
         [
             SyncAccount { account: 1 }.enqueue_options(),
@@ -576,7 +577,7 @@ async fn enqueue_many_makes_one_task_per_identity_and_reports_each_input<B: Test
     )
     .await
     .unwrap();
-    let plains = taskq::enqueue_many(
+    let plains = taskq::enqueue::enqueue_many(
         &mut tx,
         [
             plain(1, "x").enqueue_options(),
@@ -945,7 +946,7 @@ async fn per_enqueue_declarations_and_bad_ones<B: TestBackend>(db: Db<B>) {
         assert!(matches!(e, Error::InvalidOption(_)), "{e}");
     }
     let mut tx = db.begin().await;
-    let e = taskq::enqueue_many(
+    let e = taskq::enqueue::enqueue_many(
         &mut tx,
         [
             plain(1, "ok").enqueue_options(),

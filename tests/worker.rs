@@ -133,7 +133,7 @@ async fn wait_state<B: TestBackend>(
     state_of(db, id).await
 }
 
-fn worker<B: TestBackend>(db: &Db<B>, runs: &Runs) -> taskq::WorkerBuilder {
+fn worker<B: TestBackend>(db: &Db<B>, runs: &Runs) -> taskq::worker::WorkerBuilder {
     db.worker()
         .register::<Job>()
         .register::<Slow>()
@@ -551,7 +551,7 @@ async fn a_lost_lease_cancels_the_handler_and_its_write_back_is_fenced<B: TestBa
         Duration::from_secs(10),
         "handler saw its cancel signal",
         || async {
-            runs.get(1001) == taskq::CancelReason::LeaseLost as u32
+            runs.get(1001) == taskq::context::CancelReason::LeaseLost as u32
                 && runs.0.lock().unwrap().contains_key(&1001)
         },
     )
@@ -713,7 +713,7 @@ async fn in_process_enqueue_wakes_an_idle_worker<B: TestBackend>(db: Db<B>) {
 }
 
 async fn invalid_settings_are_typed_errors<B: TestBackend>(db: Db<B>) {
-    let cfg = |b: taskq::WorkerBuilder| match b.build() {
+    let cfg = |b: taskq::worker::WorkerBuilder| match b.build() {
         Err(Error::Config(m)) => m,
         Err(e) => panic!("unexpected error {e}"),
         Ok(_) => panic!("accepted"),
@@ -886,7 +886,7 @@ impl Task for Flaky {
 
 async fn a_worker_drains_every_task_once<B: TestBackend>(db: Db<B>) {
     let mut tx = db.begin().await;
-    taskq::enqueue_many(&mut tx, (0..500).map(|n| Work { n }))
+    taskq::enqueue::enqueue_many(&mut tx, (0..500).map(|n| Work { n }))
         .await
         .unwrap();
     tx.commit().await.unwrap();
@@ -902,7 +902,7 @@ async fn a_worker_drains_every_task_once<B: TestBackend>(db: Db<B>) {
 
 async fn failures_retry_then_die<B: TestBackend>(db: Db<B>) {
     let mut tx = db.begin().await;
-    taskq::enqueue_many(&mut tx, (0..20).map(|n| Flaky { n }))
+    taskq::enqueue::enqueue_many(&mut tx, (0..20).map(|n| Flaky { n }))
         .await
         .unwrap();
     tx.commit().await.unwrap();
@@ -962,7 +962,7 @@ impl Task for NanJitter {
 async fn an_invalid_backoff_or_a_grace_past_half_the_lease_is_refused_at_build<B: TestBackend>(
     db: Db<B>,
 ) {
-    let cfg = |b: taskq::WorkerBuilder| match b.build() {
+    let cfg = |b: taskq::worker::WorkerBuilder| match b.build() {
         Err(Error::Config(m)) => m,
         Err(e) => panic!("unexpected error {e}"),
         Ok(_) => panic!("accepted"),

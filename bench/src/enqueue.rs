@@ -83,7 +83,7 @@ pub async fn enqueue_many_rate(pool: &MySqlPool, n: u64, per_tx: u64) -> Res<f64
     while it.peek().is_some() {
         let chunk: Vec<Noop> = it.by_ref().take(per_tx as usize).collect();
         let mut tx = pool.begin().await?;
-        taskq::enqueue_many(&mut tx, chunk).await?;
+        taskq::enqueue::enqueue_many(&mut tx, chunk).await?;
         tx.commit().await?;
     }
     Ok(n as f64 / start.elapsed().as_secs_f64())

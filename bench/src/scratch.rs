@@ -20,7 +20,7 @@ pub async fn preload(pool: &MySqlPool, n: u64) -> Res<()> {
     while seq < n {
         let end = (seq + 1000).min(n);
         let mut tx = pool.begin().await?;
-        taskq::enqueue_many(&mut tx, (seq..end).map(noop)).await?;
+        taskq::enqueue::enqueue_many(&mut tx, (seq..end).map(noop)).await?;
         tx.commit().await?;
         seq = end;
     }

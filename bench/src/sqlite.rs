@@ -195,7 +195,7 @@ async fn preload(pool: &SqlitePool, n: u64) -> Res<()> {
     while seq < n {
         let end = (seq + 1000).min(n);
         let mut tx = taskq::sqlite::begin(pool).await?;
-        taskq::enqueue_many(&mut tx, (seq..end).map(noop)).await?;
+        taskq::enqueue::enqueue_many(&mut tx, (seq..end).map(noop)).await?;
         tx.commit().await?;
         seq = end;
     }

@@ -2,7 +2,9 @@
 
 use std::process::Command;
 
-use taskq::{Client, Schedule, Task, TaskContext, TaskError, TaskId, TaskState, Unique};
+use taskq::{
+    Client, Task, TaskContext, TaskError, TaskId, TaskState, schedule::Schedule, unique::Unique,
+};
 use taskq_tests::TestDb;
 
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]

@@ -39,7 +39,7 @@ pub struct TaskInfo {
     pub idempotency_key: Option<String>,
     /// Trace context of the enqueuing request (e.g. a W3C `traceparent`), if recorded.
     pub trace_context: Option<String>,
-    /// A unique task's identity (hex SHA-256; see `taskq::Unique`).
+    /// A unique task's identity (hex SHA-256; see `taskq::unique::Unique`).
     pub unique_key: Option<String>,
     /// Whether the task holds its unique identity now (keeping out enqueues of the same one).
     pub unique_held: bool,

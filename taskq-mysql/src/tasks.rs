@@ -10,26 +10,37 @@ use taskq_driver::read::{PendingNameCount, QueueStateCount, TaskInfo};
 use taskq_driver::rows::{PendingKind, TaskFilter};
 use taskq_driver::state::{TaskId, TaskState};
 
+/// `sqlx::query_as!(TaskInfo, "SELECT <every column of a TaskInfo> " + $rest, args..)`: the
+/// task columns are written once here (`query_as!` needs literal SQL, and takes `"..." +
+/// "..."`), read from `taskq_tasks` under the alias `t`; `$rest` is the statement from its
+/// `FROM` on (`FROM taskq_tasks t WHERE ..`, or a join that names the row `t`).
+macro_rules! select_tasks {
+    ($rest:literal $(, $arg:expr)* $(,)?) => {
+        sqlx::query_as!(
+            TaskInfo,
+            r#"SELECT t.id AS "id: TaskId", t.queue, t.name, t.payload, t.state AS "state: TaskState",
+                 t.priority AS "priority: i16", t.attempt AS "attempt: u32",
+                 t.max_attempts AS "max_attempts: u32", t.run_at AS "run_at: DateTime<Utc>",
+                 t.lease_until AS "lease_until: DateTime<Utc>", t.lease_epoch AS "lease_epoch: u64",
+                 t.worker_id, t.idempotency_key, t.trace_context, t.last_error,
+                 LOWER(HEX(t.unique_key)) AS "unique_key: String",
+                 EXISTS (SELECT 1 FROM taskq_unique u WHERE u.unique_key = t.unique_key
+                           AND u.task_id = t.id) AS "unique_held!: bool",
+                 t.created_at AS "created_at: DateTime<Utc>", t.updated_at AS "updated_at: DateTime<Utc>",
+                 t.finished_at AS "finished_at: DateTime<Utc>", t.snoozes AS "snoozes: u32",
+                 t.deadline AS "deadline: DateTime<Utc>", t.attempted_at AS "attempted_at: DateTime<Utc>"
+               "# + $rest
+            $(, $arg)*
+        )
+    };
+}
+
 impl Tasks for MySqlDriver {
     /// One task by id.
     async fn task_get(&self, id: TaskId) -> sqlx::Result<Option<TaskInfo>> {
-        sqlx::query_as!(
-            TaskInfo,
-            r#"SELECT id AS "id: TaskId", queue, name, payload, state AS "state: TaskState", priority AS "priority: i16",
-                 attempt AS "attempt: u32", max_attempts AS "max_attempts: u32",
-                 run_at AS "run_at: DateTime<Utc>", lease_until AS "lease_until: DateTime<Utc>",
-                 lease_epoch AS "lease_epoch: u64", worker_id, idempotency_key, trace_context, last_error,
-                 LOWER(HEX(unique_key)) AS "unique_key: String",
-                 EXISTS (SELECT 1 FROM taskq_unique u WHERE u.unique_key = taskq_tasks.unique_key
-                           AND u.task_id = taskq_tasks.id) AS "unique_held!: bool",
-                 created_at AS "created_at: DateTime<Utc>", updated_at AS "updated_at: DateTime<Utc>",
-                 finished_at AS "finished_at: DateTime<Utc>", snoozes AS "snoozes: u32",
-                 deadline AS "deadline: DateTime<Utc>", attempted_at AS "attempted_at: DateTime<Utc>"
-               FROM taskq_tasks WHERE id = ?"#,
-            id.0
-        )
-        .fetch_optional(&self.pool)
-        .await
+        select_tasks!(r#"FROM taskq_tasks t WHERE id = ?"#, id.0)
+            .fetch_optional(&self.pool)
+            .await
     }
 
     /// The state of one task, or `None` when the id does not exist.
@@ -51,19 +62,8 @@ impl Tasks for MySqlDriver {
         limit: u32,
     ) -> sqlx::Result<Vec<TaskInfo>> {
         let state = f.state.map(TaskState::as_str);
-        sqlx::query_as!(
-            TaskInfo,
-            r#"SELECT id AS "id: TaskId", queue, name, payload, state AS "state: TaskState", priority AS "priority: i16",
-                 attempt AS "attempt: u32", max_attempts AS "max_attempts: u32",
-                 run_at AS "run_at: DateTime<Utc>", lease_until AS "lease_until: DateTime<Utc>",
-                 lease_epoch AS "lease_epoch: u64", worker_id, idempotency_key, trace_context, last_error,
-                 LOWER(HEX(unique_key)) AS "unique_key: String",
-                 EXISTS (SELECT 1 FROM taskq_unique u WHERE u.unique_key = taskq_tasks.unique_key
-                           AND u.task_id = taskq_tasks.id) AS "unique_held!: bool",
-                 created_at AS "created_at: DateTime<Utc>", updated_at AS "updated_at: DateTime<Utc>",
-                 finished_at AS "finished_at: DateTime<Utc>", snoozes AS "snoozes: u32",
-                 deadline AS "deadline: DateTime<Utc>", attempted_at AS "attempted_at: DateTime<Utc>"
-               FROM taskq_tasks
+        select_tasks!(
+            r#"FROM taskq_tasks t
                WHERE id > ? AND id <= ? AND (? IS NULL OR queue = ?) AND (? IS NULL OR state = ?)
                  AND (? IS NULL OR name = ?)
                ORDER BY id LIMIT ?"#,
@@ -98,20 +98,8 @@ impl Tasks for MySqlDriver {
         let after_at = after_at.naive_utc();
         match kind {
             PendingKind::Scheduled => {
-                sqlx::query_as!(
-                    TaskInfo,
-                    r#"SELECT t.id AS "id: TaskId", t.queue, t.name, t.payload, t.state AS "state: TaskState",
-                         t.priority AS "priority: i16", t.attempt AS "attempt: u32",
-                         t.max_attempts AS "max_attempts: u32", t.run_at AS "run_at: DateTime<Utc>",
-                         t.lease_until AS "lease_until: DateTime<Utc>", t.lease_epoch AS "lease_epoch: u64",
-                         t.worker_id, t.idempotency_key, t.trace_context, t.last_error,
-                         LOWER(HEX(t.unique_key)) AS "unique_key: String",
-                         EXISTS (SELECT 1 FROM taskq_unique u WHERE u.unique_key = t.unique_key
-                                   AND u.task_id = t.id) AS "unique_held!: bool",
-                         t.created_at AS "created_at: DateTime<Utc>", t.updated_at AS "updated_at: DateTime<Utc>",
-                         t.finished_at AS "finished_at: DateTime<Utc>", t.snoozes AS "snoozes: u32",
-                         t.deadline AS "deadline: DateTime<Utc>", t.attempted_at AS "attempted_at: DateTime<Utc>"
-                       FROM (SELECT id FROM taskq_tasks FORCE INDEX (ix_taskq_claim)
+                select_tasks!(
+                    r#"FROM (SELECT id FROM taskq_tasks FORCE INDEX (ix_taskq_claim)
                              WHERE state = 'pending' AND (? IS NULL OR queue = ?)
                                AND run_at > UTC_TIMESTAMP(6)
                                AND (run_at > ? OR (run_at = ? AND id > ?))
@@ -130,19 +118,8 @@ impl Tasks for MySqlDriver {
                 .await
             }
             PendingKind::Retrying => {
-                sqlx::query_as!(
-                    TaskInfo,
-                    r#"SELECT id AS "id: TaskId", queue, name, payload, state AS "state: TaskState", priority AS "priority: i16",
-                         attempt AS "attempt: u32", max_attempts AS "max_attempts: u32",
-                         run_at AS "run_at: DateTime<Utc>", lease_until AS "lease_until: DateTime<Utc>",
-                         lease_epoch AS "lease_epoch: u64", worker_id, idempotency_key, trace_context, last_error,
-                         LOWER(HEX(unique_key)) AS "unique_key: String",
-                         EXISTS (SELECT 1 FROM taskq_unique u WHERE u.unique_key = taskq_tasks.unique_key
-                                   AND u.task_id = taskq_tasks.id) AS "unique_held!: bool",
-                         created_at AS "created_at: DateTime<Utc>", updated_at AS "updated_at: DateTime<Utc>",
-                         finished_at AS "finished_at: DateTime<Utc>", snoozes AS "snoozes: u32",
-                         deadline AS "deadline: DateTime<Utc>", attempted_at AS "attempted_at: DateTime<Utc>"
-                       FROM taskq_tasks FORCE INDEX (ix_taskq_retrying)
+                select_tasks!(
+                    r#"FROM taskq_tasks t FORCE INDEX (ix_taskq_retrying)
                        WHERE (retry_at > ? OR (retry_at = ? AND id > ?))
                          AND (? IS NULL OR queue = ?)
                        ORDER BY retry_at, id LIMIT ?"#,
@@ -169,19 +146,8 @@ impl Tasks for MySqlDriver {
         limit: u32,
     ) -> sqlx::Result<Vec<TaskInfo>> {
         let state = f.state.map(TaskState::as_str);
-        sqlx::query_as!(
-            TaskInfo,
-            r#"SELECT id AS "id: TaskId", queue, name, payload, state AS "state: TaskState", priority AS "priority: i16",
-                 attempt AS "attempt: u32", max_attempts AS "max_attempts: u32",
-                 run_at AS "run_at: DateTime<Utc>", lease_until AS "lease_until: DateTime<Utc>",
-                 lease_epoch AS "lease_epoch: u64", worker_id, idempotency_key, trace_context, last_error,
-                 LOWER(HEX(unique_key)) AS "unique_key: String",
-                 EXISTS (SELECT 1 FROM taskq_unique u WHERE u.unique_key = taskq_tasks.unique_key
-                           AND u.task_id = taskq_tasks.id) AS "unique_held!: bool",
-                 created_at AS "created_at: DateTime<Utc>", updated_at AS "updated_at: DateTime<Utc>",
-                 finished_at AS "finished_at: DateTime<Utc>", snoozes AS "snoozes: u32",
-                 deadline AS "deadline: DateTime<Utc>", attempted_at AS "attempted_at: DateTime<Utc>"
-               FROM taskq_tasks
+        select_tasks!(
+            r#"FROM taskq_tasks t
                WHERE id < ? AND id >= ? AND (? IS NULL OR queue = ?) AND (? IS NULL OR state = ?)
                  AND (? IS NULL OR name = ?)
                ORDER BY id DESC LIMIT ?"#,
@@ -221,19 +187,8 @@ impl Tasks for MySqlDriver {
         before_id: u64,
         limit: u32,
     ) -> sqlx::Result<Vec<TaskInfo>> {
-        sqlx::query_as!(
-            TaskInfo,
-            r#"SELECT t.id AS "id: TaskId", t.queue, t.name, t.payload, t.state AS "state: TaskState", t.priority AS "priority: i16",
-                 t.attempt AS "attempt: u32", t.max_attempts AS "max_attempts: u32",
-                 t.run_at AS "run_at: DateTime<Utc>", t.lease_until AS "lease_until: DateTime<Utc>",
-                 t.lease_epoch AS "lease_epoch: u64", t.worker_id, t.idempotency_key, t.trace_context, t.last_error,
-                 LOWER(HEX(t.unique_key)) AS "unique_key: String",
-                 EXISTS (SELECT 1 FROM taskq_unique u WHERE u.unique_key = t.unique_key
-                           AND u.task_id = t.id) AS "unique_held!: bool",
-                 t.created_at AS "created_at: DateTime<Utc>", t.updated_at AS "updated_at: DateTime<Utc>",
-                 t.finished_at AS "finished_at: DateTime<Utc>", t.snoozes AS "snoozes: u32",
-                 t.deadline AS "deadline: DateTime<Utc>", t.attempted_at AS "attempted_at: DateTime<Utc>"
-               FROM (SELECT id FROM taskq_tasks FORCE INDEX (ix_taskq_claim)
+        select_tasks!(
+            r#"FROM (SELECT id FROM taskq_tasks FORCE INDEX (ix_taskq_claim)
                       WHERE state IN ('waiting', 'pending', 'running', 'succeeded', 'dead', 'canceled', 'expired')
                         AND queue = ? AND (? IS NULL OR name = ?) AND id < ?
                       ORDER BY id DESC LIMIT ?) AS k
@@ -258,19 +213,8 @@ impl Tasks for MySqlDriver {
         after_id: u64,
         limit: u32,
     ) -> sqlx::Result<Vec<TaskInfo>> {
-        sqlx::query_as!(
-            TaskInfo,
-            r#"SELECT t.id AS "id: TaskId", t.queue, t.name, t.payload, t.state AS "state: TaskState", t.priority AS "priority: i16",
-                 t.attempt AS "attempt: u32", t.max_attempts AS "max_attempts: u32",
-                 t.run_at AS "run_at: DateTime<Utc>", t.lease_until AS "lease_until: DateTime<Utc>",
-                 t.lease_epoch AS "lease_epoch: u64", t.worker_id, t.idempotency_key, t.trace_context, t.last_error,
-                 LOWER(HEX(t.unique_key)) AS "unique_key: String",
-                 EXISTS (SELECT 1 FROM taskq_unique u WHERE u.unique_key = t.unique_key
-                           AND u.task_id = t.id) AS "unique_held!: bool",
-                 t.created_at AS "created_at: DateTime<Utc>", t.updated_at AS "updated_at: DateTime<Utc>",
-                 t.finished_at AS "finished_at: DateTime<Utc>", t.snoozes AS "snoozes: u32",
-                 t.deadline AS "deadline: DateTime<Utc>", t.attempted_at AS "attempted_at: DateTime<Utc>"
-               FROM (SELECT id FROM taskq_tasks FORCE INDEX (ix_taskq_claim)
+        select_tasks!(
+            r#"FROM (SELECT id FROM taskq_tasks FORCE INDEX (ix_taskq_claim)
                       WHERE state IN ('waiting', 'pending', 'running', 'succeeded', 'dead', 'canceled', 'expired')
                         AND queue = ? AND (? IS NULL OR name = ?) AND id > ?
                       ORDER BY id LIMIT ?) AS k

@@ -19,6 +19,7 @@ use taskq::{Error, TaskId, TaskState};
 
 use crate::AppState;
 use crate::auth::ApiActor;
+use crate::views_api::{fail, task_action};
 
 /// The OpenAPI 3 document of the API (served at `api/v1/openapi.json`).
 pub(crate) const OPENAPI: &str = include_str!("openapi.json");
@@ -194,7 +195,7 @@ async fn queue_pause(
     Extension(actor): Extension<ApiActor>,
     Path(queue): Path<String>,
 ) -> Response {
-    match crate::stats::queue_exists(&st, &queue).await {
+    match st.client.queue_exists(&queue).await {
         Ok(true) => {}
         Ok(false) => {
             return error(
@@ -384,25 +385,18 @@ async fn task_cancel(
     Extension(actor): Extension<ApiActor>,
     id: Result<Path<u64>, axum::extract::rejection::PathRejection>,
 ) -> Response {
-    let Ok(Path(id)) = id else {
-        return bad_request("the task id is a number");
-    };
-    match st
-        .client
-        .clone()
-        .with_actor(actor.0)
-        .cancel(TaskId(id))
-        .await
-    {
-        Ok(Canceled::Now) => {
-            st.terminal.invalidate().await;
-            Json(json!({"id": id, "result": "canceled"})).into_response()
-        }
-        Ok(Canceled::Requested) => {
-            Json(json!({"id": id, "result": "cancel_requested"})).into_response()
-        }
-        Err(e) => failure(&e),
-    }
+    let st = &st;
+    task_action(st, actor, id, |c, id| async move {
+        let result = match c.cancel(id).await.map_err(fail)? {
+            Canceled::Now => {
+                st.terminal.invalidate().await;
+                "canceled"
+            }
+            Canceled::Requested => "cancel_requested",
+        };
+        Ok(json!({"id": id.0, "result": result}))
+    })
+    .await
 }
 
 async fn task_retry(
@@ -410,22 +404,13 @@ async fn task_retry(
     Extension(actor): Extension<ApiActor>,
     id: Result<Path<u64>, axum::extract::rejection::PathRejection>,
 ) -> Response {
-    let Ok(Path(id)) = id else {
-        return bad_request("the task id is a number");
-    };
-    match st
-        .client
-        .clone()
-        .with_actor(actor.0)
-        .retry_dead(TaskId(id))
-        .await
-    {
-        Ok(()) => {
-            st.terminal.invalidate().await;
-            Json(json!({"id": id, "state": "pending"})).into_response()
-        }
-        Err(e) => failure(&e),
-    }
+    let st = &st;
+    task_action(st, actor, id, |c, id| async move {
+        c.retry_dead(id).await.map_err(fail)?;
+        st.terminal.invalidate().await;
+        Ok(json!({"id": id.0, "state": "pending"}))
+    })
+    .await
 }
 
 /// The body of `POST /tasks`.

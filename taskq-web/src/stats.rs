@@ -181,34 +181,6 @@ fn duration_text(d: Duration) -> String {
     }
 }
 
-/// Whether anything names `queue`: a queue row (paused or limited before), pending or running
-/// tasks, a worker that serves it, or any task at all. Pausing a name nothing uses would
-/// create a queue silently (a typo pauses nothing), so the dashboard refuses it.
-/// (A blank name passes, for the client to refuse as invalid.)
-pub(crate) async fn queue_exists(st: &AppState, queue: &str) -> Result<bool, Error> {
-    if queue.trim().is_empty() {
-        return Ok(true);
-    }
-    if st.client.queues().await?.iter().any(|q| q.queue == queue) {
-        return Ok(true);
-    }
-    if st
-        .client
-        .workers()
-        .await?
-        .iter()
-        .any(|w| w.queues.contains_key(queue))
-    {
-        return Ok(true);
-    }
-    let any = taskq::client::ListFilter {
-        queue: Some(queue.to_owned()),
-        limit: Some(1),
-        ..Default::default()
-    };
-    Ok(!st.client.list(&any).await?.is_empty())
-}
-
 /// The sentence of a refused pause of an unknown queue.
 pub(crate) fn unknown_queue(queue: &str) -> String {
     format!(

@@ -2,6 +2,7 @@
 //! trail, the task names no live worker handles) and of the task actions (run now, reschedule,
 //! priority, delete, one action over selected ids).
 
+use std::future::Future;
 use std::time::Duration;
 
 use axum::body::Bytes;
@@ -12,8 +13,8 @@ use axum::{Extension, Json};
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use taskq::TaskId;
 use taskq::client::{AuditFilter, PendingKind};
+use taskq::{Client, TaskId};
 
 use crate::AppState;
 use crate::actions::{Each, When};
@@ -158,24 +159,43 @@ fn task_id(id: Result<Path<u64>, PathRejection>) -> Option<u64> {
     id.ok().map(|Path(id)| id)
 }
 
+/// One task action, the shape of every `POST /tasks/{id}/...`: the id from the path (400 when
+/// it is not a number), then `call` with the client acting as the request's actor and the id;
+/// the JSON it returns, or its failure (`Err` of [`fail`], or a 400 of its own).
+pub(crate) async fn task_action<F, Fut>(
+    st: &AppState,
+    actor: ApiActor,
+    id: Result<Path<u64>, PathRejection>,
+    call: F,
+) -> Response
+where
+    F: FnOnce(Client, TaskId) -> Fut,
+    Fut: Future<Output = Result<Value, Response>>,
+{
+    let Some(id) = task_id(id) else {
+        return bad_request("the task id is a number");
+    };
+    match call(st.client.clone().with_actor(actor.0), TaskId(id)).await {
+        Ok(v) => Json(v).into_response(),
+        Err(r) => r,
+    }
+}
+
+/// The response of a failed client call, for `?` in a [`task_action`].
+pub(crate) fn fail(e: taskq::Error) -> Response {
+    failure(&e)
+}
+
 pub(crate) async fn task_run_now(
     State(st): State<AppState>,
     Extension(actor): Extension<ApiActor>,
     id: Result<Path<u64>, PathRejection>,
 ) -> Response {
-    let Some(id) = task_id(id) else {
-        return bad_request("the task id is a number");
-    };
-    match st
-        .client
-        .clone()
-        .with_actor(actor.0)
-        .run_now(TaskId(id))
-        .await
-    {
-        Ok(()) => Json(json!({"id": id, "result": "due_now"})).into_response(),
-        Err(e) => failure(&e),
-    }
+    task_action(&st, actor, id, |c, id| async move {
+        c.run_now(id).await.map_err(fail)?;
+        Ok(json!({"id": id.0, "result": "due_now"}))
+    })
+    .await
 }
 
 #[derive(Deserialize)]
@@ -225,18 +245,13 @@ pub(crate) async fn task_priority(
     id: Result<Path<u64>, PathRejection>,
     body: Bytes,
 ) -> Response {
-    let Some(id) = task_id(id) else {
-        return bad_request("the task id is a number");
-    };
-    let b: PriorityBody = match serde_json::from_slice(&body) {
-        Ok(b) => b,
-        Err(e) => return bad_request(&format!("invalid request body: {e}")),
-    };
-    let c = st.client.clone().with_actor(actor.0);
-    match c.set_priority(TaskId(id), b.priority).await {
-        Ok(()) => Json(json!({"id": id, "priority": b.priority})).into_response(),
-        Err(e) => failure(&e),
-    }
+    task_action(&st, actor, id, |c, id| async move {
+        let b: PriorityBody = serde_json::from_slice(&body)
+            .map_err(|e| bad_request(&format!("invalid request body: {e}")))?;
+        c.set_priority(id, b.priority).await.map_err(fail)?;
+        Ok(json!({"id": id.0, "priority": b.priority}))
+    })
+    .await
 }
 
 pub(crate) async fn task_delete(
@@ -244,22 +259,13 @@ pub(crate) async fn task_delete(
     Extension(actor): Extension<ApiActor>,
     id: Result<Path<u64>, PathRejection>,
 ) -> Response {
-    let Some(id) = task_id(id) else {
-        return bad_request("the task id is a number");
-    };
-    match st
-        .client
-        .clone()
-        .with_actor(actor.0)
-        .delete(TaskId(id))
-        .await
-    {
-        Ok(()) => {
-            st.terminal.invalidate().await;
-            Json(json!({"id": id, "result": "deleted"})).into_response()
-        }
-        Err(e) => failure(&e),
-    }
+    let st = &st;
+    task_action(st, actor, id, |c, id| async move {
+        c.delete(id).await.map_err(fail)?;
+        st.terminal.invalidate().await;
+        Ok(json!({"id": id.0, "result": "deleted"}))
+    })
+    .await
 }
 
 #[derive(Deserialize)]

@@ -55,32 +55,11 @@ impl App {
 
     /// A form POST with the CSRF cookie and field (`fields` may repeat a name).
     async fn post_form(&self, path: &str, fields: &[(&str, &str)]) -> Resp {
-        // A page with a form: its field is the token bound to the cookie (a read-only
-        // dashboard has none: any token does, the change is refused before the check).
-        let mut pair = None;
-        for p in ["/tasks", "/bulk?action=retry"] {
-            let page = self.get(p).await;
-            let nonce = page.set_cookie("taskq_csrf").expect("a CSRF cookie");
-            if let Some(field) = page.csrf_field() {
-                pair = Some((nonce, field));
-                break;
-            }
-            pair.get_or_insert((nonce, String::new()));
-        }
-        let (nonce, token) = pair.expect("a page");
-        let mut body: Vec<String> = fields
-            .iter()
-            .map(|(k, v)| format!("{k}={}", urlencode(v)))
-            .collect();
-        body.push(format!("csrf={token}"));
-        let cookie = format!("taskq_csrf={nonce}");
-        send(
+        support::post_form(
             &self.router,
-            Method::POST,
+            &["/tasks", "/bulk?action=retry"],
             path,
-            Cred::Bearer(TOKEN),
-            &[("cookie", &cookie)],
-            Some(("application/x-www-form-urlencoded", body.join("&"))),
+            fields,
         )
         .await
     }
@@ -96,16 +75,6 @@ impl App {
         )
         .await
     }
-}
-
-fn urlencode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' => (b as char).to_string(),
-            b' ' => "+".into(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 async fn enqueue<B: TestBackend>(db: &Db<B>, n: u32) -> u64 {

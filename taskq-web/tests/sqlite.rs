@@ -39,7 +39,7 @@ async fn the_dashboard_reads_and_acts_on_a_sqlite_database() {
         .router();
     let app = Http { router };
     let mut tx = db.begin().await;
-    let ids: Vec<u64> = taskq::enqueue_many(
+    let ids: Vec<u64> = taskq::enqueue::enqueue_many(
         &mut tx,
         (0..3).map(|i| Mail {
             to: format!("user{i}@example.com"),
@@ -144,23 +144,7 @@ impl Http {
     }
 
     async fn post_form(&self, path: &str, fields: &[(&str, &str)]) -> Resp {
-        let page = self.get("/").await;
-        let nonce = page
-            .set_cookie("taskq_csrf")
-            .expect("the page sets a CSRF cookie");
-        let token = page.csrf_field().expect("the page has a form");
-        let mut body: Vec<String> = fields.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        body.push(format!("csrf={token}"));
-        let cookie = format!("taskq_csrf={nonce}");
-        send(
-            &self.router,
-            Method::POST,
-            path,
-            Cred::Bearer(TOKEN),
-            &[("cookie", &cookie)],
-            Some(("application/x-www-form-urlencoded", body.join("&"))),
-        )
-        .await
+        support::post_form(&self.router, &["/"], path, fields).await
     }
 
     async fn api_post(&self, path: &str, body: serde_json::Value) -> Resp {

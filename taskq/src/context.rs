@@ -70,7 +70,7 @@ impl TaskContext {
         self.trace_context.as_deref()
     }
     /// A clone of the shared data of type `T`, if registered on the worker
-    /// ([`WorkerBuilder::data`](crate::WorkerBuilder::data)).
+    /// ([`WorkerBuilder::data`](crate::worker::WorkerBuilder::data)).
     pub fn data<T: Clone + Send + Sync + 'static>(&self) -> Option<T> {
         self.data.get::<T>()
     }
@@ -200,6 +200,7 @@ impl DataMap {
 
 /// A data type a task needs; see [`Task::required_data`](crate::Task::required_data).
 #[derive(Debug, Clone, Copy)]
+#[doc(hidden)]
 pub struct DataRequirement {
     /// `TypeId` of the data.
     pub type_id: TypeId,
@@ -220,7 +221,7 @@ impl DataRequirement {
 /// Something a `#[task]` handler parameter can be extracted as, instead of payload.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be injected into a taskq handler",
-    note = "injected parameters must be `TaskContext`, `CancelSignal` or `Data<T>`; payload parameters must be plain serde types"
+    note = "injected parameters are `TaskContext`, `CancelSignal`, `Data<T>`, or a type of yours marked `#[inject]` that implements `taskq::context::FromTaskContext`; payload parameters must be plain serde types"
 )]
 pub trait FromTaskContext: Sized {
     /// Extracts the value for one attempt.
@@ -244,7 +245,7 @@ impl FromTaskContext for CancelSignal {
 }
 
 /// A shared value (a database pool, an HTTP client, settings) registered with
-/// [`WorkerBuilder::data`](crate::WorkerBuilder::data) and injected into handlers, one value
+/// [`WorkerBuilder::data`](crate::worker::WorkerBuilder::data) and injected into handlers, one value
 /// per type; derefs to `T`. Like actix-web's and apalis' `Data`.
 ///
 /// ```

@@ -211,7 +211,7 @@ impl<T: Task> Enqueue<T> {
     }
     /// Runs this task in order with the other tasks of its queue given the same key: tasks
     /// sharing a key run one at a time, in the order their enqueues commit, across every
-    /// worker (see [`Ordered`](crate::Ordered) and docs/semantics.md, "Ordered tasks").
+    /// worker (see [`Ordered`](crate::ordered::Ordered) and docs/semantics.md, "Ordered tasks").
     /// Replaces the key the task's `ordered_by` fields would give; a death lets the key go on
     /// only if the task declares `ordered_dead_after`. An ordered task cannot be unique.
     pub fn with_order_key(mut self, key: impl Into<String>) -> Self {
@@ -513,7 +513,7 @@ impl<T: Task> IntoEnqueue for Enqueue<T> {
 ///   window of a windowed identity is computed from one reading of the database clock per
 ///   call.
 /// - New rows get ascending ids in input order.
-/// - Like `enqueue_tx`, this does not wake local workers; call [`crate::notify`] for the
+/// - Like `enqueue_tx`, this does not wake local workers; call [`crate::worker::notify`] for the
 ///   queue after committing to skip the poll delay.
 ///
 /// ```no_run
@@ -524,9 +524,9 @@ impl<T: Task> IntoEnqueue for Enqueue<T> {
 /// # async fn f(pool: sqlx::MySqlPool) -> taskq::Result<()> {
 /// let mut tx = pool.begin().await?;
 /// let mails = (0..1000).map(|i| Mail { to: format!("user{i}@example.com") });
-/// let ids = taskq::enqueue_many(&mut tx, mails).await?;
+/// let ids = taskq::enqueue::enqueue_many(&mut tx, mails).await?;
 /// tx.commit().await?;
-/// taskq::notify(Mail::QUEUE);
+/// taskq::worker::notify(Mail::QUEUE);
 /// assert_eq!(ids.len(), 1000);
 /// # Ok(()) }
 /// ```

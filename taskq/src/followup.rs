@@ -117,16 +117,22 @@ pub(crate) fn payload_value(payload: &[u8]) -> serde_json::Value {
     })
 }
 
-/// Support for `#[taskq::task(on_dead = target)]` / `on_success`: a `#[task]` whose only payload
-/// parameter has type `E` is built from an `E`. Implemented by the macro; not public API.
-#[doc(hidden)]
-#[diagnostic::on_unimplemented(
-    message = "`{Self}` is not a task whose only payload parameter is a `{E}`",
-    label = "not a follow-up target for `{E}`",
-    note = "the target of `on_dead` must be a `#[taskq::task]` fn whose only payload parameter is `taskq::DeadTask`; the target of `on_success`, one whose only payload parameter is `taskq::SucceededTask`",
-    note = "for a hand-written `Task`, set `Task::ON_DEAD` / `Task::ON_SUCCESS` to a hook returning `taskq::FollowUp::new(..)`"
-)]
-pub trait FollowUpFrom<E>: Task {
-    /// The task with `ended` as its only payload field.
-    fn __taskq_follow_up(ended: E) -> Self;
+/// The follow-up target trait, in a private module so that compile errors name it by its
+/// only public path, `taskq::__private::FollowUpFrom`.
+pub(crate) mod target {
+    use crate::task::Task;
+
+    /// Support for `#[taskq::task(on_dead = target)]` / `on_success`: a `#[task]` whose only payload
+    /// parameter has type `E` is built from an `E`. Implemented by the macro; not public API.
+    #[doc(hidden)]
+    #[diagnostic::on_unimplemented(
+        message = "`{Self}` is not a task whose only payload parameter is a `{E}`",
+        label = "not a follow-up target for `{E}`",
+        note = "the target of `on_dead` must be a `#[taskq::task]` fn whose only payload parameter is `taskq::DeadTask`; the target of `on_success`, one whose only payload parameter is `taskq::SucceededTask`",
+        note = "for a hand-written `Task`, set `Task::ON_DEAD` / `Task::ON_SUCCESS` to a hook returning `taskq::followup::FollowUp::new(..)`"
+    )]
+    pub trait FollowUpFrom<E>: Task {
+        /// The task with `ended` as its only payload field.
+        fn __taskq_follow_up(ended: E) -> Self;
+    }
 }

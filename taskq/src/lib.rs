@@ -32,45 +32,53 @@
 //! # Ok(()) }
 //! ```
 //!
+//! The crate root holds what a first program names: [`task`], [`Task`], [`TaskError`],
+//! [`TaskContext`], [`Data`], [`Enqueue`], [`migrate()`], [`run_registered`], [`Worker`],
+//! [`Client`]. The rest is in modules: [`context`] (what a handler can be given, your own
+//! extractors), [`enqueue`] (batch enqueue, the connection bound), [`unique`] (unique tasks),
+//! [`schedule`] (recurring tasks), [`followup`] (tasks enqueued when one dies or succeeds),
+//! [`error`], [`migrate`](mod@migrate) (taskq's migrator), [`worker`] (the builder, reports and
+//! health), [`client`] (the operator's inputs and outputs), [`registry`], [`defaults`],
+//! [`settings`] and, with the `sqlite` feature, [`sqlite`].
+//!
 //! See `docs/` in the repository for the semantics, design and operations guides.
 
 mod backend;
 pub mod client;
 mod connect;
-mod context;
+pub mod context;
 pub mod defaults;
-mod enqueue;
-mod error;
-mod followup;
+pub mod enqueue;
+pub mod error;
+pub mod followup;
 mod history;
 mod info;
 mod metrics;
-mod migrate;
-mod ordered;
+pub mod migrate;
+pub mod ordered;
 pub mod registry;
 mod retry;
-mod schedule;
+pub mod schedule;
 mod task;
 mod trace;
-mod unique;
+pub mod unique;
 mod wake;
 pub mod worker;
 
+// The crate root holds what a first program names; the rest is in the modules above
+// (`context`, `enqueue`, `error`, `followup`, `migrate`, `schedule`, `unique`, `worker`,
+// `client`, `registry`, `defaults`, `settings`).
 pub use backend::Backend;
 pub use client::Client;
 pub use connect::{connect, create_database};
-pub use context::{CancelReason, CancelSignal, Data, DataMap, FromTaskContext, TaskContext};
-pub use enqueue::{AsConnection, Enqueue, Enqueued, IntoEnqueue, enqueue_many};
-pub use error::{Error, Result, ResultExt, TaskError, TaskErrorKind};
-pub use followup::{DeadTask, FollowUp, OnDead, OnSuccess, SucceededTask};
-pub use migrate::{MIGRATIONS_TABLE, migrate, migrator};
-pub use ordered::Ordered;
+pub use context::{CancelSignal, Data, TaskContext};
+pub use enqueue::{Enqueue, Enqueued};
+pub use error::{Error, Result, ResultExt, TaskError};
+pub use followup::{DeadTask, SucceededTask};
+pub use migrate::migrate;
 pub use retry::Backoff;
-pub use schedule::{MissedTicks, Schedule, schedule_tick_key};
-pub use task::{ParseStateError, Task, TaskId, TaskState};
-pub use unique::{Unique, UniqueBy, UniqueHold};
-pub use wake::notify;
-pub use worker::{Worker, WorkerBuilder, run_registered};
+pub use task::{Task, TaskId, TaskState};
+pub use worker::{Worker, run_registered};
 
 /// SQLite (feature `sqlite`): opening a database file with taskq's settings. Pass the pool
 /// to taskq as you would a MySQL one (`taskq::migrate(&pool)`, `Worker::builder(pool)`,
@@ -111,7 +119,7 @@ pub mod settings {
 /// The function stays callable as written. The macro adds a payload struct named in
 /// PascalCase (one field per payload parameter), its [`Task`] impl, inherent enqueue helpers
 /// (`enqueue_tx`, `enqueue`, `enqueue_options` and every `with_*` option of [`Enqueue`]) and a
-/// registration found by [`WorkerBuilder::register_all`] and [`run_registered`].
+/// registration found by [`WorkerBuilder::register_all`](worker::WorkerBuilder::register_all) and [`run_registered`].
 ///
 /// Attributes (all optional): `name` (stable name stored in the row; default: the fn's name),
 /// `queue` (default `"default"`), `max_attempts` (default [`DEFAULT_MAX_ATTEMPTS`](defaults::DEFAULT_MAX_ATTEMPTS)), `priority`
@@ -121,13 +129,13 @@ pub mod settings {
 /// [`DEFAULT_MAX_SNOOZES`](defaults::DEFAULT_MAX_SNOOZES)), `ttl` (e.g. `"1h"`: a task not started within it after its
 /// enqueue ends `expired`, never run; default none) and `unique` (at most one live task per
 /// identity: `unique`, or `unique(by = [field, ..], while = "pending" | "running", period =
-/// "10m")`; see [`Unique`] and `docs/macro.md`), `on_dead` and `on_success` (the path of another
+/// "10m")`; see [`Unique`](unique::Unique) and `docs/macro.md`), `on_dead` and `on_success` (the path of another
 /// `#[task]` fn whose only payload parameter is a [`DeadTask`], resp. [`SucceededTask`],
 /// enqueued in the transaction that records this task's death, resp. success; see
 /// [`Task::ON_DEAD`]). For a recurring task without payload
-/// parameters: `cron` (`"0 3 * * *"`, or 6 fields with seconds first; see [`Schedule`]),
+/// parameters: `cron` (`"0 3 * * *"`, or 6 fields with seconds first; see [`Schedule`](schedule::Schedule)),
 /// `timezone` (default `"UTC"`) and `missed_ticks` (`"latest"`, the default, `"skip"` or
-/// `"all(N)"`; see [`MissedTicks`]).
+/// `"all(N)"`; see [`MissedTicks`](schedule::MissedTicks)).
 ///
 /// Parameters of type [`TaskContext`], [`CancelSignal`] or [`Data<T>`](Data), or marked
 /// `#[inject]`, are injected by the worker; every other parameter is payload.
@@ -188,7 +196,7 @@ pub use taskq_macros::task;
 pub mod __private {
     pub use crate::__enqueue_options as enqueue_options;
     pub use crate::context::DataRequirement;
-    pub use crate::followup::FollowUpFrom;
+    pub use crate::followup::target::FollowUpFrom;
     pub use chrono;
     pub use inventory;
     pub use serde;

@@ -21,7 +21,7 @@ use crate::error::{Error, Result};
 /// cancels or deletes it — unless [`dead_after`](Self::dead_after) says otherwise.
 ///
 /// ```
-/// use taskq::Ordered;
+/// use taskq::ordered::Ordered;
 ///
 /// // One at a time per account, in commit order; a dead task holds its account back.
 /// const PER_ACCOUNT: Ordered = Ordered::by(&["account"]);

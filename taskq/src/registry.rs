@@ -19,7 +19,7 @@ pub(crate) type BoxFuture = Pin<Box<dyn Future<Output = Result<(), TaskError>> +
 
 /// A registered task kind: its settings and a type-erased way to run it from a payload.
 ///
-/// `#[task]` submits one per task to `inventory`; [`WorkerBuilder::register`](crate::WorkerBuilder::register)
+/// `#[task]` submits one per task to `inventory`; [`WorkerBuilder::register`](crate::worker::WorkerBuilder::register)
 /// adds hand-written [`Task`] impls.
 #[derive(Clone, Copy)]
 pub struct Registration {
@@ -161,7 +161,7 @@ impl Registration {
 
     /// Like [`enqueue_json`](Self::enqueue_json), on the caller's transaction or connection
     /// (never begins, commits or rolls back; see [`Enqueue::enqueue_tx`]). Call
-    /// [`notify`](crate::notify) for the queue after committing to wake this process's
+    /// [`notify`](crate::worker::notify) for the queue after committing to wake this process's
     /// workers at once.
     pub async fn enqueue_json_tx<C: AsConnection + ?Sized>(
         &self,

@@ -1,7 +1,7 @@
 //! Recurring tasks: a [`Schedule`] is a cron expression, a task value, a time zone and a
 //! [`MissedTicks`] policy. Declare one on the task (`#[taskq::task(cron = "..")]`, or
-//! [`Task::schedule`]) or on the worker ([`WorkerBuilder::cron`](crate::WorkerBuilder::cron),
-//! [`WorkerBuilder::schedule`](crate::WorkerBuilder::schedule)).
+//! [`Task::schedule`]) or on the worker ([`WorkerBuilder::cron`](crate::worker::WorkerBuilder::cron),
+//! [`WorkerBuilder::schedule`](crate::worker::WorkerBuilder::schedule)).
 //!
 //! This module holds the public definition and the pure tick arithmetic; the worker's scheduler
 //! loop (`worker::schedule`) applies it against the database clock.
@@ -89,7 +89,7 @@ impl FromStr for MissedTicks {
 /// attempts); its `run_at` is the tick, and delay, run-at and idempotency key cannot be set.
 ///
 /// ```no_run
-/// use taskq::{MissedTicks, Schedule, Task, TaskContext, TaskError};
+/// use taskq::{Task, TaskContext, TaskError, schedule::{MissedTicks, Schedule}};
 ///
 /// #[derive(serde::Serialize, serde::Deserialize)]
 /// struct NightlyReport { region: String }

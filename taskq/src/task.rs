@@ -71,7 +71,7 @@ macro_rules! __enqueue_options {
             /// Makes this enqueue unique (or, with `None`, not unique), replacing the task's
             /// `unique` declaration.
             with_unique(
-                unique: impl ::core::convert::Into<::core::option::Option<$crate::Unique>>
+                unique: impl ::core::convert::Into<::core::option::Option<$crate::unique::Unique>>
             );
             /// Runs this task in order with the other tasks of its queue given the same key: one
             /// at a time, in commit order (replaces the key of the task's `ordered_by`).
@@ -143,9 +143,9 @@ pub trait Task: Serialize + DeserializeOwned + Send + Sync + 'static {
     /// [`Enqueue::with_unique`].
     const UNIQUE: Option<Unique> = None;
     /// Makes every enqueue of this task ordered (one at a time per key, in commit order; see
-    /// [`Ordered`](crate::Ordered)); `None` (the default) for none. An enqueue can give its own
+    /// [`Ordered`](crate::ordered::Ordered)); `None` (the default) for none. An enqueue can give its own
     /// key with [`Enqueue::with_order_key`].
-    const ORDERED: Option<crate::Ordered> = None;
+    const ORDERED: Option<crate::ordered::Ordered> = None;
     /// What to enqueue when a task of this kind dies, durably: the hook's [`FollowUp`] is
     /// inserted in the transaction that moves the task to `dead` (by its worker's write-back or
     /// by the reaper), so a death is never recorded without it and never gets two. `None` (the
@@ -153,7 +153,7 @@ pub trait Task: Serialize + DeserializeOwned + Send + Sync + 'static {
     /// `docs/semantics.md`.
     ///
     /// ```
-    /// use taskq::{DeadTask, FollowUp, OnDead, Task, TaskContext, TaskError};
+    /// use taskq::{DeadTask, Task, TaskContext, TaskError, followup::{FollowUp, OnDead}};
     /// # #[derive(serde::Serialize, serde::Deserialize)] struct NotifyOps { dead: DeadTask }
     /// # impl Task for NotifyOps { const NAME: &'static str = "notify_ops";
     /// #   async fn run(self, _: TaskContext) -> Result<(), TaskError> { Ok(()) } }
@@ -189,7 +189,7 @@ pub trait Task: Serialize + DeserializeOwned + Send + Sync + 'static {
     /// queue) enqueue the returned value at every tick. `None` (the default) declares none;
     /// `#[taskq::task(cron = "..")]` generates it for a task without payload parameters. To
     /// schedule a task with a payload, or several times, use
-    /// [`WorkerBuilder::cron`](crate::WorkerBuilder::cron) instead.
+    /// [`WorkerBuilder::cron`](crate::worker::WorkerBuilder::cron) instead.
     fn schedule() -> Option<Schedule<Self>> {
         None
     }
@@ -214,4 +214,4 @@ pub trait Task: Serialize + DeserializeOwned + Send + Sync + 'static {
     }
 }
 
-pub use taskq_driver::state::{ParseStateError, TaskId, TaskState};
+pub use taskq_driver::state::{TaskId, TaskState};

@@ -6,7 +6,7 @@
 //!   with [`Enqueue::with_trace_context`](crate::Enqueue::with_trace_context));
 //! - in the worker, the `taskq.task` span records it as the `trace_context` field, the handler
 //!   reads it with [`TaskContext::trace_context`](crate::TaskContext::trace_context), and
-//!   [`WorkerBuilder::trace_link`](crate::WorkerBuilder::trace_link) lets you link the span to
+//!   [`WorkerBuilder::trace_link`](crate::worker::WorkerBuilder::trace_link) lets you link the span to
 //!   it (with `tracing-opentelemetry`: extract the context and call `span.add_link(..)` or
 //!   `span.set_parent(..)`).
 //!

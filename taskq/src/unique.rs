@@ -56,7 +56,7 @@ pub enum UniqueHold {
 ///
 /// ```
 /// use std::time::Duration;
-/// use taskq::Unique;
+/// use taskq::unique::Unique;
 ///
 /// // At most one pending task per payload.
 /// const DEBOUNCE: Unique = Unique::payload();

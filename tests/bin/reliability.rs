@@ -615,7 +615,7 @@ async fn galera(args: &Args) {
     for _ in 0..trials {
         let t = Instant::now();
         let mut tx = pool.begin().await.unwrap();
-        taskq::enqueue_many(&mut tx, (0..tasks).map(|order| Work { order, ms: 0 }))
+        taskq::enqueue::enqueue_many(&mut tx, (0..tasks).map(|order| Work { order, ms: 0 }))
             .await
             .unwrap();
         tx.commit().await.unwrap();

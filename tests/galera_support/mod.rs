@@ -208,7 +208,7 @@ pub async fn drain(
 ) -> Drain {
     let db = ClusterDb::new(cluster, name, (concurrency as u32 + 8).max(16)).await;
     let mut tx = db.pools[0].begin().await.unwrap();
-    taskq::enqueue_many(&mut tx, (0..tasks).map(|order| Work { order, ms: 0 }))
+    taskq::enqueue::enqueue_many(&mut tx, (0..tasks).map(|order| Work { order, ms: 0 }))
         .await
         .unwrap();
     tx.commit().await.unwrap();
@@ -349,7 +349,7 @@ pub async fn limited_drain(
         .await
         .expect("set the limit");
     let mut tx = db.pools[0].begin().await.unwrap();
-    taskq::enqueue_many(&mut tx, (0..tasks).map(|_| Capped { ms }))
+    taskq::enqueue::enqueue_many(&mut tx, (0..tasks).map(|_| Capped { ms }))
         .await
         .unwrap();
     tx.commit().await.unwrap();

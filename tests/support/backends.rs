@@ -32,7 +32,7 @@ use crate::TestDb;
 
 /// A backend the conformance tests run on.
 pub trait TestBackend:
-    taskq::Backend<Connection: taskq::AsConnection<Database = Self>> + Sized
+    taskq::Backend<Connection: taskq::enqueue::AsConnection<Database = Self>> + Sized
 {
     /// `"mysql"` or `"sqlite"`.
     const LABEL: &'static str;
@@ -294,14 +294,14 @@ impl<B: TestBackend> Db<B> {
     }
 
     /// A worker builder with the test-friendly intervals of [`fast_worker`](crate::fast_worker).
-    pub fn worker(&self) -> taskq::WorkerBuilder {
+    pub fn worker(&self) -> taskq::worker::WorkerBuilder {
         crate::fast_worker(&self.pool)
     }
 
     /// [`worker`](Self::worker) on a pool whose SQLite busy timeout is `busy`: for a lease too
     /// short for [`SQLITE_TEST_BUSY_TIMEOUT`] (`WorkerBuilder::build` requires `lease −
     /// heartbeat − min(cancel grace, lease / 2) ≥ busy timeout`).
-    pub fn worker_with_busy_timeout(&self, busy: Duration) -> taskq::WorkerBuilder {
+    pub fn worker_with_busy_timeout(&self, busy: Duration) -> taskq::worker::WorkerBuilder {
         crate::fast_worker(&B::pool_with_busy_timeout(self, busy))
     }
 }
@@ -423,7 +423,7 @@ impl TestBackend for MySql {
     }
 
     fn taskq_migrator() -> sqlx::migrate::Migrator {
-        taskq::migrator()
+        taskq::migrate::migrator()
     }
 
     async fn run_migrator(

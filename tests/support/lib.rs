@@ -312,7 +312,7 @@ pub struct RunningWorker {
 
 impl RunningWorker {
     /// Builds `builder` with a shutdown signal and spawns it.
-    pub fn spawn(builder: taskq::WorkerBuilder) -> Self {
+    pub fn spawn(builder: taskq::worker::WorkerBuilder) -> Self {
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let worker = builder
             .shutdown_signal(async move {
@@ -361,7 +361,7 @@ where
 }
 
 /// A worker builder with test-friendly intervals (fast polling, short reaper, no retention).
-pub fn fast_worker<B: taskq::Backend>(pool: &sqlx::Pool<B>) -> taskq::WorkerBuilder {
+pub fn fast_worker<B: taskq::Backend>(pool: &sqlx::Pool<B>) -> taskq::worker::WorkerBuilder {
     taskq::Worker::builder(pool.clone())
         .poll_interval(Duration::from_millis(10), Duration::from_millis(100))
         .reaper_interval(Duration::from_millis(100))

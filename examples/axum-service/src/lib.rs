@@ -99,7 +99,7 @@ async fn signup(
         .await
         .map_err(|e| err(&e))?;
     tx.commit().await.map_err(|e| err(&e))?;
-    taskq::notify("mail"); // wake the in-process worker now
+    taskq::worker::notify("mail"); // wake the in-process worker now
     Ok(Json(
         serde_json::json!({ "user_id": user_id, "task_id": task.id }),
     ))

@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use sqlx::{MySqlPool, SqlitePool};
 
-use taskq::{Data, TaskContext, TaskError, Worker, WorkerBuilder};
+use taskq::{Data, TaskContext, TaskError, Worker, worker::WorkerBuilder};
 
 /// The application's database: the handler and the service code take this one type and say
 /// what differs per backend (here only the SQL for "now" and the new order's id).
@@ -144,7 +144,7 @@ async fn place(db: &Db, n: u32) -> Result<Vec<i64>, Box<dyn std::error::Error>> 
                 (order_id, task)
             }
         };
-        taskq::notify("orders"); // wake this process's workers now instead of at the next poll
+        taskq::worker::notify("orders"); // wake this process's workers now instead of at the next poll
         println!("placed order {order_id} with export task {}", task.id);
         ids.push(order_id);
     }

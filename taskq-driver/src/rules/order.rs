@@ -1,4 +1,4 @@
-//! Order key derivation: how an ordered task's key is computed (see `taskq::Ordered`). Written
+//! Order key derivation: how an ordered task's key is computed (see `taskq::ordered::Ordered`). Written
 //! once here; taskq selects the fields from the payload and calls these.
 //!
 //! The key is a SHA-256 of the queue and the selected payload fields (canonical JSON, as for

@@ -16,7 +16,7 @@ pub fn generate(ty: &Ident, cfgs: &[&Attribute]) -> TokenStream {
             /// to workers when the caller commits (taskq never begins, commits or rolls back).
             pub async fn enqueue_tx<C>(self, conn: &mut C) -> ::taskq::Result<::taskq::Enqueued>
             where
-                C: ::taskq::AsConnection + ?::core::marker::Sized,
+                C: ::taskq::enqueue::AsConnection + ?::core::marker::Sized,
             {
                 ::taskq::Enqueue::new(self).enqueue_tx(conn).await
             }

@@ -277,7 +277,7 @@ mod tests {
             "Duration :: from_millis (30000u64)",
             ":: taskq :: Backoff :: exponential (:: core :: time :: Duration :: from_millis (1000u64) , :: core :: time :: Duration :: from_millis (600000u64))",
             "fn required_data",
-            "< Data < Pool > as :: taskq :: FromTaskContext > :: requirement ()",
+            "< Data < Pool > as :: taskq :: context :: FromTaskContext > :: requirement ()",
             "order_export (self . order_id , self . note , __taskq_inject_2 , __taskq_inject_3)",
             "inventory :: submit !",
             "Registration :: of :: < OrderExport > ()",

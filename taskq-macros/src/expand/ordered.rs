@@ -79,7 +79,7 @@ pub(super) fn ordered_tokens(attrs: &TaskAttrs) -> Option<TokenStream> {
         quote!(.dead_after(#n))
     });
     Some(quote!(
-        const ORDERED: ::core::option::Option<::taskq::Ordered> =
-            ::core::option::Option::Some(::taskq::Ordered::by(&[#(#fields),*]) #dead_after);
+        const ORDERED: ::core::option::Option<::taskq::ordered::Ordered> =
+            ::core::option::Option::Some(::taskq::ordered::Ordered::by(&[#(#fields),*]) #dead_after);
     ))
 }

@@ -98,7 +98,7 @@ mod tests {
         assert!(out.contains("async fn t (n : u32 , m : Mailer)"), "{out}");
         assert!(out.contains("# [serde (default)] # [doc"), "{out}");
         assert!(
-            out.contains("< Mailer as :: taskq :: FromTaskContext >"),
+            out.contains("< Mailer as :: taskq :: context :: FromTaskContext >"),
             "{out}"
         );
     }

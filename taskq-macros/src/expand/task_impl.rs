@@ -76,7 +76,7 @@ pub fn generate(
         follow_up_hook(
             t,
             quote!(ON_DEAD),
-            quote!(::taskq::OnDead),
+            quote!(::taskq::followup::OnDead),
             quote!(::taskq::DeadTask),
         )
     });
@@ -84,7 +84,7 @@ pub fn generate(
         follow_up_hook(
             t,
             quote!(ON_SUCCESS),
-            quote!(::taskq::OnSuccess),
+            quote!(::taskq::followup::OnSuccess),
             quote!(::taskq::SucceededTask),
         )
     });
@@ -93,19 +93,19 @@ pub fn generate(
         let tz = attrs.timezone.as_ref().map(|tz| quote!(.timezone(#tz)));
         let missed = attrs.missed_ticks.map(|m| {
             let m = match m {
-                Missed::Latest => quote!(::taskq::MissedTicks::Latest),
-                Missed::Skip => quote!(::taskq::MissedTicks::Skip),
+                Missed::Latest => quote!(::taskq::schedule::MissedTicks::Latest),
+                Missed::Skip => quote!(::taskq::schedule::MissedTicks::Skip),
                 Missed::All(n) => {
                     let n = Literal::u32_suffixed(n);
-                    quote!(::taskq::MissedTicks::All(#n))
+                    quote!(::taskq::schedule::MissedTicks::All(#n))
                 }
             };
             quote!(.missed_ticks(#m))
         });
         quote! {
-            fn schedule() -> ::core::option::Option<::taskq::Schedule<Self>> {
+            fn schedule() -> ::core::option::Option<::taskq::schedule::Schedule<Self>> {
                 ::core::option::Option::Some(
-                    ::taskq::Schedule::new(#expr, Self {}) #tz #missed
+                    ::taskq::schedule::Schedule::new(#expr, Self {}) #tz #missed
                 )
             }
         }
@@ -121,13 +121,13 @@ pub fn generate(
                 let var = format_ident!("__taskq_inject_{}", i);
                 let pty = &p.ty;
                 extract.push(quote_spanned! {pty.span()=>
-                    let #var = match <#pty as ::taskq::FromTaskContext>::from_task_context(&__taskq_cx) {
+                    let #var = match <#pty as ::taskq::context::FromTaskContext>::from_task_context(&__taskq_cx) {
                         ::core::result::Result::Ok(v) => v,
                         ::core::result::Result::Err(e) => return ::core::result::Result::Err(e),
                     };
                 });
                 requirements.push(quote_spanned! {pty.span()=>
-                    if let ::core::option::Option::Some(r) = <#pty as ::taskq::FromTaskContext>::requirement() {
+                    if let ::core::option::Option::Some(r) = <#pty as ::taskq::context::FromTaskContext>::requirement() {
                         __taskq_required.push(r);
                     }
                 });
@@ -239,7 +239,7 @@ fn follow_up_hook(
     quote! {
         const #konst: ::core::option::Option<#hook> = ::core::option::Option::Some(
             |__taskq_ended: &#ended| {
-                ::core::option::Option::Some(::taskq::FollowUp::new(#build))
+                ::core::option::Option::Some(::taskq::followup::FollowUp::new(#build))
             },
         );
     }
@@ -299,12 +299,12 @@ mod tests {
         );
         assert!(
             out.contains(
-                "fn schedule () -> :: core :: option :: Option < :: taskq :: Schedule < Self >>"
+                "fn schedule () -> :: core :: option :: Option < :: taskq :: schedule :: Schedule < Self >>"
             ),
             "{out}"
         );
         assert!(
-            out.contains(":: taskq :: Schedule :: new (\"0 3 * * *\" , Self { }) . timezone (\"Europe/Paris\") . missed_ticks (:: taskq :: MissedTicks :: All (5u32))"),
+            out.contains(":: taskq :: schedule :: Schedule :: new (\"0 3 * * *\" , Self { }) . timezone (\"Europe/Paris\") . missed_ticks (:: taskq :: schedule :: MissedTicks :: All (5u32))"),
             "{out}"
         );
         let plain = expand_str(
@@ -345,9 +345,9 @@ mod tests {
             ),
         );
         for needle in [
-            "const ON_DEAD : :: core :: option :: Option < :: taskq :: OnDead >",
+            "const ON_DEAD : :: core :: option :: Option < :: taskq :: followup :: OnDead >",
             "< ops :: NotifyOps as :: taskq :: __private :: FollowUpFrom < :: taskq :: DeadTask >> :: __taskq_follow_up",
-            "const ON_SUCCESS : :: core :: option :: Option < :: taskq :: OnSuccess >",
+            "const ON_SUCCESS : :: core :: option :: Option < :: taskq :: followup :: OnSuccess >",
             "< NextStep as :: taskq :: __private :: FollowUpFrom < :: taskq :: SucceededTask >>",
             // one payload parameter: it can be a target itself
             "impl :: taskq :: __private :: FollowUpFrom < i64 > for Export",

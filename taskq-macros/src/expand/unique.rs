@@ -149,8 +149,8 @@ pub(super) fn json_name(name: &str, serde_attrs: &[Attribute]) -> Result<String,
 /// The `Task::UNIQUE` value for `spec`, with the JSON names of its `by` fields.
 pub(super) fn unique_tokens(spec: &UniqueSpec, fields: Option<&Vec<String>>) -> TokenStream {
     let base = match fields {
-        None => quote!(::taskq::Unique::payload()),
-        Some(names) => quote!(::taskq::Unique::fields(&[#(#names),*])),
+        None => quote!(::taskq::unique::Unique::payload()),
+        Some(names) => quote!(::taskq::unique::Unique::fields(&[#(#names),*])),
     };
     let hold = match spec.hold {
         HoldSpec::Pending => quote!(),
@@ -160,7 +160,7 @@ pub(super) fn unique_tokens(spec: &UniqueSpec, fields: Option<&Vec<String>>) -> 
             quote!(.period(#d))
         }
     };
-    quote!(const UNIQUE: ::core::option::Option<::taskq::Unique> = ::core::option::Option::Some(#base #hold);)
+    quote!(const UNIQUE: ::core::option::Option<::taskq::unique::Unique> = ::core::option::Option::Some(#base #hold);)
 }
 
 #[cfg(test)]
@@ -185,7 +185,7 @@ mod tests {
         );
         let out = expand_str(quote!(unique), f.clone());
         assert!(
-            out.contains("const UNIQUE : :: core :: option :: Option < :: taskq :: Unique > = :: core :: option :: Option :: Some (:: taskq :: Unique :: payload ())"),
+            out.contains("const UNIQUE : :: core :: option :: Option < :: taskq :: unique :: Unique > = :: core :: option :: Option :: Some (:: taskq :: unique :: Unique :: payload ())"),
             "{out}"
         );
         assert!(
@@ -194,12 +194,14 @@ mod tests {
         );
         let out = expand_str(quote!(unique(by = [b, a], while = "running")), f.clone());
         assert!(
-            out.contains(":: taskq :: Unique :: fields (& [\"bee\" , \"a\"]) . while_running ()"),
+            out.contains(
+                ":: taskq :: unique :: Unique :: fields (& [\"bee\" , \"a\"]) . while_running ()"
+            ),
             "{out}"
         );
         let out = expand_str(quote!(unique(by = [], period = "1h")), f.clone());
         assert!(
-            out.contains(":: taskq :: Unique :: fields (& []) . period (:: core :: time :: Duration :: from_millis (3600000u64))"),
+            out.contains(":: taskq :: unique :: Unique :: fields (& []) . period (:: core :: time :: Duration :: from_millis (3600000u64))"),
             "{out}"
         );
         let errors = |attr: TokenStream, f: TokenStream| -> Vec<String> {

@@ -4,7 +4,10 @@
 //! one by one below the seam. What both drivers must do is the driver suite's
 //! (`taskq-drivertest`, run by `tests/driver.rs` on both).
 
-mod parity;
+mod history;
+mod limits;
+mod migrations;
+mod reads;
 mod statements;
 
 use std::path::PathBuf;
@@ -13,7 +16,8 @@ use std::time::Duration;
 use sqlx::{SqliteConnection, SqlitePool};
 use taskq_driver::read::TaskInfo;
 use taskq_driver::rows::{
-    ClaimRequest, FollowUpRow, Inserted, LapsedRow, NameList, NewTask, ReapRow, Reaped, WriteBack,
+    ClaimRequest, Claimed, FollowUpRow, Inserted, LapsedRow, NameList, NewTask, ReapRow, Reaped,
+    WriteBack,
 };
 use taskq_driver::state::TaskId;
 
@@ -133,6 +137,11 @@ fn write_back(
         queue: "".into(),
         ran: Duration::ZERO,
     }
+}
+
+/// The write-back of a claimed task's attempt.
+fn outcome(t: &Claimed, state: &'static str, outcome: &'static str) -> WriteBack {
+    write_back(t.id, t.lease_epoch, t.attempt, state, outcome)
 }
 
 /// A whole reap in one write transaction, as the worker's reaper does it: the lapsed leases

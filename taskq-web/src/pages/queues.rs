@@ -21,7 +21,7 @@ pub(super) async fn queue_pause(
     Extension(ctx): Extension<Ctx>,
     axum::Form(f): axum::Form<QueueForm>,
 ) -> Response {
-    match crate::stats::queue_exists(&st, &f.queue).await {
+    match st.client.queue_exists(&f.queue).await {
         Ok(true) => {}
         Ok(false) => {
             return error_page(

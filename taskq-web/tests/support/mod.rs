@@ -233,6 +233,44 @@ impl App {
     }
 }
 
+/// A form POST through `router` with the bearer token [`TOKEN`], the CSRF cookie and the
+/// form's CSRF field (`fields` may repeat a name). The pair comes from the first of `pages`
+/// that has a form; a read-only dashboard has none, and then any field does (the change is
+/// refused before the check).
+pub async fn post_form(
+    router: &Router,
+    pages: &[&str],
+    path: &str,
+    fields: &[(&str, &str)],
+) -> Resp {
+    let mut pair = None;
+    for p in pages {
+        let page = send(router, Method::GET, p, Cred::Bearer(TOKEN), &[], None).await;
+        let nonce = page.set_cookie("taskq_csrf").expect("a CSRF cookie");
+        if let Some(field) = page.csrf_field() {
+            pair = Some((nonce, field));
+            break;
+        }
+        pair.get_or_insert((nonce, String::new()));
+    }
+    let (nonce, token) = pair.expect("a page");
+    let mut body = form(fields);
+    if !body.is_empty() {
+        body.push('&');
+    }
+    body.push_str(&format!("csrf={token}"));
+    let cookie = format!("taskq_csrf={nonce}");
+    send(
+        router,
+        Method::POST,
+        path,
+        Cred::Bearer(TOKEN),
+        &[("cookie", &cookie)],
+        Some(("application/x-www-form-urlencoded", body)),
+    )
+    .await
+}
+
 /// `application/x-www-form-urlencoded` encoding of `fields`.
 pub fn form(fields: &[(&str, &str)]) -> String {
     fields

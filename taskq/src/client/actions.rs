@@ -40,7 +40,7 @@ impl Client {
     /// * Pending: canceled at once (a unique task frees its identity): [`Canceled::Now`].
     /// * Running: a cancel request is recorded: [`Canceled::Requested`]. The worker holding the
     ///   task learns of it at its next heartbeat, fires the handler's
-    ///   [`CancelSignal`](crate::CancelSignal) with [`CancelReason::Canceled`](crate::CancelReason::Canceled),
+    ///   [`CancelSignal`](crate::CancelSignal) with [`CancelReason::Canceled`](crate::context::CancelReason::Canceled),
     ///   aborts it after the cancel grace, and writes `canceled` (fenced by the lease epoch,
     ///   freeing a unique identity). A handler that returns an error or snoozes within the
     ///   grace still ends `canceled`; one that *succeeds* within the grace is recorded

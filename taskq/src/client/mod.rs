@@ -23,6 +23,7 @@ mod queues;
 mod reads;
 
 pub use bulk::{BulkCanceled, BulkFilter};
+pub use taskq_driver::state::ParseStateError;
 
 /// What [`Client::cancel`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -121,6 +121,31 @@ impl Client {
             .await
     }
 
+    /// Whether anything names `queue`: a queue row (paused or limited before), its pending or
+    /// running tasks, a live worker that serves it, or any task at all. Pausing creates the
+    /// queue's row, so pausing a name nothing uses (a typo) would pause nothing, silently: the
+    /// dashboard refuses that with this check. A blank name counts as named, for the call
+    /// that follows to refuse it as invalid. Up to three reads.
+    pub async fn queue_exists(&self, queue: &str) -> Result<bool> {
+        if queue.trim().is_empty() || self.queues().await?.iter().any(|q| q.queue == queue) {
+            return Ok(true);
+        }
+        if self
+            .workers()
+            .await?
+            .iter()
+            .any(|w| w.queues.contains_key(queue))
+        {
+            return Ok(true);
+        }
+        let any = ListFilter {
+            queue: Some(queue.to_owned()),
+            limit: Some(1),
+            ..Default::default()
+        };
+        Ok(!self.list(&any).await?.is_empty())
+    }
+
     /// Every queue that has pending or running tasks, or that was ever paused or limited, by
     /// name: whether it is paused, its limits, the starts counted in its current rate window,
     /// and its pending and running counts. Two statements; the counts read every pending and

@@ -168,7 +168,7 @@ impl Client {
             .collect())
     }
 
-    /// Order keys held back by their head (see [`Ordered`](crate::Ordered)): the head has
+    /// Order keys held back by their head (see [`Ordered`](crate::ordered::Ordered)): the head has
     /// failed at least once and is waiting for its next attempt or running again, or it died
     /// and holds its key until an operator retries, cancels or deletes it. Of `queue` when
     /// given, most tasks waiting first, at most `limit`. Reads every key that has a head (one

@@ -155,7 +155,7 @@ pub enum Error {
     /// refused, unknown host, no answer, TLS failure, access denied, unknown database, too many
     /// connections. The message says which, and what to check.
     ///
-    /// Returned by [`migrate`](crate::migrate) and the [`Client`](crate::Client) methods, which
+    /// Returned by [`migrate`](crate::migrate()) and the [`Client`](crate::Client) methods, which
     /// know the pool's address; when a pool only reports a timeout they open one direct
     /// connection (bounded by 5 s) to find the cause.
     #[error("{}", connect_sentence(Some(target.as_str()), source))]
@@ -191,7 +191,7 @@ pub enum Error {
         "the database did not answer within {0:?}; the statement was abandoned (is the server reachable?)"
     )]
     Timeout(std::time::Duration),
-    /// [`migrate`](crate::migrate) lost the migration lock while migrating (another migrator
+    /// [`migrate`](crate::migrate()) lost the migration lock while migrating (another migrator
     /// took its row, or no renewal got through before it expired), so another migrator may be
     /// running: it stopped before applying `version`. Migrations before it are applied; run
     /// `migrate` again (it waits for the lock and goes on from there).

@@ -181,7 +181,7 @@ impl WorkerBuilder {
     /// Enqueues `task` (a task, or a task with `with_*` options such as a queue or a
     /// priority) at every tick of the cron `expression`, read in UTC, and handles the task
     /// like [`register`](Self::register). The schedule is named after the task; use
-    /// [`schedule`](Self::schedule) for a name, a time zone or a [`MissedTicks`](crate::MissedTicks) policy.
+    /// [`schedule`](Self::schedule) for a name, a time zone or a [`MissedTicks`](crate::schedule::MissedTicks) policy.
     /// A bad expression is an [`Error::InvalidCron`] at [`build`](Self::build).
     ///
     /// ```no_run

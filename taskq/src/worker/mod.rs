@@ -41,6 +41,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{Notify, Semaphore, mpsc, watch};
 
+pub use crate::wake::notify;
 pub use config::{Retention, WorkerBuilder};
 pub use health::{HealthStatus, WorkerHealth, WorkerPhase};
 pub use observe::{OutcomeEvent, TaskOutcome};

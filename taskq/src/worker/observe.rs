@@ -1,4 +1,4 @@
-//! In-process outcome observers ([`WorkerBuilder::on_outcome`](crate::WorkerBuilder::on_outcome)):
+//! In-process outcome observers ([`WorkerBuilder::on_outcome`](crate::worker::WorkerBuilder::on_outcome)):
 //! best-effort callbacks for metrics and logging, unlike the durable follow-ups.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -58,7 +58,7 @@ impl TaskOutcome {
     }
 }
 
-/// One outcome, handed to the observers of [`WorkerBuilder::on_outcome`](crate::WorkerBuilder::on_outcome)
+/// One outcome, handed to the observers of [`WorkerBuilder::on_outcome`](crate::worker::WorkerBuilder::on_outcome)
 /// once its write-back's result is known (after the commit).
 #[derive(Debug, Clone)]
 #[non_exhaustive]

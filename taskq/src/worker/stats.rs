@@ -114,11 +114,11 @@ pub struct StatsSnapshot {
     /// Follow-ups that could not be built (the hook panicked, or the task did not serialize):
     /// the task ended without one; each is logged at error level.
     pub follow_up_errors: u64,
-    /// Outcome observers ([`WorkerBuilder::on_outcome`](crate::WorkerBuilder::on_outcome))
+    /// Outcome observers ([`WorkerBuilder::on_outcome`](crate::worker::WorkerBuilder::on_outcome))
     /// that panicked (caught; the worker went on).
     pub observer_panics: u64,
     /// Most connections the worker's own pools held open at once (both lanes; at most
-    /// [`WorkerBuilder::db_connections`](crate::WorkerBuilder::db_connections)). Your pool's
+    /// [`WorkerBuilder::db_connections`](crate::worker::WorkerBuilder::db_connections)). Your pool's
     /// connections are not counted.
     pub db_connections_max: u64,
 }

@@ -101,7 +101,7 @@ fn main() {
         r#type: "a".into(),
         note: String::new(),
     }
-    .with_unique(taskq::Unique::payload());
+    .with_unique(taskq::unique::Unique::payload());
     let _ = UniqueWindow {}.enqueue_options();
     // Every other enqueue option, as an inherent method (no `use taskq::Task`).
     let now = chrono::Utc::now();
