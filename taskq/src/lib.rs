@@ -43,6 +43,7 @@ mod enqueue;
 mod error;
 mod followup;
 mod history;
+mod inbox;
 mod info;
 mod metrics;
 mod migrate;
@@ -62,6 +63,7 @@ pub use context::{CancelReason, CancelSignal, Data, DataMap, FromTaskContext, Ta
 pub use enqueue::{AsConnection, Enqueue, Enqueued, IntoEnqueue, enqueue_many};
 pub use error::{Error, Result, ResultExt, TaskError, TaskErrorKind};
 pub use followup::{DeadTask, FollowUp, OnDead, OnSuccess, SucceededTask};
+pub use inbox::{Inbox, MAX_CONSUMER_LEN, MAX_MESSAGE_ID_LEN, Seen};
 pub use migrate::{MIGRATIONS_TABLE, migrate, migrator};
 pub use retry::Backoff;
 pub use schedule::{MissedTicks, Schedule, schedule_tick_key};
