@@ -5,8 +5,8 @@
 //! - [`Sink`]: publishes a batch and returns one [`Outcome`] per message: [`Delivered`],
 //!   [`Rejected`] (never will be: too large, refused), [`Failed`] (transient: try again) or
 //!   [`Held`] (not sent, because an earlier message of its key in the batch was not delivered).
-//! - Sinks: [`nats::NatsSink`] (feature `nats`, JetStream), [`rabbitmq::RabbitSink`] (feature
-//!   `rabbitmq`), [`redis::RedisSink`] (feature `redis`, Streams), and [`FnSink`] /
+//! - Sinks: `nats::NatsSink` (feature `nats`, JetStream), `rabbitmq::RabbitSink` (feature
+//!   `rabbitmq`), `redis::RedisSink` (feature `redis`, Streams), and [`FnSink`] /
 //!   [`PerMessageSink`] for your own.
 //!
 //! What "delivered" means for each broker, and how Kafka fits the same trait, is in

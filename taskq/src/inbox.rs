@@ -55,7 +55,7 @@ pub enum Seen {
 /// deadlock victim (error 1213) and roll its transaction back. On either error, roll back and
 /// let the broker redeliver: the message is never handled twice. On
 /// SQLite the transactions take turns on the file's write lock (begin them with
-/// [`sqlite::begin`](crate::sqlite::begin)), with the same answers.
+/// `taskq::sqlite::begin`), with the same answers.
 ///
 /// Records are kept until [`purge_older_than`](Self::purge_older_than) deletes them: keep them
 /// longer than a message can be redelivered (the broker's redelivery horizon, a relay's
