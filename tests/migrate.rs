@@ -30,6 +30,7 @@ async fn taskq_then_app_then_both_again_with_a_later_app_migration<B: TestBacken
         "app_orders",
         "app_users",
         "taskq_audit",
+        "taskq_inbox",
         "taskq_migration_lock",
         "taskq_queues",
         "taskq_schedules",

@@ -87,8 +87,8 @@ pub trait Handle: Clone + Send + Sync + 'static {
 macro_rules! __seam_operations {
     ($callback:path) => {
         $callback! {
-            /// The producer path and audit entries: statements on the caller's own connection
-            /// (its transaction), so they take no handle.
+            /// The producer path, audit entries and the inbox: statements on the caller's own
+            /// connection (its transaction), so they take no handle.
             enqueue Enqueue {
                 /// Inserts one task (with its idempotency key or unique identity, if any).
                 fn task_insert(conn; row: &NewTask<'_>) -> Inserted;
@@ -104,6 +104,13 @@ macro_rules! __seam_operations {
                 fn db_clock_us(conn) -> i64;
                 /// Appends an entry to the audit trail; its id.
                 fn audit_insert(conn; row: &AuditRow<'_>) -> u64;
+                /// Records `message_id` as seen by `consumer` (`taskq_inbox`): `true` the first
+                /// time, `false` when a record exists. A record another transaction holds
+                /// uncommitted is waited for (then `false` if it committed, `true` if not).
+                fn inbox_record(conn; consumer: &str; message_id: &str) -> bool;
+                /// Deletes up to `limit` of `consumer`'s inbox records first seen more than
+                /// `age_us` µs ago, oldest first; how many.
+                fn inbox_prune(conn; consumer: &str; age_us: i64; limit: u32) -> u64;
             }
             /// Reads of `taskq_tasks`: one task, pages, counts, statistics, the targets of bulk actions.
             trait Tasks {

@@ -19,6 +19,7 @@
 //! - `schedules.rs`: recurring schedules (`taskq_schedules`);
 //! - `workers.rs`: live workers (`taskq_workers`);
 //! - `history.rs`: attempt history and the audit trail (`taskq_audit`);
+//! - `inbox.rs`: the consumers' inbox (`taskq_inbox`): record a message id, prune;
 //! - `migrate.rs`: the migration lock;
 //! - `database.rs`: whether the database exists, and creating it.
 //!
@@ -46,6 +47,7 @@ mod database;
 mod enqueue;
 mod history;
 mod identities;
+mod inbox;
 mod lease;
 mod migrate;
 mod order;
@@ -139,6 +141,21 @@ impl Enqueue for MySqlDriver {
         row: &taskq_driver::rows::AuditRow<'_>,
     ) -> sqlx::Result<u64> {
         audit_insert(conn, row).await
+    }
+    async fn inbox_record(
+        conn: &mut MySqlConnection,
+        consumer: &str,
+        message_id: &str,
+    ) -> sqlx::Result<bool> {
+        inbox::inbox_record(conn, consumer, message_id).await
+    }
+    async fn inbox_prune(
+        conn: &mut MySqlConnection,
+        consumer: &str,
+        age_us: i64,
+        limit: u32,
+    ) -> sqlx::Result<u64> {
+        inbox::inbox_prune(conn, consumer, age_us, limit).await
     }
 }
 

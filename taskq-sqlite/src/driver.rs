@@ -16,7 +16,9 @@ use sqlx::{Sqlite, SqliteConnection, SqlitePool, Transaction};
 
 use crate::connect::{DEFAULT_BUSY_TIMEOUT, begin_immediate, tune};
 use crate::conv::sid;
-use crate::{clock, enqueue, history, identities, lease, order, queues, schedules, tasks, workers};
+use crate::{
+    clock, enqueue, history, identities, inbox, lease, order, queues, schedules, tasks, workers,
+};
 use taskq_driver::driver::{
     Actions, Claims, Clock, Enqueue, Handle, History, Identities, Leases, Queues, Schedules,
     StatementBudget, Tasks, Workers,
@@ -169,6 +171,21 @@ impl Enqueue for SqliteDriver {
     }
     async fn audit_insert(conn: &mut SqliteConnection, row: &AuditRow<'_>) -> sqlx::Result<u64> {
         history::audit_insert(conn, row).await
+    }
+    async fn inbox_record(
+        conn: &mut SqliteConnection,
+        consumer: &str,
+        message_id: &str,
+    ) -> sqlx::Result<bool> {
+        inbox::inbox_record(conn, consumer, message_id).await
+    }
+    async fn inbox_prune(
+        conn: &mut SqliteConnection,
+        consumer: &str,
+        age_us: i64,
+        limit: u32,
+    ) -> sqlx::Result<u64> {
+        inbox::inbox_prune(conn, consumer, age_us, limit).await
     }
 }
 

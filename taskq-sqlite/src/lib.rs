@@ -11,6 +11,7 @@ mod driver;
 mod enqueue;
 mod history;
 mod identities;
+mod inbox;
 mod lease;
 pub mod migrate;
 mod order;

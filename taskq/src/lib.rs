@@ -52,6 +52,7 @@ pub mod enqueue;
 pub mod error;
 pub mod followup;
 mod history;
+pub mod inbox;
 mod info;
 mod metrics;
 pub mod migrate;

@@ -296,6 +296,7 @@ impl Drop for TestDb {
 }
 
 pub mod backends;
+pub mod brokers;
 pub mod galera;
 pub mod proxy;
 pub mod server;

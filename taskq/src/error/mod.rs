@@ -29,10 +29,12 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[derive(thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// A queue or task name is empty, too long or contains control characters.
+    /// A queue or task name (or an inbox's consumer name or message id) is empty, too long or
+    /// contains control characters.
     #[error("invalid {what} {value:?}: {reason}")]
     InvalidName {
-        /// Which name: `"queue"`, `"task name"` or `"idempotency key"`.
+        /// Which name: `"queue"`, `"task name"`, `"idempotency key"`, `"inbox consumer"` or
+        /// `"message id"`.
         what: &'static str,
         /// The offending value (truncated to 80 characters).
         value: String,

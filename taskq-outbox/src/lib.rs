@@ -1,0 +1,297 @@
+//! taskq's outbox side: **sinks**, what publishes a batch of messages to a broker and says, for
+//! each message, whether the broker has it.
+//!
+//! - [`Message`]: one message (id, subject or topic, key, payload bytes, headers).
+//! - [`Sink`]: publishes a batch and returns one [`Outcome`] per message: [`Delivered`],
+//!   [`Rejected`] (never will be: too large, refused), [`Failed`] (transient: try again) or
+//!   [`Held`] (not sent, because an earlier message of its key in the batch was not delivered).
+//! - Sinks: `nats::NatsSink` (feature `nats`, JetStream), `rabbitmq::RabbitSink` (feature
+//!   `rabbitmq`), `redis::RedisSink` (feature `redis`, Streams), and [`FnSink`] /
+//!   [`PerMessageSink`] for your own.
+//!
+//! What "delivered" means for each broker, and how Kafka fits the same trait, is in
+//! `docs/outbox.md`. The events that feed sinks and the relay that drives them (in per-key
+//! order, on taskq's ordered tasks) are not built yet.
+//!
+//! [`Delivered`]: Outcome::Delivered
+//! [`Rejected`]: Outcome::Rejected
+//! [`Failed`]: Outcome::Failed
+//! [`Held`]: Outcome::Held
+
+use std::collections::HashSet;
+use std::future::Future;
+
+pub use bytes::Bytes;
+
+#[cfg(feature = "nats")]
+pub mod nats;
+#[cfg(feature = "rabbitmq")]
+pub mod rabbitmq;
+#[cfg(feature = "redis")]
+pub mod redis;
+
+/// One message to publish.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Message {
+    /// The message id: stable across re-publishes of the same message, so that the broker
+    /// (JetStream's duplicate window) or the consumer (an inbox) can drop a second copy.
+    pub id: String,
+    /// Where it goes: a NATS subject, a RabbitMQ routing key, a Redis stream, a Kafka topic.
+    pub subject: String,
+    /// The ordering key (an aggregate's id): a sink publishes the messages of one key in batch
+    /// order; messages of different keys may interleave.
+    pub key: String,
+    /// The payload, as bytes.
+    pub payload: Bytes,
+    /// Headers (name, value), published as the broker's headers (NATS headers, AMQP header
+    /// table, extra stream fields on Redis).
+    pub headers: Vec<(String, String)>,
+}
+
+impl Message {
+    /// A message without headers.
+    pub fn new(
+        id: impl Into<String>,
+        subject: impl Into<String>,
+        key: impl Into<String>,
+        payload: impl Into<Bytes>,
+    ) -> Self {
+        Self {
+            id: id.into(),
+            subject: subject.into(),
+            key: key.into(),
+            payload: payload.into(),
+            headers: Vec::new(),
+        }
+    }
+
+    /// Adds a header.
+    pub fn with_header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.headers.push((name.into(), value.into()));
+        self
+    }
+}
+
+/// What became of one message of a batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// The broker has it, in the broker's own sense (see each sink and `docs/outbox.md`).
+    Delivered,
+    /// The broker will never take it as it is (too large, refused): publishing it again
+    /// gives the same answer. The reason, for logs and operators.
+    Rejected(String),
+    /// It may or may not have reached the broker (connection lost, no answer in time, broker
+    /// temporarily unable to store it): publish it again, with the same id. The reason.
+    Failed(String),
+    /// Not sent: an earlier message of the same key in this batch was not delivered (sending
+    /// it would have put it ahead of that one).
+    Held,
+}
+
+impl Outcome {
+    /// Whether the broker has the message.
+    pub fn is_delivered(&self) -> bool {
+        matches!(self, Outcome::Delivered)
+    }
+}
+
+/// Publishes batches of messages to a broker.
+///
+/// The contract every implementation keeps:
+///
+/// - `publish` returns exactly one [`Outcome`] per message, in the order of `batch`.
+/// - Messages of one key are **sent in batch order**, on one connection whose order the broker
+///   keeps (a NATS connection, an AMQP channel, a Redis connection; for Kafka, one producer
+///   with `max.in.flight.requests.per.connection` ≤ 5 and idempotence on), so what the
+///   broker stores of one key is in batch order. Different keys may interleave.
+/// - Publishes are pipelined: the sink does not wait for a message's answer before sending
+///   the next one, up to its window.
+/// - Once a message of a key is known not delivered when the next message of that key is to
+///   be sent (a too-large message checked before sending, a send error, an answer already in),
+///   that next message and every later one of the key is not sent: [`Outcome::Held`]. A
+///   later message of the key that was already in flight keeps its own outcome: a
+///   `Delivered` after a `Rejected` or `Failed` of the same key means the broker stored it
+///   out of order (only for a refusal the sink could not see coming, or an answer lost in a
+///   broken connection; see `docs/outbox.md`).
+/// - A message of another key is never held because of it.
+pub trait Sink: Send + Sync {
+    /// Publishes `batch`; one outcome per message, in order.
+    fn publish(&self, batch: &[Message]) -> impl Future<Output = Vec<Outcome>> + Send;
+}
+
+/// Keys of a batch that have a message not delivered: later messages of such a key are held.
+#[derive(Default)]
+pub(crate) struct Stopped<'a> {
+    keys: HashSet<&'a str>,
+}
+
+impl<'a> Stopped<'a> {
+    /// Whether `key` has a message not delivered.
+    pub(crate) fn has(&self, key: &str) -> bool {
+        self.keys.contains(key)
+    }
+
+    /// Records the outcome of a message of `key`.
+    pub(crate) fn record(&mut self, key: &'a str, outcome: &Outcome) {
+        if !outcome.is_delivered() {
+            self.keys.insert(key);
+        }
+    }
+}
+
+/// A sink that is a function of yours, for a broker taskq has no sink for: the whole batch
+/// goes to an async closure, which must keep the [`Sink`] contract itself (see
+/// [`PerMessageSink`] for a closure that publishes one message and leaves the contract to
+/// the sink).
+pub struct FnSink<F>(F);
+
+impl<F, Fut> FnSink<F>
+where
+    F: Fn(Vec<Message>) -> Fut + Send + Sync,
+    Fut: Future<Output = Vec<Outcome>> + Send,
+{
+    /// A sink that hands each batch (owned) to `f`, which returns one outcome per message.
+    /// A result of another length is padded with [`Outcome::Failed`] or cut.
+    pub fn new(f: F) -> Self {
+        Self(f)
+    }
+}
+
+impl<F, Fut> Sink for FnSink<F>
+where
+    F: Fn(Vec<Message>) -> Fut + Send + Sync,
+    Fut: Future<Output = Vec<Outcome>> + Send,
+{
+    async fn publish(&self, batch: &[Message]) -> Vec<Outcome> {
+        let n = batch.len();
+        let mut out = (self.0)(batch.to_vec()).await;
+        out.resize_with(n, || {
+            Outcome::Failed("the sink function returned fewer outcomes than messages".into())
+        });
+        out
+    }
+}
+
+/// A sink that publishes each message with a function of yours, and keeps the [`Sink`]
+/// contract for it: the messages of one key go one after the other, in batch order, and stop
+/// at the first one not delivered (the rest are [`Outcome::Held`], never handed to the
+/// function); keys run concurrently.
+pub struct PerMessageSink<F>(F);
+
+impl<F, Fut> PerMessageSink<F>
+where
+    F: Fn(Message) -> Fut + Send + Sync,
+    Fut: Future<Output = Outcome> + Send,
+{
+    /// A sink that publishes each message with `f`.
+    pub fn new(f: F) -> Self {
+        Self(f)
+    }
+}
+
+/// Groups `batch`'s indexes by key, keys in order of first appearance.
+fn by_key(batch: &[Message]) -> Vec<Vec<usize>> {
+    let mut lanes: Vec<Vec<usize>> = Vec::new();
+    let mut lane_of: std::collections::HashMap<&str, usize> = Default::default();
+    for (i, m) in batch.iter().enumerate() {
+        let lane = *lane_of.entry(&m.key).or_insert_with(|| {
+            lanes.push(Vec::new());
+            lanes.len() - 1
+        });
+        lanes[lane].push(i);
+    }
+    lanes
+}
+
+impl<F, Fut> Sink for PerMessageSink<F>
+where
+    F: Fn(Message) -> Fut + Send + Sync,
+    Fut: Future<Output = Outcome> + Send,
+{
+    async fn publish(&self, batch: &[Message]) -> Vec<Outcome> {
+        let f = &self.0;
+        let lanes = by_key(batch);
+        let done = futures_util::future::join_all(lanes.into_iter().map(|lane| async move {
+            let mut outs = Vec::with_capacity(lane.len());
+            let mut stopped = false;
+            for i in lane {
+                let o = if stopped {
+                    Outcome::Held
+                } else {
+                    f(batch[i].clone()).await
+                };
+                stopped |= !o.is_delivered();
+                outs.push((i, o));
+            }
+            outs
+        }))
+        .await;
+        let mut out = vec![Outcome::Held; batch.len()];
+        for (i, o) in done.into_iter().flatten() {
+            out[i] = o;
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    fn msg(id: &str, key: &str) -> Message {
+        Message::new(id, "s", key, Bytes::from_static(b"x"))
+    }
+
+    #[tokio::test]
+    async fn a_per_message_sink_holds_a_key_after_its_first_failure_and_runs_the_others() {
+        let seen = Mutex::new(Vec::new());
+        let sink = PerMessageSink::new(|m: Message| {
+            seen.lock().unwrap().push(m.id.clone());
+            async move {
+                if m.id == "a2" {
+                    Outcome::Rejected("too large".into())
+                } else {
+                    Outcome::Delivered
+                }
+            }
+        });
+        let batch = [
+            msg("a1", "a"),
+            msg("b1", "b"),
+            msg("a2", "a"),
+            msg("b2", "b"),
+            msg("a3", "a"),
+        ];
+        let out = sink.publish(&batch).await;
+        assert_eq!(
+            out,
+            [
+                Outcome::Delivered,
+                Outcome::Delivered,
+                Outcome::Rejected("too large".into()),
+                Outcome::Delivered,
+                Outcome::Held
+            ]
+        );
+        let mut seen = seen.into_inner().unwrap();
+        // a3 was never handed to the function; a's messages went in order.
+        assert!(!seen.contains(&"a3".to_owned()));
+        seen.retain(|id| id.starts_with('a'));
+        assert_eq!(seen, ["a1", "a2"]);
+    }
+
+    #[tokio::test]
+    async fn a_batch_sink_gets_the_batch_and_short_answers_are_padded_as_failed() {
+        let sink = FnSink::new(|b: Vec<Message>| async move {
+            assert_eq!(b.len(), 3);
+            vec![Outcome::Delivered]
+        });
+        let out = sink
+            .publish(&[msg("1", "k"), msg("2", "k"), msg("3", "j")])
+            .await;
+        assert_eq!(out[0], Outcome::Delivered);
+        assert!(matches!(out[1], Outcome::Failed(_)));
+        assert!(matches!(out[2], Outcome::Failed(_)));
+    }
+}

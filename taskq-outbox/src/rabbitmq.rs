@@ -1,0 +1,190 @@
+//! RabbitMQ (feature `rabbitmq`, through `lapin`).
+//!
+//! Each message is a `basic.publish` to the sink's exchange with the message's subject as
+//! routing key, `mandatory` set, persistent (`delivery_mode` 2), the `message_id` property set
+//! to the message id and the headers in the header table, on one channel in confirm mode.
+//! **Delivered** = the broker confirmed it (`basic.ack` of publisher confirms) without
+//! returning it: routed to at least one queue, and for a durable queue written to disk (a
+//! quorum queue: to a majority of its replicas). A returned message (`mandatory`, routed to no
+//! queue) or a `basic.nack` is [`Outcome::Rejected`]; a channel or connection error before the
+//! confirm is [`Outcome::Failed`].
+//!
+//! Publishes are pipelined on the channel, up to [`RabbitSink::with_window`] confirms
+//! outstanding; a channel keeps its order, so one key's messages reach a queue in batch order.
+//! RabbitMQ closes the whole channel on a message over its `max_message_size` (16 MiB by
+//! default since RabbitMQ 4.0, 128 MiB before), which would fail every message in flight with
+//! it: the sink refuses a larger payload itself ([`Outcome::Rejected`]) before sending it, up
+//! to [`RabbitSink::with_max_message_size`], so that one message holds only its own key.
+//!
+//! RabbitMQ has no duplicate window: a message published again (after a lost confirm) reaches
+//! its queues again with the same `message_id`; consumers drop the second (an inbox).
+
+/// The client crate, at the version this sink is built with.
+pub use lapin;
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
+use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
+use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
+use lapin::{Confirmation, PublisherConfirm};
+
+use crate::{Message, Outcome, Sink, Stopped};
+
+/// Default number of confirms a batch waits for at once.
+pub const DEFAULT_WINDOW: usize = 1024;
+
+/// Default largest payload the sink sends: RabbitMQ 4's default `max_message_size`.
+pub const DEFAULT_MAX_MESSAGE_SIZE: usize = 16 * 1024 * 1024;
+
+/// A RabbitMQ sink: one channel in confirm mode.
+#[derive(Clone)]
+pub struct RabbitSink {
+    channel: Channel,
+    // Kept so that the connection lives as long as the sink.
+    _connection: Option<Arc<Connection>>,
+    exchange: String,
+    window: usize,
+    max_message_size: usize,
+}
+
+impl RabbitSink {
+    /// Connects to `uri` (`amqp://guest:guest@127.0.0.1:5672/%2f`), opens a channel and puts
+    /// it in confirm mode; messages go to `exchange` (`""`: the default exchange, which routes
+    /// a message to the queue named by its subject).
+    pub async fn connect(uri: &str, exchange: &str) -> lapin::Result<Self> {
+        let connection = Connection::connect(uri, ConnectionProperties::default()).await?;
+        let channel = connection.create_channel().await?;
+        let mut sink = Self::new(channel, exchange).await?;
+        sink._connection = Some(Arc::new(connection));
+        Ok(sink)
+    }
+
+    /// A sink on your channel (put in confirm mode here), publishing to `exchange`.
+    pub async fn new(channel: Channel, exchange: &str) -> lapin::Result<Self> {
+        channel
+            .confirm_select(ConfirmSelectOptions::default())
+            .await?;
+        Ok(Self {
+            channel,
+            _connection: None,
+            exchange: exchange.to_owned(),
+            window: DEFAULT_WINDOW,
+            max_message_size: DEFAULT_MAX_MESSAGE_SIZE,
+        })
+    }
+
+    /// At most `window` (≥ 1) publishes of a batch wait for their confirm at once.
+    pub fn with_window(mut self, window: usize) -> Self {
+        self.window = window.max(1);
+        self
+    }
+
+    /// The largest payload sent (bytes); a larger one is [`Outcome::Rejected`] unsent. Set it
+    /// to the server's `max_message_size` (or below).
+    pub fn with_max_message_size(mut self, bytes: usize) -> Self {
+        self.max_message_size = bytes;
+        self
+    }
+
+    /// The channel.
+    pub fn channel(&self) -> &Channel {
+        &self.channel
+    }
+
+    fn properties(m: &Message) -> BasicProperties {
+        let mut props = BasicProperties::default()
+            .with_delivery_mode(2)
+            .with_message_id(ShortString::from(m.id.as_str()));
+        if !m.headers.is_empty() {
+            let mut table = FieldTable::default();
+            for (name, value) in &m.headers {
+                table.insert(
+                    ShortString::from(name.as_str()),
+                    AMQPValue::LongString(LongString::from(value.as_str())),
+                );
+            }
+            props = props.with_headers(table);
+        }
+        props
+    }
+}
+
+fn outcome_of(confirm: lapin::Result<Confirmation>) -> Outcome {
+    match confirm {
+        Ok(Confirmation::Ack(None)) => Outcome::Delivered,
+        Ok(Confirmation::Ack(Some(returned))) | Ok(Confirmation::Nack(Some(returned))) => {
+            Outcome::Rejected(format!(
+                "returned by the broker: {} {}",
+                returned.reply_code, returned.reply_text
+            ))
+        }
+        Ok(Confirmation::Nack(None)) => Outcome::Rejected("nacked by the broker".into()),
+        Ok(Confirmation::NotRequested) => {
+            Outcome::Failed("the channel is not in confirm mode".into())
+        }
+        Err(e) => Outcome::Failed(e.to_string()),
+    }
+}
+
+impl Sink for RabbitSink {
+    async fn publish(&self, batch: &[Message]) -> Vec<Outcome> {
+        let mut out: Vec<Option<Outcome>> = vec![None; batch.len()];
+        let mut stopped = Stopped::default();
+        let mut in_flight: VecDeque<(usize, PublisherConfirm)> = VecDeque::new();
+        let exchange = ShortString::from(self.exchange.as_str());
+        let options = BasicPublishOptions {
+            mandatory: true,
+            ..BasicPublishOptions::default()
+        };
+        for (i, m) in batch.iter().enumerate() {
+            while in_flight.len() >= self.window {
+                let (j, confirm) = in_flight.pop_front().expect("window ≥ 1");
+                let o = outcome_of(confirm.await);
+                stopped.record(&batch[j].key, &o);
+                out[j] = Some(o);
+            }
+            if stopped.has(&m.key) {
+                out[i] = Some(Outcome::Held);
+                continue;
+            }
+            if m.payload.len() > self.max_message_size {
+                let o = Outcome::Rejected(format!(
+                    "payload of {} bytes over the sink's max_message_size of {}",
+                    m.payload.len(),
+                    self.max_message_size
+                ));
+                stopped.record(&m.key, &o);
+                out[i] = Some(o);
+                continue;
+            }
+            let sent = self
+                .channel
+                .basic_publish(
+                    exchange.clone(),
+                    ShortString::from(m.subject.as_str()),
+                    options,
+                    &m.payload,
+                    Self::properties(m),
+                )
+                .await;
+            match sent {
+                Ok(confirm) => in_flight.push_back((i, confirm)),
+                Err(e) => {
+                    let o = Outcome::Failed(e.to_string());
+                    stopped.record(&m.key, &o);
+                    out[i] = Some(o);
+                }
+            }
+        }
+        while let Some((j, confirm)) = in_flight.pop_front() {
+            let o = outcome_of(confirm.await);
+            stopped.record(&batch[j].key, &o);
+            out[j] = Some(o);
+        }
+        out.into_iter()
+            .map(|o| o.expect("every message has an outcome"))
+            .collect()
+    }
+}

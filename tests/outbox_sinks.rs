@@ -1,0 +1,446 @@
+//! The outbox's sinks against the real brokers (NATS JetStream, RabbitMQ, Redis Streams): each
+//! test publishes to a fresh stream, queue or key and reads back what a consumer gets (count,
+//! order per key, ids, headers). A broker that does not answer: `SKIPPED <broker>: ...`, unless
+//! `TASKQ_REQUIRE_BROKERS` is set (see `taskq_tests::brokers`).
+
+use std::collections::BTreeMap;
+
+use taskq_outbox::{Bytes, Message, Outcome, Sink};
+use taskq_tests::brokers::{self, Broker};
+
+/// `keys` keys × `per_key` messages, interleaved (k0-0, k1-0, k2-0, k0-1, ...), on `subject`.
+fn interleaved(subject: &str, keys: usize, per_key: usize) -> Vec<Message> {
+    let mut batch = Vec::new();
+    for seq in 0..per_key {
+        for k in 0..keys {
+            batch.push(
+                Message::new(
+                    format!("k{k}-{seq}"),
+                    subject,
+                    format!("k{k}"),
+                    format!("payload of k{k} #{seq}").into_bytes(),
+                )
+                .with_header("x-taskq-test", subject),
+            );
+        }
+    }
+    batch
+}
+
+/// What a consumer received, as (message id, payload) in arrival order, checked against the
+/// batch: every id at most once and, per key, in batch order. Returns the ids per key.
+fn per_key(batch: &[Message], received: &[(String, Vec<u8>)]) -> BTreeMap<String, Vec<String>> {
+    let by_id: BTreeMap<&str, &Message> = batch.iter().map(|m| (m.id.as_str(), m)).collect();
+    let mut keys: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (id, payload) in received {
+        let m = by_id
+            .get(id.as_str())
+            .unwrap_or_else(|| panic!("received {id}, never published"));
+        assert_eq!(payload, &m.payload.to_vec(), "payload of {id}");
+        keys.entry(m.key.clone()).or_default().push(id.clone());
+    }
+    keys
+}
+
+/// The ids of `batch` per key, in batch order, keeping those `keep` says.
+fn expected(batch: &[Message], keep: impl Fn(&Message) -> bool) -> BTreeMap<String, Vec<String>> {
+    let mut keys: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for m in batch.iter().filter(|m| keep(m)) {
+        keys.entry(m.key.clone()).or_default().push(m.id.clone());
+    }
+    keys
+}
+
+/// a0, b0, a1 (too large), b1, a2, b2: the outcomes a sink must give when a1 is refused.
+fn with_a_poison(subject: &str, large: usize) -> Vec<Message> {
+    let m = |id: &str, key: &str, payload: Vec<u8>| Message::new(id, subject, key, payload);
+    vec![
+        m("a0", "a", b"a0".to_vec()),
+        m("b0", "b", b"b0".to_vec()),
+        m("a1", "a", vec![b'x'; large]),
+        m("b1", "b", b"b1".to_vec()),
+        m("a2", "a", b"a2".to_vec()),
+        m("b2", "b", b"b2".to_vec()),
+    ]
+}
+
+fn assert_poison_outcomes(out: &[Outcome]) {
+    assert_eq!(out.len(), 6);
+    assert_eq!(out[0], Outcome::Delivered, "a0");
+    assert_eq!(out[1], Outcome::Delivered, "b0");
+    assert!(matches!(out[2], Outcome::Rejected(_)), "a1: {:?}", out[2]);
+    assert_eq!(out[3], Outcome::Delivered, "b1");
+    assert_eq!(out[4], Outcome::Held, "a2 waits behind a1");
+    assert_eq!(out[5], Outcome::Delivered, "b2");
+}
+
+mod nats {
+    use super::*;
+    use taskq_outbox::nats::NatsSink;
+    use taskq_outbox::nats::async_nats::jetstream::stream;
+
+    /// A sink and a fresh stream taking `<name>.>`; `None` when NATS does not answer.
+    async fn setup() -> Option<(NatsSink, stream::Stream, String)> {
+        let url = brokers::or_skip(Broker::Nats)?;
+        let sink = NatsSink::connect(&url).await.expect("connect to NATS");
+        let name = brokers::fresh_name();
+        let stream = sink
+            .context()
+            .create_stream(stream::Config {
+                name: name.clone(),
+                subjects: vec![format!("{name}.>")],
+                ..Default::default()
+            })
+            .await
+            .expect("create a JetStream stream (is JetStream enabled?)");
+        Some((sink, stream, name))
+    }
+
+    /// Every message of the stream: (Nats-Msg-Id, payload), in stream order, and its
+    /// `x-taskq-test` headers.
+    async fn read_all(stream: &mut stream::Stream) -> (Vec<(String, Vec<u8>)>, Vec<String>) {
+        let count = stream.info().await.expect("stream info").state.messages;
+        let mut got = Vec::new();
+        let mut tags = Vec::new();
+        for seq in 1..=count {
+            let m = stream.get_raw_message(seq).await.expect("stored message");
+            let id = m
+                .headers
+                .get("Nats-Msg-Id")
+                .expect("Nats-Msg-Id header")
+                .to_string();
+            if let Some(t) = m.headers.get("x-taskq-test") {
+                tags.push(t.to_string());
+            }
+            got.push((id, m.payload.to_vec()));
+        }
+        (got, tags)
+    }
+
+    async fn drop_stream(sink: &NatsSink, name: &str) {
+        sink.context().delete_stream(name).await.ok();
+    }
+
+    #[tokio::test]
+    async fn nats_stores_each_key_in_batch_order_with_its_id_and_headers() {
+        let Some((sink, mut stream, name)) = setup().await else {
+            return;
+        };
+        // A window smaller than the batch: acks are awaited while later messages are sent.
+        let sink = sink.with_window(5);
+        let batch = interleaved(&format!("{name}.orders"), 3, 20);
+        let out = sink.publish(&batch).await;
+        assert!(out.iter().all(Outcome::is_delivered), "{out:?}");
+        let (got, tags) = read_all(&mut stream).await;
+        assert_eq!(got.len(), 60);
+        assert_eq!(per_key(&batch, &got), expected(&batch, |_| true));
+        assert_eq!(tags.len(), 60, "every message carries its header");
+        drop_stream(&sink, &name).await;
+    }
+
+    #[tokio::test]
+    async fn nats_stores_one_message_per_id_when_a_batch_is_published_twice() {
+        let Some((sink, mut stream, name)) = setup().await else {
+            return;
+        };
+        let batch = interleaved(&format!("{name}.orders"), 2, 5);
+        assert!(sink.publish(&batch).await.iter().all(Outcome::is_delivered));
+        // The relay after a crash between publish and recording: the same ids again.
+        let again = sink.publish(&batch).await;
+        assert!(again.iter().all(Outcome::is_delivered), "{again:?}");
+        let (got, _) = read_all(&mut stream).await;
+        assert_eq!(
+            got.len(),
+            10,
+            "the duplicate window dropped the second copies"
+        );
+        assert_eq!(per_key(&batch, &got), expected(&batch, |_| true));
+        drop_stream(&sink, &name).await;
+    }
+
+    #[tokio::test]
+    async fn nats_rejects_a_message_over_max_payload_and_holds_only_its_key() {
+        let Some((sink, mut stream, name)) = setup().await else {
+            return;
+        };
+        let max = sink.context().client().server_info().max_payload;
+        let batch = with_a_poison(&format!("{name}.orders"), max + 1);
+        let out = sink.publish(&batch).await;
+        assert_poison_outcomes(&out);
+        let (got, _) = read_all(&mut stream).await;
+        let ids: Vec<&str> = got.iter().map(|(id, _)| id.as_str()).collect();
+        assert_eq!(ids, ["a0", "b0", "b1", "b2"]);
+        drop_stream(&sink, &name).await;
+    }
+
+    #[tokio::test]
+    async fn nats_reports_a_subject_no_stream_takes_as_failed() {
+        let Some((sink, _stream, name)) = setup().await else {
+            return;
+        };
+        let batch = vec![
+            Message::new(
+                "n0",
+                format!("{name}_nowhere.x"),
+                "n",
+                Bytes::from_static(b"0"),
+            ),
+            Message::new(
+                "n1",
+                format!("{name}_nowhere.x"),
+                "n",
+                Bytes::from_static(b"1"),
+            ),
+            Message::new("m0", format!("{name}.x"), "m", Bytes::from_static(b"2")),
+        ];
+        let out = sink.publish(&batch).await;
+        assert!(matches!(out[0], Outcome::Failed(_)), "{out:?}");
+        // n1 was in flight already when n0's answer came: it has its own (failed) outcome.
+        assert!(!out[1].is_delivered(), "{out:?}");
+        assert_eq!(out[2], Outcome::Delivered);
+        drop_stream(&sink, &name).await;
+    }
+}
+
+mod rabbitmq {
+    use super::*;
+    use taskq_outbox::rabbitmq::RabbitSink;
+    use taskq_outbox::rabbitmq::lapin::options::{
+        BasicGetOptions, QueueDeclareOptions, QueueDeleteOptions,
+    };
+    use taskq_outbox::rabbitmq::lapin::types::{AMQPValue, FieldTable};
+
+    /// A sink on the default exchange and a fresh durable queue; `None` when RabbitMQ does not
+    /// answer.
+    async fn setup() -> Option<(RabbitSink, String)> {
+        let url = brokers::or_skip(Broker::RabbitMq)?;
+        let sink = RabbitSink::connect(&url, "")
+            .await
+            .expect("connect to RabbitMQ");
+        let name = brokers::fresh_name();
+        sink.channel()
+            .queue_declare(
+                name.as_str().into(),
+                QueueDeclareOptions {
+                    durable: true,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            )
+            .await
+            .expect("declare a queue");
+        Some((sink, name))
+    }
+
+    /// What the queue holds, as a consumer gets it: (message_id, payload), and for each
+    /// message whether it is persistent and carries the test header.
+    async fn read_all(sink: &RabbitSink, queue: &str) -> (Vec<(String, Vec<u8>)>, usize) {
+        let mut got = Vec::new();
+        let mut persistent_with_header = 0;
+        while let Some(m) = sink
+            .channel()
+            .basic_get(queue.into(), BasicGetOptions { no_ack: true })
+            .await
+            .expect("basic.get")
+        {
+            let p = &m.delivery.properties;
+            let id = p
+                .message_id()
+                .as_ref()
+                .expect("message_id property")
+                .to_string();
+            let header = p.headers().as_ref().and_then(|h| {
+                h.inner()
+                    .iter()
+                    .find(|(k, _)| k.as_str() == "x-taskq-test")
+                    .map(|(_, v)| v.clone())
+            });
+            if *p.delivery_mode() == Some(2) && matches!(header, Some(AMQPValue::LongString(_))) {
+                persistent_with_header += 1;
+            }
+            got.push((id, m.delivery.data.clone()));
+        }
+        (got, persistent_with_header)
+    }
+
+    async fn drop_queue(sink: &RabbitSink, queue: &str) {
+        sink.channel()
+            .queue_delete(queue.into(), QueueDeleteOptions::default())
+            .await
+            .ok();
+    }
+
+    #[tokio::test]
+    async fn rabbitmq_queues_each_key_in_batch_order_persistent_with_its_id() {
+        let Some((sink, queue)) = setup().await else {
+            return;
+        };
+        let sink = sink.with_window(5);
+        let batch = interleaved(&queue, 3, 20);
+        let out = sink.publish(&batch).await;
+        assert!(out.iter().all(Outcome::is_delivered), "{out:?}");
+        let (got, persistent) = read_all(&sink, &queue).await;
+        assert_eq!(got.len(), 60);
+        assert_eq!(
+            persistent, 60,
+            "delivery_mode 2 and the header on every message"
+        );
+        assert_eq!(per_key(&batch, &got), expected(&batch, |_| true));
+        drop_queue(&sink, &queue).await;
+    }
+
+    #[tokio::test]
+    async fn rabbitmq_rejects_a_message_over_the_size_limit_and_holds_only_its_key() {
+        let Some((sink, queue)) = setup().await else {
+            return;
+        };
+        let sink = sink.with_max_message_size(64 * 1024);
+        let batch = with_a_poison(&queue, 64 * 1024 + 1);
+        let out = sink.publish(&batch).await;
+        assert_poison_outcomes(&out);
+        let (got, _) = read_all(&sink, &queue).await;
+        let ids: Vec<&str> = got.iter().map(|(id, _)| id.as_str()).collect();
+        assert_eq!(ids, ["a0", "b0", "b1", "b2"]);
+        drop_queue(&sink, &queue).await;
+    }
+
+    #[tokio::test]
+    async fn rabbitmq_rejects_a_message_no_queue_takes() {
+        let Some((sink, queue)) = setup().await else {
+            return;
+        };
+        // The default exchange routes by queue name: no queue has this one, so the broker
+        // returns the mandatory message before confirming it.
+        let batch = vec![
+            Message::new(
+                "u0",
+                format!("{queue}_nowhere"),
+                "u",
+                Bytes::from_static(b"0"),
+            ),
+            Message::new("q0", queue.clone(), "q", Bytes::from_static(b"1")),
+        ];
+        let out = sink.publish(&batch).await;
+        assert!(
+            matches!(&out[0], Outcome::Rejected(why) if why.contains("312")),
+            "{out:?}"
+        );
+        assert_eq!(out[1], Outcome::Delivered);
+        let (got, _) = read_all(&sink, &queue).await;
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].0, "q0");
+        drop_queue(&sink, &queue).await;
+    }
+}
+
+mod redis {
+    use super::*;
+    use taskq_outbox::redis::RedisSink;
+    use taskq_outbox::redis::client::{self, AsyncCommands, Value};
+
+    /// A sink, a connection for the consumer's side and a fresh key name; `None` when Redis
+    /// does not answer.
+    async fn setup() -> Option<(RedisSink, client::aio::MultiplexedConnection, String)> {
+        let url = brokers::or_skip(Broker::Redis)?;
+        let sink = RedisSink::connect(&url).await.expect("connect to Redis");
+        let conn = client::Client::open(url.as_str())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect to Redis");
+        Some((sink, conn, brokers::fresh_name()))
+    }
+
+    fn text(v: &Value) -> Vec<u8> {
+        match v {
+            Value::BulkString(b) => b.clone(),
+            Value::SimpleString(s) => s.clone().into_bytes(),
+            other => panic!("not a string: {other:?}"),
+        }
+    }
+
+    /// Every entry of the stream (XRANGE - +): (id field, payload field), in stream order,
+    /// and how many carry the test header field.
+    async fn read_all(
+        conn: &mut client::aio::MultiplexedConnection,
+        stream: &str,
+    ) -> (Vec<(String, Vec<u8>)>, usize) {
+        let entries: Value = client::cmd("XRANGE")
+            .arg(stream)
+            .arg("-")
+            .arg("+")
+            .query_async(conn)
+            .await
+            .expect("XRANGE");
+        let Value::Array(entries) = entries else {
+            panic!("XRANGE answered {entries:?}")
+        };
+        let mut got = Vec::new();
+        let mut with_header = 0;
+        for e in entries {
+            let Value::Array(parts) = e else { panic!() };
+            let Value::Array(fields) = &parts[1] else {
+                panic!()
+            };
+            let mut map = BTreeMap::new();
+            for kv in fields.chunks(2) {
+                map.insert(String::from_utf8(text(&kv[0])).unwrap(), text(&kv[1]));
+            }
+            with_header += usize::from(map.contains_key("h:x-taskq-test"));
+            got.push((
+                String::from_utf8(map["id"].clone()).unwrap(),
+                map["payload"].clone(),
+            ));
+        }
+        (got, with_header)
+    }
+
+    #[tokio::test]
+    async fn redis_appends_each_key_in_batch_order_with_its_id_and_headers() {
+        let Some((sink, mut conn, stream)) = setup().await else {
+            return;
+        };
+        // Pipelines of 7: the batch goes as nine of them, one after the other.
+        let sink = sink.with_window(7);
+        let batch = interleaved(&stream, 3, 20);
+        let out = sink.publish(&batch).await;
+        assert!(out.iter().all(Outcome::is_delivered), "{out:?}");
+        let (got, with_header) = read_all(&mut conn, &stream).await;
+        assert_eq!(got.len(), 60);
+        assert_eq!(with_header, 60);
+        assert_eq!(per_key(&batch, &got), expected(&batch, |_| true));
+        let _: () = conn.del(&stream).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn redis_rejects_an_entry_redis_refuses_and_holds_only_its_key() {
+        let Some((sink, mut conn, stream)) = setup().await else {
+            return;
+        };
+        // Not a stream: XADD to it is WRONGTYPE, every time.
+        let plain = format!("{stream}_plain");
+        let _: () = conn.set(&plain, "not a stream").await.unwrap();
+        let sink = sink.with_window(2);
+        let m = |id: &str, subject: &str, key: &str| {
+            Message::new(id, subject, key, id.as_bytes().to_vec())
+        };
+        let batch = vec![
+            m("a0", &stream, "a"),
+            m("b0", &stream, "b"),
+            m("a1", &plain, "a"),
+            m("b1", &stream, "b"),
+            m("a2", &stream, "a"),
+            m("b2", &stream, "b"),
+        ];
+        let out = sink.publish(&batch).await;
+        assert!(
+            matches!(&out[2], Outcome::Rejected(why) if why.contains("WRONGTYPE")),
+            "{out:?}"
+        );
+        assert_poison_outcomes(&out);
+        let (got, _) = read_all(&mut conn, &stream).await;
+        let ids: Vec<&str> = got.iter().map(|(id, _)| id.as_str()).collect();
+        assert_eq!(ids, ["a0", "b0", "b1", "b2"]);
+        let _: () = conn.del(&[&stream, &plain]).await.unwrap();
+    }
+}
