@@ -29,7 +29,8 @@ impl Task for LedgerEntry {
     const NAME: &'static str = "ledger_entry";
     const QUEUE: &'static str = QUEUE;
     const MAX_ATTEMPTS: u32 = 10;
-    const ORDERED: Option<taskq::ordered::Ordered> = Some(taskq::ordered::Ordered::by(&["account"]));
+    const ORDERED: Option<taskq::ordered::Ordered> =
+        Some(taskq::ordered::Ordered::by(&["account"]));
 
     async fn run(self, cx: TaskContext) -> Result<(), TaskError> {
         let attempt = cx.attempt();

@@ -477,7 +477,6 @@ pub(crate) async fn task_pending_by_name(
         .collect()
 }
 
-
 /// Up to `limit` ids above `after_id` of dead tasks unique while pending or running (of
 /// `queue`, or of every queue) that died at or before `died_before`, ascending.
 pub(crate) async fn task_dead_unique_ids(
@@ -559,4 +558,3 @@ pub(crate) async fn task_bulk_count(
     .await?;
     Ok(n.max(0) as u64)
 }
-
