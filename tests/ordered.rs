@@ -134,7 +134,7 @@ impl Task for Plain {
     }
 }
 
-fn worker<B: TestBackend>(db: &Db<B>, log: &Log, failures: &Failures) -> taskq::WorkerBuilder {
+fn worker<B: TestBackend>(db: &Db<B>, log: &Log, failures: &Failures) -> taskq::worker::WorkerBuilder {
     db.worker()
         .register::<PostEntry>()
         .register::<CloseAccount>()
@@ -348,7 +348,7 @@ async fn an_enqueue_order_key_orders_any_task<B: TestBackend>(db: Db<B>) {
         version: 9,
     }
     .with_order_key("k")
-    .with_unique(taskq::Unique::payload())
+    .with_unique(taskq::unique::Unique::payload())
     .enqueue(&db.pool)
     .await
     .unwrap_err();
