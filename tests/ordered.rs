@@ -134,7 +134,11 @@ impl Task for Plain {
     }
 }
 
-fn worker<B: TestBackend>(db: &Db<B>, log: &Log, failures: &Failures) -> taskq::worker::WorkerBuilder {
+fn worker<B: TestBackend>(
+    db: &Db<B>,
+    log: &Log,
+    failures: &Failures,
+) -> taskq::worker::WorkerBuilder {
     db.worker()
         .register::<PostEntry>()
         .register::<CloseAccount>()
