@@ -535,3 +535,96 @@ async fn lost_workers_and_unhandled_names_on_a_sqlite_file() {
     assert!(pongs.ends_with("1 live worker"), "{pongs}");
     pool.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_keys_lists_the_heads_that_hold_their_key_on_a_sqlite_file() {
+    let dir = TempDir::new();
+    let file = dir.0.join("app.db");
+    let url = format!("sqlite://{}", file.display());
+    let d = &dir.0;
+    taskq(d, &url, &["migrate"]).await.ok();
+    let pool = taskq::sqlite::open(&file).await.unwrap();
+
+    // Key "acct-7": a head and two tasks behind it; key "acct-8": a head alone.
+    let mut seven = Vec::new();
+    for n in 0..3 {
+        seven.push(
+            Ping { n }
+                .with_order_key("acct-7")
+                .enqueue(&pool)
+                .await
+                .unwrap()
+                .id,
+        );
+    }
+    let eight = Ping { n: 9 }
+        .with_order_key("acct-8")
+        .enqueue(&pool)
+        .await
+        .unwrap()
+        .id;
+    let client = Client::new(pool.clone());
+    for (id, want) in [
+        (seven[0], TaskState::Pending),
+        (seven[1], TaskState::Waiting),
+        (seven[2], TaskState::Waiting),
+        (eight, TaskState::Pending),
+    ] {
+        assert_eq!(client.get(id).await.unwrap().state, want, "{id}");
+    }
+    // Heads that have not failed hold nothing back.
+    let none = taskq(d, &url, &["held-keys"]).await.ok();
+    assert!(
+        none.stdout.contains("no order key is held back"),
+        "{none:?}"
+    );
+
+    // The head of acct-7 failed once and waits for its next attempt (as a write-back of a
+    // failed attempt leaves it): its key is held back, with two tasks waiting.
+    sqlx::query(
+        "UPDATE taskq_tasks SET attempt = 1, last_error = 'upstream 503',
+           run_at = run_at + 3600000000 WHERE id = ?1",
+    )
+    .bind(seven[0].0 as i64)
+    .execute(&pool)
+    .await
+    .unwrap();
+    let json = taskq(d, &url, &["held-keys", "--json"]).await.ok().json();
+    let keys = json["held_keys"].as_array().unwrap();
+    assert_eq!(keys.len(), 1, "{json}");
+    let k = &keys[0];
+    assert_eq!(k["head"].as_u64(), Some(seven[0].0), "{json}");
+    assert_eq!(k["queue"], "default");
+    assert_eq!(k["name"], "ping");
+    assert_eq!(k["state"], "pending");
+    assert_eq!(k["attempt"], 1);
+    assert_eq!(k["waiting"], 2);
+    assert_eq!(k["last_error"], "upstream 503");
+    let key = k["order_key"].as_str().unwrap().to_owned();
+    assert_eq!(key.len(), 64, "{key}");
+
+    let table = taskq(d, &url, &["held-keys"]).await.ok();
+    let line = row(
+        &table.stdout,
+        &[
+            "default",
+            &key[..16],
+            &seven[0].to_string(),
+            "ping",
+            "pending",
+            "1",
+            "2",
+        ],
+    )
+    .unwrap_or_else(|| panic!("{}", table.stdout));
+    assert!(line.ends_with("upstream 503"), "{line}");
+    // Another queue's keys only.
+    let other = taskq(d, &url, &["held-keys", "--queue", "other"])
+        .await
+        .ok();
+    assert!(
+        other.stdout.contains("no order key is held back"),
+        "{other:?}"
+    );
+    pool.close().await;
+}

@@ -402,7 +402,51 @@ async fn the_overview_shows_run_times_a_legend_and_no_field_to_wipe<B: TestBacke
     );
 }
 
+/// Order keys held back by a failed head show on the overview with the head, its attempt,
+/// error (escaped) and the count waiting behind; heads that have not failed do not.
+async fn held_order_keys_show_on_the_overview<B: TestBackend>(db: Db<B>) {
+    let mut acct1 = vec![];
+    for n in 0..3 {
+        acct1.push(
+            Report { n }
+                .with_order_key("acct-1")
+                .enqueue(&db.pool)
+                .await
+                .unwrap()
+                .id
+                .0,
+        );
+    }
+    Report { n: 9 }
+        .with_order_key("acct-2")
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+    let app = App::new(&db);
+    let page = app.get("/?refresh=0").await.body;
+    assert!(!page.contains(r#"<table id="held-keys">"#), "{page}");
+
+    let head = acct1[0];
+    db.exec(&format!(
+        "UPDATE taskq_tasks SET run_at = {}, attempt = 1, last_error = 'gateway <down>' WHERE id = {head}",
+        db.from_now(Duration::from_secs(300))
+    ))
+    .await;
+    let page = app.get("/?refresh=0").await.body;
+    let start = page.find(r#"<table id="held-keys">"#).expect(&page);
+    let table = &page[start..start + page[start..].find("</table>").unwrap()];
+    assert_eq!(table.matches("<tr><td>").count(), 1, "{table}");
+    assert!(
+        table.contains(&format!(
+            r#">{head}</a></td><td>report</td><td>pending</td><td class="n">1</td><td class="n">2</td><td>gateway &lt;down&gt;</td></tr>"#
+        )),
+        "{table}"
+    );
+    assert!(table.contains("<tr><td>reports</td><td><code>"), "{table}");
+}
+
 taskq_tests::conformance!(
+    held_order_keys_show_on_the_overview,
     the_overview_shows_run_times_a_legend_and_no_field_to_wipe,
     scheduled_and_retrying_tasks_are_listed_soonest_first,
     schedules_show_their_fires_pause_and_overdue,
