@@ -316,10 +316,11 @@ async fn flush(shared: &Shared, chunk: &[WriteBack]) -> Result<Vec<WriteBack>, S
     // process's claim loops of its queue take it now instead of at their next poll (one key
     // otherwise runs one task per poll interval).
     for (f, label) in chunk.iter().zip(&labels) {
-        if f.order_ends.is_some() && !fenced.iter().any(|x| x.id == f.id) {
-            if let Some((queue, _)) = label {
-                crate::wake::notify(queue);
-            }
+        if let Some((queue, _)) = label
+            && f.order_ends.is_some()
+            && !fenced.iter().any(|x| x.id == f.id)
+        {
+            crate::wake::notify(queue);
         }
     }
     let stats = &shared.stats;
