@@ -1,6 +1,7 @@
 //! taskq on a three-node MariaDB Galera cluster of private servers (see
 //! `tests/support/galera.rs`): enqueue on any node, workers on every node, the migration lock
-//! across nodes, a queue's concurrency limit across nodes, a node killed mid-drain, a node that
+//! across nodes, ordered tasks' per-key commit order with writers on every node, a queue's
+//! concurrency limit across nodes, a node killed mid-drain, a node that
 //! loses quorum and rejoins.
 //!
 //! One cluster serves every scenario, run in sequence by one test (forming a cluster takes
@@ -35,6 +36,9 @@ async fn taskq_on_a_three_node_galera_cluster() {
     let t = Instant::now();
     a_concurrency_limit_holds_across_writer_nodes(&cluster).await;
     eprintln!("limited queue: {:?}", t.elapsed());
+    let t = Instant::now();
+    ordered_keys_keep_commit_order_with_writers_on_every_node(&cluster).await;
+    eprintln!("ordered keys: {:?}", t.elapsed());
     let t = Instant::now();
     a_killed_node_s_tasks_are_finished_by_the_survivors(&mut cluster).await;
     eprintln!("node kill: {:?}", t.elapsed());
@@ -500,4 +504,155 @@ async fn a_node_without_quorum_refuses_work_and_its_worker_backs_off(cluster: &G
         t.reaped,
         t.db_conflicts
     );
+}
+
+/// One change of `account`, ordered by it: its run is recorded with a global sequence number
+/// at its start and at its end (every worker runs in this process).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct AccountChange {
+    account: i64,
+    version: i64,
+}
+
+/// One run: `(account, version, start seq, end seq)`.
+type ChangeRun = (i64, i64, u64, u64);
+
+/// Every run.
+#[derive(Clone, Default)]
+struct ChangeLog(std::sync::Arc<std::sync::Mutex<Vec<ChangeRun>>>);
+
+static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+impl Task for AccountChange {
+    const NAME: &'static str = "galera_account_change";
+    const QUEUE: &'static str = "galera_ordered";
+    const MAX_ATTEMPTS: u32 = 25;
+    const ORDERED: Option<taskq::ordered::Ordered> =
+        Some(taskq::ordered::Ordered::by(&["account"]));
+    async fn run(self, cx: taskq::TaskContext) -> Result<(), taskq::TaskError> {
+        use std::sync::atomic::Ordering::SeqCst;
+        let start = SEQ.fetch_add(1, SeqCst);
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        let end = SEQ.fetch_add(1, SeqCst);
+        let log = cx.data::<ChangeLog>().expect("ChangeLog registered");
+        log.0
+            .lock()
+            .unwrap()
+            .push((self.account, self.version, start, end));
+        Ok(())
+    }
+}
+
+/// Producers on all three nodes each commit changes of 6 accounts: a transaction bumps the
+/// account's version row and enqueues the change ordered by the account (retried after a
+/// certification conflict). Workers on all three nodes drain the queue. Per account the
+/// changes run one at a time, in version order, which is the order their transactions
+/// committed in (both write the account's row, so certification orders them).
+async fn ordered_keys_keep_commit_order_with_writers_on_every_node(cluster: &GaleraCluster) {
+    const ACCOUNTS: i64 = 6;
+    const PER_NODE: i64 = 30;
+    let db = ClusterDb::new(cluster, "ordered", 24).await;
+    sqlx::raw_sql(
+        "CREATE TABLE accounts (id BIGINT NOT NULL PRIMARY KEY, version BIGINT NOT NULL);
+         INSERT INTO accounts (id, version) VALUES (0, 0), (1, 0), (2, 0), (3, 0), (4, 0), (5, 0)",
+    )
+    .execute(&db.pools[0])
+    .await
+    .expect("accounts");
+    for i in 0..3 {
+        db.count(i, "TRUE").await;
+    }
+    let log = ChangeLog::default();
+    let workers: Vec<_> = (0..3)
+        .map(|i| {
+            taskq_tests::RunningWorker::spawn(
+                taskq_tests::fast_worker(&db.pools[i])
+                    .register::<AccountChange>()
+                    .data(log.clone())
+                    .queue(AccountChange::QUEUE, 8)
+                    .lease(galera_support::LEASE)
+                    .heartbeat(Duration::from_secs(1))
+                    .shutdown_timeout(Duration::from_secs(3))
+                    .worker_id(format!("ordered-n{}", i + 1)),
+            )
+        })
+        .collect();
+    let mut producers = Vec::new();
+    for node in 0..3usize {
+        let pool = db.pools[node].clone();
+        producers.push(tokio::spawn(async move {
+            let mut retries = 0u32;
+            for k in 0..PER_NODE {
+                let account = (k + node as i64) % ACCOUNTS;
+                loop {
+                    match change_tx(&pool, account).await {
+                        Ok(()) => break,
+                        Err(e) if is_conflict(&e) => retries += 1,
+                        Err(e) => panic!("change transaction: {e}"),
+                    }
+                }
+            }
+            retries
+        }));
+    }
+    let mut retries = 0;
+    for p in producers {
+        retries += p.await.unwrap();
+    }
+    let n = 3 * PER_NODE;
+    wait_until(Duration::from_secs(90), "every change ran", || async {
+        db.count(0, "state = 'succeeded'").await == n
+    })
+    .await;
+    let mut stats = Vec::new();
+    for w in workers {
+        stats.push(w.stop().await.stats);
+    }
+    let runs = log.0.lock().unwrap().clone();
+    let versions: Vec<(i64, i64)> = sqlx::query_as("SELECT id, version FROM accounts ORDER BY id")
+        .fetch_all(&db.pools[1])
+        .await
+        .unwrap();
+    for (account, last) in versions {
+        let mut mine: Vec<_> = runs.iter().filter(|r| r.0 == account).collect();
+        mine.sort_by_key(|r| r.2);
+        for pair in mine.windows(2) {
+            assert!(
+                pair[0].3 < pair[1].2,
+                "account {account}: two changes ran at once: {pair:?}"
+            );
+        }
+        let mut order: Vec<i64> = mine.iter().map(|r| r.1).collect();
+        order.dedup();
+        assert_eq!(
+            order,
+            (1..=last).collect::<Vec<_>>(),
+            "account {account}: changes ran in commit (version) order"
+        );
+    }
+    let t = total(&stats);
+    eprintln!(
+        "ordered keys: {n} changes of {ACCOUNTS} accounts, producers retried {retries} \
+         transactions after a conflict; runs {}, worker conflicts absorbed {}",
+        runs.len(),
+        t.db_conflicts
+    );
+}
+
+/// Bumps `account`'s version and enqueues that change, in one transaction.
+async fn change_tx(pool: &sqlx::MySqlPool, account: i64) -> taskq::Result<()> {
+    let mut tx = pool.begin().await?;
+    sqlx::query("UPDATE accounts SET version = version + 1 WHERE id = ?")
+        .bind(account)
+        .execute(&mut *tx)
+        .await?;
+    let version: i64 = sqlx::query_scalar("SELECT version FROM accounts WHERE id = ?")
+        .bind(account)
+        .fetch_one(&mut *tx)
+        .await?;
+    AccountChange { account, version }
+        .enqueue_tx(&mut tx)
+        .await?;
+    tx.commit().await?;
+    Ok(())
 }

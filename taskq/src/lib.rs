@@ -39,7 +39,8 @@
 //! [`schedule`] (recurring tasks), [`followup`] (tasks enqueued when one dies or succeeds),
 //! [`error`], [`migrate`](mod@migrate) (taskq's migrator), [`worker`] (the builder, reports and
 //! health), [`client`] (the operator's inputs and outputs), [`registry`], [`defaults`],
-//! [`settings`] and, with the `sqlite` feature, [`sqlite`].
+//! [`settings`], [`ordered`] (ordered tasks), [`inbox`] (the consumers' inbox) and, with the
+//! `sqlite` feature, `sqlite`.
 //!
 //! See `docs/` in the repository for the semantics, design and operations guides.
 
