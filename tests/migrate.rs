@@ -32,6 +32,7 @@ async fn taskq_then_app_then_both_again_with_a_later_app_migration<B: TestBacken
         "taskq_audit",
         "taskq_inbox",
         "taskq_migration_lock",
+        "taskq_order_keys",
         "taskq_queues",
         "taskq_schedules",
         "taskq_tasks",
