@@ -26,3 +26,12 @@ pub fn notify(queue: &str) {
         n.notify_one();
     }
 }
+
+/// Wakes one of this process's claim loops waiting for `queue` (a task of it became claimable
+/// that one claim can take: an ordered key's next task after its head ended).
+pub(crate) fn nudge(queue: &str) {
+    let reg = registry().lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(n) = reg.get(queue) {
+        n.notify_one();
+    }
+}

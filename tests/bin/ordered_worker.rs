@@ -7,8 +7,9 @@
 //! ```
 //!
 //! Works the `ledger` queue with [`LedgerEntry`](ordered_support::LedgerEntry) at concurrency
-//! 8, with a 4 s lease (SQLite: a 1 s busy timeout) (heartbeat 500 ms, reaper every 250 ms) so that a killed worker's task
-//! is taken back quickly. Prints `ready <id>` once built, runs until SIGINT/SIGTERM, exits 0.
+//! 8, with an 8 s lease (SQLite: a 2 s busy timeout; a 4 s lease was lost under load while
+//! producers held the write lock) (heartbeat 500 ms, reaper every 250 ms) so that a killed
+//! worker's task is taken back within seconds. Prints `ready <id>` once built, runs until SIGINT/SIGTERM, exits 0.
 
 #[path = "../ordered_support/mod.rs"]
 mod ordered_support;
@@ -34,7 +35,7 @@ async fn main() {
     let builder = if url.starts_with("sqlite:") {
         // A busy timeout the short lease survives (see `WorkerBuilder::build`).
         let opts: sqlx::sqlite::SqliteConnectOptions = url.parse().expect("a SQLite URL");
-        let opts = taskq::sqlite::tune(opts).busy_timeout(Duration::from_secs(1));
+        let opts = taskq::sqlite::tune(opts).busy_timeout(Duration::from_secs(2));
         let pool = taskq::sqlite::connect_with(opts).await.expect("open");
         taskq::Worker::builder(pool.clone()).data(pool)
     } else {
@@ -49,7 +50,7 @@ async fn main() {
         .register::<ordered_support::LedgerEntry>()
         .queue(ordered_support::QUEUE, 8)
         .worker_id(*id)
-        .lease(Duration::from_secs(4))
+        .lease(Duration::from_secs(8))
         .heartbeat(Duration::from_millis(500))
         .reaper_interval(Duration::from_millis(250))
         .poll_interval(Duration::from_millis(5), Duration::from_millis(50))

@@ -312,15 +312,15 @@ async fn flush(shared: &Shared, chunk: &[WriteBack]) -> Result<Vec<WriteBack>, S
             }
         }
     }
-    // An ordered head that ended promoted its key's next task in the same transaction: this
-    // process's claim loops of its queue take it now instead of at their next poll (one key
-    // otherwise runs one task per poll interval).
+    // An ordered head that ended promoted its key's next task in the same transaction: one
+    // of this process's claim loops of its queue takes it now instead of at its next poll (one
+    // key otherwise runs one task per poll interval).
     for (f, label) in chunk.iter().zip(&labels) {
         if let Some((queue, _)) = label
             && f.order_ends.is_some()
             && !fenced.iter().any(|x| x.id == f.id)
         {
-            crate::wake::notify(queue);
+            crate::wake::nudge(queue);
         }
     }
     let stats = &shared.stats;
