@@ -36,7 +36,7 @@ pub enum Seen {
 ///
 /// ```no_run
 /// # async fn f(pool: sqlx::MySqlPool, message_id: &str) -> Result<(), Box<dyn std::error::Error>> {
-/// use taskq::{Inbox, Seen};
+/// use taskq::inbox::{Inbox, Seen};
 ///
 /// let inbox = Inbox::new("billing");
 /// let mut tx = pool.begin().await?;
