@@ -444,3 +444,124 @@ mod redis {
         let _: () = conn.del(&[&stream, &plain]).await.unwrap();
     }
 }
+
+/// The relay tests' support (`tests/outbox_relay.rs`) on its own: a destination per broker
+/// reads back what a sink published, the ledger checks it, and a private `nats-server`
+/// survives a stop and start with its stream, behind a `Reconnecting` sink.
+mod support {
+    use super::*;
+    use std::time::Duration;
+    use taskq_outbox::Reconnecting;
+    use taskq_tests::brokers::{Destination, Ledger};
+    use taskq_tests::nats_server::PrivateNats;
+
+    /// 3 keys × 10 messages on `topic`, and their ledger.
+    fn batch(topic: &str) -> (Vec<Message>, Ledger) {
+        let mut ledger = Ledger::new();
+        let mut batch = Vec::new();
+        for seq in 1..=10u64 {
+            for k in 0..3 {
+                let id = format!("{topic}-k{k}-{seq}");
+                ledger.committed(format!("k{k}"), seq, id.clone());
+                batch.push(Message::new(
+                    id,
+                    topic,
+                    format!("k{k}"),
+                    serde_json::to_vec(&serde_json::json!({"key": format!("k{k}")})).unwrap(),
+                ));
+            }
+        }
+        (batch, ledger)
+    }
+
+    fn key(m: &brokers::Received) -> String {
+        m.json()["key"].as_str().unwrap().to_owned()
+    }
+
+    async fn round_trip<S: Sink>(broker: Broker, url: &str, sink: S) {
+        let dest = Destination::create(broker, url).await;
+        let (batch, mut ledger) = batch(&dest.topic);
+        assert!(sink.publish(&batch).await.iter().all(Outcome::is_delivered));
+        // Half again (a relay after a lost answer), and one never committed to the ledger.
+        assert!(
+            sink.publish(&batch[..15])
+                .await
+                .iter()
+                .all(Outcome::is_delivered)
+        );
+        assert_eq!(
+            dest.count().await,
+            if broker == Broker::Nats { 30 } else { 45 }
+        );
+        let got = dest.read_all().await;
+        let d = ledger.check(&got, key).expect("what the sink published");
+        assert_eq!((d.distinct, d.keys), (30, 3));
+        ledger.rolled_back(batch[0].id.clone());
+        assert!(ledger.check(&got, key).is_err(), "a rolled-back id is seen");
+        dest.delete().await;
+    }
+
+    #[tokio::test]
+    async fn destinations_read_back_what_each_sink_published() {
+        if let Some(url) = brokers::or_skip(Broker::Nats) {
+            let sink = taskq_outbox::nats::NatsSink::connect(&url).await.unwrap();
+            round_trip(Broker::Nats, &url, sink).await;
+        }
+        if let Some(url) = brokers::or_skip(Broker::RabbitMq) {
+            let sink = taskq_outbox::rabbitmq::RabbitSink::connect(&url, "")
+                .await
+                .unwrap();
+            round_trip(Broker::RabbitMq, &url, sink).await;
+        }
+        if let Some(url) = brokers::or_skip(Broker::Redis) {
+            let sink = taskq_outbox::redis::RedisSink::connect(&url).await.unwrap();
+            round_trip(Broker::Redis, &url, sink).await;
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_private_nats_server_restarts_with_its_stream_and_a_reconnecting_sink_follows() {
+        let Some(mut nats) = PrivateNats::start_or_skip() else {
+            return;
+        };
+        let url = nats.url();
+        let dest = Destination::create(Broker::Nats, &url).await;
+        let u = url.clone();
+        let sink = Reconnecting::new(move || {
+            let u = u.clone();
+            async move { taskq_outbox::nats::NatsSink::connect(&u).await }
+        })
+        .with_timeout(Duration::from_secs(1));
+        let (batch, ledger) = batch(&dest.topic);
+        assert!(
+            sink.publish(&batch[..10])
+                .await
+                .iter()
+                .all(Outcome::is_delivered)
+        );
+        tokio::task::block_in_place(|| nats.stop());
+        let out = sink.publish(&batch[10..]).await;
+        assert!(out.iter().all(|o| !o.is_delivered()), "{out:?}");
+        tokio::task::block_in_place(|| nats.start());
+        let mut delivered = false;
+        for _ in 0..50 {
+            if sink
+                .publish(&batch[10..])
+                .await
+                .iter()
+                .all(Outcome::is_delivered)
+            {
+                delivered = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(delivered, "the sink reconnected after the restart");
+        let got = dest.read_all().await;
+        ledger
+            .check(&got, key)
+            .expect("the stream kept its messages");
+        assert!(sink.connects() >= 2);
+        dest.delete().await;
+    }
+}

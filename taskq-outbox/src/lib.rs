@@ -8,6 +8,9 @@
 //! - Sinks: `nats::NatsSink` (feature `nats`, JetStream), `rabbitmq::RabbitSink` (feature
 //!   `rabbitmq`), `redis::RedisSink` (feature `redis`, Streams), and [`FnSink`] /
 //!   [`PerMessageSink`] for your own.
+//! - [`Reconnecting`]: wraps a sink made by a connect function, and connects again after a
+//!   failed batch or one with no answer in time (a closed channel, a dropped or black-holed
+//!   connection).
 //!
 //! What "delivered" means for each broker, and how Kafka fits the same trait, is in
 //! `docs/outbox.md`. The events that feed sinks and the relay that drives them (in per-key
@@ -27,8 +30,11 @@ pub use bytes::Bytes;
 pub mod nats;
 #[cfg(feature = "rabbitmq")]
 pub mod rabbitmq;
+pub mod reconnect;
 #[cfg(feature = "redis")]
 pub mod redis;
+
+pub use reconnect::Reconnecting;
 
 /// One message to publish.
 #[derive(Debug, Clone, PartialEq, Eq)]

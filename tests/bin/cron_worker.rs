@@ -13,7 +13,6 @@
 #[path = "../cron_support/mod.rs"]
 mod cron_support;
 
-use std::collections::HashMap;
 use std::io::Write as _;
 use std::time::Duration;
 
@@ -21,16 +20,9 @@ use sqlx::mysql::MySqlPoolOptions;
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let opts: HashMap<&str, &str> = args
-        .chunks(2)
-        .map(|kv| {
-            let key = kv[0].strip_prefix("--").expect("options are --key value");
-            (key, kv.get(1).map(String::as_str).expect("a value"))
-        })
-        .collect();
-    let url = opts.get("url").expect("--url");
-    let id = opts.get("id").expect("--id");
+    let opts = taskq_tests::bins::Args::parse();
+    let url = opts.required("url");
+    let id = opts.required("id");
     let pool = MySqlPoolOptions::new()
         .max_connections(2)
         .connect(url)
@@ -39,14 +31,13 @@ async fn main() {
     let worker = taskq::Worker::builder(pool)
         .register_all()
         .queue(cron_support::FLEET_QUEUE, 8)
-        .worker_id(*id)
+        .worker_id(id)
         .poll_interval(Duration::from_millis(20), Duration::from_millis(200))
         .retention(taskq::worker::Retention::disabled())
         .shutdown_timeout(Duration::from_secs(5))
         .build()
         .expect("valid worker settings");
-    println!("ready {}", worker.id());
-    std::io::stdout().flush().ok();
+    taskq_tests::bins::ready(worker.id());
     let report = worker.run().await.expect("worker ran");
     let json = serde_json::json!({ "stats": report.stats });
     println!("report {json}");

@@ -22,7 +22,6 @@
 #[path = "../faults_support/mod.rs"]
 mod faults_support;
 
-use std::collections::HashMap;
 use std::io::Write as _;
 use std::time::Duration;
 
@@ -31,23 +30,11 @@ use sqlx::mysql::MySqlPoolOptions;
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let opts: HashMap<&str, &str> = args
-        .chunks(2)
-        .map(|kv| {
-            let key = kv[0].strip_prefix("--").expect("options are --key value");
-            (key, kv.get(1).map(String::as_str).expect("a value"))
-        })
-        .collect();
-    let ms = |k: &str, default: u64| {
-        Duration::from_millis(
-            opts.get(k)
-                .map_or(default, |v| v.parse().expect("a number")),
-        )
-    };
-    let url = opts.get("url").expect("--url");
-    let id = opts.get("id").expect("--id");
-    let concurrency: usize = opts.get("concurrency").map_or(8, |v| v.parse().unwrap());
+    let opts = taskq_tests::bins::Args::parse();
+    let ms = |k: &str, default: u64| opts.ms(k, default);
+    let url = opts.required("url");
+    let id = opts.required("id");
+    let concurrency: usize = opts.num("concurrency", 8);
 
     let builder = if url.starts_with("sqlite:") {
         // The longest busy timeout the lease allows (lease − heartbeat − min(grace, lease / 2),
@@ -104,7 +91,7 @@ async fn main() {
             .data(pool)
     };
     let worker = builder
-        .worker_id(*id)
+        .worker_id(id)
         .lease(ms("lease-ms", 2000))
         .heartbeat(ms("heartbeat-ms", 500))
         .reaper_interval(ms("reaper-ms", 200))
@@ -114,8 +101,7 @@ async fn main() {
         .retention(taskq::worker::Retention::disabled())
         .build()
         .expect("valid worker settings");
-    println!("ready {}", worker.id());
-    std::io::stdout().flush().ok();
+    taskq_tests::bins::ready(worker.id());
     let report = worker.run().await.expect("worker ran");
     let json = serde_json::json!({
         "released": report.released.iter().map(|t| t.0).collect::<Vec<_>>(),

@@ -14,7 +14,6 @@
 #[path = "../limits_support/mod.rs"]
 mod limits_support;
 
-use std::collections::HashMap;
 use std::io::Write as _;
 use std::time::Duration;
 
@@ -22,17 +21,10 @@ use sqlx::mysql::MySqlPoolOptions;
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let opts: HashMap<&str, &str> = args
-        .chunks(2)
-        .map(|kv| {
-            let key = kv[0].strip_prefix("--").expect("options are --key value");
-            (key, kv.get(1).map(String::as_str).expect("a value"))
-        })
-        .collect();
-    let url = opts.get("url").expect("--url");
-    let id = opts.get("id").expect("--id");
-    let concurrency: usize = opts.get("concurrency").map_or(8, |v| v.parse().unwrap());
+    let opts = taskq_tests::bins::Args::parse();
+    let url = opts.required("url");
+    let id = opts.required("id");
+    let concurrency: usize = opts.num("concurrency", 8);
     let builder = if url.starts_with("sqlite:") {
         taskq::Worker::builder(taskq::sqlite::connect(url).await.expect("open"))
     } else {
@@ -46,14 +38,13 @@ async fn main() {
     let worker = builder
         .register::<limits_support::Nap>()
         .queue(limits_support::QUEUE, concurrency)
-        .worker_id(*id)
+        .worker_id(id)
         .poll_interval(Duration::from_millis(10), Duration::from_millis(100))
         .retention(taskq::worker::Retention::disabled())
         .shutdown_timeout(Duration::from_secs(5))
         .build()
         .expect("valid worker settings");
-    println!("ready {}", worker.id());
-    std::io::stdout().flush().ok();
+    taskq_tests::bins::ready(worker.id());
     let report = worker.run().await.expect("worker ran");
     let json = serde_json::json!({ "stats": report.stats });
     println!("report {json}");

@@ -14,8 +14,6 @@
 #[path = "../stall_support/mod.rs"]
 mod stall_support;
 
-use std::collections::HashMap;
-use std::io::Write as _;
 use std::time::Duration;
 
 use sqlx::mysql::MySqlPoolOptions;
@@ -23,40 +21,29 @@ use stall_support::*;
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let opts: HashMap<&str, &str> = args
-        .chunks(2)
-        .map(|kv| {
-            let key = kv[0].strip_prefix("--").expect("options are --key value");
-            (key, kv.get(1).map(String::as_str).expect("a value"))
-        })
-        .collect();
-    let url = opts.get("url").expect("--url");
-    let id = opts.get("id").expect("--id");
-    let lease = Duration::from_millis(
-        opts.get("lease-ms")
-            .map_or(4000, |v| v.parse().expect("a number")),
-    );
+    let opts = taskq_tests::bins::Args::parse();
+    let url = opts.required("url");
+    let id = opts.required("id");
+    let lease = opts.ms("lease-ms", 4000);
     let pool = MySqlPoolOptions::new()
         .max_connections(2)
         .connect(url)
         .await
         .expect("connect");
     let builder = taskq::Worker::builder(pool);
-    let builder = match *opts.get("kind").expect("--kind") {
+    let builder = match opts.required("kind") {
         "limited" => builder.register::<StallNap>().queue(LIMITED_QUEUE, 1),
         "schedule" => builder.register::<StallTick>().queue(CRON_QUEUE, 1),
         "unique" => builder.register::<StallUnique>().queue(UNIQUE_QUEUE, 1),
         other => panic!("unknown --kind {other}"),
     };
     let worker = builder
-        .worker_id(*id)
+        .worker_id(id)
         .lease(lease)
         .poll_interval(Duration::from_millis(10), Duration::from_millis(100))
         .retention(taskq::worker::Retention::disabled())
         .build()
         .expect("valid worker settings");
-    println!("ready {}", worker.id());
-    std::io::stdout().flush().ok();
+    taskq_tests::bins::ready(worker.id());
     worker.run().await.expect("worker ran");
 }

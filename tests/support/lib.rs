@@ -296,8 +296,10 @@ impl Drop for TestDb {
 }
 
 pub mod backends;
+pub mod bins;
 pub mod brokers;
 pub mod galera;
+pub mod nats_server;
 pub mod proxy;
 pub mod server;
 
