@@ -1,0 +1,505 @@
+//! `--outbox [n]`: the relay (issue 26) against a hand-written publish loop, in the same run.
+//!
+//! For each broker of `--outbox-brokers` (default `nats`) and each of 1, 16 and 256 keys:
+//! 1. `n` events (~256 bytes of JSON each) are published with `publish_tx`, one transaction
+//!    each (`BEGIN`, `publish_tx`, `COMMIT`), round-robin over the keys: statements per publish
+//!    (the server's `Questions`, global: run it on a server nothing else uses);
+//! 2. the **direct loop** publishes the same messages (same subject, key, payload; ids with a
+//!    `d-` prefix) straight to a fresh destination of the same broker, in batches of the
+//!    relay's batch size, pipelined like the sinks (a window of acks or confirms; Redis:
+//!    one pipeline per batch), with the broker's client crate directly;
+//! 3. the **relay** (one `Relay` in this process, batch 512) publishes the `n` events to its
+//!    own fresh destination: events/s from its start until the destination holds `n`
+//!    messages, and statements per event until every event is marked delivered (the polls that
+//!    wait for it are subtracted).
+//!
+//! Then, over 16 keys with the relay running idle: commit-to-broker latency of 300 events
+//! committed one at a time (the time from `COMMIT` returning to a subscriber receiving the
+//! message; NATS: a core subscription on the subject, Redis: `XREAD BLOCK`, RabbitMQ: a
+//! consumer), which measures the in-process wake-up (`publish_tx` nudges the relay).
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use sqlx::MySqlPool;
+use taskq::outbox::{Event, Relay};
+use taskq_outbox::nats::async_nats;
+use taskq_outbox::rabbitmq::lapin;
+use taskq_outbox::redis::client as redis;
+use taskq_outbox::{Bytes, Message, Sink};
+
+use crate::Res;
+use crate::counters::{server_status, status_delta};
+
+const PAD: usize = 200;
+const BATCH: usize = 512;
+const LATENCY_EVENTS: usize = 300;
+
+#[derive(serde::Serialize)]
+struct BenchEvent {
+    #[serde(skip)]
+    topic: String,
+    key: String,
+    n: u64,
+    pad: String,
+}
+
+impl Event for BenchEvent {
+    fn topic(&self) -> &str {
+        &self.topic
+    }
+    fn key(&self) -> String {
+        self.key.clone()
+    }
+}
+
+/// A broker of the run: its URL and how to make destinations on it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Broker {
+    Nats,
+    RabbitMq,
+    Redis,
+}
+
+impl Broker {
+    pub fn parse(s: &str) -> Res<Self> {
+        Ok(match s {
+            "nats" => Broker::Nats,
+            "rabbitmq" => Broker::RabbitMq,
+            "redis" => Broker::Redis,
+            other => return Err(format!("unknown broker {other} (nats, rabbitmq, redis)").into()),
+        })
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Broker::Nats => "NATS JetStream",
+            Broker::RabbitMq => "RabbitMQ",
+            Broker::Redis => "Redis Streams",
+        }
+    }
+
+    fn url(self) -> String {
+        let (var, default) = match self {
+            Broker::Nats => ("TASKQ_BENCH_NATS_URL", "nats://127.0.0.1:4222"),
+            Broker::RabbitMq => (
+                "TASKQ_BENCH_AMQP_URL",
+                "amqp://guest:guest@127.0.0.1:5672/%2f",
+            ),
+            Broker::Redis => ("TASKQ_BENCH_REDIS_URL", "redis://127.0.0.1:6379"),
+        };
+        std::env::var(var).unwrap_or_else(|_| default.to_owned())
+    }
+}
+
+/// A fresh stream / queue / stream key and a client on it.
+enum Dest {
+    Nats {
+        js: async_nats::jetstream::Context,
+        stream: String,
+        subject: String,
+    },
+    Rabbit {
+        _conn: lapin::Connection,
+        channel: lapin::Channel,
+        queue: String,
+    },
+    Redis {
+        conn: redis::aio::MultiplexedConnection,
+        key: String,
+    },
+}
+
+impl Dest {
+    async fn create(broker: Broker) -> Res<Self> {
+        let name = format!("taskq_bench_{:012x}", fastrand::u64(..) >> 16);
+        let url = broker.url();
+        Ok(match broker {
+            Broker::Nats => {
+                let js = async_nats::jetstream::new(async_nats::connect(url).await?);
+                js.create_stream(async_nats::jetstream::stream::Config {
+                    name: name.clone(),
+                    subjects: vec![format!("{name}.>")],
+                    ..Default::default()
+                })
+                .await?;
+                Dest::Nats {
+                    js,
+                    subject: format!("{name}.events"),
+                    stream: name,
+                }
+            }
+            Broker::RabbitMq => {
+                let conn = lapin::Connection::connect(&url, lapin::ConnectionProperties::default())
+                    .await?;
+                let channel = conn.create_channel().await?;
+                channel
+                    .queue_declare(
+                        name.as_str().into(),
+                        lapin::options::QueueDeclareOptions {
+                            durable: true,
+                            ..Default::default()
+                        },
+                        Default::default(),
+                    )
+                    .await?;
+                Dest::Rabbit {
+                    _conn: conn,
+                    channel,
+                    queue: name,
+                }
+            }
+            Broker::Redis => Dest::Redis {
+                conn: redis::Client::open(url)?
+                    .get_multiplexed_async_connection()
+                    .await?,
+                key: name,
+            },
+        })
+    }
+
+    fn topic(&self) -> String {
+        match self {
+            Dest::Nats { subject, .. } => subject.clone(),
+            Dest::Rabbit { queue, .. } => queue.clone(),
+            Dest::Redis { key, .. } => key.clone(),
+        }
+    }
+
+    async fn count(&self) -> Res<u64> {
+        Ok(match self {
+            Dest::Nats { js, stream, .. } => {
+                js.get_stream(stream).await?.info().await?.state.messages
+            }
+            Dest::Rabbit { channel, queue, .. } => channel
+                .queue_declare(
+                    queue.as_str().into(),
+                    lapin::options::QueueDeclareOptions {
+                        passive: true,
+                        durable: true,
+                        ..Default::default()
+                    },
+                    Default::default(),
+                )
+                .await?
+                .message_count()
+                .into(),
+            Dest::Redis { conn, key } => {
+                let mut conn = conn.clone();
+                redis::cmd("XLEN").arg(key).query_async(&mut conn).await?
+            }
+        })
+    }
+
+    async fn delete(self) {
+        match self {
+            Dest::Nats { js, stream, .. } => {
+                js.delete_stream(&stream).await.ok();
+            }
+            Dest::Rabbit { channel, queue, .. } => {
+                channel
+                    .queue_delete(queue.as_str().into(), Default::default())
+                    .await
+                    .ok();
+            }
+            Dest::Redis { mut conn, key } => {
+                let _: Result<(), _> = redis::cmd("DEL").arg(&key).query_async(&mut conn).await;
+            }
+        }
+    }
+}
+
+/// The hand-written loop: `msgs` straight to the broker, in batches of [`BATCH`], pipelined.
+async fn direct(broker: Broker, dest: &Dest, msgs: &[Message]) -> Res<Duration> {
+    let start = Instant::now();
+    match dest {
+        Dest::Nats { .. } => {
+            let js = async_nats::jetstream::new(async_nats::connect(broker.url()).await?);
+            let start = Instant::now();
+            for batch in msgs.chunks(BATCH) {
+                let mut acks = VecDeque::new();
+                for m in batch {
+                    let mut h = async_nats::HeaderMap::new();
+                    h.insert("Nats-Msg-Id", m.id.as_str());
+                    acks.push_back(
+                        js.publish_with_headers(m.subject.clone(), h, m.payload.clone())
+                            .await?,
+                    );
+                }
+                for ack in acks {
+                    ack.await?;
+                }
+            }
+            return Ok(start.elapsed());
+        }
+        Dest::Rabbit { .. } => {
+            let conn =
+                lapin::Connection::connect(&broker.url(), lapin::ConnectionProperties::default())
+                    .await?;
+            let channel = conn.create_channel().await?;
+            channel
+                .confirm_select(lapin::options::ConfirmSelectOptions::default())
+                .await?;
+            let start = Instant::now();
+            for batch in msgs.chunks(BATCH) {
+                let mut confirms = VecDeque::new();
+                for m in batch {
+                    let props = lapin::BasicProperties::default()
+                        .with_delivery_mode(2)
+                        .with_message_id(m.id.as_str().into());
+                    confirms.push_back(
+                        channel
+                            .basic_publish(
+                                "".into(),
+                                m.subject.as_str().into(),
+                                lapin::options::BasicPublishOptions {
+                                    mandatory: true,
+                                    ..Default::default()
+                                },
+                                &m.payload,
+                                props,
+                            )
+                            .await?,
+                    );
+                }
+                for c in confirms {
+                    c.await?;
+                }
+            }
+            let took = start.elapsed();
+            conn.close(0, "done".into()).await.ok();
+            return Ok(took);
+        }
+        Dest::Redis { conn, .. } => {
+            let mut conn = conn.clone();
+            for batch in msgs.chunks(BATCH) {
+                let mut pipe = redis::pipe();
+                for m in batch {
+                    pipe.cmd("XADD")
+                        .arg(&m.subject)
+                        .arg("*")
+                        .arg("id")
+                        .arg(&m.id)
+                        .arg("key")
+                        .arg(&m.key)
+                        .arg("payload")
+                        .arg(m.payload.as_ref());
+                }
+                let _: Vec<String> = pipe.query_async(&mut conn).await?;
+            }
+        }
+    }
+    Ok(start.elapsed())
+}
+
+async fn sink(broker: Broker) -> Res<SinkKind> {
+    let url = broker.url();
+    Ok(match broker {
+        Broker::Nats => SinkKind::Nats(taskq_outbox::nats::NatsSink::connect(&url).await?),
+        Broker::RabbitMq => {
+            SinkKind::Rabbit(taskq_outbox::rabbitmq::RabbitSink::connect(&url, "").await?)
+        }
+        Broker::Redis => SinkKind::Redis(taskq_outbox::redis::RedisSink::connect(&url).await?),
+    })
+}
+
+enum SinkKind {
+    Nats(taskq_outbox::nats::NatsSink),
+    Rabbit(taskq_outbox::rabbitmq::RabbitSink),
+    Redis(taskq_outbox::redis::RedisSink),
+}
+
+/// A relay running in this process on `topic`, stopped by the sender.
+fn spawn_relay<S: Sink + 'static>(
+    pool: &MySqlPool,
+    sink: S,
+    topic: &str,
+) -> Res<(
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<taskq::Result<()>>,
+)> {
+    let relay = Relay::builder(pool.clone(), sink)
+        .topics([topic.to_owned()])
+        .batch_size(BATCH)
+        .build()?;
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let handle = tokio::spawn(async move {
+        relay
+            .run_until(async move {
+                let _ = rx.await;
+            })
+            .await
+    });
+    Ok((tx, handle))
+}
+
+async fn start_relay(
+    pool: &MySqlPool,
+    broker: Broker,
+    topic: &str,
+) -> Res<(
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<taskq::Result<()>>,
+)> {
+    match sink(broker).await? {
+        SinkKind::Nats(s) => spawn_relay(pool, s, topic),
+        SinkKind::Rabbit(s) => spawn_relay(pool, s, topic),
+        SinkKind::Redis(s) => spawn_relay(pool, s, topic),
+    }
+}
+
+async fn pending(pool: &MySqlPool, topic: &str) -> Res<i64> {
+    Ok(sqlx::query_scalar(
+        "SELECT COUNT(*) FROM taskq_events WHERE topic = ? AND state = 'pending'",
+    )
+    .bind(topic)
+    .fetch_one(pool)
+    .await?)
+}
+
+fn pct(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i]
+}
+
+/// Runs the measurements for each broker and prints Markdown tables.
+pub async fn run(pool: &MySqlPool, n: u64, brokers: &[Broker]) -> Res<()> {
+    let mut rows = Vec::new();
+    let mut latency_rows = Vec::new();
+    for &broker in brokers {
+        for keys in [1u64, 16, 256] {
+            let relay_dest = Dest::create(broker).await?;
+            let topic = relay_dest.topic();
+            // 1. Publish.
+            let before = server_status(pool).await?;
+            let mut msgs = Vec::with_capacity(n as usize);
+            for i in 0..n {
+                let ev = BenchEvent {
+                    topic: topic.clone(),
+                    key: format!("key-{}", i % keys),
+                    n: i,
+                    pad: "x".repeat(PAD),
+                };
+                let mut tx = pool.begin().await?;
+                let stored = ev.publish_tx(&mut *tx).await?;
+                tx.commit().await?;
+                msgs.push(Message::new(
+                    format!("d-{}", stored.message_id),
+                    topic.clone(),
+                    ev.key.clone(),
+                    Bytes::from(serde_json::to_vec(&ev)?),
+                ));
+            }
+            let after = server_status(pool).await?;
+            let per_publish = status_delta(&before, &after)["Questions"] as f64 / n as f64;
+            // 2. The direct loop, to its own destination.
+            let direct_dest = Dest::create(broker).await?;
+            let direct_topic = direct_dest.topic();
+            for m in &mut msgs {
+                m.subject = direct_topic.clone();
+            }
+            let direct_took = direct(broker, &direct_dest, &msgs).await?;
+            direct_dest.delete().await;
+            let direct_rate = n as f64 / direct_took.as_secs_f64();
+            // 3. The relay.
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let before = server_status(pool).await?;
+            let start = Instant::now();
+            let (stop, handle) = start_relay(pool, broker, &topic).await?;
+            while relay_dest.count().await? < n {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            let relay_took = start.elapsed();
+            let mut polls = 0;
+            while pending(pool, &topic).await? > 0 {
+                polls += 1;
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            polls += 1;
+            let after = server_status(pool).await?;
+            let _ = stop.send(());
+            handle.await??;
+            let per_event = (status_delta(&before, &after)["Questions"] - polls) as f64 / n as f64;
+            let relay_rate = n as f64 / relay_took.as_secs_f64();
+            relay_dest.delete().await;
+            eprintln!(
+                "{} {keys} keys: relay {relay_rate:.0}/s, direct {direct_rate:.0}/s",
+                broker.label()
+            );
+            rows.push(format!(
+                "| {} | {keys} | {n} | {relay_rate:.0} | {direct_rate:.0} | {:.2} | {per_publish:.2} | {per_event:.2} |",
+                broker.label(),
+                relay_rate / direct_rate
+            ));
+        }
+        if let Some(row) = latency(pool, broker).await? {
+            latency_rows.push(row);
+        }
+    }
+    println!(
+        "| broker | keys | events | relay events/s | direct loop msgs/s | relay / direct | statements per publish (own transaction) | relay statements per event |"
+    );
+    println!("|---|--:|--:|--:|--:|--:|--:|--:|");
+    for r in rows {
+        println!("{r}");
+    }
+    println!();
+    println!(
+        "| broker | events (16 keys, one at a time) | commit-to-broker p50 ms | p99 ms | max ms |"
+    );
+    println!("|---|--:|--:|--:|--:|");
+    for r in latency_rows {
+        println!("{r}");
+    }
+    Ok(())
+}
+
+/// Commit-to-broker latency with the relay running idle (NATS only: a core subscription sees
+/// each JetStream publish when the stream stores it; the others print nothing).
+async fn latency(pool: &MySqlPool, broker: Broker) -> Res<Option<String>> {
+    if broker != Broker::Nats {
+        return Ok(None);
+    }
+    let dest = Dest::create(broker).await?;
+    let topic = dest.topic();
+    let client = async_nats::connect(broker.url()).await?;
+    let mut sub = client.subscribe(topic.clone()).await?;
+    client.flush().await?;
+    let (stop, handle) = start_relay(pool, broker, &topic).await?;
+    // Warm-up (connections, prepared statements).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut ms = Vec::with_capacity(LATENCY_EVENTS);
+    use futures_util::StreamExt as _;
+    for i in 0..LATENCY_EVENTS as u64 {
+        let ev = BenchEvent {
+            topic: topic.clone(),
+            key: format!("key-{}", i % 16),
+            n: i,
+            pad: "x".repeat(PAD),
+        };
+        let mut tx = pool.begin().await?;
+        ev.publish_tx(&mut *tx).await?;
+        tx.commit().await?;
+        let committed = Instant::now();
+        tokio::time::timeout(Duration::from_secs(10), sub.next())
+            .await?
+            .ok_or("the subscription ended")?;
+        ms.push(committed.elapsed().as_secs_f64() * 1000.0);
+        tokio::time::sleep(Duration::from_millis(3)).await;
+    }
+    let _ = stop.send(());
+    handle.await??;
+    dest.delete().await;
+    ms.sort_by(f64::total_cmp);
+    Ok(Some(format!(
+        "| {} | {} | {:.2} | {:.2} | {:.2} |",
+        broker.label(),
+        ms.len(),
+        pct(&ms, 0.5),
+        pct(&ms, 0.99),
+        ms.last().copied().unwrap_or(0.0)
+    )))
+}
