@@ -564,4 +564,80 @@ mod support {
         assert!(sink.connects() >= 2);
         dest.delete().await;
     }
+
+    /// Through the chaos proxy: a cut (with new connections refused for a while) and a black
+    /// hole each fail a batch, and the next batches go out on a new connection.
+    async fn survives_cut_and_black_hole<S, F, Fut, E>(broker: Broker, connect: F)
+    where
+        S: Sink,
+        F: Fn(String) -> Fut + Send + Sync + Clone + 'static,
+        Fut: std::future::Future<Output = Result<S, E>> + Send,
+        E: std::fmt::Display,
+    {
+        let Some(url) = brokers::or_skip(broker) else {
+            return;
+        };
+        let upstream = std::net::ToSocketAddrs::to_socket_addrs(&broker.address())
+            .unwrap()
+            .next()
+            .unwrap();
+        let proxy = taskq_tests::proxy::ChaosProxy::start(upstream).await;
+        let proxied = url.replacen(&broker.address(), &proxy.addr().to_string(), 1);
+        let dest = Destination::create(broker, &url).await;
+        let sink = Reconnecting::new(move || connect.clone()(proxied.clone()))
+            .with_timeout(Duration::from_millis(500));
+        let (batch, ledger) = batch(&dest.topic);
+        let mut stalls = Vec::new();
+        for (i, chunk) in batch.chunks(10).enumerate() {
+            match i {
+                1 => {
+                    proxy.set_refuse(true);
+                    proxy.cut_all().await;
+                }
+                2 => {
+                    proxy.set_black_hole(true);
+                    proxy.black_hole_all();
+                }
+                _ => {}
+            }
+            let start = std::time::Instant::now();
+            let mut tries = 0;
+            loop {
+                tries += 1;
+                if sink.publish(chunk).await.iter().all(Outcome::is_delivered) {
+                    break;
+                }
+                assert!(tries < 100, "{broker:?}: chunk {i} never delivered");
+                if tries == 3 {
+                    // The fault ends.
+                    proxy.set_refuse(false);
+                    proxy.heal();
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            stalls.push((tries, start.elapsed()));
+        }
+        assert!(stalls[1].0 > 1 && stalls[2].0 > 1, "{stalls:?}");
+        let got = dest.read_all().await;
+        ledger
+            .check(&got, key)
+            .expect("every message once delivered, in order per key");
+        dest.delete().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn reconnecting_sinks_survive_a_cut_and_a_black_hole() {
+        survives_cut_and_black_hole(Broker::Redis, |u: String| async move {
+            taskq_outbox::redis::RedisSink::connect(&u).await
+        })
+        .await;
+        survives_cut_and_black_hole(Broker::RabbitMq, |u: String| async move {
+            taskq_outbox::rabbitmq::RabbitSink::connect(&u, "").await
+        })
+        .await;
+        survives_cut_and_black_hole(Broker::Nats, |u: String| async move {
+            taskq_outbox::nats::NatsSink::connect(&u).await
+        })
+        .await;
+    }
 }
