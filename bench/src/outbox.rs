@@ -320,7 +320,7 @@ fn spawn_relay<S: Sink + 'static>(
 )> {
     let relay = Relay::builder(pool.clone(), sink)
         .topics([topic.to_owned()])
-        .batch_size(BATCH)
+        .batch_size(BATCH as u32)
         .build()?;
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let handle = tokio::spawn(async move {

@@ -4,7 +4,8 @@
 //! ```text
 //! taskq-relay-worker --url mysql://root@127.0.0.1:3306/taskq_t_… --broker nats \
 //!     --address nats://127.0.0.1:4222 --topic taskq_t_….events --id relay-1 \
-//!     [--batch 128] [--lease-ms 2000] [--timeout-ms 2000] [--on-rejected hold|dead-letter]
+//!     [--batch 128] [--lease-ms 2000] [--timeout-ms 2000] [--on-rejected hold|dead-letter] \
+//!     [--backoff-ms 250] [--backoff-max-ms 2000] [--poll-ms 50]
 //! taskq-relay-worker --url sqlite:///tmp/taskq-t-….db --broker rabbitmq \
 //!     --address amqp://guest:guest@127.0.0.1:5672/%2f --topic taskq_t_… --id relay-2
 //! taskq-relay-worker … --broker redis --address redis://127.0.0.1:6379 --topic taskq_t_…
@@ -14,11 +15,13 @@
 //! `rabbitmq`: the default exchange, routing key = the queue's name; `redis`: `XADD` to the
 //! stream key) through a [`Reconnecting`] sink, so that a cut, refused or black-holed
 //! connection is replaced: a batch with no answer within `--timeout-ms` is failed and its
-//! connection dropped. Prints `ready <id>` once the relay is built, runs until SIGTERM/SIGINT
+//! connection dropped. A key whose batch failed backs off from `--backoff-ms` doubling up to
+//! `--backoff-max-ms` (short, for the tests; the relay's default is 1 s up to 1 min). Prints `ready <id>` once the relay is built, runs until SIGTERM/SIGINT
 //! (or SIGKILL), exits 0.
 
 use std::time::Duration;
 
+use taskq::Backoff;
 use taskq::outbox::{OnRejected, Relay};
 use taskq_outbox::nats::{NatsSink, async_nats};
 use taskq_outbox::rabbitmq::RabbitSink;
@@ -75,29 +78,30 @@ async fn main() {
 }
 
 async fn run<S: Sink + 'static>(pool: AnyPool, sink: S, opts: &Args) {
-    match pool {
-        AnyPool::MySql(pool) => relay(Relay::builder(pool, sink), opts).await,
-        AnyPool::Sqlite(pool) => relay(Relay::builder(pool, sink), opts).await,
-    }
-}
-
-async fn relay<B: taskq::Backend, S: Sink + 'static>(
-    builder: taskq::outbox::RelayBuilder<B, S>,
-    opts: &Args,
-) {
+    let builder = match pool {
+        AnyPool::MySql(pool) => Relay::builder(pool, sink),
+        AnyPool::Sqlite(pool) => Relay::builder(pool, sink),
+    };
     let on_rejected = match opts.get("on-rejected").unwrap_or("hold") {
         "hold" => OnRejected::Hold,
         "dead-letter" => OnRejected::DeadLetter,
         other => panic!("unknown --on-rejected {other} (hold, dead-letter)"),
     };
+    let id = opts.required("id");
     let relay = builder
+        .name(id)
         .topics([opts.required("topic").to_owned()])
         .batch_size(opts.num("batch", 128))
         .lease(opts.ms("lease-ms", 2000))
         .on_rejected(on_rejected)
+        .retry_backoff(Backoff::exponential(
+            opts.ms("backoff-ms", 250),
+            opts.ms("backoff-max-ms", 2000),
+        ))
+        .poll_interval(opts.ms("poll-ms", 50))
         .build()
         .expect("valid relay settings");
-    taskq_tests::bins::ready(opts.required("id"));
+    taskq_tests::bins::ready(id);
     let shutdown = async {
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
             .expect("a SIGTERM handler");
