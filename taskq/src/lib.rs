@@ -39,7 +39,7 @@
 //! [`schedule`] (recurring tasks), [`followup`] (tasks enqueued when one dies or succeeds),
 //! [`error`], [`migrate`](mod@migrate) (taskq's migrator), [`worker`] (the builder, reports and
 //! health), [`client`] (the operator's inputs and outputs), [`registry`], [`defaults`],
-//! [`settings`], [`ordered`] (ordered tasks), [`inbox`] (the consumers' inbox) and, with the
+//! [`settings`], [`ordered`] (ordered tasks), [`outbox`] (events and the relay), [`inbox`] (the consumers' inbox) and, with the
 //! `sqlite` feature, `sqlite`.
 //!
 //! See `docs/` in the repository for the semantics, design and operations guides.
@@ -58,6 +58,7 @@ mod info;
 mod metrics;
 pub mod migrate;
 pub mod ordered;
+pub mod outbox;
 pub mod registry;
 mod retry;
 pub mod schedule;
