@@ -193,7 +193,7 @@ fn spawn_producers<B: TestBackend>(
                             pad: "x".repeat(rng.usize(0..200)),
                         };
                         n += 1;
-                        let stored = ev.publish_tx(&mut *tx).await.expect("publish_tx");
+                        let stored = ev.publish_tx(&mut tx).await.expect("publish_tx");
                         published.push((ev.key, stored));
                     }
                     if rollback {
@@ -441,7 +441,7 @@ async fn poison<B: TestBackend>(db: Db<B>, dead_letter: bool) {
                 pad: if poison { "x".repeat(max + 1) } else { String::new() },
             };
             let mut tx = db.begin().await;
-            let stored = ev.publish_tx(&mut *tx).await.expect("publish_tx");
+            let stored = ev.publish_tx(&mut tx).await.expect("publish_tx");
             tx.commit().await.expect("commit");
             if poison {
                 poison_id = stored.message_id;
