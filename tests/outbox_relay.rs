@@ -184,6 +184,7 @@ fn spawn_producers<B: TestBackend>(
                     let size = rng.usize(1..=3).min(share - committed);
                     let mut tx = B::begin(&pool).await;
                     let mut published = Vec::new();
+                    let mut failed = false;
                     for _ in 0..size {
                         let ev = Ev {
                             topic: topic.clone(),
@@ -193,16 +194,22 @@ fn spawn_producers<B: TestBackend>(
                             pad: "x".repeat(rng.usize(0..200)),
                         };
                         n += 1;
-                        let stored = ev.publish_tx(&mut tx).await.expect("publish_tx");
-                        published.push((ev.key, stored));
+                        match ev.publish_tx(&mut tx).await {
+                            Ok(stored) => published.push((ev.key, stored)),
+                            // A deadlock between producers (MySQL): the transaction is
+                            // rolled back, like an application's would be.
+                            Err(_) => {
+                                failed = true;
+                                break;
+                            }
+                        }
                     }
-                    if rollback {
-                        tx.rollback().await.expect("rollback");
+                    let committed_ok = !rollback && !failed && tx_commit(tx).await;
+                    if !committed_ok {
                         for (_, stored) in published {
                             ledger.rolled_back(stored.message_id);
                         }
                     } else {
-                        tx.commit().await.expect("commit");
                         committed += size;
                         for (key, stored) in published {
                             ledger.committed(key, stored.seq, stored.message_id);
@@ -216,6 +223,12 @@ fn spawn_producers<B: TestBackend>(
             })
         })
         .collect()
+}
+
+/// Commits `tx`; `false` when the commit fails (then nothing of it is stored). A transaction
+/// not committed is rolled back when dropped.
+async fn tx_commit<B: TestBackend>(tx: sqlx::Transaction<'static, B>) -> bool {
+    tx.commit().await.is_ok()
 }
 
 /// Per key: (done_seq, next_seq) of `taskq_event_keys`.
@@ -300,18 +313,31 @@ async fn scenario<B: TestBackend>(db: Db<B>, broker: Broker, fault: Fault, load:
     let db_url = db.url();
     let mut relays = Vec::new();
     for i in 0..3 {
-        relays.push(start_relay(&db_url, broker, &relay_url, &dest.topic, &format!("relay-{i}"), &[]).await);
+        relays.push(
+            start_relay(
+                &db_url,
+                broker,
+                &relay_url,
+                &dest.topic,
+                &format!("relay-{i}"),
+                &[],
+            )
+            .await,
+        );
     }
     let started = Instant::now();
     let producers = spawn_producers(&db, &dest.topic, load);
     let total = (load.keys * load.per_key) as i64;
 
     let mut recovery = None;
+    let mut victim_keys = 0;
     if fault != Fault::None {
         // Mid-stream: once a fifth of the events went out.
-        wait_until(Duration::from_secs(60), "a fifth of the events delivered", || async {
-            delivered(&db).await >= total / 5
-        })
+        wait_until(
+            Duration::from_secs(60),
+            "a fifth of the events delivered",
+            || async { delivered(&db).await >= total / 5 },
+        )
         .await;
         let begin = Instant::now();
         match fault {
@@ -336,8 +362,16 @@ async fn scenario<B: TestBackend>(db: Db<B>, broker: Broker, fault: Fault, load:
                 p.heal();
             }
             Fault::Kill => {
+                // Mid-batch: while relay-0 holds a key lease (between its claim and its
+                // settle), polled as fast as the database answers.
+                let held = "SELECT COUNT(*) FROM taskq_event_keys WHERE lease_owner = 'relay-0'";
+                let deadline = Instant::now() + Duration::from_secs(20);
+                while db.scalar(held).await == 0 {
+                    assert!(Instant::now() < deadline, "relay-0 never held a key lease");
+                }
                 relays[0].start_kill().expect("SIGKILL relay-0");
                 relays[0].wait().await.ok();
+                victim_keys = db.scalar(held).await;
             }
             Fault::None => unreachable!(),
         }
@@ -352,9 +386,11 @@ async fn scenario<B: TestBackend>(db: Db<B>, broker: Broker, fault: Fault, load:
         ledger.extend(p.await.expect("a producer"));
     }
     assert_eq!(ledger.committed_count() as i64, total);
-    wait_until(Duration::from_secs(120), "every committed event delivered", || async {
-        undelivered(&db).await == 0
-    })
+    wait_until(
+        Duration::from_secs(120),
+        "every committed event delivered",
+        || async { undelivered(&db).await == 0 },
+    )
     .await;
     let drained = started.elapsed();
     for r in &mut relays {
@@ -386,6 +422,9 @@ async fn scenario<B: TestBackend>(db: Db<B>, broker: Broker, fault: Fault, load:
             all.as_secs_f64(),
             drained.saturating_sub(end - started).as_secs_f64()
         );
+        if fault == Fault::Kill {
+            line += &format!(" (the killed relay held {victim_keys} key leases)");
+        }
     }
     say(line);
 }
@@ -416,17 +455,22 @@ scenarios! {
     kill_redis: Broker::Redis, Fault::Kill, FAULT;
 }
 
-/// Keys a, b, c with five events each; a's third event is larger than the NATS server's
-/// `max_payload`. One relay process, strict (`hold`) or `dead-letter`.
+/// Keys a, b, c with five events each; a's third event is larger than the (private) NATS
+/// server's `max_payload` (64 KiB). One relay process, strict (`hold`) or `dead-letter`.
 async fn poison<B: TestBackend>(db: Db<B>, dead_letter: bool) {
-    let Some(url) = brokers::or_skip(Broker::Nats) else {
+    // A server of our own with a small max_payload: taskq's own payload limit (1 MiB) is
+    // NATS's default.
+    const MAX: usize = 64 * 1024;
+    let Some(nats) = PrivateNats::start_with_or_skip(Some(MAX as u32)) else {
         return;
     };
+    let url = nats.url();
     let max = taskq_outbox::nats::async_nats::connect(url.as_str())
         .await
         .expect("connect to NATS")
         .server_info()
         .max_payload;
+    assert_eq!(max, MAX);
     let dest = Destination::create(Broker::Nats, &url).await;
     let mut expect = Ledger::new();
     let mut poison_id = String::new();
@@ -438,7 +482,11 @@ async fn poison<B: TestBackend>(db: Db<B>, dead_letter: bool) {
                 key: key.to_owned(),
                 producer: 0,
                 n,
-                pad: if poison { "x".repeat(max + 1) } else { String::new() },
+                pad: if poison {
+                    "x".repeat(max + 1)
+                } else {
+                    String::new()
+                },
             };
             let mut tx = db.begin().await;
             let stored = ev.publish_tx(&mut tx).await.expect("publish_tx");
@@ -461,9 +509,11 @@ async fn poison<B: TestBackend>(db: Db<B>, dead_letter: bool) {
     )
     .await;
     let want = expect.committed_count() as u64;
-    wait_until(Duration::from_secs(30), "b, c (and a) delivered", || async {
-        dest.count().await >= want
-    })
+    wait_until(
+        Duration::from_secs(30),
+        "b, c (and a) delivered",
+        || async { dest.count().await >= want },
+    )
     .await;
     if dead_letter {
         wait_until(Duration::from_secs(10), "the poison event dead", || async {
@@ -490,8 +540,10 @@ async fn poison<B: TestBackend>(db: Db<B>, dead_letter: bool) {
             Some("a")
         );
         assert_eq!(
-            db.scalar("SELECT COUNT(*) FROM taskq_events WHERE event_key = 'a' AND state = 'pending'")
-                .await,
+            db.scalar(
+                "SELECT COUNT(*) FROM taskq_events WHERE event_key = 'a' AND state = 'pending'"
+            )
+            .await,
             3,
             "a's rejected event and the two after it stay pending"
         );
