@@ -21,6 +21,11 @@ pub struct Opts {
     pub limits_only: bool,
     /// `--ordered [n]`: only the ordered drains (1, 16, 256 keys) next to an unordered one.
     pub ordered: Option<u64>,
+    /// `--outbox [n]`: only the relay against a direct publish loop (1, 16, 256 keys), with
+    /// commit-to-broker latency and statements per event.
+    pub outbox: Option<u64>,
+    /// `--outbox-brokers nats,rabbitmq,redis` (default `nats`).
+    pub outbox_brokers: Vec<crate::outbox::Broker>,
     /// Only the dashboard's page times on a large table (see `dashboard.rs`).
     pub dashboard: Option<dashboard::DashOpts>,
     /// Leave the scratch database in place (its name is printed).
@@ -57,6 +62,8 @@ pub fn parse_args() -> Res<Opts> {
         unknown_only: false,
         limits_only: false,
         ordered: None,
+        outbox: None,
+        outbox_brokers: vec![crate::outbox::Broker::Nats],
         dashboard: None,
         keep_db: false,
         sqlite: None,
@@ -76,6 +83,24 @@ pub fn parse_args() -> Res<Opts> {
             "--unknown-names" => o.unknown_only = true,
             "--limits" => o.limits_only = true,
             "--ordered" => o.ordered = Some(2000),
+            "--outbox" => o.outbox = Some(5000),
+            "--outbox-events" => {
+                o.outbox = Some(
+                    args.next()
+                        .and_then(|v| v.replace('_', "").parse().ok())
+                        .filter(|n| *n > 0)
+                        .ok_or("--outbox-events needs a positive number")?,
+                )
+            }
+            "--outbox-brokers" => {
+                o.outbox_brokers = args
+                    .next()
+                    .ok_or("--outbox-brokers needs nats,rabbitmq,redis")?
+                    .split(',')
+                    .map(crate::outbox::Broker::parse)
+                    .collect::<Res<_>>()?;
+                o.outbox.get_or_insert(5000);
+            }
             "--dashboard" => {
                 dashboard_opts(&mut o);
             }
@@ -129,7 +154,13 @@ pub fn parse_args() -> Res<Opts> {
                      [--keep-db]\n\
                      \x20      taskq-bench --fleet 32x1,64x1 [--fleet-tasks N] [--fleet-shared-pool]\n\
                      \x20      taskq-bench --sqlite [--sqlite-file PATH] [--quick] [--out FILE.json] \
-                     [--keep-db]\n\n\
+                     [--keep-db]\n\
+                     \x20      taskq-bench --outbox [--outbox-events N] [--outbox-brokers \
+                     nats,rabbitmq,redis]\n\n\
+                     --outbox         only the relay vs a hand-written publish loop to the same \
+                     broker at 1/16/256 keys (N events each, default 5000; --quick: a quarter), \
+                     commit-to-broker latency (NATS) and statements per event (global \
+                     counters: a server nobody else uses), printed\n\
                      --targets-only   only the ratio measurements, printed (a tuning aid)\n\
                      --unknown-names  only the claim with {UNKNOWN} pending tasks no worker \
                      knows at the head of the queue vs none, printed\n\

@@ -11,6 +11,8 @@
 //!     [--out target/bench-sqlite.json] [--keep-db]
 //! cargo run --release -p taskq-bench -- --fleet 32x1,64x1 [--fleet-tasks 10000]
 //! cargo run --release -p taskq-bench -- --database-url mysql://… --ordered [--quick]
+//! cargo run --release -p taskq-bench -- --database-url mysql://… --outbox [--outbox-events N]
+//!     [--outbox-brokers nats,rabbitmq,redis] [--quick]
 //! ```
 //!
 //! It creates a scratch database (`taskq_bench_<random>`), runs every measurement in it and
@@ -48,6 +50,7 @@ mod fleet;
 mod full_run;
 mod latency;
 mod ordered;
+mod outbox;
 mod raw_claim;
 mod report;
 mod scratch;
@@ -119,6 +122,11 @@ async fn bench(opts: &Opts, pool: &MySqlPool) -> Res<()> {
     if let Some(n) = opts.ordered {
         eprintln!("machine: {}", machine());
         return ordered::run(pool, if opts.quick { n / 4 } else { n }).await;
+    }
+    if let Some(n) = opts.outbox {
+        eprintln!("machine: {}", machine());
+        let n = if opts.quick { n / 4 } else { n };
+        return outbox::run(pool, n, &opts.outbox_brokers).await;
     }
     if !opts.fleet.is_empty() {
         return fleet_only(opts, pool).await;

@@ -384,7 +384,7 @@ pub async fn run(pool: &MySqlPool, n: u64, brokers: &[Broker]) -> Res<()> {
                     pad: "x".repeat(PAD),
                 };
                 let mut tx = pool.begin().await?;
-                let stored = ev.publish_tx(&mut *tx).await?;
+                let stored = ev.publish_tx(&mut tx).await?;
                 tx.commit().await?;
                 msgs.push(Message::new(
                     format!("d-{}", stored.message_id),
@@ -481,7 +481,7 @@ async fn latency(pool: &MySqlPool, broker: Broker) -> Res<Option<String>> {
             pad: "x".repeat(PAD),
         };
         let mut tx = pool.begin().await?;
-        ev.publish_tx(&mut *tx).await?;
+        ev.publish_tx(&mut tx).await?;
         tx.commit().await?;
         let committed = Instant::now();
         tokio::time::timeout(Duration::from_secs(10), sub.next())
