@@ -49,9 +49,9 @@ async fn main() {
                         .connection_timeout(Duration::from_secs(2))
                         .connect(address)
                         .await?;
-                    Ok::<_, async_nats::ConnectError>(NatsSink::new(
-                        async_nats::jetstream::new(client),
-                    ))
+                    Ok::<_, async_nats::ConnectError>(NatsSink::new(async_nats::jetstream::new(
+                        client,
+                    )))
                 }
             })
             .with_timeout(timeout);
