@@ -286,14 +286,14 @@ impl Tasks for SqliteDriver {
         &self,
         conn: &mut SqliteConnection,
     ) -> sqlx::Result<Vec<QueueStateCount>> {
-        tasks::task_stats_active(conn).await
+        tasks::task_stats_half(conn, false).await
     }
 
     async fn task_stats_terminal(
         &self,
         conn: &mut SqliteConnection,
     ) -> sqlx::Result<Vec<QueueStateCount>> {
-        tasks::task_stats_terminal(conn).await
+        tasks::task_stats_half(conn, true).await
     }
 
     async fn task_pending_by_name(
