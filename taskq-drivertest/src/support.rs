@@ -40,25 +40,7 @@ pub(crate) fn backend<D: Driver>() -> &'static str {
     <D::Database as sqlx::Database>::NAME
 }
 
-/// A task of `name` on `queue`: payload `{}`, priority 0, three attempts, due now, nothing else.
-pub(crate) fn task<'a>(queue: &'a str, name: &'a str) -> NewTask<'a> {
-    NewTask {
-        queue,
-        name,
-        payload: b"{}",
-        priority: 0,
-        max_attempts: 3,
-        delay_us: 0,
-        run_at: None,
-        deadline: None,
-        ttl_us: None,
-        idempotency_key: None,
-        trace_context: None,
-        unique_key: None,
-        unique_while: None,
-        unique_expires_us: None,
-    }
-}
+pub(crate) use crate::fixtures::task;
 
 /// A unique task of `name` on queue `q`, holding `key` while `while_` (`pending`, `running`).
 pub(crate) fn unique<'a>(name: &'a str, key: &'a [u8], while_: &'static str) -> NewTask<'a> {

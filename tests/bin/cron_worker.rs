@@ -13,33 +13,20 @@
 #[path = "../cron_support/mod.rs"]
 mod cron_support;
 
-use std::collections::HashMap;
 use std::io::Write as _;
 use std::time::Duration;
 
-use sqlx::mysql::MySqlPoolOptions;
+use taskq_tests::worker_bin::{WorkerArgs, worker_builder};
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let opts: HashMap<&str, &str> = args
-        .chunks(2)
-        .map(|kv| {
-            let key = kv[0].strip_prefix("--").expect("options are --key value");
-            (key, kv.get(1).map(String::as_str).expect("a value"))
-        })
-        .collect();
-    let url = opts.get("url").expect("--url");
-    let id = opts.get("id").expect("--id");
-    let pool = MySqlPoolOptions::new()
-        .max_connections(2)
-        .connect(url)
+    let args = WorkerArgs::from_env();
+    let (url, id) = (args.required("url"), args.required("id"));
+    let worker = worker_builder(url, 2, None, false)
         .await
-        .expect("connect");
-    let worker = taskq::Worker::builder(pool)
         .register_all()
         .queue(cron_support::FLEET_QUEUE, 8)
-        .worker_id(*id)
+        .worker_id(id)
         .poll_interval(Duration::from_millis(20), Duration::from_millis(200))
         .retention(taskq::worker::Retention::disabled())
         .shutdown_timeout(Duration::from_secs(5))

@@ -22,39 +22,27 @@
 #[path = "../faults_support/mod.rs"]
 mod faults_support;
 
-use std::collections::HashMap;
 use std::io::Write as _;
 use std::time::Duration;
+
+use taskq_tests::worker_bin::WorkerArgs;
 
 use faults_support::{Hold, Poison, PoisonTimed, Seen, Ship, Work};
 use sqlx::mysql::MySqlPoolOptions;
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let opts: HashMap<&str, &str> = args
-        .chunks(2)
-        .map(|kv| {
-            let key = kv[0].strip_prefix("--").expect("options are --key value");
-            (key, kv.get(1).map(String::as_str).expect("a value"))
-        })
-        .collect();
-    let ms = |k: &str, default: u64| {
-        Duration::from_millis(
-            opts.get(k)
-                .map_or(default, |v| v.parse().expect("a number")),
-        )
-    };
-    let url = opts.get("url").expect("--url");
-    let id = opts.get("id").expect("--id");
-    let concurrency: usize = opts.get("concurrency").map_or(8, |v| v.parse().unwrap());
+    let args = WorkerArgs::from_env();
+    let ms = |k: &str, default: u64| args.millis(k, default);
+    let (url, id) = (args.required("url"), args.required("id"));
+    let concurrency: usize = args.number("concurrency", 8);
 
     let builder = if url.starts_with("sqlite:") {
         // The longest busy timeout the lease allows (lease − heartbeat − min(grace, lease / 2),
         // checked by `build`), unless `--busy-ms` says otherwise.
         let (lease, heartbeat) = (ms("lease-ms", 2000), ms("heartbeat-ms", 500));
         let tolerated = lease - heartbeat - ms("grace-ms", 500).min(lease / 2);
-        let busy = opts.get("busy-ms").map_or(tolerated, |v| {
+        let busy = args.get("busy-ms").map_or(tolerated, |v| {
             Duration::from_millis(v.parse().expect("a number"))
         });
         let options = taskq_sqlite::connect_options_from_url(url)
@@ -65,7 +53,7 @@ async fn main() {
             .expect("open the file");
         // Handlers write on the same pool, or on one with `--events-busy-ms` (so that their
         // records outlast a lock hold the worker's lease does not).
-        let events = match opts.get("events-busy-ms") {
+        let events = match args.get("events-busy-ms") {
             None => pool.clone(),
             Some(v) => {
                 let options = taskq_sqlite::connect_options_from_url(url)
@@ -84,7 +72,7 @@ async fn main() {
             .register::<PoisonTimed>()
             .data(events)
             .data(Seen::default());
-        let queues = opts
+        let queues = args
             .get("queues")
             .map_or_else(|| format!("faults:{concurrency}"), |q| (*q).to_owned());
         for q in queues.split(',') {
@@ -104,7 +92,7 @@ async fn main() {
             .data(pool)
     };
     let worker = builder
-        .worker_id(*id)
+        .worker_id(id)
         .lease(ms("lease-ms", 2000))
         .heartbeat(ms("heartbeat-ms", 500))
         .reaper_interval(ms("reaper-ms", 200))

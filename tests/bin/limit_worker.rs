@@ -14,39 +14,21 @@
 #[path = "../limits_support/mod.rs"]
 mod limits_support;
 
-use std::collections::HashMap;
 use std::io::Write as _;
 use std::time::Duration;
 
-use sqlx::mysql::MySqlPoolOptions;
+use taskq_tests::worker_bin::{WorkerArgs, worker_builder};
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let opts: HashMap<&str, &str> = args
-        .chunks(2)
-        .map(|kv| {
-            let key = kv[0].strip_prefix("--").expect("options are --key value");
-            (key, kv.get(1).map(String::as_str).expect("a value"))
-        })
-        .collect();
-    let url = opts.get("url").expect("--url");
-    let id = opts.get("id").expect("--id");
-    let concurrency: usize = opts.get("concurrency").map_or(8, |v| v.parse().unwrap());
-    let builder = if url.starts_with("sqlite:") {
-        taskq::Worker::builder(taskq::sqlite::connect(url).await.expect("open"))
-    } else {
-        let pool = MySqlPoolOptions::new()
-            .max_connections(2)
-            .connect(url)
-            .await
-            .expect("connect");
-        taskq::Worker::builder(pool)
-    };
+    let args = WorkerArgs::from_env();
+    let (url, id) = (args.required("url"), args.required("id"));
+    let concurrency: usize = args.number("concurrency", 8);
+    let builder = worker_builder(url, 2, None, false).await;
     let worker = builder
         .register::<limits_support::Nap>()
         .queue(limits_support::QUEUE, concurrency)
-        .worker_id(*id)
+        .worker_id(id)
         .poll_interval(Duration::from_millis(10), Duration::from_millis(100))
         .retention(taskq::worker::Retention::disabled())
         .shutdown_timeout(Duration::from_secs(5))

@@ -14,42 +14,21 @@
 #[path = "../ordered_support/mod.rs"]
 mod ordered_support;
 
-use std::collections::HashMap;
 use std::io::Write as _;
 use std::time::Duration;
 
-use sqlx::mysql::MySqlPoolOptions;
+use taskq_tests::worker_bin::{WorkerArgs, worker_builder};
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let opts: HashMap<&str, &str> = args
-        .chunks(2)
-        .map(|kv| {
-            let key = kv[0].strip_prefix("--").expect("options are --key value");
-            (key, kv.get(1).map(String::as_str).expect("a value"))
-        })
-        .collect();
-    let url = opts.get("url").expect("--url");
-    let id = opts.get("id").expect("--id");
-    let builder = if url.starts_with("sqlite:") {
-        // A busy timeout the short lease survives (see `WorkerBuilder::build`).
-        let opts: sqlx::sqlite::SqliteConnectOptions = url.parse().expect("a SQLite URL");
-        let opts = taskq::sqlite::tune(opts).busy_timeout(Duration::from_secs(2));
-        let pool = taskq::sqlite::connect_with(opts).await.expect("open");
-        taskq::Worker::builder(pool.clone()).data(pool)
-    } else {
-        let pool = MySqlPoolOptions::new()
-            .max_connections(4)
-            .connect(url)
-            .await
-            .expect("connect");
-        taskq::Worker::builder(pool.clone()).data(pool)
-    };
+    let args = WorkerArgs::from_env();
+    let (url, id) = (args.required("url"), args.required("id"));
+    // SQLite: a busy timeout the short lease survives.
+    let builder = worker_builder(url, 4, Some(Duration::from_secs(2)), true).await;
     let worker = builder
         .register::<ordered_support::LedgerEntry>()
         .queue(ordered_support::QUEUE, 8)
-        .worker_id(*id)
+        .worker_id(id)
         .lease(Duration::from_secs(8))
         .heartbeat(Duration::from_millis(500))
         .reaper_interval(Duration::from_millis(250))

@@ -14,43 +14,26 @@
 #[path = "../stall_support/mod.rs"]
 mod stall_support;
 
-use std::collections::HashMap;
 use std::io::Write as _;
 use std::time::Duration;
 
-use sqlx::mysql::MySqlPoolOptions;
 use stall_support::*;
+use taskq_tests::worker_bin::{WorkerArgs, worker_builder};
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let opts: HashMap<&str, &str> = args
-        .chunks(2)
-        .map(|kv| {
-            let key = kv[0].strip_prefix("--").expect("options are --key value");
-            (key, kv.get(1).map(String::as_str).expect("a value"))
-        })
-        .collect();
-    let url = opts.get("url").expect("--url");
-    let id = opts.get("id").expect("--id");
-    let lease = Duration::from_millis(
-        opts.get("lease-ms")
-            .map_or(4000, |v| v.parse().expect("a number")),
-    );
-    let pool = MySqlPoolOptions::new()
-        .max_connections(2)
-        .connect(url)
-        .await
-        .expect("connect");
-    let builder = taskq::Worker::builder(pool);
-    let builder = match *opts.get("kind").expect("--kind") {
+    let args = WorkerArgs::from_env();
+    let (url, id) = (args.required("url"), args.required("id"));
+    let lease = args.millis("lease-ms", 4000);
+    let builder = worker_builder(url, 2, None, false).await;
+    let builder = match args.required("kind") {
         "limited" => builder.register::<StallNap>().queue(LIMITED_QUEUE, 1),
         "schedule" => builder.register::<StallTick>().queue(CRON_QUEUE, 1),
         "unique" => builder.register::<StallUnique>().queue(UNIQUE_QUEUE, 1),
         other => panic!("unknown --kind {other}"),
     };
     let worker = builder
-        .worker_id(*id)
+        .worker_id(id)
         .lease(lease)
         .poll_interval(Duration::from_millis(10), Duration::from_millis(100))
         .retention(taskq::worker::Retention::disabled())

@@ -300,6 +300,7 @@ pub mod brokers;
 pub mod galera;
 pub mod proxy;
 pub mod server;
+pub mod worker_bin;
 
 /// A worker running in the background of a test, stopped by [`RunningWorker::stop`].
 pub struct RunningWorker {
