@@ -10,7 +10,8 @@ use taskq_driver::driver::{Driver, Handle};
 use taskq_driver::read::TaskInfo;
 use taskq_driver::rows::NameList;
 use taskq_driver::rows::{
-    ClaimBatch, ClaimRequest, Claimed, Inserted, LapsedRow, NewTask, ReapRow, WriteBack,
+    ClaimBatch, ClaimCursor, ClaimRequest, Claimed, Inserted, LapsedRow, NewTask, ReapRow,
+    WriteBack,
 };
 use taskq_driver::state::{TaskId, TaskState};
 
@@ -100,7 +101,7 @@ pub(crate) fn req<'a>(queue: &'a str, names: &'a NameList, limit: u32) -> ClaimR
 
 /// Claims with a fresh cursor (a claim loop's first claim: from the head of the queue).
 pub(crate) async fn claim<D: Driver>(d: &D, c: &mut D::Conn, r: &ClaimRequest<'_>) -> ClaimBatch {
-    let mut cursor = D::ClaimCursor::default();
+    let mut cursor = ClaimCursor::default();
     d.task_claim(c, r, &mut cursor).await.expect("task_claim")
 }
 

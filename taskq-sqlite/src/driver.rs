@@ -419,13 +419,12 @@ impl Actions for SqliteDriver {
 }
 
 impl Claims for SqliteDriver {
-    type ClaimCursor = ();
-
+    /// One `UPDATE … RETURNING` under the write lock: the cursor holds nothing.
     async fn task_claim(
         &self,
         conn: &mut SqliteConnection,
         req: &ClaimRequest<'_>,
-        _cursor: &mut (),
+        _cursor: &mut ClaimCursor,
     ) -> sqlx::Result<ClaimBatch> {
         lease::task_claim(conn, req).await
     }

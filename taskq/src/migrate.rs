@@ -1,10 +1,10 @@
 //! taskq's schema migrations, tracked in their own table so they coexist with the
 //! application's `sqlx::migrate!()` on the same database.
 
-use crate::backend::Backend;
-use crate::error::Result;
+use crate::backend::{Backend, Store};
+use crate::error::{Error, Result};
 
-pub use crate::backend::migrate_mysql::{MIGRATIONS_TABLE, migrator};
+pub use taskq_mysql::{MIGRATIONS_TABLE, migrator};
 
 /// Creates or upgrades taskq's tables on `pool`'s database (MySQL / MariaDB, or with the
 /// `sqlite` feature a SQLite file). Safe to call at every start-up and
@@ -27,4 +27,21 @@ pub use crate::backend::migrate_mysql::{MIGRATIONS_TABLE, migrator};
 /// refused): is the server running, and are the host and port in the database URL right?`).
 pub async fn migrate<DB: Backend>(pool: &sqlx::Pool<DB>) -> Result<()> {
     DB::__migrate(pool).await
+}
+
+/// [`migrate`] on MySQL / MariaDB: the driver's run (`taskq_mysql::migrate`), its failures
+/// turned into taskq's errors (a pool that gives no connection is diagnosed like any other
+/// call on it).
+pub(crate) async fn mysql(pool: &sqlx::MySqlPool) -> Result<()> {
+    use taskq_mysql::MigrationError as E;
+    match taskq_mysql::migrate(pool).await {
+        Ok(()) => Ok(()),
+        Err(E::Acquire(e)) => Err(Store::of(pool.clone()).error(e).await),
+        Err(E::Database(e)) => Err(Error::Database(e)),
+        Err(E::Migrate(e)) => Err(Error::Migrate(e)),
+        Err(E::LockWait) => Err(Error::Config(
+            "could not take the taskq migration lock within 10 minutes".into(),
+        )),
+        Err(E::LockLost { version, reason }) => Err(Error::MigrationLockLost { version, reason }),
+    }
 }

@@ -18,9 +18,8 @@
 //! no signature is written twice; the only per-driver lines are the [`Backend`] impls, which
 //! map a pool type to its driver. How a driver claims (MySQL's
 //! candidate windows and seek positions, SQLite's `BEGIN IMMEDIATE` + `UPDATE … RETURNING`)
-//! stays inside it: the claim loop only carries an opaque [`ClaimCursor`].
+//! stays inside it: the claim loop only carries an opaque `ClaimCursor`.
 
-use std::any::Any;
 use std::future::Future;
 use std::sync::Arc;
 
@@ -37,7 +36,6 @@ use taskq_driver::read::{PendingNameCount, QueueStateCount, ScheduleInfo, TaskIn
 use taskq_driver::state::{TaskId, TaskState};
 
 pub(crate) mod budget;
-pub(crate) mod migrate_mysql;
 pub(crate) use taskq_mysql as mysql;
 mod rows;
 #[cfg(feature = "sqlite")]
@@ -76,7 +74,7 @@ impl Backend for MySql {
     type __Driver = mysql::MySqlDriver;
 
     fn __migrate(pool: &sqlx::MySqlPool) -> impl Future<Output = crate::Result<()>> + Send {
-        migrate_mysql::migrate_mysql(pool)
+        crate::migrate::mysql(pool)
     }
 }
 
@@ -170,10 +168,6 @@ impl Tx {
     }
 }
 
-/// Where one queue's claim loop goes on from, kept by the loop between claims; what it holds
-/// is the driver's business (MySQL: the seek position and candidate spread).
-pub(crate) struct ClaimCursor(Box<dyn Any + Send>);
-
 impl Store {
     /// A handle on a user's pool of database `DB`, through its driver.
     pub(crate) fn of<DB: Backend>(pool: sqlx::Pool<DB>) -> Store {
@@ -245,22 +239,6 @@ impl Store {
     pub(crate) async fn error(&self, e: sqlx::Error) -> crate::Error {
         crate::error::db_error(self, e).await
     }
-
-    /// A fresh claim cursor for one queue's claim loop.
-    pub(crate) fn claim_cursor(&self) -> ClaimCursor {
-        ClaimCursor(self.0.claim_cursor())
-    }
-
-    /// Claims up to `req.limit` due tasks of `req.queue` under a lease (see the drivers'
-    /// `task_claim`), going on from where `cursor` says.
-    pub(crate) async fn task_claim(
-        &self,
-        conn: Conn<'_>,
-        req: &ClaimRequest<'_>,
-        cursor: &mut ClaimCursor,
-    ) -> sqlx::Result<ClaimBatch> {
-        self.0.task_claim(conn.conn, req, &mut *cursor.0).await
-    }
 }
 
 /// Declares the operations of [`Store`] and [`Conn`] from the seam's one list
@@ -269,8 +247,7 @@ impl Store {
 /// `taskq_driver::dynamic::DynDriver`. `fn name(&self, ..)` runs on the store's pool; `fn
 /// name(&self, conn, ..)` on a connection the caller took (the worker's deadlines, the
 /// client's transactions); the `enqueue` ones on a caller's connection (the producer path and
-/// audit entries, in the caller's transaction). Only the claim, whose cursor is each driver's
-/// own, is written out above.
+/// audit entries, in the caller's transaction).
 macro_rules! forward {
     (
         $(#[$em:meta])* enqueue $enqueue:ident {
