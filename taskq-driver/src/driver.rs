@@ -24,7 +24,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use crate::budget::Budget;
-use crate::dynamic::ErrorClass;
+use crate::class::ErrorClass;
 use crate::event::*;
 use crate::pool::WorkerPool;
 use crate::read::{PendingNameCount, QueueStateCount, ScheduleInfo, TaskInfo};

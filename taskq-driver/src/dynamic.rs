@@ -30,6 +30,7 @@ use sqlx::pool::PoolConnection;
 use sqlx::{ConnectOptions, Connection, Transaction};
 
 use crate::budget::Budget;
+pub use crate::class::ErrorClass;
 use crate::driver::{
     Actions, Claims, Clock, Driver, Enqueue, Events, Handle, History, Identities, Leases, Queues,
     Schedules, StatementBudget, Tasks, Workers,
@@ -55,18 +56,6 @@ impl<'a, T: 'a> Args<'a, T> {
     pub fn new(args: T) -> Self {
         Args(args, PhantomData)
     }
-}
-
-/// How a database error reads to the runtime, as the driver classifies it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ErrorClass {
-    /// The statement's transaction lost to a concurrent one (MySQL's deadlock victim or a
-    /// Galera certification failure, SQLite's busy timeout): running it again at once is the
-    /// cure.
-    pub conflict: bool,
-    /// The statement can never succeed as sent, besides the SQLSTATE classes 22, 23, 42 and 45
-    /// (MySQL's packet too large, SQLite's `SQLITE_TOOBIG` or a constraint).
-    pub refused: bool,
 }
 
 /// `conn` as driver `D`'s connection. A connection of another driver than the one it is

@@ -1,8 +1,8 @@
 //! taskq's schema migrations, tracked in their own table so they coexist with the
 //! application's `sqlx::migrate!()` on the same database.
 
-use crate::backend::{Backend, Store};
-use crate::error::{Error, Result};
+use crate::backend::Backend;
+use crate::error::Result;
 
 pub use taskq_mysql::{MIGRATIONS_TABLE, migrator};
 
@@ -27,21 +27,4 @@ pub use taskq_mysql::{MIGRATIONS_TABLE, migrator};
 /// refused): is the server running, and are the host and port in the database URL right?`).
 pub async fn migrate<DB: Backend>(pool: &sqlx::Pool<DB>) -> Result<()> {
     DB::__migrate(pool).await
-}
-
-/// [`migrate`] on MySQL / MariaDB: the driver's run (`taskq_mysql::migrate`), its failures
-/// turned into taskq's errors (a pool that gives no connection is diagnosed like any other
-/// call on it).
-pub(crate) async fn mysql(pool: &sqlx::MySqlPool) -> Result<()> {
-    use taskq_mysql::MigrationError as E;
-    match taskq_mysql::migrate(pool).await {
-        Ok(()) => Ok(()),
-        Err(E::Acquire(e)) => Err(Store::of(pool.clone()).error(e).await),
-        Err(E::Database(e)) => Err(Error::Database(e)),
-        Err(E::Migrate(e)) => Err(Error::Migrate(e)),
-        Err(E::LockWait) => Err(Error::Config(
-            "could not take the taskq migration lock within 10 minutes".into(),
-        )),
-        Err(E::LockLost { version, reason }) => Err(Error::MigrationLockLost { version, reason }),
-    }
 }

@@ -167,20 +167,7 @@ fn item_keyword_span(item: &Item) -> proc_macro2::Span {
     }
 }
 
-/// `order_export` → `OrderExport`, `r#type` → `Type`, `send_email_v2` → `SendEmailV2`.
-pub fn pascal_case(snake: &str) -> String {
-    snake
-        .split('_')
-        .filter(|w| !w.is_empty())
-        .map(|w| {
-            let mut c = w.chars();
-            match c.next() {
-                Some(first) => first.to_uppercase().chain(c).collect::<String>(),
-                None => String::new(),
-            }
-        })
-        .collect()
-}
+pub use crate::naming::pascal_case;
 
 fn filter_attrs<'a>(attrs: &'a [Attribute], name: &'a str) -> impl Iterator<Item = &'a Attribute> {
     attrs.iter().filter(move |a| a.path().is_ident(name))

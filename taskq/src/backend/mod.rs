@@ -26,6 +26,8 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use sqlx::MySql;
 
+use crate::error::{Error, connect_problem};
+
 use taskq_driver::budget::Budget;
 use taskq_driver::driver::{Driver, Handle};
 use taskq_driver::dynamic::{
@@ -74,7 +76,7 @@ impl Backend for MySql {
     type __Driver = mysql::MySqlDriver;
 
     fn __migrate(pool: &sqlx::MySqlPool) -> impl Future<Output = crate::Result<()>> + Send {
-        crate::migrate::mysql(pool)
+        migrate_mysql(pool)
     }
 }
 
@@ -234,10 +236,9 @@ impl Store {
         }
     }
 
-    /// Turns an error of a call on this store into the error users see (see
-    /// [`crate::error::db_error`]).
+    /// Turns an error of a call on this store into the error users see (see [`db_error`]).
     pub(crate) async fn error(&self, e: sqlx::Error) -> crate::Error {
-        crate::error::db_error(self, e).await
+        db_error(self, e).await
     }
 }
 
@@ -279,3 +280,51 @@ macro_rules! forward {
 }
 
 taskq_driver::__seam_operations!(forward);
+
+/// `taskq::migrate` on MySQL / MariaDB: the driver's run (`taskq_mysql::migrate`), its failures
+/// turned into taskq's errors (a pool that gives no connection is diagnosed like any other
+/// call on it).
+async fn migrate_mysql(pool: &sqlx::MySqlPool) -> crate::Result<()> {
+    use taskq_mysql::MigrationError as E;
+    match taskq_mysql::migrate(pool).await {
+        Ok(()) => Ok(()),
+        Err(E::Acquire(e)) => Err(Store::of(pool.clone()).error(e).await),
+        Err(E::Database(e)) => Err(Error::Database(e)),
+        Err(E::Migrate(e)) => Err(Error::Migrate(e)),
+        Err(E::LockWait) => Err(Error::Config(
+            "could not take the taskq migration lock within 10 minutes".into(),
+        )),
+        Err(E::LockLost { version, reason }) => Err(Error::MigrationLockLost { version, reason }),
+    }
+}
+
+/// How long [`db_error`] waits for its diagnostic connection.
+const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Turns an error of a call on `store` into the error users see: a connection failure of a
+/// database on a server becomes [`Error::Connect`] naming the server. A pool only says it timed
+/// out (it retries a refused connection until its acquire timeout), so then one direct
+/// connection, bounded by [`PROBE_TIMEOUT`], finds the cause; if that connection works, the
+/// pool was just busy. A database in a file (no connect target) is never "unreachable".
+async fn db_error(store: &Store, e: sqlx::Error) -> Error {
+    let Some(target) = store.connect_target() else {
+        return Error::Database(e);
+    };
+    match e {
+        sqlx::Error::PoolTimedOut => match tokio::time::timeout(PROBE_TIMEOUT, store.probe()).await
+        {
+            Ok(Ok(())) => Error::Database(sqlx::Error::PoolTimedOut),
+            Ok(Err(cause)) if connect_problem(&cause).is_some() => Error::Connect {
+                target,
+                source: cause,
+            },
+            Ok(Err(_)) => Error::Database(sqlx::Error::PoolTimedOut),
+            Err(_) => Error::Connect {
+                target,
+                source: sqlx::Error::PoolTimedOut,
+            },
+        },
+        e if connect_problem(&e).is_some() => Error::Connect { target, source: e },
+        e => Error::Database(e),
+    }
+}

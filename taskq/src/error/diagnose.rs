@@ -2,10 +2,6 @@
 //! session (the MySQL / MariaDB error numbers are the driver's, `taskq_mysql::diagnose`), and
 //! the sentence that says what to check.
 
-use std::time::Duration;
-
-use super::*;
-
 /// Whether `e` says one of taskq's tables does not exist (MySQL error 1146, as the driver reads
 /// it; SQLite has no number for it, only `SQLITE_ERROR` with the message `no such table:
 /// <name>`, which no other database writes).
@@ -83,36 +79,5 @@ pub(super) fn database_sentence(e: &sqlx::Error) -> String {
         }
         sqlx::Error::Database(db) => format!("database error: {db}"),
         e => format!("database error: {e}"),
-    }
-}
-
-/// How long [`db_error`] waits for its diagnostic connection.
-pub(super) const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Turns an error of a call on `store` into the error users see: a connection failure of a
-/// database on a server becomes [`Error::Connect`] naming the server. A pool only says it timed
-/// out (it retries a refused connection until its acquire timeout), so then one direct
-/// connection, bounded by [`PROBE_TIMEOUT`], finds the cause; if that connection works, the
-/// pool was just busy. A database in a file (no connect target) is never "unreachable".
-pub(crate) async fn db_error(store: &crate::backend::Store, e: sqlx::Error) -> Error {
-    let Some(target) = store.connect_target() else {
-        return Error::Database(e);
-    };
-    match e {
-        sqlx::Error::PoolTimedOut => match tokio::time::timeout(PROBE_TIMEOUT, store.probe()).await
-        {
-            Ok(Ok(())) => Error::Database(sqlx::Error::PoolTimedOut),
-            Ok(Err(cause)) if connect_problem(&cause).is_some() => Error::Connect {
-                target,
-                source: cause,
-            },
-            Ok(Err(_)) => Error::Database(sqlx::Error::PoolTimedOut),
-            Err(_) => Error::Connect {
-                target,
-                source: sqlx::Error::PoolTimedOut,
-            },
-        },
-        e if connect_problem(&e).is_some() => Error::Connect { target, source: e },
-        e => Error::Database(e),
     }
 }

@@ -4,19 +4,14 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::Semaphore;
 
 use super::deadline::StmtError;
+use super::executor::{self, Slot};
 use super::lease::AttemptKey;
-use super::{Shared, WorkerStats, backoff_sleep, executor, within};
+use super::{Shared, WorkerStats, backoff_sleep, within};
 use crate::backend::{ClaimCursor, ClaimRequest};
 use crate::wake;
-
-/// Handler slots held by one claimed task (its queue's and the worker's).
-pub(crate) struct Slot {
-    _queue: OwnedSemaphorePermit,
-    _global: OwnedSemaphorePermit,
-}
 
 pub(crate) async fn run(shared: Arc<Shared>, queue: Arc<str>, concurrency: usize) {
     let queue_slots = Arc::new(Semaphore::new(concurrency));
