@@ -5,7 +5,7 @@
 //! that holds that table's SQL; [`Driver`] is all of them. [`Enqueue`] (the producer path and
 //! audit entries) runs on the caller's own transaction, so its functions take no handle.
 //!
-//! Every operation but the claim (whose cursor type is the driver's) is written once, in the
+//! Every operation is written once, in the
 //! list of `taskq_driver::__seam_operations!`: the traits here are generated from it, and so
 //! are their trait objects ([`crate::dynamic`]), through which taskq's runtime calls the pool's
 //! driver (`taskq::backend`). A new
@@ -24,7 +24,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use crate::budget::Budget;
-use crate::dynamic::ErrorClass;
+use crate::class::ErrorClass;
 use crate::event::*;
 use crate::pool::WorkerPool;
 use crate::read::{PendingNameCount, QueueStateCount, ScheduleInfo, TaskInfo};
@@ -193,6 +193,14 @@ macro_rules! __seam_operations {
                 fn task_retry_dead_batch(&self; queue: Option<&str>; died_before: DateTime<Utc>; limit: u32) -> u64;
                 /// Deletes tasks of a terminal state older than `age_secs`.
                 fn task_prune(&self, conn; state: TaskState; age_secs: u64; limit: u32) -> u64;
+            }
+            /// The claim: up to `req.limit` due tasks of a queue under a lease, going on from where
+            /// the cursor says (how the driver walks the queue is its own business: MySQL keeps a seek
+            /// position and candidate spread in it, SQLite needs nothing).
+            trait Claims {
+                /// Claims up to `req.limit` due tasks of `req.queue` under a lease; `cursor` is what one
+                /// queue's claim loop keeps between claims (see [`ClaimCursor`]).
+                fn task_claim(&self, conn; req: &ClaimRequest<'_>; cursor: &mut ClaimCursor) -> ClaimBatch;
             }
             /// What a worker does under a lease: renew, check, write back, release; and the reap of expired leases, each under its epoch.
             trait Leases {
@@ -370,21 +378,6 @@ macro_rules! declare_traits {
 }
 
 crate::__seam_operations!(declare_traits);
-
-/// The claim: up to `req.limit` due tasks of a queue under a lease, going on from where the
-/// cursor says (how the driver walks the queue is its own business: MySQL keeps a seek
-/// position and candidate spread, SQLite needs nothing).
-pub trait Claims: Handle {
-    /// What one queue's claim loop keeps between claims.
-    type ClaimCursor: Default + Send + 'static;
-    /// Claims up to `req.limit` due tasks of `req.queue` under a lease.
-    fn task_claim(
-        &self,
-        conn: &mut Self::Conn,
-        req: &ClaimRequest<'_>,
-        cursor: &mut Self::ClaimCursor,
-    ) -> impl Future<Output = sqlx::Result<ClaimBatch>> + Send;
-}
 
 /// Every operation of the seam: what a driver provides.
 pub trait Driver:

@@ -8,7 +8,7 @@
 //! come as one tuple in [`Args`]. [`DynEnqueue`] does the same for the producer path, which
 //! runs on a caller's connection with no pool handle: [`enqueue_ops`] gives a driver's, as a
 //! `&'static` object. A connection taken from a driver's pool ([`DynPooled`]) or a transaction
-//! of it ([`DynTx`]) is boxed too, and so is the claim loop's cursor.
+//! of it ([`DynTx`]) is boxed too.
 //!
 //! The runtime holds an `Arc<dyn DynDriver>` and nothing of a driver's types, so adding a
 //! driver changes nothing in it but the line that maps a pool type to the driver; adding an
@@ -30,6 +30,7 @@ use sqlx::pool::PoolConnection;
 use sqlx::{ConnectOptions, Connection, Transaction};
 
 use crate::budget::Budget;
+pub use crate::class::ErrorClass;
 use crate::driver::{
     Actions, Claims, Clock, Driver, Enqueue, Events, Handle, History, Identities, Leases, Queues,
     Schedules, StatementBudget, Tasks, Workers,
@@ -55,18 +56,6 @@ impl<'a, T: 'a> Args<'a, T> {
     pub fn new(args: T) -> Self {
         Args(args, PhantomData)
     }
-}
-
-/// How a database error reads to the runtime, as the driver classifies it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ErrorClass {
-    /// The statement's transaction lost to a concurrent one (MySQL's deadlock victim or a
-    /// Galera certification failure, SQLite's busy timeout): running it again at once is the
-    /// cure.
-    pub conflict: bool,
-    /// The statement can never succeed as sent, besides the SQLSTATE classes 22, 23, 42 and 45
-    /// (MySQL's packet too large, SQLite's `SQLITE_TOOBIG` or a constraint).
-    pub refused: bool,
 }
 
 /// `conn` as driver `D`'s connection. A connection of another driver than the one it is
@@ -161,8 +150,7 @@ macro_rules! declare_dyn {
             )*
         }
 
-        /// The seam's operations on a driver's pool handle, as a trait object (every one but
-        /// the claim, whose cursor is boxed: see [`DynDriver::task_claim`]).
+        /// The seam's operations on a driver's pool handle, as a trait object.
         pub trait DynOperations: Send + Sync {
             $($(
                 $(#[$m])*
@@ -204,9 +192,8 @@ pub fn enqueue_ops<D: Driver>() -> &'static dyn DynEnqueue {
     EnqueueOf::<D>::OPS
 }
 
-/// A driver's pool handle as a trait object: the seam's operations ([`DynOperations`]), the
-/// claim with a boxed cursor, and what the runtime asks of the pool itself. Implemented for
-/// every [`Driver`].
+/// A driver's pool handle as a trait object: the seam's operations ([`DynOperations`]) and
+/// what the runtime asks of the pool itself. Implemented for every [`Driver`].
 pub trait DynDriver: DynOperations + Send + Sync + 'static {
     /// The database's name, as logs and errors print it.
     fn name(&self) -> &'static str;
@@ -231,15 +218,6 @@ pub trait DynDriver: DynOperations + Send + Sync + 'static {
     fn close(&self) -> BoxFuture<'_, ()>;
     /// How the driver reads a database error.
     fn classify(&self, e: &dyn sqlx::error::DatabaseError) -> ErrorClass;
-    /// A fresh cursor for one queue's claim loop (the driver's [`Claims::ClaimCursor`]).
-    fn claim_cursor(&self) -> Box<dyn Any + Send>;
-    /// [`Claims::task_claim`], going on from `cursor` (one of [`claim_cursor`](Self::claim_cursor)'s).
-    fn task_claim<'a>(
-        &'a self,
-        conn: &'a mut AnyConn,
-        req: &'a ClaimRequest<'_>,
-        cursor: &'a mut (dyn Any + Send),
-    ) -> BoxFuture<'a, sqlx::Result<ClaimBatch>>;
 }
 
 impl<D: Driver> DynDriver for D {
@@ -295,29 +273,5 @@ impl<D: Driver> DynDriver for D {
 
     fn classify(&self, e: &dyn sqlx::error::DatabaseError) -> ErrorClass {
         D::classify(e)
-    }
-
-    fn claim_cursor(&self) -> Box<dyn Any + Send> {
-        Box::new(D::ClaimCursor::default())
-    }
-
-    fn task_claim<'a>(
-        &'a self,
-        conn: &'a mut AnyConn,
-        req: &'a ClaimRequest<'_>,
-        cursor: &'a mut (dyn Any + Send),
-    ) -> BoxFuture<'a, sqlx::Result<ClaimBatch>> {
-        let Some(cursor) = cursor.downcast_mut::<D::ClaimCursor>() else {
-            panic!(
-                "a claim cursor of another driver handed to the {} driver",
-                D::NAME
-            )
-        };
-        Box::pin(<D as Claims>::task_claim(
-            self,
-            downcast::<D>(conn),
-            req,
-            cursor,
-        ))
     }
 }

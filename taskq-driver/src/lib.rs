@@ -20,6 +20,7 @@
 //! semver-stable.
 
 pub mod budget;
+mod class;
 pub mod driver;
 pub mod dynamic;
 pub mod event;

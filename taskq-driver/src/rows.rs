@@ -588,6 +588,33 @@ pub struct AuditRow<'a> {
     pub detail: Option<String>,
 }
 
+/// What one queue's claim loop keeps between claims (`Claims::task_claim`): a state of the
+/// driver's own type, made on the first claim ([`state`](Self::state)), opaque to the runtime.
+/// MySQL keeps its seek position and candidate spread in it; SQLite nothing.
+#[derive(Default)]
+pub struct ClaimCursor(Option<Box<dyn std::any::Any + Send>>);
+
+impl ClaimCursor {
+    /// The driver's state, `T::default()` on the first claim. A cursor that holds another
+    /// type (a cursor of one driver handed to another) is a bug of the caller: panics.
+    pub fn state<T: Default + Send + 'static>(&mut self) -> &mut T {
+        let state = self.0.get_or_insert_with(|| Box::new(T::default()));
+        match state.downcast_mut::<T>() {
+            Some(t) => t,
+            None => panic!(
+                "a claim cursor of another driver handed to {}",
+                std::any::type_name::<T>()
+            ),
+        }
+    }
+}
+
+impl std::fmt::Debug for ClaimCursor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("ClaimCursor").finish_non_exhaustive()
+    }
+}
+
 /// One claim: up to `limit` due tasks of `queue` whose name is in `names`, leased for
 /// `lease_us` to `worker_id`.
 pub struct ClaimRequest<'a> {

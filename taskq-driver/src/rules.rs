@@ -92,6 +92,50 @@ pub fn ordered_enqueue_state(key_has_head: bool) -> TaskState {
     }
 }
 
+/// What the retry of a dead ordered task writes (see [`order_retry`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OrderRetry {
+    /// The state the task is retried into: `pending` (its key's head) or `waiting`.
+    pub state: TaskState,
+    /// The task's new `order_seq`, when it takes a new number at the end of its key.
+    pub new_seq: Option<u64>,
+    /// Record the task as its key's head (`taskq_order_keys.head_task_id`).
+    pub make_head: bool,
+}
+
+/// How a dead ordered task `id` is retried, from its key's row as the retry's upsert left it
+/// (`next_seq`, just counted up, and the `head` recorded): the key's head stays the head
+/// (`pending`, nothing else written); any other task takes the new number at the end of its
+/// key, `pending` and head when the key has none, `waiting` behind the head otherwise. Each
+/// driver upserts and reads the key its own way, then writes what this plan says.
+pub fn order_retry(id: u64, next_seq: u64, head: Option<u64>) -> OrderRetry {
+    if head == Some(id) {
+        return OrderRetry {
+            state: TaskState::Pending,
+            new_seq: None,
+            make_head: false,
+        };
+    }
+    let state = ordered_enqueue_state(head.is_some());
+    OrderRetry {
+        state,
+        new_seq: Some(next_seq),
+        make_head: state == TaskState::Pending,
+    }
+}
+
+/// The states one half of `Tasks::task_stats` counts: the active ones (`waiting`, `pending`,
+/// `running`; the last repeated) or the terminal ones (`succeeded`, `dead`, `canceled`,
+/// `expired`), four values for one statement's `state IN (?, ?, ?, ?)` in each driver.
+pub fn stats_states(terminal: bool) -> [TaskState; 4] {
+    use TaskState::*;
+    if terminal {
+        [Succeeded, Dead, Canceled, Expired]
+    } else {
+        [Waiting, Pending, Running, Running]
+    }
+}
+
 /// How long after its last beat a worker that has not stopped counts as lost (µs): two of the
 /// heartbeat intervals it registered (one late beat is tolerated: a slow statement, a pause, a
 /// failover), but never longer than its lease (past it, every lease it held has lapsed and the
@@ -198,6 +242,34 @@ mod tests {
         assert_eq!(ends(true), [Succeeded, Dead, Canceled, Expired]);
         assert_eq!(ordered_enqueue_state(false), Pending);
         assert_eq!(ordered_enqueue_state(true), Waiting);
+    }
+
+    #[test]
+    fn a_retried_ordered_task_keeps_its_headship_or_goes_to_the_end_of_its_key() {
+        use TaskState::*;
+        let head = order_retry(7, 5, Some(7));
+        assert_eq!(
+            (head.state, head.new_seq, head.make_head),
+            (Pending, None, false)
+        );
+        let behind = order_retry(7, 5, Some(3));
+        assert_eq!(
+            (behind.state, behind.new_seq, behind.make_head),
+            (Waiting, Some(5), false)
+        );
+        let alone = order_retry(7, 5, None);
+        assert_eq!(
+            (alone.state, alone.new_seq, alone.make_head),
+            (Pending, Some(5), true)
+        );
+    }
+
+    #[test]
+    fn the_stats_halves_are_the_live_and_the_terminal_states() {
+        for s in TaskState::ALL {
+            assert_eq!(stats_states(true).contains(&s), s.is_terminal(), "{s}");
+            assert_eq!(stats_states(false).contains(&s), !s.is_terminal(), "{s}");
+        }
     }
 
     #[test]

@@ -28,6 +28,7 @@ mod claims;
 mod clock;
 mod enqueue;
 mod events;
+pub mod fixtures;
 mod history;
 mod leases;
 mod ordered;

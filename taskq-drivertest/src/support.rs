@@ -10,7 +10,8 @@ use taskq_driver::driver::{Driver, Handle};
 use taskq_driver::read::TaskInfo;
 use taskq_driver::rows::NameList;
 use taskq_driver::rows::{
-    ClaimBatch, ClaimRequest, Claimed, Inserted, LapsedRow, NewTask, ReapRow, WriteBack,
+    ClaimBatch, ClaimCursor, ClaimRequest, Claimed, Inserted, LapsedRow, NewTask, ReapRow,
+    WriteBack,
 };
 use taskq_driver::state::{TaskId, TaskState};
 
@@ -40,25 +41,7 @@ pub(crate) fn backend<D: Driver>() -> &'static str {
     <D::Database as sqlx::Database>::NAME
 }
 
-/// A task of `name` on `queue`: payload `{}`, priority 0, three attempts, due now, nothing else.
-pub(crate) fn task<'a>(queue: &'a str, name: &'a str) -> NewTask<'a> {
-    NewTask {
-        queue,
-        name,
-        payload: b"{}",
-        priority: 0,
-        max_attempts: 3,
-        delay_us: 0,
-        run_at: None,
-        deadline: None,
-        ttl_us: None,
-        idempotency_key: None,
-        trace_context: None,
-        unique_key: None,
-        unique_while: None,
-        unique_expires_us: None,
-    }
-}
+pub(crate) use crate::fixtures::task;
 
 /// A unique task of `name` on queue `q`, holding `key` while `while_` (`pending`, `running`).
 pub(crate) fn unique<'a>(name: &'a str, key: &'a [u8], while_: &'static str) -> NewTask<'a> {
@@ -118,7 +101,7 @@ pub(crate) fn req<'a>(queue: &'a str, names: &'a NameList, limit: u32) -> ClaimR
 
 /// Claims with a fresh cursor (a claim loop's first claim: from the head of the queue).
 pub(crate) async fn claim<D: Driver>(d: &D, c: &mut D::Conn, r: &ClaimRequest<'_>) -> ClaimBatch {
-    let mut cursor = D::ClaimCursor::default();
+    let mut cursor = ClaimCursor::default();
     d.task_claim(c, r, &mut cursor).await.expect("task_claim")
 }
 

@@ -12,6 +12,7 @@ mod attr;
 mod cron;
 mod duration;
 mod expand;
+mod naming;
 mod sig;
 
 /// Turns an `async fn` into a taskq task: payload struct, `Task` impl, enqueue helpers and

@@ -90,16 +90,15 @@ const MIN_SPREAD: u32 = 2;
 const MAX_SPREAD: u32 = 8;
 
 impl Claims for MySqlDriver {
-    type ClaimCursor = ClaimCursor;
-
     /// Claims up to `req.limit` due tasks (see `MySqlDriver::claim_raw`), from where `cursor`
-    /// says, and moves the cursor on.
+    /// (a [`ClaimCursor`]) says, and moves the cursor on.
     async fn task_claim(
         &self,
         conn: &mut MySqlConnection,
         req: &ClaimRequest<'_>,
-        cursor: &mut ClaimCursor,
+        cursor: &mut taskq_driver::rows::ClaimCursor,
     ) -> sqlx::Result<ClaimBatch> {
+        let cursor: &mut ClaimCursor = cursor.state();
         let started = Instant::now();
         let after = cursor
             .seek

@@ -9,7 +9,7 @@ use crate::identities::identity_reserve;
 use crate::is_conflict_on;
 use taskq_driver::budget::Budget;
 use taskq_driver::rows::{Inserted, NewTask};
-use taskq_driver::state::TaskId;
+use taskq_driver::state::{TaskId, TaskState};
 
 /// Name of the unique index behind idempotency keys (see the migration).
 const IDEMPOTENCY_INDEX: &str = "uq_taskq_idempotency";
@@ -32,7 +32,7 @@ const IDEMPOTENCY_INDEX: &str = "uq_taskq_idempotency";
 /// undoes what was written, so that committing anyway leaves no half-enqueued task.
 pub async fn task_insert(conn: &mut MySqlConnection, t: &NewTask<'_>) -> sqlx::Result<Inserted> {
     let Some(key) = t.unique_key else {
-        return Ok(match insert_row(conn, t).await? {
+        return Ok(match insert_row(conn, t, None).await? {
             Ok(id) => Inserted::New(id),
             Err(holder) => Inserted::Duplicate(holder),
         });
@@ -53,7 +53,7 @@ async fn insert_unique(
     key: &[u8],
 ) -> sqlx::Result<Inserted> {
     if t.idempotency_key.is_some() {
-        let id = match insert_row(conn, t).await? {
+        let id = match insert_row(conn, t, None).await? {
             Ok(id) => id,
             Err(holder) => return Ok(Inserted::Duplicate(holder)),
         };
@@ -72,7 +72,7 @@ async fn insert_unique(
     if let Some(holder) = identity_reserve(conn, key, 0, t.unique_expires_us).await? {
         return Ok(Inserted::Duplicate(holder));
     }
-    let id = match insert_row(conn, t).await {
+    let id = match insert_row(conn, t, None).await {
         Ok(Ok(id)) => id,
         Ok(Err(holder)) => return Ok(Inserted::Duplicate(holder)),
         Err(e) => return Err(undo(conn, None, Some(key), e).await),
@@ -116,22 +116,39 @@ async fn undo(
     e
 }
 
-/// The task row's `INSERT`: the new id, or the holder of its idempotency key.
-async fn insert_row(
+/// An ordered task's place in its key, as the ordered enqueue (`order.rs`) inserts it.
+pub(crate) struct Place<'a> {
+    /// The order key.
+    pub(crate) key: &'a [u8],
+    /// Its number in the key (`order_seq`).
+    pub(crate) seq: u64,
+    /// `order_dead_skips`.
+    pub(crate) dead_skips: bool,
+    /// `pending` (the key's head) or `waiting`.
+    pub(crate) state: TaskState,
+}
+
+/// The task row's `INSERT` (an ordered task's with its `place`; any other `pending` with
+/// none): the new id, or the holder of its idempotency key.
+pub(crate) async fn insert_row(
     conn: &mut MySqlConnection,
     t: &NewTask<'_>,
+    place: Option<&Place<'_>>,
 ) -> sqlx::Result<Result<TaskId, TaskId>> {
+    let state = place.map_or(TaskState::Pending, |p| p.state);
     let res = sqlx::query!(
         r#"INSERT INTO taskq_tasks
             (queue, name, payload, state, priority, max_attempts, run_at, deadline,
-             idempotency_key, trace_context, unique_key, unique_while, created_at, updated_at)
-           VALUES (?, ?, ?, 'pending', ?, ?,
+             idempotency_key, trace_context, unique_key, unique_while,
+             order_key, order_seq, order_dead_skips, created_at, updated_at)
+           VALUES (?, ?, ?, ?, ?, ?,
              COALESCE(?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND),
-             COALESCE(?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND), ?, ?, ?, ?,
+             COALESCE(?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND), ?, ?, ?, ?, ?, ?, ?,
              UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))"#,
         t.queue,
         t.name,
         t.payload,
+        state.as_str(),
         t.priority,
         t.max_attempts,
         t.run_at.map(|d| d.naive_utc()),
@@ -142,6 +159,9 @@ async fn insert_row(
         t.trace_context,
         t.unique_key,
         t.unique_while,
+        place.map(|p| p.key),
+        place.map(|p| p.seq),
+        place.is_some_and(|p| p.dead_skips),
     )
     .execute(&mut *conn)
     .await;

@@ -22,8 +22,10 @@
 //! - `events.rs`: events and the relay's keys (`taskq_events`, `taskq_event_keys`): publish,
 //!   lease, read, settle, and the operator's reads, retention, replays and releases;
 //! - `inbox.rs`: the consumers' inbox (`taskq_inbox`): record a message id, prune;
-//! - `migrate.rs`: the migration lock;
-//! - `database.rs`: whether the database exists, and creating it.
+//! - `migrate.rs`: taskq's migrations and their run under the migration lock ([`migrate`]);
+//! - `database.rs`: whether the database exists, and creating it;
+//! - `connect.rs`: opening a pool on a URL, creating the database it names ([`connect`]);
+//! - `diagnose.rs`: the error numbers of a session the server refused ([`diagnose`]).
 //!
 //! Not semver-stable. Functions are named noun-first (`task_insert`, `task_claim`...). All
 //! times come from the database clock (`UTC_TIMESTAMP(6)`); every write-back of a claimed task
@@ -36,8 +38,9 @@
 //!
 //! The interface is small: [`MySqlDriver`] (a pool handle) has one method per statement the worker
 //! and the `taskq::Client` issue, taking and returning plain row types (`Claimed`,
-//! `WriteBack`, `TaskInfo`...); the producer path (`task_insert`, `task_insert_rows`) and the
-//! migration lock run on a caller's connection and are free functions. The SQLite driver
+//! `WriteBack`, `TaskInfo`...); the producer path (`task_insert`, `task_insert_rows`) runs on
+//! a caller's connection and is free functions; [`migrate`] and [`connect`] take a pool or a
+//! URL. The SQLite driver
 //! (the `taskq-sqlite` crate, through taskq's `backend::sqlite`) provides the same methods;
 //! nothing outside this crate names MySQL SQL.
 
@@ -45,7 +48,9 @@ mod actions;
 mod claim;
 mod claim_raw;
 mod clock;
+pub mod connect;
 mod database;
+pub mod diagnose;
 mod enqueue;
 mod events;
 mod history;
@@ -61,13 +66,9 @@ mod workers;
 
 pub use claim::ClaimCursor;
 pub use clock::db_clock_us;
-pub use database::{database_create, database_exists};
 pub use enqueue::{task_insert, task_insert_rows};
 pub use history::audit_insert;
-pub use migrate::{
-    MIGRATION_LOCK_SECS, migration_lock_renew, migration_lock_table, migration_lock_try,
-    migration_unlock,
-};
+pub use migrate::{MIGRATIONS_TABLE, MigrationError, migrate, migrator};
 pub use order::task_insert_ordered;
 
 use sqlx::{MySqlConnection, MySqlPool};

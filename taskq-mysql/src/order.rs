@@ -8,13 +8,10 @@
 
 use sqlx::{Connection, MySqlConnection};
 
-use crate::is_conflict_on;
+use crate::enqueue::{Place, insert_row};
 use taskq_driver::rows::{HeldKey, Inserted, NewTask, OrderKey};
-use taskq_driver::rules::ordered_enqueue_state;
+use taskq_driver::rules::{self, ordered_enqueue_state};
 use taskq_driver::state::{TaskId, TaskState};
-
-/// Name of the unique index behind idempotency keys (see the migration).
-const IDEMPOTENCY_INDEX: &str = "uq_taskq_idempotency";
 
 /// Inserts an ordered task on `conn`: the key's row is upserted first (`next_seq + 1`), which
 /// locks it until the caller's transaction ends, so two enqueues of one key take their
@@ -46,63 +43,17 @@ async fn insert(
     t: &NewTask<'_>,
     order: &OrderKey<'_>,
 ) -> sqlx::Result<Inserted> {
-    sqlx::query!(
-        r#"INSERT INTO taskq_order_keys (order_key, next_seq, head_task_id) VALUES (?, 1, NULL)
-           ON DUPLICATE KEY UPDATE next_seq = next_seq + 1"#,
-        order.key
-    )
-    .execute(&mut *conn)
-    .await?;
-    let key = sqlx::query!(
-        r#"SELECT next_seq AS "next_seq: u64", head_task_id AS "head_task_id: u64"
-           FROM taskq_order_keys WHERE order_key = ? FOR UPDATE"#,
-        order.key
-    )
-    .fetch_one(&mut *conn)
-    .await?;
-    let state = ordered_enqueue_state(key.head_task_id.is_some());
-    let res = sqlx::query!(
-        r#"INSERT INTO taskq_tasks
-            (queue, name, payload, state, priority, max_attempts, run_at, deadline,
-             idempotency_key, trace_context, order_key, order_seq, order_dead_skips,
-             created_at, updated_at)
-           VALUES (?, ?, ?, ?, ?, ?, COALESCE(?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND),
-             COALESCE(?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND),
-             ?, ?, ?, ?, ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))"#,
-        t.queue,
-        t.name,
-        t.payload,
-        state.as_str(),
-        t.priority,
-        t.max_attempts,
-        t.run_at.map(|d| d.naive_utc()),
-        t.delay_us,
-        t.deadline.map(|d| d.naive_utc()),
-        t.ttl_us,
-        t.idempotency_key,
-        t.trace_context,
-        order.key,
-        key.next_seq,
-        order.dead_skips,
-    )
-    .execute(&mut *conn)
-    .await;
-    let id = match res {
-        Ok(done) => TaskId(done.last_insert_id()),
-        Err(sqlx::Error::Database(e))
-            if is_conflict_on(&*e, IDEMPOTENCY_INDEX) && t.idempotency_key.is_some() =>
-        {
-            let id = sqlx::query_scalar!(
-                r#"SELECT id AS "id: u64" FROM taskq_tasks
-                   WHERE name = ? AND idempotency_key = ? LOCK IN SHARE MODE"#,
-                t.name,
-                t.idempotency_key,
-            )
-            .fetch_one(&mut *conn)
-            .await?;
-            return Ok(Inserted::Duplicate(TaskId(id)));
-        }
-        Err(e) => return Err(e),
+    let (next_seq, head) = key_count_up(conn, order.key).await?;
+    let state = ordered_enqueue_state(head.is_some());
+    let place = Place {
+        key: order.key,
+        seq: next_seq,
+        dead_skips: order.dead_skips,
+        state,
+    };
+    let id = match insert_row(conn, t, Some(&place)).await? {
+        Ok(id) => id,
+        Err(holder) => return Ok(Inserted::Duplicate(holder)),
     };
     if state == TaskState::Pending {
         sqlx::query!(
@@ -114,6 +65,26 @@ async fn insert(
         .await?;
     }
     Ok(Inserted::New(id))
+}
+
+/// Counts `key`'s row up (`next_seq + 1`, inserted at 1 for a new key) and reads it back
+/// locked until the transaction ends: the number just taken and the head recorded.
+async fn key_count_up(conn: &mut MySqlConnection, key: &[u8]) -> sqlx::Result<(u64, Option<u64>)> {
+    sqlx::query!(
+        r#"INSERT INTO taskq_order_keys (order_key, next_seq, head_task_id) VALUES (?, 1, NULL)
+           ON DUPLICATE KEY UPDATE next_seq = next_seq + 1"#,
+        key
+    )
+    .execute(&mut *conn)
+    .await?;
+    let row = sqlx::query!(
+        r#"SELECT next_seq AS "next_seq: u64", head_task_id AS "head_task_id: u64"
+           FROM taskq_order_keys WHERE order_key = ? FOR UPDATE"#,
+        key
+    )
+    .fetch_one(&mut *conn)
+    .await?;
+    Ok((row.next_seq, row.head_task_id))
 }
 
 /// After the task `ended` stopped being its key's head (it succeeded, was canceled, was
@@ -196,40 +167,21 @@ pub async fn order_advance_ids(conn: &mut MySqlConnection, ids: &[u64]) -> sqlx:
 }
 
 /// Makes a dead ordered task live again (the retry of a dead task), on the caller's
-/// transaction, with the task's row locked: the key's head stays the head (`pending`); any
-/// other takes a new number at the end of its key, `pending` and head when the key has none,
-/// `waiting` otherwise. Returns the state to write.
+/// transaction, with the task's row locked: the key's row is counted up and read, and
+/// `rules::order_retry` decides what to write. Returns the state to write.
 pub async fn order_retry(
     conn: &mut MySqlConnection,
     key: &[u8],
     id: u64,
 ) -> sqlx::Result<TaskState> {
-    sqlx::query!(
-        r#"INSERT INTO taskq_order_keys (order_key, next_seq, head_task_id) VALUES (?, 1, NULL)
-           ON DUPLICATE KEY UPDATE next_seq = next_seq + 1"#,
-        key
-    )
-    .execute(&mut *conn)
-    .await?;
-    let row = sqlx::query!(
-        r#"SELECT next_seq AS "next_seq: u64", head_task_id AS "head_task_id: u64"
-           FROM taskq_order_keys WHERE order_key = ? FOR UPDATE"#,
-        key
-    )
-    .fetch_one(&mut *conn)
-    .await?;
-    if row.head_task_id == Some(id) {
-        return Ok(TaskState::Pending);
+    let (next_seq, head) = key_count_up(conn, key).await?;
+    let plan = rules::order_retry(id, next_seq, head);
+    if let Some(seq) = plan.new_seq {
+        sqlx::query!("UPDATE taskq_tasks SET order_seq = ? WHERE id = ?", seq, id)
+            .execute(&mut *conn)
+            .await?;
     }
-    let state = ordered_enqueue_state(row.head_task_id.is_some());
-    sqlx::query!(
-        "UPDATE taskq_tasks SET order_seq = ? WHERE id = ?",
-        row.next_seq,
-        id
-    )
-    .execute(&mut *conn)
-    .await?;
-    if state == TaskState::Pending {
+    if plan.make_head {
         sqlx::query!(
             "UPDATE taskq_order_keys SET head_task_id = ? WHERE order_key = ?",
             id,
@@ -238,7 +190,7 @@ pub async fn order_retry(
         .execute(&mut *conn)
         .await?;
     }
-    Ok(state)
+    Ok(plan.state)
 }
 
 /// See `Tasks::order_keys_held`.

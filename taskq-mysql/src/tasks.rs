@@ -8,6 +8,7 @@ use taskq_driver::driver::Tasks;
 use crate::MySqlDriver;
 use taskq_driver::read::{PendingNameCount, QueueStateCount, TaskInfo};
 use taskq_driver::rows::{PendingKind, TaskFilter};
+use taskq_driver::rules;
 use taskq_driver::state::{TaskId, TaskState};
 
 /// `sqlx::query_as!(TaskInfo, "SELECT <every column of a TaskInfo> " + $rest, args..)`: the
@@ -326,24 +327,14 @@ impl Tasks for MySqlDriver {
         Ok(rows)
     }
 
-    /// Counts by queue of the pending and running tasks, with the earliest `run_at`
+    /// Counts by queue of the waiting, pending and running tasks, with the earliest `run_at`
     /// (`earliest_lease_until` is `None`): a covering range read of `ix_taskq_claim` over
-    /// those two states.
+    /// those states.
     async fn task_stats_active(
         &self,
         conn: &mut MySqlConnection,
     ) -> sqlx::Result<Vec<QueueStateCount>> {
-        sqlx::query_as!(
-            QueueStateCount,
-            r#"SELECT queue, state AS "state!: TaskState", CAST(COUNT(*) AS UNSIGNED) AS "count!: u64",
-                 MIN(run_at) AS "oldest_run_at: DateTime<Utc>",
-                 CAST(NULL AS DATETIME(6)) AS "earliest_lease_until: DateTime<Utc>"
-               FROM taskq_tasks FORCE INDEX (ix_taskq_claim)
-               WHERE state IN ('waiting', 'pending', 'running')
-               GROUP BY state, queue"#
-        )
-        .fetch_all(&mut *conn)
-        .await
+        stats_half(conn, false).await
     }
 
     /// Counts by queue of the tasks in terminal states, with the earliest `run_at`: a covering
@@ -353,17 +344,7 @@ impl Tasks for MySqlDriver {
         &self,
         conn: &mut MySqlConnection,
     ) -> sqlx::Result<Vec<QueueStateCount>> {
-        sqlx::query_as!(
-            QueueStateCount,
-            r#"SELECT queue, state AS "state!: TaskState", CAST(COUNT(*) AS UNSIGNED) AS "count!: u64",
-                 MIN(run_at) AS "oldest_run_at: DateTime<Utc>",
-                 CAST(NULL AS DATETIME(6)) AS "earliest_lease_until: DateTime<Utc>"
-               FROM taskq_tasks FORCE INDEX (ix_taskq_claim)
-               WHERE state IN ('succeeded', 'dead', 'canceled', 'expired')
-               GROUP BY state, queue"#
-        )
-        .fetch_all(&mut *conn)
-        .await
+        stats_half(conn, true).await
     }
 
     /// Pending tasks per queue and name (of `queue` only, when given): how many, how many are
@@ -532,4 +513,29 @@ impl MySqlDriver {
         .await?;
         Ok(rows.into_iter().map(|r| (r.queue, r.earliest)).collect())
     }
+}
+
+/// Counts by queue of the states `rules::stats_states(terminal)` names, with the earliest
+/// `run_at` (`earliest_lease_until` is `None`): a covering read of `ix_taskq_claim`'s ranges
+/// of those states (the server plans the `IN` list with the values bound).
+async fn stats_half(
+    conn: &mut MySqlConnection,
+    terminal: bool,
+) -> sqlx::Result<Vec<QueueStateCount>> {
+    let [a, b, c, d] = rules::stats_states(terminal).map(TaskState::as_str);
+    sqlx::query_as!(
+        QueueStateCount,
+        r#"SELECT queue, state AS "state!: TaskState", CAST(COUNT(*) AS UNSIGNED) AS "count!: u64",
+             MIN(run_at) AS "oldest_run_at: DateTime<Utc>",
+             CAST(NULL AS DATETIME(6)) AS "earliest_lease_until: DateTime<Utc>"
+           FROM taskq_tasks FORCE INDEX (ix_taskq_claim)
+           WHERE state IN (?, ?, ?, ?)
+           GROUP BY state, queue"#,
+        a,
+        b,
+        c,
+        d
+    )
+    .fetch_all(&mut *conn)
+    .await
 }

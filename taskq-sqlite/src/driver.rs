@@ -286,14 +286,14 @@ impl Tasks for SqliteDriver {
         &self,
         conn: &mut SqliteConnection,
     ) -> sqlx::Result<Vec<QueueStateCount>> {
-        tasks::task_stats_active(conn).await
+        tasks::task_stats_half(conn, false).await
     }
 
     async fn task_stats_terminal(
         &self,
         conn: &mut SqliteConnection,
     ) -> sqlx::Result<Vec<QueueStateCount>> {
-        tasks::task_stats_terminal(conn).await
+        tasks::task_stats_half(conn, true).await
     }
 
     async fn task_pending_by_name(
@@ -419,13 +419,12 @@ impl Actions for SqliteDriver {
 }
 
 impl Claims for SqliteDriver {
-    type ClaimCursor = ();
-
+    /// One `UPDATE … RETURNING` under the write lock: the cursor holds nothing.
     async fn task_claim(
         &self,
         conn: &mut SqliteConnection,
         req: &ClaimRequest<'_>,
-        _cursor: &mut (),
+        _cursor: &mut ClaimCursor,
     ) -> sqlx::Result<ClaimBatch> {
         lease::task_claim(conn, req).await
     }

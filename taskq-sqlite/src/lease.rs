@@ -16,8 +16,7 @@ use taskq_driver::rules::{Allowance, claim_allowance, frees_identity, run_end_fr
 
 use crate::connect::begin_write;
 use crate::conv::{json, sids, signed, state, uid};
-use crate::identities::{freed, release};
-use crate::order::{Ended, order_advance_ended};
+use crate::order::{Ended, tasks_moved};
 
 /// A limited queue's limits as the claim reads them (inside its write transaction).
 struct QueueLimits {
@@ -169,28 +168,24 @@ pub(crate) async fn task_claim(
         .execute(&mut *tx)
         .await?;
     }
-    let mut frees = Vec::new();
-    for r in rows.iter().filter(|r| r.unique_key.is_some()) {
-        let to = state(&r.state)?;
-        let w = r.unique_while.as_deref();
-        frees.extend(freed(r.id, r.unique_key.clone(), w, to, frees_identity));
-    }
-    release(&mut tx, &frees).await?;
-    // Ordered heads the claim ended (expired, or canceled) let their keys go on.
-    let mut ended = Vec::new();
+    // Identities held while pending are freed by the start; ordered heads the claim ended
+    // (expired, or canceled) let their keys go on.
+    let mut moved = Vec::new();
     for r in rows
         .iter()
-        .filter(|r| r.order_key.is_some() && r.state != "running")
+        .filter(|r| r.unique_key.is_some() || r.order_key.is_some())
     {
-        ended.push(Ended {
+        moved.push(Ended {
             id: r.id,
             state: state(&r.state)?,
+            unique_key: r.unique_key.clone(),
+            unique_while: r.unique_while.clone(),
             order_key: r.order_key.clone(),
             order_seq: r.order_seq,
             dead_skips: r.order_dead_skips,
         });
     }
-    order_advance_ended(&mut tx, ended).await?;
+    tasks_moved(&mut tx, moved, frees_identity).await?;
     tx.commit().await?;
     let mut batch = batch(hit);
     for r in rows {
@@ -445,25 +440,20 @@ pub(crate) async fn task_write_back(
         }
     }
     follow_ups_insert(&mut tx, &inserts).await?;
-    let mut frees = Vec::new();
-    let mut ended = Vec::new();
+    let mut moved = Vec::new();
     for r in rows {
-        let to = state(&r.state)?;
-        let w = r.unique_while.as_deref();
-        frees.extend(freed(r.id, r.unique_key, w, to, run_end_frees_identity));
-        if r.order_key.is_some() {
-            ended.push(Ended {
-                id: r.id,
-                state: to,
-                order_key: r.order_key,
-                order_seq: r.order_seq,
-                dead_skips: r.order_dead_skips,
-            });
-        }
+        moved.push(Ended {
+            id: r.id,
+            state: state(&r.state)?,
+            unique_key: r.unique_key,
+            unique_while: r.unique_while,
+            order_key: r.order_key,
+            order_seq: r.order_seq,
+            dead_skips: r.order_dead_skips,
+        });
     }
     // Ordered heads this write-back ended let their keys go on, in the same transaction.
-    order_advance_ended(&mut tx, ended).await?;
-    release(&mut tx, &frees).await?;
+    tasks_moved(&mut tx, moved, run_end_frees_identity).await?;
     tx.commit().await?;
     followed.sort_unstable();
     Ok(WrittenBack {
@@ -691,26 +681,22 @@ pub(crate) async fn task_reap(
         }
     }
     follow_ups_insert(&mut tx, &inserts).await?;
-    let mut frees = Vec::new();
-    let mut ended = Vec::new();
+    let mut moved = Vec::new();
     for r in reaped {
         let to = state(&r.state)?;
-        let w = r.unique_while.as_deref();
-        frees.extend(freed(r.id, r.unique_key, w, to, run_end_frees_identity));
         out.rows.push((uid(r.id), to));
-        if r.order_key.is_some() {
-            ended.push(Ended {
-                id: r.id,
-                state: to,
-                order_key: r.order_key,
-                order_seq: r.order_seq,
-                dead_skips: r.order_dead_skips,
-            });
-        }
+        moved.push(Ended {
+            id: r.id,
+            state: to,
+            unique_key: r.unique_key,
+            unique_while: r.unique_while,
+            order_key: r.order_key,
+            order_seq: r.order_seq,
+            dead_skips: r.order_dead_skips,
+        });
     }
     // Ordered heads the reap ended (canceled, or dead letting their key go on).
-    order_advance_ended(&mut tx, ended).await?;
-    release(&mut tx, &frees).await?;
+    tasks_moved(&mut tx, moved, run_end_frees_identity).await?;
     tx.commit().await?;
     out.followed.sort_unstable();
     out.rows.sort_unstable_by_key(|r| r.0);

@@ -6,12 +6,13 @@
 
 use sqlx::{SqliteConnection, SqlitePool};
 use taskq_driver::rows::{HeldKey, Inserted, NewTask, OrderKey};
-use taskq_driver::rules::{ends_order_head, ordered_enqueue_state};
+use taskq_driver::rules::{self, ends_order_head, ordered_enqueue_state};
 use taskq_driver::state::{TaskId, TaskState};
 
 use crate::clock::time_to_us;
 use crate::connect::begin_write;
-use crate::conv::uid;
+use crate::conv::{sid, uid};
+use crate::identities::{freed, release};
 
 /// Inserts an ordered task (see `Enqueue::task_insert_ordered`): the key's row is upserted
 /// (`next_seq + 1`), then the task inserted `pending` as the key's head when the key has none,
@@ -28,15 +29,8 @@ pub(crate) async fn task_insert_ordered(
         ));
     }
     let mut tx = begin_write(conn).await?;
-    let key = sqlx::query!(
-        r#"INSERT INTO taskq_order_keys (order_key, next_seq, head_task_id) VALUES (?1, 1, NULL)
-           ON CONFLICT (order_key) DO UPDATE SET next_seq = next_seq + 1
-           RETURNING next_seq AS "next_seq!: i64", head_task_id AS "head_task_id?: i64""#,
-        order.key
-    )
-    .fetch_one(&mut *tx)
-    .await?;
-    let state = ordered_enqueue_state(key.head_task_id.is_some()).as_str();
+    let (next_seq, head) = key_count_up(&mut tx, order.key).await?;
+    let state = ordered_enqueue_state(head.is_some()).as_str();
     let run_at = t.run_at.map(time_to_us);
     let deadline = t.deadline.map(time_to_us);
     let id = sqlx::query_scalar!(
@@ -62,7 +56,7 @@ pub(crate) async fn task_insert_ordered(
         t.idempotency_key,
         t.trace_context,
         order.key,
-        key.next_seq,
+        next_seq,
         order.dead_skips,
     )
     .fetch_optional(&mut *tx)
@@ -78,7 +72,7 @@ pub(crate) async fn task_insert_ordered(
         tx.rollback().await?;
         return Ok(Inserted::Duplicate(TaskId(uid(holder))));
     };
-    if key.head_task_id.is_none() {
+    if head.is_none() {
         sqlx::query!(
             "UPDATE taskq_order_keys SET head_task_id = ?1 WHERE order_key = ?2",
             id,
@@ -89,6 +83,20 @@ pub(crate) async fn task_insert_ordered(
     }
     tx.commit().await?;
     Ok(Inserted::New(TaskId(uid(id))))
+}
+
+/// Counts `key`'s row up (`next_seq + 1`, inserted at 1 for a new key): the number just
+/// taken and the head recorded.
+async fn key_count_up(conn: &mut SqliteConnection, key: &[u8]) -> sqlx::Result<(i64, Option<i64>)> {
+    let row = sqlx::query!(
+        r#"INSERT INTO taskq_order_keys (order_key, next_seq, head_task_id) VALUES (?1, 1, NULL)
+           ON CONFLICT (order_key) DO UPDATE SET next_seq = next_seq + 1
+           RETURNING next_seq AS "next_seq!: i64", head_task_id AS "head_task_id?: i64""#,
+        key
+    )
+    .fetch_one(&mut *conn)
+    .await?;
+    Ok((row.next_seq, row.head_task_id))
 }
 
 /// After the task `ended` stopped being its key's head, on the transaction that ended it: if
@@ -136,59 +144,62 @@ pub(crate) async fn order_advance(
     Ok(Some(uid(next)))
 }
 
-/// A task's order as a statement that ended it returns it.
+/// A task as a statement that moved it returns it: its new state, unique identity and order.
 pub(crate) struct Ended {
     pub(crate) id: i64,
     pub(crate) state: TaskState,
+    pub(crate) unique_key: Option<Vec<u8>>,
+    pub(crate) unique_while: Option<String>,
     pub(crate) order_key: Option<Vec<u8>>,
     pub(crate) order_seq: Option<i64>,
     pub(crate) dead_skips: bool,
 }
 
-/// [`order_advance`] for each ended task that was an ordered head and whose new state ends
-/// the head (`rules::ends_order_head`).
-pub(crate) async fn order_advance_ended(
+/// The tail of every statement that moves tasks (cancel, delete, claim, write-back, reap), in
+/// its transaction: each ordered head whose new state ends the head
+/// (`rules::ends_order_head`) promotes its key's next task ([`order_advance`]), then the
+/// unique identities `frees` (a rule of `taskq_driver::rules`) says the new states free are
+/// released (`identities::release`).
+pub(crate) async fn tasks_moved(
     conn: &mut SqliteConnection,
-    ended: impl IntoIterator<Item = Ended>,
+    moved: Vec<Ended>,
+    frees: fn(&str, TaskState) -> bool,
 ) -> sqlx::Result<()> {
-    for e in ended {
+    let mut freed_ids = Vec::new();
+    for e in moved {
+        let w = e.unique_while.as_deref();
+        freed_ids.extend(freed(e.id, e.unique_key, w, e.state, frees));
         if let (Some(key), Some(seq)) = (&e.order_key, e.order_seq)
             && ends_order_head(e.state, e.dead_skips)
         {
             order_advance(conn, key, e.id, seq).await?;
         }
     }
+    release(conn, &freed_ids).await?;
     Ok(())
 }
 
-/// Makes a dead ordered task live again (a retry), on the caller's transaction: the key's
-/// head stays the head (`pending`); any other takes a new number at the end of its key,
-/// `pending` and head when the key has none, `waiting` otherwise. Returns the state to write.
+/// Makes a dead ordered task live again (a retry), on the caller's transaction: the key's row
+/// is counted up and read back, and `rules::order_retry` decides what to write. Returns the
+/// state to write.
 pub(crate) async fn order_retry(
     conn: &mut SqliteConnection,
     key: &[u8],
     id: i64,
 ) -> sqlx::Result<TaskState> {
-    let row = sqlx::query!(
-        r#"INSERT INTO taskq_order_keys (order_key, next_seq, head_task_id) VALUES (?1, 1, NULL)
-           ON CONFLICT (order_key) DO UPDATE SET next_seq = next_seq + 1
-           RETURNING next_seq AS "next_seq!: i64", head_task_id AS "head_task_id?: i64""#,
-        key
-    )
-    .fetch_one(&mut *conn)
-    .await?;
-    if row.head_task_id == Some(id) {
-        return Ok(TaskState::Pending);
+    let (next_seq, head) = key_count_up(conn, key).await?;
+    let plan = rules::order_retry(uid(id), uid(next_seq), head.map(uid));
+    if let Some(seq) = plan.new_seq {
+        let seq = sid(seq);
+        sqlx::query!(
+            "UPDATE taskq_tasks SET order_seq = ?1 WHERE id = ?2",
+            seq,
+            id
+        )
+        .execute(&mut *conn)
+        .await?;
     }
-    let state = ordered_enqueue_state(row.head_task_id.is_some());
-    sqlx::query!(
-        "UPDATE taskq_tasks SET order_seq = ?1 WHERE id = ?2",
-        row.next_seq,
-        id
-    )
-    .execute(&mut *conn)
-    .await?;
-    if state == TaskState::Pending {
+    if plan.make_head {
         sqlx::query!(
             "UPDATE taskq_order_keys SET head_task_id = ?1 WHERE order_key = ?2",
             id,
@@ -197,7 +208,7 @@ pub(crate) async fn order_retry(
         .execute(&mut *conn)
         .await?;
     }
-    Ok(state)
+    Ok(plan.state)
 }
 
 /// See `Tasks::order_keys_held`.

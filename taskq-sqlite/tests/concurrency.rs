@@ -48,7 +48,10 @@ async fn drain(pool: &sqlx::SqlitePool, worker: &str) -> Vec<u64> {
             worker_id: worker,
             limited: false,
         };
-        let got = d.task_claim(&mut c, &req, &mut ()).await.unwrap();
+        let got = d
+            .task_claim(&mut c, &req, &mut Default::default())
+            .await
+            .unwrap();
         if got.tasks.is_empty() {
             return mine;
         }

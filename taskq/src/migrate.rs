@@ -4,7 +4,7 @@
 use crate::backend::Backend;
 use crate::error::Result;
 
-pub use crate::backend::migrate_mysql::{MIGRATIONS_TABLE, migrator};
+pub use taskq_mysql::{MIGRATIONS_TABLE, migrator};
 
 /// Creates or upgrades taskq's tables on `pool`'s database (MySQL / MariaDB, or with the
 /// `sqlite` feature a SQLite file). Safe to call at every start-up and

@@ -24,15 +24,12 @@ pub const DEFAULT_QUEUE: &str = "default";
 pub const DEFAULT_MAX_SNOOZES: u32 = 100;
 
 /// The enqueue options on a task, forwarding to [`Enqueue`]: `enqueue_options()` and every
-/// `with_*` option, each as `Enqueue::new(self).with_*(..)`. Written once and expanded twice:
-/// as provided methods of [`Task`] (`enqueue_options!(links = "crate")`), and by
-/// `#[taskq::task]` as inherent methods of the payload struct, so that calling them needs no
-/// `use taskq::Task` (`::taskq::__private::enqueue_options!(pub links = "::taskq")`).
-/// `links` is the path of this crate where the expansion is, for the methods' doc links.
-#[doc(hidden)]
-#[macro_export]
-macro_rules! __enqueue_options {
-    (@options $vis:vis, $root:literal,
+/// `with_*` option, each as `Enqueue::new(self).with_*(..)`, expanded once, as provided methods
+/// of [`Task`]. `#[taskq::task]` generates no copies: calling them on a payload struct needs
+/// [`Task`] in scope (`use taskq::prelude::*` or `use taskq::Task`; see docs/design.md, "One
+/// home for the enqueue options").
+macro_rules! enqueue_options {
+    (@options $root:literal,
         $( $(#[doc = $doc:literal])* $name:ident($arg:ident: $ty:ty); )*
     ) => {
         $(
@@ -42,26 +39,26 @@ macro_rules! __enqueue_options {
                 "[`Enqueue::", stringify!($name), "`](", $root, "::Enqueue::",
                 stringify!($name), ") on this task."
             )]
-            $vis fn $name(self, $arg: $ty) -> $crate::Enqueue<Self> {
-                $crate::Enqueue::new(self).$name($arg)
+            fn $name(self, $arg: $ty) -> crate::Enqueue<Self> {
+                crate::Enqueue::new(self).$name($arg)
             }
         )*
     };
-    ($vis:vis links = $root:literal) => {
+    (links = $root:literal) => {
         #[doc = concat!(
             "Starts an enqueue with options; see [`Enqueue`](", $root, "::Enqueue) for the \
              `with_*` options (each also a method of the task, like this one)."
         )]
-        $vis fn enqueue_options(self) -> $crate::Enqueue<Self> {
-            $crate::Enqueue::new(self)
+        fn enqueue_options(self) -> crate::Enqueue<Self> {
+            crate::Enqueue::new(self)
         }
 
-        $crate::__enqueue_options! { @options $vis, $root,
+        enqueue_options! { @options $root,
             /// Runs no earlier than `delay` after the insert (database clock).
             with_delay(delay: ::core::time::Duration);
             /// Runs no earlier than this UTC time.
             with_run_at(
-                at: $crate::__private::chrono::DateTime<$crate::__private::chrono::Utc>
+                at: ::chrono::DateTime<::chrono::Utc>
             );
             /// Overrides the task's default priority (lower runs first).
             with_priority(priority: i16);
@@ -71,7 +68,7 @@ macro_rules! __enqueue_options {
             /// Makes this enqueue unique (or, with `None`, not unique), replacing the task's
             /// `unique` declaration.
             with_unique(
-                unique: impl ::core::convert::Into<::core::option::Option<$crate::unique::Unique>>
+                unique: impl ::core::convert::Into<::core::option::Option<crate::unique::Unique>>
             );
             /// Runs this task in order with the other tasks of its queue given the same key: one
             /// at a time, in commit order (replaces the key of the task's `ordered_by`).
@@ -83,7 +80,7 @@ macro_rules! __enqueue_options {
             /// No attempt starts at or after this time: a task not started by then ends
             /// `expired`, never run (replaces `with_ttl` and the task's `TTL`).
             with_deadline(
-                deadline: $crate::__private::chrono::DateTime<$crate::__private::chrono::Utc>
+                deadline: ::chrono::DateTime<::chrono::Utc>
             );
             /// The deadline as a time to live from the insert (database clock; replaces
             /// `with_deadline` and the task's `TTL`).
@@ -194,7 +191,7 @@ pub trait Task: Serialize + DeserializeOwned + Send + Sync + 'static {
         None
     }
 
-    crate::__private::enqueue_options!(links = "crate");
+    enqueue_options!(links = "crate");
 
     /// Inserts the task on the caller's transaction or connection (never commits).
     fn enqueue_tx<C: AsConnection + ?Sized>(

@@ -103,7 +103,7 @@ impl Target {
     pub fn struct_path(&self) -> syn::Path {
         let mut path = self.path.clone();
         if let Some(last) = path.segments.last_mut() {
-            let name = crate::expand::pascal_case(&last.ident.unraw().to_string());
+            let name = crate::naming::pascal_case(&last.ident.unraw().to_string());
             last.ident = Ident::new(&name, last.ident.span());
         }
         path

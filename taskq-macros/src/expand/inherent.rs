@@ -1,6 +1,6 @@
-//! The inherent methods of the payload struct: `enqueue_tx`, `enqueue` and the enqueue options
-//! (`enqueue_options()`, the `with_*` options: the list written once in taskq, expanded here by
-//! `taskq::__private::enqueue_options!`), so that enqueueing a task needs no `use taskq::Task`.
+//! The inherent methods of the payload struct: `enqueue_tx` and `enqueue`, so that enqueueing a
+//! task needs no `use taskq::Task`. The enqueue options (`enqueue_options()`, `with_*`) have
+//! one home, the provided methods of `taskq::Task`: no copies here (`use taskq::prelude::*`).
 
 use proc_macro2::TokenStream;
 use quote::quote;
@@ -29,8 +29,6 @@ pub fn generate(ty: &Ident, cfgs: &[&Attribute]) -> TokenStream {
             ) -> ::taskq::Result<::taskq::Enqueued> {
                 ::taskq::Enqueue::new(self).enqueue(pool).await
             }
-
-            ::taskq::__private::enqueue_options!(pub links = "::taskq");
         }
     }
 }

@@ -167,20 +167,7 @@ fn item_keyword_span(item: &Item) -> proc_macro2::Span {
     }
 }
 
-/// `order_export` → `OrderExport`, `r#type` → `Type`, `send_email_v2` → `SendEmailV2`.
-pub fn pascal_case(snake: &str) -> String {
-    snake
-        .split('_')
-        .filter(|w| !w.is_empty())
-        .map(|w| {
-            let mut c = w.chars();
-            match c.next() {
-                Some(first) => first.to_uppercase().chain(c).collect::<String>(),
-                None => String::new(),
-            }
-        })
-        .collect()
-}
+pub use crate::naming::pascal_case;
 
 fn filter_attrs<'a>(attrs: &'a [Attribute], name: &'a str) -> impl Iterator<Item = &'a Attribute> {
     attrs.iter().filter(move |a| a.path().is_ident(name))
@@ -283,14 +270,14 @@ mod tests {
             "Registration :: of :: < OrderExport > ()",
             "pub async fn enqueue_tx",
             "pub async fn enqueue <",
-            // the `with_*` options: taskq's one list, expanded as inherent `pub` methods
-            ":: taskq :: __private :: enqueue_options ! (pub links = \"::taskq\") ;",
             "const MAX_SNOOZES : u32 = 7u32",
             "const TTL : :: core :: option :: Option < :: core :: time :: Duration > = :: core :: option :: Option :: Some (:: core :: time :: Duration :: from_millis (3600000u64))",
             "# [doc = r\" Exports an order.\"]",
         ] {
             assert!(out.contains(needle), "missing {needle:?} in\n{out}");
         }
+        // The enqueue options have one home, `taskq::Task`'s provided methods: no copies.
+        assert!(!out.contains("with_delay"), "{out}");
     }
 
     #[test]

@@ -10,8 +10,7 @@ use taskq_driver::state::{TaskId, TaskState};
 use crate::clock::time_to_us;
 use crate::connect::begin_write;
 use crate::conv::{json, sid, sids, uid};
-use crate::identities::{freed, release};
-use crate::order::{Ended, order_advance_ended, order_retry};
+use crate::order::{Ended, order_retry, tasks_moved};
 
 /// Cancels a pending task (freeing the unique identity it holds); returns whether it was
 /// pending.
@@ -44,25 +43,19 @@ pub(crate) async fn task_cancel_batch(
     .await?;
     let count = rows.len() as u64;
     // A canceled head lets its key go on (a waiting task is no head: nothing changes).
-    let ended: Vec<Ended> = rows
-        .iter()
+    let moved = rows
+        .into_iter()
         .map(|r| Ended {
             id: r.id,
             state: TaskState::Canceled,
-            order_key: r.order_key.clone(),
+            unique_key: r.unique_key,
+            unique_while: r.unique_while,
+            order_key: r.order_key,
             order_seq: r.order_seq,
             dead_skips: false,
         })
         .collect();
-    order_advance_ended(&mut tx, ended).await?;
-    let frees: Vec<_> = rows
-        .into_iter()
-        .filter_map(|r| {
-            let w = r.unique_while.as_deref();
-            freed(r.id, r.unique_key, w, TaskState::Canceled, frees_identity)
-        })
-        .collect();
-    release(&mut tx, &frees).await?;
+    tasks_moved(&mut tx, moved, frees_identity).await?;
     tx.commit().await?;
     Ok(count)
 }
@@ -90,17 +83,16 @@ pub(crate) async fn task_delete(conn: &mut SqliteConnection, id: TaskId) -> sqlx
     // A deleted head (pending, or dead holding its key) lets its key go on; for any other
     // task `order_advance` changes nothing.
     if let Some(r) = &done {
-        order_advance_ended(
-            &mut tx,
-            [Ended {
-                id,
-                state: TaskState::Canceled,
-                order_key: r.order_key.clone(),
-                order_seq: r.order_seq,
-                dead_skips: false,
-            }],
-        )
-        .await?;
+        let moved = Ended {
+            id,
+            state: TaskState::Canceled,
+            unique_key: None,
+            unique_while: None,
+            order_key: r.order_key.clone(),
+            order_seq: r.order_seq,
+            dead_skips: false,
+        };
+        tasks_moved(&mut tx, vec![moved], frees_identity).await?;
     }
     tx.commit().await?;
     Ok(done.is_some())

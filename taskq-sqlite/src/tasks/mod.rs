@@ -14,6 +14,7 @@ use chrono::{DateTime, Utc};
 use sqlx::SqliteConnection;
 use taskq_driver::read::{PendingNameCount, QueueStateCount, TaskInfo};
 use taskq_driver::rows::{PendingKind, TaskFilter};
+use taskq_driver::rules;
 use taskq_driver::state::{TaskId, TaskState};
 
 use crate::clock::{opt_time, time_from_us, time_to_us};
@@ -372,15 +373,17 @@ pub(crate) async fn task_state(
     .transpose()
 }
 
-/// Counts by queue and state, ordered by queue and state.
-pub(crate) async fn task_stats(conn: &mut SqliteConnection) -> sqlx::Result<Vec<QueueStateCount>> {
-    let rows = sqlx::query!(
-        r#"SELECT queue AS "queue!: String", state AS "state!: String", COUNT(*) AS "count!: i64",
-             MIN(run_at) AS "oldest_run_at?: i64", MIN(lease_until) AS "earliest_lease_until?: i64"
-           FROM taskq_tasks GROUP BY queue, state ORDER BY queue, state"#
-    )
-    .fetch_all(&mut *conn)
-    .await?;
+/// One row of [`task_stats`] and its halves, as SQLite returns it.
+struct StatsRow {
+    queue: String,
+    state: String,
+    count: i64,
+    oldest_run_at: Option<i64>,
+    earliest_lease_until: Option<i64>,
+}
+
+/// The seam's counts of [`StatsRow`]s.
+fn stats_counts(rows: Vec<StatsRow>) -> sqlx::Result<Vec<QueueStateCount>> {
     rows.into_iter()
         .map(|r| {
             Ok(QueueStateCount {
@@ -394,57 +397,42 @@ pub(crate) async fn task_stats(conn: &mut SqliteConnection) -> sqlx::Result<Vec<
         .collect()
 }
 
-/// Counts by queue of the pending and running tasks with the earliest `run_at`, ordered by
-/// queue and state; `earliest_lease_until` is `None`, as on MySQL (whose `task_stats` reads
-/// the leases apart; [`task_stats`] here has them).
-pub(crate) async fn task_stats_active(
-    conn: &mut SqliteConnection,
-) -> sqlx::Result<Vec<QueueStateCount>> {
-    let rows = sqlx::query!(
+/// Counts by queue and state, ordered by queue and state.
+pub(crate) async fn task_stats(conn: &mut SqliteConnection) -> sqlx::Result<Vec<QueueStateCount>> {
+    let rows = sqlx::query_as!(
+        StatsRow,
         r#"SELECT queue AS "queue!: String", state AS "state!: String", COUNT(*) AS "count!: i64",
-             MIN(run_at) AS "oldest_run_at?: i64"
-           FROM taskq_tasks WHERE state IN ('waiting', 'pending', 'running')
-           GROUP BY queue, state ORDER BY queue, state"#
+             MIN(run_at) AS "oldest_run_at?: i64", MIN(lease_until) AS "earliest_lease_until?: i64"
+           FROM taskq_tasks GROUP BY queue, state ORDER BY queue, state"#
     )
     .fetch_all(&mut *conn)
     .await?;
-    rows.into_iter()
-        .map(|r| {
-            Ok(QueueStateCount {
-                queue: r.queue,
-                state: state(&r.state)?,
-                count: r.count.max(0) as u64,
-                oldest_run_at: opt_time(r.oldest_run_at)?,
-                earliest_lease_until: None,
-            })
-        })
-        .collect()
+    stats_counts(rows)
 }
 
-/// Counts by queue of the tasks in terminal states with the earliest `run_at`, ordered by
-/// queue and state (`earliest_lease_until` is `None`).
-pub(crate) async fn task_stats_terminal(
+/// Counts by queue of the tasks in the states `rules::stats_states(terminal)` names (the
+/// waiting, pending and running ones, or the terminal ones) with the earliest `run_at`,
+/// ordered by queue and state; `earliest_lease_until` is `None`, as on MySQL (whose
+/// `task_stats` reads the leases apart; [`task_stats`] here has them).
+pub(crate) async fn task_stats_half(
     conn: &mut SqliteConnection,
+    terminal: bool,
 ) -> sqlx::Result<Vec<QueueStateCount>> {
-    let rows = sqlx::query!(
+    let [a, b, c, d] = rules::stats_states(terminal).map(TaskState::as_str);
+    let rows = sqlx::query_as!(
+        StatsRow,
         r#"SELECT queue AS "queue!: String", state AS "state!: String", COUNT(*) AS "count!: i64",
-             MIN(run_at) AS "oldest_run_at?: i64"
-           FROM taskq_tasks WHERE state IN ('succeeded', 'dead', 'canceled', 'expired')
-           GROUP BY queue, state ORDER BY queue, state"#
+             MIN(run_at) AS "oldest_run_at?: i64", NULL AS "earliest_lease_until?: i64"
+           FROM taskq_tasks WHERE state IN (?1, ?2, ?3, ?4)
+           GROUP BY queue, state ORDER BY queue, state"#,
+        a,
+        b,
+        c,
+        d
     )
     .fetch_all(&mut *conn)
     .await?;
-    rows.into_iter()
-        .map(|r| {
-            Ok(QueueStateCount {
-                queue: r.queue,
-                state: state(&r.state)?,
-                count: r.count.max(0) as u64,
-                oldest_run_at: opt_time(r.oldest_run_at)?,
-                earliest_lease_until: None,
-            })
-        })
-        .collect()
+    stats_counts(rows)
 }
 
 /// Pending tasks per queue and name (of `queue` only, when given): how many, how many are

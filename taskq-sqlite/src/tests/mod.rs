@@ -20,6 +20,7 @@ use taskq_driver::rows::{
     WriteBack,
 };
 use taskq_driver::state::TaskId;
+use taskq_drivertest::fixtures::{fresh_file, task};
 
 use crate::connect::begin_write;
 use crate::{enqueue, lease, tasks};
@@ -27,27 +28,12 @@ use crate::{enqueue, lease, tasks};
 /// The worker id the tests claim as.
 const W: &str = "w1";
 
-/// A directory for the tests' database files, next to the test binary (under the target
-/// directory, so nothing is left in `$TMPDIR`).
-fn dir() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let dir = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .unwrap()
-        .join("tmp")
-        .join("taskq-sqlite-unit");
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-/// A path for a fresh database file named after the test (old files removed).
+/// A path for a fresh database file named after the test, next to the test binary (under the
+/// target directory, so nothing is left in `$TMPDIR`).
 fn db_path(test: &str) -> PathBuf {
-    let path = dir().join(format!("{test}.db"));
-    for suffix in ["", "-wal", "-shm", ".go"] {
-        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
-    }
-    path
+    let exe = std::env::current_exe().unwrap();
+    let deps = exe.parent().and_then(|deps| deps.parent()).unwrap();
+    fresh_file(&deps.join("tmp").join("taskq-sqlite-unit"), test)
 }
 
 /// A migrated pool on a fresh file.
@@ -55,26 +41,6 @@ async fn fresh(test: &str) -> SqlitePool {
     let pool = crate::open(db_path(test), 4).await.unwrap();
     crate::migrate(&pool).await.unwrap();
     pool
-}
-
-/// A task of `name` on `queue`, due now, three attempts.
-fn task<'a>(queue: &'a str, name: &'a str) -> NewTask<'a> {
-    NewTask {
-        queue,
-        name,
-        payload: b"{}",
-        priority: 0,
-        max_attempts: 3,
-        delay_us: 0,
-        run_at: None,
-        deadline: None,
-        ttl_us: None,
-        idempotency_key: None,
-        trace_context: None,
-        unique_key: None,
-        unique_while: None,
-        unique_expires_us: None,
-    }
 }
 
 /// A claim of up to `limit` tasks of `queue` named in `names`, 30 s leases, by [`W`].

@@ -18,14 +18,15 @@
 //! no signature is written twice; the only per-driver lines are the [`Backend`] impls, which
 //! map a pool type to its driver. How a driver claims (MySQL's
 //! candidate windows and seek positions, SQLite's `BEGIN IMMEDIATE` + `UPDATE … RETURNING`)
-//! stays inside it: the claim loop only carries an opaque [`ClaimCursor`].
+//! stays inside it: the claim loop only carries an opaque `ClaimCursor`.
 
-use std::any::Any;
 use std::future::Future;
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use sqlx::MySql;
+
+use crate::error::{Error, connect_problem};
 
 use taskq_driver::budget::Budget;
 use taskq_driver::driver::{Driver, Handle};
@@ -37,7 +38,6 @@ use taskq_driver::read::{PendingNameCount, QueueStateCount, ScheduleInfo, TaskIn
 use taskq_driver::state::{TaskId, TaskState};
 
 pub(crate) mod budget;
-pub(crate) mod migrate_mysql;
 pub(crate) use taskq_mysql as mysql;
 mod rows;
 #[cfg(feature = "sqlite")]
@@ -76,7 +76,7 @@ impl Backend for MySql {
     type __Driver = mysql::MySqlDriver;
 
     fn __migrate(pool: &sqlx::MySqlPool) -> impl Future<Output = crate::Result<()>> + Send {
-        migrate_mysql::migrate_mysql(pool)
+        migrate_mysql(pool)
     }
 }
 
@@ -170,10 +170,6 @@ impl Tx {
     }
 }
 
-/// Where one queue's claim loop goes on from, kept by the loop between claims; what it holds
-/// is the driver's business (MySQL: the seek position and candidate spread).
-pub(crate) struct ClaimCursor(Box<dyn Any + Send>);
-
 impl Store {
     /// A handle on a user's pool of database `DB`, through its driver.
     pub(crate) fn of<DB: Backend>(pool: sqlx::Pool<DB>) -> Store {
@@ -240,26 +236,9 @@ impl Store {
         }
     }
 
-    /// Turns an error of a call on this store into the error users see (see
-    /// [`crate::error::db_error`]).
+    /// Turns an error of a call on this store into the error users see (see [`db_error`]).
     pub(crate) async fn error(&self, e: sqlx::Error) -> crate::Error {
-        crate::error::db_error(self, e).await
-    }
-
-    /// A fresh claim cursor for one queue's claim loop.
-    pub(crate) fn claim_cursor(&self) -> ClaimCursor {
-        ClaimCursor(self.0.claim_cursor())
-    }
-
-    /// Claims up to `req.limit` due tasks of `req.queue` under a lease (see the drivers'
-    /// `task_claim`), going on from where `cursor` says.
-    pub(crate) async fn task_claim(
-        &self,
-        conn: Conn<'_>,
-        req: &ClaimRequest<'_>,
-        cursor: &mut ClaimCursor,
-    ) -> sqlx::Result<ClaimBatch> {
-        self.0.task_claim(conn.conn, req, &mut *cursor.0).await
+        db_error(self, e).await
     }
 }
 
@@ -269,8 +248,7 @@ impl Store {
 /// `taskq_driver::dynamic::DynDriver`. `fn name(&self, ..)` runs on the store's pool; `fn
 /// name(&self, conn, ..)` on a connection the caller took (the worker's deadlines, the
 /// client's transactions); the `enqueue` ones on a caller's connection (the producer path and
-/// audit entries, in the caller's transaction). Only the claim, whose cursor is each driver's
-/// own, is written out above.
+/// audit entries, in the caller's transaction).
 macro_rules! forward {
     (
         $(#[$em:meta])* enqueue $enqueue:ident {
@@ -302,3 +280,51 @@ macro_rules! forward {
 }
 
 taskq_driver::__seam_operations!(forward);
+
+/// `taskq::migrate` on MySQL / MariaDB: the driver's run (`taskq_mysql::migrate`), its failures
+/// turned into taskq's errors (a pool that gives no connection is diagnosed like any other
+/// call on it).
+async fn migrate_mysql(pool: &sqlx::MySqlPool) -> crate::Result<()> {
+    use taskq_mysql::MigrationError as E;
+    match taskq_mysql::migrate(pool).await {
+        Ok(()) => Ok(()),
+        Err(E::Acquire(e)) => Err(Store::of(pool.clone()).error(e).await),
+        Err(E::Database(e)) => Err(Error::Database(e)),
+        Err(E::Migrate(e)) => Err(Error::Migrate(e)),
+        Err(E::LockWait) => Err(Error::Config(
+            "could not take the taskq migration lock within 10 minutes".into(),
+        )),
+        Err(E::LockLost { version, reason }) => Err(Error::MigrationLockLost { version, reason }),
+    }
+}
+
+/// How long [`db_error`] waits for its diagnostic connection.
+const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Turns an error of a call on `store` into the error users see: a connection failure of a
+/// database on a server becomes [`Error::Connect`] naming the server. A pool only says it timed
+/// out (it retries a refused connection until its acquire timeout), so then one direct
+/// connection, bounded by [`PROBE_TIMEOUT`], finds the cause; if that connection works, the
+/// pool was just busy. A database in a file (no connect target) is never "unreachable".
+async fn db_error(store: &Store, e: sqlx::Error) -> Error {
+    let Some(target) = store.connect_target() else {
+        return Error::Database(e);
+    };
+    match e {
+        sqlx::Error::PoolTimedOut => match tokio::time::timeout(PROBE_TIMEOUT, store.probe()).await
+        {
+            Ok(Ok(())) => Error::Database(sqlx::Error::PoolTimedOut),
+            Ok(Err(cause)) if connect_problem(&cause).is_some() => Error::Connect {
+                target,
+                source: cause,
+            },
+            Ok(Err(_)) => Error::Database(sqlx::Error::PoolTimedOut),
+            Err(_) => Error::Connect {
+                target,
+                source: sqlx::Error::PoolTimedOut,
+            },
+        },
+        e if connect_problem(&e).is_some() => Error::Connect { target, source: e },
+        e => Error::Database(e),
+    }
+}

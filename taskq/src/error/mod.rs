@@ -9,8 +9,8 @@ mod diagnose;
 mod report;
 mod task_error;
 
+pub(crate) use diagnose::connect_problem;
 use diagnose::*;
-pub(crate) use diagnose::{connect_problem, db_error};
 pub(crate) use report::short_type_name;
 use report::*;
 pub use task_error::{ResultExt, TaskError, TaskErrorKind};

@@ -4,19 +4,14 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::Semaphore;
 
 use super::deadline::StmtError;
+use super::executor::{self, Slot};
 use super::lease::AttemptKey;
-use super::{Shared, WorkerStats, backoff_sleep, executor, within};
-use crate::backend::ClaimRequest;
+use super::{Shared, WorkerStats, backoff_sleep, within};
+use crate::backend::{ClaimCursor, ClaimRequest};
 use crate::wake;
-
-/// Handler slots held by one claimed task (its queue's and the worker's).
-pub(crate) struct Slot {
-    _queue: OwnedSemaphorePermit,
-    _global: OwnedSemaphorePermit,
-}
 
 pub(crate) async fn run(shared: Arc<Shared>, queue: Arc<str>, concurrency: usize) {
     let queue_slots = Arc::new(Semaphore::new(concurrency));
@@ -34,8 +29,8 @@ pub(crate) async fn run(shared: Arc<Shared>, queue: Arc<str>, concurrency: usize
         .max(1);
     let low_water = target.div_ceil(2);
     let mut backlog = false;
-    // Where the next claim goes on from: the backend's business (see `backend::ClaimCursor`).
-    let mut cursor = shared.store.claim_cursor();
+    // Where the next claim goes on from: the driver's business (see `rows::ClaimCursor`).
+    let mut cursor = ClaimCursor::default();
     // While the queue is at its concurrency limit: the next wait (doubles up to
     // `LIMITED_POLL_MAX`, back to `poll_min` after a claim that was not limited).
     let mut limited_wait = shared.cfg.poll_min;

@@ -86,9 +86,6 @@ pub(crate) struct Config {
     pub schedules: Vec<ScheduleDef>,
 }
 
-/// The cancel grace when none is given (and the lease is at least twice as long).
-pub(crate) const DEFAULT_CANCEL_GRACE: Duration = Duration::from_secs(5);
-
 /// Builds a [`Worker`]. Defaults: every registered queue at concurrency 10, lease 30 s,
 /// heartbeat 10 s, polling 25 ms → 1 s when idle, reaper every 5 s, shutdown timeout 20 s,
 /// claims of up to 32 tasks, [`Retention::default`].
@@ -410,7 +407,7 @@ impl WorkerBuilder {
         }
         let cancel_grace = self
             .cancel_grace
-            .unwrap_or(DEFAULT_CANCEL_GRACE.min(self.lease / 2));
+            .unwrap_or(super::lanes::DEFAULT_CANCEL_GRACE.min(self.lease / 2));
         if cancel_grace > self.lease / 2 && !self.grace_unchecked {
             return cfg_err(format!(
                 "cancel grace ({cancel_grace:?}) must be at most half the lease ({:?}): a handler \

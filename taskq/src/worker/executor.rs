@@ -10,7 +10,6 @@ use taskq_driver::state::TaskState;
 
 use tracing::Instrument;
 
-use super::claim::Slot;
 use super::lease::{self, AttemptKey, InFlight, Phase};
 use super::observe::{self, OutcomeEvent, TaskOutcome};
 use super::writeback::WriteBackMsg;
@@ -23,6 +22,12 @@ use crate::followup::{DeadTask, SucceededTask, payload_value};
 use crate::info::{UNDECODABLE_PREFIX, exhausted_note};
 use crate::metrics;
 use crate::task::TaskId;
+
+/// Handler slots held by one claimed task (its queue's and the worker's).
+pub(crate) struct Slot {
+    pub(super) _queue: tokio::sync::OwnedSemaphorePermit,
+    pub(super) _global: tokio::sync::OwnedSemaphorePermit,
+}
 
 /// Longest error text stored in `last_error`.
 const MAX_ERROR_LEN: usize = 8_000;

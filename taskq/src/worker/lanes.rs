@@ -34,6 +34,9 @@ use std::time::Duration;
 
 use crate::backend::{Store, WorkerPool};
 
+/// The cancel grace when none is given (and the lease is at least twice as long).
+pub(crate) const DEFAULT_CANCEL_GRACE: Duration = Duration::from_secs(5);
+
 /// The worker's two lanes: two pools, or one pool both use (`shared`).
 #[derive(Debug, Clone)]
 pub(crate) struct Lanes {
@@ -129,7 +132,7 @@ pub(crate) fn check_sqlite_lease(
     // The shortest lease with heartbeat = lease / 3: lease·2/3 − grace ≥ busy while grace ≤
     // lease / 2, else lease / 6 ≥ busy. The default grace is lease / 2 up to a 10 s lease.
     let grace_cap = if default_grace {
-        super::config::DEFAULT_CANCEL_GRACE
+        DEFAULT_CANCEL_GRACE
     } else {
         cancel_grace
     };

@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use taskq::prelude::*;
 use taskq::{CancelSignal, Data, TaskContext, TaskError};
 
 /// Tasks of this binary.
@@ -103,7 +104,7 @@ fn main() {
     }
     .with_unique(taskq::unique::Unique::payload());
     let _ = UniqueWindow {}.enqueue_options();
-    // Every other enqueue option, as an inherent method (no `use taskq::Task`).
+    // Every other enqueue option, as a method of `Task` (in scope through `taskq::prelude`).
     let now = chrono::Utc::now();
     let _ = PrivateTask { n: 1 }.with_run_at(now);
     let _ = PrivateTask { n: 1 }.with_idempotency_key("key");

@@ -1,4 +1,4 @@
-//! Rebuilds taskq when a migration is added or changed: `sqlx::migrate!` embeds the files of
+//! Rebuilds taskq-mysql when a migration is added or changed: `sqlx::migrate!` embeds the files of
 //! `migrations/` at compile time but does not tell cargo to watch that directory.
 
 fn main() {
