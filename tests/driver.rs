@@ -45,6 +45,10 @@ macro_rules! suite {
 }
 
 suite!(
+    // Events and the relay's keys.
+    events_are_numbered_per_key_and_leased_once,
+    an_expired_event_lease_is_taken_over_and_the_old_epoch_is_fenced,
+    a_backed_off_key_waits_and_a_held_key_stays_out,
     // Enqueue and reads of one task.
     insert_then_get_returns_every_field_as_inserted,
     an_idempotency_key_inserted_twice_returns_the_first_task,

@@ -1,6 +1,6 @@
 //! The driver seam: what taskq's runtime asks of a database, as typed operations grouped by
 //! table or job, one trait each ([`Enqueue`], [`Tasks`], [`Actions`], [`Claims`], [`Leases`],
-//! [`Identities`], [`Queues`], [`Schedules`], [`Workers`], [`History`], [`Clock`],
+//! [`Identities`], [`Queues`], [`Schedules`], [`Workers`], [`History`], [`Events`], [`Clock`],
 //! [`StatementBudget`]). A driver (`taskq-mysql`, `taskq-sqlite`) implements each in the file
 //! that holds that table's SQL; [`Driver`] is all of them. [`Enqueue`] (the producer path and
 //! audit entries) runs on the caller's own transaction, so its functions take no handle.
@@ -25,6 +25,7 @@ use chrono::{DateTime, Utc};
 
 use crate::budget::Budget;
 use crate::dynamic::ErrorClass;
+use crate::event::*;
 use crate::pool::WorkerPool;
 use crate::read::{PendingNameCount, QueueStateCount, ScheduleInfo, TaskInfo};
 use crate::rows::*;
@@ -111,6 +112,10 @@ macro_rules! __seam_operations {
                 /// Deletes up to `limit` of `consumer`'s inbox records first seen more than
                 /// `age_us` µs ago, oldest first; how many.
                 fn inbox_prune(conn; consumer: &str; age_us: i64; limit: u32) -> u64;
+                /// Inserts an event (`taskq_events`) in the caller's transaction: takes the
+                /// key's next sequence number under the key row's lock (held to the caller's
+                /// commit, so seq order is commit order) and marks the key ready unless held.
+                fn event_insert(conn; row: &NewEvent<'_>) -> EventInserted;
             }
             /// Reads of `taskq_tasks`: one task, pages, counts, statistics, the targets of bulk actions.
             trait Tasks {
@@ -270,6 +275,46 @@ macro_rules! __seam_operations {
                 /// Deletes audit entries older than `age_secs`.
                 fn audit_prune(&self, conn; age_secs: u64; limit: u32) -> u64;
             }
+            /// Events and the relay's keys (`taskq_events`, `taskq_event_keys`).
+            trait Events {
+                /// Leases up to `req.limit` ready keys (of `req.topics` when given), oldest
+                /// ready first, skipping keys another relay or a publisher holds: epoch + 1,
+                /// lease until now + `req.lease_us` (database clock).
+                fn event_key_claim(&self; req: &EventClaim<'_>) -> Vec<EventLease>;
+                /// The pending events of each range, by key (in the ranges' order) then seq.
+                fn event_read(&self; ranges: &[EventRange]) -> Vec<EventRow>;
+                /// Renews the leases `(key hash, epoch)` still held; which were renewed.
+                fn event_key_renew(&self; leases: &[([u8; 32], u64)]; lease_us: i64) -> Vec<[u8; 32]>;
+                /// Settles leased keys, each only under its epoch: marks its events delivered
+                /// or dead, moves `done_seq`, and ends the lease as `next` says. Whether each
+                /// key was still held (in order).
+                fn event_key_settle(&self; keys: &[EventSettle]) -> Vec<bool>;
+                /// Per topic: pending events, the oldest pending one's creation, held keys.
+                fn event_topic_stats(&self) -> Vec<EventTopicStats>;
+                /// Keys held by a rejected event (of `topic` when given), longest held first.
+                fn event_keys_held(&self; topic: Option<&str>; limit: u32) -> Vec<HeldEventKey>;
+                /// A key's events with `seq > after_seq`, by seq, at most `limit`.
+                fn event_list(&self; topic: &str; key: &str; after_seq: u64; limit: u32) -> Vec<EventInfo>;
+                /// A key's relay state.
+                fn event_key_get(&self; topic: &str; key: &str) -> Option<EventKeyInfo>;
+                /// Deletes up to `limit` events delivered more than `age_us` µs ago, oldest
+                /// first; how many.
+                fn event_prune(&self, conn; age_us: i64; limit: u32) -> u64;
+                /// Replays a key from `from_seq`: its delivered and dead events with `seq >=
+                /// from_seq` become pending again, the key's hold is cleared, its lease ended
+                /// (epoch + 1) and it is ready at once. On the caller's transaction (with its
+                /// audit entry). How many events became pending.
+                fn event_replay_key(&self, conn; topic: &str; key: &str; from_seq: u64) -> u64;
+                /// Replays a topic's delivered and dead events published in `[from, to)`: up to
+                /// `limit` become pending again, their keys go back to the lowest replayed seq
+                /// and are ready at once (a held key stays held). On the caller's
+                /// transaction. How many events became pending.
+                fn event_replay_range(&self, conn; topic: &str; from: DateTime<Utc>; to: DateTime<Utc>; limit: u32) -> u64;
+                /// Releases a held key: `skip` marks the held event dead and the key goes on
+                /// with the next; otherwise the held event is tried again. Ends any lease
+                /// (epoch + 1). On the caller's transaction. Whether the key was held.
+                fn event_key_release(&self, conn; topic: &str; key: &str; skip: bool) -> bool;
+            }
             /// The database clock.
             trait Clock {
                 /// The database clock.
@@ -353,6 +398,7 @@ pub trait Driver:
     + Schedules
     + Workers
     + History
+    + Events
     + Clock
     + StatementBudget
 {
@@ -369,6 +415,7 @@ impl<D> Driver for D where
         + Schedules
         + Workers
         + History
+        + Events
         + Clock
         + StatementBudget
 {

@@ -31,9 +31,10 @@ use sqlx::{ConnectOptions, Connection, Transaction};
 
 use crate::budget::Budget;
 use crate::driver::{
-    Actions, Claims, Clock, Driver, Enqueue, Handle, History, Identities, Leases, Queues,
+    Actions, Claims, Clock, Driver, Enqueue, Events, Handle, History, Identities, Leases, Queues,
     Schedules, StatementBudget, Tasks, Workers,
 };
+use crate::event::*;
 use crate::pool::WorkerPool;
 use crate::read::{PendingNameCount, QueueStateCount, ScheduleInfo, TaskInfo};
 use crate::rows::*;

@@ -6,6 +6,7 @@
 //!   queue and state or per name, a schedule row), and the rules that derive more from a row.
 //! - [`rows`]: the typed rows the runtime and the drivers exchange (a task to insert, a claimed
 //!   task, an attempt's outcome to write back, an expired lease to reap...).
+//! - [`event`]: the rows of events and the relay's keys (the outbox), and their rules.
 //! - [`budget`]: how many bytes one multi-row statement carries, one rule for every driver.
 //! - [`rules`]: the other decisions every driver makes the same way (what a queue's limits
 //!   let a claim take).
@@ -21,6 +22,7 @@
 pub mod budget;
 pub mod driver;
 pub mod dynamic;
+pub mod event;
 pub mod pool;
 pub mod read;
 pub mod rows;

@@ -19,6 +19,8 @@
 //! - `schedules.rs`: recurring schedules (`taskq_schedules`);
 //! - `workers.rs`: live workers (`taskq_workers`);
 //! - `history.rs`: attempt history and the audit trail (`taskq_audit`);
+//! - `events.rs`: events and the relay's keys (`taskq_events`, `taskq_event_keys`): publish,
+//!   lease, read, settle, and the operator's reads, retention, replays and releases;
 //! - `inbox.rs`: the consumers' inbox (`taskq_inbox`): record a message id, prune;
 //! - `migrate.rs`: the migration lock;
 //! - `database.rs`: whether the database exists, and creating it.
@@ -45,6 +47,7 @@ mod claim_raw;
 mod clock;
 mod database;
 mod enqueue;
+mod events;
 mod history;
 mod identities;
 mod inbox;
@@ -156,6 +159,12 @@ impl Enqueue for MySqlDriver {
         limit: u32,
     ) -> sqlx::Result<u64> {
         inbox::inbox_prune(conn, consumer, age_us, limit).await
+    }
+    async fn event_insert(
+        conn: &mut MySqlConnection,
+        row: &taskq_driver::event::NewEvent<'_>,
+    ) -> sqlx::Result<taskq_driver::event::EventInserted> {
+        events::event_insert(conn, row).await
     }
 }
 

@@ -11,13 +11,14 @@
 //!
 //! What "delivered" means for each broker, and how Kafka fits the same trait, is in
 //! `docs/outbox.md`. The events that feed sinks and the relay that drives them (in per-key
-//! order, on taskq's ordered tasks) are not built yet.
+//! commit order) are taskq's (`taskq::outbox`, which re-exports this crate).
 //!
 //! [`Delivered`]: Outcome::Delivered
 //! [`Rejected`]: Outcome::Rejected
 //! [`Failed`]: Outcome::Failed
 //! [`Held`]: Outcome::Held
 
+#[cfg(any(feature = "nats", feature = "rabbitmq", feature = "redis"))]
 use std::collections::HashSet;
 use std::future::Future;
 
@@ -120,11 +121,14 @@ pub trait Sink: Send + Sync {
 }
 
 /// Keys of a batch that have a message not delivered: later messages of such a key are held.
+/// (Used by the broker sinks only.)
+#[cfg(any(feature = "nats", feature = "rabbitmq", feature = "redis"))]
 #[derive(Default)]
 pub(crate) struct Stopped<'a> {
     keys: HashSet<&'a str>,
 }
 
+#[cfg(any(feature = "nats", feature = "rabbitmq", feature = "redis"))]
 impl<'a> Stopped<'a> {
     /// Whether `key` has a message not delivered.
     pub(crate) fn has(&self, key: &str) -> bool {

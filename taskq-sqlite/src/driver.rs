@@ -187,6 +187,12 @@ impl Enqueue for SqliteDriver {
     ) -> sqlx::Result<u64> {
         inbox::inbox_prune(conn, consumer, age_us, limit).await
     }
+    async fn event_insert(
+        conn: &mut SqliteConnection,
+        row: &taskq_driver::event::NewEvent<'_>,
+    ) -> sqlx::Result<taskq_driver::event::EventInserted> {
+        crate::events::event_insert(conn, row).await
+    }
 }
 
 impl Tasks for SqliteDriver {

@@ -9,6 +9,7 @@ pub mod connect;
 mod conv;
 mod driver;
 mod enqueue;
+mod events;
 mod history;
 mod identities;
 mod inbox;

@@ -39,7 +39,7 @@
 //! [`schedule`] (recurring tasks), [`followup`] (tasks enqueued when one dies or succeeds),
 //! [`error`], [`migrate`](mod@migrate) (taskq's migrator), [`worker`] (the builder, reports and
 //! health), [`client`] (the operator's inputs and outputs), [`registry`], [`defaults`],
-//! [`settings`], [`ordered`] (ordered tasks), [`inbox`] (the consumers' inbox) and, with the
+//! [`settings`], [`ordered`] (ordered tasks), [`outbox`] (events and the relay), [`inbox`] (the consumers' inbox) and, with the
 //! `sqlite` feature, `sqlite`.
 //!
 //! See `docs/` in the repository for the semantics, design and operations guides.
@@ -204,7 +204,7 @@ pub use taskq_macros::task;
 /// fields and implement `serde::Serialize` (the payload is its JSON). Every misuse is a
 /// compile error; see `docs/outbox.md`.
 ///
-/// ```ignore
+/// ```no_run
 /// #[derive(serde::Serialize)]
 /// #[taskq::event(topic = "orders.placed", key = order_id)]
 /// struct OrderPlaced {

@@ -32,6 +32,7 @@ use taskq_driver::driver::{Driver, Handle};
 use taskq_driver::dynamic::{
     AnyConn, Args, DynDriver, DynEnqueue, DynPooled, DynTx, ErrorClass, enqueue_ops,
 };
+use taskq_driver::event::*;
 use taskq_driver::read::{PendingNameCount, QueueStateCount, ScheduleInfo, TaskInfo};
 use taskq_driver::state::{TaskId, TaskState};
 

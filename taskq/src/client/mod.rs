@@ -19,6 +19,7 @@ use crate::task::{TaskId, TaskState};
 mod actions;
 mod audit;
 mod bulk;
+mod events;
 mod queues;
 mod reads;
 

@@ -1,0 +1,309 @@
+//! Events (the outbox, issue 26): the rows the runtime and the drivers exchange for
+//! `taskq_events` and `taskq_event_keys`, and the rules both drivers apply (a key's hash, what
+//! a settled key becomes).
+//!
+//! A key (`topic`, `key`) is identified in both tables by [`key_hash`]. Each key row counts
+//! the key's sequence numbers (`next_seq`, taken under the row's lock by the publishing
+//! transaction, so seq order is commit order) and how far the relays got (`done_seq`: every
+//! event up to it is delivered or dead). A relay leases keys ([`EventLease`]), reads their
+//! pending events in seq order ([`EventRow`]), publishes them and settles each key
+//! ([`EventSettle`]) under the lease's epoch.
+
+use chrono::{DateTime, Utc};
+use sha2::{Digest, Sha256};
+
+/// The identity of a key in `taskq_events` and `taskq_event_keys`: SHA-256 of the topic, a
+/// zero byte and the key.
+pub fn key_hash(topic: &str, key: &str) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update(topic.as_bytes());
+    h.update([0u8]);
+    h.update(key.as_bytes());
+    h.finalize().into()
+}
+
+/// A fresh message id: 32 lower-case hex characters of 128 random bits.
+pub fn new_message_id() -> String {
+    format!("{:032x}", fastrand::u128(..))
+}
+
+/// State of an event row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EventState {
+    /// Not delivered yet (or replayed).
+    Pending,
+    /// The sink said delivered.
+    Delivered,
+    /// Rejected and dead-lettered, or skipped by an operator.
+    Dead,
+}
+
+impl EventState {
+    /// The state as stored.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventState::Pending => "pending",
+            EventState::Delivered => "delivered",
+            EventState::Dead => "dead",
+        }
+    }
+
+    /// Parses a stored state.
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "pending" => EventState::Pending,
+            "delivered" => EventState::Delivered,
+            "dead" => EventState::Dead,
+            _ => return None,
+        })
+    }
+}
+
+/// An event to insert in the caller's transaction.
+#[derive(Debug, Clone)]
+pub struct NewEvent<'a> {
+    /// Topic (subject, routing key, stream), 1..=255 bytes.
+    pub topic: &'a str,
+    /// Ordering key, 1..=255 bytes.
+    pub key: &'a str,
+    /// The message id (see [`new_message_id`]).
+    pub message_id: &'a str,
+    /// Payload bytes.
+    pub payload: &'a [u8],
+    /// Headers, in order.
+    pub headers: &'a [(String, String)],
+}
+
+/// What [`NewEvent`]'s insert stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EventInserted {
+    /// The event row's id.
+    pub id: u64,
+    /// Its sequence number within its key (1, 2, ... in commit order).
+    pub seq: u64,
+}
+
+/// A relay's request for keys to lease.
+#[derive(Debug, Clone)]
+pub struct EventClaim<'a> {
+    /// The relay (`lease_owner`).
+    pub owner: &'a str,
+    /// Only keys of these topics; `None`: every topic.
+    pub topics: Option<&'a crate::rows::NameList>,
+    /// Most keys.
+    pub limit: u32,
+    /// Lease length (µs).
+    pub lease_us: i64,
+}
+
+/// A key a relay leased.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventLease {
+    /// The key's hash.
+    pub key_hash: [u8; 32],
+    /// Topic.
+    pub topic: String,
+    /// Key.
+    pub key: String,
+    /// The lease's epoch (every settle and renewal is conditional on it).
+    pub epoch: u64,
+    /// Every event up to this seq is delivered or dead.
+    pub done_seq: u64,
+    /// The key's last seq (as of the lease).
+    pub next_seq: u64,
+    /// Failed rounds in a row before this lease.
+    pub failures: u32,
+}
+
+/// The events of one key to read: pending events with `after_seq < seq <= up_to`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EventRange {
+    /// The key's hash.
+    pub key_hash: [u8; 32],
+    /// Exclusive lower bound.
+    pub after_seq: u64,
+    /// Inclusive upper bound.
+    pub up_to: u64,
+}
+
+/// A pending event as the relay reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventRow {
+    /// Row id.
+    pub id: u64,
+    /// The key's hash.
+    pub key_hash: [u8; 32],
+    /// Sequence number within the key.
+    pub seq: u64,
+    /// Topic.
+    pub topic: String,
+    /// Key.
+    pub key: String,
+    /// Message id.
+    pub message_id: String,
+    /// Payload bytes.
+    pub payload: Vec<u8>,
+    /// Headers.
+    pub headers: Vec<(String, String)>,
+}
+
+/// What a settled key becomes.
+#[derive(Debug, Clone, PartialEq)]
+pub enum KeyNext {
+    /// Everything read went out (or was dead-lettered): the lease ends, the key is ready at
+    /// once if it has more (`done_seq < next_seq`), idle otherwise; failures reset.
+    Release,
+    /// A transient failure: the lease ends, the key is ready again after `delay_us`; failures
+    /// + 1, the error kept.
+    Backoff {
+        /// Backoff (µs).
+        delay_us: i64,
+        /// The failure.
+        error: String,
+    },
+    /// A rejected event holds the key (strict mode) at `seq`, with the error, until an
+    /// operator acts.
+    Hold {
+        /// The rejected event's seq.
+        seq: u64,
+        /// The rejection.
+        error: String,
+    },
+}
+
+/// How a relay settles one leased key, conditional on its epoch.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EventSettle {
+    /// The key's hash.
+    pub key_hash: [u8; 32],
+    /// The lease's epoch.
+    pub epoch: u64,
+    /// The key's new `done_seq` (never lowered).
+    pub done_seq: u64,
+    /// Events the sink delivered (ids).
+    pub delivered: Vec<u64>,
+    /// Events dead-lettered (ids, with the rejection).
+    pub dead: Vec<(u64, String)>,
+    /// What the key becomes.
+    pub next: KeyNext,
+}
+
+/// Per topic: pending events, the oldest one's creation, held keys.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventTopicStats {
+    /// Topic.
+    pub topic: String,
+    /// Events not delivered (nor dead).
+    pub pending: u64,
+    /// When the oldest pending event was published (database clock); `None`: none pending.
+    pub oldest_pending_at: Option<DateTime<Utc>>,
+    /// Keys held by a rejected event.
+    pub held_keys: u64,
+}
+
+/// A key held by a rejected event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldEventKey {
+    /// Topic.
+    pub topic: String,
+    /// Key.
+    pub key: String,
+    /// The rejected event's seq.
+    pub seq: u64,
+    /// The rejection.
+    pub error: String,
+    /// Held since (database clock).
+    pub since: DateTime<Utc>,
+}
+
+/// One event row, for operators and tests.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventInfo {
+    /// Row id.
+    pub id: u64,
+    /// Topic.
+    pub topic: String,
+    /// Key.
+    pub key: String,
+    /// Sequence number within the key.
+    pub seq: u64,
+    /// Message id.
+    pub message_id: String,
+    /// State.
+    pub state: EventState,
+    /// Published (database clock).
+    pub created_at: DateTime<Utc>,
+    /// Delivered or dead.
+    pub delivered_at: Option<DateTime<Utc>>,
+    /// The rejection of a dead event.
+    pub last_error: Option<String>,
+}
+
+/// One key's relay state, for operators and tests.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventKeyInfo {
+    /// Topic.
+    pub topic: String,
+    /// Key.
+    pub key: String,
+    /// The key's last seq.
+    pub next_seq: u64,
+    /// Every event up to it is delivered or dead.
+    pub done_seq: u64,
+    /// The lease's epoch.
+    pub lease_epoch: u64,
+    /// The relay holding a lease (it may have expired).
+    pub lease_owner: Option<String>,
+    /// Whether a lease is held now (database clock).
+    pub leased: bool,
+    /// Failed rounds in a row.
+    pub failures: u32,
+    /// The latest failure or rejection.
+    pub last_error: Option<String>,
+    /// Held by a rejected event since; `None`: not held.
+    pub held_at: Option<DateTime<Utc>>,
+}
+
+/// Headers as stored (a JSON array of `[name, value]`; `None` for none).
+pub fn headers_json(headers: &[(String, String)]) -> Option<String> {
+    (!headers.is_empty()).then(|| serde_json::to_string(headers).expect("headers serialize"))
+}
+
+/// Headers as read back (an unreadable value reads as none).
+pub fn headers_parse(json: Option<&str>) -> Vec<(String, String)> {
+    json.and_then(|j| serde_json::from_str(j).ok())
+        .unwrap_or_default()
+}
+
+/// A key hash read back from the database (a wrong length reads as zeros, which matches no
+/// key).
+pub fn hash_of(bytes: &[u8]) -> [u8; 32] {
+    bytes.try_into().unwrap_or([0; 32])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_hashes_separate_topic_and_key() {
+        assert_ne!(key_hash("ab", "c"), key_hash("a", "bc"));
+        assert_eq!(key_hash("t", "k"), key_hash("t", "k"));
+    }
+
+    #[test]
+    fn message_ids_are_32_hex_chars() {
+        let id = new_message_id();
+        assert_eq!(id.len(), 32);
+        assert!(id.bytes().all(|b| b.is_ascii_hexdigit()));
+        assert_ne!(id, new_message_id());
+    }
+
+    #[test]
+    fn headers_round_trip() {
+        let h = vec![("a".to_owned(), "1".to_owned())];
+        assert_eq!(headers_parse(headers_json(&h).as_deref()), h);
+        assert_eq!(headers_json(&[]), None);
+        assert!(headers_parse(None).is_empty());
+    }
+}

@@ -1,0 +1,700 @@
+//! Events (`taskq_events`) and the relay's keys (`taskq_event_keys`): the publish in the
+//! caller's transaction, the relay's lease / read / renew / settle, and the operator's reads,
+//! retention, replays and releases.
+//!
+//! Lock order, the same in every transaction: the key row first, then its event rows. The
+//! publish upserts the key row (its lock held to the caller's commit, so a key's seq order is
+//! its commit order) and then inserts the event; a relay's settle updates the key row under
+//! its epoch and then marks the events. A relay's transaction that may wait for a key row
+//! (settle, renewal) holds no other key row: a publisher's transaction can lock several keys
+//! in any order, and waiting on one key while holding another could deadlock with it. The
+//! lease itself takes many keys at once, but with `SKIP LOCKED` (it never waits). The
+//! operator's replay of a time range locks its keys in hash order.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use sqlx::{Connection, MySqlConnection, MySqlPool};
+
+use taskq_driver::event::*;
+use taskq_driver::rows::hex;
+
+/// Inserts an event on `conn` (see [`taskq_driver::driver::Enqueue::event_insert`]). Outside a
+/// transaction the statements run in a short one of their own.
+pub(crate) async fn event_insert(
+    conn: &mut MySqlConnection,
+    e: &NewEvent<'_>,
+) -> sqlx::Result<EventInserted> {
+    if conn.is_in_transaction() {
+        return insert(conn, e).await;
+    }
+    let mut tx = conn.begin().await?;
+    let out = insert(&mut tx, e).await?;
+    tx.commit().await?;
+    Ok(out)
+}
+
+async fn insert(conn: &mut MySqlConnection, e: &NewEvent<'_>) -> sqlx::Result<EventInserted> {
+    let hash = key_hash(e.topic, e.key);
+    // A new key row is seq 1 (1 affected row); an existing one counts up, and
+    // `LAST_INSERT_ID(expr)` hands the new number back in the statement's answer (2 affected
+    // rows: the update always changes `next_seq`). The row stays locked to the commit.
+    let done = sqlx::query!(
+        r#"INSERT INTO taskq_event_keys (key_hash, topic, event_key, next_seq, ready_at)
+           VALUES (?, ?, ?, 1, UTC_TIMESTAMP(6))
+           ON DUPLICATE KEY UPDATE
+             next_seq = LAST_INSERT_ID(next_seq + 1),
+             ready_at = IF(held_at IS NULL, COALESCE(ready_at, UTC_TIMESTAMP(6)), NULL)"#,
+        &hash[..],
+        e.topic,
+        e.key,
+    )
+    .execute(&mut *conn)
+    .await?;
+    let seq = if done.rows_affected() == 1 {
+        1
+    } else {
+        done.last_insert_id()
+    };
+    let headers = headers_json(e.headers);
+    let ins = sqlx::query!(
+        r#"INSERT INTO taskq_events
+             (key_hash, seq, topic, event_key, message_id, payload, headers, state, created_at)
+           VALUES (?, ?, ?, ?, ?, ?, ?, 'pending', UTC_TIMESTAMP(6))"#,
+        &hash[..],
+        seq,
+        e.topic,
+        e.key,
+        e.message_id,
+        e.payload,
+        headers,
+    )
+    .execute(&mut *conn)
+    .await?;
+    Ok(EventInserted {
+        id: ins.last_insert_id(),
+        seq,
+    })
+}
+
+/// `[hex hash, ...]` as JSON.
+fn hashes_json<'a>(hashes: impl Iterator<Item = &'a [u8; 32]>) -> String {
+    let v: Vec<String> = hashes.map(|h| hex(h)).collect();
+    serde_json::to_string(&v).expect("hashes serialize")
+}
+
+/// Leases ready keys (see [`taskq_driver::driver::Events::event_key_claim`]): a locking read of
+/// `ix_taskq_event_keys_ready` that skips rows another relay or a publisher holds, then one
+/// `UPDATE` of the locked rows by primary key; one transaction.
+pub(crate) async fn event_key_claim(
+    pool: &MySqlPool,
+    req: &EventClaim<'_>,
+) -> sqlx::Result<Vec<EventLease>> {
+    let topics = req.topics.map(|t| t.json());
+    let mut tx = pool.begin().await?;
+    let rows = sqlx::query!(
+        r#"SELECT key_hash AS "key_hash: Vec<u8>", topic, event_key,
+                  lease_epoch AS "lease_epoch: u64", done_seq AS "done_seq: u64",
+                  next_seq AS "next_seq: u64", failures AS "failures: u32"
+           FROM taskq_event_keys FORCE INDEX (ix_taskq_event_keys_ready)
+           WHERE ready_at <= UTC_TIMESTAMP(6)
+             AND (? IS NULL OR JSON_CONTAINS(?, JSON_QUOTE(topic)))
+           ORDER BY ready_at
+           LIMIT ?
+           FOR UPDATE SKIP LOCKED"#,
+        topics,
+        topics,
+        req.limit,
+    )
+    .fetch_all(&mut *tx)
+    .await?;
+    if rows.is_empty() {
+        tx.commit().await?;
+        return Ok(Vec::new());
+    }
+    let leases: Vec<EventLease> = rows
+        .into_iter()
+        .map(|r| EventLease {
+            key_hash: hash_of(&r.key_hash),
+            topic: r.topic,
+            key: r.event_key,
+            epoch: r.lease_epoch + 1,
+            done_seq: r.done_seq,
+            next_seq: r.next_seq,
+            failures: r.failures,
+        })
+        .collect();
+    let json = hashes_json(leases.iter().map(|l| &l.key_hash));
+    sqlx::query!(
+        r#"UPDATE JSON_TABLE(?, '$[*]' COLUMNS (h VARCHAR(64) PATH '$')) AS j
+             STRAIGHT_JOIN taskq_event_keys k FORCE INDEX (PRIMARY) ON k.key_hash = UNHEX(j.h)
+           SET k.lease_epoch = k.lease_epoch + 1, k.lease_owner = ?,
+               k.lease_until = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND,
+               k.ready_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND"#,
+        json,
+        req.owner,
+        req.lease_us,
+        req.lease_us,
+    )
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(leases)
+}
+
+/// The pending events of each range, by range then seq: one read of `uq_taskq_events_seq`
+/// per range, driven from the JSON side.
+pub(crate) async fn event_read(
+    pool: &MySqlPool,
+    ranges: &[EventRange],
+) -> sqlx::Result<Vec<EventRow>> {
+    if ranges.is_empty() {
+        return Ok(Vec::new());
+    }
+    let v: Vec<(String, u64, u64)> = ranges
+        .iter()
+        .map(|r| (hex(&r.key_hash), r.after_seq, r.up_to))
+        .collect();
+    let json = serde_json::to_string(&v).expect("ranges serialize");
+    let rows = sqlx::query!(
+        r#"SELECT e.id AS "id: u64", e.key_hash AS "key_hash: Vec<u8>", e.seq AS "seq: u64",
+                  e.topic, e.event_key, e.message_id, e.payload, e.headers
+           FROM JSON_TABLE(?, '$[*]' COLUMNS (n FOR ORDINALITY, h VARCHAR(64) PATH '$[0]',
+                                              a BIGINT UNSIGNED PATH '$[1]',
+                                              b BIGINT UNSIGNED PATH '$[2]')) AS j
+             STRAIGHT_JOIN taskq_events e FORCE INDEX (uq_taskq_events_seq)
+               ON e.key_hash = UNHEX(j.h) AND e.seq > j.a AND e.seq <= j.b
+           WHERE e.state = 'pending'
+           ORDER BY j.n, e.seq"#,
+        json,
+    )
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| EventRow {
+            id: r.id,
+            key_hash: hash_of(&r.key_hash),
+            seq: r.seq,
+            topic: r.topic,
+            key: r.event_key,
+            message_id: r.message_id,
+            payload: r.payload,
+            headers: headers_parse(r.headers.as_deref()),
+        })
+        .collect())
+}
+
+/// Renews the leases still held under their epochs; the keys renewed. One autocommitted
+/// statement per key, so a renewal never holds one key row while waiting for another (see
+/// [`event_key_settle`]).
+pub(crate) async fn event_key_renew(
+    pool: &MySqlPool,
+    leases: &[([u8; 32], u64)],
+    lease_us: i64,
+) -> sqlx::Result<Vec<[u8; 32]>> {
+    let mut renewed = Vec::new();
+    if leases.is_empty() {
+        return Ok(renewed);
+    }
+    let mut conn = pool.acquire().await?;
+    for (h, epoch) in leases {
+        let done = sqlx::query!(
+            r#"UPDATE taskq_event_keys
+               SET lease_until = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND,
+                   ready_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
+               WHERE key_hash = ? AND lease_epoch = ? AND lease_owner IS NOT NULL"#,
+            lease_us,
+            lease_us,
+            &h[..],
+            epoch,
+        )
+        .execute(&mut *conn)
+        .await?;
+        if done.rows_affected() == 1 {
+            renewed.push(*h);
+        }
+    }
+    Ok(renewed)
+}
+
+/// Settles leased keys, one short transaction per key: the key's row is updated only under
+/// its epoch, then (if it was) its events are marked. One key row at a time: a publisher's
+/// transaction may lock several keys in any order, so a transaction holding two key rows
+/// could deadlock with it (and InnoDB may pick the publisher as the victim).
+pub(crate) async fn event_key_settle(
+    pool: &MySqlPool,
+    keys: &[EventSettle],
+) -> sqlx::Result<Vec<bool>> {
+    let mut held = Vec::with_capacity(keys.len());
+    let mut conn = pool.acquire().await?;
+    for k in keys {
+        let mut tx = conn.begin().await?;
+        let ok = settle_one(&mut tx, k).await?;
+        tx.commit().await?;
+        held.push(ok);
+    }
+    Ok(held)
+}
+
+async fn settle_one(conn: &mut MySqlConnection, k: &EventSettle) -> sqlx::Result<bool> {
+    let h = &k.key_hash[..];
+    let done = match &k.next {
+        KeyNext::Release => {
+            sqlx::query!(
+                r#"UPDATE taskq_event_keys
+                   SET ready_at = IF(? < next_seq, UTC_TIMESTAMP(6), NULL),
+                       done_seq = GREATEST(done_seq, ?), lease_owner = NULL,
+                       lease_until = NULL, failures = 0, last_error = NULL
+                   WHERE key_hash = ? AND lease_epoch = ?"#,
+                k.done_seq,
+                k.done_seq,
+                h,
+                k.epoch,
+            )
+            .execute(&mut *conn)
+            .await?
+        }
+        KeyNext::Backoff { delay_us, error } => {
+            sqlx::query!(
+                r#"UPDATE taskq_event_keys
+                   SET ready_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND,
+                       done_seq = GREATEST(done_seq, ?), lease_owner = NULL,
+                       lease_until = NULL, failures = failures + 1, last_error = ?
+                   WHERE key_hash = ? AND lease_epoch = ?"#,
+                delay_us,
+                k.done_seq,
+                error,
+                h,
+                k.epoch,
+            )
+            .execute(&mut *conn)
+            .await?
+        }
+        KeyNext::Hold { seq, error } => {
+            sqlx::query!(
+                r#"UPDATE taskq_event_keys
+                   SET ready_at = NULL, done_seq = GREATEST(done_seq, ?), lease_owner = NULL,
+                       lease_until = NULL, failures = failures + 1, last_error = ?,
+                       held_at = UTC_TIMESTAMP(6), held_seq = ?
+                   WHERE key_hash = ? AND lease_epoch = ?"#,
+                k.done_seq,
+                error,
+                seq,
+                h,
+                k.epoch,
+            )
+            .execute(&mut *conn)
+            .await?
+        }
+    };
+    if done.rows_affected() != 1 {
+        return Ok(false);
+    }
+    if !k.delivered.is_empty() {
+        let mut ids = k.delivered.clone();
+        ids.sort_unstable();
+        let json = serde_json::to_string(&ids).expect("ids serialize");
+        sqlx::query!(
+            r#"UPDATE JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$')) AS j
+                 STRAIGHT_JOIN taskq_events e FORCE INDEX (PRIMARY) ON e.id = j.id
+               SET e.state = 'delivered', e.delivered_at = UTC_TIMESTAMP(6)
+               WHERE e.state = 'pending'"#,
+            json,
+        )
+        .execute(&mut *conn)
+        .await?;
+    }
+    for (id, error) in &k.dead {
+        sqlx::query!(
+            r#"UPDATE taskq_events
+               SET state = 'dead', delivered_at = UTC_TIMESTAMP(6), last_error = ?
+               WHERE id = ? AND state = 'pending'"#,
+            error,
+            id,
+        )
+        .execute(&mut *conn)
+        .await?;
+    }
+    Ok(true)
+}
+
+/// Per topic: pending events (a range of `ix_taskq_events_state`), the oldest one's
+/// creation, and held keys.
+pub(crate) async fn event_topic_stats(pool: &MySqlPool) -> sqlx::Result<Vec<EventTopicStats>> {
+    let pending = sqlx::query!(
+        r#"SELECT topic, COUNT(*) AS "pending!: i64",
+                  MIN(created_at) AS "oldest: DateTime<Utc>"
+           FROM taskq_events WHERE state = 'pending' GROUP BY topic"#
+    )
+    .fetch_all(pool)
+    .await?;
+    let held = sqlx::query!(
+        r#"SELECT topic, COUNT(*) AS "held!: i64"
+           FROM taskq_event_keys WHERE held_at IS NOT NULL GROUP BY topic"#
+    )
+    .fetch_all(pool)
+    .await?;
+    let mut by: BTreeMap<String, EventTopicStats> = BTreeMap::new();
+    let entry = |by: &mut BTreeMap<String, EventTopicStats>, t: &str| {
+        by.entry(t.to_owned())
+            .or_insert_with(|| EventTopicStats {
+                topic: t.to_owned(),
+                pending: 0,
+                oldest_pending_at: None,
+                held_keys: 0,
+            })
+            .topic
+            .clone()
+    };
+    for p in pending {
+        let t = entry(&mut by, &p.topic);
+        let s = by.get_mut(&t).expect("inserted");
+        s.pending = p.pending as u64;
+        s.oldest_pending_at = p.oldest;
+    }
+    for h in held {
+        let t = entry(&mut by, &h.topic);
+        by.get_mut(&t).expect("inserted").held_keys = h.held as u64;
+    }
+    Ok(by.into_values().collect())
+}
+
+/// Held keys, longest held first (a range of `ix_taskq_event_keys_held`).
+pub(crate) async fn event_keys_held(
+    pool: &MySqlPool,
+    topic: Option<&str>,
+    limit: u32,
+) -> sqlx::Result<Vec<HeldEventKey>> {
+    let rows = sqlx::query!(
+        r#"SELECT topic, event_key, held_seq AS "held_seq!: u64", last_error,
+                  held_at AS "held_at!: DateTime<Utc>"
+           FROM taskq_event_keys
+           WHERE held_at IS NOT NULL AND (? IS NULL OR topic = ?)
+           ORDER BY held_at
+           LIMIT ?"#,
+        topic,
+        topic,
+        limit,
+    )
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| HeldEventKey {
+            topic: r.topic,
+            key: r.event_key,
+            seq: r.held_seq,
+            error: r.last_error.unwrap_or_default(),
+            since: r.held_at,
+        })
+        .collect())
+}
+
+/// A key's events past `after_seq`, by seq.
+pub(crate) async fn event_list(
+    pool: &MySqlPool,
+    topic: &str,
+    key: &str,
+    after_seq: u64,
+    limit: u32,
+) -> sqlx::Result<Vec<EventInfo>> {
+    let hash = key_hash(topic, key);
+    let rows = sqlx::query!(
+        r#"SELECT id AS "id: u64", topic, event_key, seq AS "seq: u64", message_id,
+                  state AS "state: String", created_at AS "created_at: DateTime<Utc>",
+                  delivered_at AS "delivered_at: DateTime<Utc>", last_error
+           FROM taskq_events
+           WHERE key_hash = ? AND seq > ?
+           ORDER BY seq
+           LIMIT ?"#,
+        &hash[..],
+        after_seq,
+        limit,
+    )
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| EventInfo {
+            id: r.id,
+            topic: r.topic,
+            key: r.event_key,
+            seq: r.seq,
+            message_id: r.message_id,
+            state: EventState::parse(&r.state).unwrap_or(EventState::Pending),
+            created_at: r.created_at,
+            delivered_at: r.delivered_at,
+            last_error: r.last_error,
+        })
+        .collect())
+}
+
+/// A key's relay state.
+pub(crate) async fn event_key_get(
+    pool: &MySqlPool,
+    topic: &str,
+    key: &str,
+) -> sqlx::Result<Option<EventKeyInfo>> {
+    let hash = key_hash(topic, key);
+    let r = sqlx::query!(
+        r#"SELECT topic, event_key, next_seq AS "next_seq: u64", done_seq AS "done_seq: u64",
+                  lease_epoch AS "lease_epoch: u64", lease_owner,
+                  (lease_until IS NOT NULL AND lease_until > UTC_TIMESTAMP(6)) AS "leased!: bool",
+                  failures AS "failures: u32", last_error,
+                  held_at AS "held_at: DateTime<Utc>"
+           FROM taskq_event_keys WHERE key_hash = ?"#,
+        &hash[..],
+    )
+    .fetch_optional(pool)
+    .await?;
+    Ok(r.map(|r| EventKeyInfo {
+        topic: r.topic,
+        key: r.event_key,
+        next_seq: r.next_seq,
+        done_seq: r.done_seq,
+        lease_epoch: r.lease_epoch,
+        lease_owner: r.lease_owner,
+        leased: r.leased,
+        failures: r.failures,
+        last_error: r.last_error,
+        held_at: r.held_at,
+    }))
+}
+
+/// Deletes up to `limit` events delivered more than `age_us` µs ago, oldest first (a range of
+/// `ix_taskq_events_done`).
+pub(crate) async fn event_prune(
+    conn: &mut MySqlConnection,
+    age_us: i64,
+    limit: u32,
+) -> sqlx::Result<u64> {
+    let done = sqlx::query!(
+        r#"DELETE FROM taskq_events
+           WHERE state = 'delivered' AND delivered_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND
+           ORDER BY delivered_at
+           LIMIT ?"#,
+        age_us,
+        limit,
+    )
+    .execute(&mut *conn)
+    .await?;
+    Ok(done.rows_affected())
+}
+
+/// Replays a key from `from_seq` (see [`taskq_driver::driver::Events::event_replay_key`]).
+pub(crate) async fn event_replay_key(
+    conn: &mut MySqlConnection,
+    topic: &str,
+    key: &str,
+    from_seq: u64,
+) -> sqlx::Result<u64> {
+    let hash = key_hash(topic, key);
+    let from = from_seq.max(1);
+    let k = sqlx::query!(
+        r#"UPDATE taskq_event_keys
+           SET done_seq = LEAST(done_seq, ?), held_at = NULL, held_seq = NULL,
+               last_error = NULL, failures = 0, lease_owner = NULL, lease_until = NULL,
+               lease_epoch = lease_epoch + 1, ready_at = UTC_TIMESTAMP(6)
+           WHERE key_hash = ?"#,
+        from - 1,
+        &hash[..],
+    )
+    .execute(&mut *conn)
+    .await?;
+    if k.rows_affected() == 0 {
+        return Ok(0);
+    }
+    let e = sqlx::query!(
+        r#"UPDATE taskq_events SET state = 'pending', delivered_at = NULL, last_error = NULL
+           WHERE key_hash = ? AND seq >= ? AND state <> 'pending'"#,
+        &hash[..],
+        from,
+    )
+    .execute(&mut *conn)
+    .await?;
+    Ok(e.rows_affected())
+}
+
+/// Replays a topic's delivered and dead events published in `[from, to)` (see
+/// [`taskq_driver::driver::Events::event_replay_range`]): a plain read of the events, then
+/// their keys (in hash order), then the events by id.
+pub(crate) async fn event_replay_range(
+    conn: &mut MySqlConnection,
+    topic: &str,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+    limit: u32,
+) -> sqlx::Result<u64> {
+    let rows = sqlx::query!(
+        r#"SELECT id AS "id: u64", key_hash AS "key_hash: Vec<u8>", seq AS "seq: u64"
+           FROM taskq_events
+           WHERE state IN ('delivered', 'dead') AND topic = ? AND created_at >= ? AND created_at < ?
+           ORDER BY created_at, id
+           LIMIT ?"#,
+        topic,
+        from.naive_utc(),
+        to.naive_utc(),
+        limit,
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut lowest: BTreeMap<[u8; 32], u64> = BTreeMap::new();
+    for r in &rows {
+        let e = lowest.entry(hash_of(&r.key_hash)).or_insert(r.seq);
+        *e = (*e).min(r.seq);
+    }
+    for (h, seq) in &lowest {
+        sqlx::query!(
+            r#"UPDATE taskq_event_keys
+               SET done_seq = LEAST(done_seq, ?), lease_owner = NULL, lease_until = NULL,
+                   lease_epoch = lease_epoch + 1,
+                   ready_at = IF(held_at IS NULL, UTC_TIMESTAMP(6), NULL)
+               WHERE key_hash = ?"#,
+            seq - 1,
+            &h[..],
+        )
+        .execute(&mut *conn)
+        .await?;
+    }
+    let mut ids: Vec<u64> = rows.iter().map(|r| r.id).collect();
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    ids.sort_unstable();
+    let json = serde_json::to_string(&ids).expect("ids serialize");
+    let done = sqlx::query!(
+        r#"UPDATE JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$')) AS j
+             STRAIGHT_JOIN taskq_events e FORCE INDEX (PRIMARY) ON e.id = j.id
+           SET e.state = 'pending', e.delivered_at = NULL, e.last_error = NULL
+           WHERE e.state <> 'pending'"#,
+        json,
+    )
+    .execute(&mut *conn)
+    .await?;
+    Ok(done.rows_affected())
+}
+
+/// Releases a held key (see [`taskq_driver::driver::Events::event_key_release`]).
+pub(crate) async fn event_key_release(
+    conn: &mut MySqlConnection,
+    topic: &str,
+    key: &str,
+    skip: bool,
+) -> sqlx::Result<bool> {
+    let hash = key_hash(topic, key);
+    let held = sqlx::query!(
+        r#"SELECT held_seq AS "held_seq!: u64", done_seq AS "done_seq: u64", last_error
+           FROM taskq_event_keys WHERE key_hash = ? AND held_at IS NOT NULL FOR UPDATE"#,
+        &hash[..],
+    )
+    .fetch_optional(&mut *conn)
+    .await?;
+    let Some(held) = held else {
+        return Ok(false);
+    };
+    let done_seq = if skip {
+        sqlx::query!(
+            r#"UPDATE taskq_events
+               SET state = 'dead', delivered_at = UTC_TIMESTAMP(6), last_error = ?
+               WHERE key_hash = ? AND seq = ? AND state = 'pending'"#,
+            held.last_error,
+            &hash[..],
+            held.held_seq,
+        )
+        .execute(&mut *conn)
+        .await?;
+        held.done_seq.max(held.held_seq)
+    } else {
+        held.done_seq
+    };
+    sqlx::query!(
+        r#"UPDATE taskq_event_keys
+           SET held_at = NULL, held_seq = NULL, failures = 0, last_error = NULL,
+               lease_owner = NULL, lease_until = NULL, lease_epoch = lease_epoch + 1,
+               done_seq = ?, ready_at = UTC_TIMESTAMP(6)
+           WHERE key_hash = ?"#,
+        done_seq,
+        &hash[..],
+    )
+    .execute(&mut *conn)
+    .await?;
+    Ok(true)
+}
+
+impl taskq_driver::driver::Events for crate::MySqlDriver {
+    async fn event_key_claim(&self, req: &EventClaim<'_>) -> sqlx::Result<Vec<EventLease>> {
+        event_key_claim(self.pool(), req).await
+    }
+    async fn event_read(&self, ranges: &[EventRange]) -> sqlx::Result<Vec<EventRow>> {
+        event_read(self.pool(), ranges).await
+    }
+    async fn event_key_renew(
+        &self,
+        leases: &[([u8; 32], u64)],
+        lease_us: i64,
+    ) -> sqlx::Result<Vec<[u8; 32]>> {
+        event_key_renew(self.pool(), leases, lease_us).await
+    }
+    async fn event_key_settle(&self, keys: &[EventSettle]) -> sqlx::Result<Vec<bool>> {
+        event_key_settle(self.pool(), keys).await
+    }
+    async fn event_topic_stats(&self) -> sqlx::Result<Vec<EventTopicStats>> {
+        event_topic_stats(self.pool()).await
+    }
+    async fn event_keys_held(
+        &self,
+        topic: Option<&str>,
+        limit: u32,
+    ) -> sqlx::Result<Vec<HeldEventKey>> {
+        event_keys_held(self.pool(), topic, limit).await
+    }
+    async fn event_list(
+        &self,
+        topic: &str,
+        key: &str,
+        after_seq: u64,
+        limit: u32,
+    ) -> sqlx::Result<Vec<EventInfo>> {
+        event_list(self.pool(), topic, key, after_seq, limit).await
+    }
+    async fn event_key_get(&self, topic: &str, key: &str) -> sqlx::Result<Option<EventKeyInfo>> {
+        event_key_get(self.pool(), topic, key).await
+    }
+    async fn event_prune(
+        &self,
+        conn: &mut MySqlConnection,
+        age_us: i64,
+        limit: u32,
+    ) -> sqlx::Result<u64> {
+        event_prune(conn, age_us, limit).await
+    }
+    async fn event_replay_key(
+        &self,
+        conn: &mut MySqlConnection,
+        topic: &str,
+        key: &str,
+        from_seq: u64,
+    ) -> sqlx::Result<u64> {
+        event_replay_key(conn, topic, key, from_seq).await
+    }
+    async fn event_replay_range(
+        &self,
+        conn: &mut MySqlConnection,
+        topic: &str,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+        limit: u32,
+    ) -> sqlx::Result<u64> {
+        event_replay_range(conn, topic, from, to, limit).await
+    }
+    async fn event_key_release(
+        &self,
+        conn: &mut MySqlConnection,
+        topic: &str,
+        key: &str,
+        skip: bool,
+    ) -> sqlx::Result<bool> {
+        event_key_release(conn, topic, key, skip).await
+    }
+}

@@ -1,0 +1,747 @@
+//! Events and the relay (`taskq::outbox`): events published in the caller's transaction reach
+//! a sink in per-key commit order, with the message id of their row, also with several relays
+//! racing; failures back off and retry with the same id; a rejected event holds only its own
+//! key (strict) or is dead-lettered (opt-in); a relay that stops mid-batch loses its keys to
+//! another after the lease. On both backends, with function sinks that record what they got.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use sqlx::{MySql, Pool, Sqlite};
+use taskq::Backoff;
+use taskq::outbox::{
+    Event, FnSink, Message, OnRejected, Outcome, PerMessageSink, Published, Relay, Sink,
+};
+use taskq_driver::driver::Driver;
+use taskq_driver::event::{EventSettle, EventState, KeyNext};
+use taskq_tests::backends::{Db, TestBackend};
+use taskq_tests::wait_until;
+
+/// A test backend's driver (for the operator's operations and the rows' states).
+trait HasDriver: TestBackend {
+    type Store: Driver<Database = Self>;
+    fn store(pool: Pool<Self>) -> Self::Store;
+}
+
+impl HasDriver for MySql {
+    type Store = taskq_mysql::MySqlDriver;
+    fn store(pool: Pool<Self>) -> Self::Store {
+        taskq_mysql::MySqlDriver::new(pool)
+    }
+}
+
+impl HasDriver for Sqlite {
+    type Store = taskq_sqlite::SqliteDriver;
+    fn store(pool: Pool<Self>) -> Self::Store {
+        taskq_sqlite::SqliteDriver::new(pool)
+    }
+}
+
+use taskq_driver::driver::Events as _;
+
+#[derive(serde::Serialize, serde::Deserialize, Debug, Clone, PartialEq)]
+struct OrderEvent {
+    order: String,
+    n: u32,
+}
+
+impl Event for OrderEvent {
+    fn topic(&self) -> &str {
+        "orders.placed"
+    }
+    fn key(&self) -> String {
+        self.order.clone()
+    }
+    fn headers(&self) -> Vec<(String, String)> {
+        vec![("n".into(), self.n.to_string())]
+    }
+}
+
+fn ev(order: &str, n: u32) -> OrderEvent {
+    OrderEvent {
+        order: order.into(),
+        n,
+    }
+}
+
+/// Publishes `events` in one committed transaction.
+async fn publish<B: TestBackend>(db: &Db<B>, events: &[OrderEvent]) -> Vec<Published> {
+    let mut tx = db.begin().await;
+    let mut out = Vec::new();
+    for e in events {
+        out.push(e.publish_tx(&mut tx).await.unwrap());
+    }
+    tx.commit().await.unwrap();
+    out
+}
+
+/// What a recording sink got, in the order it was handed.
+#[derive(Clone, Default)]
+struct Seen(Arc<Mutex<Vec<Message>>>);
+
+impl Seen {
+    fn push(&self, m: &Message) {
+        self.0.lock().unwrap().push(m.clone());
+    }
+    fn all(&self) -> Vec<Message> {
+        self.0.lock().unwrap().clone()
+    }
+    /// `n` of each message of `key`, in the order received.
+    fn ns(&self, key: &str) -> Vec<u32> {
+        self.all()
+            .iter()
+            .filter(|m| m.key == key)
+            .map(|m| decode(m).n)
+            .collect()
+    }
+}
+
+fn decode(m: &Message) -> OrderEvent {
+    serde_json::from_slice(&m.payload).expect("payload is the event's JSON")
+}
+
+/// A per-message sink of a closure.
+type Recorder = PerMessageSink<Box<dyn Fn(Message) -> std::future::Ready<Outcome> + Send + Sync>>;
+
+/// A sink that records every message and delivers it.
+fn recording(seen: &Seen) -> Recorder {
+    let seen = seen.clone();
+    PerMessageSink::new(Box::new(move |m: Message| {
+        seen.push(&m);
+        std::future::ready(Outcome::Delivered)
+    }))
+}
+
+async fn states<B: TestBackend>(db: &Db<B>, key: &str) -> Vec<String> {
+    db.strings(&format!(
+        "SELECT state FROM taskq_events WHERE event_key = '{key}' ORDER BY seq"
+    ))
+    .await
+}
+
+async fn count_state<B: TestBackend>(db: &Db<B>, state: &str) -> i64 {
+    db.scalar(&format!(
+        "SELECT COUNT(*) FROM taskq_events WHERE state = '{state}'"
+    ))
+    .await
+}
+
+async fn events_publish_rows_with_seq_in_commit_order_and_the_relay_sends_them_with_their_ids<
+    B: HasDriver,
+>(
+    db: Db<B>,
+) {
+    let p = publish(&db, &[ev("o-1", 1), ev("o-2", 1), ev("o-1", 2)]).await;
+    assert_eq!(p.iter().map(|p| p.seq).collect::<Vec<_>>(), [1, 1, 2]);
+    assert!(p.iter().all(|p| p.message_id.len() == 32));
+    let p2 = publish(&db, &[ev("o-1", 3)]).await;
+    assert_eq!(p2[0].seq, 3);
+    assert!(p2[0].id > p[2].id);
+    assert_eq!(count_state(&db, "pending").await, 4);
+
+    let seen = Seen::default();
+    let relay = Relay::builder(db.pool.clone(), recording(&seen))
+        .build()
+        .unwrap();
+    let r = relay.run_once().await.unwrap();
+    assert_eq!((r.keys, r.published, r.delivered, r.lost), (2, 4, 4, 0));
+    assert_eq!(seen.ns("o-1"), [1, 2, 3]);
+    assert_eq!(seen.ns("o-2"), [1]);
+    let all = seen.all();
+    let o1: Vec<&Message> = all.iter().filter(|m| m.key == "o-1").collect();
+    assert_eq!(o1[0].id, p[0].message_id);
+    assert_eq!(o1[2].id, p2[0].message_id);
+    assert_eq!(o1[0].subject, "orders.placed");
+    assert_eq!(o1[1].headers, [("n".to_owned(), "2".to_owned())]);
+    assert_eq!(count_state(&db, "delivered").await, 4);
+    // Nothing left: the next round leases nothing, and the keys are idle.
+    assert_eq!(relay.run_once().await.unwrap().keys, 0);
+    let store = B::store(db.pool.clone());
+    let k = store
+        .event_key_get("orders.placed", "o-1")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (k.next_seq, k.done_seq, k.leased, k.failures),
+        (3, 3, false, 0)
+    );
+    let listed = store
+        .event_list("orders.placed", "o-1", 0, 10)
+        .await
+        .unwrap();
+    assert_eq!(listed.iter().map(|e| e.seq).collect::<Vec<_>>(), [1, 2, 3]);
+    assert!(
+        listed
+            .iter()
+            .all(|e| e.state == EventState::Delivered && e.delivered_at.is_some())
+    );
+    // A later event of a delivered key goes out alone, next.
+    publish(&db, &[ev("o-1", 4)]).await;
+    relay.run_once().await.unwrap();
+    assert_eq!(seen.ns("o-1"), [1, 2, 3, 4]);
+}
+
+async fn a_rolled_back_transaction_publishes_nothing<B: HasDriver>(db: Db<B>) {
+    let mut tx = db.begin().await;
+    ev("o-1", 100).publish_tx(&mut tx).await.unwrap();
+    ev("o-9", 100).publish_tx(&mut tx).await.unwrap();
+    tx.rollback().await.unwrap();
+    let p = publish(&db, &[ev("o-1", 1)]).await;
+    assert_eq!(p[0].seq, 1, "the rolled-back seq was not taken");
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM taskq_events").await, 1);
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM taskq_event_keys WHERE event_key = 'o-9'")
+            .await,
+        0
+    );
+    let seen = Seen::default();
+    let relay = Relay::builder(db.pool.clone(), recording(&seen))
+        .build()
+        .unwrap();
+    relay.run_once().await.unwrap();
+    assert_eq!(seen.all().len(), 1);
+    assert_eq!(seen.ns("o-1"), [1]);
+}
+
+async fn publish_validation_errors_write_nothing<B: HasDriver>(db: Db<B>) {
+    struct Bad(&'static str, String);
+    impl serde::Serialize for Bad {
+        fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            s.serialize_unit()
+        }
+    }
+    impl Event for Bad {
+        fn topic(&self) -> &str {
+            self.0
+        }
+        fn key(&self) -> String {
+            self.1.clone()
+        }
+    }
+    static LONG: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let long: &'static str = LONG.get_or_init(|| "t".repeat(256));
+    let cases = [
+        Bad("", "k".into()),
+        Bad(long, "k".into()),
+        Bad("orders\nplaced", "k".into()),
+        Bad(" orders", "k".into()),
+        Bad("orders", String::new()),
+        Bad("orders", "k".repeat(256)),
+    ];
+    for bad in &cases {
+        let mut tx = db.begin().await;
+        let err = bad.publish_tx(&mut tx).await.unwrap_err();
+        assert!(
+            matches!(err, taskq::Error::InvalidName { .. }),
+            "{:?}/{:?}: {err}",
+            bad.0,
+            bad.1
+        );
+        tx.commit().await.unwrap();
+    }
+    // 255 bytes each is fine.
+    let mut tx = db.begin().await;
+    let ok = Bad(&long[..255], "k".repeat(255));
+    assert_eq!(ok.publish_tx(&mut tx).await.unwrap().seq, 1);
+    tx.rollback().await.unwrap();
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM taskq_events").await, 0);
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM taskq_event_keys").await, 0);
+}
+
+async fn per_key_commit_order_holds_with_many_keys_and_three_relays_racing<B: HasDriver>(
+    db: Db<B>,
+) {
+    const KEYS: usize = 24;
+    const PER_KEY: u32 = 12;
+    let seen = Seen::default();
+    let (stop_tx, _) = tokio::sync::broadcast::channel::<()>(1);
+    let mut relays = Vec::new();
+    for i in 0..3 {
+        let relay = Relay::builder(db.another_pool(3).await, SlowRecorder(seen.clone()))
+            .batch_size(16)
+            .poll_interval(Duration::from_millis(10))
+            .name(format!("relay-{i}"))
+            .build()
+            .unwrap();
+        let mut stop = stop_tx.subscribe();
+        relays.push(tokio::spawn(async move {
+            relay
+                .run_until(async move {
+                    let _ = stop.recv().await;
+                })
+                .await
+        }));
+    }
+    // Four publishers, each owning a quarter of the keys, interleave transactions of one to
+    // three events (of their keys, in each key's order) while the relays run; some
+    // transactions roll back (their events must never appear).
+    let mut publishers = Vec::new();
+    for p in 0..4usize {
+        let pool = db.another_pool(2).await;
+        publishers.push(tokio::spawn(async move {
+            let keys: Vec<String> = (0..KEYS)
+                .filter(|k| k % 4 == p)
+                .map(|k| format!("k{k}"))
+                .collect();
+            let mut next: HashMap<String, u32> = keys.iter().map(|k| (k.clone(), 1)).collect();
+            let mut rolled_back = 0;
+            loop {
+                let open: Vec<&String> = keys.iter().filter(|k| next[*k] <= PER_KEY).collect();
+                if open.is_empty() {
+                    break;
+                }
+                let mut tx = B::begin(&pool).await;
+                let mut planned = Vec::new();
+                for _ in 0..fastrand::usize(1..=3) {
+                    let k = open[fastrand::usize(..open.len())].clone();
+                    let n = next[&k] + planned.iter().filter(|(pk, _)| *pk == k).count() as u32;
+                    if n > PER_KEY {
+                        continue;
+                    }
+                    planned.push((k, n));
+                }
+                let roll_back = fastrand::u8(..10) == 0;
+                for (k, n) in &planned {
+                    let e = OrderEvent {
+                        order: k.clone(),
+                        n: if roll_back { 1000 + n } else { *n },
+                    };
+                    e.publish_tx(&mut tx).await.unwrap();
+                }
+                if roll_back {
+                    tx.rollback().await.unwrap();
+                    rolled_back += 1;
+                } else {
+                    tx.commit().await.unwrap();
+                    for (k, _) in planned {
+                        *next.get_mut(&k).unwrap() += 1;
+                    }
+                }
+            }
+            rolled_back
+        }));
+    }
+    let mut rolled_back = 0;
+    for p in publishers {
+        rolled_back += p.await.unwrap();
+    }
+    let total = (KEYS as u32 * PER_KEY) as i64;
+    wait_until(Duration::from_secs(60), "every event delivered", || async {
+        count_state(&db, "delivered").await == total
+    })
+    .await;
+    let _ = stop_tx.send(());
+    for r in relays {
+        r.await.unwrap().unwrap();
+    }
+    // Per key, after dropping duplicates of ids already received, the order is 1..=PER_KEY;
+    // nothing of a rolled-back transaction; every id is its row's.
+    let all = seen.all();
+    let mut first: HashSet<String> = HashSet::new();
+    let mut per_key: BTreeMap<String, Vec<u32>> = BTreeMap::new();
+    let mut duplicates = 0;
+    for m in &all {
+        let e = decode(m);
+        assert!(
+            e.n <= PER_KEY,
+            "an event of a rolled-back transaction: {e:?}"
+        );
+        if first.insert(m.id.clone()) {
+            per_key.entry(m.key.clone()).or_default().push(e.n);
+        } else {
+            duplicates += 1;
+        }
+    }
+    assert_eq!(per_key.len(), KEYS);
+    for (k, ns) in &per_key {
+        assert_eq!(*ns, (1..=PER_KEY).collect::<Vec<_>>(), "key {k}");
+    }
+    let ids = db
+        .strings("SELECT message_id FROM taskq_events ORDER BY message_id")
+        .await;
+    let mut got: Vec<String> = first.into_iter().collect();
+    got.sort();
+    assert_eq!(got, ids);
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM taskq_events").await, total);
+    // Every key idle and released, done up to its last seq.
+    assert_eq!(
+        db.scalar(
+            "SELECT COUNT(*) FROM taskq_event_keys WHERE done_seq = next_seq AND ready_at IS NULL \
+             AND lease_owner IS NULL AND next_seq = 12"
+        )
+        .await,
+        KEYS as i64
+    );
+    eprintln!(
+        "{}: {} events over {KEYS} keys, {rolled_back} transactions rolled back, {duplicates} duplicates",
+        db.label(),
+        total
+    );
+}
+
+async fn a_failed_event_is_retried_with_the_same_id_and_delivered_once_more<B: HasDriver>(
+    db: Db<B>,
+) {
+    publish(
+        &db,
+        &[ev("a", 1), ev("a", 2), ev("a", 3), ev("b", 1), ev("b", 2)],
+    )
+    .await;
+    let seen = Seen::default();
+    let failed_once = Arc::new(Mutex::new(false));
+    let sink = {
+        let seen = seen.clone();
+        let failed_once = failed_once.clone();
+        PerMessageSink::new(move |m: Message| {
+            seen.push(&m);
+            let fail = m.key == "a"
+                && decode(&m).n == 2
+                && !std::mem::replace(&mut *failed_once.lock().unwrap(), true);
+            std::future::ready(if fail {
+                Outcome::Failed("connection reset".into())
+            } else {
+                Outcome::Delivered
+            })
+        })
+    };
+    let relay = Relay::builder(db.pool.clone(), sink)
+        .retry_backoff(Backoff::constant(Duration::from_millis(300)))
+        .build()
+        .unwrap();
+    let r = relay.run_once().await.unwrap();
+    assert_eq!((r.keys, r.delivered), (2, 3), "a1, b1, b2");
+    assert_eq!(
+        seen.ns("a"),
+        [1, 2],
+        "a3 held behind the failure, never sent"
+    );
+    assert_eq!(seen.ns("b"), [1, 2]);
+    assert_eq!(states(&db, "a").await, ["delivered", "pending", "pending"]);
+    let store = B::store(db.pool.clone());
+    let k = store
+        .event_key_get("orders.placed", "a")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((k.done_seq, k.failures), (1, 1));
+    assert_eq!(k.last_error.as_deref(), Some("connection reset"));
+    assert!(k.held_at.is_none());
+    // Backing off: not ready yet.
+    assert_eq!(relay.run_once().await.unwrap().keys, 0);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let r = relay.run_once().await.unwrap();
+    assert_eq!((r.keys, r.delivered), (1, 2));
+    assert_eq!(seen.ns("a"), [1, 2, 2, 3]);
+    let a: Vec<Message> = seen.all().into_iter().filter(|m| m.key == "a").collect();
+    assert_eq!(a[1].id, a[2].id, "the retry carries the same message id");
+    assert_eq!(states(&db, "a").await, ["delivered"; 3]);
+    let k = store
+        .event_key_get("orders.placed", "a")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((k.done_seq, k.failures, k.last_error), (3, 0, None));
+}
+
+/// A sink that rejects the events whose `n` is in `poison` (of key "a") and delivers the rest.
+fn rejecting(seen: &Seen) -> Recorder {
+    let seen = seen.clone();
+    PerMessageSink::new(Box::new(move |m: Message| {
+        seen.push(&m);
+        std::future::ready(if m.key == "a" && decode(&m).n == 2 {
+            Outcome::Rejected("message too large".into())
+        } else {
+            Outcome::Delivered
+        })
+    }))
+}
+
+/// A sink that records every batch after a short random pause (so that relays overlap) and
+/// delivers everything.
+struct SlowRecorder(Seen);
+
+impl Sink for SlowRecorder {
+    async fn publish(&self, batch: &[Message]) -> Vec<Outcome> {
+        tokio::time::sleep(Duration::from_millis(fastrand::u64(0..5))).await;
+        for m in batch {
+            self.0.push(m);
+        }
+        vec![Outcome::Delivered; batch.len()]
+    }
+}
+
+async fn a_rejected_event_holds_only_its_key_until_an_operator_skips_or_replays_it<B: HasDriver>(
+    db: Db<B>,
+) {
+    publish(
+        &db,
+        &[ev("a", 1), ev("a", 2), ev("a", 3), ev("b", 1), ev("b", 2)],
+    )
+    .await;
+    let seen = Seen::default();
+    let relay = Relay::builder(db.pool.clone(), rejecting(&seen))
+        .build()
+        .unwrap();
+    relay.run_once().await.unwrap();
+    assert_eq!(seen.ns("a"), [1, 2]);
+    assert_eq!(seen.ns("b"), [1, 2]);
+    assert_eq!(states(&db, "a").await, ["delivered", "pending", "pending"]);
+    // Held: later events of the key wait, other keys go on.
+    publish(&db, &[ev("a", 4), ev("b", 3)]).await;
+    for _ in 0..3 {
+        relay.run_once().await.unwrap();
+    }
+    assert_eq!(seen.ns("a"), [1, 2], "nothing more of the held key");
+    assert_eq!(seen.ns("b"), [1, 2, 3]);
+    let store = B::store(db.pool.clone());
+    let held = store.event_keys_held(None, 10).await.unwrap();
+    assert_eq!(held.len(), 1);
+    assert_eq!((held[0].key.as_str(), held[0].seq), ("a", 2));
+    assert_eq!(held[0].error, "message too large");
+    let stats = store.event_topic_stats().await.unwrap();
+    assert_eq!(stats.len(), 1);
+    assert_eq!((stats[0].pending, stats[0].held_keys), (3, 1));
+    assert!(stats[0].oldest_pending_at.is_some());
+
+    // The operator skips it: a2 dead, the key goes on with a3, a4.
+    let client = db.client();
+    assert!(
+        client
+            .release_event_key("orders.placed", "a", true)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !client
+            .release_event_key("orders.placed", "a", true)
+            .await
+            .unwrap(),
+        "no longer held"
+    );
+    relay.run_once().await.unwrap();
+    assert_eq!(seen.ns("a"), [1, 2, 3, 4]);
+    assert_eq!(
+        states(&db, "a").await,
+        ["delivered", "dead", "delivered", "delivered"]
+    );
+    assert!(store.event_keys_held(None, 10).await.unwrap().is_empty());
+
+    // Replay from seq 2: a2 (dead) is tried again and holds the key again; a3, a4 wait.
+    assert_eq!(
+        client
+            .replay_event_key("orders.placed", "a", 2)
+            .await
+            .unwrap(),
+        3
+    );
+    relay.run_once().await.unwrap();
+    assert_eq!(seen.ns("a"), [1, 2, 3, 4, 2]);
+    assert_eq!(
+        store
+            .event_keys_held(Some("orders.placed"), 10)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    // Released without skipping: tried again (still rejected, held again).
+    assert!(
+        client
+            .release_event_key("orders.placed", "a", false)
+            .await
+            .unwrap()
+    );
+    relay.run_once().await.unwrap();
+    assert_eq!(seen.ns("a"), [1, 2, 3, 4, 2, 2]);
+    assert_eq!(store.event_keys_held(None, 10).await.unwrap().len(), 1);
+    // Each operator action is in the audit trail.
+    assert_eq!(
+        db.strings("SELECT action FROM taskq_audit ORDER BY id")
+            .await,
+        ["event_skip", "event_replay", "event_retry"]
+    );
+    assert_eq!(client.event_keys_held(None, 10).await.unwrap().len(), 1);
+    assert_eq!(client.event_topics().await.unwrap()[0].held_keys, 1);
+}
+
+async fn a_rejected_event_is_dead_lettered_in_the_opt_in_mode<B: HasDriver>(db: Db<B>) {
+    publish(&db, &[ev("a", 1), ev("a", 2), ev("a", 3), ev("b", 1)]).await;
+    let seen = Seen::default();
+    let relay = Relay::builder(db.pool.clone(), rejecting(&seen))
+        .on_rejected(OnRejected::DeadLetter)
+        .build()
+        .unwrap();
+    relay.run_once().await.unwrap();
+    // PerMessageSink holds a3 behind the rejection within the batch; the next round sends it.
+    relay.run_once().await.unwrap();
+    assert_eq!(seen.ns("a"), [1, 2, 3]);
+    assert_eq!(seen.ns("b"), [1]);
+    assert_eq!(states(&db, "a").await, ["delivered", "dead", "delivered"]);
+    assert_eq!(
+        db.text("SELECT last_error FROM taskq_events WHERE event_key = 'a' AND seq = 2")
+            .await
+            .as_deref(),
+        Some("message too large")
+    );
+    let store = B::store(db.pool.clone());
+    assert!(store.event_keys_held(None, 10).await.unwrap().is_empty());
+}
+
+async fn a_relay_stopped_mid_batch_loses_its_keys_to_another_after_the_lease<B: HasDriver>(
+    db: Db<B>,
+) {
+    publish(&db, &[ev("a", 1), ev("a", 2), ev("b", 1)]).await;
+    // Relay 1's sink never answers: it is stopped (aborted) while its batch is out.
+    let handed = Arc::new(tokio::sync::Notify::new());
+    let stuck = {
+        let handed = handed.clone();
+        FnSink::new(move |_batch: Vec<Message>| {
+            handed.notify_one();
+            std::future::pending::<Vec<Outcome>>()
+        })
+    };
+    let relay1 = Relay::builder(db.pool.clone(), stuck)
+        .lease(Duration::from_secs(1))
+        .name("relay-1")
+        .build()
+        .unwrap();
+    let task = tokio::spawn(async move { relay1.run().await });
+    handed.notified().await;
+    // While relay 1's leases last (renewed every third of the lease), relay 2 gets nothing.
+    let seen = Seen::default();
+    let relay2 = Relay::builder(db.pool.clone(), recording(&seen))
+        .lease(Duration::from_secs(1))
+        .name("relay-2")
+        .build()
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        relay2.run_once().await.unwrap().keys,
+        0,
+        "relay 1 renews its leases"
+    );
+    task.abort();
+    let _ = task.await;
+    wait_until(
+        Duration::from_secs(10),
+        "relay 2 takes the keys over",
+        || async {
+            relay2.run_once().await.unwrap();
+            seen.all().len() == 3
+        },
+    )
+    .await;
+    assert_eq!(seen.ns("a"), [1, 2]);
+    assert_eq!(count_state(&db, "delivered").await, 3);
+    let store = B::store(db.pool.clone());
+    let k = store
+        .event_key_get("orders.placed", "a")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(k.lease_epoch, 2, "leased by relay 1, then by relay 2");
+    // Relay 1's settle under its old epoch would change nothing.
+    let stale = EventSettle {
+        key_hash: taskq_driver::event::key_hash("orders.placed", "a"),
+        epoch: 1,
+        done_seq: 2,
+        delivered: vec![],
+        dead: vec![],
+        next: KeyNext::Hold {
+            seq: 1,
+            error: "stale".into(),
+        },
+    };
+    assert_eq!(store.event_key_settle(&[stale]).await.unwrap(), [false]);
+    assert!(store.event_keys_held(None, 10).await.unwrap().is_empty());
+}
+
+async fn retention_prunes_delivered_events_and_a_time_range_replays<B: HasDriver>(db: Db<B>) {
+    publish(&db, &[ev("a", 1), ev("a", 2), ev("b", 1)]).await;
+    let seen = Seen::default();
+    let relay = Relay::builder(db.pool.clone(), recording(&seen))
+        .build()
+        .unwrap();
+    relay.run_once().await.unwrap();
+    assert_eq!(seen.all().len(), 3);
+    // Replay everything published in the last minute: all three again, same ids, in order.
+    let now = db.server_now().await;
+    let client = db.client();
+    let n = client
+        .replay_events(
+            "orders.placed",
+            now - chrono::Duration::minutes(1),
+            now + chrono::Duration::minutes(1),
+        )
+        .await
+        .unwrap();
+    assert_eq!(n, 3);
+    assert_eq!(count_state(&db, "pending").await, 3);
+    relay.run_once().await.unwrap();
+    assert_eq!(seen.ns("a"), [1, 2, 1, 2]);
+    assert_eq!(seen.ns("b"), [1, 1]);
+    // Prune: nothing is older than an hour; everything delivered is older than 0 s, but not
+    // a pending event.
+    assert_eq!(
+        client
+            .prune_events(Duration::from_secs(3600))
+            .await
+            .unwrap(),
+        0
+    );
+    publish(&db, &[ev("b", 2)]).await;
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    assert_eq!(client.prune_events(Duration::ZERO).await.unwrap(), 3);
+    assert_eq!(states(&db, "b").await, ["pending"]);
+    relay.run_once().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    assert_eq!(client.prune_events(Duration::ZERO).await.unwrap(), 1);
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM taskq_events").await, 0);
+    // The keys keep their numbers: the next event of a is seq 3.
+    assert_eq!(publish(&db, &[ev("a", 3)]).await[0].seq, 3);
+}
+
+async fn a_relay_wakes_on_publish_without_waiting_for_the_poll<B: HasDriver>(db: Db<B>) {
+    let seen = Seen::default();
+    let relay = Relay::builder(db.pool.clone(), recording(&seen))
+        .poll_interval(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let (stop, rx) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        relay
+            .run_until(async move {
+                let _ = rx.await;
+            })
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let started = std::time::Instant::now();
+    publish(&db, &[ev("a", 1)]).await;
+    wait_until(Duration::from_secs(5), "the event delivered", || async {
+        seen.all().len() == 1
+    })
+    .await;
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "woken by the publish, not the 30 s poll: {:?}",
+        started.elapsed()
+    );
+    let _ = stop.send(());
+    task.await.unwrap().unwrap();
+}
+
+taskq_tests::conformance!(
+    events_publish_rows_with_seq_in_commit_order_and_the_relay_sends_them_with_their_ids,
+    a_rolled_back_transaction_publishes_nothing,
+    publish_validation_errors_write_nothing,
+    per_key_commit_order_holds_with_many_keys_and_three_relays_racing,
+    a_failed_event_is_retried_with_the_same_id_and_delivered_once_more,
+    a_rejected_event_holds_only_its_key_until_an_operator_skips_or_replays_it,
+    a_rejected_event_is_dead_lettered_in_the_opt_in_mode,
+    a_relay_stopped_mid_batch_loses_its_keys_to_another_after_the_lease,
+    retention_prunes_delivered_events_and_a_time_range_replays,
+    a_relay_wakes_on_publish_without_waiting_for_the_poll,
+);
