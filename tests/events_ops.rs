@@ -93,9 +93,7 @@ impl Recording {
 
 /// Relay rounds until one publishes nothing.
 async fn relay_all<B: TestBackend>(db: &Db<B>, rec: &Recording) {
-    let relay = Relay::builder(db.pool.clone(), rec.sink())
-        .build()
-        .unwrap();
+    let relay = Relay::builder(db.pool.clone(), rec.sink()).build().unwrap();
     for _ in 0..50 {
         if relay.run_once().await.unwrap().published == 0 {
             return;
@@ -149,7 +147,11 @@ async fn a_held_key_is_listed_until_it_is_skipped_or_retried<B: TestBackend>(db:
     bad.poison = true;
     let mut bad_c = placed("c", 1);
     bad_c.poison = true;
-    publish(&db, &[bad, placed("a", 2), placed("b", 1), bad_c, placed("c", 2)]).await;
+    publish(
+        &db,
+        &[bad, placed("a", 2), placed("b", 1), bad_c, placed("c", 2)],
+    )
+    .await;
     relay_all(&db, &rec).await;
     assert_eq!(rec.ids_of("b").len(), 1, "other keys go on");
     assert!(rec.ids_of("a").is_empty());
@@ -168,57 +170,123 @@ async fn a_held_key_is_listed_until_it_is_skipped_or_retried<B: TestBackend>(db:
         ]
     );
     let now = db.server_now().await;
-    assert!(held.iter().all(|k| (now - k.since).num_seconds().abs() < 60));
-    assert!(client
-        .event_keys_held(Some("users.created"), 10)
-        .await
-        .unwrap()
-        .is_empty());
+    assert!(
+        held.iter()
+            .all(|k| (now - k.since).num_seconds().abs() < 60)
+    );
+    assert!(
+        client
+            .event_keys_held(Some("users.created"), 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     let stats = client.event_stats().await.unwrap();
     assert_eq!((stats[0].pending, stats[0].held_keys), (4, 2), "{stats:?}");
-    let key = client.event_key("orders.placed", "a").await.unwrap().unwrap();
-    assert!(key.held_at.is_some() && key.next_seq == 2 && key.done_seq == 0, "{key:?}");
+    let key = client
+        .event_key("orders.placed", "a")
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        key.held_at.is_some() && key.next_seq == 2 && key.done_seq == 0,
+        "{key:?}"
+    );
 
     // Skip a's poison: it is dead, a2 goes out.
-    assert!(client.release_event_key("orders.placed", "a", true).await.unwrap());
+    assert!(
+        client
+            .release_event_key("orders.placed", "a", true)
+            .await
+            .unwrap()
+    );
     relay_all(&db, &rec).await;
     assert_eq!(rec.ids_of("a").len(), 1);
-    let events = client.event_list("orders.placed", "a", 0, 10).await.unwrap();
+    let events = client
+        .event_list("orders.placed", "a", 0, 10)
+        .await
+        .unwrap();
     assert_eq!(
         events.iter().map(|e| (e.seq, e.state)).collect::<Vec<_>>(),
         [(1, EventState::Dead), (2, EventState::Delivered)]
     );
     // Retry c's poison once the broker takes it: c1 then c2, in order.
     rec.reject.store(false, Ordering::SeqCst);
-    assert!(client.release_event_key("orders.placed", "c", false).await.unwrap());
+    assert!(
+        client
+            .release_event_key("orders.placed", "c", false)
+            .await
+            .unwrap()
+    );
     relay_all(&db, &rec).await;
-    let cs = client.event_list("orders.placed", "c", 0, 10).await.unwrap();
-    assert_eq!(rec.ids_of("c"), [cs[0].message_id.clone(), cs[1].message_id.clone()]);
+    let cs = client
+        .event_list("orders.placed", "c", 0, 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        rec.ids_of("c"),
+        [cs[0].message_id.clone(), cs[1].message_id.clone()]
+    );
     assert!(client.event_keys_held(None, 10).await.unwrap().is_empty());
     // Neither key is held now.
-    assert!(!client.release_event_key("orders.placed", "a", true).await.unwrap());
-    assert!(!client.release_event_key("orders.placed", "nope", false).await.unwrap());
+    assert!(
+        !client
+            .release_event_key("orders.placed", "a", true)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !client
+            .release_event_key("orders.placed", "nope", false)
+            .await
+            .unwrap()
+    );
 
     let audit = client.audit(&AuditFilter::default()).await.unwrap();
     let acts: Vec<_> = audit
         .iter()
-        .map(|e| (e.action.as_str(), e.actor.as_str(), e.detail["key"].as_str().unwrap_or("")))
+        .map(|e| {
+            (
+                e.action.as_str(),
+                e.actor.as_str(),
+                e.detail["key"].as_str().unwrap_or(""),
+            )
+        })
         .collect();
-    assert_eq!(acts, [("event_retry", "ops:test", "c"), ("event_skip", "ops:test", "a")]);
+    assert_eq!(
+        acts,
+        [
+            ("event_retry", "ops:test", "c"),
+            ("event_skip", "ops:test", "a")
+        ]
+    );
 }
 
-async fn replays_send_a_key_or_a_range_again_with_the_same_ids_audited<B: TestBackend>(
-    db: Db<B>,
-) {
+async fn replays_send_a_key_or_a_range_again_with_the_same_ids_audited<B: TestBackend>(db: Db<B>) {
     let client = db.client().with_actor("ops:replay");
     let rec = Recording::default();
-    publish(&db, &[placed("k", 1), placed("k", 2), placed("k", 3), placed("j", 1)]).await;
+    publish(
+        &db,
+        &[
+            placed("k", 1),
+            placed("k", 2),
+            placed("k", 3),
+            placed("j", 1),
+        ],
+    )
+    .await;
     relay_all(&db, &rec).await;
     let first = rec.ids_of("k");
     assert_eq!(first.len(), 3);
 
     // A key from seq 2: seqs 2 and 3 again, in order, with their ids.
-    assert_eq!(client.replay_event_key("orders.placed", "k", 2).await.unwrap(), 2);
+    assert_eq!(
+        client
+            .replay_event_key("orders.placed", "k", 2)
+            .await
+            .unwrap(),
+        2
+    );
     let states: Vec<_> = client
         .event_list("orders.placed", "k", 0, 10)
         .await
@@ -226,7 +294,14 @@ async fn replays_send_a_key_or_a_range_again_with_the_same_ids_audited<B: TestBa
         .iter()
         .map(|e| e.state)
         .collect();
-    assert_eq!(states, [EventState::Delivered, EventState::Pending, EventState::Pending]);
+    assert_eq!(
+        states,
+        [
+            EventState::Delivered,
+            EventState::Pending,
+            EventState::Pending
+        ]
+    );
     assert_eq!(client.event_stats().await.unwrap()[0].pending, 2);
     relay_all(&db, &rec).await;
     assert_eq!(rec.ids_of("k")[3..], first[1..]);
@@ -241,14 +316,20 @@ async fn replays_send_a_key_or_a_range_again_with_the_same_ids_audited<B: TestBa
     let since = now - chrono::Duration::hours(2);
     let until = now - chrono::Duration::minutes(30);
     assert_eq!(
-        client.replay_events("orders.placed", since, until).await.unwrap(),
+        client
+            .replay_events("orders.placed", since, until)
+            .await
+            .unwrap(),
         3
     );
     relay_all(&db, &rec).await;
     assert_eq!(rec.ids_of("k")[5..], first[..]);
     assert_eq!(rec.ids_of("j").len(), 1, "j1 is outside the range");
     assert_eq!(
-        client.replay_events("users.created", since, until).await.unwrap(),
+        client
+            .replay_events("users.created", since, until)
+            .await
+            .unwrap(),
         0
     );
 
@@ -267,7 +348,12 @@ async fn replays_send_a_key_or_a_range_again_with_the_same_ids_audited<B: TestBa
     );
     let replay = &audit[2].detail;
     assert_eq!(
-        (replay["topic"].as_str(), replay["key"].as_str(), replay["from_seq"].as_u64(), replay["events"].as_u64()),
+        (
+            replay["topic"].as_str(),
+            replay["key"].as_str(),
+            replay["from_seq"].as_u64(),
+            replay["events"].as_u64()
+        ),
         (Some("orders.placed"), Some("k"), Some(2), Some(2)),
         "{replay}"
     );

@@ -47,10 +47,7 @@ pub async fn run(client: &Client, action: &EventsAction, json: bool) -> Result<(
             if json {
                 print_json(&serde_json::json!({ "replayed": n }));
             } else {
-                println!(
-                    "replaying {n} event{} of topic {topic:?} {what}",
-                    plural(n)
-                );
+                println!("replaying {n} event{} of topic {topic:?} {what}", plural(n));
             }
             Ok(())
         }
@@ -129,12 +126,7 @@ async fn stats(client: &Client, json: bool) -> Result<(), Failure> {
     Ok(())
 }
 
-async fn held(
-    client: &Client,
-    topic: Option<&str>,
-    limit: u32,
-    json: bool,
-) -> Result<(), Failure> {
+async fn held(client: &Client, topic: Option<&str>, limit: u32, json: bool) -> Result<(), Failure> {
     let keys = client.event_keys_held(topic, limit).await?;
     if json {
         print_json(&serde_json::json!({ "held_keys": keys }));

@@ -44,7 +44,9 @@ pub(super) async fn events(State(st): State<AppState>, Extension(ctx): Extension
                 } else {
                     age(t.lag.as_secs() as i64)
                 },
-                t.oldest_pending_at.as_ref().map_or_else(|| "—".into(), time),
+                t.oldest_pending_at
+                    .as_ref()
+                    .map_or_else(|| "—".into(), time),
                 t.held_keys
             );
         }
