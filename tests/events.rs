@@ -141,7 +141,14 @@ async fn events_publish_rows_with_seq_in_commit_order_and_the_relay_sends_them_w
     assert_eq!(count_state(&db, "pending").await, 4);
 
     let seen = Seen::default();
+    // A relay of other topics leaves them alone.
+    let other = Relay::builder(db.pool.clone(), recording(&seen))
+        .topics(["payments.captured"])
+        .build()
+        .unwrap();
+    assert_eq!(other.run_once().await.unwrap().keys, 0);
     let relay = Relay::builder(db.pool.clone(), recording(&seen))
+        .topics(["payments.captured", "orders.placed"])
         .build()
         .unwrap();
     let r = relay.run_once().await.unwrap();
@@ -733,7 +740,56 @@ async fn a_relay_wakes_on_publish_without_waiting_for_the_poll<B: HasDriver>(db:
     task.await.unwrap().unwrap();
 }
 
+async fn relay_settings_out_of_range_are_refused<B: HasDriver>(db: Db<B>) {
+    let seen = Seen::default();
+    let cases: Vec<(&str, taskq::Result<Relay<Recorder>>)> = vec![
+        (
+            "batch 0",
+            Relay::builder(db.pool.clone(), recording(&seen))
+                .batch_size(0)
+                .build(),
+        ),
+        (
+            "lease",
+            Relay::builder(db.pool.clone(), recording(&seen))
+                .lease(Duration::from_millis(999))
+                .build(),
+        ),
+        (
+            "poll",
+            Relay::builder(db.pool.clone(), recording(&seen))
+                .poll_interval(Duration::ZERO)
+                .build(),
+        ),
+        (
+            "no topics",
+            Relay::builder(db.pool.clone(), recording(&seen))
+                .topics(Vec::<String>::new())
+                .build(),
+        ),
+        (
+            "bad topic",
+            Relay::builder(db.pool.clone(), recording(&seen))
+                .topics([""])
+                .build(),
+        ),
+        (
+            "jitter",
+            Relay::builder(db.pool.clone(), recording(&seen))
+                .retry_backoff(Backoff {
+                    jitter: 2.0,
+                    ..Backoff::DEFAULT
+                })
+                .build(),
+        ),
+    ];
+    for (what, r) in cases {
+        assert!(r.is_err(), "{what}");
+    }
+}
+
 taskq_tests::conformance!(
+    relay_settings_out_of_range_are_refused,
     events_publish_rows_with_seq_in_commit_order_and_the_relay_sends_them_with_their_ids,
     a_rolled_back_transaction_publishes_nothing,
     publish_validation_errors_write_nothing,

@@ -352,7 +352,27 @@ impl<S: Sink + 'static> Relay<S> {
                 up_to: l.next_seq.min(l.done_seq.saturating_add(per_key)),
             })
             .collect();
-        let rows = i.store.event_read(&ranges).await.map_err(Error::Database)?;
+        let rows = match i.store.event_read(&ranges).await {
+            Ok(rows) => rows,
+            Err(e) => {
+                // Give the keys back at once rather than at the end of their leases.
+                let back: Vec<EventSettle> = leases
+                    .iter()
+                    .map(|l| EventSettle {
+                        key_hash: l.key_hash,
+                        epoch: l.epoch,
+                        done_seq: l.done_seq,
+                        delivered: Vec::new(),
+                        dead: Vec::new(),
+                        next: KeyNext::Release,
+                    })
+                    .collect();
+                if let Err(e2) = i.store.event_key_settle(&back).await {
+                    tracing::debug!(relay = %i.owner, error = %e2, "relay could not give its keys back");
+                }
+                return Err(Error::Database(e));
+            }
+        };
         let batch: Vec<Message> = rows.iter().map(message).collect();
         tracing::debug!(relay = %i.owner, keys = leases.len(), events = batch.len(), "relay round");
         let outcomes = if batch.is_empty() {
