@@ -222,6 +222,12 @@ pub enum Command {
         #[command(subcommand)]
         action: Option<SchedulesAction>,
     },
+    /// Events (the outbox): per-topic backlog and lag, keys held back by a rejected event,
+    /// replay (audited), retention of delivered events
+    Events {
+        #[command(subcommand)]
+        action: EventsAction,
+    },
     /// Serve the web dashboard and JSON API (docs/dashboard.md) until Ctrl-C. Authentication is
     /// required: --token and/or --basic (or TASKQ_WEB_TOKEN / TASKQ_WEB_BASIC), or
     /// --insecure-no-auth. This binary registers no tasks, so the API's enqueue-by-name
@@ -279,6 +285,69 @@ pub struct WebArgs {
     /// Mark the cookies Secure (when served over HTTPS, e.g. behind a TLS proxy)
     #[arg(long)]
     pub secure_cookies: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum EventsAction {
+    /// Per topic: events not delivered yet, the age of the oldest (the lag, database clock)
+    /// and the keys held back by a rejected event
+    Stats,
+    /// Keys held back by a rejected event (strict mode), longest held first: topic, key, the
+    /// event's seq, since when, the broker's error. Act with `retry`, `skip` or `replay`
+    Held {
+        /// Only this topic
+        #[arg(long)]
+        topic: Option<String>,
+        /// At most this many keys
+        #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+        limit: u32,
+    },
+    /// Send events again, with their original message ids (recorded in the audit trail):
+    /// a key's events from --from-seq on (default: every stored one; a held key is released),
+    /// or a topic's events published in [--since, --until)
+    #[command(group = clap::ArgGroup::new("what").required(true).args(["key", "since"]))]
+    Replay {
+        /// The topic
+        #[arg(long)]
+        topic: String,
+        /// The key whose events to send again
+        #[arg(long, conflicts_with_all = ["since", "until"])]
+        key: Option<String>,
+        /// With --key: from this sequence number on (default 0: every stored event)
+        #[arg(long, value_name = "SEQ", requires = "key")]
+        from_seq: Option<u64>,
+        /// Events published at or after this time (RFC 3339, database clock)
+        #[arg(long, value_name = "TIME", value_parser = parse_time, requires = "until")]
+        since: Option<DateTime<Utc>>,
+        /// Events published before this time (RFC 3339)
+        #[arg(long, value_name = "TIME", value_parser = parse_time, requires = "since")]
+        until: Option<DateTime<Utc>>,
+    },
+    /// Try a held key's rejected event again (after fixing the cause)
+    Retry {
+        /// The topic
+        #[arg(long)]
+        topic: String,
+        /// The key
+        #[arg(long)]
+        key: String,
+    },
+    /// Give up on a held key's rejected event: it is marked dead and the key goes on
+    Skip {
+        /// The topic
+        #[arg(long)]
+        topic: String,
+        /// The key
+        #[arg(long)]
+        key: String,
+    },
+    /// Delete delivered events delivered more than --older-than ago (pending and dead ones
+    /// are kept)
+    Prune {
+        /// e.g. 7d, 12h
+        #[arg(long, value_name = "AGE", value_parser = parse_duration)]
+        older_than: Duration,
+    },
 }
 
 #[derive(Debug, Subcommand)]

@@ -3,7 +3,8 @@
 //! Shows queue statistics and pending tasks per name, lists and shows tasks, retries dead tasks,
 //! cancels, reschedules and reprioritizes pending ones, purges old terminal tasks, pauses and
 //! limits queues, lists recurring schedules and live workers, shows the audit trail of operator
-//! actions (which it records with `--actor`, default `cli:$USER@<host>`), applies migrations,
+//! actions (which it records with `--actor`, default `cli:$USER@<host>`), shows and replays
+//! events (the outbox: `taskq events`), applies migrations,
 //! and serves the web dashboard (`taskq web`), without writing SQL. Human-readable tables by
 //! default, `--json` for scripts. Exit codes: 0 success, 1 other error, 2 bad input, 3 task not
 //! found or in the wrong state, 4 database unreachable.
@@ -11,13 +12,14 @@
 //!
 //! Modules: `args` (the command line), `connect` (the database from its URL), `failure` (exit
 //! codes), one module per group of commands (`tasks`, `queues`, `workers`, `schedules`,
-//! `stats`, `audit`, `migrate`, `web`), and the output: `render` (tables, JSON, times),
+//! `stats`, `events`, `audit`, `migrate`, `web`), and the output: `render` (tables, JSON, times),
 //! `text` (escaping of stored text) and `duration` (`7d`, `90s`).
 
 mod args;
 mod audit;
 mod connect;
 mod duration;
+mod events;
 mod failure;
 mod migrate;
 mod queues;
@@ -177,6 +179,7 @@ async fn run(cli: &Cli, url: &str) -> Result<(), Failure> {
         Command::Purge { older_than, state } => {
             purge(&client, state.map(Into::into), *older_than, cli.json).await
         }
+        Command::Events { action } => events::run(&client, action, cli.json).await,
         Command::Web(args) => web(client, args).await,
     };
     pool.close().await;

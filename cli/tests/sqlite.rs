@@ -628,3 +628,240 @@ async fn held_keys_lists_the_heads_that_hold_their_key_on_a_sqlite_file() {
     );
     pool.close().await;
 }
+
+/// An order event for the `taskq events` tests: a poison one is rejected by the test's sink.
+#[derive(Debug, Clone, serde::Serialize)]
+#[taskq::event(topic = "orders.placed", key = order)]
+struct OrderPlaced {
+    order: String,
+    poison: bool,
+}
+
+/// One relay round on a sink that rejects poison events (holding their key) and delivers the
+/// rest.
+async fn relay_round(pool: &SqlitePool) {
+    let sink = taskq::outbox::FnSink::new(|batch: Vec<taskq::outbox::Message>| async move {
+        let mut held: Vec<String> = Vec::new();
+        batch
+            .into_iter()
+            .map(|m| {
+                let poison = String::from_utf8_lossy(&m.payload).contains("\"poison\":true");
+                if held.contains(&m.key) {
+                    taskq::outbox::Outcome::Held
+                } else if poison {
+                    held.push(m.key.clone());
+                    taskq::outbox::Outcome::Rejected("message\ttoo large".into())
+                } else {
+                    taskq::outbox::Outcome::Delivered
+                }
+            })
+            .collect()
+    });
+    let relay = taskq::outbox::Relay::builder(pool.clone(), sink)
+        .build()
+        .unwrap();
+    while relay.run_once().await.unwrap().published > 0 {}
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_stats_held_replay_skip_and_prune_on_a_sqlite_file() {
+    use taskq::outbox::Event;
+    let dir = TempDir::new();
+    let file = dir.0.join("app.db");
+    let url = format!("sqlite://{}", file.display());
+    let d = &dir.0;
+    taskq(d, &url, &["migrate"]).await.ok();
+    let pool = taskq::sqlite::open(&file).await.unwrap();
+
+    let none = taskq(d, &url, &["events", "stats"]).await.ok();
+    assert!(none.stdout.contains("no event is pending"), "{none:?}");
+    for (order, poison) in [("a-1", true), ("a-1", false), ("b-2", false)] {
+        let mut tx = taskq::sqlite::begin(&pool).await.unwrap();
+        OrderPlaced {
+            order: order.into(),
+            poison,
+        }
+        .publish_tx(&mut tx)
+        .await
+        .unwrap();
+        tx.commit().await.unwrap();
+    }
+    let stats = taskq(d, &url, &["events", "stats", "--json"])
+        .await
+        .ok()
+        .json();
+    let t = &stats["topics"][0];
+    assert_eq!(
+        (t["topic"].as_str(), t["pending"].as_u64()),
+        (Some("orders.placed"), Some(3)),
+        "{stats}"
+    );
+    let table = taskq(d, &url, &["events", "stats"]).await.ok();
+    assert!(
+        row(&table.stdout, &["orders.placed", "3"]).is_some(),
+        "{table:?}"
+    );
+
+    relay_round(&pool).await;
+    let held = taskq(d, &url, &["events", "held", "--json"])
+        .await
+        .ok()
+        .json();
+    let keys = held["held_keys"].as_array().unwrap();
+    assert_eq!(keys.len(), 1, "{held}");
+    assert_eq!(keys[0]["key"], "a-1");
+    assert_eq!(keys[0]["seq"], 1);
+    assert_eq!(keys[0]["error"], "message\ttoo large");
+    let table = taskq(d, &url, &["events", "held"]).await.ok();
+    let line =
+        row(&table.stdout, &["orders.placed", "a-1", "1"]).unwrap_or_else(|| panic!("{table:?}"));
+    assert!(
+        line.ends_with("message\\ttoo large"),
+        "stored text is escaped: {line}"
+    );
+    let stats = taskq(d, &url, &["events", "stats"]).await.ok();
+    assert!(
+        row(&stats.stdout, &["orders.placed", "2"]).is_some_and(|l| l.ends_with(" 1")),
+        "{stats:?}"
+    );
+
+    // Skip the rejected event: the key goes on. Skipping it again: nothing is held (exit 3).
+    let skip = taskq(
+        d,
+        &url,
+        &[
+            "--actor",
+            "ops:cli",
+            "events",
+            "skip",
+            "--topic",
+            "orders.placed",
+            "--key",
+            "a-1",
+        ],
+    )
+    .await
+    .ok();
+    assert!(
+        skip.stdout
+            .contains("skipped the held event of key \"a-1\""),
+        "{skip:?}"
+    );
+    let again = taskq(
+        d,
+        &url,
+        &["events", "skip", "--topic", "orders.placed", "--key", "a-1"],
+    )
+    .await;
+    assert_eq!(again.code, 3, "{again:?}");
+    relay_round(&pool).await;
+    let client = Client::new(pool.clone());
+    assert_eq!(
+        client
+            .event_stats()
+            .await
+            .unwrap()
+            .iter()
+            .map(|t| t.pending)
+            .sum::<u64>(),
+        0
+    );
+
+    // Replay b-2 from seq 1, then a time range.
+    let r = taskq(
+        d,
+        &url,
+        &[
+            "--actor",
+            "ops:cli",
+            "events",
+            "replay",
+            "--topic",
+            "orders.placed",
+            "--key",
+            "b-2",
+            "--from-seq",
+            "1",
+            "--json",
+        ],
+    )
+    .await
+    .ok()
+    .json();
+    assert_eq!(r["replayed"], 1, "{r}");
+    relay_round(&pool).await;
+    let r = taskq(
+        d,
+        &url,
+        &[
+            "events",
+            "replay",
+            "--topic",
+            "orders.placed",
+            "--since",
+            "2000-01-01T00:00:00Z",
+            "--until",
+            "2999-01-01T00:00:00Z",
+        ],
+    )
+    .await
+    .ok();
+    // Delivered and dead events alike: the skipped poison comes back (and holds its key again).
+    assert!(
+        r.stdout
+            .contains("replaying 3 events of topic \"orders.placed\" published from"),
+        "{r:?}"
+    );
+    let bad = taskq(d, &url, &["events", "replay", "--topic", "orders.placed"]).await;
+    assert_eq!(bad.code, 2, "--key or --since is required: {bad:?}");
+    relay_round(&pool).await;
+    let held = taskq(
+        d,
+        &url,
+        &["events", "held", "--topic", "orders.placed", "--json"],
+    )
+    .await
+    .ok()
+    .json();
+    assert_eq!(held["held_keys"][0]["key"], "a-1", "{held}");
+    // Every action is in the audit trail with its actor.
+    let audit = taskq(d, &url, &["audit", "--json"]).await.ok().json();
+    let entries = audit.as_array().unwrap();
+    let acts: Vec<(&str, &str)> = entries
+        .iter()
+        .map(|e| (e["action"].as_str().unwrap(), e["actor"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        acts[1..],
+        [("event_replay", "ops:cli"), ("event_skip", "ops:cli")],
+        "{audit}"
+    );
+    assert_eq!(acts[0].0, "event_replay_range");
+
+    // Retention: nothing delivered a day ago yet; then everything delivered.
+    let p = taskq(d, &url, &["events", "prune", "--older-than", "1d"])
+        .await
+        .ok();
+    assert!(
+        p.stdout
+            .contains("pruned 0 events delivered more than 1d ago"),
+        "{p:?}"
+    );
+    sqlx::query("UPDATE taskq_events SET delivered_at = delivered_at - 3 * 86400000000 WHERE state = 'delivered'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let p = taskq(
+        d,
+        &url,
+        &["events", "prune", "--older-than", "1d", "--json"],
+    )
+    .await
+    .ok()
+    .json();
+    assert_eq!(
+        p["pruned"], 1,
+        "b-2 (a-1's second event waits behind the held first): {p}"
+    );
+    pool.close().await;
+}

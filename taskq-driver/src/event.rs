@@ -28,7 +28,8 @@ pub fn new_message_id() -> String {
 }
 
 /// State of an event row.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum EventState {
     /// Not delivered yet (or replayed).
     Pending,
@@ -189,7 +190,7 @@ pub struct EventSettle {
 }
 
 /// Per topic: pending events, the oldest one's creation, held keys.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct EventTopicStats {
     /// Topic.
     pub topic: String,
@@ -202,7 +203,7 @@ pub struct EventTopicStats {
 }
 
 /// A key held by a rejected event.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct HeldEventKey {
     /// Topic.
     pub topic: String,
@@ -217,7 +218,7 @@ pub struct HeldEventKey {
 }
 
 /// One event row, for operators and tests.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct EventInfo {
     /// Row id.
     pub id: u64,
@@ -240,7 +241,7 @@ pub struct EventInfo {
 }
 
 /// One key's relay state, for operators and tests.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct EventKeyInfo {
     /// Topic.
     pub topic: String,

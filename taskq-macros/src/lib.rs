@@ -1,5 +1,6 @@
-//! The `#[task]` attribute macro for taskq. Use it through the `taskq` crate
-//! (`#[taskq::task]`); see `taskq::task` and `docs/macro.md` for the user guide.
+//! The `#[task]` and `#[event]` attribute macros for taskq. Use them through the `taskq` crate
+//! (`#[taskq::task]`, `#[taskq::event]`); see `taskq::task`, `taskq::event`, `docs/macro.md`
+//! and `docs/outbox.md` for the user guide.
 //!
 //! This crate is a thin shell: parsing and validation live in `attr` (the attribute
 //! arguments) and `sig` (the function signature), code generation in `expand`; all three are
@@ -11,6 +12,7 @@ use proc_macro::TokenStream;
 mod attr;
 mod cron;
 mod duration;
+mod event;
 mod expand;
 mod naming;
 mod sig;
@@ -22,6 +24,18 @@ pub fn task(attr: TokenStream, item: TokenStream) -> TokenStream {
     let out = expand::expand_or_error(attr.into(), item.into());
     if std::env::var_os("TASKQ_MACROS_DEBUG").is_some_and(|v| v == "1") {
         eprintln!("#[taskq::task] expansion:\n{out}\n");
+    }
+    out.into()
+}
+
+/// Implements `taskq::outbox::Event` for a struct: `#[taskq::event(topic = "orders.placed",
+/// key = order_id)]` (or `key = [tenant, order_id]`, joined with `':'`). See the `taskq` crate
+/// documentation.
+#[proc_macro_attribute]
+pub fn event(attr: TokenStream, item: TokenStream) -> TokenStream {
+    let out = event::expand_or_error(attr.into(), item.into());
+    if std::env::var_os("TASKQ_MACROS_DEBUG").is_some_and(|v| v == "1") {
+        eprintln!("#[taskq::event] expansion:\n{out}\n");
     }
     out.into()
 }

@@ -69,6 +69,7 @@ fn routes() -> Vec<(Method, &'static str, MethodRouter<AppState>)> {
         (Method::GET, "/schedules", get(crate::views_api::schedules)),
         (Method::GET, "/audit", get(crate::views_api::audit)),
         (Method::GET, "/unhandled", get(crate::views_api::unhandled)),
+        (Method::GET, "/events", get(crate::views_api::events)),
     ]
 }
 

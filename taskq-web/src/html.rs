@@ -192,7 +192,7 @@ pub(crate) fn page(ctx: &Ctx, title: &str, body: &str, refresh: Option<u64>) -> 
     );
     let _ = write!(
         h,
-        r#"<a href="{home}">taskq</a><a href="{root}tasks">Tasks</a><a href="{root}tasks?state=running">Running</a><a href="{root}scheduled">Scheduled</a><a href="{root}retrying">Retrying</a><a href="{root}tasks?state=dead">Dead</a><a href="{root}schedules">Schedules</a><a href="{root}unhandled">Unhandled</a><a href="{root}audit">Audit</a>"#
+        r#"<a href="{home}">taskq</a><a href="{root}tasks">Tasks</a><a href="{root}tasks?state=running">Running</a><a href="{root}scheduled">Scheduled</a><a href="{root}retrying">Retrying</a><a href="{root}tasks?state=dead">Dead</a><a href="{root}schedules">Schedules</a><a href="{root}unhandled">Unhandled</a><a href="{root}events">Events</a><a href="{root}audit">Audit</a>"#
     );
     // A page that reloads itself carries no field to type into: the reload would wipe it.
     if refresh.is_none() {

@@ -133,6 +133,18 @@ pub(crate) async fn unhandled(State(st): State<AppState>) -> Response {
     }
 }
 
+/// `GET events`: per topic the pending events and the lag, and the held keys.
+pub(crate) async fn events(State(st): State<AppState>) -> Response {
+    match tokio::try_join!(
+        st.client.event_stats(),
+        st.client
+            .event_keys_held(None, crate::pages::EVENTS_HELD_SHOWN)
+    ) {
+        Ok((topics, held)) => Json(json!({"topics": topics, "held_keys": held})).into_response(),
+        Err(e) => failure(&e),
+    }
+}
+
 // ----------------------------------------------------------------------------- task actions
 
 /// The JSON body of an action, `{}` when empty.

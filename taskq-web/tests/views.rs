@@ -445,7 +445,99 @@ async fn held_order_keys_show_on_the_overview<B: TestBackend>(db: Db<B>) {
     assert!(table.contains("<tr><td>reports</td><td><code>"), "{table}");
 }
 
+/// An order event for the Events page: a poison one is rejected by the test's sink.
+#[derive(Debug, Clone, serde::Serialize)]
+#[taskq::event(topic = "orders.placed", key = order)]
+struct OrderPlaced {
+    order: String,
+    poison: bool,
+}
+
+/// The Events page and `GET api/v1/events`: per-topic pending count and lag, and the keys a
+/// rejected event holds (key and error escaped); behind the dashboard's authentication.
+async fn events_show_pending_topics_and_held_keys<B: TestBackend>(db: Db<B>) {
+    use taskq::outbox::{Event, FnSink, Message, Outcome, Relay};
+    let app = App::new(&db);
+    let page = app.get("/events").await.body;
+    assert!(page.contains(r#"<p id="no-events">"#), "{page}");
+    assert!(
+        page.contains(r#"<a href="./events">Events</a>"#),
+        "the menu links it: {page}"
+    );
+    for (order, poison) in [("<k&1>", true), ("<k&1>", false), ("b", false)] {
+        let mut tx = db.begin().await;
+        OrderPlaced {
+            order: order.into(),
+            poison,
+        }
+        .publish_tx(&mut tx)
+        .await
+        .unwrap();
+        tx.commit().await.unwrap();
+    }
+    let sink = FnSink::new(|batch: Vec<Message>| async move {
+        let mut held: Vec<String> = Vec::new();
+        batch
+            .into_iter()
+            .map(|m| {
+                if held.contains(&m.key) {
+                    Outcome::Held
+                } else if String::from_utf8_lossy(&m.payload).contains("\"poison\":true") {
+                    held.push(m.key.clone());
+                    Outcome::Rejected("too <big>".into())
+                } else {
+                    Outcome::Delivered
+                }
+            })
+            .collect()
+    });
+    let relay = Relay::builder(db.pool.clone(), sink).build().unwrap();
+    while relay.run_once().await.unwrap().published > 0 {}
+
+    let page = app.get("/events").await.body;
+    let start = page.find(r#"<table id="event-topics">"#).expect(&page);
+    let topics = &page[start..start + page[start..].find("</table>").unwrap()];
+    assert!(
+        topics.contains(r#"<tr><td>orders.placed</td><td class="n">2</td>"#),
+        "{topics}"
+    );
+    assert!(topics.ends_with(r#"<td class="n">1</td></tr>"#), "{topics}");
+    let start = page.find(r#"<table id="held-event-keys">"#).expect(&page);
+    let held = &page[start..start + page[start..].find("</table>").unwrap()];
+    assert!(
+        held.contains(
+            r#"<tr><td>orders.placed</td><td><code>&lt;k&amp;1&gt;</code></td><td class="n">1</td>"#
+        ),
+        "{held}"
+    );
+    assert!(held.contains("<td>too &lt;big&gt;</td></tr>"), "{held}");
+    assert!(
+        !page.contains("<k&1>") && !page.contains("too <big>"),
+        "{page}"
+    );
+
+    let api = app.get("/api/v1/events").await.json();
+    assert_eq!(api["topics"][0]["topic"], "orders.placed", "{api}");
+    assert_eq!(api["topics"][0]["pending"], 2, "{api}");
+    assert_eq!(api["topics"][0]["held_keys"], 1, "{api}");
+    assert!(api["topics"][0]["lag"].as_f64().is_some(), "{api}");
+    assert_eq!(api["held_keys"][0]["key"], "<k&1>", "{api}");
+    assert_eq!(api["held_keys"][0]["error"], "too <big>", "{api}");
+
+    // Without credentials: refused, page and API alike.
+    for path in ["/events", "/api/v1/events"] {
+        let r = send(&app.router, Method::GET, path, Cred::None, &[], None).await;
+        assert!(
+            matches!(r.status, StatusCode::UNAUTHORIZED | StatusCode::SEE_OTHER),
+            "{path}: {}",
+            r.status
+        );
+        assert!(!r.body.contains("orders.placed"), "{path}");
+    }
+}
+
 taskq_tests::conformance!(
+    events_show_pending_topics_and_held_keys,
     held_order_keys_show_on_the_overview,
     the_overview_shows_run_times_a_legend_and_no_field_to_wipe,
     scheduled_and_retrying_tasks_are_listed_soonest_first,

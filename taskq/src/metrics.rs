@@ -1,8 +1,8 @@
 //! Metrics through the [`metrics`] facade: install any recorder (e.g.
 //! `metrics-exporter-prometheus`) and these appear; without one they cost next to nothing.
 //!
-//! Labels are only `queue`, `task` (the stable name) and `outcome` — never task ids or
-//! payloads, so cardinality stays bounded.
+//! Labels are only `queue`, `task` (the stable name), `outcome` and, for events, `topic` —
+//! never task ids, event keys or payloads, so cardinality stays bounded.
 //!
 //! | name | kind | labels |
 //! |---|---|---|
@@ -27,6 +27,9 @@
 //! | `taskq_claims_limited_total` | counter | queue (claims a queue's concurrency or rate limit cut short) |
 //! | `taskq_in_flight` | gauge | queue |
 //! | `taskq_backlog` | gauge | queue, state (only with `WorkerBuilder::backlog_metrics`) |
+//! | `taskq_events_pending` | gauge | topic (events not delivered yet; only with `WorkerBuilder::event_metrics`) |
+//! | `taskq_events_lag_seconds` | gauge | topic (age of the oldest pending event, database clock; 0 when none; same) |
+//! | `taskq_events_held_keys` | gauge | topic (keys held back by a rejected event; same) |
 
 use std::time::Duration;
 
@@ -128,4 +131,10 @@ pub(crate) fn in_flight(queue: &str, delta: f64) {
 pub(crate) fn backlog(queue: &str, state: &str, count: u64) {
     gauge!("taskq_backlog", "queue" => queue.to_owned(), "state" => state.to_owned())
         .set(count as f64);
+}
+
+pub(crate) fn event_topic(topic: &str, pending: u64, lag: Duration, held_keys: u64) {
+    gauge!("taskq_events_pending", "topic" => topic.to_owned()).set(pending as f64);
+    gauge!("taskq_events_lag_seconds", "topic" => topic.to_owned()).set(lag.as_secs_f64());
+    gauge!("taskq_events_held_keys", "topic" => topic.to_owned()).set(held_keys as f64);
 }

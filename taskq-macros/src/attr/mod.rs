@@ -289,7 +289,7 @@ fn parse_entries(input: ParseStream<'_>) -> syn::Result<Vec<(Ident, Value)>> {
 }
 
 /// "did you mean `x`? " for the known name closest to `k`, if close enough.
-pub(super) fn closest<'a>(k: &str, known: impl Iterator<Item = &'a str>) -> String {
+pub(crate) fn closest<'a>(k: &str, known: impl Iterator<Item = &'a str>) -> String {
     known
         .map(|name| (name, edit_distance(k, name)))
         .filter(|(_, d)| *d <= 2)

@@ -3,6 +3,7 @@
 
 mod actions;
 mod bulk;
+mod events;
 mod login;
 mod overview;
 mod queues;
@@ -25,6 +26,7 @@ use crate::auth::{Ctx, FLASH_MARK};
 use crate::html::error_page;
 
 use bulk::{bulk_confirm, bulk_run};
+pub(crate) use events::HELD_SHOWN as EVENTS_HELD_SHOWN;
 pub(crate) use login::login_page;
 use login::{login_get, login_post, logout};
 use overview::overview;
@@ -53,6 +55,7 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/schedules", get(views::schedules))
         .route("/audit", get(views::audit))
         .route("/unhandled", get(views::unhandled))
+        .route("/events", get(events::events))
         .route("/login", get(login_get).post(login_post))
         .route("/logout", post(logout))
 }

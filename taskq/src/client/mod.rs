@@ -1,7 +1,8 @@
 //! The operator's handle, [`Client`] (also at the crate root): inspect and manage tasks (get,
 //! list, count, pending tasks per name, attempts, cancel, reschedule and reprioritize pending
-//! tasks, retry dead tasks, bulk actions, audit trail) and queues (pause, limits); and the
-//! types its methods take and return.
+//! tasks, retry dead tasks, bulk actions, audit trail), queues (pause, limits) and events
+//! (per-topic backlog and lag, held keys, replay, retention); and the types its methods take
+//! and return.
 
 use std::future::Future;
 use std::time::Duration;
@@ -19,11 +20,13 @@ use crate::task::{TaskId, TaskState};
 mod actions;
 mod audit;
 mod bulk;
+mod event_stats;
 mod events;
 mod queues;
 mod reads;
 
 pub use bulk::{BulkCanceled, BulkFilter};
+pub use event_stats::EventStats;
 pub use taskq_driver::state::ParseStateError;
 
 /// What [`Client::cancel`] did.

@@ -82,6 +82,7 @@ pub(crate) struct Config {
     pub write_back_delay: Duration,
     pub db_connections: u32,
     pub backlog_interval: Option<Duration>,
+    pub event_metrics_interval: Option<Duration>,
     /// Recurring schedules this worker fires, by name.
     pub schedules: Vec<ScheduleDef>,
 }
@@ -127,6 +128,7 @@ pub struct WorkerBuilder {
     write_back_delay: Duration,
     db_connections: Option<u32>,
     backlog_interval: Option<Duration>,
+    event_metrics_interval: Option<Duration>,
     worker_id: Option<String>,
     data: DataMap,
     shutdown: Option<ShutdownFuture>,
@@ -156,6 +158,7 @@ impl WorkerBuilder {
             write_back_delay: Duration::from_millis(2),
             db_connections: None,
             backlog_interval: None,
+            event_metrics_interval: None,
             worker_id: None,
             data: DataMap::new(),
             shutdown: None,
@@ -299,6 +302,15 @@ impl WorkerBuilder {
     /// entry, plus the running rows; off by default).
     pub fn backlog_metrics(mut self, interval: Duration) -> Self {
         self.backlog_interval = Some(interval);
+        self
+    }
+    /// Publishes the events' gauges every `interval`: `taskq_events_pending{topic}`,
+    /// `taskq_events_lag_seconds{topic}` and `taskq_events_held_keys{topic}` (the figures of
+    /// [`Client::event_stats`](crate::Client::event_stats): a read of the pending events'
+    /// index entries and of the held keys; a topic that had figures and has none now is set
+    /// to 0; off by default). One worker of a fleet is enough: every one reads the same rows.
+    pub fn event_metrics(mut self, interval: Duration) -> Self {
+        self.event_metrics_interval = Some(interval);
         self
     }
     /// Worker id recorded on claimed rows (default `host-pid-random`). Give each running worker
@@ -481,6 +493,7 @@ impl WorkerBuilder {
                 write_back_delay: self.write_back_delay,
                 db_connections,
                 backlog_interval: self.backlog_interval.filter(|d| !d.is_zero()),
+                event_metrics_interval: self.event_metrics_interval.filter(|d| !d.is_zero()),
                 schedules,
             },
             handlers,

@@ -28,6 +28,8 @@ pub(crate) const UNHANDLED_CHECK_INTERVAL: Duration = Duration::from_secs(60);
 pub(crate) async fn run(shared: Arc<Shared>) {
     let mut next_prune = Instant::now();
     let mut next_backlog = Instant::now();
+    let mut next_event_metrics = Instant::now();
+    let mut event_topics: HashSet<String> = HashSet::new();
     let mut next_unhandled = Instant::now() + shared.cfg.heartbeat;
     loop {
         if Instant::now() >= next_unhandled {
@@ -44,6 +46,12 @@ pub(crate) async fn run(shared: Arc<Shared>) {
         {
             backlog(&shared).await;
             next_backlog = Instant::now() + every;
+        }
+        if let Some(every) = shared.cfg.event_metrics_interval
+            && Instant::now() >= next_event_metrics
+        {
+            event_metrics(&shared, &mut event_topics).await;
+            next_event_metrics = Instant::now() + every;
         }
         tokio::select! {
             _ = tokio::time::sleep(shared.cfg.reaper_interval) => {}
@@ -391,6 +399,39 @@ async fn backlog(shared: &Shared) {
         Err(e) => {
             WorkerStats::add(&shared.stats.db_errors, 1);
             tracing::warn!(error = %e, "taskq: backlog metrics query failed");
+        }
+    }
+}
+
+/// Publishes the events' per-topic gauges; topics published before that have no figures now
+/// (nothing pending, nothing held) are set to 0.
+async fn event_metrics(shared: &Shared, published: &mut HashSet<String>) {
+    let limit = shared.cfg.statement_timeout;
+    let read = async {
+        let rows = shared.store.event_topic_stats().await?;
+        let now = shared.store.db_now().await?;
+        Ok::<_, sqlx::Error>((rows, now))
+    };
+    match tokio::time::timeout(limit, read).await {
+        Ok(Ok((rows, now))) => {
+            let mut current = HashSet::new();
+            for r in rows {
+                let t = crate::client::EventStats::at(r, now);
+                crate::metrics::event_topic(&t.topic, t.pending, t.lag, t.held_keys);
+                current.insert(t.topic);
+            }
+            for gone in published.difference(&current) {
+                crate::metrics::event_topic(gone, 0, Duration::ZERO, 0);
+            }
+            *published = current;
+        }
+        Ok(Err(e)) => {
+            WorkerStats::add(&shared.stats.db_errors, 1);
+            tracing::warn!(error = %e, "taskq: event metrics query failed");
+        }
+        Err(_) => {
+            WorkerStats::add(&shared.stats.statement_timeouts, 1);
+            tracing::warn!(timeout = ?limit, "taskq: event metrics query timed out");
         }
     }
 }
