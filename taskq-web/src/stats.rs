@@ -12,6 +12,9 @@ use taskq::{Error, TaskState};
 
 use crate::AppState;
 
+/// Held event keys the Events page and `GET /api/v1/events` show (longest held first).
+pub(crate) const EVENTS_HELD_SHOWN: u32 = 100;
+
 /// The terminal counts of the last [`taskq::Client::stats_terminal`] call, shared by every
 /// request until they are older than the configured maximum age.
 #[derive(Debug, Default)]

@@ -138,7 +138,7 @@ pub(crate) async fn events(State(st): State<AppState>) -> Response {
     match tokio::try_join!(
         st.client.event_stats(),
         st.client
-            .event_keys_held(None, crate::pages::EVENTS_HELD_SHOWN)
+            .event_keys_held(None, crate::stats::EVENTS_HELD_SHOWN)
     ) {
         Ok((topics, held)) => Json(json!({"topics": topics, "held_keys": held})).into_response(),
         Err(e) => failure(&e),

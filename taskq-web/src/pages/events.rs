@@ -14,9 +14,7 @@ use super::failure;
 use crate::AppState;
 use crate::auth::Ctx;
 use crate::html::{age, esc, page, respond, time};
-
-/// Held keys shown (longest held first).
-pub(crate) const HELD_SHOWN: u32 = 100;
+use crate::stats::EVENTS_HELD_SHOWN as HELD_SHOWN;
 
 pub(super) async fn events(State(st): State<AppState>, Extension(ctx): Extension<Ctx>) -> Response {
     let (topics, held) = match tokio::try_join!(

@@ -26,7 +26,6 @@ use crate::auth::{Ctx, FLASH_MARK};
 use crate::html::error_page;
 
 use bulk::{bulk_confirm, bulk_run};
-pub(crate) use events::HELD_SHOWN as EVENTS_HELD_SHOWN;
 pub(crate) use login::login_page;
 use login::{login_get, login_post, logout};
 use overview::overview;
