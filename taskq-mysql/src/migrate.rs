@@ -102,7 +102,7 @@ pub async fn migration_lock_try(conn: &mut MySqlConnection, holder: &str) -> sql
     }
 }
 
-/// Extends `holder`'s migration lock by [`MIGRATION_LOCK_SECS`]; returns whether it still held it.
+/// Extends `holder`'s migration lock by `MIGRATION_LOCK_SECS` (60 s); returns whether it still held it.
 pub async fn migration_lock_renew(pool: &MySqlPool, holder: &str) -> sqlx::Result<bool> {
     let done = sqlx::query!(
         r#"UPDATE taskq_migration_lock SET expires_at = UTC_TIMESTAMP(6) + INTERVAL ? SECOND
@@ -128,7 +128,7 @@ pub async fn migration_unlock(conn: &mut MySqlConnection, holder: &str) -> sqlx:
 
 /// Creates or upgrades taskq's tables on `pool`'s database, holding the migration lock while
 /// migrating: waits for it up to 10 minutes, renews it every third of
-/// [`MIGRATION_LOCK_SECS`] on a connection of its own and before each migration, and stops
+/// `MIGRATION_LOCK_SECS` (60 s) on a connection of its own and before each migration, and stops
 /// with [`MigrationError::LockLost`] before the next migration once it is lost.
 pub async fn migrate(pool: &MySqlPool) -> Result<(), MigrationError> {
     let mut conn = pool.acquire().await.map_err(MigrationError::Acquire)?;

@@ -83,8 +83,11 @@ impl Client {
     /// Replays `topic`'s delivered and dead events published in `[from, to)` (database
     /// clock): they become pending, and each key they belong to goes back to its lowest
     /// replayed seq (so its later events are sent again too, in order). A held key stays
-    /// held. In transactions of up to 1,000 events, each recorded in the audit trail as
-    /// `event_replay_range` (detail `{"topic", "from", "to", "events"}`); how many in all.
+    /// held. One transaction (statements of up to 1,000 events each), so a relay cannot send
+    /// part of the range before the rest is marked, and recorded in the audit trail as one
+    /// `event_replay_range` entry (detail `{"topic", "from", "to", "events"}`); how many.
+    /// Until it commits, publishers of the range's keys wait for their key rows: replay a
+    /// very large range in several calls over shorter time ranges.
     pub async fn replay_events(
         &self,
         topic: &str,
@@ -92,25 +95,28 @@ impl Client {
         to: DateTime<Utc>,
     ) -> Result<u64> {
         crate::enqueue::validate_name("event topic", topic, MAX_TOPIC_LEN)?;
+        let mut tx = self.run(self.store.begin()).await?;
         let mut total = 0;
+        // Events marked pending by an earlier statement are no longer selected (this
+        // transaction sees its own changes, and no relay can deliver them before it commits).
         loop {
-            let mut tx = self.run(self.store.begin()).await?;
             let n = self
                 .run(
                     self.store
                         .event_replay_range(tx.conn(), topic, from, to, EVENT_BATCH),
                 )
                 .await?;
-            let detail = serde_json::json!({
-                "topic": topic, "from": from.to_rfc3339(), "to": to.to_rfc3339(), "events": n
-            });
-            self.commit_audited(tx, &Action::queue("event_replay_range", None, detail))
-                .await?;
             total += n;
             if n < u64::from(EVENT_BATCH) {
-                return Ok(total);
+                break;
             }
         }
+        let detail = serde_json::json!({
+            "topic": topic, "from": from.to_rfc3339(), "to": to.to_rfc3339(), "events": total
+        });
+        self.commit_audited(tx, &Action::queue("event_replay_range", None, detail))
+            .await?;
+        Ok(total)
     }
 
     /// Releases a key held by a rejected event: `skip` marks that event dead and the key
