@@ -229,7 +229,7 @@ async fn a_worker_frozen_in_a_schedule_fire_holds_the_schedule_only_until_the_se
     let (mut child, frozen_at) = freeze(
         &s,
         "schedule",
-        "unique_key, unique_while, created_at", // the tick's task, after the schedule's UPDATE
+        "order_key, order_seq, order_dead_skips, created_at", // the tick's task, after the schedule's UPDATE
     )
     .await;
     let session = frozen_session(&s.pool).await; // frozen in its fire
