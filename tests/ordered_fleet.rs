@@ -166,6 +166,14 @@ async fn the_fleet_runs_each_key_one_at_a_time_in_commit_order_through_a_sigkill
     check_events(&db, total, i64::from(pid)).await;
 }
 
+/// The events of `account` (kind, version, attempt, pid), in id order: for failure messages.
+fn history(rows: &[Vec<String>], account: i64) -> Vec<String> {
+    rows.iter()
+        .filter(|r| r[0] == account.to_string())
+        .map(|r| format!("{} v{} a{} p{}", r[2], r[1], r[3], r[4]))
+        .collect()
+}
+
 /// Checks the events in id order. A run of the killed worker (`victim`) may never have ended,
 /// and a run of it that ended may run again (its outcome was not written back before the
 /// kill: at-least-once); every other run must end before the next run of its key starts.
@@ -199,9 +207,12 @@ async fn check_events<B: TestBackend>(db: &Db<B>, total: i64, victim: i64) {
                 }
                 if let Some(prev) = open.get(&account) {
                     assert_eq!(
-                        prev.2, victim,
-                        "account {account}: version {version} started while {prev:?} \
-                         (version, attempt, pid) ran"
+                        prev.2,
+                        victim,
+                        "account {account}: version {version} attempt {attempt} (pid {pid}) \
+                         started while {prev:?} (version, attempt, pid) ran; the account's \
+                         events: {:?}",
+                        history(&rows, account)
                     );
                 }
                 open.insert(account, (version, attempt, pid));

@@ -8,7 +8,8 @@
 //!
 //! Works the `ledger` queue with [`LedgerEntry`](ordered_support::LedgerEntry) at concurrency
 //! 8, with an 8 s lease (SQLite: a 2 s busy timeout; a 4 s lease was lost under load while
-//! producers held the write lock) (heartbeat 500 ms, reaper every 250 ms) so that a killed
+//! producers held the write lock; the handler's event rows go through a second pool with a
+//! 60 s busy timeout) (heartbeat 500 ms, reaper every 250 ms) so that a killed
 //! worker's task is taken back within seconds. Prints `ready <id>` once built, runs until SIGINT/SIGTERM, exits 0.
 
 #[path = "../ordered_support/mod.rs"]
@@ -20,13 +21,24 @@ use taskq_tests::bins::{AnyPool, open_pool};
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
+    taskq_tests::bins::logs();
     let opts = taskq_tests::bins::Args::parse();
     let url = opts.required("url");
     let id = opts.required("id");
-    // SQLite: a busy timeout the short lease survives (see `WorkerBuilder::build`).
-    let builder = match open_pool(url, 4, Some(Duration::from_secs(2))).await {
-        AnyPool::Sqlite(pool) => taskq::Worker::builder(pool.clone()).data(pool),
-        AnyPool::MySql(pool) => taskq::Worker::builder(pool.clone()).data(pool),
+    // SQLite: a busy timeout the short lease survives (see `WorkerBuilder::build`). The
+    // handler records its events through a pool of its own with a long busy timeout: with the
+    // worker's 2 s, an event's INSERT was refused ("database is locked") under load, the
+    // handler failed and ran again, and the check saw a start without its end.
+    let events = open_pool(url, 4, Some(Duration::from_secs(60))).await;
+    let builder = match (
+        open_pool(url, 4, Some(Duration::from_secs(2))).await,
+        events,
+    ) {
+        (AnyPool::Sqlite(pool), AnyPool::Sqlite(events)) => {
+            taskq::Worker::builder(pool).data(events)
+        }
+        (AnyPool::MySql(pool), AnyPool::MySql(events)) => taskq::Worker::builder(pool).data(events),
+        _ => unreachable!("both pools come from one URL"),
     };
     let worker = builder
         .register::<ordered_support::LedgerEntry>()

@@ -102,6 +102,17 @@ pub async fn open_pool(url: &str, max: u32, sqlite_busy: Option<Duration>) -> An
     }
 }
 
+/// Logs to stderr (inherited by the test) when `RUST_LOG` is set, e.g.
+/// `RUST_LOG=taskq=debug cargo test --test ordered_fleet`; silent otherwise.
+pub fn logs() {
+    if std::env::var_os("RUST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .try_init();
+    }
+}
+
 /// Prints `ready <id>` and flushes: the line [`spawn_ready`] waits for.
 pub fn ready(id: &str) {
     println!("ready {id}");
