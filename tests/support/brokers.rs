@@ -175,14 +175,24 @@ impl Destination {
             Broker::Nats => {
                 let client = async_nats::connect(url).await.expect("connect to NATS");
                 let js = jetstream::new(client);
-                js.create_stream(jetstream::stream::Config {
+                // Retried: the shared server once refused a creation under load (a request
+                // timeout); creating a stream with the same config again is not an error.
+                let config = jetstream::stream::Config {
                     name: name.clone(),
                     subjects: vec![format!("{name}.>")],
                     storage: jetstream::stream::StorageType::File,
                     ..Default::default()
-                })
-                .await
-                .expect("create a JetStream stream (is JetStream enabled?)");
+                };
+                let mut tries = 0;
+                while let Err(e) = js.create_stream(config.clone()).await {
+                    tries += 1;
+                    assert!(
+                        tries < 5,
+                        "create a JetStream stream (is JetStream enabled?): {e}"
+                    );
+                    eprintln!("creating JetStream stream {name} failed ({e}); trying again");
+                    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                }
                 (format!("{name}.events"), Reader::Nats(js))
             }
             Broker::RabbitMq => {
