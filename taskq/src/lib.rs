@@ -149,7 +149,8 @@ pub mod settings {
 /// `"all(N)"`; see [`MissedTicks`](schedule::MissedTicks)).
 ///
 /// Parameters of type [`TaskContext`], [`CancelSignal`] or [`Data<T>`](Data), or marked
-/// `#[inject]`, are injected by the worker; every other parameter is payload.
+/// `#[inject]` (any type implementing [`FromTaskContext`](context::FromTaskContext)), are
+/// injected by the worker, each through `FromTaskContext`; every other parameter is payload.
 ///
 /// ```no_run
 /// use std::time::Duration;
