@@ -4,31 +4,8 @@
 //! migrated database (`fn::mysql`, `fn::sqlite`; MySQL prints SKIPPED without a server unless
 //! `TASKQ_REQUIRE_MYSQL=1`).
 
-use sqlx::{MySql, Pool, Sqlite};
-use taskq_driver::driver::Driver;
-use taskq_tests::backends::{Db, TestBackend};
-
-/// A test backend's driver.
-trait HasDriver: TestBackend {
-    /// The driver handle over a pool of this backend.
-    type Store: Driver<Database = Self>;
-    /// The driver on `pool`.
-    fn store(pool: Pool<Self>) -> Self::Store;
-}
-
-impl HasDriver for MySql {
-    type Store = taskq_mysql::MySqlDriver;
-    fn store(pool: Pool<Self>) -> Self::Store {
-        taskq_mysql::MySqlDriver::new(pool)
-    }
-}
-
-impl HasDriver for Sqlite {
-    type Store = taskq_sqlite::SqliteDriver;
-    fn store(pool: Pool<Self>) -> Self::Store {
-        taskq_sqlite::SqliteDriver::new(pool)
-    }
-}
+use taskq_tests::backends::Db;
+use taskq_tests::drivers::HasDriver;
 
 /// One thin wrapper per suite function (its driver on the test's database, kept alive until
 /// the test ends), run on both backends by `conformance!`.
