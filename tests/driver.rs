@@ -80,6 +80,8 @@ suite!(
     workers_are_recorded_listed_and_stopped,
     gone_workers_are_not_alive_and_old_rows_are_pruned,
     audit_entries_are_listed_newest_first_and_pruned_oldest_first,
+    the_attempt_history_keeps_the_latest_100_entries_and_cuts_long_errors,
+    a_follow_up_whose_key_is_taken_or_whose_reap_was_overtaken_inserts_nothing,
     ended_tasks_and_failed_attempts_are_counted_per_minute,
     the_database_clock_reads_the_same_through_every_call,
     the_statement_budget_fits_a_statement,
