@@ -1,7 +1,7 @@
 //! Defaults and limits: the values taskq uses when a task or worker does not say otherwise,
 //! and the bounds it checks input against (enqueue options, names, schedules, queue limits,
 //! attempt history). Every bound is checked before anything is written: a value past one is a
-//! typed [`Error`](crate::Error), never a truncated row.
+//! typed [`Error`], never a truncated row.
 
 use std::time::Duration;
 
