@@ -4,31 +4,8 @@
 //! migrated database (`fn::mysql`, `fn::sqlite`; MySQL prints SKIPPED without a server unless
 //! `TASKQ_REQUIRE_MYSQL=1`).
 
-use sqlx::{MySql, Pool, Sqlite};
-use taskq_driver::driver::Driver;
-use taskq_tests::backends::{Db, TestBackend};
-
-/// A test backend's driver.
-trait HasDriver: TestBackend {
-    /// The driver handle over a pool of this backend.
-    type Store: Driver<Database = Self>;
-    /// The driver on `pool`.
-    fn store(pool: Pool<Self>) -> Self::Store;
-}
-
-impl HasDriver for MySql {
-    type Store = taskq_mysql::MySqlDriver;
-    fn store(pool: Pool<Self>) -> Self::Store {
-        taskq_mysql::MySqlDriver::new(pool)
-    }
-}
-
-impl HasDriver for Sqlite {
-    type Store = taskq_sqlite::SqliteDriver;
-    fn store(pool: Pool<Self>) -> Self::Store {
-        taskq_sqlite::SqliteDriver::new(pool)
-    }
-}
+use taskq_tests::backends::Db;
+use taskq_tests::drivers::HasDriver;
 
 /// One thin wrapper per suite function (its driver on the test's database, kept alive until
 /// the test ends), run on both backends by `conformance!`.
@@ -103,6 +80,8 @@ suite!(
     workers_are_recorded_listed_and_stopped,
     gone_workers_are_not_alive_and_old_rows_are_pruned,
     audit_entries_are_listed_newest_first_and_pruned_oldest_first,
+    the_attempt_history_keeps_the_latest_100_entries_and_cuts_long_errors,
+    a_follow_up_whose_key_is_taken_or_whose_reap_was_overtaken_inserts_nothing,
     ended_tasks_and_failed_attempts_are_counted_per_minute,
     the_database_clock_reads_the_same_through_every_call,
     the_statement_budget_fits_a_statement,

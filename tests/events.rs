@@ -8,35 +8,14 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use sqlx::{MySql, Pool, Sqlite};
 use taskq::Backoff;
 use taskq::outbox::{
     Event, FnSink, Message, OnRejected, Outcome, PerMessageSink, Published, Relay, Sink,
 };
-use taskq_driver::driver::Driver;
 use taskq_driver::event::{EventSettle, EventState, KeyNext};
 use taskq_tests::backends::{Db, TestBackend};
+use taskq_tests::drivers::HasDriver;
 use taskq_tests::wait_until;
-
-/// A test backend's driver (for the operator's operations and the rows' states).
-trait HasDriver: TestBackend {
-    type Store: Driver<Database = Self>;
-    fn store(pool: Pool<Self>) -> Self::Store;
-}
-
-impl HasDriver for MySql {
-    type Store = taskq_mysql::MySqlDriver;
-    fn store(pool: Pool<Self>) -> Self::Store {
-        taskq_mysql::MySqlDriver::new(pool)
-    }
-}
-
-impl HasDriver for Sqlite {
-    type Store = taskq_sqlite::SqliteDriver;
-    fn store(pool: Pool<Self>) -> Self::Store {
-        taskq_sqlite::SqliteDriver::new(pool)
-    }
-}
 
 use taskq_driver::driver::Events as _;
 

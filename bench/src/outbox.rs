@@ -81,12 +81,9 @@ impl Broker {
 
     fn url(self) -> String {
         let (var, default) = match self {
-            Broker::Nats => ("TASKQ_BENCH_NATS_URL", "nats://127.0.0.1:4222"),
-            Broker::RabbitMq => (
-                "TASKQ_BENCH_AMQP_URL",
-                "amqp://guest:guest@127.0.0.1:5672/%2f",
-            ),
-            Broker::Redis => ("TASKQ_BENCH_REDIS_URL", "redis://127.0.0.1:6379"),
+            Broker::Nats => ("TASKQ_BENCH_NATS_URL", taskq_outbox::local::NATS_URL),
+            Broker::RabbitMq => ("TASKQ_BENCH_AMQP_URL", taskq_outbox::local::AMQP_URL),
+            Broker::Redis => ("TASKQ_BENCH_REDIS_URL", taskq_outbox::local::REDIS_URL),
         };
         std::env::var(var).unwrap_or_else(|_| default.to_owned())
     }

@@ -124,6 +124,55 @@ pub fn order_retry(id: u64, next_seq: u64, head: Option<u64>) -> OrderRetry {
     }
 }
 
+/// How a replay rewinds one event key's row (`taskq_event_keys`), planned by
+/// [`event_replay_key`] or [`event_replay_range`]; each driver writes it with its own
+/// statement: `done_seq` becomes at most `from_seq - 1` (the relays deliver from `from_seq`
+/// again), the lease is dropped (`lease_owner`, `lease_until` cleared, `lease_epoch + 1`, so a
+/// relay still holding it settles nothing), and the key is ready at once (`ready_at` = now).
+/// With `release_hold` the key's hold is ended too (`held_at`, `held_seq`, `last_error`,
+/// `failures` cleared); without it a held key stays held (`ready_at` stays `NULL`) and its
+/// rewind waits for an operator's release.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyRewind {
+    /// The key (`key_hash`).
+    pub key_hash: [u8; 32],
+    /// The lowest sequence number delivered again (at least 1).
+    pub from_seq: u64,
+    /// End the key's hold.
+    pub release_hold: bool,
+}
+
+/// The rewind of an operator's replay of one key from `from_seq` (0 counts as 1): the key
+/// rewinds to it and its hold ends, whatever held it (the events from `from_seq` on are
+/// pending again).
+pub fn event_replay_key(key_hash: [u8; 32], from_seq: u64) -> KeyRewind {
+    KeyRewind {
+        key_hash,
+        from_seq: from_seq.max(1),
+        release_hold: true,
+    }
+}
+
+/// The rewinds of a replay of a topic's events in a time range: one per key among `events`
+/// (`(key_hash, seq)` of every event replayed), in `key_hash` order (the order both drivers
+/// lock key rows in), each from the key's lowest replayed `seq`. A held key keeps its hold:
+/// the range's events of a held key wait for the release like the held event.
+pub fn event_replay_range(events: impl IntoIterator<Item = ([u8; 32], u64)>) -> Vec<KeyRewind> {
+    let mut lowest: std::collections::BTreeMap<[u8; 32], u64> = Default::default();
+    for (key_hash, seq) in events {
+        let e = lowest.entry(key_hash).or_insert(seq);
+        *e = (*e).min(seq);
+    }
+    lowest
+        .into_iter()
+        .map(|(key_hash, seq)| KeyRewind {
+            key_hash,
+            from_seq: seq.max(1),
+            release_hold: false,
+        })
+        .collect()
+}
+
 /// The states one half of `Tasks::task_stats` counts: the active ones (`waiting`, `pending`,
 /// `running`; the last repeated) or the terminal ones (`succeeded`, `dead`, `canceled`,
 /// `expired`), four values for one statement's `state IN (?, ?, ?, ?)` in each driver.
@@ -163,6 +212,22 @@ pub fn worker_alive(stopped: bool, seen_ago_us: i64, heartbeat_us: u64, lease_us
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn event_replays_rewind_each_key_to_its_lowest_seq() {
+        let (a, b, c) = ([1u8; 32], [2u8; 32], [3u8; 32]);
+        let key = event_replay_key(a, 0);
+        assert_eq!((key.from_seq, key.release_hold), (1, true));
+        assert_eq!(event_replay_key(a, 7).from_seq, 7);
+        // Per key, the lowest seq, whatever the order of the events; keys in hash order.
+        let plan = event_replay_range([(c, 9), (a, 5), (c, 4), (a, 3), (b, 8), (a, 6)]);
+        let got: Vec<_> = plan
+            .iter()
+            .map(|r| (r.key_hash[0], r.from_seq, r.release_hold))
+            .collect();
+        assert_eq!(got, [(1, 3, false), (2, 8, false), (3, 4, false)]);
+        assert!(event_replay_range([]).is_empty());
+    }
 
     #[test]
     fn a_worker_is_lost_after_two_missed_beats_its_lease_or_one_second() {

@@ -1,7 +1,8 @@
-//! The audit trail (`Enqueue::audit_insert`, `History`) and the per-minute counts.
+//! The audit trail (`Enqueue::audit_insert`, `History`), the per-minute counts, the attempt
+//! history's bounds, and the follow-ups' backstops.
 
 use taskq_driver::driver::Driver;
-use taskq_driver::rows::{AuditRow, WriteBack};
+use taskq_driver::rows::{AuditRow, FollowUpRow, NewTask, ReapRow, TaskFilter, WriteBack};
 use taskq_driver::state::TaskState;
 
 use crate::support::*;
@@ -181,4 +182,145 @@ pub async fn ended_tasks_and_failed_attempts_are_counted_per_minute<D: Driver>(d
             .expect("task_finished_per_minute")
             .is_empty()
     );
+}
+
+/// The attempt history keeps the latest 100 entries (the oldest go first) and cuts an entry's
+/// error to 1,024 characters, the last one `…`; the task's `last_error` keeps the whole error.
+pub async fn the_attempt_history_keeps_the_latest_100_entries_and_cuts_long_errors<D: Driver>(
+    d: D,
+) {
+    let mut c = conn(&d).await;
+    let id = insert::<D>(&mut c, task("q", "a")).await;
+    let an = names(&["a"]);
+    for _ in 0..102 {
+        let got = claim(&d, &mut c, &req("q", &an, 1)).await;
+        assert_eq!(claimed_ids(&got), vec![id]);
+        d.task_write_back(&mut c, &[outcome(&got.tasks[0], "snoozed", "snoozed")])
+            .await
+            .expect("task_write_back");
+    }
+    let h = history(&d, id).await;
+    assert_eq!(h.len(), 100, "{}", backend::<D>());
+    // Epochs 1 and 2 were dropped, oldest first.
+    assert_eq!((&h[0]["epoch"], &h[99]["epoch"]), (&3.into(), &102.into()));
+    assert!(
+        h.iter()
+            .all(|e| e["attempt"] == 1 && e["outcome"] == "snoozed")
+    );
+
+    let long = "é".repeat(2000);
+    let got = claim(&d, &mut c, &req("q", &an, 1)).await;
+    d.task_write_back(
+        &mut c,
+        &[WriteBack {
+            error: Some(long.clone()),
+            ..outcome(&got.tasks[0], "dead", "failed")
+        }],
+    )
+    .await
+    .expect("task_write_back");
+    let h = history(&d, id).await;
+    assert_eq!(h.len(), 100);
+    assert_eq!((&h[0]["epoch"], &h[99]["epoch"]), (&4.into(), &103.into()));
+    let err = h[99]["error"].as_str().expect("an error");
+    assert_eq!(err.chars().count(), 1024, "{}", backend::<D>());
+    assert!(err.starts_with("éé") && err.ends_with('…'), "{err}");
+    assert_eq!(get(&d, id).await.last_error.as_deref(), Some(long.as_str()));
+}
+
+fn follow_up(key: String) -> Box<FollowUpRow> {
+    Box::new(FollowUpRow {
+        queue: "fq",
+        name: "then",
+        payload: b"{}".to_vec(),
+        priority: 0,
+        max_attempts: 3,
+        ttl_us: None,
+        key,
+        trace_context: None,
+    })
+}
+
+/// A follow-up's idempotency key is its backstop: when a task already holds the key, that task
+/// stays the only one and the write-back it follows still lands. A reap planned from a read
+/// that a write-back overtook (the task ended between `task_lapsed` and `task_reap`) writes
+/// nothing and inserts no follow-up.
+pub async fn a_follow_up_whose_key_is_taken_or_whose_reap_was_overtaken_inserts_nothing<
+    D: Driver,
+>(
+    d: D,
+) {
+    let mut c = conn(&d).await;
+    let fq = TaskFilter {
+        queue: Some("fq"),
+        ..TaskFilter::default()
+    };
+    let b = insert::<D>(&mut c, task("q", "a")).await;
+    let tb = claim_one(&d, &mut c, "q", "a", LEASE_US, b).await;
+    let key = format!("taskq:on_dead:{b}:1");
+    let holder = insert::<D>(
+        &mut c,
+        NewTask {
+            idempotency_key: Some(&key),
+            ..task("fq", "then")
+        },
+    )
+    .await;
+    let done = d
+        .task_write_back(
+            &mut c,
+            &[WriteBack {
+                follow_up: Some(follow_up(key.clone())),
+                ..outcome(&tb, "dead", "failed")
+            }],
+        )
+        .await
+        .expect("task_write_back");
+    assert_eq!(done.written, 1, "{}: the end lands", backend::<D>());
+    assert_eq!(get(&d, b).await.state, TaskState::Dead);
+    let made = d
+        .task_list(&fq, 0, u64::MAX >> 1, 10)
+        .await
+        .expect("task_list");
+    assert_eq!(
+        made.iter().map(|t| t.id).collect::<Vec<_>>(),
+        vec![holder],
+        "the key's holder stays the only follow-up"
+    );
+
+    let u = insert::<D>(
+        &mut c,
+        NewTask {
+            max_attempts: 1,
+            ..task("q", "c")
+        },
+    )
+    .await;
+    let tu = claim_one(&d, &mut c, "q", "c", SHORT_LEASE_US, u).await;
+    wait_lease_expired(&d, &mut c, u).await;
+    let rows = d
+        .task_lapsed(&mut c, &names(&["c"]), 10)
+        .await
+        .expect("task_lapsed");
+    assert_eq!(rows.len(), 1);
+    assert!(rows[0].goes_dead());
+    // The late write-back lands first (an expired lease is not a lost one until reaped).
+    let late = d
+        .task_write_back(&mut c, &[outcome(&tu, "succeeded", "succeeded")])
+        .await
+        .expect("task_write_back");
+    assert_eq!(late.written, 1);
+    let plan = [ReapRow {
+        follow_up: Some(follow_up("taskq:on_dead:late".into())),
+        ..reap_row(&rows[0])
+    }];
+    let reaped = d.task_reap(&mut c, &plan, true).await.expect("task_reap");
+    assert_eq!(
+        (reaped.reaped, reaped.rows.len(), reaped.followed.len()),
+        (0, 0, 0),
+        "{}",
+        backend::<D>()
+    );
+    assert_eq!(get(&d, u).await.state, TaskState::Succeeded);
+    assert_eq!(d.task_count(&fq).await.expect("task_count"), 1);
 }

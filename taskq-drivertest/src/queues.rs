@@ -292,7 +292,8 @@ pub async fn a_task_a_limited_claim_expires_is_no_start<D: Driver>(d: D) {
 
 /// A limited claim of a queue with a rate limit starts no more than the limit per window
 /// (windows are multiples of the period on the database clock) and says when the next window
-/// opens (`rate_resets_in_us`); `queue_list` shows what the window used. Tasks that end do
+/// opens (`rate_resets_in_us`); a claim asking for less than the window has left is no hit
+/// (`limited: None`). `queue_list` shows what the window used. Tasks that end do
 /// not give starts back.
 pub async fn a_limited_claim_honours_the_rate_limit<D: Driver>(d: D) {
     let mut c = conn(&d).await;
@@ -307,17 +308,22 @@ pub async fn a_limited_claim_honours_the_rate_limit<D: Driver>(d: D) {
         .await
         .expect("queue_set_rate_limit");
     let an = names(&["a"]);
+    // Asking for less than the window has left: no hit.
+    let first = claim(&d, &mut c, &limited("rate", &an, 2)).await;
+    assert_eq!(claimed_ids(&first), ids[..2], "{}", backend::<D>());
+    assert_eq!(first.limited, None, "the rate allows more than asked");
     let got = claim(&d, &mut c, &limited("rate", &an, 5)).await;
-    assert_eq!(claimed_ids(&got), ids[..3], "{}", backend::<D>());
+    assert_eq!(claimed_ids(&got), ids[2..3], "{}", backend::<D>());
     let hit = got.limited.expect("the rate limit binds");
-    assert_eq!(hit.allowed, 3);
+    assert_eq!(hit.allowed, 1);
     let resets = hit.rate_resets_in_us.expect("the rate binds");
     assert!(0 < resets && resets <= period, "{resets}");
     let list = d.queue_list().await.expect("queue_list");
     assert_eq!((list[0].rate, list[0].rate_used), (Some((3, period)), 3));
-    let batch: Vec<WriteBack> = got
+    let batch: Vec<WriteBack> = first
         .tasks
         .iter()
+        .chain(&got.tasks)
         .map(|t| outcome(t, "succeeded", "succeeded"))
         .collect();
     d.task_write_back(&mut c, &batch)

@@ -5,7 +5,11 @@ use proc_macro2::Span;
 use syn::spanned::Spanned;
 use syn::{Attribute, FnArg, GenericArgument, Ident, ItemFn, Pat, PathArguments, ReturnType, Type};
 
-/// Last path segments that mark a parameter as injected rather than payload.
+/// Last path segments of taskq's own extractors: an unmarked parameter of one of these types is
+/// injected, every other unmarked one is payload. This is only the default classification (a
+/// macro sees tokens, not traits); the value is extracted through `FromTaskContext` whatever
+/// the type, and a payload type that implements `FromTaskContext` but not `Serialize` is a
+/// compile error that asks for `#[inject]` (see `expand::payload`).
 pub const INJECTED_TYPES: &[&str] = &["TaskContext", "CancelSignal", "Data"];
 
 /// Last path segment of taskq's former name for `Data` (and of axum's extractor): a parameter

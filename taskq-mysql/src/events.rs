@@ -489,8 +489,9 @@ pub(crate) async fn event_replay_key(
     key: &str,
     from_seq: u64,
 ) -> sqlx::Result<u64> {
-    let hash = key_hash(topic, key);
-    let from = from_seq.max(1);
+    let rewind = taskq_driver::rules::event_replay_key(key_hash(topic, key), from_seq);
+    let (hash, from) = (rewind.key_hash, rewind.from_seq);
+    debug_assert!(rewind.release_hold);
     let k = sqlx::query!(
         r#"UPDATE taskq_event_keys
            SET done_seq = LEAST(done_seq, ?), held_at = NULL, held_seq = NULL,
@@ -539,20 +540,18 @@ pub(crate) async fn event_replay_range(
     )
     .fetch_all(&mut *conn)
     .await?;
-    let mut lowest: BTreeMap<[u8; 32], u64> = BTreeMap::new();
-    for r in &rows {
-        let e = lowest.entry(hash_of(&r.key_hash)).or_insert(r.seq);
-        *e = (*e).min(r.seq);
-    }
-    for (h, seq) in &lowest {
+    let rewinds =
+        taskq_driver::rules::event_replay_range(rows.iter().map(|r| (hash_of(&r.key_hash), r.seq)));
+    for rewind in &rewinds {
+        debug_assert!(!rewind.release_hold);
         sqlx::query!(
             r#"UPDATE taskq_event_keys
                SET done_seq = LEAST(done_seq, ?), lease_owner = NULL, lease_until = NULL,
                    lease_epoch = lease_epoch + 1,
                    ready_at = IF(held_at IS NULL, UTC_TIMESTAMP(6), NULL)
                WHERE key_hash = ?"#,
-            seq - 1,
-            &h[..],
+            rewind.from_seq - 1,
+            &rewind.key_hash[..],
         )
         .execute(&mut *conn)
         .await?;

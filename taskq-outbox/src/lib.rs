@@ -12,6 +12,9 @@
 //!   failed batch or one with no answer in time (a closed channel, a dropped or black-holed
 //!   connection).
 //!
+//! - [`local`]: the brokers' URLs on their standard local ports (the tests' and the
+//!   benchmark's defaults).
+//!
 //! What "delivered" means for each broker, and how Kafka fits the same trait, is in
 //! `docs/outbox.md`. The events that feed sinks and the relay that drives them (in per-key
 //! commit order) are taskq's (`taskq::outbox`, which re-exports this crate).
@@ -27,6 +30,7 @@ use std::future::Future;
 
 pub use bytes::Bytes;
 
+pub mod local;
 #[cfg(feature = "nats")]
 pub mod nats;
 #[cfg(feature = "rabbitmq")]

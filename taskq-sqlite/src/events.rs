@@ -449,9 +449,10 @@ pub(crate) async fn event_replay_key(
     key: &str,
     from_seq: u64,
 ) -> sqlx::Result<u64> {
-    let hash = key_hash(topic, key);
-    let h = &hash[..];
-    let from = sid(from_seq.max(1));
+    let rewind = taskq_driver::rules::event_replay_key(key_hash(topic, key), from_seq);
+    debug_assert!(rewind.release_hold);
+    let h = &rewind.key_hash[..];
+    let from = sid(rewind.from_seq);
     let mut tx = begin_write(conn).await?;
     let k = sqlx::query!(
         r#"UPDATE taskq_event_keys
@@ -505,13 +506,13 @@ pub(crate) async fn event_replay_range(
     )
     .fetch_all(&mut *tx)
     .await?;
-    let mut lowest: BTreeMap<Vec<u8>, i64> = BTreeMap::new();
-    for r in &rows {
-        let e = lowest.entry(r.key_hash.clone()).or_insert(r.seq);
-        *e = (*e).min(r.seq);
-    }
-    for (h, seq) in &lowest {
-        let hb = &h[..];
+    let rewinds = taskq_driver::rules::event_replay_range(
+        rows.iter().map(|r| (hash_of(&r.key_hash), r.seq as u64)),
+    );
+    for rewind in &rewinds {
+        debug_assert!(!rewind.release_hold);
+        let hb = &rewind.key_hash[..];
+        let seq = sid(rewind.from_seq);
         sqlx::query!(
             r#"UPDATE taskq_event_keys
                SET done_seq = MIN(done_seq, ?1 - 1), lease_owner = NULL, lease_until = NULL,

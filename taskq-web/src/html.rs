@@ -10,7 +10,7 @@ use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Response};
 use chrono::{DateTime, Utc};
 
-use crate::auth::{Ctx, Via};
+use crate::ctx::{Ctx, Via};
 
 /// Escapes text for an HTML text node or a double-quoted attribute value.
 pub(crate) fn esc(s: &str) -> String {

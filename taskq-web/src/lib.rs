@@ -40,7 +40,9 @@
 mod actions;
 mod api;
 mod auth;
+mod ctx;
 mod html;
+mod json;
 mod pages;
 mod stats;
 mod views;

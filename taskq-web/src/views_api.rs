@@ -18,8 +18,8 @@ use taskq::{Client, TaskId};
 
 use crate::AppState;
 use crate::actions::{Each, When};
-use crate::api::{TaskJson, bad_request, failure};
 use crate::auth::ApiActor;
+use crate::json::{TaskJson, bad_request, failure};
 use crate::views::{PendingCursor, pending, schedule_views};
 
 #[derive(Deserialize, Default)]
@@ -314,7 +314,7 @@ pub(crate) async fn tasks_selected(
         match each.apply(&c, TaskId(id)).await {
             Ok(result) => done.push(json!({"id": id, "result": result})),
             Err(e) => {
-                let (_, code, message) = crate::api::error_parts(&e);
+                let (_, code, message) = crate::json::error_parts(&e);
                 failed.push(json!({"id": id, "code": code, "message": message}));
             }
         }

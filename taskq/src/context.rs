@@ -221,7 +221,8 @@ impl DataRequirement {
 /// Something a `#[task]` handler parameter can be extracted as, instead of payload.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be injected into a taskq handler",
-    note = "injected parameters are `TaskContext`, `CancelSignal`, `Data<T>`, or a type of yours marked `#[inject]` that implements `taskq::context::FromTaskContext`; payload parameters must be plain serde types"
+    note = "injected parameters are `TaskContext`, `CancelSignal`, `Data<T>`, or a type of yours marked `#[inject]` that implements `taskq::context::FromTaskContext`; payload parameters must be plain serde types",
+    note = "a parameter whose type is named `TaskContext`, `CancelSignal` or `Data` is injected unless it is marked `#[payload]`"
 )]
 pub trait FromTaskContext: Sized {
     /// Extracts the value for one attempt.

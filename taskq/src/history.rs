@@ -12,7 +12,7 @@ use chrono::{DateTime, NaiveDateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::backend::{AuditRow, Conn};
-use crate::task::TaskId;
+use taskq_driver::state::TaskId;
 
 /// Most entries kept in a task's attempt history: an attempt that ends when the history is
 /// full drops the oldest entry. Entries carry their attempt number and epoch, so a gap shows.

@@ -6,8 +6,9 @@ use std::time::Duration;
 use sqlx::Pool;
 
 use crate::backend::Backend;
-use crate::enqueue::{AsConnection, conn_of, validate_name};
+use crate::defaults::validate_name;
 use crate::error::{Error, Result};
+use crate::task::enqueue::{AsConnection, conn_of};
 
 /// The longest consumer name (`taskq_inbox.consumer`), in bytes.
 pub const MAX_CONSUMER_LEN: usize = 128;

@@ -50,9 +50,7 @@ pub mod client;
 mod connect;
 pub mod context;
 pub mod defaults;
-pub mod enqueue;
 pub mod error;
-pub mod followup;
 mod history;
 pub mod inbox;
 mod info;
@@ -62,8 +60,8 @@ pub mod ordered;
 pub mod outbox;
 pub mod registry;
 mod retry;
-pub mod schedule;
 mod task;
+pub use task::{enqueue, followup, schedule};
 mod trace;
 pub mod unique;
 mod wake;
@@ -121,7 +119,7 @@ pub mod prelude {
 
 /// Process-wide settings: set once at start-up, before the first enqueue.
 pub mod settings {
-    pub use crate::enqueue::{payload_limit, set_payload_limit};
+    pub use crate::task::enqueue::{payload_limit, set_payload_limit};
     pub use crate::trace::set_trace_context_hook;
 }
 
@@ -149,7 +147,8 @@ pub mod settings {
 /// `"all(N)"`; see [`MissedTicks`](schedule::MissedTicks)).
 ///
 /// Parameters of type [`TaskContext`], [`CancelSignal`] or [`Data<T>`](Data), or marked
-/// `#[inject]`, are injected by the worker; every other parameter is payload.
+/// `#[inject]` (any type implementing [`FromTaskContext`](context::FromTaskContext)), are
+/// injected by the worker, each through `FromTaskContext`; every other parameter is payload.
 ///
 /// ```no_run
 /// use std::time::Duration;
@@ -235,7 +234,7 @@ pub use taskq_macros::event;
 #[doc(hidden)]
 pub mod __private {
     pub use crate::context::DataRequirement;
-    pub use crate::followup::target::FollowUpFrom;
+    pub use crate::task::followup::target::FollowUpFrom;
     pub use chrono;
     pub use inventory;
     pub use serde;

@@ -7,12 +7,12 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use crate::context::{DataRequirement, TaskContext};
-use crate::enqueue::{AsConnection, Enqueue, Enqueued, Prepared};
 use crate::error::{Error, Result, TaskError};
-use crate::followup::{OnDead, OnSuccess};
 use crate::retry::Backoff;
-use crate::schedule::{Declared, ScheduleDef};
 use crate::task::Task;
+use crate::task::enqueue::{AsConnection, Enqueue, Enqueued, Prepared};
+use crate::task::followup::{OnDead, OnSuccess};
+use crate::task::schedule::{Declared, ScheduleDef};
 
 /// A boxed handler future.
 pub(crate) type BoxFuture = Pin<Box<dyn Future<Output = Result<(), TaskError>> + Send>>;
@@ -171,7 +171,7 @@ impl Registration {
     ) -> Result<Enqueued> {
         let prepared = (self.prepare_json)(payload, options)?;
         prepared
-            .insert(crate::enqueue::conn_of(conn), &mut None)
+            .insert(crate::task::enqueue::conn_of(conn), &mut None)
             .await
     }
 }

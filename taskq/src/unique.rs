@@ -13,7 +13,7 @@ use std::time::Duration;
 use serde_json::Value;
 use taskq_driver::rules::unique as rule;
 
-use crate::enqueue::MAX_DELAY;
+use crate::defaults::MAX_DELAY;
 use crate::error::{Error, Result};
 
 /// Which part of the payload makes two tasks of one name the same.

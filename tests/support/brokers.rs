@@ -1,5 +1,5 @@
 //! The message brokers the outbox's sink tests publish to: NATS with JetStream, RabbitMQ and
-//! Redis, on this machine's default ports unless `TASKQ_TEST_NATS_URL`, `TASKQ_TEST_AMQP_URL`
+//! Redis, on this machine's default ports (`taskq_outbox::local`) unless `TASKQ_TEST_NATS_URL`, `TASKQ_TEST_AMQP_URL`
 //! or `TASKQ_TEST_REDIS_URL` say otherwise.
 //!
 //! Like the MySQL tests: a test starts with
@@ -40,12 +40,9 @@ impl Broker {
     /// The URL tests connect to: the variable's value, else the local default.
     pub fn url(self) -> String {
         let (var, default) = match self {
-            Broker::Nats => ("TASKQ_TEST_NATS_URL", "nats://127.0.0.1:4222"),
-            Broker::RabbitMq => (
-                "TASKQ_TEST_AMQP_URL",
-                "amqp://guest:guest@127.0.0.1:5672/%2f",
-            ),
-            Broker::Redis => ("TASKQ_TEST_REDIS_URL", "redis://127.0.0.1:6379"),
+            Broker::Nats => ("TASKQ_TEST_NATS_URL", taskq_outbox::local::NATS_URL),
+            Broker::RabbitMq => ("TASKQ_TEST_AMQP_URL", taskq_outbox::local::AMQP_URL),
+            Broker::Redis => ("TASKQ_TEST_REDIS_URL", taskq_outbox::local::REDIS_URL),
         };
         std::env::var(var).unwrap_or_else(|_| default.to_owned())
     }

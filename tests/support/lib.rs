@@ -298,6 +298,7 @@ impl Drop for TestDb {
 pub mod backends;
 pub mod bins;
 pub mod brokers;
+pub mod drivers;
 pub mod galera;
 pub mod nats_server;
 pub mod proxy;

@@ -32,8 +32,13 @@ pub fn generate(f: &ItemFn, h: &Handler, ty: &Ident, cfgs: &[&Attribute]) -> Tok
     });
 
     // ---- compile-time checks with spans on the user's tokens ----
+    // A payload parameter whose type is an extractor (`FromTaskContext`) and not serde is an
+    // injected value the name hint missed: say so first, pointing at the parameter.
     let payload_checks = h.payload().map(|(_, fty, _)| {
         quote_spanned! {fty.span()=>
+            __taskq_assert_not_extractor::<#fty, _>(
+                (&&&__TaskqProbe::<#fty>(::core::marker::PhantomData)).__taskq_kind(),
+            );
             __taskq_assert_payload::<#fty>();
         }
     });
@@ -57,6 +62,39 @@ pub fn generate(f: &ItemFn, h: &Handler, ty: &Ident, cfgs: &[&Attribute]) -> Tok
             {
             }
             fn __taskq_assert_payload<T: __TaskqPayload>() {}
+
+            // Which of serde and `FromTaskContext` a payload type implements, by autoref
+            // specialization (the first impl whose bounds hold wins): serde (with or without the
+            // extractor) is a payload; the extractor alone is a value to inject.
+            struct __TaskqProbe<T>(::core::marker::PhantomData<T>);
+            struct __TaskqPlain;
+            struct __TaskqExtractor;
+            trait __TaskqSerde {
+                fn __taskq_kind(&self) -> __TaskqPlain {
+                    __TaskqPlain
+                }
+            }
+            impl<T: ::taskq::__private::serde::Serialize> __TaskqSerde for &&__TaskqProbe<T> {}
+            trait __TaskqInjectable {
+                fn __taskq_kind(&self) -> __TaskqExtractor {
+                    __TaskqExtractor
+                }
+            }
+            impl<T: ::taskq::context::FromTaskContext> __TaskqInjectable for &__TaskqProbe<T> {}
+            trait __TaskqOther {
+                fn __taskq_kind(&self) -> __TaskqPlain {
+                    __TaskqPlain
+                }
+            }
+            impl<T> __TaskqOther for __TaskqProbe<T> {}
+            #[diagnostic::on_unimplemented(
+                message = "`{T}` is injected by the worker, not stored in the payload: mark this parameter `#[inject]`",
+                label = "`{T}` implements `FromTaskContext` and not `Serialize`",
+                note = "a parameter is injected when it is marked `#[inject]` or its type is `TaskContext`, `CancelSignal` or `Data<T>`; every other parameter is a payload field"
+            )]
+            trait __TaskqPayloadNotExtractor<T> {}
+            impl<T> __TaskqPayloadNotExtractor<T> for __TaskqPlain {}
+            fn __taskq_assert_not_extractor<T, K: __TaskqPayloadNotExtractor<T>>(_: K) {}
             #[allow(dead_code)]
             fn __taskq_check_payload() {
                 #(#payload_checks)*

@@ -1,148 +1,25 @@
-//! Queue limits, statement by statement: set, listed and cleared; a limited claim honours the
-//! concurrency limit and the rate window, exactly, also with claimers running at once.
+//! Queue limits under SQLite's single writer: rate windows on its millisecond clock hold
+//! exactly the limit, and limited claimers on several pools at once never run more than the
+//! concurrency limit. Setting, listing and the limited claim itself are the driver suite's.
 
-use super::{claim, db_path, fresh, insert, outcome, task, write_back};
-use crate::enqueue::task_insert_many;
-use crate::lease::{task_claim, task_write_back};
-use crate::queues::{
-    queue_controls, queue_list, queue_pause, queue_set_limit, queue_set_rate_limit,
-};
-use crate::tasks::*;
-use crate::{migrate, open};
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
-use taskq_driver::rows::{ClaimRequest, LimitHit, NewTask, TaskFilter, WriteBack};
-use taskq_driver::state::TaskState;
+
+use taskq_driver::rows::{ClaimRequest, NewTask, WriteBack};
+
+use super::{claim, db_path, fresh, outcome, task};
+use crate::enqueue::task_insert_many;
+use crate::lease::{task_claim, task_write_back};
+use crate::queues::{queue_set_limit, queue_set_rate_limit};
+use crate::{migrate, open};
 
 fn limited<'a>(queue: &'a str, limit: u32) -> ClaimRequest<'a> {
     ClaimRequest {
         limited: true,
         ..claim(queue, &["a"], limit)
     }
-}
-
-#[tokio::test]
-async fn queue_limits_are_set_listed_and_cleared() {
-    let pool = fresh("queue_limits").await;
-    let mut c = pool.acquire().await.unwrap();
-    insert(&mut c, task("busy", "a")).await;
-    queue_set_limit(&mut c, "lim", Some(2)).await.unwrap();
-    queue_set_rate_limit(&mut c, "rate", Some((10, 60_000_000)))
-        .await
-        .unwrap();
-    queue_pause(&mut c, "paused").await.unwrap();
-    // Clearing a queue without a row writes nothing.
-    queue_set_limit(&mut c, "nothing", None).await.unwrap();
-    queue_set_rate_limit(&mut c, "nothing", None).await.unwrap();
-    let controls = queue_controls(&mut c).await.unwrap();
-    let got: Vec<(&str, bool, bool)> = controls
-        .iter()
-        .map(|q| (q.queue.as_str(), q.paused, q.limited))
-        .collect();
-    assert_eq!(
-        got,
-        vec![
-            ("lim", false, true),
-            ("paused", true, false),
-            ("rate", false, true)
-        ]
-    );
-    let list = queue_list(&mut c).await.unwrap();
-    let names: Vec<&str> = list.iter().map(|q| q.queue.as_str()).collect();
-    assert_eq!(names, vec!["busy", "lim", "paused", "rate"]);
-    assert_eq!((list[0].pending, list[0].running), (1, 0));
-    assert_eq!(list[1].concurrency_limit, Some(2));
-    assert!(list[2].paused_at.is_some());
-    assert_eq!(
-        (list[3].rate, list[3].rate_used),
-        (Some((10, 60_000_000)), 0)
-    );
-
-    queue_set_limit(&mut c, "lim", None).await.unwrap();
-    queue_set_rate_limit(&mut c, "rate", None).await.unwrap();
-    let controls = queue_controls(&mut c).await.unwrap();
-    assert_eq!(controls.len(), 1);
-    let list = queue_list(&mut c).await.unwrap();
-    // Rows stay (queues once limited are listed), without limits.
-    assert_eq!(list.len(), 4);
-    assert!(
-        list.iter()
-            .all(|q| q.concurrency_limit.is_none() && q.rate.is_none())
-    );
-}
-
-#[tokio::test]
-async fn a_limited_claim_honours_the_concurrency_limit_and_the_rate_window() {
-    let pool = fresh("limited_claim").await;
-    let mut c = pool.acquire().await.unwrap();
-    for _ in 0..10 {
-        insert(&mut c, task("q", "a")).await;
-    }
-    queue_set_limit(&mut c, "q", Some(2)).await.unwrap();
-    // Not marked limited (the worker has not seen the limit yet): the limit is not read.
-    let got = task_claim(&mut c, &claim("q", &["a"], 1)).await.unwrap();
-    assert_eq!((got.tasks.len(), got.limited), (1, None));
-    let got = task_claim(&mut c, &limited("q", 5)).await.unwrap();
-    assert_eq!(got.tasks.len(), 1);
-    assert_eq!(
-        got.limited,
-        Some(LimitHit {
-            allowed: 1,
-            rate_resets_in_us: None
-        })
-    );
-    let got = task_claim(&mut c, &limited("q", 5)).await.unwrap();
-    assert!(got.tasks.is_empty());
-    assert_eq!(got.limited.map(|h| h.allowed), Some(0));
-    // A slot frees: one more.
-    let running = task_list(
-        &mut c,
-        &TaskFilter {
-            state: Some(TaskState::Running),
-            ..TaskFilter::default()
-        },
-        0,
-        u64::MAX,
-        10,
-    )
-    .await
-    .unwrap();
-    assert_eq!(running.len(), 2);
-    let r = &running[0];
-    let f = write_back(r.id.0, r.lease_epoch, r.attempt, "succeeded", "succeeded");
-    task_write_back(&mut c, &[f]).await.unwrap();
-    assert_eq!(
-        task_claim(&mut c, &limited("q", 5))
-            .await
-            .unwrap()
-            .tasks
-            .len(),
-        1
-    );
-
-    // Rate: 3 per hour on another queue.
-    for _ in 0..5 {
-        insert(&mut c, task("r", "a")).await;
-    }
-    queue_set_rate_limit(&mut c, "r", Some((3, 3_600_000_000)))
-        .await
-        .unwrap();
-    let got = task_claim(&mut c, &limited("r", 2)).await.unwrap();
-    assert_eq!((got.tasks.len(), got.limited), (2, None));
-    let got = task_claim(&mut c, &limited("r", 2)).await.unwrap();
-    assert_eq!(got.tasks.len(), 1);
-    let hit = got.limited.unwrap();
-    assert_eq!(hit.allowed, 1);
-    let resets = hit.rate_resets_in_us.unwrap();
-    assert!(resets > 0 && resets <= 3_600_000_000, "{resets}");
-    let got = task_claim(&mut c, &limited("r", 2)).await.unwrap();
-    assert!(got.tasks.is_empty());
-    assert_eq!(got.limited.map(|h| h.allowed), Some(0));
-    let list = queue_list(&mut c).await.unwrap();
-    let r = list.iter().find(|q| q.queue == "r").unwrap();
-    assert_eq!((r.rate_used, r.pending, r.running), (3, 2, 3));
 }
 
 #[tokio::test]

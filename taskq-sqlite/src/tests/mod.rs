@@ -1,10 +1,9 @@
-//! The statements against a real database file, with the rows they leave: what is
-//! SQLite's own (the write lock, `BEGIN IMMEDIATE`, the schema's constraints, migrations run
-//! by several processes, the attempt-history JSON as SQLite writes it), and the statements
-//! one by one below the seam. What both drivers must do is the driver suite's
-//! (`taskq-drivertest`, run by `tests/driver.rs` on both).
+//! The statements against a real database file, for what is SQLite's own: the write lock,
+//! `BEGIN IMMEDIATE` and savepoints, the schema's constraints, `AUTOINCREMENT`, migrations run
+//! by several processes, limited claimers on several pools, the clock's resolution. What both
+//! drivers must do is the driver suite's (`taskq-drivertest`, run by `tests/driver.rs` on
+//! both).
 
-mod history;
 mod limits;
 mod migrations;
 mod reads;

@@ -8,6 +8,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use sha2::{Digest, Sha256};
 
+use crate::ctx::Session;
+
 /// Fewest bytes a configured session secret may have.
 pub(crate) const MIN_SECRET_LEN: usize = 32;
 /// Most ended-but-unexpired sessions remembered; past it every session ends (the safe side).
@@ -30,15 +32,6 @@ struct Revoked {
     ids: HashMap<String, u64>,
     /// Sessions issued before this unix second are ended (set when `ids` overflows).
     not_before: u64,
-}
-
-/// A session cookie that checked out.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Session {
-    /// Its random id (what logout ends, and what the CSRF token of its forms is bound to).
-    pub id: String,
-    /// When it ends, unix seconds.
-    pub expires: u64,
 }
 
 impl Keys {

@@ -23,8 +23,9 @@ use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
 
 use crate::AppState;
+use crate::ctx::{Ctx, Session, Via};
+pub(crate) use keys::MIN_SECRET_LEN;
 use keys::{Keys, ct_eq, hex, random_bytes};
-pub(crate) use keys::{MIN_SECRET_LEN, Session};
 pub(crate) use origin::{HostPattern, Hosts};
 use paths::{cookie_path, home_link, relative_root};
 use throttle::{ClientKey, Throttle};
@@ -76,53 +77,6 @@ impl std::fmt::Debug for Auth {
             .field("hosts", &self.hosts)
             .finish()
     }
-}
-
-/// How a request was authenticated.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Via {
-    /// Not authenticated (or authentication is off).
-    Open,
-    /// `Authorization: Bearer`.
-    Bearer,
-    /// `Authorization: Basic`.
-    Basic,
-    /// The login-session cookie.
-    Session,
-}
-
-/// What a page handler knows about its request (set by [`guard`]).
-#[derive(Debug, Clone)]
-pub(crate) struct Ctx {
-    /// The dashboard's root relative to this page (`./`, `../`, `./taskq/`): every link is
-    /// `{root}tasks...`.
-    pub root: String,
-    /// A link to the overview relative to this page (`./`, `../`, `./taskq`, `../../taskq`):
-    /// `{root}` itself would name the mount point with a trailing slash, which a router
-    /// nested with axum's `nest("/ops/taskq", ..)` does not match.
-    pub home: String,
-    /// This request's CSRF token, for the hidden field of every form.
-    pub csrf: String,
-    /// How the request was authenticated (a logout button is shown for sessions).
-    pub via: Via,
-    /// The session of a request authenticated by its cookie (what logout ends).
-    pub session: Option<Session>,
-    /// Who is asking, for the sign-in throttle.
-    pub client: ClientKey,
-    /// Who the audit trail records for this request's actions (`web:token`,
-    /// `web:basic:<user>`, `web:session`, `web:open`).
-    pub actor: String,
-    /// The dashboard is read-only.
-    pub read_only: bool,
-    /// Which login fields to offer.
-    pub login_token: bool,
-    /// Which login fields to offer.
-    pub login_basic: bool,
-    /// The flash cookie's value (`<what>.<task id>`), if the request carries a well-formed one.
-    pub flash: Option<String>,
-    /// Where the login form returns to: the page that asked for it (a path within the
-    /// dashboard, `/tasks?state=dead`), or the `next` parameter of `/login`.
-    pub next: Option<String>,
 }
 
 /// Why a sign-in attempt got no answer.
@@ -629,7 +583,7 @@ pub(crate) async fn api_guard(State(st): State<AppState>, req: Request, next: Ne
             s if s.is_server_error() => "internal",
             _ => "bad_request",
         };
-        let mut r = crate::api::error(status, code, text.trim());
+        let mut r = crate::json::error(status, code, text.trim());
         for h in [header::RETRY_AFTER, header::WWW_AUTHENTICATE, header::ALLOW] {
             if let Some(v) = headers.get(&h) {
                 r.headers_mut().insert(h, v.clone());
@@ -670,7 +624,7 @@ async fn api_check(st: &AppState, req: Request, next: Next) -> Response {
         Some(Via::Open)
     };
     let Some(via) = via else {
-        let mut r = crate::api::error(
+        let mut r = crate::json::error(
             StatusCode::UNAUTHORIZED,
             "unauthorized",
             "missing or wrong credentials: send Authorization: Bearer <token> (or Basic)",
@@ -683,14 +637,14 @@ async fn api_check(st: &AppState, req: Request, next: Next) -> Response {
     };
     if req.method() != Method::GET && req.method() != Method::HEAD {
         if let Some(why) = origin::cross_site(req.headers(), req.uri(), &st.auth.hosts) {
-            return crate::api::error(
+            return crate::json::error(
                 StatusCode::FORBIDDEN,
                 "cross_site",
                 &cross_site_refusal(&why),
             );
         }
         if st.read_only {
-            return crate::api::error(
+            return crate::json::error(
                 StatusCode::FORBIDDEN,
                 "read_only",
                 "the dashboard is read-only",
@@ -705,7 +659,7 @@ async fn api_check(st: &AppState, req: Request, next: Next) -> Response {
                 essence.eq_ignore_ascii_case("application/json")
             });
         if !json {
-            return crate::api::error(
+            return crate::json::error(
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
                 "json_required",
                 "a change must send Content-Type: application/json",

@@ -11,7 +11,6 @@
 //!   many addresses do not multiply the guesses; clients without failures still sign in.
 
 use std::collections::HashMap;
-use std::net::IpAddr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -28,8 +27,7 @@ pub(crate) const GLOBAL_FAILURES_PER_MINUTE: u32 = 60;
 /// Most clients remembered (the oldest are forgotten past it).
 const MAX_CLIENTS: usize = 10_000;
 
-/// Who is signing in: an IP address, or every client at once when the server does not say.
-pub(crate) type ClientKey = Option<IpAddr>;
+pub(crate) use crate::ctx::ClientKey;
 
 #[derive(Debug, Default)]
 pub(crate) struct Throttle {
@@ -139,6 +137,8 @@ impl Throttle {
 
 #[cfg(test)]
 mod tests {
+    use std::net::IpAddr;
+
     use super::*;
 
     #[test]

@@ -13,7 +13,7 @@ use taskq::TaskId;
 use super::{failure, see_task_with_flash};
 use crate::AppState;
 use crate::actions::{Each, When};
-use crate::auth::Ctx;
+use crate::ctx::Ctx;
 use crate::html::{error_page, esc, page, respond};
 
 /// The form's fields, repeated ones kept (`id=1&id=2`).

@@ -14,7 +14,7 @@ use taskq::client::BulkFilter;
 
 use super::{failure, nonblank, parse_age, parse_state};
 use crate::AppState;
-use crate::auth::Ctx;
+use crate::ctx::Ctx;
 use crate::html::{csrf_field, error_page, esc, page, respond};
 
 #[derive(Deserialize, Default)]

@@ -12,7 +12,7 @@ use axum::response::Response;
 
 use super::failure;
 use crate::AppState;
-use crate::auth::Ctx;
+use crate::ctx::Ctx;
 use crate::html::{age, esc, page, respond, time};
 use crate::stats::EVENTS_HELD_SHOWN as HELD_SHOWN;
 

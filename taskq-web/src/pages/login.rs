@@ -11,7 +11,8 @@ use serde::Deserialize;
 
 use super::see_other;
 use crate::AppState;
-use crate::auth::{Ctx, SESSION_MARK, Throttled, safe_next};
+use crate::auth::{SESSION_MARK, Throttled, safe_next};
+use crate::ctx::Ctx;
 use crate::html::{csrf_field, esc, page, respond};
 
 /// The login page (also the body of every 401 of the pages).

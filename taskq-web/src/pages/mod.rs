@@ -22,7 +22,8 @@ use taskq::client::{WorkerInfo, WorkerStatus};
 use taskq::{Error, TaskState};
 
 use crate::AppState;
-use crate::auth::{Ctx, FLASH_MARK};
+use crate::auth::FLASH_MARK;
+use crate::ctx::Ctx;
 use crate::html::error_page;
 
 use bulk::{bulk_confirm, bulk_run};

@@ -13,7 +13,7 @@ use taskq::client::WorkerStatus;
 
 use super::{failure, nonblank, worker_status_cell};
 use crate::AppState;
-use crate::auth::Ctx;
+use crate::ctx::Ctx;
 use crate::html::{age, button, esc, page, rel, respond, run_time, time, url, when};
 
 #[derive(Deserialize, Default)]

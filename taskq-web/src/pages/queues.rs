@@ -8,7 +8,7 @@ use serde::Deserialize;
 
 use super::{failure, see_other};
 use crate::AppState;
-use crate::auth::Ctx;
+use crate::ctx::Ctx;
 use crate::html::error_page;
 
 #[derive(Deserialize)]

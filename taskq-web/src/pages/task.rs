@@ -12,7 +12,8 @@ use taskq::{TaskId, TaskState};
 
 use super::{failure, see_task_with_flash, state_class, worker_status_cell};
 use crate::AppState;
-use crate::auth::{Ctx, FLASH_MARK};
+use crate::auth::FLASH_MARK;
+use crate::ctx::Ctx;
 use crate::html::{age, button, esc, opt_time, opt_when, page, respond, time_us, url};
 
 /// The payload as pretty JSON, or as (lossy) text when it is not JSON.

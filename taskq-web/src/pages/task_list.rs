@@ -12,7 +12,7 @@ use taskq::{TaskId, TaskState};
 
 use super::{failure, nonblank, parse_state, see_other, state_class};
 use crate::AppState;
-use crate::auth::Ctx;
+use crate::ctx::Ctx;
 use crate::html::{error_page, esc, page, respond, time, truncate, url};
 
 #[derive(Deserialize, Default)]

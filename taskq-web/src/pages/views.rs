@@ -14,7 +14,7 @@ use taskq::client::{AuditFilter, PendingKind};
 
 use super::{failure, lost_mark, lost_workers, nonblank};
 use crate::AppState;
-use crate::auth::Ctx;
+use crate::ctx::Ctx;
 use crate::html::{age, error_page, esc, page, respond, time, truncate, url, when};
 use crate::views::{PendingCursor, schedule_views};
 

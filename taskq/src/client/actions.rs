@@ -77,7 +77,7 @@ impl Client {
     /// [`Error::InvalidSchedule`]; running and terminal tasks give [`Error::WrongState`],
     /// unknown ids [`Error::NotFound`]. Workers see the change at their next poll.
     pub async fn reschedule(&self, id: TaskId, delay: std::time::Duration) -> Result<()> {
-        let delay_us = crate::enqueue::validate_schedule(delay, None)?;
+        let delay_us = crate::task::enqueue::validate_schedule(delay, None)?;
         let detail = serde_json::json!({ "delay_ms": delay.as_millis() as u64 });
         self.reschedule_audited("reschedule", id, None, delay_us, detail)
             .await
@@ -116,7 +116,7 @@ impl Client {
     /// Like [`reschedule`](Self::reschedule), to an absolute time (between 1970 and 10 years
     /// ahead, else [`Error::InvalidSchedule`]); a time in the past makes the task due at once.
     pub async fn reschedule_at(&self, id: TaskId, at: DateTime<Utc>) -> Result<()> {
-        crate::enqueue::validate_schedule(std::time::Duration::ZERO, Some(at))?;
+        crate::task::enqueue::validate_schedule(std::time::Duration::ZERO, Some(at))?;
         let detail = serde_json::json!({ "at": at });
         self.reschedule_audited("reschedule", id, Some(at), 0, detail)
             .await

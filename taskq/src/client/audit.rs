@@ -3,8 +3,8 @@
 
 use super::*;
 use crate::backend::AuditRow;
-use crate::enqueue::AsConnection;
 use crate::history::parse_attempts;
+use crate::task::enqueue::AsConnection;
 
 impl Client {
     /// The attempt history of a task, oldest first: one [`Attempt`] per run that ended (the
@@ -81,9 +81,9 @@ impl Client {
         queue: Option<&str>,
         detail: serde_json::Value,
     ) -> Result<u64> {
-        crate::enqueue::validate_name("audit action", action, 64)?;
+        crate::defaults::validate_name("audit action", action, 64)?;
         if let Some(q) = queue {
-            crate::enqueue::validate_name("queue", q, crate::enqueue::MAX_QUEUE_LEN)?;
+            crate::defaults::validate_name("queue", q, crate::defaults::MAX_QUEUE_LEN)?;
         }
         let detail = (!detail.is_null()).then(|| detail.to_string());
         let row = AuditRow {
@@ -93,7 +93,7 @@ impl Client {
             queue,
             detail,
         };
-        let done = crate::enqueue::conn_of(conn).audit_insert(&row).await;
+        let done = crate::task::enqueue::conn_of(conn).audit_insert(&row).await;
         self.db(done).await
     }
 }

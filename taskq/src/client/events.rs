@@ -67,7 +67,7 @@ impl Client {
     /// hold is cleared and a lease ended. How many events became pending. Recorded in the
     /// audit trail as `event_replay` (detail `{"topic", "key", "from_seq", "events"}`).
     pub async fn replay_event_key(&self, topic: &str, key: &str, from_seq: u64) -> Result<u64> {
-        crate::enqueue::validate_name("event topic", topic, MAX_TOPIC_LEN)?;
+        crate::defaults::validate_name("event topic", topic, MAX_TOPIC_LEN)?;
         let mut tx = self.run(self.store.begin()).await?;
         let n = self
             .run(self.store.event_replay_key(tx.conn(), topic, key, from_seq))
@@ -94,7 +94,7 @@ impl Client {
         from: DateTime<Utc>,
         to: DateTime<Utc>,
     ) -> Result<u64> {
-        crate::enqueue::validate_name("event topic", topic, MAX_TOPIC_LEN)?;
+        crate::defaults::validate_name("event topic", topic, MAX_TOPIC_LEN)?;
         let mut tx = self.run(self.store.begin()).await?;
         let mut total = 0;
         // Events marked pending by an earlier statement are no longer selected (this

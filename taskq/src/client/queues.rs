@@ -6,7 +6,7 @@ impl Client {
     /// Pauses `queue`: workers stop claiming from it within about a second (running tasks
     /// finish normally; enqueues still work). Idempotent.
     pub async fn pause_queue(&self, queue: &str) -> Result<()> {
-        crate::enqueue::validate_name("queue", queue, crate::enqueue::MAX_QUEUE_LEN)?;
+        crate::defaults::validate_name("queue", queue, crate::defaults::MAX_QUEUE_LEN)?;
         let mut tx = self.run(self.store.begin()).await?;
         self.run(self.store.queue_pause(tx.conn(), queue)).await?;
         let a = Action::queue("pause", Some(queue), serde_json::Value::Null);
@@ -15,7 +15,7 @@ impl Client {
 
     /// Resumes a paused queue; returns whether it was paused.
     pub async fn resume_queue(&self, queue: &str) -> Result<bool> {
-        crate::enqueue::validate_name("queue", queue, crate::enqueue::MAX_QUEUE_LEN)?;
+        crate::defaults::validate_name("queue", queue, crate::defaults::MAX_QUEUE_LEN)?;
         let mut tx = self.run(self.store.begin()).await?;
         let was_paused = self.run(self.store.queue_resume(tx.conn(), queue)).await?;
         if was_paused {
@@ -54,7 +54,7 @@ impl Client {
     /// a limit changes nothing. Recorded in the audit trail as `limit` (detail
     /// `{"concurrency_limit": n | null}`), in the transaction of the change.
     pub async fn set_queue_limit(&self, queue: &str, limit: Option<u32>) -> Result<()> {
-        crate::enqueue::validate_name("queue", queue, crate::enqueue::MAX_QUEUE_LEN)?;
+        crate::defaults::validate_name("queue", queue, crate::defaults::MAX_QUEUE_LEN)?;
         if let Some(n) = limit
             && !(1..=MAX_QUEUE_LIMIT).contains(&n)
         {
@@ -91,7 +91,7 @@ impl Client {
         queue: &str,
         rate: Option<(u32, std::time::Duration)>,
     ) -> Result<()> {
-        crate::enqueue::validate_name("queue", queue, crate::enqueue::MAX_QUEUE_LEN)?;
+        crate::defaults::validate_name("queue", queue, crate::defaults::MAX_QUEUE_LEN)?;
         let rate = match rate {
             None => None,
             Some((max, period)) => {

@@ -36,8 +36,9 @@ use std::sync::OnceLock;
 
 use tokio::sync::Notify;
 
-use crate::enqueue::{AsConnection, conn_of, payload_limit, validate_name};
+use crate::defaults::validate_name;
 use crate::error::{Error, Result};
+use crate::task::enqueue::{AsConnection, conn_of, payload_limit};
 use taskq_driver::event::{NewEvent, new_message_id};
 
 mod relay;

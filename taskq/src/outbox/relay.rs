@@ -12,7 +12,7 @@ use taskq_driver::rows::NameList;
 use taskq_outbox::{Message, Outcome, Sink};
 
 use crate::backend::{Backend, Store};
-use crate::enqueue::validate_name;
+use crate::defaults::validate_name;
 use crate::error::{Error, Result};
 use crate::retry::{Backoff, problem};
 

@@ -7,11 +7,12 @@ use std::time::Duration;
 
 use crate::backend::Store;
 use crate::context::DataMap;
-use crate::enqueue::{IntoEnqueue, MAX_DELAY, MAX_QUEUE_LEN, validate_name};
+use crate::defaults::{MAX_DELAY, MAX_QUEUE_LEN, validate_name};
 use crate::error::{Error, Result};
 use crate::registry::{self, Registration};
-use crate::schedule::{Declared, Schedule, ScheduleDef};
 use crate::task::Task;
+use crate::task::enqueue::IntoEnqueue;
+use crate::task::schedule::{Declared, Schedule, ScheduleDef};
 
 use super::Worker;
 use super::observe::Observer;
@@ -181,7 +182,7 @@ impl WorkerBuilder {
     /// Enqueues `task` (a task, or a task with `with_*` options such as a queue or a
     /// priority) at every tick of the cron `expression`, read in UTC, and handles the task
     /// like [`register`](Self::register). The schedule is named after the task; use
-    /// [`schedule`](Self::schedule) for a name, a time zone or a [`MissedTicks`](crate::schedule::MissedTicks) policy.
+    /// [`schedule`](Self::schedule) for a name, a time zone or a [`MissedTicks`](crate::task::schedule::MissedTicks) policy.
     /// A bad expression is an [`Error::InvalidCron`] at [`build`](Self::build).
     ///
     /// ```no_run

@@ -16,12 +16,12 @@ use super::writeback::WriteBackMsg;
 use super::{Shared, WorkerStats, follow, within};
 use crate::backend::{Claimed, WriteBack};
 use crate::context::{CancelHandle, CancelReason, TaskContext};
-use crate::enqueue::MAX_DELAY;
+use crate::defaults::MAX_DELAY;
 use crate::error::{TaskError, TaskErrorKind, short_type_name};
-use crate::followup::{DeadTask, SucceededTask, payload_value};
 use crate::info::{UNDECODABLE_PREFIX, exhausted_note};
 use crate::metrics;
 use crate::task::TaskId;
+use crate::task::followup::{DeadTask, SucceededTask, payload_value};
 
 /// Handler slots held by one claimed task (its queue's and the worker's).
 pub(crate) struct Slot {
@@ -265,7 +265,7 @@ fn hand_over(
     let elapsed_ms = started.elapsed().as_millis() as u64;
     let handler = shared.handlers.get(task.name.as_str());
     // A snooze beyond the task's bound is a failed attempt that retries after the snooze delay.
-    let max_snoozes = handler.map_or(crate::task::DEFAULT_MAX_SNOOZES, |h| h.max_snoozes);
+    let max_snoozes = handler.map_or(crate::defaults::DEFAULT_MAX_SNOOZES, |h| h.max_snoozes);
     let outcome = match outcome {
         Outcome::Snoozed(d) if task.snoozes >= max_snoozes => Outcome::Failed(
             TaskErrorKind::RetryAfter(d),

@@ -1,4 +1,4 @@
-//! Building the durable follow-ups of `on_dead` / `on_success` (see `crate::followup`) into the
+//! Building the durable follow-ups of `on_dead` / `on_success` (see `crate::task::followup`) into the
 //! rows the write-back and the reaper insert.
 //!
 //! A follow-up that cannot be built (its hook panicked, its task does not serialize, its name or
@@ -13,8 +13,8 @@ use super::deadline::StmtError;
 use super::{Shared, WorkerStats, within};
 use crate::backend::FollowUpRow;
 use crate::backend::budget::Budget;
-use crate::followup::{DeadTask, FollowUp, SucceededTask};
 use crate::registry::Registration;
+use crate::task::followup::{DeadTask, FollowUp, SucceededTask};
 
 /// The follow-up row of a death, if the task declares one (`on_dead`); `epoch` is the attempt's.
 pub(crate) fn dead(

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use super::observe::{self, OutcomeEvent, TaskOutcome};
 use super::{Shared, WorkerStats, follow, within};
 use crate::backend::{LapsedRow, ReapRow, Reaped};
-use crate::followup::{DeadTask, payload_value};
 use crate::info::WorkerInfo;
+use crate::task::followup::{DeadTask, payload_value};
 use crate::task::{TaskId, TaskState};
 use crate::wake;
 

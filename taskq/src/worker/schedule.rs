@@ -18,7 +18,7 @@ use tokio::time::Instant;
 
 use super::{Shared, WorkerStats, backoff_sleep, within};
 use crate::backend::{NewTask, ScheduleDecl, ScheduleFire, ScheduleState};
-use crate::schedule::ScheduleDef;
+use crate::task::schedule::ScheduleDef;
 use crate::wake;
 
 /// How much later than a tick a worker that did not take the schedule's last step wakes.

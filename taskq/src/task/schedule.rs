@@ -8,29 +8,16 @@
 
 use std::fmt;
 use std::str::FromStr;
-use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, TimeZone, Utc};
 use croner::Cron;
 
-use crate::enqueue::{Enqueue, IntoEnqueue, MAX_NAME_LEN, validate_name};
+use crate::defaults::{
+    MAX_CATCH_UP_TICKS, MAX_NAME_LEN, MAX_SCHEDULE_NAME_LEN, MISSED_TICK_GRACE, validate_name,
+};
 use crate::error::{Error, Result};
 use crate::task::Task;
-
-/// Longest schedule name, in bytes (the tick's idempotency key `cron:<name>:<tick>` must fit
-/// in [`MAX_NAME_LEN`]).
-pub const MAX_SCHEDULE_NAME_LEN: usize = 200;
-/// Longest cron expression, in bytes.
-pub const MAX_EXPRESSION_LEN: usize = taskq_grammar::cron::MAX_EXPRESSION_LEN;
-
-/// How late a tick may be reached and still count as on time. When the oldest tick a worker
-/// finds due is later than this (no worker ran the schedule for a while), the due ticks are
-/// *missed* and the schedule's [`MissedTicks`] policy decides which of them run; otherwise
-/// every due tick runs (a worker that fell a few seconds behind catches up).
-pub const MISSED_TICK_GRACE: Duration = Duration::from_secs(60);
-
-/// Most ticks enqueued for one schedule in one step (bounds [`MissedTicks::All`]).
-pub const MAX_CATCH_UP_TICKS: u32 = taskq_grammar::missed::MAX_CATCH_UP_TICKS;
+use crate::task::enqueue::{Enqueue, IntoEnqueue};
 
 /// What happens to ticks that passed while no worker ran the schedule (ticks found due more
 /// than [`MISSED_TICK_GRACE`] after their time). The default is [`MissedTicks::Latest`].

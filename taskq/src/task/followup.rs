@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::enqueue::{MAX_DELAY, MAX_NAME_LEN, MAX_QUEUE_LEN, validate_name};
+use crate::defaults::{MAX_DELAY, MAX_NAME_LEN, MAX_QUEUE_LEN, validate_name};
 use crate::task::{Task, TaskId};
 
 /// What a task's death hands its follow-up (see [`Task::ON_DEAD`]): the payload of an

@@ -1,27 +1,31 @@
 //! The [`Task`] trait and the vocabulary around it: [`TaskId`], [`TaskState`].
+//!
+//! The trait and the types generic over it are one module tree: the trait's signatures name
+//! [`Enqueue<Self>`](enqueue::Enqueue), [`Schedule<Self>`](schedule::Schedule) and the
+//! follow-up hooks, and those are bound by `Task`. The children (`enqueue`, `schedule`,
+//! `followup`, public as `taskq::enqueue`, `taskq::schedule`, `taskq::followup`) name the
+//! trait, not each other in a circle; what they share that does not depend on `Task` (the
+//! bounds, name validation) is in `crate::defaults`, and unique identities in `crate::unique`.
+
+pub mod enqueue;
+pub mod followup;
+pub mod schedule;
 
 use std::future::Future;
 use std::time::Duration;
 
 use serde::{Serialize, de::DeserializeOwned};
 
-use crate::context::{DataRequirement, TaskContext};
-use crate::enqueue::{AsConnection, Enqueue, Enqueued};
-use crate::error::{Result, TaskError};
+use self::enqueue::{AsConnection, Enqueue, Enqueued};
 #[cfg(doc)]
-use crate::followup::FollowUp;
-use crate::followup::{OnDead, OnSuccess};
+use self::followup::FollowUp;
+use self::followup::{OnDead, OnSuccess};
+use self::schedule::Schedule;
+use crate::context::{DataRequirement, TaskContext};
+use crate::defaults::{DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_SNOOZES, DEFAULT_QUEUE};
+use crate::error::{Result, TaskError};
 use crate::retry::Backoff;
-use crate::schedule::Schedule;
 use crate::unique::Unique;
-
-/// Default number of attempts (first run included) before a failing task goes to `dead`.
-pub const DEFAULT_MAX_ATTEMPTS: u32 = 20;
-/// Default queue name.
-pub const DEFAULT_QUEUE: &str = "default";
-/// Default number of snoozes (`TaskError::snooze`) that do not count as an attempt; see
-/// [`Task::MAX_SNOOZES`].
-pub const DEFAULT_MAX_SNOOZES: u32 = 100;
 
 /// The enqueue options on a task, forwarding to [`Enqueue`]: `enqueue_options()` and every
 /// `with_*` option, each as `Enqueue::new(self).with_*(..)`, expanded once, as provided methods

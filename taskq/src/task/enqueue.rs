@@ -7,19 +7,13 @@ use chrono::{DateTime, Utc};
 use sqlx::{Pool, Transaction, pool::PoolConnection};
 
 use crate::backend::{Backend, Conn, Inserted, NewTask, OrderKey};
+use crate::defaults::{
+    DEFAULT_PAYLOAD_LIMIT, MAX_DELAY, MAX_NAME_LEN, MAX_QUEUE_LEN, validate_name,
+};
 use crate::error::{Error, Result};
 use crate::task::{Task, TaskId};
 use crate::unique::{PreparedUnique, Unique};
 use crate::wake;
-
-/// Longest queue name, in bytes (the column is `VARCHAR(64)`).
-pub const MAX_QUEUE_LEN: usize = 64;
-/// Longest task name or idempotency key, in bytes.
-pub const MAX_NAME_LEN: usize = 255;
-/// Longest accepted delay, and how far in the future `run_at` may be: 10 years.
-pub const MAX_DELAY: Duration = Duration::from_secs(10 * 366 * 24 * 3600);
-/// Default payload size limit: 1 MiB of JSON.
-pub const DEFAULT_PAYLOAD_LIMIT: usize = 1 << 20;
 
 static PAYLOAD_LIMIT: AtomicUsize = AtomicUsize::new(DEFAULT_PAYLOAD_LIMIT);
 
@@ -577,29 +571,6 @@ async fn insert_many(mut conn: Conn<'_>, rows: &[Prepared]) -> Result<Vec<Enqueu
         tracing::debug!(tasks = i - start, "enqueued a batch");
     }
     Ok(out)
-}
-
-/// Checks a queue name, task name or idempotency key.
-pub(crate) fn validate_name(what: &'static str, value: &str, max: usize) -> Result<()> {
-    let reason = if value.is_empty() {
-        Some("must not be empty".to_owned())
-    } else if value.len() > max {
-        Some(format!("is {} bytes long, the limit is {max}", value.len()))
-    } else if value.chars().any(char::is_control) {
-        Some("must not contain control characters".to_owned())
-    } else if value.trim() != value {
-        Some("must not start or end with whitespace".to_owned())
-    } else {
-        None
-    };
-    match reason {
-        None => Ok(()),
-        Some(reason) => Err(Error::InvalidName {
-            what,
-            value: value.chars().take(80).collect(),
-            reason,
-        }),
-    }
 }
 
 /// Checks a delay / run-at and returns the delay in microseconds.
