@@ -1,5 +1,6 @@
 //! The relay: leases keys with pending events, publishes their events to a sink in per-key
-//! seq order, and settles each key under its lease epoch.
+//! seq order, and settles each key under its lease epoch; rounds overlap (publish one while
+//! the one before is settled and the next read).
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
@@ -201,13 +202,21 @@ fn host_name() -> String {
 }
 
 /// Delivers events to a sink in per-key commit order: each round leases keys that have
-/// pending events (skipping keys another relay holds), reads their events from the lowest
-/// undelivered seq, publishes them as one batch, and settles each key under its lease epoch:
+/// pending events (skipping keys another relay holds) until their backlogs fill
+/// [`batch_size`](RelayBuilder::batch_size), reads their events from the lowest undelivered
+/// seq (the batch shared among the keys by backlog), publishes them as one batch, and settles
+/// the keys, each under its lease epoch (on MySQL in one transaction of five statements for
+/// the whole round, keys a publisher holds at that moment one at a time after it). A running
+/// relay overlaps rounds: it publishes one while it settles the one before and reads the next
+/// (other keys: a key is in one round at a time). On each key:
 /// delivered events are marked delivered; at the first event of a key that was not, the key
 /// stops ([`Outcome::Failed`] / [`Outcome::Held`]: backoff, then any relay tries again with the
 /// same message id; [`Outcome::Rejected`]: held or dead-lettered, see [`OnRejected`]). Several
 /// relays, in one process or many, are safe: a relay that lost a key's lease (it stalled past
-/// the lease) cannot settle it, and can only cause duplicates of ids already delivered.
+/// the lease) cannot settle it, and can only cause duplicates of ids already delivered. A
+/// sink that reports an event delivered after an earlier one of its key was not (the broker
+/// may hold the key out of order) makes the relay read that key one event per round from then
+/// on. A read or settle that fails on a database error gives the round's keys back at once.
 ///
 /// Cheap to clone; every clone is the same relay (same name and pool).
 pub struct Relay<S> {
