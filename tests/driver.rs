@@ -26,6 +26,9 @@ suite!(
     events_are_numbered_per_key_and_leased_once,
     an_expired_event_lease_is_taken_over_and_the_old_epoch_is_fenced,
     a_backed_off_key_waits_and_a_held_key_stays_out,
+    a_claim_leases_keys_until_their_backlogs_fill_its_events,
+    a_settle_of_many_keys_refuses_a_stale_epoch_per_key_and_settles_the_others,
+    a_key_a_publisher_holds_is_settled_after_its_commit_and_the_publisher_commits,
     // Enqueue and reads of one task.
     insert_then_get_returns_every_field_as_inserted,
     an_idempotency_key_inserted_twice_returns_the_first_task,

@@ -767,6 +767,166 @@ async fn relay_settings_out_of_range_are_refused<B: HasDriver>(db: Db<B>) {
     }
 }
 
+/// A sink that reports an event of a key delivered after an earlier one of the same key was
+/// not (a broker that stored that key out of order): the relay sends that key one event per
+/// round from then on (so at most one of its events is ever in flight), delivers it in
+/// order, and still sends other keys' events together.
+async fn a_sink_that_breaks_a_keys_order_makes_the_relay_send_that_key_one_event_per_round<
+    B: HasDriver,
+>(
+    db: Db<B>,
+) {
+    publish(
+        &db,
+        &[
+            ev("a", 1),
+            ev("a", 2),
+            ev("a", 3),
+            ev("a", 4),
+            ev("b", 1),
+            ev("b", 2),
+        ],
+    )
+    .await;
+    let batches: Arc<Mutex<Vec<Vec<Message>>>> = Arc::default();
+    let sink = {
+        let batches = batches.clone();
+        FnSink::new(move |batch: Vec<Message>| {
+            let first = {
+                let mut b = batches.lock().unwrap();
+                b.push(batch.clone());
+                b.len() == 1
+            };
+            async move {
+                batch
+                    .iter()
+                    .map(|m| {
+                        if first && m.key == "a" && decode(m).n == 1 {
+                            Outcome::Failed("ack timeout".into())
+                        } else {
+                            // Misbehaving: a's later events "delivered" after a1 was not.
+                            Outcome::Delivered
+                        }
+                    })
+                    .collect()
+            }
+        })
+    };
+    let relay = Relay::builder(db.pool.clone(), sink)
+        .retry_backoff(Backoff::constant(Duration::from_millis(20)))
+        .build()
+        .unwrap();
+    let r = relay.run_once().await.unwrap();
+    assert_eq!((r.keys, r.published, r.delivered), (2, 6, 2), "b1, b2 only");
+    assert_eq!(
+        states(&db, "a").await,
+        ["pending"; 4],
+        "nothing of a marked"
+    );
+    wait_until(Duration::from_secs(10), "a delivered", || async {
+        relay.run_once().await.unwrap();
+        states(&db, "a").await == ["delivered"; 4]
+    })
+    .await;
+    let batches = batches.lock().unwrap().clone();
+    let later: Vec<Vec<u32>> = batches[1..]
+        .iter()
+        .map(|b| {
+            b.iter()
+                .filter(|m| m.key == "a")
+                .map(|m| decode(m).n)
+                .collect()
+        })
+        .filter(|a: &Vec<u32>| !a.is_empty())
+        .collect();
+    assert_eq!(
+        later,
+        [[1], [2], [3], [4]],
+        "one event of a per round, in order"
+    );
+    // Other keys are not narrowed: three events of c go out in one round.
+    publish(
+        &db,
+        &[ev("c", 1), ev("c", 2), ev("c", 3), ev("a", 5), ev("a", 6)],
+    )
+    .await;
+    let r = relay.run_once().await.unwrap();
+    assert_eq!(
+        (r.keys, r.published, r.delivered),
+        (2, 4, 4),
+        "c1..c3 and a5"
+    );
+    assert_eq!(states(&db, "c").await, ["delivered"; 3]);
+}
+
+/// A settle that fails on a database error (here: the events table is gone while the batch
+/// is out) gives the round's keys back at once instead of leaving them leased until the
+/// lease ends; once the database is back, the events go out again and are marked.
+async fn a_settle_that_fails_gives_the_keys_back_at_once<B: HasDriver>(db: Db<B>) {
+    publish(&db, &[ev("a", 1), ev("a", 2), ev("b", 1)]).await;
+    let seen = Seen::default();
+    let broken = Arc::new(Mutex::new(false));
+    let sink = {
+        let pool = db.pool.clone();
+        let seen = seen.clone();
+        let broken = broken.clone();
+        FnSink::new(move |batch: Vec<Message>| {
+            let pool = pool.clone();
+            let seen = seen.clone();
+            let break_now = !std::mem::replace(&mut *broken.lock().unwrap(), true);
+            async move {
+                for m in &batch {
+                    seen.push(m);
+                }
+                if break_now {
+                    B::exec(
+                        &pool,
+                        "ALTER TABLE taskq_events RENAME TO taskq_events_moved",
+                    )
+                    .await;
+                }
+                vec![Outcome::Delivered; batch.len()]
+            }
+        })
+    };
+    let relay = Relay::builder(db.pool.clone(), sink)
+        .lease(Duration::from_secs(3600))
+        .build()
+        .unwrap();
+    let err = relay.run_once().await.expect_err("the settle fails");
+    assert!(matches!(err, taskq::Error::Database(_)), "{err}");
+    let store = B::store(db.pool.clone());
+    for k in ["a", "b"] {
+        let key = store
+            .event_key_get("orders.placed", k)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (
+                key.leased,
+                key.lease_owner.as_deref(),
+                key.done_seq,
+                key.failures
+            ),
+            (false, None, 0, 0),
+            "{k} given back at once (the lease was an hour)"
+        );
+    }
+    db.exec("ALTER TABLE taskq_events_moved RENAME TO taskq_events")
+        .await;
+    assert_eq!(
+        states(&db, "a").await,
+        ["pending"; 2],
+        "the failed settle marked nothing"
+    );
+    let r = relay.run_once().await.unwrap();
+    assert_eq!((r.keys, r.delivered), (2, 3), "ready again at once");
+    assert_eq!(states(&db, "a").await, ["delivered"; 2]);
+    assert_eq!(states(&db, "b").await, ["delivered"]);
+    assert_eq!(seen.ns("a"), [1, 2, 1, 2], "sent again, in order");
+}
+
 taskq_tests::conformance!(
     relay_settings_out_of_range_are_refused,
     events_publish_rows_with_seq_in_commit_order_and_the_relay_sends_them_with_their_ids,
@@ -779,4 +939,6 @@ taskq_tests::conformance!(
     a_relay_stopped_mid_batch_loses_its_keys_to_another_after_the_lease,
     retention_prunes_delivered_events_and_a_time_range_replays,
     a_relay_wakes_on_publish_without_waiting_for_the_poll,
+    a_sink_that_breaks_a_keys_order_makes_the_relay_send_that_key_one_event_per_round,
+    a_settle_that_fails_gives_the_keys_back_at_once,
 );

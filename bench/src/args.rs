@@ -83,7 +83,9 @@ pub fn parse_args() -> Res<Opts> {
             "--unknown-names" => o.unknown_only = true,
             "--limits" => o.limits_only = true,
             "--ordered" => o.ordered = Some(2000),
-            "--outbox" => o.outbox = Some(5000),
+            "--outbox" => {
+                o.outbox.get_or_insert(crate::outbox::DEFAULT_EVENTS);
+            }
             "--outbox-events" => {
                 o.outbox = Some(
                     args.next()
@@ -99,7 +101,7 @@ pub fn parse_args() -> Res<Opts> {
                     .split(',')
                     .map(crate::outbox::Broker::parse)
                     .collect::<Res<_>>()?;
-                o.outbox.get_or_insert(5000);
+                o.outbox.get_or_insert(crate::outbox::DEFAULT_EVENTS);
             }
             "--dashboard" => {
                 dashboard_opts(&mut o);

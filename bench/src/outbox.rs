@@ -9,9 +9,12 @@
 //!    relay's batch size, pipelined like the sinks (a window of acks or confirms; Redis:
 //!    one pipeline per batch), with the broker's client crate directly;
 //! 3. the **relay** (one `Relay` in this process, batch 512) publishes the `n` events to its
-//!    own fresh destination: events/s from its start until the destination holds `n`
-//!    messages, and statements per event until every event is marked delivered (the polls that
-//!    wait for it are subtracted).
+//!    own fresh destination. Like the direct loop, its sink is connected and the relay built
+//!    before its clock starts; the clock stops when its sink has had the `n`-th publish
+//!    acknowledged (a wrapper counting the sink's `Delivered` outcomes, as the direct loop
+//!    stops at its last ack: no polling of the broker while it runs), and the destination is
+//!    then checked to hold `n` messages. Rounds (the sink's `publish` calls) and statements per
+//!    event until every event is marked delivered (the polls that wait for it subtracted).
 //!
 //! Then, over 16 keys with the relay running idle: commit-to-broker latency of 300 events
 //! committed one at a time (the time from `COMMIT` returning to a subscriber receiving the
@@ -19,6 +22,8 @@
 //! consumer), which measures the in-process wake-up (`publish_tx` nudges the relay).
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use sqlx::MySqlPool;
@@ -26,11 +31,14 @@ use taskq::outbox::{Event, Relay};
 use taskq_outbox::nats::async_nats;
 use taskq_outbox::rabbitmq::lapin;
 use taskq_outbox::redis::client as redis;
-use taskq_outbox::{Bytes, Message, Sink};
+use taskq_outbox::{Bytes, Message, Outcome, Sink};
 
 use crate::Res;
 use crate::counters::{server_status, status_delta};
 
+/// Events per measurement when `--outbox-events` is not given: enough that the fixed costs
+/// (connections, the first round) are small against the run.
+pub const DEFAULT_EVENTS: u64 = 20_000;
 const PAD: usize = 200;
 const BATCH: usize = 512;
 const LATENCY_EVENTS: usize = 300;
@@ -306,43 +314,88 @@ enum SinkKind {
     Redis(taskq_outbox::redis::RedisSink),
 }
 
-/// A relay running in this process on `topic`, stopped by the sender.
-fn spawn_relay<S: Sink + 'static>(
+/// What a relay's sink saw: rounds (publish calls), events delivered, and when the
+/// `target`-th was.
+#[derive(Default)]
+struct Tally {
+    rounds: AtomicU64,
+    delivered: AtomicU64,
+    target: AtomicU64,
+    done_at: Mutex<Option<Instant>>,
+    done: tokio::sync::Notify,
+}
+
+/// A sink that counts what the sink it wraps delivered (see [`Tally`]).
+struct Counting<S> {
+    inner: S,
+    tally: Arc<Tally>,
+}
+
+impl<S: Sink> Sink for Counting<S> {
+    async fn publish(&self, batch: &[Message]) -> Vec<Outcome> {
+        let out = self.inner.publish(batch).await;
+        let n = out.iter().filter(|o| o.is_delivered()).count() as u64;
+        self.tally.rounds.fetch_add(1, Ordering::Relaxed);
+        let total = self.tally.delivered.fetch_add(n, Ordering::Relaxed) + n;
+        if total >= self.tally.target.load(Ordering::Relaxed) {
+            let mut at = self.tally.done_at.lock().unwrap();
+            if at.is_none() {
+                *at = Some(Instant::now());
+                self.tally.done.notify_one();
+            }
+        }
+        out
+    }
+}
+
+type Stop = (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<taskq::Result<()>>,
+);
+
+/// A relay built (its sink connected) but not started.
+type Starter = Box<dyn FnOnce() -> Stop + Send>;
+
+/// Builds a relay on `topic` over a counting `sink`; run it with the returned starter.
+fn build_relay<S: Sink + 'static>(
     pool: &MySqlPool,
     sink: S,
     topic: &str,
-) -> Res<(
-    tokio::sync::oneshot::Sender<()>,
-    tokio::task::JoinHandle<taskq::Result<()>>,
-)> {
-    let relay = Relay::builder(pool.clone(), sink)
+    tally: Arc<Tally>,
+) -> Res<Starter> {
+    let relay = Relay::builder(pool.clone(), Counting { inner: sink, tally })
         .topics([topic.to_owned()])
         .batch_size(BATCH as u32)
         .build()?;
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let handle = tokio::spawn(async move {
-        relay
-            .run_until(async move {
-                let _ = rx.await;
-            })
-            .await
-    });
-    Ok((tx, handle))
+    Ok(Box::new(move || {
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let handle = tokio::spawn(async move {
+            relay
+                .run_until(async move {
+                    let _ = rx.await;
+                })
+                .await
+        });
+        (tx, handle)
+    }))
 }
 
-async fn start_relay(
+/// Connects a sink of `broker` and builds a relay on `topic` with it (not started).
+async fn relay_for(
     pool: &MySqlPool,
     broker: Broker,
     topic: &str,
-) -> Res<(
-    tokio::sync::oneshot::Sender<()>,
-    tokio::task::JoinHandle<taskq::Result<()>>,
-)> {
+    tally: Arc<Tally>,
+) -> Res<Starter> {
     match sink(broker).await? {
-        SinkKind::Nats(s) => spawn_relay(pool, s, topic),
-        SinkKind::Rabbit(s) => spawn_relay(pool, s, topic),
-        SinkKind::Redis(s) => spawn_relay(pool, s, topic),
+        SinkKind::Nats(s) => build_relay(pool, s, topic, tally),
+        SinkKind::Rabbit(s) => build_relay(pool, s, topic, tally),
+        SinkKind::Redis(s) => build_relay(pool, s, topic, tally),
     }
+}
+
+async fn start_relay(pool: &MySqlPool, broker: Broker, topic: &str) -> Res<Stop> {
+    Ok(relay_for(pool, broker, topic, Arc::default()).await?())
 }
 
 async fn pending(pool: &MySqlPool, topic: &str) -> Res<i64> {
@@ -401,15 +454,22 @@ pub async fn run(pool: &MySqlPool, n: u64, brokers: &[Broker]) -> Res<()> {
             let direct_took = direct(broker, &direct_dest, &msgs).await?;
             direct_dest.delete().await;
             let direct_rate = n as f64 / direct_took.as_secs_f64();
-            // 3. The relay.
+            // 3. The relay: sink connected and relay built before the clock starts.
+            let tally = Arc::new(Tally::default());
+            tally.target.store(n, Ordering::Relaxed);
+            let starter = relay_for(pool, broker, &topic, tally.clone()).await?;
             tokio::time::sleep(Duration::from_millis(200)).await;
             let before = server_status(pool).await?;
             let start = Instant::now();
-            let (stop, handle) = start_relay(pool, broker, &topic).await?;
-            while relay_dest.count().await? < n {
-                tokio::time::sleep(Duration::from_millis(2)).await;
-            }
-            let relay_took = start.elapsed();
+            let (stop, handle) = starter();
+            let done_at = loop {
+                let done = tally.done.notified();
+                if let Some(at) = *tally.done_at.lock().unwrap() {
+                    break at;
+                }
+                done.await;
+            };
+            let relay_took = done_at - start;
             let mut polls = 0;
             while pending(pool, &topic).await? > 0 {
                 polls += 1;
@@ -421,15 +481,27 @@ pub async fn run(pool: &MySqlPool, n: u64, brokers: &[Broker]) -> Res<()> {
             handle.await??;
             let per_event = (status_delta(&before, &after)["Questions"] - polls) as f64 / n as f64;
             let relay_rate = n as f64 / relay_took.as_secs_f64();
+            let rounds = tally.rounds.load(Ordering::Relaxed);
+            // The destination holds every event (a relay that lost a lease may send some
+            // twice: RabbitMQ and Redis keep both copies).
+            let stored = relay_dest.count().await?;
+            if stored < n {
+                return Err(format!(
+                    "{}: the relay's destination holds {stored} of {n} messages",
+                    broker.label()
+                )
+                .into());
+            }
             relay_dest.delete().await;
             eprintln!(
                 "{} {keys} keys: relay {relay_rate:.0}/s, direct {direct_rate:.0}/s",
                 broker.label()
             );
             rows.push(format!(
-                "| {} | {keys} | {n} | {relay_rate:.0} | {direct_rate:.0} | {:.2} | {per_publish:.2} | {per_event:.2} |",
+                "| {} | {keys} | {n} | {relay_rate:.0} | {direct_rate:.0} | {:.2} | {per_publish:.2} | {per_event:.3} | {rounds} | {:.0} |",
                 broker.label(),
-                relay_rate / direct_rate
+                relay_rate / direct_rate,
+                n as f64 / rounds.max(1) as f64
             ));
         }
         if let Some(row) = latency(pool, broker).await? {
@@ -437,9 +509,9 @@ pub async fn run(pool: &MySqlPool, n: u64, brokers: &[Broker]) -> Res<()> {
         }
     }
     println!(
-        "| broker | keys | events | relay events/s | direct loop msgs/s | relay / direct | statements per publish (own transaction) | relay statements per event |"
+        "| broker | keys | events | relay events/s | direct loop msgs/s | relay / direct | statements per publish (own transaction) | relay statements per event | relay rounds | events per round |"
     );
-    println!("|---|--:|--:|--:|--:|--:|--:|--:|");
+    println!("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|");
     for r in rows {
         println!("{r}");
     }

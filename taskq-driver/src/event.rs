@@ -93,8 +93,55 @@ pub struct EventClaim<'a> {
     pub topics: Option<&'a crate::rows::NameList>,
     /// Most keys.
     pub limit: u32,
+    /// Most events: keys are leased in ready order until their backlogs (`next_seq -
+    /// done_seq` each) reach this many; the key that reaches it is the last one leased (so at
+    /// least one key is leased when any is ready). `u64::MAX`: up to `limit` keys whatever
+    /// their backlogs.
+    pub events: u64,
     /// Lease length (µs).
     pub lease_us: i64,
+}
+
+/// How many of `backlogs` (in ready order) a claim of at most `events` events leases: keys up
+/// to and including the first at which the running sum of backlogs reaches `events` (at
+/// least one key when there is any).
+pub fn keys_for_events(backlogs: impl IntoIterator<Item = u64>, events: u64) -> usize {
+    let mut sum = 0u64;
+    let mut n = 0;
+    for b in backlogs {
+        if n > 0 && sum >= events {
+            break;
+        }
+        sum = sum.saturating_add(b);
+        n += 1;
+    }
+    n
+}
+
+/// Shares a round's event `budget` among leased keys by their backlogs (water-filling): a
+/// key with a short backlog gets all of it, and what it leaves goes to keys with longer ones,
+/// evenly. Each key with a backlog gets at least one event when `budget` is at least the
+/// number of keys; the shares never add up to more than `budget` otherwise. `caps` limits a
+/// key further (`None`: its backlog only).
+pub fn share_budget(backlogs: &[u64], caps: &[Option<u64>], budget: u64) -> Vec<u64> {
+    let want: Vec<u64> = backlogs
+        .iter()
+        .zip(caps.iter().chain(std::iter::repeat(&None)))
+        .map(|(b, c)| c.map_or(*b, |c| c.min(*b)))
+        .collect();
+    let mut order: Vec<usize> = (0..want.len()).collect();
+    order.sort_by_key(|&i| want[i]);
+    let mut out = vec![0; want.len()];
+    let mut left = budget;
+    for (done, &i) in order.iter().enumerate() {
+        let keys_left = (want.len() - done) as u64;
+        // An even share of what is left, rounded up for the first keys (so the budget is
+        // used up), never more than the key wants.
+        let share = left.div_ceil(keys_left).min(want[i]);
+        out[i] = share;
+        left -= share;
+    }
+    out
 }
 
 /// A key a relay leased.
@@ -298,6 +345,30 @@ mod tests {
         assert_eq!(id.len(), 32);
         assert!(id.bytes().all(|b| b.is_ascii_hexdigit()));
         assert_ne!(id, new_message_id());
+    }
+
+    #[test]
+    fn a_claim_leases_keys_until_their_backlogs_reach_the_events() {
+        assert_eq!(keys_for_events([100, 100, 100], 150), 2);
+        assert_eq!(keys_for_events([100, 100, 100], 100), 1);
+        assert_eq!(keys_for_events([600], 512), 1);
+        assert_eq!(keys_for_events([1, 1, 1], 512), 3);
+        assert_eq!(keys_for_events([1, 1, 1], u64::MAX), 3);
+        assert_eq!(keys_for_events([], 10), 0);
+    }
+
+    #[test]
+    fn the_budget_goes_to_long_backlogs_without_exceeding_it() {
+        assert_eq!(share_budget(&[2, 1000, 1000], &[], 512), [2, 255, 255]);
+        assert_eq!(share_budget(&[1, 1], &[], 512), [1, 1]);
+        assert_eq!(share_budget(&[78; 4], &[], 100), [25; 4]);
+        let s = share_budget(&[78; 7], &[], 512);
+        assert_eq!(s.iter().sum::<u64>(), 512);
+        assert!(s.iter().all(|&n| n == 73 || n == 74));
+        // A capped key (one event per round) leaves the rest to the others.
+        assert_eq!(share_budget(&[50, 50], &[Some(1), None], 20), [1, 19]);
+        // More keys than budget: never more than the budget.
+        assert_eq!(share_budget(&[5, 5, 5], &[], 2).iter().sum::<u64>(), 2);
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! order, leases that skip leased keys and expire on the database clock, reads of a lease's
 //! range, settles fenced by the epoch, the same way on every driver.
 
+use sqlx::Connection as _;
 use taskq_driver::driver::Driver;
 use taskq_driver::event::*;
 
@@ -32,6 +33,7 @@ fn claim(owner: &str, lease_us: i64) -> EventClaim<'_> {
         owner,
         topics: None,
         limit: 10,
+        events: u64::MAX,
         lease_us,
     }
 }
@@ -198,4 +200,272 @@ pub async fn a_backed_off_key_waits_and_a_held_key_stays_out<D: Driver>(d: D) {
     let listed = d.event_list(TOPIC, "b", 0, 10).await.unwrap();
     assert_eq!(listed[0].state, EventState::Dead);
     assert_eq!(listed[0].last_error.as_deref(), Some("too large"));
+}
+
+/// Leases of `keys` (all ready, one relay), by key.
+async fn lease_all<D: Driver>(d: &D, n: usize) -> Vec<EventLease> {
+    let mut l = d.event_key_claim(&claim("r1", HOUR_US)).await.unwrap();
+    l.sort_by(|x, y| x.key.cmp(&y.key));
+    assert_eq!(l.len(), n, "every key leased");
+    l
+}
+
+/// A claim stops leasing once the keys' backlogs reach its events: a key with a long backlog
+/// fills the round alone; keys of one event each are leased together.
+pub async fn a_claim_leases_keys_until_their_backlogs_fill_its_events<D: Driver>(d: D) {
+    for n in 0..5 {
+        insert(&d, "a", n.to_string().as_bytes()).await;
+    }
+    insert(&d, "b", b"1").await;
+    insert(&d, "c", b"1").await;
+    let one = d
+        .event_key_claim(&EventClaim {
+            events: 3,
+            ..claim("r1", HOUR_US)
+        })
+        .await
+        .unwrap();
+    assert_eq!(one.len(), 1, "a's backlog of 5 fills 3 events alone");
+    assert_eq!(
+        (one[0].key.as_str(), one[0].next_seq - one[0].done_seq),
+        ("a", 5)
+    );
+    let rest = d
+        .event_key_claim(&EventClaim {
+            events: 3,
+            ..claim("r1", HOUR_US)
+        })
+        .await
+        .unwrap();
+    let mut keys: Vec<&str> = rest.iter().map(|l| l.key.as_str()).collect();
+    keys.sort_unstable();
+    assert_eq!(keys, ["b", "c"], "the keys not leased before stay ready");
+}
+
+/// One settle of several keys: each key is written only under its own epoch (a key whose
+/// epoch moved on is refused, `false`, and neither its row nor its events change) while the
+/// others settle as asked: delivered and dead events marked, done_seq moved, the key
+/// released, backed off or held; settling the same lease twice is refused.
+pub async fn a_settle_of_many_keys_refuses_a_stale_epoch_per_key_and_settles_the_others<
+    D: Driver,
+>(
+    d: D,
+) {
+    let a1 = insert(&d, "a", b"1").await;
+    let a2 = insert(&d, "a", b"2").await;
+    let b1 = insert(&d, "b", b"1").await;
+    let c1 = insert(&d, "c", b"1").await;
+    let c2 = insert(&d, "c", b"2").await;
+    let c3 = insert(&d, "c", b"3").await;
+    insert(&d, "e", b"1").await;
+    let h1 = insert(&d, "h", b"1").await;
+    insert(&d, "h", b"2").await;
+    let l = lease_all(&d, 5).await;
+    let (la, lb, lc, le, lh) = (&l[0], &l[1], &l[2], &l[3], &l[4]);
+    // An operator replays b: its lease ends, epoch + 1.
+    let mut c = conn(&d).await;
+    d.event_replay_key(&mut c, TOPIC, "b", 1).await.unwrap();
+    let settles = [
+        release(la, 2, vec![a1.id, a2.id]),
+        release(lb, 1, vec![b1.id]),
+        // c: 1 delivered, 2 dead-lettered, 3 delivered.
+        EventSettle {
+            dead: vec![(c2.id, "too big".into())],
+            ..release(lc, 3, vec![c1.id, c3.id])
+        },
+        EventSettle {
+            next: KeyNext::Backoff {
+                delay_us: HOUR_US,
+                error: "down".into(),
+            },
+            ..release(le, 0, vec![])
+        },
+        EventSettle {
+            next: KeyNext::Hold {
+                seq: 2,
+                error: "refused".into(),
+            },
+            ..release(lh, 1, vec![h1.id])
+        },
+    ];
+    assert_eq!(
+        d.event_key_settle(&settles).await.unwrap(),
+        [true, false, true, true, true]
+    );
+    let state = |v: &[EventInfo]| v.iter().map(|e| e.state).collect::<Vec<_>>();
+    use EventState::*;
+    assert_eq!(
+        state(&d.event_list(TOPIC, "a", 0, 10).await.unwrap()),
+        [Delivered, Delivered]
+    );
+    assert_eq!(
+        state(&d.event_list(TOPIC, "b", 0, 10).await.unwrap()),
+        [Pending],
+        "the stale settle marks nothing"
+    );
+    let cs = d.event_list(TOPIC, "c", 0, 10).await.unwrap();
+    assert_eq!(state(&cs), [Delivered, Dead, Delivered]);
+    assert_eq!(
+        cs.iter()
+            .map(|e| e.last_error.as_deref())
+            .collect::<Vec<_>>(),
+        [None, Some("too big"), None]
+    );
+    assert!(cs.iter().all(|e| e.delivered_at.is_some()));
+    assert_eq!(
+        state(&d.event_list(TOPIC, "e", 0, 10).await.unwrap()),
+        [Pending]
+    );
+    assert_eq!(
+        state(&d.event_list(TOPIC, "h", 0, 10).await.unwrap()),
+        [Delivered, Pending]
+    );
+    let key = |k: &'static str| {
+        let d = d.clone();
+        async move { d.event_key_get(TOPIC, k).await.unwrap().unwrap() }
+    };
+    let (a, b, cc, e, h) = (
+        key("a").await,
+        key("b").await,
+        key("c").await,
+        key("e").await,
+        key("h").await,
+    );
+    assert_eq!(
+        (a.done_seq, a.leased, a.lease_owner.as_deref(), a.failures),
+        (2, false, None, 0)
+    );
+    assert_eq!(
+        (b.done_seq, b.lease_epoch, b.leased),
+        (0, lb.epoch + 1, false),
+        "b as the replay left it"
+    );
+    assert_eq!(
+        (cc.done_seq, cc.leased, cc.last_error.as_deref()),
+        (3, false, None)
+    );
+    assert_eq!(
+        (e.done_seq, e.leased, e.failures, e.last_error.as_deref()),
+        (0, false, 1, Some("down"))
+    );
+    assert_eq!(
+        (h.done_seq, h.leased, h.failures, h.held_at.is_some()),
+        (1, false, 1, true)
+    );
+    let held = d.event_keys_held(Some(TOPIC), 10).await.unwrap();
+    assert_eq!(
+        held.iter()
+            .map(|k| (k.key.as_str(), k.seq, k.error.as_str()))
+            .collect::<Vec<_>>(),
+        [("h", 2, "refused")]
+    );
+    // Ready now: b only (a and c are done, e backs off for an hour, h is held).
+    let again = d.event_key_claim(&claim("r2", HOUR_US)).await.unwrap();
+    assert_eq!(
+        again.iter().map(|l| l.key.as_str()).collect::<Vec<_>>(),
+        ["b"]
+    );
+    // The same settle again: every lease is over (settled, or b's taken by r2 now).
+    assert_eq!(
+        d.event_key_settle(&settles).await.unwrap(),
+        [false, false, false, false, false]
+    );
+    let e_after = key("e").await;
+    assert_eq!(
+        e_after.failures, 1,
+        "a second settle of a lease changes nothing"
+    );
+}
+
+/// A key whose row a publisher's open transaction holds is settled after that transaction
+/// commits; the other keys of the settle do not wait for it, and the publisher can go on to
+/// lock one of them (a key the settle had already written) and commit: its transaction is not
+/// rolled back and every event it published is there. (On SQLite the settle waits for the
+/// publisher's write lock as a whole.)
+pub async fn a_key_a_publisher_holds_is_settled_after_its_commit_and_the_publisher_commits<
+    D: Driver,
+>(
+    d: D,
+) {
+    let a1 = insert(&d, "a", b"1").await;
+    let b1 = insert(&d, "b", b"1").await;
+    let c1 = insert(&d, "c", b"1").await;
+    let l = lease_all(&d, 3).await;
+    let settles = [
+        release(&l[0], 1, vec![a1.id]),
+        release(&l[1], 1, vec![b1.id]),
+        release(&l[2], 1, vec![c1.id]),
+    ];
+    // The publisher locks c, then b (its own order), and keeps its transaction open.
+    let mut pc = conn(&d).await;
+    let mut tx = pc.begin().await.unwrap();
+    let ids = [new_message_id(), new_message_id(), new_message_id()];
+    fn publish<'a>(key: &'a str, id: &'a str) -> NewEvent<'a> {
+        NewEvent {
+            topic: TOPIC,
+            key,
+            message_id: id,
+            payload: b"p",
+            headers: &[],
+        }
+    }
+    let pub_c = D::event_insert(&mut *tx, &publish("c", &ids[0]))
+        .await
+        .unwrap();
+    let pub_b = D::event_insert(&mut *tx, &publish("b", &ids[1]))
+        .await
+        .unwrap();
+    let mysql = backend::<D>() == "MySQL";
+    let settle = d.event_key_settle(&settles);
+    let publisher = async {
+        if mysql {
+            // The settle writes a at once (it never waits while holding a key row)...
+            let start = std::time::Instant::now();
+            loop {
+                let a = d.event_key_get(TOPIC, "a").await.unwrap().unwrap();
+                if a.lease_owner.is_none() {
+                    break;
+                }
+                assert!(
+                    start.elapsed() < std::time::Duration::from_secs(20),
+                    "a settled while b and c are held"
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+            // ... and waits for b and c, which are still leased.
+            let b = d.event_key_get(TOPIC, "b").await.unwrap().unwrap();
+            assert!(b.lease_owner.is_some(), "b waits for the publisher");
+            // The publisher now takes a too, and commits.
+            let pub_a = D::event_insert(&mut *tx, &publish("a", &ids[2]))
+                .await
+                .unwrap();
+            tx.commit().await.unwrap();
+            vec![pub_c, pub_b, pub_a]
+        } else {
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            tx.commit().await.unwrap();
+            vec![pub_c, pub_b]
+        }
+    };
+    let (held, published) = tokio::join!(settle, publisher);
+    assert_eq!(held.unwrap(), [true, true, true]);
+    // The publisher's events are there, numbered after the settled ones, pending.
+    for (p, k) in published.iter().zip(["c", "b", "a"]) {
+        assert_eq!(p.seq, 2, "{k}");
+        let events = d.event_list(TOPIC, k, 0, 10).await.unwrap();
+        assert_eq!(
+            events.iter().map(|e| (e.seq, e.state)).collect::<Vec<_>>(),
+            [(1, EventState::Delivered), (2, EventState::Pending)],
+            "{k}"
+        );
+        let key = d.event_key_get(TOPIC, k).await.unwrap().unwrap();
+        assert_eq!(
+            (key.done_seq, key.next_seq, key.leased),
+            (1, 2, false),
+            "{k}"
+        );
+    }
+    // Every key with a new event is ready again.
+    let again = d.event_key_claim(&claim("r2", HOUR_US)).await.unwrap();
+    assert_eq!(again.len(), published.len());
 }

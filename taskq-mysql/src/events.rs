@@ -85,7 +85,8 @@ fn hashes_json<'a>(hashes: impl Iterator<Item = &'a [u8; 32]>) -> String {
 
 /// Leases ready keys (see [`taskq_driver::driver::Events::event_key_claim`]): a locking read of
 /// `ix_taskq_event_keys_ready` that skips rows another relay or a publisher holds, then one
-/// `UPDATE` of the locked rows by primary key; one transaction.
+/// `UPDATE` by primary key of the first of those rows whose backlogs reach `req.events`; one
+/// transaction.
 pub(crate) async fn event_key_claim(
     pool: &MySqlPool,
     req: &EventClaim<'_>,
@@ -108,12 +109,19 @@ pub(crate) async fn event_key_claim(
     )
     .fetch_all(&mut *tx)
     .await?;
-    if rows.is_empty() {
+    // Keys past the ones whose backlogs fill `req.events` are left alone (their row locks
+    // end with the transaction).
+    let n = keys_for_events(
+        rows.iter().map(|r| r.next_seq.saturating_sub(r.done_seq)),
+        req.events,
+    );
+    if n == 0 {
         tx.commit().await?;
         return Ok(Vec::new());
     }
     let leases: Vec<EventLease> = rows
         .into_iter()
+        .take(n)
         .map(|r| EventLease {
             key_hash: hash_of(&r.key_hash),
             topic: r.topic,
@@ -218,23 +226,135 @@ pub(crate) async fn event_key_renew(
     Ok(renewed)
 }
 
-/// Settles leased keys, one short transaction per key: the key's row is updated only under
-/// its epoch, then (if it was) its events are marked. One key row at a time: a publisher's
-/// transaction may lock several keys in any order, so a transaction holding two key rows
-/// could deadlock with it (and InnoDB may pick the publisher as the victim).
+/// Settles leased keys (see [`taskq_driver::driver::Events::event_key_settle`]) in a constant
+/// number of statements, whatever the number of keys, never waiting for a key row while
+/// holding another:
+///
+/// 1. one transaction: a locking read by primary key of the keys still leased under their
+///    epochs, `FOR UPDATE SKIP LOCKED` (a row a publisher's open transaction holds is
+///    skipped, never waited for); one multi-row `UPDATE` of those key rows (what each becomes,
+///    carried per key in JSON); one `UPDATE` marking their delivered and dead events; commit.
+///    Five statements, whatever the number of keys.
+/// 2. each key the read skipped (held by a publisher, or no longer leased under its epoch) in
+///    a short transaction of its own, as before: its row under its epoch (this one may wait
+///    for the publisher's commit, holding no other key row), then its events.
+///
+/// A publisher's transaction may lock several keys in any order, so a relay transaction that
+/// waited for one key row while holding another could deadlock with it, and InnoDB may pick
+/// the publisher as the victim: the first step never waits, the second holds one key row.
 pub(crate) async fn event_key_settle(
     pool: &MySqlPool,
     keys: &[EventSettle],
 ) -> sqlx::Result<Vec<bool>> {
-    let mut held = Vec::with_capacity(keys.len());
+    let mut held = vec![false; keys.len()];
+    if keys.is_empty() {
+        return Ok(held);
+    }
     let mut conn = pool.acquire().await?;
-    for k in keys {
+    let fence: Vec<(String, u64)> = keys.iter().map(|k| (hex(&k.key_hash), k.epoch)).collect();
+    let fence = serde_json::to_string(&fence).expect("fence serializes");
+    let mut tx = conn.begin().await?;
+    let locked = sqlx::query_scalar!(
+        r#"SELECT k.key_hash AS "key_hash: Vec<u8>"
+           FROM JSON_TABLE(?, '$[*]' COLUMNS (h VARCHAR(64) PATH '$[0]',
+                                              e BIGINT UNSIGNED PATH '$[1]')) AS j
+             STRAIGHT_JOIN taskq_event_keys k FORCE INDEX (PRIMARY) ON k.key_hash = UNHEX(j.h)
+           WHERE k.lease_epoch = j.e AND k.lease_owner IS NOT NULL
+           FOR UPDATE SKIP LOCKED"#,
+        fence,
+    )
+    .fetch_all(&mut *tx)
+    .await?;
+    let locked: std::collections::HashSet<[u8; 32]> = locked.iter().map(|h| hash_of(h)).collect();
+    if !locked.is_empty() {
+        // Per key: [hash, epoch, done_seq, next (0 release, 1 backoff, 2 hold), backoff µs,
+        // error, held seq].
+        let mut rows = Vec::with_capacity(locked.len());
+        let mut events: Vec<(u64, Option<&str>)> = Vec::new();
+        for (i, k) in keys.iter().enumerate() {
+            if !locked.contains(&k.key_hash) {
+                continue;
+            }
+            held[i] = true;
+            let (n, us, err, hs) = match &k.next {
+                KeyNext::Release => (0u8, 0i64, None, None),
+                KeyNext::Backoff { delay_us, error } => (1, *delay_us, Some(error.as_str()), None),
+                KeyNext::Hold { seq, error } => (2, 0, Some(error.as_str()), Some(*seq)),
+            };
+            rows.push(serde_json::json!([
+                hex(&k.key_hash),
+                k.epoch,
+                k.done_seq,
+                n,
+                us,
+                err,
+                hs
+            ]));
+            events.extend(k.delivered.iter().map(|&id| (id, None)));
+            events.extend(k.dead.iter().map(|(id, e)| (*id, Some(e.as_str()))));
+        }
+        let json = serde_json::Value::Array(rows).to_string();
+        sqlx::query!(
+            r#"UPDATE JSON_TABLE(?, '$[*]' COLUMNS (h VARCHAR(64) PATH '$[0]',
+                                                   e BIGINT UNSIGNED PATH '$[1]',
+                                                   d BIGINT UNSIGNED PATH '$[2]',
+                                                   n TINYINT UNSIGNED PATH '$[3]',
+                                                   us BIGINT PATH '$[4]',
+                                                   err TEXT PATH '$[5]',
+                                                   hs BIGINT UNSIGNED PATH '$[6]')) AS j
+                 STRAIGHT_JOIN taskq_event_keys k FORCE INDEX (PRIMARY) ON k.key_hash = UNHEX(j.h)
+               SET k.ready_at = CASE j.n WHEN 0 THEN IF(j.d < k.next_seq, UTC_TIMESTAMP(6), NULL)
+                                         WHEN 1 THEN UTC_TIMESTAMP(6) + INTERVAL j.us MICROSECOND
+                                         ELSE NULL END,
+                   k.done_seq = GREATEST(k.done_seq, j.d), k.lease_owner = NULL,
+                   k.lease_until = NULL, k.failures = IF(j.n = 0, 0, k.failures + 1),
+                   k.last_error = j.err,
+                   k.held_at = IF(j.n = 2, UTC_TIMESTAMP(6), k.held_at),
+                   k.held_seq = IF(j.n = 2, j.hs, k.held_seq)
+               WHERE k.lease_epoch = j.e AND k.lease_owner IS NOT NULL"#,
+            json,
+        )
+        .execute(&mut *tx)
+        .await?;
+        mark_events(&mut tx, events).await?;
+    }
+    tx.commit().await?;
+    // The keys skipped: one at a time, each in its own short transaction.
+    for (i, k) in keys.iter().enumerate() {
+        if held[i] {
+            continue;
+        }
         let mut tx = conn.begin().await?;
         let ok = settle_one(&mut tx, k).await?;
         tx.commit().await?;
-        held.push(ok);
+        held[i] = ok;
     }
     Ok(held)
+}
+
+/// Marks events delivered (`None`) or dead (with the rejection), by id, in id order; only
+/// pending ones.
+async fn mark_events(
+    conn: &mut MySqlConnection,
+    mut events: Vec<(u64, Option<&str>)>,
+) -> sqlx::Result<()> {
+    if events.is_empty() {
+        return Ok(());
+    }
+    events.sort_unstable_by_key(|e| e.0);
+    let json = serde_json::to_string(&events).expect("events serialize");
+    sqlx::query!(
+        r#"UPDATE JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$[0]',
+                                               err TEXT PATH '$[1]')) AS j
+             STRAIGHT_JOIN taskq_events e FORCE INDEX (PRIMARY) ON e.id = j.id
+           SET e.state = IF(j.err IS NULL, 'delivered', 'dead'),
+               e.delivered_at = UTC_TIMESTAMP(6), e.last_error = j.err
+           WHERE e.state = 'pending'"#,
+        json,
+    )
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
 }
 
 async fn settle_one(conn: &mut MySqlConnection, k: &EventSettle) -> sqlx::Result<bool> {
@@ -246,7 +366,7 @@ async fn settle_one(conn: &mut MySqlConnection, k: &EventSettle) -> sqlx::Result
                    SET ready_at = IF(? < next_seq, UTC_TIMESTAMP(6), NULL),
                        done_seq = GREATEST(done_seq, ?), lease_owner = NULL,
                        lease_until = NULL, failures = 0, last_error = NULL
-                   WHERE key_hash = ? AND lease_epoch = ?"#,
+                   WHERE key_hash = ? AND lease_epoch = ? AND lease_owner IS NOT NULL"#,
                 k.done_seq,
                 k.done_seq,
                 h,
@@ -261,7 +381,7 @@ async fn settle_one(conn: &mut MySqlConnection, k: &EventSettle) -> sqlx::Result
                    SET ready_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND,
                        done_seq = GREATEST(done_seq, ?), lease_owner = NULL,
                        lease_until = NULL, failures = failures + 1, last_error = ?
-                   WHERE key_hash = ? AND lease_epoch = ?"#,
+                   WHERE key_hash = ? AND lease_epoch = ? AND lease_owner IS NOT NULL"#,
                 delay_us,
                 k.done_seq,
                 error,
@@ -277,7 +397,7 @@ async fn settle_one(conn: &mut MySqlConnection, k: &EventSettle) -> sqlx::Result
                    SET ready_at = NULL, done_seq = GREATEST(done_seq, ?), lease_owner = NULL,
                        lease_until = NULL, failures = failures + 1, last_error = ?,
                        held_at = UTC_TIMESTAMP(6), held_seq = ?
-                   WHERE key_hash = ? AND lease_epoch = ?"#,
+                   WHERE key_hash = ? AND lease_epoch = ? AND lease_owner IS NOT NULL"#,
                 k.done_seq,
                 error,
                 seq,
@@ -291,31 +411,9 @@ async fn settle_one(conn: &mut MySqlConnection, k: &EventSettle) -> sqlx::Result
     if done.rows_affected() != 1 {
         return Ok(false);
     }
-    if !k.delivered.is_empty() {
-        let mut ids = k.delivered.clone();
-        ids.sort_unstable();
-        let json = serde_json::to_string(&ids).expect("ids serialize");
-        sqlx::query!(
-            r#"UPDATE JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$')) AS j
-                 STRAIGHT_JOIN taskq_events e FORCE INDEX (PRIMARY) ON e.id = j.id
-               SET e.state = 'delivered', e.delivered_at = UTC_TIMESTAMP(6)
-               WHERE e.state = 'pending'"#,
-            json,
-        )
-        .execute(&mut *conn)
-        .await?;
-    }
-    for (id, error) in &k.dead {
-        sqlx::query!(
-            r#"UPDATE taskq_events
-               SET state = 'dead', delivered_at = UTC_TIMESTAMP(6), last_error = ?
-               WHERE id = ? AND state = 'pending'"#,
-            error,
-            id,
-        )
-        .execute(&mut *conn)
-        .await?;
-    }
+    let mut events: Vec<(u64, Option<&str>)> = k.delivered.iter().map(|&id| (id, None)).collect();
+    events.extend(k.dead.iter().map(|(id, e)| (*id, Some(e.as_str()))));
+    mark_events(conn, events).await?;
     Ok(true)
 }
 

@@ -14,6 +14,7 @@ use taskq_driver::event::*;
 use crate::clock::{opt_time, time_from_us, time_to_us};
 use crate::connect::{begin_immediate, begin_write};
 use crate::conv::{json, sid, uid};
+use taskq_driver::rows::hex;
 
 /// Inserts an event (see `Enqueue::event_insert`): the key row's upsert takes the next seq
 /// (and marks the key ready unless held), then the event row; in a savepoint of the caller's
@@ -62,24 +63,31 @@ pub(crate) async fn event_insert(
     })
 }
 
-/// Leases ready keys, oldest ready first: one `UPDATE … RETURNING` (atomic under the write
-/// lock).
+/// Leases ready keys, oldest ready first, until their backlogs reach `req.events`: one
+/// `UPDATE … RETURNING` (atomic under the write lock).
 pub(crate) async fn event_key_claim(
     pool: &SqlitePool,
     req: &EventClaim<'_>,
 ) -> sqlx::Result<Vec<EventLease>> {
     let topics = req.topics.map(|t| t.json());
+    let events = sid(req.events);
     let mut rows = sqlx::query!(
         r#"UPDATE taskq_event_keys
            SET lease_epoch = lease_epoch + 1, lease_owner = ?1,
                lease_until = (SELECT us FROM taskq_clock) + ?2,
                ready_at = (SELECT us FROM taskq_clock) + ?2
            WHERE key_hash IN (
-             SELECT key_hash FROM taskq_event_keys
-             WHERE ready_at <= (SELECT us FROM taskq_clock)
-               AND (?3 IS NULL OR topic IN (SELECT value FROM json_each(?3)))
-             ORDER BY ready_at
-             LIMIT ?4)
+             SELECT key_hash FROM (
+               SELECT key_hash,
+                      SUM(backlog) OVER (ORDER BY ready_at ROWS UNBOUNDED PRECEDING)
+                        - backlog AS before
+               FROM (SELECT key_hash, ready_at, next_seq - done_seq AS backlog
+                     FROM taskq_event_keys
+                     WHERE ready_at <= (SELECT us FROM taskq_clock)
+                       AND (?3 IS NULL OR topic IN (SELECT value FROM json_each(?3)))
+                     ORDER BY ready_at
+                     LIMIT ?4))
+             WHERE before < ?5 OR before = 0)
            RETURNING key_hash AS "key_hash!: Vec<u8>", topic AS "topic!: String",
                      event_key AS "event_key!: String", lease_epoch AS "lease_epoch!: i64",
                      done_seq AS "done_seq!: i64", next_seq AS "next_seq!: i64",
@@ -88,6 +96,7 @@ pub(crate) async fn event_key_claim(
         req.lease_us,
         topics,
         req.limit,
+        events,
     )
     .fetch_all(pool)
     .await?;
@@ -107,45 +116,48 @@ pub(crate) async fn event_key_claim(
         .collect())
 }
 
-/// The pending events of each range, by range then seq (one read of `uq_taskq_events_seq`
-/// per range).
+/// The pending events of each range, by range then seq: one statement (a read of
+/// `uq_taskq_events_seq` per range, driven from the JSON side).
 pub(crate) async fn event_read(
     pool: &SqlitePool,
     ranges: &[EventRange],
 ) -> sqlx::Result<Vec<EventRow>> {
-    let mut out = Vec::new();
     if ranges.is_empty() {
-        return Ok(out);
+        return Ok(Vec::new());
     }
-    let mut conn = pool.acquire().await?;
-    for r in ranges {
-        let h = &r.key_hash[..];
-        let (a, b) = (sid(r.after_seq), sid(r.up_to));
-        let rows = sqlx::query!(
-            r#"SELECT id AS "id!: i64", seq AS "seq!: i64", topic AS "topic!: String",
-                      event_key AS "event_key!: String", message_id AS "message_id!: String",
-                      payload AS "payload!: Vec<u8>", headers AS "headers?: String"
-               FROM taskq_events
-               WHERE key_hash = ?1 AND seq > ?2 AND seq <= ?3 AND state = 'pending'
-               ORDER BY seq"#,
-            h,
-            a,
-            b,
-        )
-        .fetch_all(&mut *conn)
-        .await?;
-        out.extend(rows.into_iter().map(|e| EventRow {
+    let v: Vec<(String, i64, i64)> = ranges
+        .iter()
+        .map(|r| (hex(&r.key_hash), sid(r.after_seq), sid(r.up_to)))
+        .collect();
+    let v = json(&v)?;
+    let rows = sqlx::query!(
+        r#"SELECT e.id AS "id!: i64", e.key_hash AS "key_hash!: Vec<u8>", e.seq AS "seq!: i64",
+                  e.topic AS "topic!: String", e.event_key AS "event_key!: String",
+                  e.message_id AS "message_id!: String", e.payload AS "payload!: Vec<u8>",
+                  e.headers AS "headers?: String"
+           FROM json_each(?1) AS j
+             CROSS JOIN taskq_events AS e INDEXED BY uq_taskq_events_seq
+               ON e.key_hash = unhex(j.value ->> 0)
+              AND e.seq > (j.value ->> 1) AND e.seq <= (j.value ->> 2)
+           WHERE e.state = 'pending'
+           ORDER BY j.key, e.seq"#,
+        v,
+    )
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|e| EventRow {
             id: uid(e.id),
-            key_hash: r.key_hash,
+            key_hash: hash_of(&e.key_hash),
             seq: uid(e.seq),
             topic: e.topic,
             key: e.event_key,
             message_id: e.message_id,
             payload: e.payload,
             headers: headers_parse(e.headers.as_deref()),
-        }));
-    }
-    Ok(out)
+        })
+        .collect())
 }
 
 /// Renews the leases still held under their epochs; the keys renewed.
@@ -181,92 +193,81 @@ pub(crate) async fn event_key_renew(
     Ok(renewed)
 }
 
-/// Settles leased keys in one write transaction: each key's row only under its epoch, then
-/// the events of the keys still held.
+/// Settles leased keys in one write transaction of a constant number of statements: one
+/// multi-row `UPDATE … FROM json_each(…) RETURNING` of the key rows still leased under their
+/// epochs (what each becomes carried per key in JSON), then one `UPDATE` marking the events of
+/// the keys it returned.
 pub(crate) async fn event_key_settle(
     pool: &SqlitePool,
     keys: &[EventSettle],
 ) -> sqlx::Result<Vec<bool>> {
     let mut held = vec![false; keys.len()];
-    let mut delivered: Vec<i64> = Vec::new();
-    let mut dead: Vec<(i64, &str)> = Vec::new();
+    if keys.is_empty() {
+        return Ok(held);
+    }
+    // Per key: [hash, epoch, done_seq, next (0 release, 1 backoff, 2 hold), backoff µs,
+    // error, held seq].
+    let rows: Vec<serde_json::Value> = keys
+        .iter()
+        .map(|k| {
+            let (n, us, err, hs) = match &k.next {
+                KeyNext::Release => (0u8, 0i64, None, None),
+                KeyNext::Backoff { delay_us, error } => (1, *delay_us, Some(error.as_str()), None),
+                KeyNext::Hold { seq, error } => (2, 0, Some(error.as_str()), Some(sid(*seq))),
+            };
+            serde_json::json!([
+                hex(&k.key_hash),
+                sid(k.epoch),
+                sid(k.done_seq),
+                n,
+                us,
+                err,
+                hs
+            ])
+        })
+        .collect();
+    let rows = json(&rows)?;
     let mut tx = begin_immediate(pool).await?;
+    let settled = sqlx::query_scalar!(
+        r#"UPDATE taskq_event_keys AS k
+           SET ready_at = CASE j.n
+                            WHEN 0 THEN CASE WHEN j.d < k.next_seq
+                                             THEN (SELECT us FROM taskq_clock) END
+                            WHEN 1 THEN (SELECT us FROM taskq_clock) + j.us
+                          END,
+               done_seq = MAX(k.done_seq, j.d), lease_owner = NULL, lease_until = NULL,
+               failures = CASE WHEN j.n = 0 THEN 0 ELSE k.failures + 1 END,
+               last_error = j.err,
+               held_at = CASE WHEN j.n = 2 THEN (SELECT us FROM taskq_clock) ELSE k.held_at END,
+               held_seq = CASE WHEN j.n = 2 THEN j.hs ELSE k.held_seq END
+           FROM (SELECT unhex(value ->> 0) AS h, value ->> 1 AS e, value ->> 2 AS d,
+                        value ->> 3 AS n, value ->> 4 AS us, value ->> 5 AS err,
+                        value ->> 6 AS hs
+                 FROM json_each(?1)) AS j
+           WHERE k.key_hash = j.h AND k.lease_epoch = j.e AND k.lease_owner IS NOT NULL
+           RETURNING key_hash AS "key_hash!: Vec<u8>""#,
+        rows,
+    )
+    .fetch_all(&mut *tx)
+    .await?;
+    let settled: std::collections::HashSet<[u8; 32]> = settled.iter().map(|h| hash_of(h)).collect();
+    let mut events: Vec<(i64, Option<&str>)> = Vec::new();
     for (i, k) in keys.iter().enumerate() {
-        let h = &k.key_hash[..];
-        let epoch = sid(k.epoch);
-        let done_seq = sid(k.done_seq);
-        let done = match &k.next {
-            KeyNext::Release => {
-                sqlx::query!(
-                    r#"UPDATE taskq_event_keys
-                       SET ready_at = CASE WHEN ?1 < next_seq THEN (SELECT us FROM taskq_clock) END,
-                           done_seq = MAX(done_seq, ?1), lease_owner = NULL,
-                           lease_until = NULL, failures = 0, last_error = NULL
-                       WHERE key_hash = ?2 AND lease_epoch = ?3"#,
-                    done_seq,
-                    h,
-                    epoch,
-                )
-                .execute(&mut *tx)
-                .await?
-            }
-            KeyNext::Backoff { delay_us, error } => {
-                sqlx::query!(
-                    r#"UPDATE taskq_event_keys
-                       SET ready_at = (SELECT us FROM taskq_clock) + ?1,
-                           done_seq = MAX(done_seq, ?2), lease_owner = NULL,
-                           lease_until = NULL, failures = failures + 1, last_error = ?3
-                       WHERE key_hash = ?4 AND lease_epoch = ?5"#,
-                    delay_us,
-                    done_seq,
-                    error,
-                    h,
-                    epoch,
-                )
-                .execute(&mut *tx)
-                .await?
-            }
-            KeyNext::Hold { seq, error } => {
-                let seq = sid(*seq);
-                sqlx::query!(
-                    r#"UPDATE taskq_event_keys
-                       SET ready_at = NULL, done_seq = MAX(done_seq, ?1), lease_owner = NULL,
-                           lease_until = NULL, failures = failures + 1, last_error = ?2,
-                           held_at = (SELECT us FROM taskq_clock), held_seq = ?3
-                       WHERE key_hash = ?4 AND lease_epoch = ?5"#,
-                    done_seq,
-                    error,
-                    seq,
-                    h,
-                    epoch,
-                )
-                .execute(&mut *tx)
-                .await?
-            }
-        };
-        if done.rows_affected() == 1 {
+        if settled.contains(&k.key_hash) {
             held[i] = true;
-            delivered.extend(k.delivered.iter().map(|&id| sid(id)));
-            dead.extend(k.dead.iter().map(|(id, e)| (sid(*id), e.as_str())));
+            events.extend(k.delivered.iter().map(|&id| (sid(id), None)));
+            events.extend(k.dead.iter().map(|(id, e)| (sid(*id), Some(e.as_str()))));
         }
     }
-    if !delivered.is_empty() {
-        let ids = json(&delivered)?;
-        sqlx::query!(
-            r#"UPDATE taskq_events SET state = 'delivered', delivered_at = (SELECT us FROM taskq_clock)
-               WHERE id IN (SELECT value FROM json_each(?1)) AND state = 'pending'"#,
-            ids,
-        )
-        .execute(&mut *tx)
-        .await?;
-    }
-    for (id, error) in dead {
+    if !events.is_empty() {
+        let events = json(&events)?;
         sqlx::query!(
             r#"UPDATE taskq_events
-               SET state = 'dead', delivered_at = (SELECT us FROM taskq_clock), last_error = ?1
-               WHERE id = ?2 AND state = 'pending'"#,
-            error,
-            id,
+               SET state = CASE WHEN j.err IS NULL THEN 'delivered' ELSE 'dead' END,
+                   delivered_at = (SELECT us FROM taskq_clock), last_error = j.err
+               FROM (SELECT value ->> 0 AS id, value ->> 1 AS err FROM json_each(?1)) AS j
+               WHERE taskq_events.id = j.id AND taskq_events.state = 'pending'"#,
+            events,
         )
         .execute(&mut *tx)
         .await?;

@@ -1,12 +1,17 @@
 //! The relay: leases keys with pending events, publishes their events to a sink in per-key
-//! seq order, and settles each key under its lease epoch.
+//! seq order, and settles each key under its lease epoch; rounds overlap (publish one while
+//! the one before is settled and the next read).
 
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use sqlx::Pool;
-use taskq_driver::event::{EventClaim, EventLease, EventRange, EventRow, EventSettle, KeyNext};
+use taskq_driver::event::{
+    EventClaim, EventLease, EventRange, EventRow, EventSettle, KeyNext, share_budget,
+};
 use taskq_driver::pool::WorkerPool;
 use taskq_driver::rows::NameList;
 use taskq_outbox::{Message, Outcome, Sink};
@@ -65,8 +70,12 @@ impl<S: Sink + 'static> RelayBuilder<S> {
         self
     }
 
-    /// Most events per round, over many keys (default 512; 1..=10,000). Each round leases up
-    /// to this many keys and reads up to `batch_size / keys` events of each.
+    /// Most events per round, i.e. handed to the sink in one `publish` (default 512;
+    /// 1..=10,000). A round leases ready keys, oldest ready first, until their backlogs (a
+    /// key's undelivered events) add up to this many, and at most this many keys; it shares
+    /// the batch among them by backlog: a key with a short backlog gets all of it, the rest
+    /// goes evenly to the keys with longer ones. So one key with a long backlog fills a round
+    /// alone, and many keys of a few events each share one.
     pub fn batch_size(mut self, n: u32) -> Self {
         self.batch_size = n;
         self
@@ -171,6 +180,9 @@ impl<S: Sink + 'static> RelayBuilder<S> {
                 retry_backoff: self.retry_backoff,
                 poll: self.poll,
                 owner,
+                leased: Mutex::new(HashMap::new()),
+                narrow: Mutex::new(HashSet::new()),
+                narrow_all: AtomicBool::new(false),
             }),
         })
     }
@@ -190,13 +202,21 @@ fn host_name() -> String {
 }
 
 /// Delivers events to a sink in per-key commit order: each round leases keys that have
-/// pending events (skipping keys another relay holds), reads their events from the lowest
-/// undelivered seq, publishes them as one batch, and settles each key under its lease epoch:
+/// pending events (skipping keys another relay holds) until their backlogs fill
+/// [`batch_size`](RelayBuilder::batch_size), reads their events from the lowest undelivered
+/// seq (the batch shared among the keys by backlog), publishes them as one batch, and settles
+/// the keys, each under its lease epoch (on MySQL in one transaction of five statements for
+/// the whole round, keys a publisher holds at that moment one at a time after it). A running
+/// relay overlaps rounds: it publishes one while it settles the one before and reads the next
+/// (other keys: a key is in one round at a time). On each key:
 /// delivered events are marked delivered; at the first event of a key that was not, the key
 /// stops ([`Outcome::Failed`] / [`Outcome::Held`]: backoff, then any relay tries again with the
 /// same message id; [`Outcome::Rejected`]: held or dead-lettered, see [`OnRejected`]). Several
 /// relays, in one process or many, are safe: a relay that lost a key's lease (it stalled past
-/// the lease) cannot settle it, and can only cause duplicates of ids already delivered.
+/// the lease) cannot settle it, and can only cause duplicates of ids already delivered. A
+/// sink that reports an event delivered after an earlier one of its key was not (the broker
+/// may hold the key out of order) makes the relay read that key one event per round from then
+/// on. A read or settle that fails on a database error gives the round's keys back at once.
 ///
 /// Cheap to clone; every clone is the same relay (same name and pool).
 pub struct Relay<S> {
@@ -232,6 +252,41 @@ struct Inner<S> {
     retry_backoff: Backoff,
     poll: Duration,
     owner: String,
+    /// The keys this relay holds leases on (hash → epoch), renewed together every third of
+    /// the lease: the round being published, the one read ahead, none settled.
+    leased: Mutex<HashMap<[u8; 32], u64>>,
+    /// Keys read one event per round: the sink once reported an event of theirs delivered
+    /// after an earlier one of the same key was not (see [`NARROW_LIMIT`]).
+    narrow: Mutex<HashSet<[u8; 32]>>,
+    /// Every key read one event per round (more than [`NARROW_LIMIT`] keys broke order).
+    narrow_all: AtomicBool,
+}
+
+/// How many keys the relay remembers as read one event per round before it reads every key
+/// one event per round.
+const NARROW_LIMIT: usize = 10_000;
+
+/// A round leased and read, not yet published.
+struct Prepared {
+    leases: Vec<EventLease>,
+    ranges: Vec<EventRange>,
+    rows: Vec<EventRow>,
+}
+
+/// A round published, not yet settled (its events' payloads dropped).
+struct Published {
+    leases: Vec<EventLease>,
+    settles: Vec<EventSettle>,
+    published: usize,
+}
+
+/// The rounds in flight of a running relay: at most one published and being settled and one
+/// read ahead (two batches of events in memory at most); their keys are disjoint (a key is
+/// leased by one round at a time).
+#[derive(Default)]
+struct Pipeline {
+    settling: Option<Published>,
+    ready: Option<Prepared>,
 }
 
 /// What one round did ([`Relay::run_once`]).
@@ -274,9 +329,14 @@ impl<S: Sink + 'static> Relay<S> {
         self.run_until(std::future::pending()).await
     }
 
-    /// Runs rounds until `shutdown` completes (checked between rounds: a round in progress
-    /// ends first), then returns. A database error is logged and retried after the poll
-    /// interval; the relay does not stop on one.
+    /// Runs rounds until `shutdown` completes, then returns. Rounds overlap: while the sink
+    /// publishes one round, the relay settles the round before it and leases and reads the
+    /// next (its keys are others: a key is leased by one round at a time), so the database
+    /// and the broker work at the same time; at most two rounds' events are in memory.
+    /// `shutdown` is checked between steps: the round being published ends and is settled,
+    /// and the keys of the round read ahead are given back at once. A database error is
+    /// logged and retried after the poll interval (the keys of the rounds in flight are
+    /// settled or given back first); the relay does not stop on one.
     pub async fn run_until<F>(&self, shutdown: F) -> Result<()>
     where
         F: Future<Output = ()> + Send,
@@ -285,13 +345,15 @@ impl<S: Sink + 'static> Relay<S> {
         let notify = super::notifier();
         let mut fast_until: Option<Instant> = None;
         let mut errors = 0u32;
+        let mut st = Pipeline::default();
+        let mut next_renew = Instant::now() + self.renew_every();
         tracing::info!(relay = %self.inner.owner, "relay started");
         loop {
             let notified = notify.notified();
             let mut notified = std::pin::pin!(notified);
             notified.as_mut().enable();
-            let wait = match self.run_once().await {
-                Ok(r) if r.keys > 0 => {
+            let wait = match self.step(&mut st, &mut next_renew).await {
+                Ok(keys) if keys > 0 => {
                     errors = 0;
                     // More may be ready at once; look again before waiting.
                     if poll_now(&mut shutdown).await {
@@ -309,6 +371,7 @@ impl<S: Sink + 'static> Relay<S> {
                 Err(e) => {
                     errors += 1;
                     tracing::warn!(relay = %self.inner.owner, error = %e, errors, "relay round failed");
+                    self.flush(&mut st).await;
                     self.inner
                         .poll
                         .max(Duration::from_millis(100 * u64::from(errors.min(50))))
@@ -322,113 +385,259 @@ impl<S: Sink + 'static> Relay<S> {
                 _ = tokio::time::sleep(wait) => {}
             }
         }
+        self.flush(&mut st).await;
         tracing::info!(relay = %self.inner.owner, "relay stopped");
         Ok(())
     }
 
-    /// One round: lease ready keys, publish their events, settle them. What it did.
+    /// One round, alone: lease ready keys, read, publish their events, settle them. What it
+    /// did. (A running relay overlaps rounds; see [`run_until`](Self::run_until).)
     pub async fn run_once(&self) -> Result<Round> {
+        let mut next_renew = Instant::now() + self.renew_every();
+        let Some(p) = self.renewing(self.prepare(), &mut next_renew).await? else {
+            return Ok(Round::default());
+        };
+        let published = self.renewing(self.publish(p), &mut next_renew).await;
+        self.renewing(self.settle(published), &mut next_renew).await
+    }
+
+    /// One step of a running relay: publish the round read ahead (or a fresh one) while
+    /// settling the round before it and reading the next. How many keys it published.
+    async fn step(&self, st: &mut Pipeline, next_renew: &mut Instant) -> Result<usize> {
+        let current = match st.ready.take() {
+            Some(p) => p,
+            None => {
+                // Nothing read ahead: settle what is out first (its keys may have more).
+                if let Some(s) = st.settling.take() {
+                    self.renewing(self.settle(s), next_renew).await?;
+                }
+                match self.renewing(self.prepare(), next_renew).await? {
+                    Some(p) => p,
+                    None => return Ok(0),
+                }
+            }
+        };
+        let keys = current.leases.len();
+        let previous = st.settling.take();
+        let db = async {
+            if let Some(s) = previous {
+                self.settle(s).await?;
+            }
+            self.prepare().await
+        };
+        let (published, next) = self
+            .renewing(
+                async { tokio::join!(self.publish(current), db) },
+                next_renew,
+            )
+            .await;
+        st.settling = Some(published);
+        st.ready = next?;
+        Ok(keys)
+    }
+
+    /// Settles the round published and gives back the keys of the round read ahead (after an
+    /// error, and at shutdown).
+    async fn flush(&self, st: &mut Pipeline) {
+        if let Some(s) = st.settling.take()
+            && let Err(e) = self.settle(s).await
+        {
+            tracing::warn!(relay = %self.inner.owner, error = %e, "relay could not settle its last round");
+        }
+        if let Some(p) = st.ready.take() {
+            self.give_back(&p.leases).await;
+        }
+    }
+
+    fn renew_every(&self) -> Duration {
+        self.inner.lease / 3
+    }
+
+    /// Runs `fut`, renewing every lease this relay holds each third of the lease (on a task
+    /// of its own, so `fut` is never held up by a renewal).
+    async fn renewing<T>(&self, fut: impl Future<Output = T>, next_renew: &mut Instant) -> T {
+        let mut fut = std::pin::pin!(fut);
+        loop {
+            tokio::select! {
+                out = &mut fut => return out,
+                _ = tokio::time::sleep_until((*next_renew).into()) => {
+                    *next_renew = Instant::now() + self.renew_every();
+                    self.spawn_renewal();
+                }
+            }
+        }
+    }
+
+    fn spawn_renewal(&self) {
+        let held: Vec<([u8; 32], u64)> = lock(&self.inner.leased)
+            .iter()
+            .map(|(h, e)| (*h, *e))
+            .collect();
+        if held.is_empty() {
+            return;
+        }
+        let inner = self.inner.clone();
+        let lease_us = lease_us(inner.lease);
+        tokio::spawn(async move {
+            match inner.store.event_key_renew(&held, lease_us).await {
+                Ok(renewed) => {
+                    let renewed: HashSet<[u8; 32]> = renewed.into_iter().collect();
+                    // Keys settled meanwhile are no longer leased: not lost.
+                    let leased = lock(&inner.leased);
+                    let lost = held
+                        .iter()
+                        .filter(|(h, e)| !renewed.contains(h) && leased.get(h) == Some(e))
+                        .count();
+                    drop(leased);
+                    if lost > 0 {
+                        tracing::warn!(relay = %inner.owner, lost, "relay lost key leases while publishing");
+                    } else {
+                        tracing::trace!(relay = %inner.owner, keys = held.len(), "relay renewed leases");
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(relay = %inner.owner, error = %e, "relay lease renewal failed")
+                }
+            }
+        });
+    }
+
+    /// Leases ready keys and reads their events: `None` when no key is ready. A read that
+    /// fails gives the keys back at once.
+    async fn prepare(&self) -> Result<Option<Prepared>> {
         let i = &*self.inner;
-        let lease_us = i64::try_from(i.lease.as_micros()).unwrap_or(i64::MAX);
         let leases = i
             .store
             .event_key_claim(&EventClaim {
                 owner: &i.owner,
                 topics: i.topics.as_ref(),
                 limit: i.batch_size,
-                lease_us,
+                events: u64::from(i.batch_size),
+                lease_us: lease_us(i.lease),
             })
             .await
             .map_err(Error::Database)?;
         if leases.is_empty() {
-            return Ok(Round::default());
+            return Ok(None);
         }
-        let per_key = (i.batch_size as usize / leases.len()).max(1) as u64;
+        lock(&i.leased).extend(leases.iter().map(|l| (l.key_hash, l.epoch)));
+        let backlogs: Vec<u64> = leases
+            .iter()
+            .map(|l| l.next_seq.saturating_sub(l.done_seq))
+            .collect();
+        let caps: Vec<Option<u64>> = if i.narrow_all.load(Ordering::Relaxed) {
+            vec![Some(1); leases.len()]
+        } else {
+            let narrow = lock(&i.narrow);
+            leases
+                .iter()
+                .map(|l| narrow.contains(&l.key_hash).then_some(1))
+                .collect()
+        };
+        let shares = share_budget(&backlogs, &caps, u64::from(i.batch_size));
         let ranges: Vec<EventRange> = leases
             .iter()
-            .map(|l| EventRange {
+            .zip(shares)
+            .map(|(l, n)| EventRange {
                 key_hash: l.key_hash,
                 after_seq: l.done_seq,
-                up_to: l.next_seq.min(l.done_seq.saturating_add(per_key)),
+                up_to: l.done_seq.saturating_add(n),
             })
             .collect();
-        let rows = match i.store.event_read(&ranges).await {
-            Ok(rows) => rows,
+        match i.store.event_read(&ranges).await {
+            Ok(rows) => Ok(Some(Prepared {
+                leases,
+                ranges,
+                rows,
+            })),
             Err(e) => {
-                // Give the keys back at once rather than at the end of their leases.
-                let back: Vec<EventSettle> = leases
-                    .iter()
-                    .map(|l| EventSettle {
-                        key_hash: l.key_hash,
-                        epoch: l.epoch,
-                        done_seq: l.done_seq,
-                        delivered: Vec::new(),
-                        dead: Vec::new(),
-                        next: KeyNext::Release,
-                    })
-                    .collect();
-                if let Err(e2) = i.store.event_key_settle(&back).await {
-                    tracing::debug!(relay = %i.owner, error = %e2, "relay could not give its keys back");
-                }
+                self.give_back(&leases).await;
+                Err(Error::Database(e))
+            }
+        }
+    }
+
+    /// Publishes a round's events; what each key becomes.
+    async fn publish(&self, p: Prepared) -> Published {
+        let i = &*self.inner;
+        let batch: Vec<Message> = p.rows.iter().map(message).collect();
+        tracing::debug!(relay = %i.owner, keys = p.leases.len(), events = batch.len(), "relay round");
+        let mut outcomes = if batch.is_empty() {
+            Vec::new()
+        } else {
+            i.sink.publish(&batch).await
+        };
+        outcomes.resize_with(batch.len(), || {
+            Outcome::Failed("the sink returned fewer outcomes than messages".into())
+        });
+        let settles = self.settles(&p.leases, &p.ranges, &p.rows, &outcomes);
+        Published {
+            leases: p.leases,
+            settles,
+            published: batch.len(),
+        }
+    }
+
+    /// Settles a published round under its epochs. A settle that fails on a database error
+    /// gives the keys back at once (their events go out again, with their ids).
+    async fn settle(&self, p: Published) -> Result<Round> {
+        let i = &*self.inner;
+        forget(&i.leased, &p.leases);
+        let delivered: usize = p.settles.iter().map(|s| s.delivered.len()).sum();
+        let held = match i.store.event_key_settle(&p.settles).await {
+            Ok(held) => held,
+            Err(e) => {
+                self.give_back(&p.leases).await;
                 return Err(Error::Database(e));
             }
         };
-        let batch: Vec<Message> = rows.iter().map(message).collect();
-        tracing::debug!(relay = %i.owner, keys = leases.len(), events = batch.len(), "relay round");
-        let outcomes = if batch.is_empty() {
-            Vec::new()
-        } else {
-            self.publish_renewing(&leases, &batch, lease_us).await
-        };
-        let settles = self.settles(&leases, &ranges, &rows, &outcomes);
-        let delivered: usize = settles.iter().map(|s| s.delivered.len()).sum();
-        let held = i
-            .store
-            .event_key_settle(&settles)
-            .await
-            .map_err(Error::Database)?;
         let lost = held.iter().filter(|h| !**h).count();
         if lost > 0 {
             tracing::warn!(relay = %i.owner, keys = lost, "relay lost key leases before settling: their events go out again (same ids)");
         }
         Ok(Round {
-            keys: leases.len(),
-            published: batch.len(),
+            keys: p.leases.len(),
+            published: p.published,
             delivered,
             lost,
         })
     }
 
-    /// Publishes `batch`, renewing the leases every third of the lease until the sink answers.
-    async fn publish_renewing(
-        &self,
-        leases: &[EventLease],
-        batch: &[Message],
-        lease_us: i64,
-    ) -> Vec<Outcome> {
+    /// Ends the leases of `leases` at once, nothing done (a key with events is ready again).
+    async fn give_back(&self, leases: &[EventLease]) {
         let i = &*self.inner;
-        let publish = i.sink.publish(batch);
-        let mut publish = std::pin::pin!(publish);
-        let every = i.lease / 3;
-        let held: Vec<([u8; 32], u64)> = leases.iter().map(|l| (l.key_hash, l.epoch)).collect();
-        let mut outcomes = loop {
-            tokio::select! {
-                out = &mut publish => break out,
-                _ = tokio::time::sleep(every) => {
-                    match i.store.event_key_renew(&held, lease_us).await {
-                        Ok(renewed) if renewed.len() < held.len() => tracing::warn!(
-                            relay = %i.owner, lost = held.len() - renewed.len(),
-                            "relay lost key leases while publishing"),
-                        Ok(_) => tracing::trace!(relay = %i.owner, keys = held.len(), "relay renewed leases"),
-                        Err(e) => tracing::warn!(relay = %i.owner, error = %e, "relay lease renewal failed"),
-                    }
-                }
+        forget(&i.leased, leases);
+        let back: Vec<EventSettle> = leases
+            .iter()
+            .map(|l| EventSettle {
+                key_hash: l.key_hash,
+                epoch: l.epoch,
+                done_seq: l.done_seq,
+                delivered: Vec::new(),
+                dead: Vec::new(),
+                next: KeyNext::Release,
+            })
+            .collect();
+        if let Err(e) = i.store.event_key_settle(&back).await {
+            tracing::warn!(relay = %i.owner, error = %e, keys = back.len(),
+                "relay could not give its keys back: they return when their leases end");
+        }
+    }
+
+    /// From now on, reads `key_hash` one event per round (every key, once more than
+    /// [`NARROW_LIMIT`] keys are): with a single event of a key in flight, the broker cannot
+    /// store a later one before it.
+    fn narrow(&self, key_hash: [u8; 32]) {
+        let i = &*self.inner;
+        let mut narrow = lock(&i.narrow);
+        if narrow.len() >= NARROW_LIMIT {
+            if !i.narrow_all.swap(true, Ordering::Relaxed) {
+                tracing::warn!(relay = %i.owner, keys = narrow.len(),
+                    "the sink broke the order of too many keys: the relay sends every key one event per round from now on");
             }
-        };
-        outcomes.resize_with(batch.len(), || {
-            Outcome::Failed("the sink returned fewer outcomes than messages".into())
-        });
-        outcomes
+            return;
+        }
+        narrow.insert(key_hash);
     }
 
     /// What each leased key becomes, from its events' outcomes (in seq order).
@@ -454,12 +663,15 @@ impl<S: Sink + 'static> Relay<S> {
                 };
                 let mut stopped_at: Option<u64> = None;
                 let mut dead_lettered = false;
+                let mut order_broken = false;
                 for (row, out) in rows.iter().zip(outcomes).filter(|(e, _)| e.key_hash == l.key_hash) {
                     if let Some(stop) = stopped_at {
-                        if out.is_delivered() {
+                        if out.is_delivered() && !order_broken {
+                            order_broken = true;
                             tracing::warn!(relay = %i.owner, topic = %l.topic, key = %l.key,
                                 seq = row.seq, stopped_at = stop,
-                                "the sink delivered an event after an earlier one of its key was not: the broker may hold this key out of order");
+                                "the sink delivered an event after an earlier one of its key was not: the broker may hold this key out of order; the relay sends this key one event per round from now on");
+                            self.narrow(l.key_hash);
                         }
                         continue;
                     }
@@ -514,6 +726,25 @@ impl<S: Sink + 'static> Relay<S> {
             })
             .collect()
     }
+}
+
+/// Locks a relay's map or set (a poisoned lock is still usable: it holds plain data).
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Drops `leases` from the leases a relay renews.
+fn forget(leased: &Mutex<HashMap<[u8; 32], u64>>, leases: &[EventLease]) {
+    let mut m = lock(leased);
+    for l in leases {
+        if m.get(&l.key_hash) == Some(&l.epoch) {
+            m.remove(&l.key_hash);
+        }
+    }
+}
+
+fn lease_us(lease: Duration) -> i64 {
+    i64::try_from(lease.as_micros()).unwrap_or(i64::MAX)
 }
 
 /// Waits for nothing; whether `shutdown` is already done.
