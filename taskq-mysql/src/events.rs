@@ -308,7 +308,7 @@ pub(crate) async fn event_key_settle(
                                          ELSE NULL END,
                    k.done_seq = GREATEST(k.done_seq, j.d), k.lease_owner = NULL,
                    k.lease_until = NULL, k.failures = IF(j.n = 0, 0, k.failures + 1),
-                   k.last_error = j.err,
+                   k.last_error = IF(j.n = 0, NULL, j.err),
                    k.held_at = IF(j.n = 2, UTC_TIMESTAMP(6), k.held_at),
                    k.held_seq = IF(j.n = 2, j.hs, k.held_seq)
                WHERE k.lease_epoch = j.e AND k.lease_owner IS NOT NULL"#,
@@ -342,13 +342,22 @@ async fn mark_events(
         return Ok(());
     }
     events.sort_unstable_by_key(|e| e.0);
-    let json = serde_json::to_string(&events).expect("events serialize");
+    // [id, dead (0/1), error]: an explicit flag rather than a JSON null, whose reading as a
+    // SQL NULL (or as the text "null") in a JSON_TABLE column is not something to rest on
+    // across MySQL 8 and MariaDB.
+    let rows: Vec<(u64, u8, &str)> = events
+        .iter()
+        .map(|(id, err)| (*id, u8::from(err.is_some()), err.unwrap_or("")))
+        .collect();
+    let json = serde_json::to_string(&rows).expect("events serialize");
     sqlx::query!(
         r#"UPDATE JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$[0]',
-                                               err TEXT PATH '$[1]')) AS j
+                                               dead TINYINT UNSIGNED PATH '$[1]',
+                                               err TEXT PATH '$[2]')) AS j
              STRAIGHT_JOIN taskq_events e FORCE INDEX (PRIMARY) ON e.id = j.id
-           SET e.state = IF(j.err IS NULL, 'delivered', 'dead'),
-               e.delivered_at = UTC_TIMESTAMP(6), e.last_error = j.err
+           SET e.state = IF(j.dead = 1, 'dead', 'delivered'),
+               e.delivered_at = UTC_TIMESTAMP(6),
+               e.last_error = IF(j.dead = 1, j.err, e.last_error)
            WHERE e.state = 'pending'"#,
         json,
     )
