@@ -40,6 +40,7 @@
 mod actions;
 mod api;
 mod auth;
+mod event_actions;
 mod html;
 mod pages;
 mod stats;
