@@ -1,8 +1,8 @@
 //! taskq on a three-node MariaDB Galera cluster of private servers (see
 //! `tests/support/galera.rs`): enqueue on any node, workers on every node, the migration lock
 //! across nodes, ordered tasks' per-key commit order with writers on every node, a queue's
-//! concurrency limit across nodes, a node killed mid-drain, a node that
-//! loses quorum and rejoins.
+//! concurrency limit across nodes, the outbox relay's per-key order with publishers and
+//! relays on every node, a node killed mid-drain, a node that loses quorum and rejoins.
 //!
 //! One cluster serves every scenario, run in sequence by one test (forming a cluster takes
 //! seconds; the scenarios leave it whole). Skipped with a message when the machine has no
@@ -39,6 +39,9 @@ async fn taskq_on_a_three_node_galera_cluster() {
     let t = Instant::now();
     ordered_keys_keep_commit_order_with_writers_on_every_node(&cluster).await;
     eprintln!("ordered keys: {:?}", t.elapsed());
+    let t = Instant::now();
+    outbox_relays_keep_commit_order_with_publishers_on_every_node(&cluster).await;
+    eprintln!("outbox relays: {:?}", t.elapsed());
     let t = Instant::now();
     a_killed_node_s_tasks_are_finished_by_the_survivors(&mut cluster).await;
     eprintln!("node kill: {:?}", t.elapsed());
@@ -654,5 +657,285 @@ async fn change_tx(pool: &sqlx::MySqlPool, account: i64) -> taskq::Result<()> {
         .enqueue_tx(&mut tx)
         .await?;
     tx.commit().await?;
+    Ok(())
+}
+
+/// A domain event of the outbox scenario: the key's version it records, and the attempt of
+/// the transaction that published it (to tell the events of rolled-back attempts).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct Bumped {
+    key: i64,
+    version: i64,
+    attempt: u64,
+}
+
+impl taskq::outbox::Event for Bumped {
+    fn topic(&self) -> &str {
+        "galera.bumped"
+    }
+    fn key(&self) -> String {
+        format!("k{}", self.key)
+    }
+}
+
+/// What the relays' sink was handed and answered `Delivered`: (key, message id, payload).
+type Received = std::sync::Arc<std::sync::Mutex<Vec<(String, String, Bumped)>>>;
+
+/// Publishers on all three nodes commit transactions that bump a key's version row and
+/// publish an event carrying the new version, one or two events per transaction, some on a
+/// second key too, and one in seven rolled back on purpose; a transaction that loses a
+/// conflict (1213: a deadlock, or a certification failure against another node's) is run
+/// again as a whole. Relays on all three nodes (`taskq::outbox::Relay`, one pool each,
+/// driven round by round so their failed rounds are counted) deliver to a function sink that
+/// records what it was handed. Per key, after dropping repeated message ids, the sink saw the
+/// versions 1, 2, ... up to the key's final version — commit order, no gap — and nothing of
+/// a rolled-back attempt; every event row is delivered and every received id is a row's.
+async fn outbox_relays_keep_commit_order_with_publishers_on_every_node(cluster: &GaleraCluster) {
+    use std::collections::{HashMap, HashSet};
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::{Arc, Mutex};
+    use taskq::outbox::{FnSink, Message, Outcome, Relay};
+    const KEYS: i64 = 6;
+    const PER_NODE: u64 = 30;
+    let db = ClusterDb::new(cluster, "outbox", 24).await;
+    sqlx::raw_sql(
+        "CREATE TABLE versions (id BIGINT NOT NULL PRIMARY KEY, version BIGINT NOT NULL);
+         INSERT INTO versions (id, version) VALUES (0, 0), (1, 0), (2, 0), (3, 0), (4, 0), (5, 0)",
+    )
+    .execute(&db.pools[0])
+    .await
+    .expect("versions");
+    for i in 0..3 {
+        db.count(i, "TRUE").await;
+    }
+
+    let received: Received = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut relays = Vec::new();
+    for node in 0..3usize {
+        let got = received.clone();
+        let sink = FnSink::new(move |batch: Vec<Message>| {
+            let got = got.clone();
+            async move {
+                let mut got = got.lock().unwrap();
+                batch
+                    .into_iter()
+                    .map(|m| {
+                        let e: Bumped = serde_json::from_slice(&m.payload).expect("payload");
+                        got.push((m.key, m.id, e));
+                        Outcome::Delivered
+                    })
+                    .collect::<Vec<_>>()
+            }
+        });
+        let relay = Relay::builder(db.pools[node].clone(), sink)
+            .name(format!("relay-n{}", node + 1))
+            .batch_size(16)
+            .lease(Duration::from_secs(3))
+            .poll_interval(Duration::from_millis(20))
+            .build()
+            .expect("relay");
+        let stop = stop.clone();
+        relays.push(tokio::spawn(async move {
+            // (rounds with keys, failed rounds, of which conflicts (1213), leases lost)
+            let (mut rounds, mut failed, mut conflicts, mut lost) = (0u64, 0u64, 0u64, 0usize);
+            while !stop.load(Ordering::SeqCst) {
+                match relay.run_once().await {
+                    Ok(r) if r.keys > 0 => {
+                        rounds += 1;
+                        lost += r.lost;
+                    }
+                    Ok(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+                    Err(e) => {
+                        failed += 1;
+                        if is_conflict(&e) {
+                            conflicts += 1;
+                        } else {
+                            eprintln!("outbox: {} round failed: {e}", relay.name());
+                        }
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                }
+            }
+            (rounds, failed, conflicts, lost)
+        }));
+    }
+
+    // Publishers: attempt numbers are unique across nodes; the attempts that did not commit
+    // (rolled back on purpose, or lost a conflict) are recorded.
+    let attempts = Arc::new(AtomicU64::new(0));
+    let rolled_back: Arc<Mutex<HashSet<u64>>> = Arc::default();
+    let mut producers = Vec::new();
+    for node in 0..3usize {
+        let pool = db.pools[node].clone();
+        let attempts = attempts.clone();
+        let rolled_back = rolled_back.clone();
+        producers.push(tokio::spawn(async move {
+            let (mut retries, mut events, mut aborted) = (0u32, 0u64, 0u32);
+            for i in 0..PER_NODE {
+                let key = (i as i64 + node as i64) % KEYS;
+                let mut plan = vec![key];
+                if i % 2 == 1 {
+                    plan.push(key); // two events of the key in one transaction
+                }
+                if i % 4 == 3 {
+                    plan.push((key + 1) % KEYS); // and one of the next key
+                }
+                let commit = i % 7 != 6;
+                loop {
+                    let attempt = attempts.fetch_add(1, Ordering::SeqCst);
+                    match bump_tx(&pool, &plan, attempt, commit).await {
+                        Ok(()) if commit => {
+                            events += plan.len() as u64;
+                            break;
+                        }
+                        Ok(()) => {
+                            rolled_back.lock().unwrap().insert(attempt);
+                            aborted += 1;
+                            break;
+                        }
+                        Err(e) if is_conflict(&e) => {
+                            rolled_back.lock().unwrap().insert(attempt);
+                            retries += 1;
+                        }
+                        Err(e) => panic!("publish transaction: {e}"),
+                    }
+                }
+            }
+            (retries, events, aborted)
+        }));
+    }
+    let (mut retries, mut committed, mut aborted) = (0, 0, 0);
+    for p in producers {
+        let (r, e, a) = p.await.unwrap();
+        retries += r;
+        committed += e;
+        aborted += a;
+    }
+    // Everything delivered, as every node sees it.
+    let clients: Vec<taskq::Client> = db.pools.iter().cloned().map(taskq::Client::new).collect();
+    wait_until(Duration::from_secs(90), "every event delivered", || async {
+        for c in &clients {
+            if !c.event_topics().await.unwrap().is_empty() {
+                return false;
+            }
+        }
+        true
+    })
+    .await;
+    stop.store(true, Ordering::SeqCst);
+    let (mut rounds, mut failed, mut relay_conflicts, mut lost) = (0, 0, 0, 0);
+    for r in relays {
+        let (a, b, c, d) = r.await.unwrap();
+        rounds += a;
+        failed += b;
+        relay_conflicts += c;
+        lost += d;
+    }
+
+    let mut conn = db.pools[1].acquire().await.unwrap();
+    sqlx::raw_sql("SET SESSION wsrep_sync_wait = 1")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    let versions: Vec<(i64, i64)> = sqlx::query_as("SELECT id, version FROM versions ORDER BY id")
+        .fetch_all(&mut *conn)
+        .await
+        .unwrap();
+    drop(conn);
+    let received = received.lock().unwrap().clone();
+    let rolled_back = rolled_back.lock().unwrap().clone();
+    let mut rows = 0;
+    for (key, last) in versions {
+        let name = format!("k{key}");
+        let stored = clients[1]
+            .event_list("galera.bumped", &name, 0, 10_000)
+            .await
+            .unwrap();
+        rows += stored.len();
+        assert!(
+            stored
+                .iter()
+                .all(|e| e.state == taskq::outbox::EventState::Delivered),
+            "key {name}: every event delivered"
+        );
+        assert_eq!(
+            stored.iter().map(|e| e.seq).collect::<Vec<_>>(),
+            (1..=last as u64).collect::<Vec<_>>(),
+            "key {name}: one event per committed version"
+        );
+        let ids: HashMap<&str, u64> = stored
+            .iter()
+            .map(|e| (e.message_id.as_str(), e.seq))
+            .collect();
+        let mut seen = HashSet::new();
+        let mut order = Vec::new();
+        for (k, id, e) in received.iter().filter(|r| r.0 == name) {
+            assert_eq!(k, &format!("k{}", e.key));
+            assert!(
+                !rolled_back.contains(&e.attempt),
+                "key {name}: an event of a rolled-back attempt was relayed: {e:?}"
+            );
+            let seq = *ids
+                .get(id.as_str())
+                .unwrap_or_else(|| panic!("key {name}: relayed id {id} is no row's"));
+            assert_eq!(
+                seq, e.version as u64,
+                "key {name}: seq {seq} carries version"
+            );
+            if seen.insert(id.clone()) {
+                order.push(e.version);
+            }
+        }
+        assert_eq!(
+            order,
+            (1..=last).collect::<Vec<_>>(),
+            "key {name}: delivered in commit (version) order, without a gap"
+        );
+    }
+    assert_eq!(rows as u64, committed, "every committed event is a row");
+    let duplicates = received.len() - rows;
+    eprintln!(
+        "outbox relays: {committed} events of {KEYS} keys committed on 3 nodes, {aborted} \
+         transactions rolled back on purpose, {retries} retried after a conflict (1213); \
+         3 relays: {rounds} rounds with keys, {failed} failed rounds ({relay_conflicts} \
+         conflicts absorbed), {lost} leases lost; sink handed {} messages, {duplicates} \
+         repeats of delivered ids",
+        received.len()
+    );
+}
+
+/// Publishes `plan`'s events (one per entry: the key's version bumped, then an event with the
+/// new version) in one transaction on `pool`; commits it, or rolls it back when `!commit`.
+async fn bump_tx(
+    pool: &sqlx::MySqlPool,
+    plan: &[i64],
+    attempt: u64,
+    commit: bool,
+) -> taskq::Result<()> {
+    use taskq::outbox::Event;
+    let mut tx = pool.begin().await?;
+    for &key in plan {
+        sqlx::query("UPDATE versions SET version = version + 1 WHERE id = ?")
+            .bind(key)
+            .execute(&mut *tx)
+            .await?;
+        let version: i64 = sqlx::query_scalar("SELECT version FROM versions WHERE id = ?")
+            .bind(key)
+            .fetch_one(&mut *tx)
+            .await?;
+        Bumped {
+            key,
+            version,
+            attempt,
+        }
+        .publish_tx(&mut tx)
+        .await?;
+    }
+    if commit {
+        tx.commit().await?;
+    } else {
+        tx.rollback().await?;
+    }
     Ok(())
 }

@@ -302,6 +302,20 @@ pub enum EventsAction {
         #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=10_000))]
         limit: u32,
     },
+    /// One key: its relay state (seqs delivered up to, lease, failures, the event holding it)
+    /// and its stored events by seq (paged: pass the last seq shown as --after-seq)
+    Show {
+        /// The topic
+        topic: String,
+        /// The key
+        key: String,
+        /// Only events with a seq greater than this (the last seq of the previous page)
+        #[arg(long, value_name = "SEQ", default_value_t = 0)]
+        after_seq: u64,
+        /// Page size
+        #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+        limit: u32,
+    },
     /// Send events again, with their original message ids (recorded in the audit trail):
     /// a key's events from --from-seq on (default: every stored one; a held key is released),
     /// or a topic's events published in [--since, --until)

@@ -2015,3 +2015,160 @@ async fn stored_control_characters_are_escaped_in_every_output() {
         "{missing:?}"
     );
 }
+
+/// An order event for `taskq events show`: a poison one is rejected by [`relay_round`]'s sink.
+#[derive(Debug, Clone, serde::Serialize)]
+#[taskq::event(topic = "orders.placed", key = order)]
+struct OrderPlaced {
+    order: String,
+    poison: bool,
+}
+
+/// Relays until nothing is left, with a sink that rejects poison events (holding their key)
+/// and delivers the rest.
+async fn relay_round(pool: &sqlx::MySqlPool) {
+    use taskq::outbox::{FnSink, Message, Outcome, Relay};
+    let sink = FnSink::new(|batch: Vec<Message>| async move {
+        let mut held: Vec<String> = Vec::new();
+        batch
+            .into_iter()
+            .map(|m| {
+                if held.contains(&m.key) {
+                    Outcome::Held
+                } else if String::from_utf8_lossy(&m.payload).contains("\"poison\":true") {
+                    held.push(m.key.clone());
+                    Outcome::Rejected("message\ttoo large".into())
+                } else {
+                    Outcome::Delivered
+                }
+            })
+            .collect()
+    });
+    let relay = Relay::builder(pool.clone(), sink).build().unwrap();
+    while relay.run_once().await.unwrap().published > 0 {}
+}
+
+/// `taskq events show TOPIC KEY` on MySQL/MariaDB: a held key's state and its events by seq,
+/// as a table and `--json`, paged; a leased key shows its owner and lease end; an unknown key
+/// exits 3. (The same on a SQLite file: `tests/sqlite.rs`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_show_lists_a_key_s_state_and_events() {
+    use taskq::outbox::Event;
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
+    for (order, poison) in [
+        ("a-1", true),
+        ("a-1", false),
+        ("a-1", false),
+        ("b-2", false),
+    ] {
+        let mut tx = db.pool.begin().await.unwrap();
+        OrderPlaced {
+            order: order.into(),
+            poison,
+        }
+        .publish_tx(&mut tx)
+        .await
+        .unwrap();
+        tx.commit().await.unwrap();
+    }
+    relay_round(&db.pool).await;
+    let u = url(&db);
+    let show = |args: &'static [&'static str]| {
+        let mut all = vec!["events", "show", "orders.placed"];
+        all.extend_from_slice(args);
+        let u = u.clone();
+        async move { taskq(Some(u), &all).await }
+    };
+
+    let a = show(&["a-1", "--json"]).await;
+    assert_eq!(a.code, 0, "{a:?}");
+    let a = a.json();
+    let k = &a["key"];
+    assert_eq!(
+        (
+            k["next_seq"].as_u64(),
+            k["done_seq"].as_u64(),
+            k["held_seq"].as_u64(),
+            k["failures"].as_u64(),
+            k["last_error"].as_str(),
+            k["leased"].as_bool(),
+        ),
+        (
+            Some(3),
+            Some(0),
+            Some(1),
+            Some(1),
+            Some("message\ttoo large"),
+            Some(false)
+        ),
+        "{a}"
+    );
+    assert!(
+        k["held_at"].is_string() && k["lease_until"].is_null(),
+        "{a}"
+    );
+    let seqs: Vec<(u64, &str)> = a["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (e["seq"].as_u64().unwrap(), e["state"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        seqs,
+        [(1, "pending"), (2, "pending"), (3, "pending")],
+        "{a}"
+    );
+    let first = &a["events"][0];
+    let t = show(&["a-1"]).await;
+    assert_eq!(t.code, 0, "{t:?}");
+    assert!(t.stdout.contains("held:        at seq 1 since "), "{t:?}");
+    assert!(
+        t.stdout.contains("last_error:  message\\ttoo large"),
+        "{t:?}"
+    );
+    let line = format!(
+        "{} 1 pending {}",
+        first["id"],
+        first["message_id"].as_str().unwrap()
+    );
+    assert!(
+        t.stdout.lines().any(|l| l
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+            .starts_with(&line)),
+        "{line}: {t:?}"
+    );
+
+    let p1 = show(&["a-1", "--limit", "2", "--json"]).await.json();
+    assert_eq!(p1["events"].as_array().unwrap().len(), 2, "{p1}");
+    assert_eq!(p1["next_after_seq"], 2, "{p1}");
+    let p2 = show(&["a-1", "--after-seq", "2", "--json"]).await.json();
+    assert_eq!(p2["events"][0]["seq"], 3, "{p2}");
+    assert_eq!(p2["events"].as_array().unwrap().len(), 1, "{p2}");
+
+    sqlx::query(
+        "UPDATE taskq_event_keys SET lease_owner = 'relay-x',
+             lease_until = UTC_TIMESTAMP(6) + INTERVAL 1 MINUTE WHERE event_key = 'b-2'",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let b = show(&["b-2", "--json"]).await.json();
+    assert_eq!(
+        (
+            b["key"]["done_seq"].as_u64(),
+            b["key"]["lease_owner"].as_str(),
+            b["key"]["leased"].as_bool(),
+        ),
+        (Some(1), Some("relay-x"), Some(true)),
+        "{b}"
+    );
+    assert!(b["key"]["lease_until"].is_string(), "{b}");
+    assert_eq!(b["events"][0]["state"], "delivered", "{b}");
+
+    let missing = show(&["nope"]).await;
+    assert_eq!(missing.code, 3, "{missing:?}");
+}

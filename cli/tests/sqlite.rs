@@ -865,3 +865,161 @@ async fn events_stats_held_replay_skip_and_prune_on_a_sqlite_file() {
     );
     pool.close().await;
 }
+
+/// `taskq events show TOPIC KEY`: a held key's state (seqs, hold at its seq with the escaped
+/// error, lease) and its events by seq (id, seq, state, message id, times), as a table and
+/// `--json`, paged with `--after-seq`/`--limit`; a leased key shows its owner and lease end;
+/// an unknown key exits 3.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_show_lists_a_key_s_state_and_events_on_a_sqlite_file() {
+    use taskq::outbox::Event;
+    let dir = TempDir::new();
+    let file = dir.0.join("app.db");
+    let url = format!("sqlite://{}", file.display());
+    let d = &dir.0;
+    taskq(d, &url, &["migrate"]).await.ok();
+    let pool = taskq::sqlite::open(&file).await.unwrap();
+    for (order, poison) in [
+        ("a-1", true),
+        ("a-1", false),
+        ("a-1", false),
+        ("b-2", false),
+    ] {
+        let mut tx = taskq::sqlite::begin(&pool).await.unwrap();
+        OrderPlaced {
+            order: order.into(),
+            poison,
+        }
+        .publish_tx(&mut tx)
+        .await
+        .unwrap();
+        tx.commit().await.unwrap();
+    }
+    relay_round(&pool).await;
+
+    let show = |args: &'static [&'static str]| {
+        let mut all = vec!["events", "show", "orders.placed"];
+        all.extend_from_slice(args);
+        let d = d.to_owned();
+        let url = url.clone();
+        async move { taskq(&d, &url, &all).await }
+    };
+    let a = show(&["a-1", "--json"]).await.ok().json();
+    let k = &a["key"];
+    assert_eq!(
+        (
+            k["topic"].as_str(),
+            k["key"].as_str(),
+            k["next_seq"].as_u64(),
+            k["done_seq"].as_u64(),
+            k["held_seq"].as_u64(),
+            k["failures"].as_u64(),
+            k["last_error"].as_str(),
+            k["leased"].as_bool(),
+        ),
+        (
+            Some("orders.placed"),
+            Some("a-1"),
+            Some(3),
+            Some(0),
+            Some(1),
+            Some(1),
+            Some("message\ttoo large"),
+            Some(false)
+        ),
+        "{a}"
+    );
+    assert!(
+        k["held_at"].is_string() && k["lease_until"].is_null(),
+        "{a}"
+    );
+    let events = a["events"].as_array().unwrap();
+    let seqs: Vec<(u64, &str)> = events
+        .iter()
+        .map(|e| (e["seq"].as_u64().unwrap(), e["state"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        seqs,
+        [(1, "pending"), (2, "pending"), (3, "pending")],
+        "{a}"
+    );
+    assert!(a["next_after_seq"].is_null(), "{a}");
+    let ids: Vec<u64> = events.iter().map(|e| e["id"].as_u64().unwrap()).collect();
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "{a}");
+    for e in events {
+        let m = e["message_id"].as_str().unwrap();
+        assert!(
+            m.len() == 32 && m.bytes().all(|b| b.is_ascii_hexdigit()),
+            "{e}"
+        );
+        assert!(
+            e["created_at"].is_string() && e["delivered_at"].is_null(),
+            "{e}"
+        );
+    }
+
+    // The table: the key's fields (stored text escaped), then one row per event.
+    let t = show(&["a-1"]).await.ok();
+    assert!(t.stdout.contains("next_seq:    3"), "{t:?}");
+    assert!(t.stdout.contains("held:        at seq 1 since "), "{t:?}");
+    assert!(
+        t.stdout.contains("last_error:  message\\ttoo large"),
+        "{t:?}"
+    );
+    let msg1 = events[0]["message_id"].as_str().unwrap();
+    let id1 = ids[0].to_string();
+    assert!(
+        row(&t.stdout, &[&id1, "1", "pending", msg1]).is_some(),
+        "{t:?}"
+    );
+
+    // Paging.
+    let p1 = show(&["a-1", "--limit", "2", "--json"]).await.ok().json();
+    assert_eq!(p1["events"].as_array().unwrap().len(), 2, "{p1}");
+    assert_eq!(p1["next_after_seq"], 2, "{p1}");
+    let p1 = show(&["a-1", "--limit", "2"]).await.ok();
+    assert!(p1.stderr.contains("next page with --after-seq 2"), "{p1:?}");
+    let p2 = show(&["a-1", "--after-seq", "2", "--limit", "2", "--json"])
+        .await
+        .ok()
+        .json();
+    assert_eq!(p2["events"][0]["seq"], 3, "{p2}");
+    assert_eq!(p2["events"].as_array().unwrap().len(), 1, "{p2}");
+    assert!(p2["next_after_seq"].is_null(), "{p2}");
+
+    // A delivered key, leased (as by a relay): owner and lease end shown.
+    sqlx::query(
+        "UPDATE taskq_event_keys SET lease_owner = 'relay-x',
+             lease_until = (SELECT us FROM taskq_clock) + 60000000 WHERE event_key = 'b-2'",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let b = show(&["b-2", "--json"]).await.ok().json();
+    assert_eq!(
+        (
+            b["key"]["done_seq"].as_u64(),
+            b["key"]["lease_owner"].as_str(),
+            b["key"]["leased"].as_bool(),
+            b["key"]["held_seq"].is_null(),
+        ),
+        (Some(1), Some("relay-x"), Some(true), true),
+        "{b}"
+    );
+    assert!(b["key"]["lease_until"].is_string(), "{b}");
+    assert_eq!(b["events"][0]["state"], "delivered", "{b}");
+    assert!(b["events"][0]["delivered_at"].is_string(), "{b}");
+    let bt = show(&["b-2"]).await.ok();
+    assert!(bt.stdout.contains("lease_owner: relay-x\n"), "{bt:?}");
+    assert!(bt.stdout.contains("held:        no"), "{bt:?}");
+
+    let missing = show(&["nope"]).await;
+    assert_eq!(missing.code, 3, "{missing:?}");
+    assert!(
+        missing
+            .stderr
+            .contains("no event was published on key \"nope\" of topic \"orders.placed\""),
+        "{missing:?}"
+    );
+    pool.close().await;
+}

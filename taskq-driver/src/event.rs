@@ -302,6 +302,8 @@ pub struct EventKeyInfo {
     pub lease_epoch: u64,
     /// The relay holding a lease (it may have expired).
     pub lease_owner: Option<String>,
+    /// Until when the lease runs (database clock); `None`: no lease.
+    pub lease_until: Option<DateTime<Utc>>,
     /// Whether a lease is held now (database clock).
     pub leased: bool,
     /// Failed rounds in a row.
@@ -310,6 +312,8 @@ pub struct EventKeyInfo {
     pub last_error: Option<String>,
     /// Held by a rejected event since; `None`: not held.
     pub held_at: Option<DateTime<Utc>>,
+    /// The seq of the rejected event that holds the key; `None`: not held.
+    pub held_seq: Option<u64>,
 }
 
 /// Headers as stored (a JSON array of `[name, value]`; `None` for none).

@@ -547,9 +547,10 @@ pub(crate) async fn event_key_get(
     let r = sqlx::query!(
         r#"SELECT topic, event_key, next_seq AS "next_seq: u64", done_seq AS "done_seq: u64",
                   lease_epoch AS "lease_epoch: u64", lease_owner,
+                  lease_until AS "lease_until: DateTime<Utc>",
                   (lease_until IS NOT NULL AND lease_until > UTC_TIMESTAMP(6)) AS "leased!: bool",
                   failures AS "failures: u32", last_error,
-                  held_at AS "held_at: DateTime<Utc>"
+                  held_at AS "held_at: DateTime<Utc>", held_seq AS "held_seq: u64"
            FROM taskq_event_keys WHERE key_hash = ?"#,
         &hash[..],
     )
@@ -562,10 +563,12 @@ pub(crate) async fn event_key_get(
         done_seq: r.done_seq,
         lease_epoch: r.lease_epoch,
         lease_owner: r.lease_owner,
+        lease_until: r.lease_until,
         leased: r.leased,
         failures: r.failures,
         last_error: r.last_error,
         held_at: r.held_at,
+        held_seq: r.held_seq,
     }))
 }
 

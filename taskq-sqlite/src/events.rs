@@ -398,10 +398,11 @@ pub(crate) async fn event_key_get(
         r#"SELECT topic AS "topic!: String", event_key AS "event_key!: String",
                   next_seq AS "next_seq!: i64", done_seq AS "done_seq!: i64",
                   lease_epoch AS "lease_epoch!: i64", lease_owner AS "lease_owner?: String",
+                  lease_until AS "lease_until?: i64",
                   (lease_until IS NOT NULL AND lease_until > (SELECT us FROM taskq_clock))
                     AS "leased!: bool",
                   failures AS "failures!: i64", last_error AS "last_error?: String",
-                  held_at AS "held_at?: i64"
+                  held_at AS "held_at?: i64", held_seq AS "held_seq?: i64"
            FROM taskq_event_keys WHERE key_hash = ?1"#,
         h,
     )
@@ -415,10 +416,12 @@ pub(crate) async fn event_key_get(
         done_seq: uid(r.done_seq),
         lease_epoch: uid(r.lease_epoch),
         lease_owner: r.lease_owner,
+        lease_until: opt_time(r.lease_until)?,
         leased: r.leased,
         failures: u32::try_from(r.failures).unwrap_or(u32::MAX),
         last_error: r.last_error,
         held_at: opt_time(r.held_at)?,
+        held_seq: r.held_seq.map(uid),
     }))
 }
 

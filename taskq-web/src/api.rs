@@ -71,6 +71,21 @@ fn routes() -> Vec<(Method, &'static str, MethodRouter<AppState>)> {
         (Method::GET, "/audit", get(crate::views_api::audit)),
         (Method::GET, "/unhandled", get(crate::views_api::unhandled)),
         (Method::GET, "/events", get(crate::views_api::events)),
+        (
+            Method::POST,
+            "/events/retry",
+            post(crate::views_api::event_retry),
+        ),
+        (
+            Method::POST,
+            "/events/skip",
+            post(crate::views_api::event_skip),
+        ),
+        (
+            Method::POST,
+            "/events/replay",
+            post(crate::views_api::event_replay),
+        ),
     ]
 }
 

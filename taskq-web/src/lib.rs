@@ -41,6 +41,7 @@ mod actions;
 mod api;
 mod auth;
 mod ctx;
+mod event_actions;
 mod html;
 mod json;
 mod pages;

@@ -1,6 +1,7 @@
 //! The API routes of the operator's views (scheduled and retrying tasks, schedules, the audit
-//! trail, the task names no live worker handles) and of the task actions (run now, reschedule,
-//! priority, delete, one action over selected ids).
+//! trail, the task names no live worker handles, events), of the event key actions (retry,
+//! skip, replay) and of the task actions (run now, reschedule, priority, delete, one action
+//! over selected ids).
 
 use std::future::Future;
 use std::time::Duration;
@@ -19,6 +20,7 @@ use taskq::{Client, TaskId};
 use crate::AppState;
 use crate::actions::{Each, When};
 use crate::auth::ApiActor;
+use crate::event_actions::{KeyAction, KeyDone, MAX_SEQ};
 use crate::json::{TaskJson, bad_request, failure};
 use crate::views::{PendingCursor, pending, schedule_views};
 
@@ -143,6 +145,88 @@ pub(crate) async fn events(State(st): State<AppState>) -> Response {
         Ok((topics, held)) => Json(json!({"topics": topics, "held_keys": held})).into_response(),
         Err(e) => failure(&e),
     }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EventKeyBody {
+    topic: String,
+    key: String,
+    from_seq: Option<u64>,
+}
+
+/// `POST /events/retry`, `/events/skip`, `/events/replay`: one action on an event key
+/// (`{"topic", "key"}`, and `from_seq` for a replay), audited with the request's actor.
+async fn event_key_action(
+    st: AppState,
+    actor: ApiActor,
+    body: Bytes,
+    action: fn(u64) -> KeyAction,
+) -> Response {
+    let b: EventKeyBody = match body_json(&body) {
+        Ok(b) => b,
+        Err(e) => return bad_request(&e),
+    };
+    let replay = matches!(action(0), KeyAction::Replay(_));
+    if b.from_seq.is_some() && !replay {
+        return bad_request("from_seq is for a replay only");
+    }
+    if b.from_seq.is_some_and(|n| n > MAX_SEQ) {
+        return bad_request(&format!("from_seq: at most {MAX_SEQ}"));
+    }
+    let fits = |s: &str| !s.is_empty() && s.chars().count() <= 255;
+    if !fits(&b.topic) || !fits(&b.key) {
+        return bad_request("topic and key: 1 to 255 characters");
+    }
+    let c = st.client.clone().with_actor(actor.0);
+    let (topic, key) = (b.topic.as_str(), b.key.as_str());
+    match action(b.from_seq.unwrap_or(0)).apply(&c, topic, key).await {
+        Ok(KeyDone::Retried) => Json(json!({"topic": topic, "key": key, "result": "retried"})),
+        Ok(KeyDone::Skipped) => Json(json!({"topic": topic, "key": key, "result": "skipped"})),
+        Ok(KeyDone::Replayed(n)) => Json(json!({
+            "topic": topic, "key": key, "result": "replayed", "events": n
+        })),
+        Ok(KeyDone::NotHeld) => {
+            return crate::api::error(
+                axum::http::StatusCode::CONFLICT,
+                "not_held",
+                &format!("key {key:?} of topic {topic:?} is not held: nothing to retry or skip"),
+            );
+        }
+        Ok(KeyDone::NoSuchKey) => {
+            return crate::api::error(
+                axum::http::StatusCode::NOT_FOUND,
+                "not_found",
+                &format!("no event was published on key {key:?} of topic {topic:?}"),
+            );
+        }
+        Err(e) => return failure(&e),
+    }
+    .into_response()
+}
+
+pub(crate) async fn event_retry(
+    State(st): State<AppState>,
+    Extension(actor): Extension<ApiActor>,
+    body: Bytes,
+) -> Response {
+    event_key_action(st, actor, body, |_| KeyAction::Retry).await
+}
+
+pub(crate) async fn event_skip(
+    State(st): State<AppState>,
+    Extension(actor): Extension<ApiActor>,
+    body: Bytes,
+) -> Response {
+    event_key_action(st, actor, body, |_| KeyAction::Skip).await
+}
+
+pub(crate) async fn event_replay(
+    State(st): State<AppState>,
+    Extension(actor): Extension<ApiActor>,
+    body: Bytes,
+) -> Response {
+    event_key_action(st, actor, body, KeyAction::Replay).await
 }
 
 // ----------------------------------------------------------------------------- task actions

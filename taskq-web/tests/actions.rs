@@ -1,6 +1,7 @@
-//! The task actions (run now, reschedule, priority, delete, one action over checked tasks) in
-//! the pages and the API, each audited and refused in read-only mode, and the audit entries
-//! of queue limits, on both backends.
+//! The task actions (run now, reschedule, priority, delete, one action over checked tasks) and
+//! the event key actions (retry, skip, replay) in the pages and the API, each audited and
+//! refused in read-only mode and without the CSRF token, and the audit entries of queue
+//! limits, on both backends.
 
 mod support;
 
@@ -57,7 +58,8 @@ impl App {
     async fn post_form(&self, path: &str, fields: &[(&str, &str)]) -> Resp {
         support::post_form(
             &self.router,
-            &["/tasks", "/bulk?action=retry"],
+            // The events page always has a form (replay a key), unless read-only.
+            &["/events", "/tasks", "/bulk?action=retry"],
             path,
             fields,
         )
@@ -520,7 +522,422 @@ async fn queue_limits_are_audited<B: TestBackend>(db: Db<B>) {
     );
 }
 
+// ------------------------------------------------------------------------ event key actions
+
+/// An event for the event key actions: a poison one is rejected by [`relay_all`]'s sink.
+#[derive(Debug, Clone, serde::Serialize)]
+#[taskq::event(topic = "orders.<placed>", key = order)]
+struct OrderPlaced {
+    order: String,
+    poison: bool,
+}
+
+const TOPIC: &str = "orders.<placed>";
+/// A key with markup and quotes: escaped wherever a page shows it.
+const KEY: &str = r#"<k&"1>"#;
+
+/// Publishes `KEY`: a poison event then a good one; and key `b`: one good event.
+async fn publish_orders<B: TestBackend>(db: &Db<B>) {
+    use taskq::outbox::Event;
+    for (order, poison) in [(KEY, true), (KEY, false), ("b", false)] {
+        let mut tx = db.begin().await;
+        OrderPlaced {
+            order: order.into(),
+            poison,
+        }
+        .publish_tx(&mut tx)
+        .await
+        .unwrap();
+        tx.commit().await.unwrap();
+    }
+}
+
+/// Relays until nothing is left to send, with a sink that rejects poison events (strict: the
+/// key is held); how many poison events the sink was handed.
+async fn relay_all<B: TestBackend>(db: &Db<B>) -> usize {
+    use taskq::outbox::{FnSink, Message, Outcome, Relay};
+    let handed = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let h = handed.clone();
+    let sink = FnSink::new(move |batch: Vec<Message>| {
+        let poison = batch
+            .iter()
+            .filter(|m| String::from_utf8_lossy(&m.payload).contains("\"poison\":true"))
+            .count();
+        h.fetch_add(poison, std::sync::atomic::Ordering::SeqCst);
+        async move {
+            let mut held: Vec<String> = Vec::new();
+            batch
+                .into_iter()
+                .map(|m| {
+                    if held.contains(&m.key) {
+                        Outcome::Held
+                    } else if String::from_utf8_lossy(&m.payload).contains("\"poison\":true") {
+                        held.push(m.key.clone());
+                        Outcome::Rejected("too <big>".into())
+                    } else {
+                        Outcome::Delivered
+                    }
+                })
+                .collect()
+        }
+    });
+    let relay = Relay::builder(db.pool.clone(), sink).build().unwrap();
+    while relay.run_once().await.unwrap().published > 0 {}
+    handed.load(std::sync::atomic::Ordering::SeqCst)
+}
+
+/// `KEY`'s events: (seq, state).
+async fn key_events<B: TestBackend>(db: &Db<B>) -> Vec<(u64, &'static str)> {
+    db.client()
+        .event_list(TOPIC, KEY, 0, 100)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| (e.seq, e.state.as_str()))
+        .collect()
+}
+
+async fn is_held<B: TestBackend>(db: &Db<B>) -> bool {
+    let k = db.client().event_key(TOPIC, KEY).await.unwrap().unwrap();
+    k.held_at.is_some()
+}
+
+/// Every audit entry: (actor, action, detail), newest first.
+async fn audit_trail<B: TestBackend>(db: &Db<B>) -> Vec<(String, String, serde_json::Value)> {
+    db.client()
+        .audit(&AuditFilter::default())
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| (e.actor, e.action, e.detail))
+        .collect()
+}
+
+/// The Events page's actions: a held key shows Retry and Skip (its topic and key escaped in
+/// the forms), and a Replay form is there. Retry releases the key (the relay sends the event
+/// again), Skip marks the event dead and the key goes on, Replay makes the key's events
+/// pending again; each redirects to the page, which confirms once, and is audited with the
+/// page's actor. Retry of a key that is not held is 409, an unknown key 404 (both escaped,
+/// nothing audited).
+async fn event_page_actions_change_the_key_and_are_audited<B: TestBackend>(db: Db<B>) {
+    let app = App::new(&db, false);
+    publish_orders(&db).await;
+    assert_eq!(relay_all(&db).await, 1, "the poison event, rejected");
+    assert!(is_held(&db).await);
+    assert_eq!(key_events(&db).await, [(1, "pending"), (2, "pending")]);
+
+    let page = app.get("/events").await.body;
+    let start = page.find(r#"<table id="held-event-keys">"#).expect(&page);
+    let held = &page[start..start + page[start..].find("</table>").unwrap()];
+    for form in [
+        r#"action="./events/retry""#,
+        r#"action="./events/skip""#,
+        r#"<input type="hidden" name="topic" value="orders.&lt;placed&gt;">"#,
+        r#"<input type="hidden" name="key" value="&lt;k&amp;&quot;1&gt;">"#,
+    ] {
+        assert!(held.contains(form), "{form}: {held}");
+    }
+    assert!(
+        page.contains(
+            r#"<form method="post" action="./events/replay" class="filters" id="replay-key">"#
+        ),
+        "{page}"
+    );
+    assert!(!page.contains(KEY) && !page.contains("<placed>"), "{page}");
+
+    // Retry: the hold ends, the relay sends the event again (rejected again: held again).
+    let r = app
+        .post_form("/events/retry", &[("topic", TOPIC), ("key", KEY)])
+        .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
+    assert_eq!(r.headers["location"], "../events");
+    let flash = r.set_cookie("taskq_flash").expect("a flash cookie");
+    assert_eq!(flash, "event_retried.1");
+    assert!(!is_held(&db).await);
+    assert_eq!(
+        audit_trail(&db).await[0],
+        (
+            "web:token".to_owned(),
+            "event_retry".to_owned(),
+            serde_json::json!({"topic": TOPIC, "key": KEY})
+        )
+    );
+    let confirmed = send(
+        &app.router,
+        Method::GET,
+        "/events",
+        Cred::Bearer(TOKEN),
+        &[("cookie", &format!("taskq_flash={flash}"))],
+        None,
+    )
+    .await;
+    assert!(
+        confirmed.body.contains(
+            r#"<p class="flash" id="event-done">Retried: the relays send the held event again.</p>"#
+        ),
+        "{}",
+        confirmed.body
+    );
+    assert_eq!(
+        confirmed.set_cookie("taskq_flash").as_deref(),
+        Some(""),
+        "shown once"
+    );
+    assert_eq!(relay_all(&db).await, 1, "the held event went out again");
+    assert!(is_held(&db).await);
+
+    // Skip: the event is dead, the key goes on (its second event is delivered).
+    let r = app
+        .post_form("/events/skip", &[("topic", TOPIC), ("key", KEY)])
+        .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
+    assert_eq!(
+        r.set_cookie("taskq_flash").as_deref(),
+        Some("event_skipped.1")
+    );
+    assert_eq!(key_events(&db).await, [(1, "dead"), (2, "pending")]);
+    assert_eq!(audit_trail(&db).await[0].1, "event_skip");
+    assert_eq!(relay_all(&db).await, 0);
+    assert_eq!(key_events(&db).await, [(1, "dead"), (2, "delivered")]);
+    let k = db.client().event_key(TOPIC, KEY).await.unwrap().unwrap();
+    assert_eq!((k.done_seq, k.next_seq, k.held_at), (2, 2, None));
+
+    // Replay from seq 2: that event becomes pending again, then from 0: both.
+    let r = app
+        .post_form(
+            "/events/replay",
+            &[("topic", TOPIC), ("key", KEY), ("from_seq", "2")],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
+    assert_eq!(
+        r.set_cookie("taskq_flash").as_deref(),
+        Some("event_replayed.1")
+    );
+    assert_eq!(key_events(&db).await, [(1, "dead"), (2, "pending")]);
+    let (actor, action, detail) = audit_trail(&db).await.remove(0);
+    assert_eq!(
+        (actor.as_str(), action.as_str()),
+        ("web:token", "event_replay")
+    );
+    assert_eq!(
+        detail,
+        serde_json::json!({"topic": TOPIC, "key": KEY, "from_seq": 2, "events": 1})
+    );
+    assert_eq!(relay_all(&db).await, 0);
+    assert_eq!(key_events(&db).await, [(1, "dead"), (2, "delivered")]);
+    let r = app
+        .post_form(
+            "/events/replay",
+            &[("topic", TOPIC), ("key", KEY), ("from_seq", "")],
+        )
+        .await;
+    assert_eq!(
+        r.set_cookie("taskq_flash").as_deref(),
+        Some("event_replayed.2")
+    );
+    assert_eq!(key_events(&db).await, [(1, "pending"), (2, "pending")]);
+    let confirmed = send(
+        &app.router,
+        Method::GET,
+        "/events",
+        Cred::Bearer(TOKEN),
+        &[("cookie", "taskq_flash=event_replayed.2")],
+        None,
+    )
+    .await;
+    assert!(
+        confirmed
+            .body
+            .contains("Replayed: 2 events are pending again"),
+        "{}",
+        confirmed.body
+    );
+
+    // Not held, unknown, bad input: refused, escaped, nothing audited.
+    let before = audit_trail(&db).await.len();
+    let r = app
+        .post_form("/events/retry", &[("topic", TOPIC), ("key", "b")])
+        .await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.body);
+    assert!(r.body.contains("is not held"), "{}", r.body);
+    let r = app
+        .post_form("/events/skip", &[("topic", TOPIC), ("key", "<no&such>")])
+        .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "{}", r.body);
+    assert!(
+        r.body.contains("&lt;no&amp;such&gt;") && !r.body.contains("<no&such>"),
+        "{}",
+        r.body
+    );
+    let r = app
+        .post_form(
+            "/events/replay",
+            &[("topic", TOPIC), ("key", KEY), ("from_seq", "-1")],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
+    let r = app.post_form("/events/retry", &[("topic", TOPIC)]).await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
+    assert_eq!(audit_trail(&db).await.len(), before);
+    assert_eq!(key_events(&db).await, [(1, "pending"), (2, "pending")]);
+}
+
+/// `POST api/v1/events/{retry,skip,replay}`: the same changes, audited with the API's actor;
+/// 409 `not_held`, 404 for an unknown key, 400 for a body that is not the documented one.
+async fn api_event_key_actions_change_the_key_and_are_audited<B: TestBackend>(db: Db<B>) {
+    let app = App::new(&db, false);
+    publish_orders(&db).await;
+    relay_all(&db).await;
+    let key = serde_json::json!({"topic": TOPIC, "key": KEY});
+
+    let r = app.api_post("/api/v1/events/retry", key.clone()).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(
+        r.json(),
+        serde_json::json!({"topic": TOPIC, "key": KEY, "result": "retried"})
+    );
+    assert!(!is_held(&db).await);
+    assert_eq!(
+        audit_trail(&db).await[0],
+        (
+            "api:token".to_owned(),
+            "event_retry".to_owned(),
+            key.clone()
+        )
+    );
+    let r = app.api_post("/api/v1/events/retry", key.clone()).await;
+    assert_eq!(
+        (r.status, r.json()["error"]["code"].clone()),
+        (StatusCode::CONFLICT, "not_held".into())
+    );
+    relay_all(&db).await;
+    assert!(is_held(&db).await);
+
+    let r = app.api_post("/api/v1/events/skip", key.clone()).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(r.json()["result"], "skipped");
+    assert_eq!(key_events(&db).await, [(1, "dead"), (2, "pending")]);
+    assert_eq!(audit_trail(&db).await[0].1, "event_skip");
+    relay_all(&db).await;
+
+    let r = app
+        .api_post(
+            "/api/v1/events/replay",
+            serde_json::json!({"topic": TOPIC, "key": KEY, "from_seq": 1}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(
+        r.json(),
+        serde_json::json!({"topic": TOPIC, "key": KEY, "result": "replayed", "events": 2})
+    );
+    assert_eq!(key_events(&db).await, [(1, "pending"), (2, "pending")]);
+    let (actor, action, detail) = audit_trail(&db).await.remove(0);
+    assert_eq!(
+        (actor.as_str(), action.as_str()),
+        ("api:token", "event_replay")
+    );
+    assert_eq!(detail["events"], 2);
+
+    let before = audit_trail(&db).await.len();
+    let r = app
+        .api_post(
+            "/api/v1/events/skip",
+            serde_json::json!({"topic": TOPIC, "key": "nope"}),
+        )
+        .await;
+    assert_eq!(
+        (r.status, r.json()["error"]["code"].clone()),
+        (StatusCode::NOT_FOUND, "not_found".into())
+    );
+    for bad in [
+        serde_json::json!({"topic": TOPIC, "key": KEY, "from_seq": 1}),
+        serde_json::json!({"topic": TOPIC}),
+        serde_json::json!({"topic": TOPIC, "key": ""}),
+        serde_json::json!({"topic": TOPIC, "key": KEY, "extra": 1}),
+        serde_json::json!({"topic": TOPIC, "key": null}),
+        serde_json::json!({"topic": "t".repeat(256), "key": KEY}),
+    ] {
+        let r = app.api_post("/api/v1/events/retry", bad.clone()).await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{bad}: {}", r.body);
+    }
+    let r = app
+        .api_post(
+            "/api/v1/events/replay",
+            serde_json::json!({"topic": TOPIC, "key": KEY, "from_seq": u64::MAX}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
+    assert_eq!(audit_trail(&db).await.len(), before);
+}
+
+/// Read-only: the Events page shows no action, and every event action (page and API) is
+/// refused (403), changing nothing; without the CSRF token a page action is refused too.
+async fn event_key_actions_are_refused_read_only_and_without_the_csrf_token<B: TestBackend>(
+    db: Db<B>,
+) {
+    publish_orders(&db).await;
+    relay_all(&db).await;
+    let ro = App::new(&db, true);
+    let page = ro.get("/events").await.body;
+    assert!(page.contains(r#"<table id="held-event-keys">"#), "{page}");
+    assert!(
+        !page.contains("<form method=\"post\"") && !page.contains("<th>Actions</th>"),
+        "{page}"
+    );
+    let rw = App::new(&db, false);
+    let nonce = rw.get("/events").await.set_cookie("taskq_csrf").unwrap();
+    let wrong = "0".repeat(64);
+    let fields = support::form(&[("topic", TOPIC), ("key", KEY), ("from_seq", "1")]);
+    for path in ["/events/retry", "/events/skip", "/events/replay"] {
+        let f = [("topic", TOPIC), ("key", KEY), ("from_seq", "1")];
+        assert_eq!(
+            ro.post_form(path, &f).await.status,
+            StatusCode::FORBIDDEN,
+            "{path}"
+        );
+        let api = ro
+            .api_post(
+                &format!("/api/v1{path}"),
+                serde_json::json!({"topic": TOPIC, "key": KEY}),
+            )
+            .await;
+        assert_eq!(
+            (api.status, api.json()["error"]["code"].clone()),
+            (StatusCode::FORBIDDEN, "read_only".into()),
+            "api {path}"
+        );
+        let cookie = format!("taskq_csrf={nonce}");
+        for (headers, body) in [
+            (vec![], fields.clone()),
+            (vec![("cookie", cookie.as_str())], fields.clone()),
+            (
+                vec![("cookie", cookie.as_str())],
+                format!("{fields}&csrf={wrong}"),
+            ),
+        ] {
+            let r = send(
+                &rw.router,
+                Method::POST,
+                path,
+                Cred::Bearer(TOKEN),
+                &headers,
+                Some(("application/x-www-form-urlencoded", body.clone())),
+            )
+            .await;
+            assert_eq!(r.status, StatusCode::FORBIDDEN, "{path} {headers:?} {body}");
+        }
+    }
+    assert!(is_held(&db).await);
+    assert_eq!(key_events(&db).await, [(1, "pending"), (2, "pending")]);
+    assert!(audit_trail(&db).await.is_empty());
+}
+
 taskq_tests::conformance!(
+    event_page_actions_change_the_key_and_are_audited,
+    api_event_key_actions_change_the_key_and_are_audited,
+    event_key_actions_are_refused_read_only_and_without_the_csrf_token,
     task_page_actions_change_the_task_and_are_audited,
     checked_tasks_take_one_action_each,
     api_task_actions_change_the_task_and_are_audited,

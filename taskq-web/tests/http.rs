@@ -803,6 +803,19 @@ async fn enqueue_by_name_checks_the_registered_tasks() {
     );
 }
 
+/// An event for the event actions' routes.
+#[derive(serde::Serialize)]
+struct Noted;
+
+impl taskq::outbox::Event for Noted {
+    fn topic(&self) -> &str {
+        "http.noted"
+    }
+    fn key(&self) -> String {
+        "k1".into()
+    }
+}
+
 #[tokio::test]
 async fn the_openapi_document_lists_exactly_the_served_routes() {
     let Some(a) = app(token_app()).await else {
@@ -827,6 +840,13 @@ async fn the_openapi_document_lists_exactly_the_served_routes() {
     let pending = insert(&a.db, "q", "t", "{}", "pending").await;
     // Delete gets a task of its own (the routes after it act on `pending`).
     let doomed = insert(&a.db, "q", "t", "{}", "pending").await;
+    // An event key for the event actions (not held: retry and skip answer 409).
+    {
+        use taskq::outbox::Event;
+        let mut tx = a.db.pool.begin().await.unwrap();
+        Noted.publish_tx(&mut tx).await.unwrap();
+        tx.commit().await.unwrap();
+    }
     for (method, path) in &documented {
         let id = if path == "/tasks/{id}/delete" {
             doomed
@@ -837,6 +857,9 @@ async fn the_openapi_document_lists_exactly_the_served_routes() {
             "/tasks/{id}/priority" => json!({"priority": 1}),
             "/tasks/{id}/reschedule" => json!({"delay_ms": 1000}),
             "/tasks/selected" => json!({"action": "run_now", "ids": [pending]}),
+            "/events/retry" | "/events/skip" | "/events/replay" => {
+                json!({"topic": "http.noted", "key": "k1"})
+            }
             _ => json!({"name": "web_send_mail", "payload": {"to": "x", "count": 1}}),
         };
         let path = path

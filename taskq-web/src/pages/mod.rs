@@ -56,6 +56,9 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/audit", get(views::audit))
         .route("/unhandled", get(views::unhandled))
         .route("/events", get(events::events))
+        .route("/events/retry", post(events::event_retry))
+        .route("/events/skip", post(events::event_skip))
+        .route("/events/replay", post(events::event_replay))
         .route("/login", get(login_get).post(login_post))
         .route("/logout", post(logout))
 }
