@@ -187,14 +187,14 @@ async fn event_key_action(
             "topic": topic, "key": key, "result": "replayed", "events": n
         })),
         Ok(KeyDone::NotHeld) => {
-            return crate::api::error(
+            return crate::json::error(
                 axum::http::StatusCode::CONFLICT,
                 "not_held",
                 &format!("key {key:?} of topic {topic:?} is not held: nothing to retry or skip"),
             );
         }
         Ok(KeyDone::NoSuchKey) => {
-            return crate::api::error(
+            return crate::json::error(
                 axum::http::StatusCode::NOT_FOUND,
                 "not_found",
                 &format!("no event was published on key {key:?} of topic {topic:?}"),
