@@ -265,7 +265,13 @@ async fn per_key_commit_order_holds_with_many_keys_and_three_relays_racing<B: Ha
     // transactions roll back (their events must never appear).
     let mut publishers = Vec::new();
     for p in 0..4usize {
-        let pool = db.another_pool(2).await;
+        // A long busy timeout: on SQLite the publishers queue for the write lock behind three
+        // relays polling every 10 ms, which took over the tests' 1 s on a loaded machine (CI:
+        // `begin immediate: database is locked`). The relays keep the short one: a refused
+        // round gives its keys back and the relay goes on.
+        let pool = db
+            .another_pool_with_busy_timeout(2, Duration::from_secs(60))
+            .await;
         publishers.push(tokio::spawn(async move {
             let keys: Vec<String> = (0..KEYS)
                 .filter(|k| k % 4 == p)

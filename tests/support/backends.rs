@@ -66,6 +66,15 @@ pub trait TestBackend:
     /// A second pool on the same database (another "process").
     fn another_pool(db: &Db<Self>, max: u32) -> impl Future<Output = Pool<Self>> + Send;
 
+    /// [`another_pool`](Self::another_pool) whose SQLite busy timeout is `busy` (MySQL has
+    /// none): for producers that contend for SQLite's write lock with relays or workers and
+    /// must not fail on a busy machine.
+    fn another_pool_with_busy_timeout(
+        db: &Db<Self>,
+        max: u32,
+        busy: Duration,
+    ) -> impl Future<Output = Pool<Self>> + Send;
+
     /// On SQLite a pool on the same file whose busy timeout is `busy` (opened lazily); on
     /// MySQL the test's pool (no busy timeout there).
     fn pool_with_busy_timeout(db: &Db<Self>, busy: Duration) -> Pool<Self>;
@@ -288,6 +297,11 @@ impl<B: TestBackend> Db<B> {
         B::another_pool(self, max).await
     }
 
+    /// A second pool on the same database whose SQLite busy timeout is `busy`.
+    pub async fn another_pool_with_busy_timeout(&self, max: u32, busy: Duration) -> Pool<B> {
+        B::another_pool_with_busy_timeout(self, max, busy).await
+    }
+
     /// A client on this database.
     pub fn client(&self) -> taskq::Client {
         taskq::Client::new(self.pool.clone())
@@ -406,6 +420,14 @@ impl TestBackend for MySql {
     }
 
     async fn another_pool(db: &Db<Self>, max: u32) -> Pool<Self> {
+        db._guard.pool_with(max).await
+    }
+
+    async fn another_pool_with_busy_timeout(
+        db: &Db<Self>,
+        max: u32,
+        _busy: Duration,
+    ) -> Pool<Self> {
         db._guard.pool_with(max).await
     }
 
@@ -628,13 +650,17 @@ impl TestBackend for Sqlite {
     }
 
     async fn another_pool(db: &Db<Self>, max: u32) -> Pool<Self> {
+        Self::another_pool_with_busy_timeout(db, max, SQLITE_TEST_BUSY_TIMEOUT).await
+    }
+
+    async fn another_pool_with_busy_timeout(db: &Db<Self>, max: u32, busy: Duration) -> Pool<Self> {
         sqlx::sqlite::SqlitePoolOptions::new()
             .max_connections(max)
             .connect_with(
                 taskq::sqlite::tune(
                     sqlx::sqlite::SqliteConnectOptions::new().filename(&db._guard.path),
                 )
-                .busy_timeout(SQLITE_TEST_BUSY_TIMEOUT),
+                .busy_timeout(busy),
             )
             .await
             .expect("open the test's SQLite file")
