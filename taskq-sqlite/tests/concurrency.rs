@@ -146,7 +146,11 @@ async fn child_process_drain() {
         return;
     };
     let pool = open(&path, 2).await.unwrap();
-    // Start together: the parent creates the go file once every child is spawned.
+    // Start together: say this one is ready (its pool open), and wait for the go file, which
+    // the parent creates once every child is ready (CI failed when it was created as soon as
+    // the children were spawned: under load one child drained every task before another
+    // had opened its pool).
+    std::fs::write(format!("{path}.ready.{}", std::process::id()), b"").unwrap();
     let go = format!("{path}.go");
     while !Path::new(&go).exists() {
         tokio::time::sleep(std::time::Duration::from_millis(2)).await;
@@ -160,6 +164,25 @@ async fn child_process_drain() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn four_processes_claim_each_task_exactly_once() {
     let path = seeded("four_processes").await;
+    let (dir, name) = (
+        path.parent().unwrap().to_path_buf(),
+        path.file_name().unwrap().to_string_lossy().into_owned(),
+    );
+    let ready_files = || {
+        std::fs::read_dir(&dir)
+            .unwrap()
+            .filter_map(Result::ok)
+            .filter(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .starts_with(&format!("{name}.ready."))
+            })
+            .map(|e| e.path())
+            .collect::<Vec<_>>()
+    };
+    for old in ready_files() {
+        let _ = std::fs::remove_file(old);
+    }
     let exe = std::env::current_exe().unwrap();
     let started = Instant::now();
     let children: Vec<_> = (0..4)
@@ -177,6 +200,14 @@ async fn four_processes_claim_each_task_exactly_once() {
                 .unwrap()
         })
         .collect();
+    let deadline = Instant::now() + std::time::Duration::from_secs(60);
+    while ready_files().len() < children.len() {
+        assert!(
+            Instant::now() < deadline,
+            "the children did not all open their pools within 60 s"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
     std::fs::write(format!("{}.go", path.display()), b"").unwrap();
     let mut claimed = Vec::new();
     let mut busy = 0;
@@ -202,6 +233,9 @@ async fn four_processes_claim_each_task_exactly_once() {
         "4 processes drained {TASKS} tasks in {:?} ({busy} claimed some)",
         started.elapsed()
     );
+    for f in ready_files() {
+        let _ = std::fs::remove_file(f);
+    }
     assert!(busy > 1, "the processes ran concurrently");
     assert_each_claimed_once(&path, &claimed).await;
 }
