@@ -47,9 +47,29 @@ impl PrivateNats {
                 panic!("nats: {why}; TASKQ_REQUIRE_BROKERS is set, so this fails");
             }
             let thread = std::thread::current();
-            eprintln!("SKIPPED nats: {}: {why}", thread.name().unwrap_or("?"));
+            // Past libtest's capture, like the other SKIPPED lines.
+            use std::io::Write as _;
+            let _ = writeln!(
+                std::io::stderr(),
+                "SKIPPED nats: {}: {why}",
+                thread.name().unwrap_or("?")
+            );
             return None;
         };
+        // A namespace without loopback (`unshare -n`) can spawn the server but never reach it.
+        if let Err(why) = crate::loopback_check() {
+            if brokers::required() {
+                panic!("nats: {why}; TASKQ_REQUIRE_BROKERS is set, so this fails");
+            }
+            let thread = std::thread::current();
+            use std::io::Write as _;
+            let _ = writeln!(
+                std::io::stderr(),
+                "SKIPPED loopback: {}: {why}",
+                thread.name().unwrap_or("?")
+            );
+            return None;
+        }
         let port = free_port();
         let store = std::env::temp_dir().join(format!("taskq-nats-{:016x}", fastrand::u64(..)));
         std::fs::create_dir_all(&store).expect("create the store directory");
