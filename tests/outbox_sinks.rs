@@ -84,15 +84,15 @@ mod nats {
         let url = brokers::or_skip(Broker::Nats)?;
         let sink = NatsSink::connect(&url).await.expect("connect to NATS");
         let name = brokers::fresh_name();
-        let stream = sink
-            .context()
-            .create_stream(stream::Config {
+        let stream = brokers::create_nats_stream(
+            sink.context(),
+            stream::Config {
                 name: name.clone(),
                 subjects: vec![format!("{name}.>")],
                 ..Default::default()
-            })
-            .await
-            .expect("create a JetStream stream (is JetStream enabled?)");
+            },
+        )
+        .await;
         Some((sink, stream, name))
     }
 

@@ -149,6 +149,33 @@ enum Reader {
     Redis(redis::aio::MultiplexedConnection),
 }
 
+/// Creates a JetStream stream, retried up to five times a second apart: the shared server has
+/// refused a creation under load (a request timeout, and once "error creating store for
+/// stream", code 10049); creating a stream with the same config again is not an error.
+pub async fn create_nats_stream(
+    js: &jetstream::Context,
+    config: jetstream::stream::Config,
+) -> jetstream::stream::Stream {
+    let mut tries = 0;
+    loop {
+        match js.create_stream(config.clone()).await {
+            Ok(stream) => return stream,
+            Err(e) => {
+                tries += 1;
+                assert!(
+                    tries < 5,
+                    "create a JetStream stream (is JetStream enabled?): {e}"
+                );
+                eprintln!(
+                    "creating JetStream stream {} failed ({e}); trying again",
+                    config.name
+                );
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            }
+        }
+    }
+}
+
 /// A fresh place on a broker for one test to publish to: a JetStream stream taking
 /// `<name>.>` (file storage, so it survives a restart of its server), a durable RabbitMQ
 /// queue (reached through the default exchange), or a Redis stream key. Deleted by
@@ -172,24 +199,13 @@ impl Destination {
             Broker::Nats => {
                 let client = async_nats::connect(url).await.expect("connect to NATS");
                 let js = jetstream::new(client);
-                // Retried: the shared server once refused a creation under load (a request
-                // timeout); creating a stream with the same config again is not an error.
                 let config = jetstream::stream::Config {
                     name: name.clone(),
                     subjects: vec![format!("{name}.>")],
                     storage: jetstream::stream::StorageType::File,
                     ..Default::default()
                 };
-                let mut tries = 0;
-                while let Err(e) = js.create_stream(config.clone()).await {
-                    tries += 1;
-                    assert!(
-                        tries < 5,
-                        "create a JetStream stream (is JetStream enabled?): {e}"
-                    );
-                    eprintln!("creating JetStream stream {name} failed ({e}); trying again");
-                    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-                }
+                create_nats_stream(&js, config).await;
                 (format!("{name}.events"), Reader::Nats(js))
             }
             Broker::RabbitMq => {

@@ -60,14 +60,30 @@ async fn main() -> Result<(), BoxError> {
         .map_err(|e| format!("cannot connect to NATS at {nats_url} (set NATS_URL): {e}"))?;
     let js = jetstream::new(nats);
     js.delete_stream(STREAM).await.ok();
-    let stream = js
-        .create_stream(jetstream::stream::Config {
-            name: STREAM.into(),
-            subjects: vec!["orders.>".into()],
-            ..Default::default()
-        })
-        .await
-        .map_err(|e| format!("cannot create the JetStream stream (is JetStream enabled?): {e}"))?;
+    let config = jetstream::stream::Config {
+        name: STREAM.into(),
+        subjects: vec!["orders.>".into()],
+        ..Default::default()
+    };
+    // A busy server can refuse a creation for a moment (nats-server 2.9 answered "error creating
+    // store for stream" while another client deleted streams): try up to three times.
+    let mut tries = 0;
+    let stream = loop {
+        match js.create_stream(config.clone()).await {
+            Ok(stream) => break stream,
+            Err(e) if tries < 2 => {
+                tries += 1;
+                eprintln!("creating the JetStream stream failed ({e}); trying again");
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            }
+            Err(e) => {
+                return Err(format!(
+                    "cannot create the JetStream stream (is JetStream enabled?): {e}"
+                )
+                .into());
+            }
+        }
+    };
     println!("stream {STREAM} created (subjects orders.>)");
 
     let orders = order_service(&dir).await?;
