@@ -83,10 +83,22 @@ pub async fn migration_lock_table(conn: &mut MySqlConnection) -> sqlx::Result<()
 /// (a certification failure, error 1213), means not taken. Unlike `GET_LOCK`, which each
 /// server keeps to itself, the row is replicated, so this serializes migrators on every node
 /// of a cluster.
+///
+/// On Galera a statement on the lock table can also be aborted with 1213 by another node's
+/// DDL on it (the `CREATE TABLE IF NOT EXISTS` of [`migration_lock_table`], replicated in
+/// total order, aborts what runs on the table meanwhile): the removal of an expired lock
+/// answers "not taken" then too, and the caller tries again.
 pub async fn migration_lock_try(conn: &mut MySqlConnection, holder: &str) -> sqlx::Result<bool> {
-    sqlx::query!("DELETE FROM taskq_migration_lock WHERE id = 1 AND expires_at < UTC_TIMESTAMP(6)")
-        .execute(&mut *conn)
-        .await?;
+    let expired = sqlx::query!(
+        "DELETE FROM taskq_migration_lock WHERE id = 1 AND expires_at < UTC_TIMESTAMP(6)"
+    )
+    .execute(&mut *conn)
+    .await;
+    match expired {
+        Ok(_) => {}
+        Err(sqlx::Error::Database(e)) if is_deadlock(&*e) => return Ok(false),
+        Err(e) => return Err(e),
+    }
     let res = sqlx::query!(
         r#"INSERT INTO taskq_migration_lock (id, holder, expires_at)
            VALUES (1, ?, UTC_TIMESTAMP(6) + INTERVAL ? SECOND)"#,
@@ -199,7 +211,7 @@ async fn run_locked(
         if let Some(reason) = lost.lock().unwrap_or_else(|e| e.into_inner()).clone() {
             return Err(gone(reason));
         }
-        if !migration_lock_renew(lock_pool, holder).await? {
+        if !renew_before_migration(lock_pool, holder).await? {
             return Err(gone(LOCK_TAKEN.into()));
         }
         m.run_direct(Some(version), &mut *conn, false).await?;
@@ -243,6 +255,23 @@ async fn keep_lock(
         tracing::error!(%reason, "taskq: the migration lock was lost; migration stops before the next migration");
         *lost.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason);
         return;
+    }
+}
+
+/// The renewal before a migration, tried up to five times when Galera aborts it with 1213
+/// (another node's DDL on the lock table; the lock row is still this migrator's until it
+/// expires, 60 s after the last renewal). Any other error, or a sixth 1213, ends the run.
+async fn renew_before_migration(pool: &MySqlPool, holder: &str) -> sqlx::Result<bool> {
+    let mut aborted = 0;
+    loop {
+        match migration_lock_renew(pool, holder).await {
+            Err(sqlx::Error::Database(e)) if is_deadlock(&*e) && aborted < 5 => {
+                aborted += 1;
+                tracing::warn!(error = %e, aborted, "taskq: renewing the migration lock was aborted; trying again");
+                tokio::time::sleep(Duration::from_millis(100 * aborted)).await;
+            }
+            other => return other,
+        }
     }
 }
 
