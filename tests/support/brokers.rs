@@ -91,22 +91,26 @@ fn check(broker: Broker) -> Result<(), String> {
 pub fn or_skip(broker: Broker) -> Option<String> {
     match check(broker) {
         Ok(()) => Some(broker.url()),
-        Err(why) if required() => panic!(
-            "{}: {why}; TASKQ_REQUIRE_BROKERS is set, so this fails instead of skipping",
-            broker.label()
-        ),
         Err(why) => {
-            let thread = std::thread::current();
-            use std::io::Write as _;
-            let _ = writeln!(
-                std::io::stderr(),
-                "SKIPPED {}: {}: {why}",
-                broker.label(),
-                thread.name().unwrap_or("?")
-            );
+            skip(broker.label(), &why);
             None
         }
     }
+}
+
+/// A broker test that cannot run: panics when [`required`], else prints `SKIPPED <what>:
+/// <test>: <why>` to stderr (past libtest's capture, like the other SKIPPED lines).
+pub fn skip(what: &str, why: &str) {
+    if required() {
+        panic!("{what}: {why}; TASKQ_REQUIRE_BROKERS is set, so this fails instead of skipping");
+    }
+    let thread = std::thread::current();
+    use std::io::Write as _;
+    let _ = writeln!(
+        std::io::stderr(),
+        "SKIPPED {what}: {}: {why}",
+        thread.name().unwrap_or("?")
+    );
 }
 
 /// A fresh name for a stream, queue or key: `taskq_t_<16 hex digits>`.

@@ -42,32 +42,15 @@ impl PrivateNats {
             .map(PathBuf::from)
             .or_else(|| which("nats-server"));
         let Some(exe) = exe else {
-            let why = "no nats-server binary on PATH (or TASKQ_TEST_NATS_SERVER)";
-            if brokers::required() {
-                panic!("nats: {why}; TASKQ_REQUIRE_BROKERS is set, so this fails");
-            }
-            let thread = std::thread::current();
-            // Past libtest's capture, like the other SKIPPED lines.
-            use std::io::Write as _;
-            let _ = writeln!(
-                std::io::stderr(),
-                "SKIPPED nats: {}: {why}",
-                thread.name().unwrap_or("?")
+            brokers::skip(
+                "nats",
+                "no nats-server binary on PATH (or TASKQ_TEST_NATS_SERVER)",
             );
             return None;
         };
         // A namespace without loopback (`unshare -n`) can spawn the server but never reach it.
         if let Err(why) = crate::loopback_check() {
-            if brokers::required() {
-                panic!("nats: {why}; TASKQ_REQUIRE_BROKERS is set, so this fails");
-            }
-            let thread = std::thread::current();
-            use std::io::Write as _;
-            let _ = writeln!(
-                std::io::stderr(),
-                "SKIPPED loopback: {}: {why}",
-                thread.name().unwrap_or("?")
-            );
+            brokers::skip("loopback", &why);
             return None;
         }
         let port = free_port();
