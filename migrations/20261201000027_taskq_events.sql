@@ -5,8 +5,10 @@
 --                primary key, so the publisher's upsert locks one record and never a gap.
 --   next_seq     the key's last sequence number, taken by the publishing transaction under
 --                this row's lock (held to its commit): seq order is commit order.
---   done_seq     every event of the key up to it is delivered or dead; the relay reads from
---                done_seq + 1. done_seq < next_seq: the key has work.
+--   done_seq     every event of the key up to it is delivered or dead (the record of
+--                delivery: no event row is written when delivered); the relay reads from
+--                done_seq + 1. done_seq < next_seq: the key has work, and then ready_at or
+--                held_at is set.
 --   ready_at     when a relay may take the key next: NULL when it has nothing to do (idle)
 --                or is held; the publish sets it to now when NULL; a lease sets it to the
 --                lease's end, a failure to the end of the backoff.
@@ -35,12 +37,17 @@ CREATE TABLE taskq_event_keys (
     KEY ix_taskq_event_keys_held (held_at)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
 
--- taskq_events: one row per published event.
+-- taskq_events: one row per published event. A delivered event's row is never written: its
+-- key's done_seq records delivery (see taskq_driver::event).
 --   message_id   stable id of the event (32 hex chars, random), the broker message's id.
 --   payload      the event, serde_json bytes; headers: JSON array of [name, value], NULL: none.
---   state        pending → delivered (the sink said Delivered) or dead (rejected, dead-letter
---                mode, or skipped by an operator); a replay sets it back to pending.
---   delivered_at when it became delivered or dead (retention prunes delivered ones by it).
+--   dead_at      when it was dead-lettered (rejected, dead-letter mode) or skipped by an
+--                operator; NULL: not dead. Only ever set at or below the key's done_seq.
+--                State: dead if dead_at is set, else delivered if seq <= the key's done_seq,
+--                else pending.
+--   last_error   the rejection of a dead event.
+--   ix_taskq_events_created  retention: the events not dead, by publish time.
+--   ix_taskq_events_topic    replay of a topic's time range.
 CREATE TABLE taskq_events (
     id           BIGINT UNSIGNED NOT NULL AUTO_INCREMENT,
     key_hash     BINARY(32)      NOT NULL,
@@ -50,12 +57,11 @@ CREATE TABLE taskq_events (
     message_id   VARCHAR(64)     NOT NULL,
     payload      LONGBLOB        NOT NULL,
     headers      LONGTEXT        NULL,
-    state        ENUM('pending', 'delivered', 'dead') NOT NULL DEFAULT 'pending',
     created_at   DATETIME(6)     NOT NULL,
-    delivered_at DATETIME(6)     NULL,
+    dead_at      DATETIME(6)     NULL,
     last_error   TEXT            NULL,
     PRIMARY KEY (id),
     UNIQUE KEY uq_taskq_events_seq (key_hash, seq),
-    KEY ix_taskq_events_state (state, topic, created_at),
-    KEY ix_taskq_events_done (state, delivered_at)
+    KEY ix_taskq_events_created (dead_at, created_at),
+    KEY ix_taskq_events_topic (topic, created_at)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;

@@ -15,7 +15,7 @@ use taskq::outbox::{
 use taskq_driver::event::{EventSettle, EventState, KeyNext};
 use taskq_tests::backends::{Db, TestBackend};
 use taskq_tests::drivers::HasDriver;
-use taskq_tests::wait_until;
+use taskq_tests::{EVENT_STATE, EVENTS_WITH_KEYS, wait_until};
 
 use taskq_driver::driver::Events as _;
 
@@ -94,14 +94,14 @@ fn recording(seen: &Seen) -> Recorder {
 
 async fn states<B: TestBackend>(db: &Db<B>, key: &str) -> Vec<String> {
     db.strings(&format!(
-        "SELECT state FROM taskq_events WHERE event_key = '{key}' ORDER BY seq"
+        "SELECT {EVENT_STATE} FROM {EVENTS_WITH_KEYS} WHERE e.event_key = '{key}' ORDER BY e.seq"
     ))
     .await
 }
 
 async fn count_state<B: TestBackend>(db: &Db<B>, state: &str) -> i64 {
     db.scalar(&format!(
-        "SELECT COUNT(*) FROM taskq_events WHERE state = '{state}'"
+        "SELECT COUNT(*) FROM {EVENTS_WITH_KEYS} WHERE {EVENT_STATE} = '{state}'"
     ))
     .await
 }
@@ -161,7 +161,7 @@ async fn events_publish_rows_with_seq_in_commit_order_and_the_relay_sends_them_w
     assert!(
         listed
             .iter()
-            .all(|e| e.state == EventState::Delivered && e.delivered_at.is_some())
+            .all(|e| e.state == EventState::Delivered && e.dead_at.is_none())
     );
     // A later event of a delivered key goes out alone, next.
     publish(&db, &[ev("o-1", 4)]).await;
@@ -639,7 +639,6 @@ async fn a_relay_stopped_mid_batch_loses_its_keys_to_another_after_the_lease<B: 
         key_hash: taskq_driver::event::key_hash("orders.placed", "a"),
         epoch: 1,
         done_seq: 2,
-        delivered: vec![],
         dead: vec![],
         next: KeyNext::Hold {
             seq: 1,
@@ -866,8 +865,9 @@ async fn a_sink_that_breaks_a_keys_order_makes_the_relay_send_that_key_one_event
 }
 
 /// A settle that fails on a database error (here: the events table is gone while the batch
-/// is out) gives the round's keys back at once instead of leaving them leased until the
-/// lease ends; once the database is back, the events go out again and are marked.
+/// is out, and the round dead-lettered an event, so the settle writes to it) gives the
+/// round's keys back at once instead of leaving them leased until the lease ends; once the
+/// database is back, the events go out again and are settled.
 async fn a_settle_that_fails_gives_the_keys_back_at_once<B: HasDriver>(db: Db<B>) {
     publish(&db, &[ev("a", 1), ev("a", 2), ev("b", 1)]).await;
     let seen = Seen::default();
@@ -891,12 +891,20 @@ async fn a_settle_that_fails_gives_the_keys_back_at_once<B: HasDriver>(db: Db<B>
                     )
                     .await;
                 }
-                vec![Outcome::Delivered; batch.len()]
+                // The first round rejects b1 (dead-lettered: the settle marks it dead).
+                batch
+                    .iter()
+                    .map(|m| match (break_now, m.key.as_str()) {
+                        (true, "b") => Outcome::Rejected("refused".into()),
+                        _ => Outcome::Delivered,
+                    })
+                    .collect()
             }
         })
     };
     let relay = Relay::builder(db.pool.clone(), sink)
         .lease(Duration::from_secs(3600))
+        .on_rejected(OnRejected::DeadLetter)
         .build()
         .unwrap();
     let err = relay.run_once().await.expect_err("the settle fails");
@@ -924,8 +932,9 @@ async fn a_settle_that_fails_gives_the_keys_back_at_once<B: HasDriver>(db: Db<B>
     assert_eq!(
         states(&db, "a").await,
         ["pending"; 2],
-        "the failed settle marked nothing"
+        "the failed settle changed nothing"
     );
+    assert_eq!(states(&db, "b").await, ["pending"]);
     let r = relay.run_once().await.unwrap();
     assert_eq!((r.keys, r.delivered), (2, 3), "ready again at once");
     assert_eq!(states(&db, "a").await, ["delivered"; 2]);

@@ -360,14 +360,50 @@ async fn replays_send_a_key_or_a_range_again_with_the_same_ids_audited<B: TestBa
     assert_eq!(audit[1].detail["events"], 3);
 }
 
-async fn prune_deletes_old_delivered_events_only<B: TestBackend>(db: Db<B>) {
+/// A range replay rewinds each key to its first event in the range: the key's later events,
+/// published after the range, go out again too, after it and in seq order (a consumer never
+/// sees a key's replayed event after a later one); a key replayed from before its oldest
+/// stored event (retention deleted the first ones) starts at the oldest stored one, and the
+/// pending counts stay exact.
+async fn a_range_replay_rewinds_each_key_so_its_later_events_follow_in_order<B: TestBackend>(
+    db: Db<B>,
+) {
     let client = db.client();
     let rec = Recording::default();
-    publish(&db, &[placed("a", 1), placed("a", 2), placed("b", 1)]).await;
+    publish(&db, &[placed("k", 1), placed("k", 2), placed("k", 3)]).await;
     relay_all(&db, &rec).await;
-    publish(&db, &[placed("b", 2)]).await; // pending
+    let first = rec.ids_of("k");
+    // k1 three hours ago, k2 one hour ago, k3 now.
     db.exec(&format!(
-        "UPDATE taskq_events SET delivered_at = {} WHERE event_key = 'a'",
+        "UPDATE taskq_events SET created_at = {} WHERE seq = 1",
+        db.ago(Duration::from_secs(3 * 3600))
+    ))
+    .await;
+    db.exec(&format!(
+        "UPDATE taskq_events SET created_at = {} WHERE seq = 2",
+        db.ago(Duration::from_secs(3600))
+    ))
+    .await;
+    let now = db.server_now().await;
+    let (since, until) = (
+        now - chrono::Duration::hours(2),
+        now - chrono::Duration::minutes(30),
+    );
+    assert_eq!(
+        client
+            .replay_events("orders.placed", since, until)
+            .await
+            .unwrap(),
+        2,
+        "k2 (in the range) and k3 (after it)"
+    );
+    assert_eq!(client.event_stats().await.unwrap()[0].pending, 2);
+    relay_all(&db, &rec).await;
+    assert_eq!(rec.ids_of("k")[3..], first[1..], "k2 then k3, again");
+
+    // Retention deletes k1 and k2: a replay of the whole key starts at k3.
+    db.exec(&format!(
+        "UPDATE taskq_events SET created_at = {} WHERE seq < 3",
         db.ago(Duration::from_secs(3 * 86_400))
     ))
     .await;
@@ -378,7 +414,54 @@ async fn prune_deletes_old_delivered_events_only<B: TestBackend>(db: Db<B>) {
             .unwrap(),
         2
     );
-    assert_eq!(db.scalar("SELECT COUNT(*) FROM taskq_events").await, 2);
+    assert_eq!(
+        client
+            .replay_event_key("orders.placed", "k", 0)
+            .await
+            .unwrap(),
+        1
+    );
+    let stats = client.event_stats().await.unwrap();
+    assert_eq!(stats[0].pending, 1, "k3 only: {stats:?}");
+    assert!(stats[0].oldest_pending_at.is_some(), "{stats:?}");
+    let key = client
+        .event_key("orders.placed", "k")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((key.done_seq, key.next_seq), (2, 3));
+    relay_all(&db, &rec).await;
+    assert_eq!(rec.ids_of("k")[5..], first[2..]);
+}
+
+async fn prune_deletes_old_delivered_events_only<B: TestBackend>(db: Db<B>) {
+    let client = db.client();
+    let rec = Recording::default();
+    publish(&db, &[placed("a", 1), placed("a", 2), placed("b", 1)]).await;
+    relay_all(&db, &rec).await;
+    publish(&db, &[placed("b", 2)]).await; // pending
+    // Published three days ago: a1, a2 (delivered) and b2 (pending); b1 (delivered) now.
+    db.exec(&format!(
+        "UPDATE taskq_events SET created_at = {} WHERE event_key = 'a' OR seq = 2",
+        db.ago(Duration::from_secs(3 * 86_400))
+    ))
+    .await;
+    assert_eq!(
+        client
+            .prune_events(Duration::from_secs(86_400))
+            .await
+            .unwrap(),
+        2
+    );
+    assert_eq!(
+        db.rows(
+            &["event_key", "seq"],
+            "FROM taskq_events ORDER BY event_key, seq"
+        )
+        .await,
+        [["b", "1"], ["b", "2"]],
+        "the young delivered event and the old pending one stay"
+    );
     assert_eq!(
         client
             .prune_events(Duration::from_secs(86_400))
@@ -392,5 +475,6 @@ taskq_tests::conformance!(
     stats_count_pending_events_and_their_lag_per_topic,
     a_held_key_is_listed_until_it_is_skipped_or_retried,
     replays_send_a_key_or_a_range_again_with_the_same_ids_audited,
+    a_range_replay_rewinds_each_key_so_its_later_events_follow_in_order,
     prune_deletes_old_delivered_events_only,
 );

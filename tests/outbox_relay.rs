@@ -34,7 +34,7 @@ use taskq_tests::bins::spawn_ready;
 use taskq_tests::brokers::{self, Broker, Destination, Ledger, Received};
 use taskq_tests::nats_server::PrivateNats;
 use taskq_tests::proxy::ChaosProxy;
-use taskq_tests::wait_until;
+use taskq_tests::{EVENT_STATE, EVENTS_WITH_KEYS, wait_until};
 
 /// The event the producers publish: its key and its place in its producer's run, in the
 /// payload (so a consumer of any broker knows the key), and padding.
@@ -244,13 +244,17 @@ async fn progress<B: TestBackend>(db: &Db<B>) -> HashMap<String, (u64, u64)> {
 }
 
 async fn delivered<B: TestBackend>(db: &Db<B>) -> i64 {
-    db.scalar("SELECT COUNT(*) FROM taskq_events WHERE state = 'delivered'")
-        .await
+    db.scalar(&format!(
+        "SELECT COUNT(*) FROM {EVENTS_WITH_KEYS} WHERE {EVENT_STATE} = 'delivered'"
+    ))
+    .await
 }
 
 async fn undelivered<B: TestBackend>(db: &Db<B>) -> i64 {
-    db.scalar("SELECT COUNT(*) FROM taskq_events WHERE state <> 'delivered'")
-        .await
+    db.scalar(&format!(
+        "SELECT COUNT(*) FROM {EVENTS_WITH_KEYS} WHERE {EVENT_STATE} <> 'delivered'"
+    ))
+    .await
 }
 
 /// From `end` (the fault's end), how long until the first and until the last of the keys that
@@ -518,7 +522,7 @@ async fn poison<B: TestBackend>(db: Db<B>, dead_letter: bool) {
     if dead_letter {
         wait_until(Duration::from_secs(10), "the poison event dead", || async {
             db.scalar(&format!(
-                "SELECT COUNT(*) FROM taskq_events WHERE message_id = '{poison_id}' AND state = 'dead'"
+                "SELECT COUNT(*) FROM {EVENTS_WITH_KEYS} WHERE e.message_id = '{poison_id}' AND {EVENT_STATE} = 'dead'"
             ))
             .await
                 == 1
@@ -540,9 +544,9 @@ async fn poison<B: TestBackend>(db: Db<B>, dead_letter: bool) {
             Some("a")
         );
         assert_eq!(
-            db.scalar(
-                "SELECT COUNT(*) FROM taskq_events WHERE event_key = 'a' AND state = 'pending'"
-            )
+            db.scalar(&format!(
+                "SELECT COUNT(*) FROM {EVENTS_WITH_KEYS} WHERE e.event_key = 'a' AND {EVENT_STATE} = 'pending'"
+            ))
             .await,
             3,
             "a's rejected event and the two after it stay pending"

@@ -400,7 +400,7 @@ async fn start_relay(pool: &MySqlPool, broker: Broker, topic: &str) -> Res<Stop>
 
 async fn pending(pool: &MySqlPool, topic: &str) -> Res<i64> {
     Ok(sqlx::query_scalar(
-        "SELECT COUNT(*) FROM taskq_events WHERE topic = ? AND state = 'pending'",
+        "SELECT CAST(COALESCE(SUM(next_seq - done_seq), 0) AS SIGNED) FROM taskq_event_keys WHERE topic = ?",
     )
     .bind(topic)
     .fetch_one(pool)

@@ -355,7 +355,7 @@ pub enum EventsAction {
         #[arg(long)]
         key: String,
     },
-    /// Delete delivered events delivered more than --older-than ago (pending and dead ones
+    /// Delete delivered events published more than --older-than ago (pending and dead ones
     /// are kept)
     Prune {
         /// e.g. 7d, 12h

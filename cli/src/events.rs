@@ -72,7 +72,7 @@ pub async fn run(client: &Client, action: &EventsAction, json: bool) -> Result<(
                 print_json(&serde_json::json!({ "pruned": n }));
             } else {
                 println!(
-                    "pruned {n} event{} delivered more than {} ago",
+                    "pruned {n} delivered event{} published more than {} ago",
                     plural(n),
                     format_duration(*older_than)
                 );
@@ -245,7 +245,7 @@ async fn show(
                 e.state.as_str().to_owned(),
                 e.message_id.clone(),
                 fmt_time(e.created_at),
-                opt_time(e.delivered_at),
+                opt_time(e.dead_at),
                 e.last_error
                     .as_deref()
                     .map_or_else(|| "-".into(), |e| one_line(e, 60)),
@@ -259,7 +259,7 @@ async fn show(
             "STATE",
             "MESSAGE ID",
             "CREATED",
-            "DELIVERED",
+            "DEAD AT",
             "LAST ERROR",
         ],
         rows,

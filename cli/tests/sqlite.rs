@@ -838,16 +838,17 @@ async fn events_stats_held_replay_skip_and_prune_on_a_sqlite_file() {
     );
     assert_eq!(acts[0].0, "event_replay_range");
 
-    // Retention: nothing delivered a day ago yet; then everything delivered.
+    // Retention: nothing published a day ago yet; then every delivered event (by publish
+    // time: no time is kept per delivered event).
     let p = taskq(d, &url, &["events", "prune", "--older-than", "1d"])
         .await
         .ok();
     assert!(
         p.stdout
-            .contains("pruned 0 events delivered more than 1d ago"),
+            .contains("pruned 0 delivered events published more than 1d ago"),
         "{p:?}"
     );
-    sqlx::query("UPDATE taskq_events SET delivered_at = delivered_at - 3 * 86400000000 WHERE state = 'delivered'")
+    sqlx::query("UPDATE taskq_events SET created_at = created_at - 3 * 86400000000")
         .execute(&pool)
         .await
         .unwrap();
@@ -952,10 +953,7 @@ async fn events_show_lists_a_key_s_state_and_events_on_a_sqlite_file() {
             m.len() == 32 && m.bytes().all(|b| b.is_ascii_hexdigit()),
             "{e}"
         );
-        assert!(
-            e["created_at"].is_string() && e["delivered_at"].is_null(),
-            "{e}"
-        );
+        assert!(e["created_at"].is_string() && e["dead_at"].is_null(), "{e}");
     }
 
     // The table: the key's fields (stored text escaped), then one row per event.
@@ -1008,7 +1006,7 @@ async fn events_show_lists_a_key_s_state_and_events_on_a_sqlite_file() {
     );
     assert!(b["key"]["lease_until"].is_string(), "{b}");
     assert_eq!(b["events"][0]["state"], "delivered", "{b}");
-    assert!(b["events"][0]["delivered_at"].is_string(), "{b}");
+    assert!(b["events"][0]["dead_at"].is_null(), "{b}");
     let bt = show(&["b-2"]).await.ok();
     assert!(bt.stdout.contains("lease_owner: relay-x\n"), "{bt:?}");
     assert!(bt.stdout.contains("held:        no"), "{bt:?}");

@@ -293,8 +293,9 @@ macro_rules! __seam_operations {
                 fn event_read(&self; ranges: &[EventRange]) -> Vec<EventRow>;
                 /// Renews the leases `(key hash, epoch)` still held; which were renewed.
                 fn event_key_renew(&self; leases: &[([u8; 32], u64)]; lease_us: i64) -> Vec<[u8; 32]>;
-                /// Settles leased keys, each only under its epoch: marks its events delivered
-                /// or dead, moves `done_seq`, and ends the lease as `next` says. Whether each
+                /// Settles leased keys, each only under its epoch: moves `done_seq` (which
+                /// records delivery: no event row is written for a delivered event), marks its
+                /// dead-lettered events dead, and ends the lease as `next` says. Whether each
                 /// key was still held (in order).
                 fn event_key_settle(&self; keys: &[EventSettle]) -> Vec<bool>;
                 /// Per topic: pending events, the oldest pending one's creation, held keys.
@@ -305,19 +306,22 @@ macro_rules! __seam_operations {
                 fn event_list(&self; topic: &str; key: &str; after_seq: u64; limit: u32) -> Vec<EventInfo>;
                 /// A key's relay state.
                 fn event_key_get(&self; topic: &str; key: &str) -> Option<EventKeyInfo>;
-                /// Deletes up to `limit` events delivered more than `age_us` µs ago, oldest
-                /// first; how many.
+                /// Deletes up to `limit` delivered events (not dead, at or below their key's
+                /// `done_seq`) published more than `age_us` µs ago, oldest first; how many.
                 fn event_prune(&self, conn; age_us: i64; limit: u32) -> u64;
-                /// Replays a key from `from_seq`: its delivered and dead events with `seq >=
-                /// from_seq` become pending again, the key's hold is cleared, its lease ended
-                /// (epoch + 1) and it is ready at once. On the caller's transaction (with its
-                /// audit entry). How many events became pending.
+                /// Replays a key from `from_seq` (at least its oldest stored event): `done_seq`
+                /// goes back to the seq before it and dead marks from it on are cleared, so its
+                /// delivered and dead events from there become pending again; the key's hold
+                /// is cleared, its lease ended (epoch + 1) and it is ready at once. On the
+                /// caller's transaction (with its audit entry). How many events became pending.
                 fn event_replay_key(&self, conn; topic: &str; key: &str; from_seq: u64) -> u64;
-                /// Replays a topic's delivered and dead events published in `[from, to)`: up to
-                /// `limit` become pending again, their keys go back to the lowest replayed seq
-                /// and are ready at once (a held key stays held). On the caller's
-                /// transaction. How many events became pending.
-                fn event_replay_range(&self, conn; topic: &str; from: DateTime<Utc>; to: DateTime<Utc>; limit: u32) -> u64;
+                /// Replays a topic's delivered and dead events published in `[from, to)`: reads
+                /// up to `limit` of them, oldest first, and rewinds each of their keys to its
+                /// lowest one read, as [`event_replay_key`](Events::event_replay_key) does (its
+                /// later events go out again too, in order), except that a held key stays held.
+                /// On the caller's transaction; a rewound key's events are pending, so a next
+                /// call reads the rest of the range.
+                fn event_replay_range(&self, conn; topic: &str; from: DateTime<Utc>; to: DateTime<Utc>; limit: u32) -> RangeReplayed;
                 /// Releases a held key: `skip` marks the held event dead and the key goes on
                 /// with the next; otherwise the held event is tried again. Ends any lease
                 /// (epoch + 1). On the caller's transaction. Whether the key was held.

@@ -8,6 +8,15 @@
 //! event up to it is delivered or dead). A relay leases keys ([`EventLease`]), reads their
 //! pending events in seq order ([`EventRow`]), publishes them and settles each key
 //! ([`EventSettle`]) under the lease's epoch.
+//!
+//! **The key's `done_seq` is the record of delivery**: an event row is never written when it
+//! is delivered. Its state is derived ([`EventState::of`]): dead when marked dead
+//! (`dead_at`), else delivered when its seq is at most its key's `done_seq`, else pending. A
+//! dead mark is only ever on an event at or below its key's `done_seq` (a settle moves
+//! `done_seq` past the events it dead-letters, a skip past the held event, and a replay
+//! that rewinds `done_seq` clears the marks above it), so a key's pending events are exactly
+//! `done_seq + 1 ..= next_seq` and a topic's pending count is the sum of its keys'
+//! `next_seq - done_seq`.
 
 use chrono::{DateTime, Utc};
 use sha2::{Digest, Sha256};
@@ -27,7 +36,7 @@ pub fn new_message_id() -> String {
     format!("{:032x}", fastrand::u128(..))
 }
 
-/// State of an event row.
+/// State of an event, derived from its row and its key's row (see the module's doc).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum EventState {
@@ -40,6 +49,18 @@ pub enum EventState {
 }
 
 impl EventState {
+    /// The state of event `seq` of a key whose `done_seq` is given, `dead` when the row
+    /// carries a dead mark: the one place both drivers derive it.
+    pub fn of(seq: u64, done_seq: u64, dead: bool) -> Self {
+        if dead {
+            EventState::Dead
+        } else if seq <= done_seq {
+            EventState::Delivered
+        } else {
+            EventState::Pending
+        }
+    }
+
     /// The state as stored.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -73,6 +94,17 @@ pub struct NewEvent<'a> {
     pub payload: &'a [u8],
     /// Headers, in order.
     pub headers: &'a [(String, String)],
+}
+
+/// What a replay of a time range did, per statement batch.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RangeReplayed {
+    /// Delivered or dead events of the range read (at most the batch's limit; fewer: the
+    /// range is done).
+    pub read: u64,
+    /// Events that became pending: for each key among them, every stored event from its
+    /// lowest replayed seq up to its old `done_seq`.
+    pub events: u64,
 }
 
 /// What [`NewEvent`]'s insert stored.
@@ -163,7 +195,8 @@ pub struct EventLease {
     pub failures: u32,
 }
 
-/// The events of one key to read: pending events with `after_seq < seq <= up_to`.
+/// The events of one key to read: the events with `after_seq < seq <= up_to` (none of them
+/// dead: see the module's doc).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EventRange {
     /// The key's hash.
@@ -226,11 +259,10 @@ pub struct EventSettle {
     pub key_hash: [u8; 32],
     /// The lease's epoch.
     pub epoch: u64,
-    /// The key's new `done_seq` (never lowered).
+    /// The key's new `done_seq` (never lowered): every event up to it is delivered or in
+    /// `dead`. Nothing else is written per event.
     pub done_seq: u64,
-    /// Events the sink delivered (ids).
-    pub delivered: Vec<u64>,
-    /// Events dead-lettered (ids, with the rejection).
+    /// Events dead-lettered (ids, with the rejection), all at or below `done_seq`.
     pub dead: Vec<(u64, String)>,
     /// What the key becomes.
     pub next: KeyNext,
@@ -241,9 +273,10 @@ pub struct EventSettle {
 pub struct EventTopicStats {
     /// Topic.
     pub topic: String,
-    /// Events not delivered (nor dead).
+    /// Events not delivered (nor dead): the sum of the topic's keys' `next_seq - done_seq`.
     pub pending: u64,
-    /// When the oldest pending event was published (database clock); `None`: none pending.
+    /// When the oldest pending event was published (database clock): the earliest of the
+    /// keys' first pending events; `None`: none pending.
     pub oldest_pending_at: Option<DateTime<Utc>>,
     /// Keys held by a rejected event.
     pub held_keys: u64,
@@ -277,12 +310,13 @@ pub struct EventInfo {
     pub seq: u64,
     /// Message id.
     pub message_id: String,
-    /// State.
+    /// State (derived: see [`EventState::of`]).
     pub state: EventState,
     /// Published (database clock).
     pub created_at: DateTime<Utc>,
-    /// Delivered or dead.
-    pub delivered_at: Option<DateTime<Utc>>,
+    /// When it was dead-lettered or skipped; `None` unless dead. (No time is kept per
+    /// delivered event: the key's `done_seq` records delivery.)
+    pub dead_at: Option<DateTime<Utc>>,
     /// The rejection of a dead event.
     pub last_error: Option<String>,
 }
@@ -373,6 +407,14 @@ mod tests {
         assert_eq!(share_budget(&[50, 50], &[Some(1), None], 20), [1, 19]);
         // More keys than budget: never more than the budget.
         assert_eq!(share_budget(&[5, 5, 5], &[], 2).iter().sum::<u64>(), 2);
+    }
+
+    #[test]
+    fn an_events_state_comes_from_its_dead_mark_and_its_keys_done_seq() {
+        assert_eq!(EventState::of(3, 5, false), EventState::Delivered);
+        assert_eq!(EventState::of(5, 5, false), EventState::Delivered);
+        assert_eq!(EventState::of(6, 5, false), EventState::Pending);
+        assert_eq!(EventState::of(3, 5, true), EventState::Dead);
     }
 
     #[test]

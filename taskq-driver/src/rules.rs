@@ -142,6 +142,16 @@ pub struct KeyRewind {
     pub release_hold: bool,
 }
 
+impl KeyRewind {
+    /// The seq the rewind really starts at, given the key's oldest stored event (`None`: none
+    /// stored): `from_seq`, or that event when retention deleted the ones before it, so that
+    /// `done_seq` never goes back past what is stored (a key's pending events are exactly
+    /// `done_seq + 1 ..= next_seq`, and pending counts stay exact).
+    pub fn start(&self, oldest_stored: Option<u64>) -> u64 {
+        self.from_seq.max(oldest_stored.unwrap_or(u64::MAX)).max(1)
+    }
+}
+
 /// The rewind of an operator's replay of one key from `from_seq` (0 counts as 1): the key
 /// rewinds to it and its hold ends, whatever held it (the events from `from_seq` on are
 /// pending again).
@@ -212,6 +222,19 @@ pub fn worker_alive(stopped: bool, seen_ago_us: i64, heartbeat_us: u64, lease_us
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_rewind_starts_no_earlier_than_the_oldest_stored_event() {
+        let rw = event_replay_key([1; 32], 0);
+        assert_eq!(rw.start(Some(1)), 1);
+        assert_eq!(rw.start(Some(7)), 7, "events 1..6 were pruned");
+        assert_eq!(event_replay_key([1; 32], 9).start(Some(7)), 9);
+        assert_eq!(
+            rw.start(None),
+            u64::MAX,
+            "nothing stored: nothing to replay"
+        );
+    }
 
     #[test]
     fn event_replays_rewind_each_key_to_its_lowest_seq() {

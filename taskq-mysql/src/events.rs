@@ -2,6 +2,9 @@
 //! caller's transaction, the relay's lease / read / renew / settle, and the operator's reads,
 //! retention, replays and releases.
 //!
+//! A delivered event's row is never written: the key's `done_seq` records delivery (see
+//! `taskq_driver::event`); only a dead event carries a mark (`dead_at`).
+//!
 //! Lock order, the same in every transaction: the key row first, then its event rows. The
 //! publish upserts the key row (its lock held to the caller's commit, so a key's seq order is
 //! its commit order) and then inserts the event; a relay's settle updates the key row under
@@ -59,8 +62,8 @@ async fn insert(conn: &mut MySqlConnection, e: &NewEvent<'_>) -> sqlx::Result<Ev
     let headers = headers_json(e.headers);
     let ins = sqlx::query!(
         r#"INSERT INTO taskq_events
-             (key_hash, seq, topic, event_key, message_id, payload, headers, state, created_at)
-           VALUES (?, ?, ?, ?, ?, ?, ?, 'pending', UTC_TIMESTAMP(6))"#,
+             (key_hash, seq, topic, event_key, message_id, payload, headers, created_at)
+           VALUES (?, ?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6))"#,
         &hash[..],
         seq,
         e.topic,
@@ -150,8 +153,8 @@ pub(crate) async fn event_key_claim(
     Ok(leases)
 }
 
-/// The pending events of each range, by range then seq: one read of `uq_taskq_events_seq`
-/// per range, driven from the JSON side.
+/// The events of each range (none dead: see `taskq_driver::event`), by range then seq: one
+/// read of `uq_taskq_events_seq` per range, driven from the JSON side.
 pub(crate) async fn event_read(
     pool: &MySqlPool,
     ranges: &[EventRange],
@@ -172,7 +175,7 @@ pub(crate) async fn event_read(
                                               b BIGINT UNSIGNED PATH '$[2]')) AS j
              STRAIGHT_JOIN taskq_events e FORCE INDEX (uq_taskq_events_seq)
                ON e.key_hash = UNHEX(j.h) AND e.seq > j.a AND e.seq <= j.b
-           WHERE e.state = 'pending'
+           WHERE e.dead_at IS NULL
            ORDER BY j.n, e.seq"#,
         json,
     )
@@ -233,11 +236,12 @@ pub(crate) async fn event_key_renew(
 /// 1. one transaction: a locking read by primary key of the keys still leased under their
 ///    epochs, `FOR UPDATE SKIP LOCKED` (a row a publisher's open transaction holds is
 ///    skipped, never waited for); one multi-row `UPDATE` of those key rows (what each becomes,
-///    carried per key in JSON); one `UPDATE` marking their delivered and dead events; commit.
-///    Five statements, whatever the number of keys.
+///    carried per key in JSON: its `done_seq` records what was delivered); when the round
+///    dead-lettered events, one `UPDATE` marking them dead; commit. Four statements, whatever
+///    the number of keys (five with dead-lettered events).
 /// 2. each key the read skipped (held by a publisher, or no longer leased under its epoch) in
-///    a short transaction of its own, as before: its row under its epoch (this one may wait
-///    for the publisher's commit, holding no other key row), then its events.
+///    a short transaction of its own: its row under its epoch (this one may wait for the
+///    publisher's commit, holding no other key row), then its dead events.
 ///
 /// A publisher's transaction may lock several keys in any order, so a relay transaction that
 /// waited for one key row while holding another could deadlock with it, and InnoDB may pick
@@ -270,7 +274,7 @@ pub(crate) async fn event_key_settle(
         // Per key: [hash, epoch, done_seq, next (0 release, 1 backoff, 2 hold), backoff µs,
         // error, held seq].
         let mut rows = Vec::with_capacity(locked.len());
-        let mut events: Vec<(u64, Option<&str>)> = Vec::new();
+        let mut dead: Vec<(u64, &str)> = Vec::new();
         for (i, k) in keys.iter().enumerate() {
             if !locked.contains(&k.key_hash) {
                 continue;
@@ -290,8 +294,7 @@ pub(crate) async fn event_key_settle(
                 err,
                 hs
             ]));
-            events.extend(k.delivered.iter().map(|&id| (id, None)));
-            events.extend(k.dead.iter().map(|(id, e)| (*id, Some(e.as_str()))));
+            dead.extend(k.dead.iter().map(|(id, e)| (*id, e.as_str())));
         }
         let json = serde_json::Value::Array(rows).to_string();
         sqlx::query!(
@@ -316,7 +319,7 @@ pub(crate) async fn event_key_settle(
         )
         .execute(&mut *tx)
         .await?;
-        mark_events(&mut tx, events).await?;
+        mark_dead(&mut tx, dead).await?;
     }
     tx.commit().await?;
     // The keys skipped: one at a time, each in its own short transaction.
@@ -332,33 +335,20 @@ pub(crate) async fn event_key_settle(
     Ok(held)
 }
 
-/// Marks events delivered (`None`) or dead (with the rejection), by id, in id order; only
-/// pending ones.
-async fn mark_events(
-    conn: &mut MySqlConnection,
-    mut events: Vec<(u64, Option<&str>)>,
-) -> sqlx::Result<()> {
+/// Marks dead-lettered events dead (with the rejection), by id, in id order; only ones not
+/// dead already.
+async fn mark_dead(conn: &mut MySqlConnection, mut events: Vec<(u64, &str)>) -> sqlx::Result<()> {
     if events.is_empty() {
         return Ok(());
     }
     events.sort_unstable_by_key(|e| e.0);
-    // [id, dead (0/1), error]: an explicit flag rather than a JSON null, whose reading as a
-    // SQL NULL (or as the text "null") in a JSON_TABLE column is not something to rest on
-    // across MySQL 8 and MariaDB.
-    let rows: Vec<(u64, u8, &str)> = events
-        .iter()
-        .map(|(id, err)| (*id, u8::from(err.is_some()), err.unwrap_or("")))
-        .collect();
-    let json = serde_json::to_string(&rows).expect("events serialize");
+    let json = serde_json::to_string(&events).expect("events serialize");
     sqlx::query!(
         r#"UPDATE JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$[0]',
-                                               dead TINYINT UNSIGNED PATH '$[1]',
-                                               err TEXT PATH '$[2]')) AS j
+                                               err TEXT PATH '$[1]')) AS j
              STRAIGHT_JOIN taskq_events e FORCE INDEX (PRIMARY) ON e.id = j.id
-           SET e.state = IF(j.dead = 1, 'dead', 'delivered'),
-               e.delivered_at = UTC_TIMESTAMP(6),
-               e.last_error = IF(j.dead = 1, j.err, e.last_error)
-           WHERE e.state = 'pending'"#,
+           SET e.dead_at = UTC_TIMESTAMP(6), e.last_error = j.err
+           WHERE e.dead_at IS NULL"#,
         json,
     )
     .execute(&mut *conn)
@@ -420,19 +410,32 @@ async fn settle_one(conn: &mut MySqlConnection, k: &EventSettle) -> sqlx::Result
     if done.rows_affected() != 1 {
         return Ok(false);
     }
-    let mut events: Vec<(u64, Option<&str>)> = k.delivered.iter().map(|&id| (id, None)).collect();
-    events.extend(k.dead.iter().map(|(id, e)| (*id, Some(e.as_str()))));
-    mark_events(conn, events).await?;
+    mark_dead(
+        conn,
+        k.dead.iter().map(|(id, e)| (*id, e.as_str())).collect(),
+    )
+    .await?;
     Ok(true)
 }
 
-/// Per topic: pending events (a range of `ix_taskq_events_state`), the oldest one's
-/// creation, and held keys.
+/// Per topic: pending events (the sum of its keys' `next_seq - done_seq`), the oldest one's
+/// creation (the earliest of the keys' first pending events, one lookup of
+/// `uq_taskq_events_seq` each), and held keys. Only keys with work are read: those are ready,
+/// leased or held (`ix_taskq_event_keys_ready`, `ix_taskq_event_keys_held`).
 pub(crate) async fn event_topic_stats(pool: &MySqlPool) -> sqlx::Result<Vec<EventTopicStats>> {
     let pending = sqlx::query!(
-        r#"SELECT topic, COUNT(*) AS "pending!: i64",
-                  MIN(created_at) AS "oldest: DateTime<Utc>"
-           FROM taskq_events WHERE state = 'pending' GROUP BY topic"#
+        r#"SELECT k.topic, CAST(SUM(k.next_seq - k.done_seq) AS SIGNED) AS "pending!: i64",
+                  MIN(e.created_at) AS "oldest: DateTime<Utc>"
+           FROM (SELECT key_hash, topic, next_seq, done_seq
+                 FROM taskq_event_keys FORCE INDEX (ix_taskq_event_keys_ready)
+                 WHERE ready_at IS NOT NULL AND done_seq < next_seq
+                 UNION ALL
+                 SELECT key_hash, topic, next_seq, done_seq
+                 FROM taskq_event_keys FORCE INDEX (ix_taskq_event_keys_held)
+                 WHERE held_at IS NOT NULL AND ready_at IS NULL AND done_seq < next_seq) AS k
+             LEFT JOIN taskq_events e FORCE INDEX (uq_taskq_events_seq)
+               ON e.key_hash = k.key_hash AND e.seq = k.done_seq + 1
+           GROUP BY k.topic"#
     )
     .fetch_all(pool)
     .await?;
@@ -508,12 +511,13 @@ pub(crate) async fn event_list(
 ) -> sqlx::Result<Vec<EventInfo>> {
     let hash = key_hash(topic, key);
     let rows = sqlx::query!(
-        r#"SELECT id AS "id: u64", topic, event_key, seq AS "seq: u64", message_id,
-                  state AS "state: String", created_at AS "created_at: DateTime<Utc>",
-                  delivered_at AS "delivered_at: DateTime<Utc>", last_error
-           FROM taskq_events
-           WHERE key_hash = ? AND seq > ?
-           ORDER BY seq
+        r#"SELECT e.id AS "id: u64", e.topic, e.event_key, e.seq AS "seq: u64", e.message_id,
+                  k.done_seq AS "done_seq: u64", e.created_at AS "created_at: DateTime<Utc>",
+                  e.dead_at AS "dead_at: DateTime<Utc>", e.last_error
+           FROM taskq_events e
+             JOIN taskq_event_keys k ON k.key_hash = e.key_hash
+           WHERE e.key_hash = ? AND e.seq > ?
+           ORDER BY e.seq
            LIMIT ?"#,
         &hash[..],
         after_seq,
@@ -529,9 +533,9 @@ pub(crate) async fn event_list(
             key: r.event_key,
             seq: r.seq,
             message_id: r.message_id,
-            state: EventState::parse(&r.state).unwrap_or(EventState::Pending),
+            state: EventState::of(r.seq, r.done_seq, r.dead_at.is_some()),
             created_at: r.created_at,
-            delivered_at: r.delivered_at,
+            dead_at: r.dead_at,
             last_error: r.last_error,
         })
         .collect())
@@ -572,24 +576,112 @@ pub(crate) async fn event_key_get(
     }))
 }
 
-/// Deletes up to `limit` events delivered more than `age_us` µs ago, oldest first (a range of
-/// `ix_taskq_events_done`).
+/// Deletes up to `limit` delivered events published more than `age_us` µs ago, oldest first:
+/// a read of `ix_taskq_events_created` (events not dead, by publish time) joined to each
+/// event's key for `seq <= done_seq`, then a `DELETE` of those ids (each autocommitted). An
+/// operator's replay that rewinds a key between the two may find some of its oldest events
+/// gone (a replay only ever sends events still stored).
 pub(crate) async fn event_prune(
     conn: &mut MySqlConnection,
     age_us: i64,
     limit: u32,
 ) -> sqlx::Result<u64> {
-    let done = sqlx::query!(
-        r#"DELETE FROM taskq_events
-           WHERE state = 'delivered' AND delivered_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND
-           ORDER BY delivered_at
+    let ids = sqlx::query_scalar!(
+        r#"SELECT e.id AS "id: u64"
+           FROM taskq_events e FORCE INDEX (ix_taskq_events_created)
+             STRAIGHT_JOIN taskq_event_keys k FORCE INDEX (PRIMARY) ON k.key_hash = e.key_hash
+           WHERE e.dead_at IS NULL
+             AND e.created_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND
+             AND e.seq <= k.done_seq
+           ORDER BY e.created_at
            LIMIT ?"#,
         age_us,
         limit,
     )
+    .fetch_all(&mut *conn)
+    .await?;
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    let json = serde_json::to_string(&ids).expect("ids serialize");
+    let done = sqlx::query!(
+        r#"DELETE e FROM JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$')) AS j
+             STRAIGHT_JOIN taskq_events e FORCE INDEX (PRIMARY) ON e.id = j.id
+           WHERE e.dead_at IS NULL"#,
+        json,
+    )
     .execute(&mut *conn)
     .await?;
     Ok(done.rows_affected())
+}
+
+/// Rewinds a key under its row's lock (`KeyRewind`): from `from_seq`, or the key's oldest
+/// stored event when that is later, `done_seq` goes back to the seq before it and the dead
+/// marks from it on are cleared, so its stored events from there up to the old `done_seq`
+/// become pending; the lease ends (epoch + 1); a hold is cleared when `release_hold`, kept
+/// otherwise (a held key is not made ready). How many events became pending; `None`: no
+/// such key.
+async fn rewind(
+    conn: &mut MySqlConnection,
+    rw: &taskq_driver::rules::KeyRewind,
+) -> sqlx::Result<Option<u64>> {
+    let h = &rw.key_hash[..];
+    let done = sqlx::query_scalar!(
+        r#"SELECT done_seq AS "done_seq: u64" FROM taskq_event_keys WHERE key_hash = ? FOR UPDATE"#,
+        h,
+    )
+    .fetch_optional(&mut *conn)
+    .await?;
+    let Some(done) = done else {
+        return Ok(None);
+    };
+    let oldest = sqlx::query_scalar!(
+        r#"SELECT MIN(seq) AS "seq: u64" FROM taskq_events WHERE key_hash = ?"#,
+        h,
+    )
+    .fetch_one(&mut *conn)
+    .await?;
+    let from = rw.start(oldest);
+    let mut pending = 0;
+    if from <= done {
+        pending = sqlx::query_scalar!(
+            r#"SELECT COUNT(*) AS "n!: i64" FROM taskq_events
+               WHERE key_hash = ? AND seq >= ? AND seq <= ?"#,
+            h,
+            from,
+            done,
+        )
+        .fetch_one(&mut *conn)
+        .await? as u64;
+        sqlx::query!(
+            r#"UPDATE taskq_events SET dead_at = NULL, last_error = NULL
+               WHERE key_hash = ? AND seq >= ? AND dead_at IS NOT NULL"#,
+            h,
+            from,
+        )
+        .execute(&mut *conn)
+        .await?;
+    }
+    let release = rw.release_hold;
+    sqlx::query!(
+        r#"UPDATE taskq_event_keys
+           SET ready_at = IF(? OR held_at IS NULL, UTC_TIMESTAMP(6), NULL),
+               done_seq = LEAST(done_seq, ?), lease_owner = NULL, lease_until = NULL,
+               lease_epoch = lease_epoch + 1,
+               held_at = IF(?, NULL, held_at), held_seq = IF(?, NULL, held_seq),
+               last_error = IF(?, NULL, last_error), failures = IF(?, 0, failures)
+           WHERE key_hash = ?"#,
+        release,
+        from - 1,
+        release,
+        release,
+        release,
+        release,
+        h,
+    )
+    .execute(&mut *conn)
+    .await?;
+    Ok(Some(pending))
 }
 
 /// Replays a key from `from_seq` (see [`taskq_driver::driver::Events::event_replay_key`]).
@@ -599,49 +691,28 @@ pub(crate) async fn event_replay_key(
     key: &str,
     from_seq: u64,
 ) -> sqlx::Result<u64> {
-    let rewind = taskq_driver::rules::event_replay_key(key_hash(topic, key), from_seq);
-    let (hash, from) = (rewind.key_hash, rewind.from_seq);
-    debug_assert!(rewind.release_hold);
-    let k = sqlx::query!(
-        r#"UPDATE taskq_event_keys
-           SET done_seq = LEAST(done_seq, ?), held_at = NULL, held_seq = NULL,
-               last_error = NULL, failures = 0, lease_owner = NULL, lease_until = NULL,
-               lease_epoch = lease_epoch + 1, ready_at = UTC_TIMESTAMP(6)
-           WHERE key_hash = ?"#,
-        from - 1,
-        &hash[..],
-    )
-    .execute(&mut *conn)
-    .await?;
-    if k.rows_affected() == 0 {
-        return Ok(0);
-    }
-    let e = sqlx::query!(
-        r#"UPDATE taskq_events SET state = 'pending', delivered_at = NULL, last_error = NULL
-           WHERE key_hash = ? AND seq >= ? AND state <> 'pending'"#,
-        &hash[..],
-        from,
-    )
-    .execute(&mut *conn)
-    .await?;
-    Ok(e.rows_affected())
+    let rw = taskq_driver::rules::event_replay_key(key_hash(topic, key), from_seq);
+    debug_assert!(rw.release_hold);
+    Ok(rewind(conn, &rw).await?.unwrap_or(0))
 }
 
 /// Replays a topic's delivered and dead events published in `[from, to)` (see
-/// [`taskq_driver::driver::Events::event_replay_range`]): a plain read of the events, then
-/// their keys (in hash order), then the events by id.
+/// [`taskq_driver::driver::Events::event_replay_range`]): a plain read of the events (a range
+/// of `ix_taskq_events_topic`, each joined to its key for `seq <= done_seq`), then each of
+/// their keys rewound in hash order.
 pub(crate) async fn event_replay_range(
     conn: &mut MySqlConnection,
     topic: &str,
     from: DateTime<Utc>,
     to: DateTime<Utc>,
     limit: u32,
-) -> sqlx::Result<u64> {
+) -> sqlx::Result<RangeReplayed> {
     let rows = sqlx::query!(
-        r#"SELECT id AS "id: u64", key_hash AS "key_hash: Vec<u8>", seq AS "seq: u64"
-           FROM taskq_events
-           WHERE state IN ('delivered', 'dead') AND topic = ? AND created_at >= ? AND created_at < ?
-           ORDER BY created_at, id
+        r#"SELECT e.key_hash AS "key_hash: Vec<u8>", e.seq AS "seq: u64"
+           FROM taskq_events e FORCE INDEX (ix_taskq_events_topic)
+             STRAIGHT_JOIN taskq_event_keys k FORCE INDEX (PRIMARY) ON k.key_hash = e.key_hash
+           WHERE e.topic = ? AND e.created_at >= ? AND e.created_at < ? AND e.seq <= k.done_seq
+           ORDER BY e.created_at, e.id
            LIMIT ?"#,
         topic,
         from.naive_utc(),
@@ -652,36 +723,15 @@ pub(crate) async fn event_replay_range(
     .await?;
     let rewinds =
         taskq_driver::rules::event_replay_range(rows.iter().map(|r| (hash_of(&r.key_hash), r.seq)));
-    for rewind in &rewinds {
-        debug_assert!(!rewind.release_hold);
-        sqlx::query!(
-            r#"UPDATE taskq_event_keys
-               SET done_seq = LEAST(done_seq, ?), lease_owner = NULL, lease_until = NULL,
-                   lease_epoch = lease_epoch + 1,
-                   ready_at = IF(held_at IS NULL, UTC_TIMESTAMP(6), NULL)
-               WHERE key_hash = ?"#,
-            rewind.from_seq - 1,
-            &rewind.key_hash[..],
-        )
-        .execute(&mut *conn)
-        .await?;
+    let mut events = 0;
+    for rw in &rewinds {
+        debug_assert!(!rw.release_hold);
+        events += rewind(conn, rw).await?.unwrap_or(0);
     }
-    let mut ids: Vec<u64> = rows.iter().map(|r| r.id).collect();
-    if ids.is_empty() {
-        return Ok(0);
-    }
-    ids.sort_unstable();
-    let json = serde_json::to_string(&ids).expect("ids serialize");
-    let done = sqlx::query!(
-        r#"UPDATE JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$')) AS j
-             STRAIGHT_JOIN taskq_events e FORCE INDEX (PRIMARY) ON e.id = j.id
-           SET e.state = 'pending', e.delivered_at = NULL, e.last_error = NULL
-           WHERE e.state <> 'pending'"#,
-        json,
-    )
-    .execute(&mut *conn)
-    .await?;
-    Ok(done.rows_affected())
+    Ok(RangeReplayed {
+        read: rows.len() as u64,
+        events,
+    })
 }
 
 /// Releases a held key (see [`taskq_driver::driver::Events::event_key_release`]).
@@ -704,9 +754,8 @@ pub(crate) async fn event_key_release(
     };
     let done_seq = if skip {
         sqlx::query!(
-            r#"UPDATE taskq_events
-               SET state = 'dead', delivered_at = UTC_TIMESTAMP(6), last_error = ?
-               WHERE key_hash = ? AND seq = ? AND state = 'pending'"#,
+            r#"UPDATE taskq_events SET dead_at = UTC_TIMESTAMP(6), last_error = ?
+               WHERE key_hash = ? AND seq = ? AND dead_at IS NULL"#,
             held.last_error,
             &hash[..],
             held.held_seq,
@@ -794,7 +843,7 @@ impl taskq_driver::driver::Events for crate::MySqlDriver {
         from: DateTime<Utc>,
         to: DateTime<Utc>,
         limit: u32,
-    ) -> sqlx::Result<u64> {
+    ) -> sqlx::Result<RangeReplayed> {
         event_replay_range(conn, topic, from, to, limit).await
     }
     async fn event_key_release(

@@ -28,11 +28,10 @@ CREATE TABLE taskq_events (
     message_id   TEXT    NOT NULL CHECK (length(message_id) BETWEEN 1 AND 64),
     payload      BLOB    NOT NULL,
     headers      TEXT,
-    state        TEXT    NOT NULL DEFAULT 'pending' CHECK (state IN ('pending', 'delivered', 'dead')),
     created_at   INTEGER NOT NULL,
-    delivered_at INTEGER,
+    dead_at      INTEGER,
     last_error   TEXT
 ) STRICT;
 CREATE UNIQUE INDEX uq_taskq_events_seq ON taskq_events (key_hash, seq);
-CREATE INDEX ix_taskq_events_state ON taskq_events (state, topic, created_at);
-CREATE INDEX ix_taskq_events_done ON taskq_events (state, delivered_at) WHERE delivered_at IS NOT NULL;
+CREATE INDEX ix_taskq_events_created ON taskq_events (created_at) WHERE dead_at IS NULL;
+CREATE INDEX ix_taskq_events_topic ON taskq_events (topic, created_at);

@@ -2,7 +2,9 @@
 //! caller's transaction, the relay's lease / read / renew / settle, and the operator's reads,
 //! retention, replays and releases. SQLite runs one writer at a time, so a key's seq, taken
 //! inside the publishing write transaction, is in commit order, and a lease is one `UPDATE …
-//! RETURNING` (nothing is ever "held elsewhere").
+//! RETURNING` (nothing is ever "held elsewhere"). A delivered event's row is never written:
+//! the key's `done_seq` records delivery (see `taskq_driver::event`); only a dead event
+//! carries a mark (`dead_at`).
 
 use std::collections::BTreeMap;
 
@@ -43,8 +45,8 @@ pub(crate) async fn event_insert(
     let headers = headers_json(e.headers);
     let id = sqlx::query_scalar!(
         r#"INSERT INTO taskq_events
-             (key_hash, seq, topic, event_key, message_id, payload, headers, state, created_at)
-           VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'pending', (SELECT us FROM taskq_clock))
+             (key_hash, seq, topic, event_key, message_id, payload, headers, created_at)
+           VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, (SELECT us FROM taskq_clock))
            RETURNING id AS "id!: i64""#,
         h,
         seq,
@@ -116,7 +118,8 @@ pub(crate) async fn event_key_claim(
         .collect())
 }
 
-/// The pending events of each range, by range then seq: one statement (a read of
+/// The events of each range (none dead: see `taskq_driver::event`), by range then seq: one
+/// statement (a read of
 /// `uq_taskq_events_seq` per range, driven from the JSON side).
 pub(crate) async fn event_read(
     pool: &SqlitePool,
@@ -139,7 +142,7 @@ pub(crate) async fn event_read(
              CROSS JOIN taskq_events AS e INDEXED BY uq_taskq_events_seq
                ON e.key_hash = unhex(j.value ->> 0)
               AND e.seq > (j.value ->> 1) AND e.seq <= (j.value ->> 2)
-           WHERE e.state = 'pending'
+           WHERE e.dead_at IS NULL
            ORDER BY j.key, e.seq"#,
         v,
     )
@@ -195,8 +198,9 @@ pub(crate) async fn event_key_renew(
 
 /// Settles leased keys in one write transaction of a constant number of statements: one
 /// multi-row `UPDATE … FROM json_each(…) RETURNING` of the key rows still leased under their
-/// epochs (what each becomes carried per key in JSON), then one `UPDATE` marking the events of
-/// the keys it returned.
+/// epochs (what each becomes carried per key in JSON: its `done_seq` records what was
+/// delivered), then, when the round dead-lettered events of the keys it returned, one
+/// `UPDATE` marking them dead.
 pub(crate) async fn event_key_settle(
     pool: &SqlitePool,
     keys: &[EventSettle],
@@ -251,23 +255,21 @@ pub(crate) async fn event_key_settle(
     .fetch_all(&mut *tx)
     .await?;
     let settled: std::collections::HashSet<[u8; 32]> = settled.iter().map(|h| hash_of(h)).collect();
-    let mut events: Vec<(i64, Option<&str>)> = Vec::new();
+    let mut dead: Vec<(i64, &str)> = Vec::new();
     for (i, k) in keys.iter().enumerate() {
         if settled.contains(&k.key_hash) {
             held[i] = true;
-            events.extend(k.delivered.iter().map(|&id| (sid(id), None)));
-            events.extend(k.dead.iter().map(|(id, e)| (sid(*id), Some(e.as_str()))));
+            dead.extend(k.dead.iter().map(|(id, e)| (sid(*id), e.as_str())));
         }
     }
-    if !events.is_empty() {
-        let events = json(&events)?;
+    if !dead.is_empty() {
+        let dead = json(&dead)?;
         sqlx::query!(
             r#"UPDATE taskq_events
-               SET state = CASE WHEN j.err IS NULL THEN 'delivered' ELSE 'dead' END,
-                   delivered_at = (SELECT us FROM taskq_clock), last_error = j.err
+               SET dead_at = (SELECT us FROM taskq_clock), last_error = j.err
                FROM (SELECT value ->> 0 AS id, value ->> 1 AS err FROM json_each(?1)) AS j
-               WHERE taskq_events.id = j.id AND taskq_events.state = 'pending'"#,
-            events,
+               WHERE taskq_events.id = j.id AND taskq_events.dead_at IS NULL"#,
+            dead,
         )
         .execute(&mut *tx)
         .await?;
@@ -276,12 +278,24 @@ pub(crate) async fn event_key_settle(
     Ok(held)
 }
 
-/// Per topic: pending events, the oldest one's creation, held keys.
+/// Per topic: pending events (the sum of its keys' `next_seq - done_seq`), the oldest one's
+/// creation (the earliest of the keys' first pending events), held keys. Only keys with
+/// work are read: those are ready, leased or held (the partial indexes on `ready_at` and
+/// `held_at`).
 pub(crate) async fn event_topic_stats(pool: &SqlitePool) -> sqlx::Result<Vec<EventTopicStats>> {
     let pending = sqlx::query!(
-        r#"SELECT topic AS "topic!: String", COUNT(*) AS "pending!: i64",
-                  MIN(created_at) AS "oldest?: i64"
-           FROM taskq_events WHERE state = 'pending' GROUP BY topic"#
+        r#"SELECT k.topic AS "topic!: String", SUM(k.next_seq - k.done_seq) AS "pending!: i64",
+                  MIN(e.created_at) AS "oldest?: i64"
+           FROM (SELECT key_hash, topic, next_seq, done_seq
+                 FROM taskq_event_keys INDEXED BY ix_taskq_event_keys_ready
+                 WHERE ready_at IS NOT NULL AND done_seq < next_seq
+                 UNION ALL
+                 SELECT key_hash, topic, next_seq, done_seq
+                 FROM taskq_event_keys INDEXED BY ix_taskq_event_keys_held
+                 WHERE held_at IS NOT NULL AND ready_at IS NULL AND done_seq < next_seq) AS k
+             LEFT JOIN taskq_events AS e INDEXED BY uq_taskq_events_seq
+               ON e.key_hash = k.key_hash AND e.seq = k.done_seq + 1
+           GROUP BY k.topic"#
     )
     .fetch_all(pool)
     .await?;
@@ -355,13 +369,15 @@ pub(crate) async fn event_list(
     let h = &hash[..];
     let after = sid(after_seq);
     let rows = sqlx::query!(
-        r#"SELECT id AS "id!: i64", topic AS "topic!: String", event_key AS "event_key!: String",
-                  seq AS "seq!: i64", message_id AS "message_id!: String",
-                  state AS "state!: String", created_at AS "created_at!: i64",
-                  delivered_at AS "delivered_at?: i64", last_error AS "last_error?: String"
-           FROM taskq_events
-           WHERE key_hash = ?1 AND seq > ?2
-           ORDER BY seq
+        r#"SELECT e.id AS "id!: i64", e.topic AS "topic!: String",
+                  e.event_key AS "event_key!: String", e.seq AS "seq!: i64",
+                  e.message_id AS "message_id!: String", k.done_seq AS "done_seq!: i64",
+                  e.created_at AS "created_at!: i64", e.dead_at AS "dead_at?: i64",
+                  e.last_error AS "last_error?: String"
+           FROM taskq_events AS e
+             JOIN taskq_event_keys AS k ON k.key_hash = e.key_hash
+           WHERE e.key_hash = ?1 AND e.seq > ?2
+           ORDER BY e.seq
            LIMIT ?3"#,
         h,
         after,
@@ -377,9 +393,9 @@ pub(crate) async fn event_list(
                 key: r.event_key,
                 seq: uid(r.seq),
                 message_id: r.message_id,
-                state: EventState::parse(&r.state).unwrap_or(EventState::Pending),
+                state: EventState::of(uid(r.seq), uid(r.done_seq), r.dead_at.is_some()),
                 created_at: time_from_us(r.created_at)?,
-                delivered_at: opt_time(r.delivered_at)?,
+                dead_at: opt_time(r.dead_at)?,
                 last_error: r.last_error,
             })
         })
@@ -425,7 +441,8 @@ pub(crate) async fn event_key_get(
     }))
 }
 
-/// Deletes up to `limit` events delivered more than `age_us` µs ago, oldest first.
+/// Deletes up to `limit` delivered events (not dead, at or below their key's `done_seq`)
+/// published more than `age_us` µs ago, oldest first: one statement.
 pub(crate) async fn event_prune(
     conn: &mut SqliteConnection,
     age_us: i64,
@@ -434,9 +451,11 @@ pub(crate) async fn event_prune(
     let done = sqlx::query!(
         r#"DELETE FROM taskq_events
            WHERE id IN (
-             SELECT id FROM taskq_events
-             WHERE state = 'delivered' AND delivered_at < (SELECT us FROM taskq_clock) - ?1
-             ORDER BY delivered_at
+             SELECT e.id FROM taskq_events AS e INDEXED BY ix_taskq_events_created
+               JOIN taskq_event_keys AS k ON k.key_hash = e.key_hash
+             WHERE e.dead_at IS NULL AND e.created_at < (SELECT us FROM taskq_clock) - ?1
+               AND e.seq <= k.done_seq
+             ORDER BY e.created_at
              LIMIT ?2)"#,
         age_us,
         limit,
@@ -446,6 +465,70 @@ pub(crate) async fn event_prune(
     Ok(done.rows_affected())
 }
 
+/// Rewinds a key (`KeyRewind`), in the caller's write transaction: from `from_seq`, or the
+/// key's oldest stored event when that is later, `done_seq` goes back to the seq before it
+/// and the dead marks from it on are cleared, so its stored events from there up to the old
+/// `done_seq` become pending; the lease ends (epoch + 1); a hold is cleared when
+/// `release_hold`, kept otherwise (a held key is not made ready). How many events became
+/// pending; `None`: no such key.
+async fn rewind(
+    conn: &mut SqliteConnection,
+    rw: &taskq_driver::rules::KeyRewind,
+) -> sqlx::Result<Option<u64>> {
+    let h = &rw.key_hash[..];
+    let k = sqlx::query!(
+        r#"SELECT done_seq AS "done_seq!: i64",
+                  (SELECT MIN(seq) FROM taskq_events WHERE key_hash = ?1) AS "oldest?: i64"
+           FROM taskq_event_keys WHERE key_hash = ?1"#,
+        h,
+    )
+    .fetch_optional(&mut *conn)
+    .await?;
+    let Some(k) = k else {
+        return Ok(None);
+    };
+    let done = k.done_seq;
+    let from = sid(rw.start(k.oldest.map(uid)));
+    let mut pending = 0;
+    if from <= done {
+        pending = sqlx::query_scalar!(
+            r#"SELECT COUNT(*) AS "n!: i64" FROM taskq_events
+               WHERE key_hash = ?1 AND seq >= ?2 AND seq <= ?3"#,
+            h,
+            from,
+            done,
+        )
+        .fetch_one(&mut *conn)
+        .await?;
+        sqlx::query!(
+            r#"UPDATE taskq_events SET dead_at = NULL, last_error = NULL
+               WHERE key_hash = ?1 AND seq >= ?2 AND dead_at IS NOT NULL"#,
+            h,
+            from,
+        )
+        .execute(&mut *conn)
+        .await?;
+    }
+    let release = rw.release_hold;
+    sqlx::query!(
+        r#"UPDATE taskq_event_keys
+           SET ready_at = CASE WHEN ?1 OR held_at IS NULL THEN (SELECT us FROM taskq_clock) END,
+               done_seq = MIN(done_seq, ?2), lease_owner = NULL, lease_until = NULL,
+               lease_epoch = lease_epoch + 1,
+               held_at = CASE WHEN ?1 THEN NULL ELSE held_at END,
+               held_seq = CASE WHEN ?1 THEN NULL ELSE held_seq END,
+               last_error = CASE WHEN ?1 THEN NULL ELSE last_error END,
+               failures = CASE WHEN ?1 THEN 0 ELSE failures END
+           WHERE key_hash = ?3"#,
+        release,
+        from - 1,
+        h,
+    )
+    .execute(&mut *conn)
+    .await?;
+    Ok(Some(uid(pending)))
+}
+
 /// Replays a key from `from_seq` (see `Events::event_replay_key`).
 pub(crate) async fn event_replay_key(
     conn: &mut SqliteConnection,
@@ -453,55 +536,33 @@ pub(crate) async fn event_replay_key(
     key: &str,
     from_seq: u64,
 ) -> sqlx::Result<u64> {
-    let rewind = taskq_driver::rules::event_replay_key(key_hash(topic, key), from_seq);
-    debug_assert!(rewind.release_hold);
-    let h = &rewind.key_hash[..];
-    let from = sid(rewind.from_seq);
+    let rw = taskq_driver::rules::event_replay_key(key_hash(topic, key), from_seq);
+    debug_assert!(rw.release_hold);
     let mut tx = begin_write(conn).await?;
-    let k = sqlx::query!(
-        r#"UPDATE taskq_event_keys
-           SET done_seq = MIN(done_seq, ?1 - 1), held_at = NULL, held_seq = NULL,
-               last_error = NULL, failures = 0, lease_owner = NULL, lease_until = NULL,
-               lease_epoch = lease_epoch + 1, ready_at = (SELECT us FROM taskq_clock)
-           WHERE key_hash = ?2"#,
-        from,
-        h,
-    )
-    .execute(&mut *tx)
-    .await?;
-    if k.rows_affected() == 0 {
-        tx.commit().await?;
-        return Ok(0);
-    }
-    let e = sqlx::query!(
-        r#"UPDATE taskq_events SET state = 'pending', delivered_at = NULL, last_error = NULL
-           WHERE key_hash = ?1 AND seq >= ?2 AND state <> 'pending'"#,
-        h,
-        from,
-    )
-    .execute(&mut *tx)
-    .await?;
+    let n = rewind(&mut tx, &rw).await?.unwrap_or(0);
     tx.commit().await?;
-    Ok(e.rows_affected())
+    Ok(n)
 }
 
 /// Replays a topic's delivered and dead events published in `[from, to)` (see
-/// `Events::event_replay_range`).
+/// `Events::event_replay_range`): a read of the events (`ix_taskq_events_topic`, each joined
+/// to its key for `seq <= done_seq`), then each of their keys rewound in hash order.
 pub(crate) async fn event_replay_range(
     conn: &mut SqliteConnection,
     topic: &str,
     from: DateTime<Utc>,
     to: DateTime<Utc>,
     limit: u32,
-) -> sqlx::Result<u64> {
+) -> sqlx::Result<RangeReplayed> {
     let (f, t) = (time_to_us(from), time_to_us(to));
     let mut tx = begin_write(conn).await?;
     let rows = sqlx::query!(
-        r#"SELECT id AS "id!: i64", key_hash AS "key_hash!: Vec<u8>", seq AS "seq!: i64"
-           FROM taskq_events
-           WHERE state IN ('delivered', 'dead') AND topic = ?1 AND created_at >= ?2
-             AND created_at < ?3
-           ORDER BY created_at, id
+        r#"SELECT e.key_hash AS "key_hash!: Vec<u8>", e.seq AS "seq!: i64"
+           FROM taskq_events AS e INDEXED BY ix_taskq_events_topic
+             JOIN taskq_event_keys AS k ON k.key_hash = e.key_hash
+           WHERE e.topic = ?1 AND e.created_at >= ?2 AND e.created_at < ?3
+             AND e.seq <= k.done_seq
+           ORDER BY e.created_at, e.id
            LIMIT ?4"#,
         topic,
         f,
@@ -511,35 +572,18 @@ pub(crate) async fn event_replay_range(
     .fetch_all(&mut *tx)
     .await?;
     let rewinds = taskq_driver::rules::event_replay_range(
-        rows.iter().map(|r| (hash_of(&r.key_hash), r.seq as u64)),
+        rows.iter().map(|r| (hash_of(&r.key_hash), uid(r.seq))),
     );
-    for rewind in &rewinds {
-        debug_assert!(!rewind.release_hold);
-        let hb = &rewind.key_hash[..];
-        let seq = sid(rewind.from_seq);
-        sqlx::query!(
-            r#"UPDATE taskq_event_keys
-               SET done_seq = MIN(done_seq, ?1 - 1), lease_owner = NULL, lease_until = NULL,
-                   lease_epoch = lease_epoch + 1,
-                   ready_at = CASE WHEN held_at IS NULL THEN (SELECT us FROM taskq_clock) END
-               WHERE key_hash = ?2"#,
-            seq,
-            hb,
-        )
-        .execute(&mut *tx)
-        .await?;
+    let mut events = 0;
+    for rw in &rewinds {
+        debug_assert!(!rw.release_hold);
+        events += rewind(&mut tx, rw).await?.unwrap_or(0);
     }
-    let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
-    let ids = json(&ids)?;
-    let done = sqlx::query!(
-        r#"UPDATE taskq_events SET state = 'pending', delivered_at = NULL, last_error = NULL
-           WHERE id IN (SELECT value FROM json_each(?1)) AND state <> 'pending'"#,
-        ids,
-    )
-    .execute(&mut *tx)
-    .await?;
     tx.commit().await?;
-    Ok(done.rows_affected())
+    Ok(RangeReplayed {
+        read: rows.len() as u64,
+        events,
+    })
 }
 
 /// Releases a held key (see `Events::event_key_release`).
@@ -566,9 +610,8 @@ pub(crate) async fn event_key_release(
     };
     let done_seq = if skip {
         sqlx::query!(
-            r#"UPDATE taskq_events
-               SET state = 'dead', delivered_at = (SELECT us FROM taskq_clock), last_error = ?1
-               WHERE key_hash = ?2 AND seq = ?3 AND state = 'pending'"#,
+            r#"UPDATE taskq_events SET dead_at = (SELECT us FROM taskq_clock), last_error = ?1
+               WHERE key_hash = ?2 AND seq = ?3 AND dead_at IS NULL"#,
             held.last_error,
             h,
             held.held_seq,
@@ -656,7 +699,7 @@ impl taskq_driver::driver::Events for crate::SqliteDriver {
         from: DateTime<Utc>,
         to: DateTime<Utc>,
         limit: u32,
-    ) -> sqlx::Result<u64> {
+    ) -> sqlx::Result<RangeReplayed> {
         event_replay_range(conn, topic, from, to, limit).await
     }
     async fn event_key_release(

@@ -295,6 +295,16 @@ impl Drop for TestDb {
     }
 }
 
+/// SQL (MySQL and SQLite alike) for an event row's state, `'pending'`, `'delivered'` or
+/// `'dead'`, over [`EVENTS_WITH_KEYS`]: derived as `EventState::of` derives it (a delivered
+/// event's row is never written; its key's `done_seq` records delivery).
+pub const EVENT_STATE: &str = "CASE WHEN e.dead_at IS NOT NULL THEN 'dead' \
+     WHEN e.seq <= k.done_seq THEN 'delivered' ELSE 'pending' END";
+
+/// `taskq_events e` joined to its key row `k`, for [`EVENT_STATE`].
+pub const EVENTS_WITH_KEYS: &str =
+    "taskq_events e JOIN taskq_event_keys k ON k.key_hash = e.key_hash";
+
 pub mod backends;
 pub mod bins;
 pub mod brokers;

@@ -44,9 +44,11 @@ impl Client {
         self.run(self.store.event_key_get(topic, key)).await
     }
 
-    /// Deletes the events delivered more than `age` ago (database clock), 1,000 per statement
-    /// (each autocommitted); how many. Pending and dead events are kept; a key keeps its
-    /// numbers (its next event continues the sequence).
+    /// Deletes the delivered events published more than `age` ago (database clock), up to
+    /// 1,000 per statement (each autocommitted); how many. Pending and dead events are kept; a
+    /// key keeps its numbers (its next event continues the sequence). No time is kept per
+    /// delivered event (the key's `done_seq` records delivery), so age is counted from the
+    /// publish.
     pub async fn prune_events(&self, age: Duration) -> Result<u64> {
         let age_us = i64::try_from(age.as_micros()).unwrap_or(i64::MAX);
         let mut conn = self.run(self.store.acquire()).await?;
@@ -62,9 +64,10 @@ impl Client {
         }
     }
 
-    /// Replays `(topic, key)` from `from_seq`: its delivered and dead events with that seq or
-    /// above become pending and are relayed again, in seq order, with their message ids; a
-    /// hold is cleared and a lease ended. How many events became pending. Recorded in the
+    /// Replays `(topic, key)` from `from_seq` (0: from the start; a seq before the key's
+    /// oldest stored event counts as that one): its delivered and dead events from there
+    /// become pending and are relayed again, in seq order, with their message ids; a hold is
+    /// cleared and a lease ended. How many events became pending. Recorded in the
     /// audit trail as `event_replay` (detail `{"topic", "key", "from_seq", "events"}`).
     pub async fn replay_event_key(&self, topic: &str, key: &str, from_seq: u64) -> Result<u64> {
         crate::defaults::validate_name("event topic", topic, MAX_TOPIC_LEN)?;
@@ -81,11 +84,13 @@ impl Client {
     }
 
     /// Replays `topic`'s delivered and dead events published in `[from, to)` (database
-    /// clock): they become pending, and each key they belong to goes back to its lowest
-    /// replayed seq (so its later events are sent again too, in order). A held key stays
-    /// held. One transaction (statements of up to 1,000 events each), so a relay cannot send
-    /// part of the range before the rest is marked, and recorded in the audit trail as one
-    /// `event_replay_range` entry (detail `{"topic", "from", "to", "events"}`); how many.
+    /// clock): each key they belong to goes back to its lowest such event, so those events
+    /// and the key's later ones become pending and are sent again, in order (a consumer sees
+    /// the key's events in seq order again; the inbox drops ids it has seen). A held key
+    /// stays held. One transaction (reads of up to 1,000 events each), so a relay cannot
+    /// send part of the range before the rest is rewound, and recorded in the audit trail as
+    /// one `event_replay_range` entry (detail `{"topic", "from", "to", "events"}`); how many
+    /// events became pending.
     /// Until it commits, publishers of the range's keys wait for their key rows: replay a
     /// very large range in several calls over shorter time ranges.
     pub async fn replay_events(
@@ -97,7 +102,7 @@ impl Client {
         crate::defaults::validate_name("event topic", topic, MAX_TOPIC_LEN)?;
         let mut tx = self.run(self.store.begin()).await?;
         let mut total = 0;
-        // Events marked pending by an earlier statement are no longer selected (this
+        // Events of keys rewound by an earlier statement are pending and no longer read (this
         // transaction sees its own changes, and no relay can deliver them before it commits).
         loop {
             let n = self
@@ -106,8 +111,8 @@ impl Client {
                         .event_replay_range(tx.conn(), topic, from, to, EVENT_BATCH),
                 )
                 .await?;
-            total += n;
-            if n < u64::from(EVENT_BATCH) {
+            total += n.events;
+            if n.read < u64::from(EVENT_BATCH) {
                 break;
             }
         }

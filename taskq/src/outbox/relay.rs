@@ -278,6 +278,8 @@ struct Published {
     leases: Vec<EventLease>,
     settles: Vec<EventSettle>,
     published: usize,
+    /// Events the sink delivered that the settles count as done (their keys' `done_seq`).
+    delivered: usize,
 }
 
 /// The rounds in flight of a running relay: at most one published and being settled and one
@@ -570,11 +572,12 @@ impl<S: Sink + 'static> Relay<S> {
         outcomes.resize_with(batch.len(), || {
             Outcome::Failed("the sink returned fewer outcomes than messages".into())
         });
-        let settles = self.settles(&p.leases, &p.ranges, &p.rows, &outcomes);
+        let (settles, delivered) = self.settles(&p.leases, &p.ranges, &p.rows, &outcomes);
         Published {
             leases: p.leases,
             settles,
             published: batch.len(),
+            delivered,
         }
     }
 
@@ -583,7 +586,7 @@ impl<S: Sink + 'static> Relay<S> {
     async fn settle(&self, p: Published) -> Result<Round> {
         let i = &*self.inner;
         forget(&i.leased, &p.leases);
-        let delivered: usize = p.settles.iter().map(|s| s.delivered.len()).sum();
+        let delivered = p.delivered;
         let held = match i.store.event_key_settle(&p.settles).await {
             Ok(held) => held,
             Err(e) => {
@@ -613,7 +616,6 @@ impl<S: Sink + 'static> Relay<S> {
                 key_hash: l.key_hash,
                 epoch: l.epoch,
                 done_seq: l.done_seq,
-                delivered: Vec::new(),
                 dead: Vec::new(),
                 next: KeyNext::Release,
             })
@@ -640,16 +642,18 @@ impl<S: Sink + 'static> Relay<S> {
         narrow.insert(key_hash);
     }
 
-    /// What each leased key becomes, from its events' outcomes (in seq order).
+    /// What each leased key becomes, from its events' outcomes (in seq order), and how many
+    /// events the settles record as delivered.
     fn settles(
         &self,
         leases: &[EventLease],
         ranges: &[EventRange],
         rows: &[EventRow],
         outcomes: &[Outcome],
-    ) -> Vec<EventSettle> {
+    ) -> (Vec<EventSettle>, usize) {
         let i = &*self.inner;
-        leases
+        let mut delivered = 0;
+        let settles = leases
             .iter()
             .zip(ranges)
             .map(|(l, r)| {
@@ -657,7 +661,6 @@ impl<S: Sink + 'static> Relay<S> {
                     key_hash: l.key_hash,
                     epoch: l.epoch,
                     done_seq: r.up_to,
-                    delivered: Vec::new(),
                     dead: Vec::new(),
                     next: KeyNext::Release,
                 };
@@ -676,7 +679,7 @@ impl<S: Sink + 'static> Relay<S> {
                         continue;
                     }
                     match out {
-                        Outcome::Delivered => s.delivered.push(row.id),
+                        Outcome::Delivered => delivered += 1,
                         Outcome::Rejected(err) => match i.on_rejected {
                             OnRejected::DeadLetter => {
                                 tracing::warn!(relay = %i.owner, topic = %l.topic, key = %l.key,
@@ -724,7 +727,8 @@ impl<S: Sink + 'static> Relay<S> {
                 }
                 s
             })
-            .collect()
+            .collect();
+        (settles, delivered)
     }
 }
 
