@@ -5,6 +5,7 @@
 //! another after the lease. On both backends, with function sinks that record what they got.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -864,6 +865,92 @@ async fn a_sink_that_breaks_a_keys_order_makes_the_relay_send_that_key_one_event
     assert_eq!(states(&db, "c").await, ["delivered"; 3]);
 }
 
+/// A running relay reads on a key with a long backlog in the round after the one it is
+/// publishing (the key keeps its lease: one lease for the whole backlog), and publishes that
+/// round only once the key's events of the first were all delivered. A failure stops the key
+/// before anything after it goes out: of what the sink answered `Delivered`, each key's
+/// events are exactly 1..=N in order, once each, and the failed event went out again with
+/// its id. Another key with one event is not kept waiting behind the long one.
+async fn a_running_relay_reads_on_a_long_key_and_stops_it_at_a_failure<B: HasDriver>(db: Db<B>) {
+    const LONG: u32 = 400;
+    let mut tx = db.begin().await;
+    for n in 1..=LONG {
+        ev("long", n).publish_tx(&mut tx).await.unwrap();
+    }
+    tx.commit().await.unwrap();
+    publish(&db, &[ev("short", 1)]).await;
+    // Fails event 150 of the long key once (its round's later events are then `Held`).
+    let delivered = Seen::default();
+    let failed_once = Arc::new(AtomicBool::new(false));
+    let sink = {
+        let delivered = delivered.clone();
+        let failed_once = failed_once.clone();
+        FnSink::new(move |batch: Vec<Message>| {
+            let delivered = delivered.clone();
+            let failed_once = failed_once.clone();
+            async move {
+                let mut stopped: HashSet<String> = HashSet::new();
+                batch
+                    .iter()
+                    .map(|m| {
+                        if stopped.contains(&m.key) {
+                            return Outcome::Held;
+                        }
+                        if m.key == "long"
+                            && decode(m).n == 150
+                            && !failed_once.swap(true, Ordering::SeqCst)
+                        {
+                            stopped.insert(m.key.clone());
+                            return Outcome::Failed("broker away".into());
+                        }
+                        delivered.push(m);
+                        Outcome::Delivered
+                    })
+                    .collect()
+            }
+        })
+    };
+    let relay = Relay::builder(db.pool.clone(), sink)
+        .batch_size(50)
+        .retry_backoff(taskq::Backoff::constant(Duration::from_millis(50)))
+        .poll_interval(Duration::from_millis(20))
+        .build()
+        .unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(async move {
+        relay
+            .run_until(async move {
+                let _ = stopped.await;
+            })
+            .await
+    });
+    wait_until(Duration::from_secs(60), "every event delivered", || async {
+        delivered.all().len() == LONG as usize + 1
+    })
+    .await;
+    stop.send(()).unwrap();
+    running.await.unwrap().unwrap();
+    assert_eq!(delivered.ns("long"), (1..=LONG).collect::<Vec<_>>());
+    assert_eq!(delivered.ns("short"), [1]);
+    assert!(failed_once.load(Ordering::SeqCst));
+    let store = B::store(db.pool.clone());
+    let key = store
+        .event_key_get("orders.placed", "long")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((key.done_seq, key.leased, key.failures), (400, false, 0));
+    // 400 events in rounds of at most 50: eight rounds or more, on few leases (one before
+    // the failure, one after its backoff, give or take a round that found the key released
+    // between two others).
+    assert!(
+        key.lease_epoch <= 4,
+        "the key was read on under its lease, not leased again each round: epoch {}",
+        key.lease_epoch
+    );
+    assert_eq!(count_state(&db, "delivered").await, i64::from(LONG) + 1);
+}
+
 /// A settle that fails on a database error (here: the events table is gone while the batch
 /// is out, and the round dead-lettered an event, so the settle writes to it) gives the
 /// round's keys back at once instead of leaving them leased until the lease ends; once the
@@ -956,4 +1043,5 @@ taskq_tests::conformance!(
     a_relay_wakes_on_publish_without_waiting_for_the_poll,
     a_sink_that_breaks_a_keys_order_makes_the_relay_send_that_key_one_event_per_round,
     a_settle_that_fails_gives_the_keys_back_at_once,
+    a_running_relay_reads_on_a_long_key_and_stops_it_at_a_failure,
 );

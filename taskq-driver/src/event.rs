@@ -234,6 +234,10 @@ pub enum KeyNext {
     /// Everything read went out (or was dead-lettered): the lease ends, the key is ready at
     /// once if it has more (`done_seq < next_seq`), idle otherwise; failures reset.
     Release,
+    /// Everything read went out (or was dead-lettered) and the relay goes on with the key's
+    /// next events in its next round: `done_seq` moves and failures reset, as with
+    /// `Release`, but the lease stays (same owner, epoch and end).
+    Keep,
     /// A transient failure: the lease ends, the key is ready again after `delay_us`; failures
     /// + 1, the error kept.
     Backoff {

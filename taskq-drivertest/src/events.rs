@@ -141,6 +141,80 @@ pub async fn an_expired_event_lease_is_taken_over_and_the_old_epoch_is_fenced<D:
     assert_eq!(renewed, [second[0].key_hash]);
 }
 
+/// A settle that keeps the lease (`KeyNext::Keep`: the relay reads on the key in its next
+/// round) moves `done_seq` (the events up to it are delivered) and resets failures, but the
+/// key stays leased to the same relay under the same epoch and end: no other claim takes it,
+/// and the relay's next settle under that epoch ends the lease.
+pub async fn a_kept_lease_records_delivery_and_stays_with_its_relay<D: Driver>(d: D) {
+    for n in [b"1", b"2", b"3"] {
+        insert(&d, "a", n).await;
+    }
+    insert(&d, "b", b"1").await;
+    let mut l = d.event_key_claim(&claim("r1", HOUR_US)).await.unwrap();
+    l.sort_by(|x, y| x.key.cmp(&y.key));
+    let before = d.event_key_get(TOPIC, "a").await.unwrap().unwrap();
+    let keep = |l: &EventLease, done_seq| EventSettle {
+        next: KeyNext::Keep,
+        ..release(l, done_seq)
+    };
+    assert_eq!(
+        d.event_key_settle(&[keep(&l[0], 2), keep(&l[1], 1)])
+            .await
+            .unwrap(),
+        [true, true]
+    );
+    let a = d.event_key_get(TOPIC, "a").await.unwrap().unwrap();
+    assert_eq!(
+        (
+            a.done_seq,
+            a.leased,
+            a.lease_owner.as_deref(),
+            a.lease_epoch
+        ),
+        (2, true, Some("r1"), l[0].epoch)
+    );
+    assert_eq!(
+        a.lease_until, before.lease_until,
+        "the lease's end is unchanged"
+    );
+    assert_eq!(
+        d.event_list(TOPIC, "a", 0, 10)
+            .await
+            .unwrap()
+            .iter()
+            .map(|e| e.state)
+            .collect::<Vec<_>>(),
+        [
+            EventState::Delivered,
+            EventState::Delivered,
+            EventState::Pending
+        ]
+    );
+    assert!(
+        d.event_key_claim(&claim("r2", HOUR_US))
+            .await
+            .unwrap()
+            .is_empty(),
+        "kept keys are still leased"
+    );
+    // The next round's settle, same epoch: the lease ends.
+    assert_eq!(
+        d.event_key_settle(&[release(&l[0], 3), release(&l[1], 1)])
+            .await
+            .unwrap(),
+        [true, true]
+    );
+    let a = d.event_key_get(TOPIC, "a").await.unwrap().unwrap();
+    assert_eq!((a.done_seq, a.leased, a.lease_owner), (3, false, None));
+    assert!(
+        d.event_key_claim(&claim("r2", HOUR_US))
+            .await
+            .unwrap()
+            .is_empty(),
+        "nothing left to relay"
+    );
+}
+
 /// A backoff makes the key ready only after its delay; a hold keeps it out until released,
 /// and a publish on a held key does not make it ready.
 pub async fn a_backed_off_key_waits_and_a_held_key_stays_out<D: Driver>(d: D) {

@@ -271,8 +271,8 @@ pub(crate) async fn event_key_settle(
     .await?;
     let locked: std::collections::HashSet<[u8; 32]> = locked.iter().map(|h| hash_of(h)).collect();
     if !locked.is_empty() {
-        // Per key: [hash, epoch, done_seq, next (0 release, 1 backoff, 2 hold), backoff µs,
-        // error, held seq].
+        // Per key: [hash, epoch, done_seq, next (0 release, 1 backoff, 2 hold, 3 keep),
+        // backoff µs, error, held seq].
         let mut rows = Vec::with_capacity(locked.len());
         let mut dead: Vec<(u64, &str)> = Vec::new();
         for (i, k) in keys.iter().enumerate() {
@@ -284,6 +284,7 @@ pub(crate) async fn event_key_settle(
                 KeyNext::Release => (0u8, 0i64, None, None),
                 KeyNext::Backoff { delay_us, error } => (1, *delay_us, Some(error.as_str()), None),
                 KeyNext::Hold { seq, error } => (2, 0, Some(error.as_str()), Some(*seq)),
+                KeyNext::Keep => (3, 0, None, None),
             };
             rows.push(serde_json::json!([
                 hex(&k.key_hash),
@@ -308,10 +309,13 @@ pub(crate) async fn event_key_settle(
                  STRAIGHT_JOIN taskq_event_keys k FORCE INDEX (PRIMARY) ON k.key_hash = UNHEX(j.h)
                SET k.ready_at = CASE j.n WHEN 0 THEN IF(j.d < k.next_seq, UTC_TIMESTAMP(6), NULL)
                                          WHEN 1 THEN UTC_TIMESTAMP(6) + INTERVAL j.us MICROSECOND
+                                         WHEN 3 THEN k.ready_at
                                          ELSE NULL END,
-                   k.done_seq = GREATEST(k.done_seq, j.d), k.lease_owner = NULL,
-                   k.lease_until = NULL, k.failures = IF(j.n = 0, 0, k.failures + 1),
-                   k.last_error = IF(j.n = 0, NULL, j.err),
+                   k.done_seq = GREATEST(k.done_seq, j.d),
+                   k.lease_owner = IF(j.n = 3, k.lease_owner, NULL),
+                   k.lease_until = IF(j.n = 3, k.lease_until, NULL),
+                   k.failures = IF(j.n IN (0, 3), 0, k.failures + 1),
+                   k.last_error = IF(j.n IN (0, 3), NULL, j.err),
                    k.held_at = IF(j.n = 2, UTC_TIMESTAMP(6), k.held_at),
                    k.held_seq = IF(j.n = 2, j.hs, k.held_seq)
                WHERE k.lease_epoch = j.e AND k.lease_owner IS NOT NULL"#,
@@ -367,6 +371,18 @@ async fn settle_one(conn: &mut MySqlConnection, k: &EventSettle) -> sqlx::Result
                        lease_until = NULL, failures = 0, last_error = NULL
                    WHERE key_hash = ? AND lease_epoch = ? AND lease_owner IS NOT NULL"#,
                 k.done_seq,
+                k.done_seq,
+                h,
+                k.epoch,
+            )
+            .execute(&mut *conn)
+            .await?
+        }
+        KeyNext::Keep => {
+            sqlx::query!(
+                r#"UPDATE taskq_event_keys
+                   SET done_seq = GREATEST(done_seq, ?), failures = 0, last_error = NULL
+                   WHERE key_hash = ? AND lease_epoch = ? AND lease_owner IS NOT NULL"#,
                 k.done_seq,
                 h,
                 k.epoch,

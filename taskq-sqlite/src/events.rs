@@ -209,8 +209,8 @@ pub(crate) async fn event_key_settle(
     if keys.is_empty() {
         return Ok(held);
     }
-    // Per key: [hash, epoch, done_seq, next (0 release, 1 backoff, 2 hold), backoff µs,
-    // error, held seq].
+    // Per key: [hash, epoch, done_seq, next (0 release, 1 backoff, 2 hold, 3 keep),
+    // backoff µs, error, held seq].
     let rows: Vec<serde_json::Value> = keys
         .iter()
         .map(|k| {
@@ -218,6 +218,7 @@ pub(crate) async fn event_key_settle(
                 KeyNext::Release => (0u8, 0i64, None, None),
                 KeyNext::Backoff { delay_us, error } => (1, *delay_us, Some(error.as_str()), None),
                 KeyNext::Hold { seq, error } => (2, 0, Some(error.as_str()), Some(sid(*seq))),
+                KeyNext::Keep => (3, 0, None, None),
             };
             serde_json::json!([
                 hex(&k.key_hash),
@@ -238,9 +239,12 @@ pub(crate) async fn event_key_settle(
                             WHEN 0 THEN CASE WHEN j.d < k.next_seq
                                              THEN (SELECT us FROM taskq_clock) END
                             WHEN 1 THEN (SELECT us FROM taskq_clock) + j.us
+                            WHEN 3 THEN k.ready_at
                           END,
-               done_seq = MAX(k.done_seq, j.d), lease_owner = NULL, lease_until = NULL,
-               failures = CASE WHEN j.n = 0 THEN 0 ELSE k.failures + 1 END,
+               done_seq = MAX(k.done_seq, j.d),
+               lease_owner = CASE WHEN j.n = 3 THEN k.lease_owner END,
+               lease_until = CASE WHEN j.n = 3 THEN k.lease_until END,
+               failures = CASE WHEN j.n IN (0, 3) THEN 0 ELSE k.failures + 1 END,
                last_error = j.err,
                held_at = CASE WHEN j.n = 2 THEN (SELECT us FROM taskq_clock) ELSE k.held_at END,
                held_seq = CASE WHEN j.n = 2 THEN j.hs ELSE k.held_seq END

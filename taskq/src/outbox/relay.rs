@@ -205,11 +205,14 @@ fn host_name() -> String {
 /// pending events (skipping keys another relay holds) until their backlogs fill
 /// [`batch_size`](RelayBuilder::batch_size), reads their events from the lowest undelivered
 /// seq (the batch shared among the keys by backlog), publishes them as one batch, and settles
-/// the keys, each under its lease epoch (on MySQL in one transaction of five statements for
-/// the whole round, keys a publisher holds at that moment one at a time after it). A running
-/// relay overlaps rounds: it publishes one while it settles the one before and reads the next
-/// (other keys: a key is in one round at a time). On each key:
-/// delivered events are marked delivered; at the first event of a key that was not, the key
+/// the keys, each under its lease epoch (on MySQL in one transaction of four statements for
+/// the whole round, five when it dead-lettered events; keys a publisher holds at that moment
+/// one at a time after it). A running relay overlaps rounds: it publishes one while it
+/// settles the one before and reads the next, which reads on the keys of the one published
+/// when they have more events (under the same leases; a key whose events were not all
+/// delivered is taken out of it before it goes out).
+/// On each key: its `done_seq` moves past its delivered events (the key's row records
+/// delivery; no event row is written); at the first event of a key that was not, the key
 /// stops ([`Outcome::Failed`] / [`Outcome::Held`]: backoff, then any relay tries again with the
 /// same message id; [`Outcome::Rejected`]: held or dead-lettered, see [`OnRejected`]). Several
 /// relays, in one process or many, are safe: a relay that lost a key's lease (it stalled past
@@ -269,13 +272,21 @@ const NARROW_LIMIT: usize = 10_000;
 /// A round leased and read, not yet published.
 struct Prepared {
     leases: Vec<EventLease>,
+    /// Per lease: carried over from the round published before this one (the same lease,
+    /// read on from that round's last seq; see [`Relay::carry_over`]).
+    carried: Vec<bool>,
     ranges: Vec<EventRange>,
     rows: Vec<EventRow>,
 }
 
+/// A key of the round being published that the next round reads on: its lease (with
+/// `done_seq` set to the last seq of the round being published) and that seq.
+type Carry = EventLease;
+
 /// A round published, not yet settled (its events' payloads dropped).
 struct Published {
     leases: Vec<EventLease>,
+    ranges: Vec<EventRange>,
     settles: Vec<EventSettle>,
     published: usize,
     /// Events the sink delivered that the settles count as done (their keys' `done_seq`).
@@ -283,8 +294,9 @@ struct Published {
 }
 
 /// The rounds in flight of a running relay: at most one published and being settled and one
-/// read ahead (two batches of events in memory at most); their keys are disjoint (a key is
-/// leased by one round at a time).
+/// read ahead (two batches of events in memory at most). A key is in both only when the
+/// round read ahead carried it over (see [`Relay::carry_over`]): its events there follow
+/// the ones being settled, under the same lease.
 #[derive(Default)]
 struct Pipeline {
     settling: Option<Published>,
@@ -298,7 +310,8 @@ pub struct Round {
     pub keys: usize,
     /// Events handed to the sink.
     pub published: usize,
-    /// Events marked delivered.
+    /// Events the sink delivered that the settle recorded as delivered (their keys'
+    /// `done_seq` moved past them).
     pub delivered: usize,
     /// Keys whose lease was lost before the settle (their outcomes were not written).
     pub lost: usize,
@@ -333,8 +346,11 @@ impl<S: Sink + 'static> Relay<S> {
 
     /// Runs rounds until `shutdown` completes, then returns. Rounds overlap: while the sink
     /// publishes one round, the relay settles the round before it and leases and reads the
-    /// next (its keys are others: a key is leased by one round at a time), so the database
-    /// and the broker work at the same time; at most two rounds' events are in memory.
+    /// next, so the database and the broker work at the same time; at most two rounds' events
+    /// are in memory. The next round reads on the keys of the one being published that have
+    /// more events, under the same leases; it is published only after that one, and a key
+    /// whose events there were not all delivered is taken out of it first (its lease ends
+    /// with the first round's settle, as always).
     /// `shutdown` is checked between steps: the round being published ends and is settled,
     /// and the keys of the round read ahead are given back at once. A database error is
     /// logged and retried after the poll interval (the keys of the rounds in flight are
@@ -396,7 +412,7 @@ impl<S: Sink + 'static> Relay<S> {
     /// did. (A running relay overlaps rounds; see [`run_until`](Self::run_until).)
     pub async fn run_once(&self) -> Result<Round> {
         let mut next_renew = Instant::now() + self.renew_every();
-        let Some(p) = self.renewing(self.prepare(), &mut next_renew).await? else {
+        let Some(p) = self.renewing(self.prepare(&[]), &mut next_renew).await? else {
             return Ok(Round::default());
         };
         let published = self.renewing(self.publish(p), &mut next_renew).await;
@@ -413,7 +429,7 @@ impl<S: Sink + 'static> Relay<S> {
                 if let Some(s) = st.settling.take() {
                     self.renewing(self.settle(s), next_renew).await?;
                 }
-                match self.renewing(self.prepare(), next_renew).await? {
+                match self.renewing(self.prepare(&[]), next_renew).await? {
                     Some(p) => p,
                     None => return Ok(0),
                 }
@@ -421,21 +437,77 @@ impl<S: Sink + 'static> Relay<S> {
         };
         let keys = current.leases.len();
         let previous = st.settling.take();
+        // The keys of this round with more events than it reads are read on in the next
+        // round (published only after this one, and only if this one delivered all of theirs).
+        let carry: Vec<Carry> = current
+            .leases
+            .iter()
+            .zip(&current.ranges)
+            .filter(|(l, r)| r.up_to < l.next_seq)
+            .map(|(l, r)| EventLease {
+                done_seq: r.up_to,
+                ..l.clone()
+            })
+            .collect();
         let db = async {
             if let Some(s) = previous {
                 self.settle(s).await?;
             }
-            self.prepare().await
+            self.prepare(&carry).await
         };
-        let (published, next) = self
+        let (mut published, next) = self
             .renewing(
                 async { tokio::join!(self.publish(current), db) },
                 next_renew,
             )
             .await;
+        let next = next.map(|n| n.and_then(|n| self.carry_over(&mut published, n)));
         st.settling = Some(published);
         st.ready = next?;
         Ok(keys)
+    }
+
+    /// Decides, once a round is published, which of the keys the next round carried over
+    /// from it really go on: a key whose events of this round were all delivered (or
+    /// dead-lettered) keeps its lease (its settle becomes [`KeyNext::Keep`]) and the next
+    /// round publishes its following events; any other key (failed, held, lease lost...) is
+    /// dropped from the next round before anything of it is sent, and this round's settle
+    /// ends its lease as usual. The next round; `None` when nothing is left of it.
+    fn carry_over(&self, published: &mut Published, mut next: Prepared) -> Option<Prepared> {
+        let mut keep = vec![true; next.leases.len()];
+        for (i, l) in next.leases.iter().enumerate() {
+            if !next.carried[i] {
+                continue;
+            }
+            let settle = published
+                .settles
+                .iter_mut()
+                .zip(&published.ranges)
+                .find(|(s, _)| s.key_hash == l.key_hash && s.epoch == l.epoch);
+            match settle {
+                Some((s, r)) if s.next == KeyNext::Release && s.done_seq == r.up_to => {
+                    s.next = KeyNext::Keep;
+                }
+                _ => keep[i] = false,
+            }
+        }
+        if keep.iter().all(|k| *k) {
+            return Some(next);
+        }
+        let dropped: HashSet<[u8; 32]> = next
+            .leases
+            .iter()
+            .zip(&keep)
+            .filter(|(_, k)| !**k)
+            .map(|(l, _)| l.key_hash)
+            .collect();
+        let mut k = keep.iter();
+        next.leases.retain(|_| *k.next().expect("one per lease"));
+        let mut k = keep.iter();
+        next.carried.retain(|_| *k.next().expect("one per lease"));
+        next.ranges.retain(|r| !dropped.contains(&r.key_hash));
+        next.rows.retain(|r| !dropped.contains(&r.key_hash));
+        (!next.leases.is_empty()).then_some(next)
     }
 
     /// Settles the round published and gives back the keys of the round read ahead (after an
@@ -504,25 +576,42 @@ impl<S: Sink + 'static> Relay<S> {
         });
     }
 
-    /// Leases ready keys and reads their events: `None` when no key is ready. A read that
-    /// fails gives the keys back at once.
-    async fn prepare(&self) -> Result<Option<Prepared>> {
+    /// Leases ready keys and reads their events, and reads on the keys of `carry` (leased
+    /// already: see [`carry_over`](Self::carry_over)): `None` when there is nothing to read.
+    /// New keys are leased for at least half the batch even when the carried keys could fill
+    /// it, so a key with a long backlog cannot keep the others waiting. A read that fails
+    /// gives the new keys back at once (the carried ones end with the round they came from).
+    async fn prepare(&self, carry: &[Carry]) -> Result<Option<Prepared>> {
         let i = &*self.inner;
-        let leases = i
+        let batch = u64::from(i.batch_size);
+        let carried: u64 = carry
+            .iter()
+            .map(|l| l.next_seq.saturating_sub(l.done_seq))
+            .sum();
+        let fresh = i
             .store
             .event_key_claim(&EventClaim {
                 owner: &i.owner,
                 topics: i.topics.as_ref(),
-                limit: i.batch_size,
-                events: u64::from(i.batch_size),
+                limit: i
+                    .batch_size
+                    .saturating_sub(u32::try_from(carry.len()).unwrap_or(u32::MAX))
+                    .max(1),
+                events: batch.saturating_sub(carried).max(batch / 2),
                 lease_us: lease_us(i.lease),
             })
             .await
             .map_err(Error::Database)?;
-        if leases.is_empty() {
+        if fresh.is_empty() && carry.is_empty() {
             return Ok(None);
         }
-        lock(&i.leased).extend(leases.iter().map(|l| (l.key_hash, l.epoch)));
+        lock(&i.leased).extend(fresh.iter().map(|l| (l.key_hash, l.epoch)));
+        let carried_flags: Vec<bool> = carry
+            .iter()
+            .map(|_| true)
+            .chain(fresh.iter().map(|_| false))
+            .collect();
+        let leases: Vec<EventLease> = carry.iter().cloned().chain(fresh).collect();
         let backlogs: Vec<u64> = leases
             .iter()
             .map(|l| l.next_seq.saturating_sub(l.done_seq))
@@ -549,11 +638,12 @@ impl<S: Sink + 'static> Relay<S> {
         match i.store.event_read(&ranges).await {
             Ok(rows) => Ok(Some(Prepared {
                 leases,
+                carried: carried_flags,
                 ranges,
                 rows,
             })),
             Err(e) => {
-                self.give_back(&leases).await;
+                self.give_back(&leases[carry.len()..]).await;
                 Err(Error::Database(e))
             }
         }
@@ -575,6 +665,7 @@ impl<S: Sink + 'static> Relay<S> {
         let (settles, delivered) = self.settles(&p.leases, &p.ranges, &p.rows, &outcomes);
         Published {
             leases: p.leases,
+            ranges: p.ranges,
             settles,
             published: batch.len(),
             delivered,
@@ -582,15 +673,24 @@ impl<S: Sink + 'static> Relay<S> {
     }
 
     /// Settles a published round under its epochs. A settle that fails on a database error
-    /// gives the keys back at once (their events go out again, with their ids).
+    /// gives the keys back at once (their events go out again, with their ids). Keys the next
+    /// round carried over ([`KeyNext::Keep`]) stay leased either way: the next round's settle
+    /// records them (its `done_seq` covers this round's events of theirs, all delivered).
     async fn settle(&self, p: Published) -> Result<Round> {
         let i = &*self.inner;
-        forget(&i.leased, &p.leases);
+        let ending: Vec<EventLease> = p
+            .leases
+            .iter()
+            .zip(&p.settles)
+            .filter(|(_, s)| s.next != KeyNext::Keep)
+            .map(|(l, _)| l.clone())
+            .collect();
+        forget(&i.leased, &ending);
         let delivered = p.delivered;
         let held = match i.store.event_key_settle(&p.settles).await {
             Ok(held) => held,
             Err(e) => {
-                self.give_back(&p.leases).await;
+                self.give_back(&ending).await;
                 return Err(Error::Database(e));
             }
         };
