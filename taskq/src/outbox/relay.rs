@@ -449,11 +449,33 @@ impl<S: Sink + 'static> Relay<S> {
                 ..l.clone()
             })
             .collect();
+        // The settle of the round before and the lease and read of the next run at the same
+        // time, on connections of their own: neither waits for the other (the lease skips
+        // key rows the settle holds, with SKIP LOCKED on MySQL; SQLite takes them in turn).
         let db = async {
-            if let Some(s) = previous {
-                self.settle(s).await?;
+            let settled = async {
+                match previous {
+                    Some(s) => self.settle(s).await.map(|_| ()),
+                    None => Ok(()),
+                }
+            };
+            let (settled, next) = tokio::join!(settled, self.prepare(&carry));
+            if let Err(e) = settled {
+                // The next round is not published: its new keys go back at once (its
+                // carried ones end with the round being published, which keeps none).
+                if let Ok(Some(n)) = &next {
+                    let fresh: Vec<EventLease> = n
+                        .leases
+                        .iter()
+                        .zip(&n.carried)
+                        .filter(|(_, c)| !**c)
+                        .map(|(l, _)| l.clone())
+                        .collect();
+                    self.give_back(&fresh).await;
+                }
+                return Err(e);
             }
-            self.prepare(&carry).await
+            next
         };
         let (mut published, next) = self
             .renewing(
