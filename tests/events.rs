@@ -951,6 +951,92 @@ async fn a_running_relay_reads_on_a_long_key_and_stops_it_at_a_failure<B: HasDri
     assert_eq!(count_state(&db, "delivered").await, i64::from(LONG) + 1);
 }
 
+/// A relay reading on a long key stops at once when it loses the key's lease (here an
+/// operator replays the key mid-stream: epoch + 1): it sends at most the round out and the
+/// round already read ahead under the old lease, not the rest of the backlog it had leased;
+/// the key then goes out again from seq 1 under a new lease and ends delivered.
+async fn a_relay_reading_on_a_key_stops_when_it_loses_the_lease<B: HasDriver>(db: Db<B>) {
+    const LONG: u32 = 600;
+    const BATCH: usize = 40;
+    let mut tx = db.begin().await;
+    for n in 1..=LONG {
+        ev("long", n).publish_tx(&mut tx).await.unwrap();
+    }
+    tx.commit().await.unwrap();
+    let seen = Seen::default();
+    let sink = {
+        let seen = seen.clone();
+        FnSink::new(move |batch: Vec<Message>| {
+            let seen = seen.clone();
+            async move {
+                tokio::time::sleep(Duration::from_millis(15)).await;
+                for m in &batch {
+                    seen.push(m);
+                }
+                vec![Outcome::Delivered; batch.len()]
+            }
+        })
+    };
+    let relay = Relay::builder(db.pool.clone(), sink)
+        .batch_size(BATCH as u32)
+        .poll_interval(Duration::from_millis(20))
+        .build()
+        .unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(async move {
+        relay
+            .run_until(async move {
+                let _ = stopped.await;
+            })
+            .await
+    });
+    wait_until(Duration::from_secs(30), "a few rounds out", || async {
+        seen.all().len() >= 3 * BATCH
+    })
+    .await;
+    let replayed = db
+        .client()
+        .replay_event_key("orders.placed", "long", 1)
+        .await
+        .unwrap();
+    let before = seen.all().len();
+    assert!(before < LONG as usize, "the replay came mid-stream");
+    // The events recorded delivered when it rewound (the settles trail the sink by a round).
+    assert!(
+        replayed > 0 && replayed <= before as u64,
+        "{replayed} of {before}"
+    );
+    wait_until(
+        Duration::from_secs(60),
+        "the key delivered again",
+        || async {
+            let k = db
+                .client()
+                .event_key("orders.placed", "long")
+                .await
+                .unwrap()
+                .unwrap();
+            k.done_seq == u64::from(LONG) && !k.leased
+        },
+    )
+    .await;
+    stop.send(()).unwrap();
+    running.await.unwrap().unwrap();
+    // After the replay: the old lease's last rounds (at most the one out and the one read
+    // ahead), then seq 1..=600 again under the new lease.
+    let ns = seen.ns("long");
+    let after = &ns[before..];
+    let restart = after
+        .iter()
+        .position(|&n| n == 1)
+        .expect("the key went out again from seq 1");
+    assert!(
+        restart <= 2 * BATCH,
+        "{restart} events of the old lease after the replay (rounds of {BATCH}): {after:?}"
+    );
+    assert_eq!(after[restart..], (1..=LONG).collect::<Vec<_>>()[..]);
+}
+
 /// A settle that fails on a database error (here: the events table is gone while the batch
 /// is out, and the round dead-lettered an event, so the settle writes to it) gives the
 /// round's keys back at once instead of leaving them leased until the lease ends; once the
@@ -1044,4 +1130,5 @@ taskq_tests::conformance!(
     a_sink_that_breaks_a_keys_order_makes_the_relay_send_that_key_one_event_per_round,
     a_settle_that_fails_gives_the_keys_back_at_once,
     a_running_relay_reads_on_a_long_key_and_stops_it_at_a_failure,
+    a_relay_reading_on_a_key_stops_when_it_loses_the_lease,
 );

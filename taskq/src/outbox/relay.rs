@@ -183,6 +183,7 @@ impl<S: Sink + 'static> RelayBuilder<S> {
                 leased: Mutex::new(HashMap::new()),
                 narrow: Mutex::new(HashSet::new()),
                 narrow_all: AtomicBool::new(false),
+                lost: Mutex::new(HashSet::new()),
             }),
         })
     }
@@ -263,6 +264,10 @@ struct Inner<S> {
     narrow: Mutex<HashSet<[u8; 32]>>,
     /// Every key read one event per round (more than [`NARROW_LIMIT`] keys broke order).
     narrow_all: AtomicBool,
+    /// Leases found lost (a settle or a renewal refused under their epochs: another relay or
+    /// an operator took the key), `(hash, epoch)`: a round that carried such a key over drops
+    /// it before it goes out.
+    lost: Mutex<HashSet<([u8; 32], u64)>>,
 }
 
 /// How many keys the relay remembers as read one event per round before it reads every key
@@ -492,13 +497,19 @@ impl<S: Sink + 'static> Relay<S> {
     /// Decides, once a round is published, which of the keys the next round carried over
     /// from it really go on: a key whose events of this round were all delivered (or
     /// dead-lettered) keeps its lease (its settle becomes [`KeyNext::Keep`]) and the next
-    /// round publishes its following events; any other key (failed, held, lease lost...) is
-    /// dropped from the next round before anything of it is sent, and this round's settle
-    /// ends its lease as usual. The next round; `None` when nothing is left of it.
+    /// round publishes its following events; any other key (failed, held, or its lease
+    /// found lost by a settle or renewal meanwhile) is dropped from the next round before
+    /// anything of it is sent, and this round's settle ends its lease as usual. So a relay
+    /// that lost a key sends at most the one round of it already out. The next round; `None`
+    /// when nothing is left of it.
     fn carry_over(&self, published: &mut Published, mut next: Prepared) -> Option<Prepared> {
         let mut keep = vec![true; next.leases.len()];
         for (i, l) in next.leases.iter().enumerate() {
             if !next.carried[i] {
+                continue;
+            }
+            if lock(&self.inner.lost).remove(&(l.key_hash, l.epoch)) {
+                keep[i] = false;
                 continue;
             }
             let settle = published
@@ -580,11 +591,13 @@ impl<S: Sink + 'static> Relay<S> {
                     let renewed: HashSet<[u8; 32]> = renewed.into_iter().collect();
                     // Keys settled meanwhile are no longer leased: not lost.
                     let leased = lock(&inner.leased);
-                    let lost = held
+                    let lost: Vec<([u8; 32], u64)> = held
                         .iter()
                         .filter(|(h, e)| !renewed.contains(h) && leased.get(h) == Some(e))
-                        .count();
+                        .copied()
+                        .collect();
                     drop(leased);
+                    let lost = note_lost(&inner.lost, lost);
                     if lost > 0 {
                         tracing::warn!(relay = %inner.owner, lost, "relay lost key leases while publishing");
                     } else {
@@ -624,6 +637,13 @@ impl<S: Sink + 'static> Relay<S> {
             })
             .await
             .map_err(Error::Database)?;
+        // A carried key leased afresh here was released meanwhile (an operator's replay or
+        // release ended the old lease): the old lease is lost, the new one reads it.
+        let fresh_keys: HashSet<[u8; 32]> = fresh.iter().map(|l| l.key_hash).collect();
+        let (carry, lost): (Vec<&Carry>, Vec<&Carry>) = carry
+            .iter()
+            .partition(|c| !fresh_keys.contains(&c.key_hash));
+        note_lost(&i.lost, lost.iter().map(|c| (c.key_hash, c.epoch)));
         if fresh.is_empty() && carry.is_empty() {
             return Ok(None);
         }
@@ -633,7 +653,7 @@ impl<S: Sink + 'static> Relay<S> {
             .map(|_| true)
             .chain(fresh.iter().map(|_| false))
             .collect();
-        let leases: Vec<EventLease> = carry.iter().cloned().chain(fresh).collect();
+        let leases: Vec<EventLease> = carry.iter().map(|c| (*c).clone()).chain(fresh).collect();
         let backlogs: Vec<u64> = leases
             .iter()
             .map(|l| l.next_seq.saturating_sub(l.done_seq))
@@ -716,7 +736,14 @@ impl<S: Sink + 'static> Relay<S> {
                 return Err(Error::Database(e));
             }
         };
-        let lost = held.iter().filter(|h| !**h).count();
+        let lost = note_lost(
+            &i.lost,
+            p.leases
+                .iter()
+                .zip(&held)
+                .filter(|(_, h)| !**h)
+                .map(|(l, _)| (l.key_hash, l.epoch)),
+        );
         if lost > 0 {
             tracing::warn!(relay = %i.owner, keys = lost, "relay lost key leases before settling: their events go out again (same ids)");
         }
@@ -857,6 +884,25 @@ impl<S: Sink + 'static> Relay<S> {
 /// Locks a relay's map or set (a poisoned lock is still usable: it holds plain data).
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Records leases found lost; how many.
+fn note_lost(
+    lost: &Mutex<HashSet<([u8; 32], u64)>>,
+    leases: impl IntoIterator<Item = ([u8; 32], u64)>,
+) -> usize {
+    let mut m = lock(lost);
+    let before = m.len();
+    // Bounded: a relay that lost this many leases without carrying any over forgets them.
+    if before > NARROW_LIMIT {
+        m.clear();
+    }
+    let mut n = 0;
+    for l in leases {
+        m.insert(l);
+        n += 1;
+    }
+    n
 }
 
 /// Drops `leases` from the leases a relay renews.
