@@ -1,6 +1,7 @@
-//! The inherent methods of the payload struct: `enqueue_tx` and `enqueue`, so that enqueueing a
-//! task needs no `use taskq::Task`. The enqueue options (`enqueue_options()`, `with_*`) have
-//! one home, the provided methods of `taskq::Task`: no copies here (`use taskq::prelude::*`).
+//! The inherent methods of the payload struct: `enqueue_tx`, `enqueue` and the enqueue options
+//! (`enqueue_options()` and every `with_*`), so that enqueueing a task needs no `use
+//! taskq::Task`. The options are taskq's one list (`taskq::__private::enqueue_options!`, also
+//! expanded as `Task`'s provided methods), expanded here once per task type.
 
 use proc_macro2::TokenStream;
 use quote::quote;
@@ -29,6 +30,8 @@ pub fn generate(ty: &Ident, cfgs: &[&Attribute]) -> TokenStream {
             ) -> ::taskq::Result<::taskq::Enqueued> {
                 ::taskq::Enqueue::new(self).enqueue(pool).await
             }
+
+            ::taskq::__private::enqueue_options!([pub] links = "taskq");
         }
     }
 }

@@ -28,41 +28,45 @@ use crate::retry::Backoff;
 use crate::unique::Unique;
 
 /// The enqueue options on a task, forwarding to [`Enqueue`]: `enqueue_options()` and every
-/// `with_*` option, each as `Enqueue::new(self).with_*(..)`, expanded once, as provided methods
-/// of [`Task`]. `#[taskq::task]` generates no copies: calling them on a payload struct needs
-/// [`Task`] in scope (`use taskq::prelude::*` or `use taskq::Task`; see docs/design.md, "One
-/// home for the enqueue options").
-macro_rules! enqueue_options {
-    (@options $root:literal,
-        $( $(#[doc = $doc:literal])* $name:ident($arg:ident: $ty:ty); )*
+/// `with_*` option, each as `Enqueue::new(self).with_*(..)`. Written once, expanded twice per
+/// use: as provided methods of [`Task`] (`[]`, for generic code and hand-written impls) and, by
+/// `#[taskq::task]`, as inherent `pub` methods of each payload struct (`[pub]`), so that
+/// `OrderExport { .. }.with_delay(..)` needs no import (see docs/macro.md, "Enqueue options").
+/// Paths go through `$crate` so that the expansion compiles in a user's crate. Not public API.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __enqueue_options {
+    // One option at a time, so that the visibility and the doc lines repeat independently.
+    (@options [$($vis:tt)*] $root:literal,) => {};
+    (@options [$($vis:tt)*] $root:literal,
+        $(#[doc = $doc:literal])* $name:ident($arg:ident: $ty:ty); $($rest:tt)*
     ) => {
-        $(
-            $(#[doc = $doc])*
-            #[doc = ""]
-            #[doc = concat!(
-                "[`Enqueue::", stringify!($name), "`](", $root, "::Enqueue::",
-                stringify!($name), ") on this task."
-            )]
-            fn $name(self, $arg: $ty) -> crate::Enqueue<Self> {
-                crate::Enqueue::new(self).$name($arg)
-            }
-        )*
+        $(#[doc = $doc])*
+        #[doc = ""]
+        #[doc = concat!(
+            "[`Enqueue::", stringify!($name), "`](", $root, "::Enqueue::",
+            stringify!($name), ") on this task."
+        )]
+        $($vis)* fn $name(self, $arg: $ty) -> $crate::Enqueue<Self> {
+            $crate::Enqueue::new(self).$name($arg)
+        }
+        $crate::__enqueue_options! { @options [$($vis)*] $root, $($rest)* }
     };
-    (links = $root:literal) => {
+    ([$($vis:tt)*] links = $root:literal) => {
         #[doc = concat!(
             "Starts an enqueue with options; see [`Enqueue`](", $root, "::Enqueue) for the \
              `with_*` options (each also a method of the task, like this one)."
         )]
-        fn enqueue_options(self) -> crate::Enqueue<Self> {
-            crate::Enqueue::new(self)
+        $($vis)* fn enqueue_options(self) -> $crate::Enqueue<Self> {
+            $crate::Enqueue::new(self)
         }
 
-        enqueue_options! { @options $root,
+        $crate::__enqueue_options! { @options [$($vis)*] $root,
             /// Runs no earlier than `delay` after the insert (database clock).
             with_delay(delay: ::core::time::Duration);
             /// Runs no earlier than this UTC time.
             with_run_at(
-                at: ::chrono::DateTime<::chrono::Utc>
+                at: $crate::__private::chrono::DateTime<$crate::__private::chrono::Utc>
             );
             /// Overrides the task's default priority (lower runs first).
             with_priority(priority: i16);
@@ -72,7 +76,7 @@ macro_rules! enqueue_options {
             /// Makes this enqueue unique (or, with `None`, not unique), replacing the task's
             /// `unique` declaration.
             with_unique(
-                unique: impl ::core::convert::Into<::core::option::Option<crate::unique::Unique>>
+                unique: impl ::core::convert::Into<::core::option::Option<$crate::unique::Unique>>
             );
             /// Runs this task in order with the other tasks of its queue given the same key: one
             /// at a time, in commit order (replaces the key of the task's `ordered_by`).
@@ -84,7 +88,7 @@ macro_rules! enqueue_options {
             /// No attempt starts at or after this time: a task not started by then ends
             /// `expired`, never run (replaces `with_ttl` and the task's `TTL`).
             with_deadline(
-                deadline: ::chrono::DateTime<::chrono::Utc>
+                deadline: $crate::__private::chrono::DateTime<$crate::__private::chrono::Utc>
             );
             /// The deadline as a time to live from the insert (database clock; replaces
             /// `with_deadline` and the task's `TTL`).
@@ -195,7 +199,7 @@ pub trait Task: Serialize + DeserializeOwned + Send + Sync + 'static {
         None
     }
 
-    enqueue_options!(links = "crate");
+    crate::__enqueue_options!([] links = "crate");
 
     /// Inserts the task on the caller's transaction or connection (never commits).
     fn enqueue_tx<C: AsConnection + ?Sized>(

@@ -6,7 +6,6 @@
 
 use std::time::Duration;
 
-use taskq::prelude::*;
 use taskq::{CancelSignal, Data, TaskContext, TaskError};
 
 /// Tasks of this binary.
@@ -104,7 +103,7 @@ fn main() {
     }
     .with_unique(taskq::unique::Unique::payload());
     let _ = UniqueWindow {}.enqueue_options();
-    // Every other enqueue option, as a method of `Task` (in scope through `taskq::prelude`).
+    // Every other enqueue option, as an inherent method of the payload (no `use taskq::Task`).
     let now = chrono::Utc::now();
     let _ = PrivateTask { n: 1 }.with_run_at(now);
     let _ = PrivateTask { n: 1 }.with_idempotency_key("key");
