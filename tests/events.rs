@@ -1115,7 +1115,61 @@ async fn a_settle_that_fails_gives_the_keys_back_at_once<B: HasDriver>(db: Db<B>
     assert_eq!(seen.ns("a"), [1, 2, 1, 2], "sent again, in order");
 }
 
+/// An event of a topic of its own (the relay's key is the pair topic, key).
+#[derive(serde::Serialize)]
+struct TopicEvent {
+    topic: &'static str,
+    key: &'static str,
+}
+
+impl Event for TopicEvent {
+    fn topic(&self) -> &str {
+        self.topic
+    }
+    fn key(&self) -> String {
+        self.key.into()
+    }
+}
+
+/// A key is (topic, key): a sink failing every message of topic `a` holds `a`/"42" only, and
+/// `b`/"42" after it in the same round is delivered (no backoff, no failure counted).
+async fn a_failure_holds_a_key_of_one_topic_only<B: HasDriver>(db: Db<B>) {
+    let mut tx = db.begin().await;
+    for topic in ["a", "b"] {
+        TopicEvent { topic, key: "42" }
+            .publish_tx(&mut tx)
+            .await
+            .unwrap();
+    }
+    tx.commit().await.unwrap();
+    let sink = PerMessageSink::new(|m: Message| async move {
+        if m.subject == "a" {
+            Outcome::Failed("no stream for a".into())
+        } else {
+            Outcome::Delivered
+        }
+    });
+    let relay = Relay::builder(db.pool.clone(), sink).build().unwrap();
+    let r = relay.run_once().await.unwrap();
+    assert_eq!((r.keys, r.published), (2, 2));
+    let store = B::store(db.pool.clone());
+    let a = store.event_key_get("a", "42").await.unwrap().unwrap();
+    let b = store.event_key_get("b", "42").await.unwrap().unwrap();
+    assert_eq!(
+        (a.done_seq, a.failures),
+        (0, 1),
+        "a/42 failed and backs off"
+    );
+    assert_eq!(
+        (b.done_seq, b.failures, b.last_error),
+        (1, 0, None),
+        "b/42 delivered"
+    );
+    assert_eq!(r.delivered, 1);
+}
+
 taskq_tests::conformance!(
+    a_failure_holds_a_key_of_one_topic_only,
     relay_settings_out_of_range_are_refused,
     events_publish_rows_with_seq_in_commit_order_and_the_relay_sends_them_with_their_ids,
     a_rolled_back_transaction_publishes_nothing,
