@@ -595,14 +595,17 @@ async fn a_relay_stopped_mid_batch_loses_its_keys_to_another_after_the_lease<B: 
             std::future::pending::<Vec<Outcome>>()
         })
     };
+    // A publish deadline far beyond the test: the sink's silence alone frees nothing.
     let relay1 = Relay::builder(db.pool.clone(), stuck)
         .lease(Duration::from_secs(1))
+        .publish_timeout(Duration::from_secs(3600))
         .name("relay-1")
         .build()
         .unwrap();
     let task = tokio::spawn(async move { relay1.run().await });
     handed.notified().await;
-    // While relay 1's leases last (renewed every third of the lease), relay 2 gets nothing.
+    // While relay 1's leases last (renewed every third of the lease while its publish is
+    // within its deadline), relay 2 gets nothing.
     let seen = Seen::default();
     let relay2 = Relay::builder(db.pool.clone(), recording(&seen))
         .lease(Duration::from_secs(1))
@@ -613,7 +616,7 @@ async fn a_relay_stopped_mid_batch_loses_its_keys_to_another_after_the_lease<B: 
     assert_eq!(
         relay2.run_once().await.unwrap().keys,
         0,
-        "relay 1 renews its leases"
+        "relay 1 renews its leases while its publish is within its deadline"
     );
     task.abort();
     let _ = task.await;
@@ -756,6 +759,12 @@ async fn relay_settings_out_of_range_are_refused<B: HasDriver>(db: Db<B>) {
             "bad topic",
             Relay::builder(db.pool.clone(), recording(&seen))
                 .topics([""])
+                .build(),
+        ),
+        (
+            "publish timeout",
+            Relay::builder(db.pool.clone(), recording(&seen))
+                .publish_timeout(Duration::ZERO)
                 .build(),
         ),
         (
@@ -1168,7 +1177,52 @@ async fn a_failure_holds_a_key_of_one_topic_only<B: HasDriver>(db: Db<B>) {
     assert_eq!(r.delivered, 1);
 }
 
+/// A sink that never answers does not wedge its keys: the relay gives its publish up at its
+/// deadline (by default below the lease), counts the batch `Failed`, stops renewing and backs
+/// the keys off; another relay then delivers them, while the first is still running.
+async fn a_sink_that_never_answers_does_not_wedge_its_keys<B: HasDriver>(db: Db<B>) {
+    publish(&db, &[ev("a", 1), ev("a", 2), ev("b", 1)]).await;
+    let handed = Arc::new(tokio::sync::Notify::new());
+    let stuck = {
+        let handed = handed.clone();
+        FnSink::new(move |_batch: Vec<Message>| {
+            handed.notify_one();
+            std::future::pending::<Vec<Outcome>>()
+        })
+    };
+    let relay1 = Relay::builder(db.pool.clone(), stuck)
+        .lease(Duration::from_secs(1))
+        .name("relay-1")
+        .build()
+        .unwrap();
+    let task = tokio::spawn(async move { relay1.run().await });
+    handed.notified().await;
+    let start = std::time::Instant::now();
+    let seen = Seen::default();
+    let relay2 = Relay::builder(db.pool.clone(), recording(&seen))
+        .lease(Duration::from_secs(1))
+        .name("relay-2")
+        .build()
+        .unwrap();
+    while seen.all().len() < 3 && start.elapsed() < Duration::from_secs(6) {
+        relay2.run_once().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let took = start.elapsed();
+    assert!(!task.is_finished(), "relay 1 still runs");
+    task.abort();
+    let _ = task.await;
+    assert_eq!(seen.ns("a"), [1, 2]);
+    assert_eq!(seen.ns("b"), [1]);
+    assert!(
+        took < Duration::from_secs(3),
+        "relay 2 delivered within 3 s of relay 1's stuck publish: {took:?}"
+    );
+    assert_eq!(count_state(&db, "delivered").await, 3);
+}
+
 taskq_tests::conformance!(
+    a_sink_that_never_answers_does_not_wedge_its_keys,
     a_failure_holds_a_key_of_one_topic_only,
     relay_settings_out_of_range_are_refused,
     events_publish_rows_with_seq_in_commit_order_and_the_relay_sends_them_with_their_ids,

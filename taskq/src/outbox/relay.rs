@@ -57,6 +57,7 @@ pub struct RelayBuilder<S> {
     retry_backoff: Backoff,
     poll: Duration,
     owner: Option<String>,
+    publish_timeout: Option<Duration>,
 }
 
 impl<S: Sink + 'static> RelayBuilder<S> {
@@ -86,6 +87,17 @@ impl<S: Sink + 'static> RelayBuilder<S> {
     /// keys until their leases end; then another takes them.
     pub fn lease(mut self, lease: Duration) -> Self {
         self.lease = lease;
+        self
+    }
+
+    /// How long the relay waits for the sink's answer to one batch (default: two thirds of
+    /// the lease; 1 ms..=24 h). A sink that has not answered by then (a half-open connection,
+    /// a broker stuck under flow control, a function that never returns) is given up on: its
+    /// publish is dropped, every message of the batch counts as [`Outcome::Failed`] (it may or
+    /// may not have reached the broker), the keys back off and their leases end (the relay
+    /// stops renewing them), so any relay can take them after the backoff.
+    pub fn publish_timeout(mut self, timeout: Duration) -> Self {
+        self.publish_timeout = Some(timeout);
         self
     }
 
@@ -138,6 +150,12 @@ impl<S: Sink + 'static> RelayBuilder<S> {
                 self.poll
             )));
         }
+        let publish_timeout = self.publish_timeout.unwrap_or(self.lease - self.lease / 3);
+        if !(Duration::from_millis(1)..=Duration::from_secs(24 * 3600)).contains(&publish_timeout) {
+            return Err(Error::Config(format!(
+                "relay publish_timeout {publish_timeout:?} is outside 1 ms..=24 h"
+            )));
+        }
         if let Some(p) = problem(&self.retry_backoff) {
             return Err(Error::Config(format!("relay retry_backoff: {p}")));
         }
@@ -179,6 +197,7 @@ impl<S: Sink + 'static> RelayBuilder<S> {
                 on_rejected: self.on_rejected,
                 retry_backoff: self.retry_backoff,
                 poll: self.poll,
+                publish_timeout,
                 owner,
                 leased: Mutex::new(HashMap::new()),
                 narrow: Mutex::new(HashSet::new()),
@@ -255,6 +274,8 @@ struct Inner<S> {
     on_rejected: OnRejected,
     retry_backoff: Backoff,
     poll: Duration,
+    /// How long a sink's publish may take (see [`RelayBuilder::publish_timeout`]).
+    publish_timeout: Duration,
     owner: String,
     /// The keys this relay holds leases on (hash → epoch), renewed together every third of
     /// the lease: the round being published, the one read ahead, none settled.
@@ -336,6 +357,7 @@ impl<S: Sink + 'static> Relay<S> {
             retry_backoff: Backoff::exponential(Duration::from_secs(1), Duration::from_secs(60)),
             poll: DEFAULT_POLL,
             owner: None,
+            publish_timeout: None,
         }
     }
 
@@ -699,7 +721,16 @@ impl<S: Sink + 'static> Relay<S> {
         let mut outcomes = if batch.is_empty() {
             Vec::new()
         } else {
-            i.sink.publish(&batch).await
+            match tokio::time::timeout(i.publish_timeout, i.sink.publish(&batch)).await {
+                Ok(outcomes) => outcomes,
+                Err(_) => {
+                    let why = format!("the sink did not answer within {:?}", i.publish_timeout);
+                    tracing::warn!(relay = %i.owner, keys = p.leases.len(), events = batch.len(),
+                        timeout = ?i.publish_timeout,
+                        "the sink did not answer in time: the batch counts as failed, its keys back off");
+                    vec![Outcome::Failed(why); batch.len()]
+                }
+            }
         };
         outcomes.resize_with(batch.len(), || {
             Outcome::Failed("the sink returned fewer outcomes than messages".into())
