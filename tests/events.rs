@@ -1221,7 +1221,108 @@ async fn a_sink_that_never_answers_does_not_wedge_its_keys<B: HasDriver>(db: Db<
     assert_eq!(count_state(&db, "delivered").await, 3);
 }
 
+/// A round whose key is carried on (settled `Keep`) and that dead-lettered an event keeps
+/// that dead mark when its settle fails: the mark goes with the next settle of the same lease.
+/// A trigger fails the first settle: it refuses a dead mark while the key's `done_seq` (set
+/// by the same settle, before the mark) is below 8. Round 1 is seqs 1-4 (seq 3 rejected,
+/// dead-lettered; the rest delivered), round 2 seqs 5-8, read on under the same lease. Without
+/// the carried mark, round 2's settle moves `done_seq` to 8 and event 3, never delivered,
+/// reads `delivered`.
+async fn a_failed_keep_settle_keeps_its_dead_letters<B: HasDriver>(db: Db<B>) {
+    let mut tx = db.begin().await;
+    for n in 1..=8 {
+        ev("k", n).publish_tx(&mut tx).await.unwrap();
+    }
+    tx.commit().await.unwrap();
+    if db.label() == "mysql" {
+        db.exec(
+            "CREATE TRIGGER taskq_t_fail_dead BEFORE UPDATE ON taskq_events FOR EACH ROW \
+             BEGIN IF NEW.dead_at IS NOT NULL AND OLD.dead_at IS NULL AND \
+               (SELECT done_seq FROM taskq_event_keys WHERE key_hash = NEW.key_hash) < 8 \
+             THEN SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'injected settle failure'; \
+             END IF; END",
+        )
+        .await;
+    } else {
+        db.exec(
+            "CREATE TRIGGER taskq_t_fail_dead BEFORE UPDATE OF dead_at ON taskq_events \
+             WHEN NEW.dead_at IS NOT NULL AND OLD.dead_at IS NULL AND \
+               (SELECT done_seq FROM taskq_event_keys WHERE key_hash = NEW.key_hash) < 8 \
+             BEGIN SELECT RAISE(ABORT, 'injected settle failure'); END",
+        )
+        .await;
+    }
+    // A pipelining sink: seq 3 rejected, every other event delivered (nothing held).
+    let seen = Seen::default();
+    let sink = {
+        let seen = seen.clone();
+        FnSink::new(move |batch: Vec<Message>| {
+            let seen = seen.clone();
+            async move {
+                batch
+                    .iter()
+                    .map(|m| {
+                        seen.push(m);
+                        if decode(m).n == 3 {
+                            Outcome::Rejected("refused".into())
+                        } else {
+                            Outcome::Delivered
+                        }
+                    })
+                    .collect()
+            }
+        })
+    };
+    let relay = Relay::builder(db.pool.clone(), sink)
+        .batch_size(4)
+        .on_rejected(OnRejected::DeadLetter)
+        .poll_interval(Duration::from_millis(20))
+        .build()
+        .unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(async move {
+        relay
+            .run_until(async move {
+                let _ = stopped.await;
+            })
+            .await
+    });
+    let store = B::store(db.pool.clone());
+    wait_until(Duration::from_secs(20), "the key settled to 8", || async {
+        let k = store
+            .event_key_get("orders.placed", "k")
+            .await
+            .unwrap()
+            .unwrap();
+        k.done_seq == 8 && !k.leased
+    })
+    .await;
+    stop.send(()).unwrap();
+    running.await.unwrap().unwrap();
+    assert_eq!(seen.ns("k"), (1..=8).collect::<Vec<_>>(), "each sent once");
+    assert_eq!(
+        states(&db, "k").await,
+        [
+            "delivered",
+            "delivered",
+            "dead",
+            "delivered",
+            "delivered",
+            "delivered",
+            "delivered",
+            "delivered"
+        ]
+    );
+    assert_eq!(
+        db.text("SELECT last_error FROM taskq_events WHERE event_key = 'k' AND seq = 3")
+            .await
+            .as_deref(),
+        Some("refused")
+    );
+}
+
 taskq_tests::conformance!(
+    a_failed_keep_settle_keeps_its_dead_letters,
     a_sink_that_never_answers_does_not_wedge_its_keys,
     a_failure_holds_a_key_of_one_topic_only,
     relay_settings_out_of_range_are_refused,

@@ -203,6 +203,7 @@ impl<S: Sink + 'static> RelayBuilder<S> {
                 narrow: Mutex::new(HashSet::new()),
                 narrow_all: AtomicBool::new(false),
                 lost: Mutex::new(HashSet::new()),
+                dead_carried: Mutex::new(HashMap::new()),
             }),
         })
     }
@@ -289,7 +290,14 @@ struct Inner<S> {
     /// an operator took the key), `(hash, epoch)`: a round that carried such a key over drops
     /// it before it goes out.
     lost: Mutex<HashSet<([u8; 32], u64)>>,
+    /// Dead marks of kept leases whose settle failed, `(hash, epoch)` → events: the next
+    /// settle of the same lease (the next round's, or the give-back) writes them, since it
+    /// moves `done_seq` past them.
+    dead_carried: Mutex<DeadCarried>,
 }
+
+/// Dead-lettered events (id, rejection) per lease `(hash, epoch)`.
+type DeadCarried = HashMap<([u8; 32], u64), Vec<(u64, String)>>;
 
 /// How many keys the relay remembers as read one event per round before it reads every key
 /// one event per round.
@@ -751,18 +759,33 @@ impl<S: Sink + 'static> Relay<S> {
     /// records them (its `done_seq` covers this round's events of theirs, all delivered).
     async fn settle(&self, p: Published) -> Result<Round> {
         let i = &*self.inner;
+        let mut settles = p.settles;
+        let carried = take_dead(&i.dead_carried, &mut settles);
         let ending: Vec<EventLease> = p
             .leases
             .iter()
-            .zip(&p.settles)
+            .zip(&settles)
             .filter(|(_, s)| s.next != KeyNext::Keep)
             .map(|(l, _)| l.clone())
             .collect();
         forget(&i.leased, &ending);
         let delivered = p.delivered;
-        let held = match i.store.event_key_settle(&p.settles).await {
+        let held = match i.store.event_key_settle(&settles).await {
             Ok(held) => held,
             Err(e) => {
+                // A kept lease stays with the next round, whose settle moves `done_seq` past
+                // this round's events: it must write this round's dead marks too. A lease
+                // given back moves `done_seq` to where this round started: only the marks
+                // carried to this round from the one before go with it.
+                keep_dead(
+                    &i.dead_carried,
+                    settles.into_iter().zip(carried).map(|(mut s, n)| {
+                        if s.next != KeyNext::Keep {
+                            s.dead.truncate(n);
+                        }
+                        s
+                    }),
+                );
                 self.give_back(&ending).await;
                 return Err(Error::Database(e));
             }
@@ -790,7 +813,7 @@ impl<S: Sink + 'static> Relay<S> {
     async fn give_back(&self, leases: &[EventLease]) {
         let i = &*self.inner;
         forget(&i.leased, leases);
-        let back: Vec<EventSettle> = leases
+        let mut back: Vec<EventSettle> = leases
             .iter()
             .map(|l| EventSettle {
                 key_hash: l.key_hash,
@@ -800,6 +823,9 @@ impl<S: Sink + 'static> Relay<S> {
                 next: KeyNext::Release,
             })
             .collect();
+        // A carried lease's `done_seq` is past the round before it, whose dead marks may not
+        // be written yet (its settle failed).
+        take_dead(&i.dead_carried, &mut back);
         if let Err(e) = i.store.event_key_settle(&back).await {
             tracing::warn!(relay = %i.owner, error = %e, keys = back.len(),
                 "relay could not give its keys back: they return when their leases end");
@@ -934,6 +960,34 @@ fn note_lost(
         n += 1;
     }
     n
+}
+
+/// Puts the dead marks carried for their leases first in `settles`' (and forgets them); how
+/// many each got.
+fn take_dead(carried: &Mutex<DeadCarried>, settles: &mut [EventSettle]) -> Vec<usize> {
+    let mut m = lock(carried);
+    settles
+        .iter_mut()
+        .map(|s| match m.remove(&(s.key_hash, s.epoch)) {
+            Some(mut dead) => {
+                let n = dead.len();
+                dead.append(&mut s.dead);
+                s.dead = dead;
+                n
+            }
+            None => 0,
+        })
+        .collect()
+}
+
+/// Keeps the dead marks of settles that failed, for the next settle of their leases.
+fn keep_dead(carried: &Mutex<DeadCarried>, settles: impl IntoIterator<Item = EventSettle>) {
+    // Bounded by the leases held: every kept lease is settled again (by the next round or
+    // a give-back), which takes its entry.
+    let mut m = lock(carried);
+    for s in settles.into_iter().filter(|s| !s.dead.is_empty()) {
+        m.entry((s.key_hash, s.epoch)).or_default().extend(s.dead);
+    }
 }
 
 /// Drops `leases` from the leases a relay renews.
