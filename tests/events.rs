@@ -1341,3 +1341,74 @@ taskq_tests::conformance!(
     a_running_relay_reads_on_a_long_key_and_stops_it_at_a_failure,
     a_relay_reading_on_a_key_stops_when_it_loses_the_lease,
 );
+
+/// MySQL only: row locks. A publisher's open transaction holding one key row must not stop
+/// a relay from renewing its other keys (InnoDB makes an `UPDATE` of a locked row wait; SQLite
+/// has no row locks, its writers take turns on the file).
+mod mysql_only {
+    use super::*;
+    use taskq_tests::TestDb;
+
+    /// Relay 1 (lease 2 s, publish deadline 10 s) leases 20 keys and its sink takes 3 s. Meanwhile a publisher's
+    /// transaction holds 5 of the key rows for 3.2 s (then rolls back). Relay 1's renewals
+    /// must renew the 15 others: between its lease's first end (2 s) and the publisher's end,
+    /// relay 2 leases nothing, and relay 1's settle finds every key still its own (epoch 1).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_publisher_holding_one_key_row_does_not_stop_the_renewal_of_the_others() {
+        let Some(db) = TestDb::new_or_skip().await else {
+            return;
+        };
+        let db = Db::<sqlx::MySql>::from_test_db(db);
+        let keys: Vec<String> = (0..20).map(|i| format!("k{i:02}")).collect();
+        let mut tx = db.begin().await;
+        for k in &keys {
+            ev(k, 1).publish_tx(&mut tx).await.unwrap();
+        }
+        tx.commit().await.unwrap();
+        let handed = Arc::new(tokio::sync::Notify::new());
+        let slow = {
+            let handed = handed.clone();
+            FnSink::new(move |batch: Vec<Message>| {
+                handed.notify_one();
+                async move {
+                    tokio::time::sleep(Duration::from_secs(3)).await;
+                    vec![Outcome::Delivered; batch.len()]
+                }
+            })
+        };
+        let relay1 = Relay::builder(db.pool.clone(), slow)
+            .lease(Duration::from_secs(2))
+            .publish_timeout(Duration::from_secs(10))
+            .name("relay-1")
+            .build()
+            .unwrap();
+        let start = std::time::Instant::now();
+        let round = tokio::spawn(async move { relay1.run_once().await });
+        handed.notified().await;
+        // The publisher locks 5 key rows (it publishes on them) and holds them.
+        let mut publisher = db.begin().await;
+        for k in &keys[..5] {
+            ev(k, 2).publish_tx(&mut publisher).await.unwrap();
+        }
+        let relay2 = Relay::builder(db.pool.clone(), recording(&Seen::default()))
+            .lease(Duration::from_secs(2))
+            .name("relay-2")
+            .build()
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(2200).saturating_sub(start.elapsed())).await;
+        let mut taken = 0;
+        while start.elapsed() < Duration::from_millis(2900) {
+            taken += relay2.run_once().await.unwrap().keys;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(3200).saturating_sub(start.elapsed())).await;
+        publisher.rollback().await.unwrap();
+        let r = round.await.unwrap().unwrap();
+        assert_eq!(taken, 0, "relay 2 leased keys relay 1 should have renewed");
+        assert_eq!((r.keys, r.delivered, r.lost), (20, 20, 0));
+        let epochs = db
+            .ints("SELECT lease_epoch FROM taskq_event_keys ORDER BY event_key")
+            .await;
+        assert_eq!(epochs, vec![1; 20], "only relay 1 ever leased them");
+    }
+}

@@ -204,6 +204,7 @@ impl<S: Sink + 'static> RelayBuilder<S> {
                 narrow_all: AtomicBool::new(false),
                 lost: Mutex::new(HashSet::new()),
                 dead_carried: Mutex::new(HashMap::new()),
+                renewal_running: AtomicBool::new(false),
             }),
         })
     }
@@ -294,6 +295,9 @@ struct Inner<S> {
     /// settle of the same lease (the next round's, or the give-back) writes them, since it
     /// moves `done_seq` past them.
     dead_carried: Mutex<DeadCarried>,
+    /// A renewal is running: the next one waits for the one after it rather than piling up
+    /// on the pool behind it.
+    renewal_running: AtomicBool,
 }
 
 /// Dead-lettered events (id, rejection) per lease `(hash, epoch)`.
@@ -605,19 +609,32 @@ impl<S: Sink + 'static> Relay<S> {
         }
     }
 
+    /// Renews every lease this relay holds, on a task of its own, unless the renewal before
+    /// is still running (then this one is skipped: renewals never pile up on the pool). A
+    /// renewal has a third of the lease to answer.
     fn spawn_renewal(&self) {
         let held: Vec<([u8; 32], u64)> = lock(&self.inner.leased)
             .iter()
             .map(|(h, e)| (*h, *e))
             .collect();
-        if held.is_empty() {
+        if held.is_empty() || self.inner.renewal_running.swap(true, Ordering::AcqRel) {
             return;
         }
         let inner = self.inner.clone();
         let lease_us = lease_us(inner.lease);
         tokio::spawn(async move {
-            match inner.store.event_key_renew(&held, lease_us).await {
-                Ok(renewed) => {
+            /// Ends the renewal's turn however the task ends.
+            struct Done<'a>(&'a AtomicBool);
+            impl Drop for Done<'_> {
+                fn drop(&mut self) {
+                    self.0.store(false, Ordering::Release);
+                }
+            }
+            let _done = Done(&inner.renewal_running);
+            let deadline = inner.lease / 3;
+            match tokio::time::timeout(deadline, inner.store.event_key_renew(&held, lease_us)).await
+            {
+                Ok(Ok(renewed)) => {
                     let renewed: HashSet<[u8; 32]> = renewed.into_iter().collect();
                     // Keys settled meanwhile are no longer leased: not lost.
                     let leased = lock(&inner.leased);
@@ -634,8 +651,11 @@ impl<S: Sink + 'static> Relay<S> {
                         tracing::trace!(relay = %inner.owner, keys = held.len(), "relay renewed leases");
                     }
                 }
-                Err(e) => {
+                Ok(Err(e)) => {
                     tracing::warn!(relay = %inner.owner, error = %e, "relay lease renewal failed")
+                }
+                Err(_) => {
+                    tracing::warn!(relay = %inner.owner, ?deadline, "relay lease renewal got no answer in time")
                 }
             }
         });
