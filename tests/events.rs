@@ -1321,7 +1321,67 @@ async fn a_failed_keep_settle_keeps_its_dead_letters<B: HasDriver>(db: Db<B>) {
     );
 }
 
+/// A relay holds leases only on keys it reads events of: with rounds of 2 events, three
+/// keys with long backlogs (A, B, C) and new keys arriving all the time, every key it leases
+/// gets events in its rounds — C is not leased, renewed and carried on with nothing read
+/// while the others go — and it never holds more keys than its two rounds in flight can read
+/// (2 × 2), so other relays can take the rest.
+async fn a_relay_holds_no_more_keys_than_it_reads<B: HasDriver>(db: Db<B>) {
+    let mut tx = db.begin().await;
+    for k in ["A", "B", "C"] {
+        for n in 1..=300 {
+            ev(k, n).publish_tx(&mut tx).await.unwrap();
+        }
+    }
+    tx.commit().await.unwrap();
+    let sink = FnSink::new(|batch: Vec<Message>| async move {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        vec![Outcome::Delivered; batch.len()]
+    });
+    let relay = Relay::builder(db.pool.clone(), sink)
+        .batch_size(2)
+        .poll_interval(Duration::from_millis(5))
+        .name("hoarder")
+        .build()
+        .unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(async move {
+        relay
+            .run_until(async move {
+                let _ = stopped.await;
+            })
+            .await
+    });
+    let mut most = 0;
+    for i in 0..60 {
+        publish(&db, &[ev(&format!("new{i}"), 1)]).await;
+        tokio::time::sleep(Duration::from_millis(25)).await;
+        let leased = db
+            .scalar(&format!(
+                "SELECT COUNT(*) FROM taskq_event_keys \
+                 WHERE lease_owner = 'hoarder' AND lease_until > {}",
+                db.now()
+            ))
+            .await;
+        most = most.max(leased);
+    }
+    stop.send(()).unwrap();
+    running.await.unwrap().unwrap();
+    let done: Vec<i64> = db
+        .ints("SELECT done_seq FROM taskq_event_keys WHERE event_key IN ('A', 'B', 'C') ORDER BY event_key")
+        .await;
+    assert!(
+        done.iter().all(|&d| d > 0),
+        "every long key went on while new keys arrived (done_seq of A, B, C): {done:?}"
+    );
+    assert!(
+        most <= 4,
+        "the relay held {most} keys at once with rounds of 2 events"
+    );
+}
+
 taskq_tests::conformance!(
+    a_relay_holds_no_more_keys_than_it_reads,
     a_failed_keep_settle_keeps_its_dead_letters,
     a_sink_that_never_answers_does_not_wedge_its_keys,
     a_failure_holds_a_key_of_one_topic_only,

@@ -477,12 +477,16 @@ impl<S: Sink + 'static> Relay<S> {
         let keys = current.leases.len();
         let previous = st.settling.take();
         // The keys of this round with more events than it reads are read on in the next
-        // round (published only after this one, and only if this one delivered all of theirs).
+        // round (published only after this one, and only if this one delivered all of theirs),
+        // at most `batch_size - 1` of them: with the key the next round leases afresh, every
+        // key of a round gets at least one event of it, so the relay never holds (and renews)
+        // a key it reads nothing of. The others are released by this round's settle.
         let carry: Vec<Carry> = current
             .leases
             .iter()
             .zip(&current.ranges)
             .filter(|(l, r)| r.up_to < l.next_seq)
+            .take(self.inner.batch_size.saturating_sub(1) as usize)
             .map(|(l, r)| EventLease {
                 done_seq: r.up_to,
                 ..l.clone()
@@ -664,7 +668,8 @@ impl<S: Sink + 'static> Relay<S> {
     /// Leases ready keys and reads their events, and reads on the keys of `carry` (leased
     /// already: see [`carry_over`](Self::carry_over)): `None` when there is nothing to read.
     /// New keys are leased for at least half the batch even when the carried keys could fill
-    /// it, so a key with a long backlog cannot keep the others waiting. A read that fails
+    /// it, so a key with a long backlog cannot keep the others waiting; the carried keys and
+    /// the new ones are at most `batch_size` keys, so each gets at least one event. A read that fails
     /// gives the new keys back at once (the carried ones end with the round they came from).
     async fn prepare(&self, carry: &[Carry]) -> Result<Option<Prepared>> {
         let i = &*self.inner;
