@@ -1471,4 +1471,77 @@ mod mysql_only {
             .await;
         assert_eq!(epochs, vec![1; 20], "only relay 1 ever leased them");
     }
+
+    /// A relay's database calls have a client-side deadline: a connection black-holed by a
+    /// network partition (no answer, no error, no EOF) ends its call at the deadline instead
+    /// of hanging the relay, and the keys are given back on a fresh connection. MySQL only:
+    /// the partition is a TCP proxy in front of the server (SQLite has no network).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_black_holed_connection_does_not_hang_the_relay() {
+        use sqlx::mysql::MySqlPoolOptions;
+        use std::str::FromStr;
+        use taskq_tests::proxy::ChaosProxy;
+        let Some(db) = TestDb::new_or_skip().await else {
+            return;
+        };
+        let server = sqlx::mysql::MySqlConnectOptions::from_str(&taskq_tests::server_url())
+            .expect("the test server URL parses");
+        let upstream = tokio::net::lookup_host((server.get_host(), server.get_port()))
+            .await
+            .unwrap()
+            .next()
+            .unwrap();
+        let proxy = Arc::new(ChaosProxy::start(upstream).await);
+        let options = db
+            .options
+            .clone()
+            .host(&proxy.addr().ip().to_string())
+            .port(proxy.addr().port());
+        let db = Db::<sqlx::MySql>::from_test_db(db);
+        publish(&db, &[ev("a", 1), ev("b", 1)]).await;
+        let pool = MySqlPoolOptions::new()
+            .max_connections(2)
+            .connect_with(options)
+            .await
+            .unwrap();
+        // The sink black-holes every live connection of the relay and every new one for
+        // 1.5 s, then answers: the settle that follows runs on a connection that never
+        // answers; the give-back after its deadline on a new one, after the heal.
+        let sink = {
+            let proxy = proxy.clone();
+            FnSink::new(move |batch: Vec<Message>| {
+                proxy.set_black_hole(true);
+                proxy.black_hole_all();
+                let proxy = proxy.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(1500)).await;
+                    proxy.heal();
+                });
+                async move { vec![Outcome::Delivered; batch.len()] }
+            })
+        };
+        let relay = Relay::builder(pool, sink)
+            .lease(Duration::from_secs(2))
+            .build()
+            .unwrap();
+        let start = std::time::Instant::now();
+        let r = tokio::time::timeout(Duration::from_secs(10), relay.run_once()).await;
+        let took = start.elapsed();
+        let r = r.expect("the relay's round returned (it hung on the black-holed connection)");
+        assert!(r.is_err(), "the settle could not have succeeded: {r:?}");
+        assert!(
+            took < Duration::from_secs(4),
+            "within the deadline: {took:?}"
+        );
+        // The keys were given back at once on a fresh connection: pending, not leased.
+        let store = <sqlx::MySql as taskq_tests::drivers::HasDriver>::store(db.pool.clone());
+        for k in ["a", "b"] {
+            let key = store
+                .event_key_get("orders.placed", k)
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!((key.leased, key.done_seq), (false, 0), "{k}");
+        }
+    }
 }

@@ -181,15 +181,18 @@ impl<S: Sink + 'static> RelayBuilder<S> {
         let statement_timeout = (self.lease / 2).max(Duration::from_secs(1));
         let secs = statement_timeout.as_secs() + u64::from(statement_timeout.subsec_nanos() > 0);
         let session_timeout = Duration::from_secs((secs + 1).max(5));
-        let store = self.store.worker_store(WorkerPool {
+        let pool_spec = WorkerPool {
             connections: 3,
             statement_timeout,
             session_timeout,
             idle_limit: session_timeout - Duration::from_secs(1),
-        });
+        };
+        let store = self.store.worker_store(pool_spec);
         Ok(Relay {
             inner: Arc::new(Inner {
-                store,
+                store: Mutex::new(store),
+                base: self.store,
+                pool_spec,
                 sink: self.sink,
                 topics: self.topics.map(NameList::new),
                 batch_size: self.batch_size,
@@ -268,7 +271,12 @@ impl<S> std::fmt::Debug for Relay<S> {
 }
 
 struct Inner<S> {
-    store: Store,
+    /// The relay's own pool; replaced by a fresh one when a call on it got no answer in time
+    /// (its connection may be black-holed: see [`Inner::within`]).
+    store: Mutex<Store>,
+    /// The user's pool, whose connect options the relay's pool has.
+    base: Store,
+    pool_spec: WorkerPool,
     sink: S,
     topics: Option<NameList>,
     batch_size: u32,
@@ -302,6 +310,43 @@ struct Inner<S> {
 
 /// Dead-lettered events (id, rejection) per lease `(hash, epoch)`.
 type DeadCarried = HashMap<([u8; 32], u64), Vec<(u64, String)>>;
+
+impl<S> Inner<S> {
+    /// The relay's pool.
+    fn store(&self) -> Store {
+        lock(&self.store).clone()
+    }
+
+    /// Runs `call` (a call on `store`, the relay's pool) with a client-side deadline: a
+    /// connection black-holed by a network partition answers nothing and is never closed, and
+    /// the server closing the session reaches no one. On no answer in time the call is
+    /// dropped and the relay's pool replaced by a fresh one (the old one, with the silent
+    /// connection, is dropped: a dropped call's connection would otherwise hold a slot of it
+    /// while sqlx pings it), and the call fails like a database error. Every relay call is
+    /// safe to lose: leases, renewals and settles are fenced by their epochs.
+    async fn within<T>(
+        &self,
+        store: &Store,
+        limit: Duration,
+        call: impl Future<Output = sqlx::Result<T>>,
+    ) -> Result<T> {
+        match tokio::time::timeout(limit, call).await {
+            Ok(r) => r.map_err(Error::Database),
+            Err(_) => {
+                let mut current = lock(&self.store);
+                if current.same(store) {
+                    *current = self.base.worker_store(self.pool_spec);
+                    tracing::warn!(relay = %self.owner, ?limit,
+                        "relay database call got no answer in time: its pool is replaced");
+                }
+                Err(Error::Database(sqlx::Error::Io(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("no answer within {limit:?}; the relay's pool was replaced"),
+                ))))
+            }
+        }
+    }
+}
 
 /// How many keys the relay remembers as read one event per round before it reads every key
 /// one event per round.
@@ -636,9 +681,12 @@ impl<S: Sink + 'static> Relay<S> {
             }
             let _done = Done(&inner.renewal_running);
             let deadline = inner.lease / 3;
-            match tokio::time::timeout(deadline, inner.store.event_key_renew(&held, lease_us)).await
+            let store = inner.store();
+            match inner
+                .within(&store, deadline, store.event_key_renew(&held, lease_us))
+                .await
             {
-                Ok(Ok(renewed)) => {
+                Ok(renewed) => {
                     let renewed: HashSet<[u8; 32]> = renewed.into_iter().collect();
                     // Keys settled meanwhile are no longer leased: not lost.
                     let leased = lock(&inner.leased);
@@ -655,11 +703,8 @@ impl<S: Sink + 'static> Relay<S> {
                         tracing::trace!(relay = %inner.owner, keys = held.len(), "relay renewed leases");
                     }
                 }
-                Ok(Err(e)) => {
+                Err(e) => {
                     tracing::warn!(relay = %inner.owner, error = %e, "relay lease renewal failed")
-                }
-                Err(_) => {
-                    tracing::warn!(relay = %inner.owner, ?deadline, "relay lease renewal got no answer in time")
                 }
             }
         });
@@ -678,20 +723,20 @@ impl<S: Sink + 'static> Relay<S> {
             .iter()
             .map(|l| l.next_seq.saturating_sub(l.done_seq))
             .sum();
+        let claim = EventClaim {
+            owner: &i.owner,
+            topics: i.topics.as_ref(),
+            limit: i
+                .batch_size
+                .saturating_sub(u32::try_from(carry.len()).unwrap_or(u32::MAX))
+                .max(1),
+            events: batch.saturating_sub(carried).max(batch / 2),
+            lease_us: lease_us(i.lease),
+        };
+        let store = i.store();
         let fresh = i
-            .store
-            .event_key_claim(&EventClaim {
-                owner: &i.owner,
-                topics: i.topics.as_ref(),
-                limit: i
-                    .batch_size
-                    .saturating_sub(u32::try_from(carry.len()).unwrap_or(u32::MAX))
-                    .max(1),
-                events: batch.saturating_sub(carried).max(batch / 2),
-                lease_us: lease_us(i.lease),
-            })
-            .await
-            .map_err(Error::Database)?;
+            .within(&store, i.lease, store.event_key_claim(&claim))
+            .await?;
         // A carried key leased afresh here was released meanwhile (an operator's replay or
         // release ended the old lease): the old lease is lost, the new one reads it.
         let fresh_keys: HashSet<[u8; 32]> = fresh.iter().map(|l| l.key_hash).collect();
@@ -732,7 +777,7 @@ impl<S: Sink + 'static> Relay<S> {
                 up_to: l.done_seq.saturating_add(n),
             })
             .collect();
-        match i.store.event_read(&ranges).await {
+        match i.within(&store, i.lease, store.event_read(&ranges)).await {
             Ok(rows) => Ok(Some(Prepared {
                 leases,
                 carried: carried_flags,
@@ -741,7 +786,7 @@ impl<S: Sink + 'static> Relay<S> {
             })),
             Err(e) => {
                 self.give_back(&leases[carry.len()..]).await;
-                Err(Error::Database(e))
+                Err(e)
             }
         }
     }
@@ -795,7 +840,11 @@ impl<S: Sink + 'static> Relay<S> {
             .collect();
         forget(&i.leased, &ending);
         let delivered = p.delivered;
-        let held = match i.store.event_key_settle(&settles).await {
+        let store = i.store();
+        let held = match i
+            .within(&store, i.lease, store.event_key_settle(&settles))
+            .await
+        {
             Ok(held) => held,
             Err(e) => {
                 // A kept lease stays with the next round, whose settle moves `done_seq` past
@@ -812,7 +861,7 @@ impl<S: Sink + 'static> Relay<S> {
                     }),
                 );
                 self.give_back(&ending).await;
-                return Err(Error::Database(e));
+                return Err(e);
             }
         };
         let lost = note_lost(
@@ -851,7 +900,11 @@ impl<S: Sink + 'static> Relay<S> {
         // A carried lease's `done_seq` is past the round before it, whose dead marks may not
         // be written yet (its settle failed).
         take_dead(&i.dead_carried, &mut back);
-        if let Err(e) = i.store.event_key_settle(&back).await {
+        let store = i.store();
+        if let Err(e) = i
+            .within(&store, i.lease, store.event_key_settle(&back))
+            .await
+        {
             tracing::warn!(relay = %i.owner, error = %e, keys = back.len(),
                 "relay could not give its keys back: they return when their leases end");
         }
