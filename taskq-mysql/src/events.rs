@@ -321,7 +321,7 @@ pub(crate) async fn event_key_settle(
     .await?;
     let locked: std::collections::HashSet<[u8; 32]> = locked.iter().map(|h| hash_of(h)).collect();
     if !locked.is_empty() {
-        // Per key: [hash, epoch, done_seq, next (0 release, 1 backoff, 2 hold, 3 keep),
+        // Per key: [hash, epoch, done_seq, next (`KeyNext::encode`: 0 release, 1 backoff, 2 hold, 3 keep),
         // backoff µs, error, held seq].
         let mut rows = Vec::with_capacity(locked.len());
         let mut dead: Vec<(u64, &str)> = Vec::new();
@@ -330,12 +330,7 @@ pub(crate) async fn event_key_settle(
                 continue;
             }
             held[i] = true;
-            let (n, us, err, hs) = match &k.next {
-                KeyNext::Release => (0u8, 0i64, None, None),
-                KeyNext::Backoff { delay_us, error } => (1, *delay_us, Some(error.as_str()), None),
-                KeyNext::Hold { seq, error } => (2, 0, Some(error.as_str()), Some(*seq)),
-                KeyNext::Keep => (3, 0, None, None),
-            };
+            let (n, us, err, hs) = k.next.encode();
             rows.push(serde_json::json!([
                 hex(&k.key_hash),
                 k.epoch,
