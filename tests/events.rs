@@ -595,14 +595,17 @@ async fn a_relay_stopped_mid_batch_loses_its_keys_to_another_after_the_lease<B: 
             std::future::pending::<Vec<Outcome>>()
         })
     };
+    // A publish deadline far beyond the test: the sink's silence alone frees nothing.
     let relay1 = Relay::builder(db.pool.clone(), stuck)
         .lease(Duration::from_secs(1))
+        .publish_timeout(Duration::from_secs(3600))
         .name("relay-1")
         .build()
         .unwrap();
     let task = tokio::spawn(async move { relay1.run().await });
     handed.notified().await;
-    // While relay 1's leases last (renewed every third of the lease), relay 2 gets nothing.
+    // While relay 1's leases last (renewed every third of the lease while its publish is
+    // within its deadline), relay 2 gets nothing.
     let seen = Seen::default();
     let relay2 = Relay::builder(db.pool.clone(), recording(&seen))
         .lease(Duration::from_secs(1))
@@ -613,7 +616,7 @@ async fn a_relay_stopped_mid_batch_loses_its_keys_to_another_after_the_lease<B: 
     assert_eq!(
         relay2.run_once().await.unwrap().keys,
         0,
-        "relay 1 renews its leases"
+        "relay 1 renews its leases while its publish is within its deadline"
     );
     task.abort();
     let _ = task.await;
@@ -756,6 +759,12 @@ async fn relay_settings_out_of_range_are_refused<B: HasDriver>(db: Db<B>) {
             "bad topic",
             Relay::builder(db.pool.clone(), recording(&seen))
                 .topics([""])
+                .build(),
+        ),
+        (
+            "publish timeout",
+            Relay::builder(db.pool.clone(), recording(&seen))
+                .publish_timeout(Duration::ZERO)
                 .build(),
         ),
         (
@@ -1115,7 +1124,267 @@ async fn a_settle_that_fails_gives_the_keys_back_at_once<B: HasDriver>(db: Db<B>
     assert_eq!(seen.ns("a"), [1, 2, 1, 2], "sent again, in order");
 }
 
+/// An event of a topic of its own (the relay's key is the pair topic, key).
+#[derive(serde::Serialize)]
+struct TopicEvent {
+    topic: &'static str,
+    key: &'static str,
+}
+
+impl Event for TopicEvent {
+    fn topic(&self) -> &str {
+        self.topic
+    }
+    fn key(&self) -> String {
+        self.key.into()
+    }
+}
+
+/// A key is (topic, key): a sink failing every message of topic `a` holds `a`/"42" only, and
+/// `b`/"42" after it in the same round is delivered (no backoff, no failure counted).
+async fn a_failure_holds_a_key_of_one_topic_only<B: HasDriver>(db: Db<B>) {
+    let mut tx = db.begin().await;
+    for topic in ["a", "b"] {
+        TopicEvent { topic, key: "42" }
+            .publish_tx(&mut tx)
+            .await
+            .unwrap();
+    }
+    tx.commit().await.unwrap();
+    let sink = PerMessageSink::new(|m: Message| async move {
+        if m.subject == "a" {
+            Outcome::Failed("no stream for a".into())
+        } else {
+            Outcome::Delivered
+        }
+    });
+    let relay = Relay::builder(db.pool.clone(), sink).build().unwrap();
+    let r = relay.run_once().await.unwrap();
+    assert_eq!((r.keys, r.published), (2, 2));
+    let store = B::store(db.pool.clone());
+    let a = store.event_key_get("a", "42").await.unwrap().unwrap();
+    let b = store.event_key_get("b", "42").await.unwrap().unwrap();
+    assert_eq!(
+        (a.done_seq, a.failures),
+        (0, 1),
+        "a/42 failed and backs off"
+    );
+    assert_eq!(
+        (b.done_seq, b.failures, b.last_error),
+        (1, 0, None),
+        "b/42 delivered"
+    );
+    assert_eq!(r.delivered, 1);
+}
+
+/// A sink that never answers does not wedge its keys: the relay gives its publish up at its
+/// deadline (by default below the lease), counts the batch `Failed`, stops renewing and backs
+/// the keys off; another relay then delivers them, while the first is still running.
+async fn a_sink_that_never_answers_does_not_wedge_its_keys<B: HasDriver>(db: Db<B>) {
+    publish(&db, &[ev("a", 1), ev("a", 2), ev("b", 1)]).await;
+    let handed = Arc::new(tokio::sync::Notify::new());
+    let stuck = {
+        let handed = handed.clone();
+        FnSink::new(move |_batch: Vec<Message>| {
+            handed.notify_one();
+            std::future::pending::<Vec<Outcome>>()
+        })
+    };
+    let relay1 = Relay::builder(db.pool.clone(), stuck)
+        .lease(Duration::from_secs(1))
+        .name("relay-1")
+        .build()
+        .unwrap();
+    let task = tokio::spawn(async move { relay1.run().await });
+    handed.notified().await;
+    let start = std::time::Instant::now();
+    let seen = Seen::default();
+    let relay2 = Relay::builder(db.pool.clone(), recording(&seen))
+        .lease(Duration::from_secs(1))
+        .name("relay-2")
+        .build()
+        .unwrap();
+    while seen.all().len() < 3 && start.elapsed() < Duration::from_secs(6) {
+        relay2.run_once().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let took = start.elapsed();
+    assert!(!task.is_finished(), "relay 1 still runs");
+    task.abort();
+    let _ = task.await;
+    assert_eq!(seen.ns("a"), [1, 2]);
+    assert_eq!(seen.ns("b"), [1]);
+    assert!(
+        took < Duration::from_secs(3),
+        "relay 2 delivered within 3 s of relay 1's stuck publish: {took:?}"
+    );
+    assert_eq!(count_state(&db, "delivered").await, 3);
+}
+
+/// A round whose key is carried on (settled `Keep`) and that dead-lettered an event keeps
+/// that dead mark when its settle fails: the mark goes with the next settle of the same lease.
+/// A trigger fails the first settle: it refuses a dead mark while the key's `done_seq` (set
+/// by the same settle, before the mark) is below 8. Round 1 is seqs 1-4 (seq 3 rejected,
+/// dead-lettered; the rest delivered), round 2 seqs 5-8, read on under the same lease. Without
+/// the carried mark, round 2's settle moves `done_seq` to 8 and event 3, never delivered,
+/// reads `delivered`.
+async fn a_failed_keep_settle_keeps_its_dead_letters<B: HasDriver>(db: Db<B>) {
+    let mut tx = db.begin().await;
+    for n in 1..=8 {
+        ev("k", n).publish_tx(&mut tx).await.unwrap();
+    }
+    tx.commit().await.unwrap();
+    if db.label() == "mysql" {
+        db.exec(
+            "CREATE TRIGGER taskq_t_fail_dead BEFORE UPDATE ON taskq_events FOR EACH ROW \
+             BEGIN IF NEW.dead_at IS NOT NULL AND OLD.dead_at IS NULL AND \
+               (SELECT done_seq FROM taskq_event_keys WHERE key_hash = NEW.key_hash) < 8 \
+             THEN SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'injected settle failure'; \
+             END IF; END",
+        )
+        .await;
+    } else {
+        db.exec(
+            "CREATE TRIGGER taskq_t_fail_dead BEFORE UPDATE OF dead_at ON taskq_events \
+             WHEN NEW.dead_at IS NOT NULL AND OLD.dead_at IS NULL AND \
+               (SELECT done_seq FROM taskq_event_keys WHERE key_hash = NEW.key_hash) < 8 \
+             BEGIN SELECT RAISE(ABORT, 'injected settle failure'); END",
+        )
+        .await;
+    }
+    // A pipelining sink: seq 3 rejected, every other event delivered (nothing held).
+    let seen = Seen::default();
+    let sink = {
+        let seen = seen.clone();
+        FnSink::new(move |batch: Vec<Message>| {
+            let seen = seen.clone();
+            async move {
+                batch
+                    .iter()
+                    .map(|m| {
+                        seen.push(m);
+                        if decode(m).n == 3 {
+                            Outcome::Rejected("refused".into())
+                        } else {
+                            Outcome::Delivered
+                        }
+                    })
+                    .collect()
+            }
+        })
+    };
+    let relay = Relay::builder(db.pool.clone(), sink)
+        .batch_size(4)
+        .on_rejected(OnRejected::DeadLetter)
+        .poll_interval(Duration::from_millis(20))
+        .build()
+        .unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(async move {
+        relay
+            .run_until(async move {
+                let _ = stopped.await;
+            })
+            .await
+    });
+    let store = B::store(db.pool.clone());
+    wait_until(Duration::from_secs(20), "the key settled to 8", || async {
+        let k = store
+            .event_key_get("orders.placed", "k")
+            .await
+            .unwrap()
+            .unwrap();
+        k.done_seq == 8 && !k.leased
+    })
+    .await;
+    stop.send(()).unwrap();
+    running.await.unwrap().unwrap();
+    assert_eq!(seen.ns("k"), (1..=8).collect::<Vec<_>>(), "each sent once");
+    assert_eq!(
+        states(&db, "k").await,
+        [
+            "delivered",
+            "delivered",
+            "dead",
+            "delivered",
+            "delivered",
+            "delivered",
+            "delivered",
+            "delivered"
+        ]
+    );
+    assert_eq!(
+        db.text("SELECT last_error FROM taskq_events WHERE event_key = 'k' AND seq = 3")
+            .await
+            .as_deref(),
+        Some("refused")
+    );
+}
+
+/// A relay holds leases only on keys it reads events of: with rounds of 2 events, three
+/// keys with long backlogs (A, B, C) and new keys arriving all the time, every key it leases
+/// gets events in its rounds — C is not leased, renewed and carried on with nothing read
+/// while the others go — and it never holds more keys than its two rounds in flight can read
+/// (2 × 2), so other relays can take the rest.
+async fn a_relay_holds_no_more_keys_than_it_reads<B: HasDriver>(db: Db<B>) {
+    let mut tx = db.begin().await;
+    for k in ["A", "B", "C"] {
+        for n in 1..=300 {
+            ev(k, n).publish_tx(&mut tx).await.unwrap();
+        }
+    }
+    tx.commit().await.unwrap();
+    let sink = FnSink::new(|batch: Vec<Message>| async move {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        vec![Outcome::Delivered; batch.len()]
+    });
+    let relay = Relay::builder(db.pool.clone(), sink)
+        .batch_size(2)
+        .poll_interval(Duration::from_millis(5))
+        .name("hoarder")
+        .build()
+        .unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(async move {
+        relay
+            .run_until(async move {
+                let _ = stopped.await;
+            })
+            .await
+    });
+    let mut most = 0;
+    for i in 0..60 {
+        publish(&db, &[ev(&format!("new{i}"), 1)]).await;
+        tokio::time::sleep(Duration::from_millis(25)).await;
+        let leased = db
+            .scalar(&format!(
+                "SELECT COUNT(*) FROM taskq_event_keys \
+                 WHERE lease_owner = 'hoarder' AND lease_until > {}",
+                db.now()
+            ))
+            .await;
+        most = most.max(leased);
+    }
+    stop.send(()).unwrap();
+    running.await.unwrap().unwrap();
+    let done: Vec<i64> = db
+        .ints("SELECT done_seq FROM taskq_event_keys WHERE event_key IN ('A', 'B', 'C') ORDER BY event_key")
+        .await;
+    assert!(
+        done.iter().all(|&d| d > 0),
+        "every long key went on while new keys arrived (done_seq of A, B, C): {done:?}"
+    );
+    assert!(
+        most <= 4,
+        "the relay held {most} keys at once with rounds of 2 events"
+    );
+}
+
 taskq_tests::conformance!(
+    a_relay_holds_no_more_keys_than_it_reads,
+    a_failed_keep_settle_keeps_its_dead_letters,
+    a_sink_that_never_answers_does_not_wedge_its_keys,
+    a_failure_holds_a_key_of_one_topic_only,
     relay_settings_out_of_range_are_refused,
     events_publish_rows_with_seq_in_commit_order_and_the_relay_sends_them_with_their_ids,
     a_rolled_back_transaction_publishes_nothing,
@@ -1132,3 +1401,147 @@ taskq_tests::conformance!(
     a_running_relay_reads_on_a_long_key_and_stops_it_at_a_failure,
     a_relay_reading_on_a_key_stops_when_it_loses_the_lease,
 );
+
+/// MySQL only: row locks. A publisher's open transaction holding one key row must not stop
+/// a relay from renewing its other keys (InnoDB makes an `UPDATE` of a locked row wait; SQLite
+/// has no row locks, its writers take turns on the file).
+mod mysql_only {
+    use super::*;
+    use taskq_tests::TestDb;
+
+    /// Relay 1 (lease 2 s, publish deadline 10 s) leases 20 keys and its sink takes 3 s. Meanwhile a publisher's
+    /// transaction holds 5 of the key rows for 3.2 s (then rolls back). Relay 1's renewals
+    /// must renew the 15 others: between its lease's first end (2 s) and the publisher's end,
+    /// relay 2 leases nothing, and relay 1's settle finds every key still its own (epoch 1).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_publisher_holding_one_key_row_does_not_stop_the_renewal_of_the_others() {
+        let Some(db) = TestDb::new_or_skip().await else {
+            return;
+        };
+        let db = Db::<sqlx::MySql>::from_test_db(db);
+        let keys: Vec<String> = (0..20).map(|i| format!("k{i:02}")).collect();
+        let mut tx = db.begin().await;
+        for k in &keys {
+            ev(k, 1).publish_tx(&mut tx).await.unwrap();
+        }
+        tx.commit().await.unwrap();
+        let handed = Arc::new(tokio::sync::Notify::new());
+        let slow = {
+            let handed = handed.clone();
+            FnSink::new(move |batch: Vec<Message>| {
+                handed.notify_one();
+                async move {
+                    tokio::time::sleep(Duration::from_secs(3)).await;
+                    vec![Outcome::Delivered; batch.len()]
+                }
+            })
+        };
+        let relay1 = Relay::builder(db.pool.clone(), slow)
+            .lease(Duration::from_secs(2))
+            .publish_timeout(Duration::from_secs(10))
+            .name("relay-1")
+            .build()
+            .unwrap();
+        let start = std::time::Instant::now();
+        let round = tokio::spawn(async move { relay1.run_once().await });
+        handed.notified().await;
+        // The publisher locks 5 key rows (it publishes on them) and holds them.
+        let mut publisher = db.begin().await;
+        for k in &keys[..5] {
+            ev(k, 2).publish_tx(&mut publisher).await.unwrap();
+        }
+        let relay2 = Relay::builder(db.pool.clone(), recording(&Seen::default()))
+            .lease(Duration::from_secs(2))
+            .name("relay-2")
+            .build()
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(2200).saturating_sub(start.elapsed())).await;
+        let mut taken = 0;
+        while start.elapsed() < Duration::from_millis(2900) {
+            taken += relay2.run_once().await.unwrap().keys;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(3200).saturating_sub(start.elapsed())).await;
+        publisher.rollback().await.unwrap();
+        let r = round.await.unwrap().unwrap();
+        assert_eq!(taken, 0, "relay 2 leased keys relay 1 should have renewed");
+        assert_eq!((r.keys, r.delivered, r.lost), (20, 20, 0));
+        let epochs = db
+            .ints("SELECT lease_epoch FROM taskq_event_keys ORDER BY event_key")
+            .await;
+        assert_eq!(epochs, vec![1; 20], "only relay 1 ever leased them");
+    }
+
+    /// A relay's database calls have a client-side deadline: a connection black-holed by a
+    /// network partition (no answer, no error, no EOF) ends its call at the deadline instead
+    /// of hanging the relay, and the keys are given back on a fresh connection. MySQL only:
+    /// the partition is a TCP proxy in front of the server (SQLite has no network).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_black_holed_connection_does_not_hang_the_relay() {
+        use sqlx::mysql::MySqlPoolOptions;
+        use std::str::FromStr;
+        use taskq_tests::proxy::ChaosProxy;
+        let Some(db) = TestDb::new_or_skip().await else {
+            return;
+        };
+        let server = sqlx::mysql::MySqlConnectOptions::from_str(&taskq_tests::server_url())
+            .expect("the test server URL parses");
+        let upstream = tokio::net::lookup_host((server.get_host(), server.get_port()))
+            .await
+            .unwrap()
+            .next()
+            .unwrap();
+        let proxy = Arc::new(ChaosProxy::start(upstream).await);
+        let options = db
+            .options
+            .clone()
+            .host(&proxy.addr().ip().to_string())
+            .port(proxy.addr().port());
+        let db = Db::<sqlx::MySql>::from_test_db(db);
+        publish(&db, &[ev("a", 1), ev("b", 1)]).await;
+        let pool = MySqlPoolOptions::new()
+            .max_connections(2)
+            .connect_with(options)
+            .await
+            .unwrap();
+        // The sink black-holes every live connection of the relay and every new one for
+        // 1.5 s, then answers: the settle that follows runs on a connection that never
+        // answers; the give-back after its deadline on a new one, after the heal.
+        let sink = {
+            let proxy = proxy.clone();
+            FnSink::new(move |batch: Vec<Message>| {
+                proxy.set_black_hole(true);
+                proxy.black_hole_all();
+                let proxy = proxy.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(1500)).await;
+                    proxy.heal();
+                });
+                async move { vec![Outcome::Delivered; batch.len()] }
+            })
+        };
+        let relay = Relay::builder(pool, sink)
+            .lease(Duration::from_secs(2))
+            .build()
+            .unwrap();
+        let start = std::time::Instant::now();
+        let r = tokio::time::timeout(Duration::from_secs(10), relay.run_once()).await;
+        let took = start.elapsed();
+        let r = r.expect("the relay's round returned (it hung on the black-holed connection)");
+        assert!(r.is_err(), "the settle could not have succeeded: {r:?}");
+        assert!(
+            took < Duration::from_secs(4),
+            "within the deadline: {took:?}"
+        );
+        // The keys were given back at once on a fresh connection: pending, not leased.
+        let store = <sqlx::MySql as taskq_tests::drivers::HasDriver>::store(db.pool.clone());
+        for k in ["a", "b"] {
+            let key = store
+                .event_key_get("orders.placed", k)
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!((key.leased, key.done_seq), (false, 0), "{k}");
+        }
+    }
+}

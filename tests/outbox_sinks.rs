@@ -200,6 +200,33 @@ mod nats {
         assert_eq!(out[2], Outcome::Delivered);
         drop_stream(&sink, &name).await;
     }
+
+    /// A key is (subject, key): a failure on one subject holds that subject's key only, not
+    /// the same key string on another subject (window 1, so the failure is known before the
+    /// next message is sent).
+    #[tokio::test]
+    async fn nats_holds_a_key_of_one_subject_only() {
+        let Some((sink, mut stream, name)) = setup().await else {
+            return;
+        };
+        let sink = sink.with_window(1);
+        let batch = vec![
+            Message::new(
+                "a42",
+                format!("{name}_nowhere.a"),
+                "42",
+                Bytes::from_static(b"0"),
+            ),
+            Message::new("b42", format!("{name}.b"), "42", Bytes::from_static(b"1")),
+        ];
+        let out = sink.publish(&batch).await;
+        assert!(matches!(out[0], Outcome::Failed(_)), "{out:?}");
+        assert_eq!(out[1], Outcome::Delivered, "{out:?}");
+        let (got, _) = read_all(&mut stream).await;
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].0, "b42");
+        drop_stream(&sink, &name).await;
+    }
 }
 
 mod rabbitmq {
@@ -331,6 +358,32 @@ mod rabbitmq {
         assert_eq!(got[0].0, "q0");
         drop_queue(&sink, &queue).await;
     }
+
+    /// A key is (subject, key): a message of key "42" returned on one routing key does not
+    /// hold key "42" on another (window 1, so the refusal is known before the next send).
+    #[tokio::test]
+    async fn rabbitmq_holds_a_key_of_one_subject_only() {
+        let Some((sink, queue)) = setup().await else {
+            return;
+        };
+        let sink = sink.with_window(1);
+        let batch = vec![
+            Message::new(
+                "a42",
+                format!("{queue}_nowhere"),
+                "42",
+                Bytes::from_static(b"0"),
+            ),
+            Message::new("b42", queue.clone(), "42", Bytes::from_static(b"1")),
+        ];
+        let out = sink.publish(&batch).await;
+        assert!(matches!(&out[0], Outcome::Rejected(_)), "{out:?}");
+        assert_eq!(out[1], Outcome::Delivered, "{out:?}");
+        let (got, _) = read_all(&sink, &queue).await;
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].0, "b42");
+        drop_queue(&sink, &queue).await;
+    }
 }
 
 mod redis {
@@ -429,7 +482,8 @@ mod redis {
             m("b0", &stream, "b"),
             m("a1", &plain, "a"),
             m("b1", &stream, "b"),
-            m("a2", &stream, "a"),
+            // The same subject as a1: a key is (subject, key), and (plain, a) is held.
+            m("a2", &plain, "a"),
             m("b2", &stream, "b"),
         ];
         let out = sink.publish(&batch).await;
@@ -441,6 +495,29 @@ mod redis {
         let (got, _) = read_all(&mut conn, &stream).await;
         let ids: Vec<&str> = got.iter().map(|(id, _)| id.as_str()).collect();
         assert_eq!(ids, ["a0", "b0", "b1", "b2"]);
+        let _: () = conn.del(&[&stream, &plain]).await.unwrap();
+    }
+
+    /// A key is (subject, key): key "42" refused on one stream does not hold key "42" on
+    /// another (pipelines of 1, so the refusal is known before the next entry is sent).
+    #[tokio::test]
+    async fn redis_holds_a_key_of_one_subject_only() {
+        let Some((sink, mut conn, stream)) = setup().await else {
+            return;
+        };
+        let plain = format!("{stream}_plain");
+        let _: () = conn.set(&plain, "not a stream").await.unwrap();
+        let sink = sink.with_window(1);
+        let batch = vec![
+            Message::new("a42", plain.clone(), "42", b"0".to_vec()),
+            Message::new("b42", stream.clone(), "42", b"1".to_vec()),
+        ];
+        let out = sink.publish(&batch).await;
+        assert!(matches!(&out[0], Outcome::Rejected(_)), "{out:?}");
+        assert_eq!(out[1], Outcome::Delivered, "{out:?}");
+        let (got, _) = read_all(&mut conn, &stream).await;
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].0, "b42");
         let _: () = conn.del(&[&stream, &plain]).await.unwrap();
     }
 }

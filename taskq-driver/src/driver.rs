@@ -291,7 +291,11 @@ macro_rules! __seam_operations {
                 fn event_key_claim(&self; req: &EventClaim<'_>) -> Vec<EventLease>;
                 /// The pending events of each range, by key (in the ranges' order) then seq.
                 fn event_read(&self; ranges: &[EventRange]) -> Vec<EventRow>;
-                /// Renews the leases `(key hash, epoch)` still held; which were renewed.
+                /// Renews the leases `(key hash, epoch)` still held; which are still held. It
+                /// never waits for a row lock: a key whose row another transaction holds at
+                /// that moment (a publisher's, on MySQL) is not renewed by this call but is
+                /// still held when its epoch is (another relay's lease skips the locked row
+                /// too); a key whose epoch moved on or whose lease ended is not returned.
                 fn event_key_renew(&self; leases: &[([u8; 32], u64)]; lease_us: i64) -> Vec<[u8; 32]>;
                 /// Settles leased keys, each only under its epoch: moves `done_seq` (which
                 /// records delivery: no event row is written for a delivered event), marks its

@@ -256,6 +256,20 @@ pub enum KeyNext {
     },
 }
 
+impl KeyNext {
+    /// How both drivers' settle statements carry what a key becomes, per key in JSON:
+    /// `(code, backoff µs, error, held seq)`, code 0 release, 1 backoff, 2 hold, 3 keep (the
+    /// `CASE`s of `event_key_settle` on MySQL and SQLite read these codes).
+    pub fn encode(&self) -> (u8, i64, Option<&str>, Option<u64>) {
+        match self {
+            KeyNext::Release => (0, 0, None, None),
+            KeyNext::Backoff { delay_us, error } => (1, *delay_us, Some(error.as_str()), None),
+            KeyNext::Hold { seq, error } => (2, 0, Some(error.as_str()), Some(*seq)),
+            KeyNext::Keep => (3, 0, None, None),
+        }
+    }
+}
+
 /// How a relay settles one leased key, conditional on its epoch.
 #[derive(Debug, Clone, PartialEq)]
 pub struct EventSettle {
@@ -419,6 +433,25 @@ mod tests {
         assert_eq!(EventState::of(5, 5, false), EventState::Delivered);
         assert_eq!(EventState::of(6, 5, false), EventState::Pending);
         assert_eq!(EventState::of(3, 5, true), EventState::Dead);
+    }
+
+    #[test]
+    fn what_a_key_becomes_is_encoded_once_for_both_drivers() {
+        assert_eq!(KeyNext::Release.encode(), (0, 0, None, None));
+        let e = "x".to_owned();
+        assert_eq!(
+            KeyNext::Backoff {
+                delay_us: 5,
+                error: e.clone()
+            }
+            .encode(),
+            (1, 5, Some("x"), None)
+        );
+        assert_eq!(
+            KeyNext::Hold { seq: 7, error: e }.encode(),
+            (2, 0, Some("x"), Some(7))
+        );
+        assert_eq!(KeyNext::Keep.encode(), (3, 0, None, None));
     }
 
     #[test]

@@ -9,9 +9,9 @@
 //! publish upserts the key row (its lock held to the caller's commit, so a key's seq order is
 //! its commit order) and then inserts the event; a relay's settle updates the key row under
 //! its epoch and then marks the events. A relay's transaction that may wait for a key row
-//! (settle, renewal) holds no other key row: a publisher's transaction can lock several keys
+//! (settle) holds no other key row: a publisher's transaction can lock several keys
 //! in any order, and waiting on one key while holding another could deadlock with it. The
-//! lease itself takes many keys at once, but with `SKIP LOCKED` (it never waits). The
+//! lease and the renewal take many keys at once, but with `SKIP LOCKED` (they never wait). The
 //! operator's replay of a time range locks its keys in hash order.
 
 use std::collections::BTreeMap;
@@ -196,37 +196,87 @@ pub(crate) async fn event_read(
         .collect())
 }
 
-/// Renews the leases still held under their epochs; the keys renewed. One autocommitted
-/// statement per key, so a renewal never holds one key row while waiting for another (see
-/// [`event_key_settle`]).
+/// Renews the leases still held under their epochs; the keys still held (see
+/// [`taskq_driver::driver::Events::event_key_renew`]). Never waits for a row lock, so a
+/// publisher's open transaction on one key cannot hold up the renewal of the others:
+///
+/// 1. one transaction: a locking read by primary key of the keys still leased under their
+///    epochs, `FOR UPDATE SKIP LOCKED` (a row another transaction holds is skipped), one
+///    multi-row `UPDATE` of the rows it locked; commit;
+/// 2. the keys it skipped, a plain (non-locking) read: a key still leased under its epoch is
+///    held by a publisher's transaction at this moment; it is not renewed now (the next
+///    renewal tries again; another relay's lease skips the locked row too) but still held. A
+///    key whose epoch moved on, or whose lease ended, is lost.
+///
+/// Holding no key row while waiting for another (it never waits), it cannot deadlock with a
+/// publisher.
 pub(crate) async fn event_key_renew(
     pool: &MySqlPool,
     leases: &[([u8; 32], u64)],
     lease_us: i64,
 ) -> sqlx::Result<Vec<[u8; 32]>> {
-    let mut renewed = Vec::new();
     if leases.is_empty() {
-        return Ok(renewed);
+        return Ok(Vec::new());
     }
+    let fence: Vec<(String, u64)> = leases.iter().map(|(h, e)| (hex(h), *e)).collect();
+    let fence = serde_json::to_string(&fence).expect("fence serializes");
     let mut conn = pool.acquire().await?;
-    for (h, epoch) in leases {
-        let done = sqlx::query!(
-            r#"UPDATE taskq_event_keys
-               SET lease_until = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND,
-                   ready_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
-               WHERE key_hash = ? AND lease_epoch = ? AND lease_owner IS NOT NULL"#,
+    let mut tx = conn.begin().await?;
+    let locked = sqlx::query_scalar!(
+        r#"SELECT k.key_hash AS "key_hash: Vec<u8>"
+           FROM JSON_TABLE(?, '$[*]' COLUMNS (h VARCHAR(64) PATH '$[0]',
+                                              e BIGINT UNSIGNED PATH '$[1]')) AS j
+             STRAIGHT_JOIN taskq_event_keys k FORCE INDEX (PRIMARY) ON k.key_hash = UNHEX(j.h)
+           WHERE k.lease_epoch = j.e AND k.lease_owner IS NOT NULL
+           FOR UPDATE SKIP LOCKED"#,
+        fence,
+    )
+    .fetch_all(&mut *tx)
+    .await?;
+    let locked: std::collections::HashSet<[u8; 32]> = locked.iter().map(|h| hash_of(h)).collect();
+    if !locked.is_empty() {
+        let json = hashes_json(locked.iter());
+        sqlx::query!(
+            r#"UPDATE JSON_TABLE(?, '$[*]' COLUMNS (h VARCHAR(64) PATH '$')) AS j
+                 STRAIGHT_JOIN taskq_event_keys k FORCE INDEX (PRIMARY) ON k.key_hash = UNHEX(j.h)
+               SET k.lease_until = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND,
+                   k.ready_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND"#,
+            json,
             lease_us,
             lease_us,
-            &h[..],
-            epoch,
         )
-        .execute(&mut *conn)
+        .execute(&mut *tx)
         .await?;
-        if done.rows_affected() == 1 {
-            renewed.push(*h);
+    }
+    tx.commit().await?;
+    let mut held: Vec<[u8; 32]> = Vec::with_capacity(leases.len());
+    let skipped: Vec<(String, u64)> = leases
+        .iter()
+        .filter(|(h, _)| !locked.contains(h))
+        .map(|(h, e)| (hex(h), *e))
+        .collect();
+    let busy = if skipped.is_empty() {
+        Vec::new()
+    } else {
+        let skipped = serde_json::to_string(&skipped).expect("fence serializes");
+        sqlx::query_scalar!(
+            r#"SELECT k.key_hash AS "key_hash: Vec<u8>"
+               FROM JSON_TABLE(?, '$[*]' COLUMNS (h VARCHAR(64) PATH '$[0]',
+                                                  e BIGINT UNSIGNED PATH '$[1]')) AS j
+                 STRAIGHT_JOIN taskq_event_keys k FORCE INDEX (PRIMARY) ON k.key_hash = UNHEX(j.h)
+               WHERE k.lease_epoch = j.e AND k.lease_owner IS NOT NULL"#,
+            skipped,
+        )
+        .fetch_all(&mut *conn)
+        .await?
+    };
+    let busy: std::collections::HashSet<[u8; 32]> = busy.iter().map(|h| hash_of(h)).collect();
+    for (h, _) in leases {
+        if locked.contains(h) || busy.contains(h) {
+            held.push(*h);
         }
     }
-    Ok(renewed)
+    Ok(held)
 }
 
 /// Settles leased keys (see [`taskq_driver::driver::Events::event_key_settle`]) in a constant
@@ -271,7 +321,7 @@ pub(crate) async fn event_key_settle(
     .await?;
     let locked: std::collections::HashSet<[u8; 32]> = locked.iter().map(|h| hash_of(h)).collect();
     if !locked.is_empty() {
-        // Per key: [hash, epoch, done_seq, next (0 release, 1 backoff, 2 hold, 3 keep),
+        // Per key: [hash, epoch, done_seq, next (`KeyNext::encode`: 0 release, 1 backoff, 2 hold, 3 keep),
         // backoff µs, error, held seq].
         let mut rows = Vec::with_capacity(locked.len());
         let mut dead: Vec<(u64, &str)> = Vec::new();
@@ -280,12 +330,7 @@ pub(crate) async fn event_key_settle(
                 continue;
             }
             held[i] = true;
-            let (n, us, err, hs) = match &k.next {
-                KeyNext::Release => (0u8, 0i64, None, None),
-                KeyNext::Backoff { delay_us, error } => (1, *delay_us, Some(error.as_str()), None),
-                KeyNext::Hold { seq, error } => (2, 0, Some(error.as_str()), Some(*seq)),
-                KeyNext::Keep => (3, 0, None, None),
-            };
+            let (n, us, err, hs) = k.next.encode();
             rows.push(serde_json::json!([
                 hex(&k.key_hash),
                 k.epoch,

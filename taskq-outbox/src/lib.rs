@@ -49,8 +49,11 @@ pub struct Message {
     pub id: String,
     /// Where it goes: a NATS subject, a RabbitMQ routing key, a Redis stream, a Kafka topic.
     pub subject: String,
-    /// The ordering key (an aggregate's id): a sink publishes the messages of one key in batch
-    /// order; messages of different keys may interleave.
+    /// The ordering key (an aggregate's id) within the subject: a sink publishes the messages
+    /// of one (subject, key) in batch order, and a message not delivered holds the later ones
+    /// of its subject and key only; messages of other pairs (the same key on another subject
+    /// included) may interleave and go on. The relay's key is the pair (topic, key), and the
+    /// topic is the subject. See [`Message::order_key`].
     pub key: String,
     /// The payload, as bytes.
     pub payload: Bytes,
@@ -74,6 +77,12 @@ impl Message {
             payload: payload.into(),
             headers: Vec::new(),
         }
+    }
+
+    /// What a sink keeps in order and holds after a failure: the pair (subject, key), the
+    /// relay's key (its topic and key).
+    pub fn order_key(&self) -> (&str, &str) {
+        (&self.subject, &self.key)
     }
 
     /// Adds a header.
@@ -111,6 +120,8 @@ impl Outcome {
 /// The contract every implementation keeps:
 ///
 /// - `publish` returns exactly one [`Outcome`] per message, in the order of `batch`.
+/// - A key is the pair (subject, key) ([`Message::order_key`]): the same key string on two
+///   subjects is two keys.
 /// - Messages of one key are **sent in batch order**, on one connection whose order the broker
 ///   keeps (a NATS connection, an AMQP channel, a Redis connection; for Kafka, one producer
 ///   with `max.in.flight.requests.per.connection` ≤ 5 and idempotence on), so what the
@@ -130,25 +141,25 @@ pub trait Sink: Send + Sync {
     fn publish(&self, batch: &[Message]) -> impl Future<Output = Vec<Outcome>> + Send;
 }
 
-/// Keys of a batch that have a message not delivered: later messages of such a key are held.
-/// (Used by the broker sinks only.)
+/// Keys ([`Message::order_key`]: subject and key) of a batch that have a message not
+/// delivered: later messages of such a key are held. (Used by the broker sinks only.)
 #[cfg(any(feature = "nats", feature = "rabbitmq", feature = "redis"))]
 #[derive(Default)]
 pub(crate) struct Stopped<'a> {
-    keys: HashSet<&'a str>,
+    keys: HashSet<(&'a str, &'a str)>,
 }
 
 #[cfg(any(feature = "nats", feature = "rabbitmq", feature = "redis"))]
 impl<'a> Stopped<'a> {
-    /// Whether `key` has a message not delivered.
-    pub(crate) fn has(&self, key: &str) -> bool {
-        self.keys.contains(key)
+    /// Whether `m`'s key has a message not delivered.
+    pub(crate) fn has(&self, m: &Message) -> bool {
+        self.keys.contains(&m.order_key())
     }
 
-    /// Records the outcome of a message of `key`.
-    pub(crate) fn record(&mut self, key: &'a str, outcome: &Outcome) {
+    /// Records the outcome of `m`.
+    pub(crate) fn record(&mut self, m: &'a Message, outcome: &Outcome) {
         if !outcome.is_delivered() {
-            self.keys.insert(key);
+            self.keys.insert(m.order_key());
         }
     }
 }
@@ -189,7 +200,7 @@ where
 /// A sink that publishes each message with a function of yours, and keeps the [`Sink`]
 /// contract for it: the messages of one key go one after the other, in batch order, and stop
 /// at the first one not delivered (the rest are [`Outcome::Held`], never handed to the
-/// function); keys run concurrently.
+/// function); keys (subject and key, see [`Message::order_key`]) run concurrently.
 pub struct PerMessageSink<F>(F);
 
 impl<F, Fut> PerMessageSink<F>
@@ -203,12 +214,13 @@ where
     }
 }
 
-/// Groups `batch`'s indexes by key, keys in order of first appearance.
+/// Groups `batch`'s indexes by key ([`Message::order_key`]: subject and key), keys in order of
+/// first appearance.
 fn by_key(batch: &[Message]) -> Vec<Vec<usize>> {
     let mut lanes: Vec<Vec<usize>> = Vec::new();
-    let mut lane_of: std::collections::HashMap<&str, usize> = Default::default();
+    let mut lane_of: std::collections::HashMap<(&str, &str), usize> = Default::default();
     for (i, m) in batch.iter().enumerate() {
-        let lane = *lane_of.entry(&m.key).or_insert_with(|| {
+        let lane = *lane_of.entry(m.order_key()).or_insert_with(|| {
             lanes.push(Vec::new());
             lanes.len() - 1
         });
@@ -293,6 +305,28 @@ mod tests {
         assert!(!seen.contains(&"a3".to_owned()));
         seen.retain(|id| id.starts_with('a'));
         assert_eq!(seen, ["a1", "a2"]);
+    }
+
+    /// A key is (subject, key): a failure of key "42" on subject `a` does not hold key "42"
+    /// on subject `b`.
+    #[tokio::test]
+    async fn a_per_message_sink_holds_a_key_of_one_subject_only() {
+        let sink = PerMessageSink::new(|m: Message| async move {
+            if m.subject == "a" {
+                Outcome::Failed("no stream".into())
+            } else {
+                Outcome::Delivered
+            }
+        });
+        let batch = [
+            Message::new("a1", "a", "42", Bytes::from_static(b"x")),
+            Message::new("b1", "b", "42", Bytes::from_static(b"x")),
+            Message::new("a2", "a", "42", Bytes::from_static(b"x")),
+        ];
+        let out = sink.publish(&batch).await;
+        assert!(matches!(out[0], Outcome::Failed(_)), "{out:?}");
+        assert_eq!(out[1], Outcome::Delivered, "{out:?}");
+        assert_eq!(out[2], Outcome::Held, "{out:?}");
     }
 
     #[tokio::test]

@@ -106,7 +106,7 @@ impl Sink for NatsSink {
                 Ok(_) => Outcome::Delivered,
                 Err(e) => outcome_of(e),
             };
-            stopped.record(&batch[i].key, &o);
+            stopped.record(&batch[i], &o);
             out[i] = Some(o);
         }
         for (i, m) in batch.iter().enumerate() {
@@ -114,7 +114,7 @@ impl Sink for NatsSink {
                 let next = in_flight.pop_front().expect("window ≥ 1");
                 settle(batch, &mut out, &mut stopped, next).await;
             }
-            if stopped.has(&m.key) {
+            if stopped.has(m) {
                 out[i] = Some(Outcome::Held);
                 continue;
             }
@@ -128,7 +128,7 @@ impl Sink for NatsSink {
                 Ok(ack) => in_flight.push_back((i, ack)),
                 Err(e) => {
                     let o = outcome_of(e);
-                    stopped.record(&m.key, &o);
+                    stopped.record(m, &o);
                     out[i] = Some(o);
                 }
             }

@@ -142,10 +142,10 @@ impl Sink for RabbitSink {
             while in_flight.len() >= self.window {
                 let (j, confirm) = in_flight.pop_front().expect("window ≥ 1");
                 let o = outcome_of(confirm.await);
-                stopped.record(&batch[j].key, &o);
+                stopped.record(&batch[j], &o);
                 out[j] = Some(o);
             }
-            if stopped.has(&m.key) {
+            if stopped.has(m) {
                 out[i] = Some(Outcome::Held);
                 continue;
             }
@@ -155,7 +155,7 @@ impl Sink for RabbitSink {
                     m.payload.len(),
                     self.max_message_size
                 ));
-                stopped.record(&m.key, &o);
+                stopped.record(m, &o);
                 out[i] = Some(o);
                 continue;
             }
@@ -173,14 +173,14 @@ impl Sink for RabbitSink {
                 Ok(confirm) => in_flight.push_back((i, confirm)),
                 Err(e) => {
                     let o = Outcome::Failed(e.to_string());
-                    stopped.record(&m.key, &o);
+                    stopped.record(m, &o);
                     out[i] = Some(o);
                 }
             }
         }
         while let Some((j, confirm)) = in_flight.pop_front() {
             let o = outcome_of(confirm.await);
-            stopped.record(&batch[j].key, &o);
+            stopped.record(&batch[j], &o);
             out[j] = Some(o);
         }
         out.into_iter()

@@ -116,7 +116,7 @@ impl Sink for RedisSink {
             pipe.ignore_errors();
             let mut sent = Vec::new();
             for (i, m) in batch.iter().enumerate().take(end).skip(start) {
-                if stopped.has(&m.key) {
+                if stopped.has(m) {
                     out[i] = Some(Outcome::Held);
                 } else {
                     pipe.add_command(xadd(m));
@@ -136,7 +136,7 @@ impl Sink for RedisSink {
                             Ok(_entry_id) => Outcome::Delivered,
                             Err(e) => outcome_of(&e),
                         };
-                        stopped.record(&batch[i].key, &o);
+                        stopped.record(&batch[i], &o);
                         out[i] = Some(o);
                     }
                 }
@@ -144,7 +144,7 @@ impl Sink for RedisSink {
                     let why = format!("{} replies to {} XADDs", replies.len(), sent.len());
                     for i in sent {
                         let o = Outcome::Failed(why.clone());
-                        stopped.record(&batch[i].key, &o);
+                        stopped.record(&batch[i], &o);
                         out[i] = Some(o);
                     }
                 }
@@ -152,7 +152,7 @@ impl Sink for RedisSink {
                 Err(e) => {
                     for i in sent {
                         let o = Outcome::Failed(e.to_string());
-                        stopped.record(&batch[i].key, &o);
+                        stopped.record(&batch[i], &o);
                         out[i] = Some(o);
                     }
                 }

@@ -209,17 +209,13 @@ pub(crate) async fn event_key_settle(
     if keys.is_empty() {
         return Ok(held);
     }
-    // Per key: [hash, epoch, done_seq, next (0 release, 1 backoff, 2 hold, 3 keep),
+    // Per key: [hash, epoch, done_seq, next (`KeyNext::encode`: 0 release, 1 backoff, 2 hold, 3 keep),
     // backoff µs, error, held seq].
     let rows: Vec<serde_json::Value> = keys
         .iter()
         .map(|k| {
-            let (n, us, err, hs) = match &k.next {
-                KeyNext::Release => (0u8, 0i64, None, None),
-                KeyNext::Backoff { delay_us, error } => (1, *delay_us, Some(error.as_str()), None),
-                KeyNext::Hold { seq, error } => (2, 0, Some(error.as_str()), Some(sid(*seq))),
-                KeyNext::Keep => (3, 0, None, None),
-            };
+            let (n, us, err, hs) = k.next.encode();
+            let hs = hs.map(sid);
             serde_json::json!([
                 hex(&k.key_hash),
                 sid(k.epoch),

@@ -176,6 +176,11 @@ impl Store {
         Store(Arc::new(<DB::__Driver as Handle>::from_pool(pool)))
     }
 
+    /// Whether `other` is a handle on the same pool (a clone of this one).
+    pub(crate) fn same(&self, other: &Store) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+
     /// The backend's name.
     pub(crate) fn backend(&self) -> &'static str {
         self.0.name()

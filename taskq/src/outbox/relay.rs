@@ -57,6 +57,7 @@ pub struct RelayBuilder<S> {
     retry_backoff: Backoff,
     poll: Duration,
     owner: Option<String>,
+    publish_timeout: Option<Duration>,
 }
 
 impl<S: Sink + 'static> RelayBuilder<S> {
@@ -86,6 +87,17 @@ impl<S: Sink + 'static> RelayBuilder<S> {
     /// keys until their leases end; then another takes them.
     pub fn lease(mut self, lease: Duration) -> Self {
         self.lease = lease;
+        self
+    }
+
+    /// How long the relay waits for the sink's answer to one batch (default: two thirds of
+    /// the lease; 1 ms..=24 h). A sink that has not answered by then (a half-open connection,
+    /// a broker stuck under flow control, a function that never returns) is given up on: its
+    /// publish is dropped, every message of the batch counts as [`Outcome::Failed`] (it may or
+    /// may not have reached the broker), the keys back off and their leases end (the relay
+    /// stops renewing them), so any relay can take them after the backoff.
+    pub fn publish_timeout(mut self, timeout: Duration) -> Self {
+        self.publish_timeout = Some(timeout);
         self
     }
 
@@ -138,6 +150,12 @@ impl<S: Sink + 'static> RelayBuilder<S> {
                 self.poll
             )));
         }
+        let publish_timeout = self.publish_timeout.unwrap_or(self.lease - self.lease / 3);
+        if !(Duration::from_millis(1)..=Duration::from_secs(24 * 3600)).contains(&publish_timeout) {
+            return Err(Error::Config(format!(
+                "relay publish_timeout {publish_timeout:?} is outside 1 ms..=24 h"
+            )));
+        }
         if let Some(p) = problem(&self.retry_backoff) {
             return Err(Error::Config(format!("relay retry_backoff: {p}")));
         }
@@ -163,15 +181,18 @@ impl<S: Sink + 'static> RelayBuilder<S> {
         let statement_timeout = (self.lease / 2).max(Duration::from_secs(1));
         let secs = statement_timeout.as_secs() + u64::from(statement_timeout.subsec_nanos() > 0);
         let session_timeout = Duration::from_secs((secs + 1).max(5));
-        let store = self.store.worker_store(WorkerPool {
+        let pool_spec = WorkerPool {
             connections: 3,
             statement_timeout,
             session_timeout,
             idle_limit: session_timeout - Duration::from_secs(1),
-        });
+        };
+        let store = self.store.worker_store(pool_spec);
         Ok(Relay {
             inner: Arc::new(Inner {
-                store,
+                store: Mutex::new(store),
+                base: self.store,
+                pool_spec,
                 sink: self.sink,
                 topics: self.topics.map(NameList::new),
                 batch_size: self.batch_size,
@@ -179,11 +200,14 @@ impl<S: Sink + 'static> RelayBuilder<S> {
                 on_rejected: self.on_rejected,
                 retry_backoff: self.retry_backoff,
                 poll: self.poll,
+                publish_timeout,
                 owner,
                 leased: Mutex::new(HashMap::new()),
                 narrow: Mutex::new(HashSet::new()),
                 narrow_all: AtomicBool::new(false),
                 lost: Mutex::new(HashSet::new()),
+                dead_carried: Mutex::new(HashMap::new()),
+                renewal_running: AtomicBool::new(false),
             }),
         })
     }
@@ -247,7 +271,12 @@ impl<S> std::fmt::Debug for Relay<S> {
 }
 
 struct Inner<S> {
-    store: Store,
+    /// The relay's own pool; replaced by a fresh one when a call on it got no answer in time
+    /// (its connection may be black-holed: see [`Inner::within`]).
+    store: Mutex<Store>,
+    /// The user's pool, whose connect options the relay's pool has.
+    base: Store,
+    pool_spec: WorkerPool,
     sink: S,
     topics: Option<NameList>,
     batch_size: u32,
@@ -255,6 +284,8 @@ struct Inner<S> {
     on_rejected: OnRejected,
     retry_backoff: Backoff,
     poll: Duration,
+    /// How long a sink's publish may take (see [`RelayBuilder::publish_timeout`]).
+    publish_timeout: Duration,
     owner: String,
     /// The keys this relay holds leases on (hash → epoch), renewed together every third of
     /// the lease: the round being published, the one read ahead, none settled.
@@ -268,6 +299,53 @@ struct Inner<S> {
     /// an operator took the key), `(hash, epoch)`: a round that carried such a key over drops
     /// it before it goes out.
     lost: Mutex<HashSet<([u8; 32], u64)>>,
+    /// Dead marks of kept leases whose settle failed, `(hash, epoch)` → events: the next
+    /// settle of the same lease (the next round's, or the give-back) writes them, since it
+    /// moves `done_seq` past them.
+    dead_carried: Mutex<DeadCarried>,
+    /// A renewal is running: the next one waits for the one after it rather than piling up
+    /// on the pool behind it.
+    renewal_running: AtomicBool,
+}
+
+/// Dead-lettered events (id, rejection) per lease `(hash, epoch)`.
+type DeadCarried = HashMap<([u8; 32], u64), Vec<(u64, String)>>;
+
+impl<S> Inner<S> {
+    /// The relay's pool.
+    fn store(&self) -> Store {
+        lock(&self.store).clone()
+    }
+
+    /// Runs `call` (a call on `store`, the relay's pool) with a client-side deadline: a
+    /// connection black-holed by a network partition answers nothing and is never closed, and
+    /// the server closing the session reaches no one. On no answer in time the call is
+    /// dropped and the relay's pool replaced by a fresh one (the old one, with the silent
+    /// connection, is dropped: a dropped call's connection would otherwise hold a slot of it
+    /// while sqlx pings it), and the call fails like a database error. Every relay call is
+    /// safe to lose: leases, renewals and settles are fenced by their epochs.
+    async fn within<T>(
+        &self,
+        store: &Store,
+        limit: Duration,
+        call: impl Future<Output = sqlx::Result<T>>,
+    ) -> Result<T> {
+        match tokio::time::timeout(limit, call).await {
+            Ok(r) => r.map_err(Error::Database),
+            Err(_) => {
+                let mut current = lock(&self.store);
+                if current.same(store) {
+                    *current = self.base.worker_store(self.pool_spec);
+                    tracing::warn!(relay = %self.owner, ?limit,
+                        "relay database call got no answer in time: its pool is replaced");
+                }
+                Err(Error::Database(sqlx::Error::Io(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("no answer within {limit:?}; the relay's pool was replaced"),
+                ))))
+            }
+        }
+    }
 }
 
 /// How many keys the relay remembers as read one event per round before it reads every key
@@ -336,6 +414,7 @@ impl<S: Sink + 'static> Relay<S> {
             retry_backoff: Backoff::exponential(Duration::from_secs(1), Duration::from_secs(60)),
             poll: DEFAULT_POLL,
             owner: None,
+            publish_timeout: None,
         }
     }
 
@@ -443,12 +522,16 @@ impl<S: Sink + 'static> Relay<S> {
         let keys = current.leases.len();
         let previous = st.settling.take();
         // The keys of this round with more events than it reads are read on in the next
-        // round (published only after this one, and only if this one delivered all of theirs).
+        // round (published only after this one, and only if this one delivered all of theirs),
+        // at most `batch_size - 1` of them: with the key the next round leases afresh, every
+        // key of a round gets at least one event of it, so the relay never holds (and renews)
+        // a key it reads nothing of. The others are released by this round's settle.
         let carry: Vec<Carry> = current
             .leases
             .iter()
             .zip(&current.ranges)
             .filter(|(l, r)| r.up_to < l.next_seq)
+            .take(self.inner.batch_size.saturating_sub(1) as usize)
             .map(|(l, r)| EventLease {
                 done_seq: r.up_to,
                 ..l.clone()
@@ -575,18 +658,34 @@ impl<S: Sink + 'static> Relay<S> {
         }
     }
 
+    /// Renews every lease this relay holds, on a task of its own, unless the renewal before
+    /// is still running (then this one is skipped: renewals never pile up on the pool). A
+    /// renewal has a third of the lease to answer.
     fn spawn_renewal(&self) {
         let held: Vec<([u8; 32], u64)> = lock(&self.inner.leased)
             .iter()
             .map(|(h, e)| (*h, *e))
             .collect();
-        if held.is_empty() {
+        if held.is_empty() || self.inner.renewal_running.swap(true, Ordering::AcqRel) {
             return;
         }
         let inner = self.inner.clone();
         let lease_us = lease_us(inner.lease);
         tokio::spawn(async move {
-            match inner.store.event_key_renew(&held, lease_us).await {
+            /// Ends the renewal's turn however the task ends.
+            struct Done<'a>(&'a AtomicBool);
+            impl Drop for Done<'_> {
+                fn drop(&mut self) {
+                    self.0.store(false, Ordering::Release);
+                }
+            }
+            let _done = Done(&inner.renewal_running);
+            let deadline = inner.lease / 3;
+            let store = inner.store();
+            match inner
+                .within(&store, deadline, store.event_key_renew(&held, lease_us))
+                .await
+            {
                 Ok(renewed) => {
                     let renewed: HashSet<[u8; 32]> = renewed.into_iter().collect();
                     // Keys settled meanwhile are no longer leased: not lost.
@@ -614,7 +713,8 @@ impl<S: Sink + 'static> Relay<S> {
     /// Leases ready keys and reads their events, and reads on the keys of `carry` (leased
     /// already: see [`carry_over`](Self::carry_over)): `None` when there is nothing to read.
     /// New keys are leased for at least half the batch even when the carried keys could fill
-    /// it, so a key with a long backlog cannot keep the others waiting. A read that fails
+    /// it, so a key with a long backlog cannot keep the others waiting; the carried keys and
+    /// the new ones are at most `batch_size` keys, so each gets at least one event. A read that fails
     /// gives the new keys back at once (the carried ones end with the round they came from).
     async fn prepare(&self, carry: &[Carry]) -> Result<Option<Prepared>> {
         let i = &*self.inner;
@@ -623,20 +723,20 @@ impl<S: Sink + 'static> Relay<S> {
             .iter()
             .map(|l| l.next_seq.saturating_sub(l.done_seq))
             .sum();
+        let claim = EventClaim {
+            owner: &i.owner,
+            topics: i.topics.as_ref(),
+            limit: i
+                .batch_size
+                .saturating_sub(u32::try_from(carry.len()).unwrap_or(u32::MAX))
+                .max(1),
+            events: batch.saturating_sub(carried).max(batch / 2),
+            lease_us: lease_us(i.lease),
+        };
+        let store = i.store();
         let fresh = i
-            .store
-            .event_key_claim(&EventClaim {
-                owner: &i.owner,
-                topics: i.topics.as_ref(),
-                limit: i
-                    .batch_size
-                    .saturating_sub(u32::try_from(carry.len()).unwrap_or(u32::MAX))
-                    .max(1),
-                events: batch.saturating_sub(carried).max(batch / 2),
-                lease_us: lease_us(i.lease),
-            })
-            .await
-            .map_err(Error::Database)?;
+            .within(&store, i.lease, store.event_key_claim(&claim))
+            .await?;
         // A carried key leased afresh here was released meanwhile (an operator's replay or
         // release ended the old lease): the old lease is lost, the new one reads it.
         let fresh_keys: HashSet<[u8; 32]> = fresh.iter().map(|l| l.key_hash).collect();
@@ -677,7 +777,7 @@ impl<S: Sink + 'static> Relay<S> {
                 up_to: l.done_seq.saturating_add(n),
             })
             .collect();
-        match i.store.event_read(&ranges).await {
+        match i.within(&store, i.lease, store.event_read(&ranges)).await {
             Ok(rows) => Ok(Some(Prepared {
                 leases,
                 carried: carried_flags,
@@ -686,7 +786,7 @@ impl<S: Sink + 'static> Relay<S> {
             })),
             Err(e) => {
                 self.give_back(&leases[carry.len()..]).await;
-                Err(Error::Database(e))
+                Err(e)
             }
         }
     }
@@ -699,7 +799,16 @@ impl<S: Sink + 'static> Relay<S> {
         let mut outcomes = if batch.is_empty() {
             Vec::new()
         } else {
-            i.sink.publish(&batch).await
+            match tokio::time::timeout(i.publish_timeout, i.sink.publish(&batch)).await {
+                Ok(outcomes) => outcomes,
+                Err(_) => {
+                    let why = format!("the sink did not answer within {:?}", i.publish_timeout);
+                    tracing::warn!(relay = %i.owner, keys = p.leases.len(), events = batch.len(),
+                        timeout = ?i.publish_timeout,
+                        "the sink did not answer in time: the batch counts as failed, its keys back off");
+                    vec![Outcome::Failed(why); batch.len()]
+                }
+            }
         };
         outcomes.resize_with(batch.len(), || {
             Outcome::Failed("the sink returned fewer outcomes than messages".into())
@@ -720,20 +829,39 @@ impl<S: Sink + 'static> Relay<S> {
     /// records them (its `done_seq` covers this round's events of theirs, all delivered).
     async fn settle(&self, p: Published) -> Result<Round> {
         let i = &*self.inner;
+        let mut settles = p.settles;
+        let carried = take_dead(&i.dead_carried, &mut settles);
         let ending: Vec<EventLease> = p
             .leases
             .iter()
-            .zip(&p.settles)
+            .zip(&settles)
             .filter(|(_, s)| s.next != KeyNext::Keep)
             .map(|(l, _)| l.clone())
             .collect();
         forget(&i.leased, &ending);
         let delivered = p.delivered;
-        let held = match i.store.event_key_settle(&p.settles).await {
+        let store = i.store();
+        let held = match i
+            .within(&store, i.lease, store.event_key_settle(&settles))
+            .await
+        {
             Ok(held) => held,
             Err(e) => {
+                // A kept lease stays with the next round, whose settle moves `done_seq` past
+                // this round's events: it must write this round's dead marks too. A lease
+                // given back moves `done_seq` to where this round started: only the marks
+                // carried to this round from the one before go with it.
+                keep_dead(
+                    &i.dead_carried,
+                    settles.into_iter().zip(carried).map(|(mut s, n)| {
+                        if s.next != KeyNext::Keep {
+                            s.dead.truncate(n);
+                        }
+                        s
+                    }),
+                );
                 self.give_back(&ending).await;
-                return Err(Error::Database(e));
+                return Err(e);
             }
         };
         let lost = note_lost(
@@ -759,7 +887,7 @@ impl<S: Sink + 'static> Relay<S> {
     async fn give_back(&self, leases: &[EventLease]) {
         let i = &*self.inner;
         forget(&i.leased, leases);
-        let back: Vec<EventSettle> = leases
+        let mut back: Vec<EventSettle> = leases
             .iter()
             .map(|l| EventSettle {
                 key_hash: l.key_hash,
@@ -769,7 +897,14 @@ impl<S: Sink + 'static> Relay<S> {
                 next: KeyNext::Release,
             })
             .collect();
-        if let Err(e) = i.store.event_key_settle(&back).await {
+        // A carried lease's `done_seq` is past the round before it, whose dead marks may not
+        // be written yet (its settle failed).
+        take_dead(&i.dead_carried, &mut back);
+        let store = i.store();
+        if let Err(e) = i
+            .within(&store, i.lease, store.event_key_settle(&back))
+            .await
+        {
             tracing::warn!(relay = %i.owner, error = %e, keys = back.len(),
                 "relay could not give its keys back: they return when their leases end");
         }
@@ -903,6 +1038,34 @@ fn note_lost(
         n += 1;
     }
     n
+}
+
+/// Puts the dead marks carried for their leases first in `settles`' (and forgets them); how
+/// many each got.
+fn take_dead(carried: &Mutex<DeadCarried>, settles: &mut [EventSettle]) -> Vec<usize> {
+    let mut m = lock(carried);
+    settles
+        .iter_mut()
+        .map(|s| match m.remove(&(s.key_hash, s.epoch)) {
+            Some(mut dead) => {
+                let n = dead.len();
+                dead.append(&mut s.dead);
+                s.dead = dead;
+                n
+            }
+            None => 0,
+        })
+        .collect()
+}
+
+/// Keeps the dead marks of settles that failed, for the next settle of their leases.
+fn keep_dead(carried: &Mutex<DeadCarried>, settles: impl IntoIterator<Item = EventSettle>) {
+    // Bounded by the leases held: every kept lease is settled again (by the next round or
+    // a give-back), which takes its entry.
+    let mut m = lock(carried);
+    for s in settles.into_iter().filter(|s| !s.dead.is_empty()) {
+        m.entry((s.key_hash, s.epoch)).or_default().extend(s.dead);
+    }
 }
 
 /// Drops `leases` from the leases a relay renews.
