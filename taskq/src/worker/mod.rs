@@ -150,6 +150,7 @@ impl Worker {
             store: lanes.work.clone(),
             control: lanes.control.clone(),
             lanes_shared: lanes.shared,
+            renewal_busy: lanes.renewal_busy,
             control_waiting: AtomicUsize::new(0),
             control_served: Notify::new(),
             worker_id: cfg.worker_id.as_str().into(),
@@ -340,6 +341,10 @@ pub(crate) struct Shared {
     pub control: Store,
     /// The two lanes are one pool (a single-connection worker on MySQL).
     pub lanes_shared: bool,
+    /// On SQLite, how long one try of a control statement waits for the write lock (see
+    /// `lanes::RENEWAL_BUSY_TIMEOUT`): a try that finds the lock taken is repeated until the
+    /// statement's deadline. `None` on MySQL.
+    pub renewal_busy: Option<Duration>,
     /// With shared lanes: control operations (renewals) waiting for the connection; work
     /// operations do not ask for it while there are any, so a renewal waits behind at most
     /// the operation that holds the connection (see `lanes`).
