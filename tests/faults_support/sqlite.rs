@@ -89,9 +89,9 @@ impl SqliteFaultDb {
         }
     }
 
-    /// A pool on the file with taskq's settings and busy timeout `busy`, opened lazily (for a
-    /// worker whose lease does not survive the 5 s default: `WorkerBuilder::build` requires
-    /// `lease − heartbeat − min(cancel grace, lease / 2) ≥ busy timeout`; see [`tolerated`]).
+    /// A pool on the file with taskq's settings and busy timeout `busy`, opened lazily (the
+    /// scenarios' workers take the longest busy timeout their lease allowed before issue 34,
+    /// `lease − heartbeat − min(cancel grace, lease / 2)`; see [`tolerated`]).
     pub fn pool_with_busy_timeout(&self, busy: Duration) -> SqlitePool {
         sqlx::sqlite::SqlitePoolOptions::new()
             .max_connections(8)
@@ -249,7 +249,7 @@ async fn enqueue_holds(pool: &SqlitePool, n: usize) -> Vec<u64> {
 
 /// How long a worker's renewal may wait for the write lock without losing a lease:
 /// `lease − heartbeat − min(cancel grace, lease / 2)`, the longest busy timeout
-/// `WorkerBuilder::build` accepts for these settings.
+/// `WorkerBuilder::build` accepted for these settings before issue 34.
 pub fn tolerated(lease: Duration, heartbeat: Duration, cancel_grace: Duration) -> Duration {
     lease - heartbeat - cancel_grace.min(lease / 2)
 }

@@ -110,11 +110,11 @@ pub enum Error {
     /// On SQLite, the worker's lease leaves a renewal too little time to get the write lock:
     /// a renewal waits for it in tries of [`busy_timeout`](Self::LeaseBelowBusyTimeout) (the
     /// worker's renewal connection's, 100 ms) until the watchdog's cancel point, and
-    /// `lease − heartbeat − min(cancel grace, lease / 2)` must leave at least two tries. The
-    /// pool's own busy timeout no longer bounds the lease (see docs/semantics.md, "Leases under
+    /// `lease − heartbeat − min(cancel grace, lease / 2)` must leave at least two tries (or the
+    /// pool's busy timeout, if shorter). The pool's busy timeout no longer bounds the lease (see docs/semantics.md, "Leases under
     /// write-lock contention").
     #[error(
-        "lease of {lease:?} is too short for lease renewals on SQLite: a renewal waits for the write lock in tries of {busy_timeout:?} until its lease's cancel point, and this lease leaves it {tolerated:?} (lease {lease:?} − heartbeat {heartbeat:?} − min(cancel grace {cancel_grace:?}, lease / 2)), less than two tries; use a lease of at least {min_lease:?} (with the default heartbeat, a third of it), or a shorter heartbeat or cancel grace. A lease survives the write lock held by another connection for up to that margin, whatever the pool's busy timeout"
+        "lease of {lease:?} is too short for lease renewals on SQLite: a renewal waits for the write lock in tries of {busy_timeout:?} until its lease's cancel point, and this lease leaves it {tolerated:?} (lease {lease:?} − heartbeat {heartbeat:?} − min(cancel grace {cancel_grace:?}, lease / 2)), less than two tries (or the pool's busy timeout, if shorter); use a lease of at least {min_lease:?} (with the default heartbeat, a third of it), or a shorter heartbeat or cancel grace. A lease survives the write lock held by another connection for up to that margin, whatever the pool's busy timeout"
     )]
     LeaseBelowBusyTimeout {
         /// The worker's lease.

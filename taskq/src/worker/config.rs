@@ -229,8 +229,8 @@ impl WorkerBuilder {
     /// Lease length on the database clock (default 30 s; 100 ms to [`MAX_DELAY`]). Every
     /// statement the worker runs must answer within half of it, or its connection is
     /// discarded and the statement retried. On SQLite it must also leave a renewal at least
-    /// 200 ms between its heartbeat and the lease's cancel point to get the write lock
-    /// ([`Error::LeaseBelowBusyTimeout`]).
+    /// 200 ms (or the pool's busy timeout, if shorter) between its heartbeat and the lease's
+    /// cancel point to get the write lock ([`Error::LeaseBelowBusyTimeout`]).
     pub fn lease(mut self, d: Duration) -> Self {
         self.lease = d;
         self
@@ -468,9 +468,9 @@ impl WorkerBuilder {
                 super::lanes::default_connections(queues.len(), concurrency, min)
             })
             .max(super::lanes::min_connections(&self.store));
-        if self.store.busy_timeout().is_some() {
+        if let Some(busy) = self.store.busy_timeout() {
             let grace = (cancel_grace, self.cancel_grace.is_none());
-            super::lanes::check_sqlite_lease(self.lease, heartbeat, grace)?;
+            super::lanes::check_sqlite_lease(self.lease, heartbeat, grace, busy)?;
         }
         let health = std::sync::Arc::new(super::health::HealthInner::new(
             worker_id.clone(),

@@ -146,24 +146,29 @@ pub(crate) fn idle_limit(statement_timeout: Duration) -> Duration {
 }
 
 /// The least time a lease must leave a renewal on SQLite between its heartbeat and the
-/// watchdog's cancel point: two tries of [`RENEWAL_BUSY_TIMEOUT`].
+/// watchdog's cancel point: two tries of [`RENEWAL_BUSY_TIMEOUT`] (or the pool's busy timeout
+/// when that is shorter, see [`check_sqlite_lease`]).
 pub(crate) const RENEWAL_WINDOW: Duration = Duration::from_millis(200);
 
 /// On SQLite, the rule of docs/semantics.md ("Leases under write-lock contention"): a
-/// renewal waits for the write lock in tries of [`RENEWAL_BUSY_TIMEOUT`] until the watchdog's
-/// cancel point of its leases, so a lease survives a hold of the lock of up to `lease −
-/// heartbeat − min(cancel grace, lease / 2)`, whatever the pool's busy timeout; that margin
-/// must leave the renewal at least [`RENEWAL_WINDOW`] (two tries). `grace` is the cancel grace
-/// and whether it is the default (`min(5 s, lease / 2)`, which grows with the lease).
+/// renewal waits for the write lock in tries of [`RENEWAL_BUSY_TIMEOUT`] (the pool's busy
+/// timeout `busy` when shorter) until the watchdog's cancel point of its leases, so a lease
+/// survives a hold of the lock of up to its margin, `lease − heartbeat − min(cancel grace,
+/// lease / 2)`, whatever the pool's busy timeout; that margin must be at least
+/// `min(busy, RENEWAL_WINDOW)` (two tries, or the busy timeout: every lease the rule before
+/// issue 34 accepted, margin ≥ busy timeout, still passes). `grace` is the cancel grace and
+/// whether it is the default (`min(5 s, lease / 2)`, which grows with the lease).
 pub(crate) fn check_sqlite_lease(
     lease: Duration,
     heartbeat: Duration,
     (cancel_grace, default_grace): (Duration, bool),
+    busy: Duration,
 ) -> crate::Result<()> {
+    let window = busy.min(RENEWAL_WINDOW);
     let tolerated = lease
         .saturating_sub(heartbeat)
         .saturating_sub(cancel_grace.min(lease / 2));
-    if tolerated >= RENEWAL_WINDOW {
+    if tolerated >= window {
         return Ok(());
     }
     // The shortest lease with heartbeat = lease / 3: lease·2/3 − grace ≥ window while grace ≤
@@ -173,16 +178,16 @@ pub(crate) fn check_sqlite_lease(
     } else {
         cancel_grace
     };
-    let min_lease = if RENEWAL_WINDOW * 6 <= grace_cap * 2 {
-        RENEWAL_WINDOW * 6
+    let min_lease = if window * 6 <= grace_cap * 2 {
+        window * 6
     } else {
-        (RENEWAL_WINDOW + grace_cap) * 3 / 2
+        (window + grace_cap) * 3 / 2
     };
     Err(crate::Error::LeaseBelowBusyTimeout {
         lease,
         heartbeat,
         cancel_grace,
-        busy_timeout: RENEWAL_BUSY_TIMEOUT,
+        busy_timeout: busy.min(RENEWAL_BUSY_TIMEOUT),
         tolerated,
         min_lease,
     })
@@ -208,28 +213,45 @@ mod tests {
         let s = Duration::from_secs;
         let ms = Duration::from_millis;
         let default_grace = |lease: Duration| (s(5).min(lease / 2), true);
-        assert!(check_sqlite_lease(s(30), s(10), default_grace(s(30))).is_ok());
-        assert!(check_sqlite_lease(s(2), ms(667), default_grace(s(2))).is_ok());
-        assert!(check_sqlite_lease(ms(1_200), ms(400), default_grace(ms(1_200))).is_ok());
-        assert!(check_sqlite_lease(ms(1_100), ms(367), default_grace(ms(1_100))).is_err());
-        for grace in [None, Some(s(5)), Some(ms(100)), Some(s(1))] {
-            let at = |lease: Duration| match grace {
-                None => default_grace(lease),
-                Some(g) => (g, false),
-            };
-            let Err(crate::Error::LeaseBelowBusyTimeout { min_lease, .. }) =
-                check_sqlite_lease(ms(1), ms(0), at(ms(1)))
-            else {
-                panic!("a 1 ms lease passed");
-            };
-            let ok = check_sqlite_lease(min_lease, min_lease / 3, at(min_lease));
-            assert!(ok.is_ok(), "{grace:?}: {ok:?}");
-            let shorter = min_lease - ms(10);
-            assert!(
-                check_sqlite_lease(shorter, shorter / 3, at(shorter)).is_err(),
-                "{grace:?}"
-            );
+        let busy = s(5);
+        assert!(check_sqlite_lease(s(30), s(10), default_grace(s(30)), busy).is_ok());
+        assert!(check_sqlite_lease(s(2), ms(667), default_grace(s(2)), busy).is_ok());
+        assert!(check_sqlite_lease(ms(1_200), ms(400), default_grace(ms(1_200)), busy).is_ok());
+        assert!(check_sqlite_lease(ms(1_100), ms(367), default_grace(ms(1_100)), busy).is_err());
+        // A busy timeout under two tries: the margin need only cover it, as before issue 34.
+        assert!(check_sqlite_lease(ms(100), ms(30), default_grace(ms(100)), ms(10)).is_ok());
+        for busy in [s(5), ms(150), ms(10)] {
+            for grace in [None, Some(s(5)), Some(ms(100)), Some(s(1))] {
+                let at = |lease: Duration| match grace {
+                    None => default_grace(lease),
+                    Some(g) => (g, false),
+                };
+                let Err(crate::Error::LeaseBelowBusyTimeout { min_lease, .. }) =
+                    check_sqlite_lease(ms(1), ms(0), at(ms(1)), busy)
+                else {
+                    panic!("a 1 ms lease passed");
+                };
+                let ok = check_sqlite_lease(min_lease, min_lease / 3, at(min_lease), busy);
+                assert!(ok.is_ok(), "{busy:?} {grace:?}: {ok:?}");
+                let shorter = min_lease - ms(1);
+                assert!(
+                    check_sqlite_lease(shorter, shorter / 3, at(shorter), busy).is_err(),
+                    "{busy:?} {grace:?}"
+                );
+            }
         }
+    }
+
+    #[test]
+    fn a_renewal_preempts_the_shared_connection_after_half_its_margin() {
+        let s = Duration::from_secs;
+        // Lease 6 s, default heartbeat 2 s and cancel margin 3 s: a renewal has 1 s.
+        assert_eq!(preempt_after(s(6), s(2), s(3)), Duration::from_millis(500));
+        assert_eq!(
+            preempt_after(s(30), s(10), s(5)),
+            Duration::from_millis(7_500)
+        );
+        assert_eq!(preempt_after(s(1), s(1), s(1)), Duration::ZERO);
     }
 
     #[test]
