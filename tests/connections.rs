@@ -160,32 +160,36 @@ async fn the_default_footprint_follows_queues_and_concurrency<B: TestBackend>(db
     }
 }
 
-/// SQLite: `build` refuses a lease that a renewal waiting the pool's busy timeout for the
-/// write lock could cost (`lease − heartbeat − min(cancel grace, lease / 2) < busy timeout`),
-/// with the numbers and the shortest lease that fits; MySQL has no such wait.
-async fn a_lease_the_busy_timeout_could_cost_is_refused_on_sqlite<B: TestBackend>(db: Db<B>) {
+/// SQLite: `build` refuses a lease that leaves a renewal less than two tries of its 100 ms
+/// busy timeout between its heartbeat and the watchdog's cancel point (`lease − heartbeat −
+/// min(cancel grace, lease / 2) < 200 ms`), with the numbers and the shortest lease that
+/// fits, whatever the pool's busy timeout (issue 34; before, that margin had to be at least
+/// the pool's busy timeout: 15 s with the default 5 s). MySQL has no such rule.
+async fn a_lease_that_leaves_a_renewal_no_time_is_refused_on_sqlite<B: TestBackend>(db: Db<B>) {
     let build = |pool: &sqlx::Pool<B>, lease: u64| {
         taskq::Worker::builder(pool.clone())
             .register::<Busy>()
-            .lease(Duration::from_secs(lease))
+            .lease(Duration::from_millis(lease))
             .build()
     };
     if B::LABEL == "mysql" {
-        assert!(build(&db.pool, 1).is_ok());
+        assert!(build(&db.pool, 1_000).is_ok());
         return;
     }
-    // taskq's own settings: a 5 s busy timeout, so with the default heartbeat (a third) and
-    // cancel grace (5 s) a lease of 15 s fits and one of 14 s does not.
+    // taskq's own settings: a 5 s busy timeout. With the default heartbeat (a third) and
+    // cancel grace (half the lease up to 5 s) a lease leaves a sixth of itself: 2 s (refused
+    // before issue 34) and 1.2 s fit, 1.1 s does not.
     let url = B::url(&db);
     let sqlite = taskq::sqlite::connect(&url).await.unwrap();
     let default_busy = |lease| {
         taskq::Worker::builder(sqlite.clone())
             .register::<Busy>()
-            .lease(Duration::from_secs(lease))
+            .lease(Duration::from_millis(lease))
             .build()
     };
-    assert!(default_busy(15).is_ok());
-    let err = default_busy(14).err().expect("a 14 s lease is refused");
+    assert!(default_busy(2_000).is_ok());
+    assert!(default_busy(1_200).is_ok());
+    let err = default_busy(1_100).err().expect("a 1.1 s lease is refused");
     let taskq::Error::LeaseBelowBusyTimeout {
         lease,
         busy_timeout,
@@ -199,22 +203,21 @@ async fn a_lease_the_busy_timeout_could_cost_is_refused_on_sqlite<B: TestBackend
     assert_eq!(
         (*lease, *busy_timeout, *min_lease),
         (
-            Duration::from_secs(14),
-            Duration::from_secs(5),
-            Duration::from_secs(15)
+            Duration::from_millis(1_100),
+            Duration::from_millis(100),
+            Duration::from_millis(1_200)
         )
     );
-    assert!(*tolerated < Duration::from_millis(4_400), "{tolerated:?}");
+    assert!(*tolerated < Duration::from_millis(200), "{tolerated:?}");
     let text = err.to_string();
     assert!(
-        text.contains("busy timeout of 5s") && text.contains("SqliteConnectOptions::busy_timeout"),
+        text.contains("tries of 100ms") && text.contains("at least 1.2s"),
         "{text}"
     );
-    // The test pools' 1 s busy timeout, the default heartbeat and grace: a lease tolerates a
-    // sixth of itself, so 6 s fits and 5 s does not.
-    assert!(build(&db.pool, 6).is_ok());
+    // The test pools' 1 s busy timeout: the same floor.
+    assert!(build(&db.pool, 1_200).is_ok());
     assert!(matches!(
-        build(&db.pool, 5),
+        build(&db.pool, 1_100),
         Err(taskq::Error::LeaseBelowBusyTimeout { .. })
     ));
 }
@@ -242,7 +245,7 @@ impl Task for Long {
 /// (seven renewals each): each succeeds at its first attempt, no lease is lost.
 async fn a_single_slot_worker_keeps_long_leases_while_its_loops_run<B: TestBackend>(db: Db<B>) {
     if B::LABEL != "mysql" {
-        return; // SQLite's busy-timeout rule asks for a longer lease; the lanes are apart there.
+        return; // The lanes are apart on SQLite (2 connections): nothing is shared.
     }
     for _ in 0..3 {
         Long { ms: 7_000 }.enqueue(&db.pool).await.unwrap();
@@ -280,8 +283,78 @@ async fn a_single_slot_worker_keeps_long_leases_while_its_loops_run<B: TestBacke
     assert_eq!(again, 0, "long tasks that ran more than one attempt");
 }
 
+/// Finding L1 of issue 34, MySQL only (a row lock held by another session; on SQLite the
+/// lanes are apart): a single-slot worker (both lanes on one connection), lease 6 s (default
+/// heartbeat 2 s and cancel grace 3 s: a renewal must be confirmed within 1 s of its beat), a
+/// schedule firing every second on its queue, a 10 s task. Another session holds the
+/// schedule's row `FOR UPDATE` for 4 s, so each fire waits on it while holding the worker's
+/// only connection. The renewals still get through in time: no lease lost, the task runs
+/// once. Before the fix the fire held the connection up to its statement timeout (half the
+/// lease, 3 s) and the renewal behind it was confirmed too late: `LeaseLost`, a second attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_single_slot_worker_keeps_its_lease_while_a_fire_waits_on_a_locked_schedule_row() {
+    let Some(db) = taskq_tests::TestDb::new_or_skip().await else {
+        return;
+    };
+    Long { ms: 10_000 }.enqueue(&db.pool).await.unwrap();
+    let w = RunningWorker::spawn(
+        taskq_tests::fast_worker(&db.pool)
+            .register::<Long>()
+            .schedule(Schedule::new("* * * * * *", Tick {}).name("l1_every_second"))
+            .queue(QUEUE, 1)
+            .lease(Duration::from_secs(6)),
+    );
+    wait_until(
+        Duration::from_secs(20),
+        "the task and a first fire",
+        || async {
+            let s = w.stats.snapshot();
+            s.claimed >= 1 && s.scheduled >= 1
+        },
+    )
+    .await;
+    // Hold the schedule's row: every fire waits on it.
+    let holder = sqlx::mysql::MySqlPoolOptions::new()
+        .max_connections(1)
+        .connect_with(db.options.clone())
+        .await
+        .unwrap();
+    let mut tx = holder.begin().await.unwrap();
+    sqlx::query("SELECT name FROM taskq_schedules WHERE name = ? FOR UPDATE")
+        .bind("l1_every_second")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    tx.commit().await.unwrap();
+    let done =
+        "SELECT COUNT(*) FROM taskq_tasks WHERE name = 'footprint_long' AND state = 'succeeded'";
+    wait_until(Duration::from_secs(30), "the long task", || async {
+        sqlx::query_scalar::<_, i64>(done)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap()
+            == 1
+    })
+    .await;
+    let s = w.stop().await.stats;
+    eprintln!("single slot, lease 6 s, schedule row held 4 s: {s:?}");
+    assert_eq!(s.db_connections_max, 1, "{s:?}");
+    assert_eq!((s.lost_leases, s.retried, s.fenced), (0, 0, 0), "{s:?}");
+    let attempts: i64 = sqlx::query_scalar(
+        "SELECT CAST(attempt AS SIGNED) FROM taskq_tasks WHERE name = 'footprint_long'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        attempts, 1,
+        "the long task ran more than one attempt: {s:?}"
+    );
+}
+
 taskq_tests::conformance!(
-    a_lease_the_busy_timeout_could_cost_is_refused_on_sqlite,
+    a_lease_that_leaves_a_renewal_no_time_is_refused_on_sqlite,
     a_busy_single_slot_worker_with_a_schedule_holds_its_connections,
     a_single_slot_worker_keeps_long_leases_while_its_loops_run,
     the_default_footprint_follows_queues_and_concurrency,

@@ -383,3 +383,146 @@ async fn sqlite_write_lock_held_under_the_busy_timeout_keeps_a_three_busy_timeou
     }
     assert_eq!(t.report.stats["lost_leases"], 0, "{:?}", t.report);
 }
+
+/// The settings of issue 34's short SQLite lease on taskq's default 5 s busy timeout: lease
+/// 2 s, heartbeat 667 ms (a third), cancel grace 500 ms, so a renewal has 833 ms between its
+/// heartbeat and the watchdog's cancel point. Before issue 34 `build` refused it (the rule was
+/// lease − heartbeat − grace ≥ the busy timeout, 5 s, "use a lease of at least 15s").
+fn short_lease_on_the_default_busy_timeout() -> faults_support::ChildSettings {
+    faults_support::ChildSettings {
+        lease: Duration::from_secs(2),
+        heartbeat: Duration::from_millis(667),
+        cancel_grace: Duration::from_millis(500),
+        busy: Some(taskq::sqlite::DEFAULT_BUSY_TIMEOUT),
+        shutdown_timeout: Duration::from_millis(300),
+        ..Default::default()
+    }
+}
+
+/// Issue 34: a 2 s lease on a pool with the default 5 s busy timeout, and another connection
+/// holding the write lock for 600 ms, under the 833 ms the lease leaves a renewal (at two
+/// points of the heartbeat): the renewal, tried in 100 ms tries on its own connection, gets
+/// the lock once it is released and every lease is kept: nothing canceled, lost_leases 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_a_short_lease_on_the_default_busy_timeout_survives_a_hold_under_its_margin() {
+    let s = short_lease_on_the_default_busy_timeout();
+    for (trial, phase) in [Duration::ZERO, Duration::from_millis(350)]
+        .into_iter()
+        .enumerate()
+    {
+        let db = SqliteFaultDb::create().await;
+        let t = sq::lock_hold_trial(
+            &db,
+            fault_worker_exe(),
+            &s,
+            2,
+            Duration::from_millis(600),
+            phase,
+            trial,
+        )
+        .await;
+        eprintln!("lock held 0.6 s at {phase:?}, lease 2 s, busy timeout 5 s: {t:?}");
+        assert_eq!(t.tolerated, Duration::from_millis(833));
+        assert!(t.renewed, "{t:?}");
+        for r in &t.rows {
+            assert_eq!(
+                (r.state.as_str(), r.lease_epoch, r.attempt),
+                ("pending", 2, 0),
+                "released at SIGTERM (the attempt not counted): {r:?}"
+            );
+            assert!(
+                t.events[&r.id]
+                    .iter()
+                    .all(|e| !e.event.starts_with("canceled:LeaseLost")),
+                "{:?}",
+                t.events
+            );
+        }
+        assert_eq!(t.report.stats["lost_leases"], 0, "{:?}", t.report);
+    }
+}
+
+/// Issue 34: a hold longer than the lease's margin (lease 3 s, heartbeat 1 s, cancel grace
+/// 1.5 s: 0.5 s; the lock held 1.7 s) on a pool with the default 5 s busy timeout, handlers
+/// that ignore their cancel signal (aborted at the end of the grace, no outcome written). The
+/// leases are lost, and no renewal lands after the watchdog gave them up: the database lease
+/// is not renewed after the release, so the tasks run again within a lease + the reaper
+/// interval (+ 1 s for the machine) of the lock being taken. A renewal that waited the 5 s
+/// busy timeout got the lock at the release and renewed leases its worker had given up,
+/// leaving the tasks `running`, unworked, for another lease (seen with the rule relaxed
+/// alone, before renewals got their own short tries).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_a_renewal_never_lands_after_its_lease_was_given_up() {
+    let db = SqliteFaultDb::create().await;
+    let s = faults_support::ChildSettings {
+        lease: Duration::from_secs(3),
+        heartbeat: Duration::from_secs(1),
+        cancel_grace: Duration::from_millis(1500),
+        busy: Some(taskq::sqlite::DEFAULT_BUSY_TIMEOUT),
+        ..Default::default()
+    };
+    let t = sq::lock_hold_trial_with(
+        &db,
+        fault_worker_exe(),
+        &s,
+        2,
+        Duration::from_millis(1700),
+        Duration::ZERO,
+        0,
+        true,
+    )
+    .await;
+    let rerun = t.rerun_after_taken();
+    eprintln!(
+        "lock held 1.7 s, lease 3 s, busy timeout 5 s: rerun {rerun:?} s after the take; {t:?}"
+    );
+    assert_eq!(t.tolerated, Duration::from_millis(500));
+    assert!(
+        !t.renewed,
+        "a lease given up was renewed after the release: {t:?}"
+    );
+    assert_eq!(t.report.stats["lost_leases"], 2, "{:?}", t.report);
+    for r in &t.rows {
+        assert_eq!(r.state, "succeeded", "{r:?}");
+        assert!(r.lease_epoch >= 3, "ran again under a new epoch: {r:?}");
+        assert!(
+            t.events[&r.id]
+                .iter()
+                .any(|e| e.lease_epoch == 1 && e.event == "canceled:LeaseLost"),
+            "{:?}",
+            t.events[&r.id]
+        );
+    }
+    let bound = (s.lease + s.reaper).as_secs_f64() + 1.0;
+    for at in rerun {
+        let at = at.expect("every task ran again");
+        assert!(
+            at < bound,
+            "ran again {at} s after the lock was taken (bound {bound} s)"
+        );
+    }
+}
+
+/// Issue 34: SIGKILL of a process holding 2 tasks under the short lease (2 s) on the default
+/// 5 s busy timeout: the other process completes both after the lease, within the documented
+/// bound (lease + reaper interval; + 1.5 s here for the machine).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_sigkill_takeover_under_a_short_lease_on_the_default_busy_timeout() {
+    let db = SqliteFaultDb::create().await;
+    db.log_transitions().await;
+    let s = short_lease_on_the_default_busy_timeout();
+    let t = sq::takeover_trial_with(&db, fault_worker_exe(), &s, 2, false, 0).await;
+    eprintln!(
+        "SIGKILL, lease 2 s, busy timeout 5 s: takeover {:?} s",
+        t.takeover
+    );
+    for r in &t.rows {
+        assert_eq!(r.state, "succeeded", "{r:?}");
+        assert_eq!(r.worker_id.as_deref(), Some(t.second.as_str()), "{r:?}");
+        assert_eq!((r.lease_epoch, r.attempt), (3, 2), "{r:?}");
+    }
+    let bound = (s.lease + s.reaper).as_secs_f64() + 1.5;
+    for at in &t.takeover {
+        assert!(*at < bound, "takeover {at} s (bound {bound} s)");
+    }
+}

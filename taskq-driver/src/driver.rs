@@ -51,6 +51,15 @@ pub trait Handle: Clone + Send + Sync + 'static {
     /// A pool for the worker on the same database, set up as `spec` says (its size, the
     /// statement deadline, how long the server keeps a silent session...).
     fn worker_store(&self, spec: WorkerPool) -> Self;
+    /// [`worker_store`](Self::worker_store) whose connections wait at most `busy` for the
+    /// database's write lock, where there is one (SQLite: the busy timeout, never longer than
+    /// the user's pool's). The worker opens its lanes this way: its lease renewals wait a short
+    /// while and try again, its other statements no longer than their deadline. Without a
+    /// write lock (the default): `worker_store(spec)`.
+    fn worker_store_waiting(&self, spec: WorkerPool, busy: Duration) -> Self {
+        let _ = busy;
+        self.worker_store(spec)
+    }
     /// Begins a transaction of the client (its actions with their audit entries); SQLite's
     /// takes the write lock at once.
     fn begin(

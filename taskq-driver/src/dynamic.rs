@@ -205,6 +205,12 @@ pub trait DynDriver: DynOperations + Send + Sync + 'static {
     fn begin(&self) -> BoxFuture<'_, sqlx::Result<Box<dyn DynTx>>>;
     /// A pool for the worker (see [`Handle::worker_store`]).
     fn worker_store(&self, spec: WorkerPool) -> Arc<dyn DynDriver>;
+    /// A pool for the worker whose connections wait at most `busy` for the write lock (see
+    /// [`Handle::worker_store_waiting`]).
+    fn worker_store_waiting(&self, spec: WorkerPool, busy: Duration) -> Arc<dyn DynDriver> {
+        let _ = busy;
+        self.worker_store(spec)
+    }
     /// Connections open in the pool right now.
     fn size(&self) -> u32;
     /// See [`Handle::busy_timeout`].
@@ -245,6 +251,10 @@ impl<D: Driver> DynDriver for D {
 
     fn worker_store(&self, spec: WorkerPool) -> Arc<dyn DynDriver> {
         Arc::new(Handle::worker_store(self, spec))
+    }
+
+    fn worker_store_waiting(&self, spec: WorkerPool, busy: Duration) -> Arc<dyn DynDriver> {
+        Arc::new(Handle::worker_store_waiting(self, spec, busy))
     }
 
     fn size(&self) -> u32 {

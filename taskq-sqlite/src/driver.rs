@@ -84,7 +84,17 @@ impl SqliteDriver {
     /// A pool of the worker on the same file: taskq's settings (WAL, `synchronous = NORMAL`)
     /// over the user's options, and the user's busy timeout; no ping before each use.
     pub fn worker_store(&self, spec: taskq_driver::pool::WorkerPool) -> Self {
-        let busy = self.busy_timeout();
+        self.worker_store_waiting(spec, self.busy_timeout())
+    }
+
+    /// [`worker_store`](Self::worker_store) with a busy timeout of `busy`, or the user's when
+    /// that is shorter.
+    pub fn worker_store_waiting(
+        &self,
+        spec: taskq_driver::pool::WorkerPool,
+        busy: Duration,
+    ) -> Self {
+        let busy = busy.min(self.busy_timeout());
         let opts: SqliteConnectOptions =
             tune((*self.pool.connect_options()).clone()).busy_timeout(busy);
         let pool = SqlitePoolOptions::new()
@@ -124,6 +134,9 @@ impl Handle for SqliteDriver {
     }
     fn worker_store(&self, spec: taskq_driver::pool::WorkerPool) -> Self {
         Self::worker_store(self, spec)
+    }
+    fn worker_store_waiting(&self, spec: taskq_driver::pool::WorkerPool, busy: Duration) -> Self {
+        Self::worker_store_waiting(self, spec, busy)
     }
     /// `BEGIN IMMEDIATE`: the write lock at once.
     async fn begin(&self) -> sqlx::Result<Transaction<'static, Sqlite>> {

@@ -9,7 +9,7 @@
 //! ```
 //!
 //! On SQLite the worker's pool's busy timeout is `--busy-ms`, by default the longest the lease
-//! allows (`lease − heartbeat − min(grace, lease / 2)`: 1 s with the defaults); handlers write
+//! allowed before issue 34 (`lease − heartbeat − min(grace, lease / 2)`: 1 s with the defaults); handlers write
 //! on that pool too, or on one with `--events-busy-ms`.
 //!
 //! On MySQL it works the `faults` queue with the [`Hold`] task. On SQLite (a `sqlite:` URL) it
@@ -37,8 +37,8 @@ async fn main() {
     let concurrency: usize = opts.num("concurrency", 8);
 
     let builder = if url.starts_with("sqlite:") {
-        // The longest busy timeout the lease allows (lease − heartbeat − min(grace, lease / 2),
-        // checked by `build`), unless `--busy-ms` says otherwise.
+        // The longest busy timeout the lease allowed before issue 34 (lease − heartbeat −
+        // min(grace, lease / 2), then checked by `build`), unless `--busy-ms` says otherwise.
         let (lease, heartbeat) = (ms("lease-ms", 2000), ms("heartbeat-ms", 500));
         let tolerated = lease - heartbeat - ms("grace-ms", 500).min(lease / 2);
         let busy = opts.get("busy-ms").map_or(tolerated, |v| {

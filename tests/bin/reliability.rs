@@ -17,7 +17,10 @@
 //! Options (all optional): `--trials N` (kill: 20, graceful: 10, pause: 5), `--tasks N`
 //! (outage/chaos: 5000, poison: 2000), `--outage-s S` (10), `--lease-ms MS` (outage: 2000),
 //! `--total N` (tx: 10000), `--backlog N` (kill and sqlite-kill: SIGKILL while the surviving
-//! worker drains N tasks of `--busy-ms` (100) enqueued after the killed ones; 5 trials). Needs `taskq-fault-worker` next to this binary (built by the
+//! worker drains N tasks of `--busy-ms` (100) enqueued after the killed ones; 5 trials);
+//! kill and sqlite-kill without `--backlog` also take `--lease-ms` (2000), `--heartbeat-ms` (500),
+//! `--grace-ms` (500), `--reaper-ms` (200) and, on SQLite, `--busy-timeout-ms` (the pools' busy
+//! timeout). Needs `taskq-fault-worker` next to this binary (built by the
 //! command above) and a MariaDB/MySQL server binary (see `tests/support/server.rs`).
 
 #[path = "../faults_support/mod.rs"]
@@ -45,6 +48,47 @@ impl Args {
             .get(k)
             .map_or(default, |v| v.parse().expect("a number"))
     }
+
+    /// The lease settings of the kill scenarios: `--lease-ms` (2000), `--heartbeat-ms` (500),
+    /// `--grace-ms` (500), `--reaper-ms` (200) and, on SQLite, `--busy-timeout-ms` (the pools'
+    /// busy timeout; by default the longest the lease allowed before issue 34).
+    fn kill_settings(&self) -> faults_support::ChildSettings {
+        let ms = |k: &str, d: u64| Duration::from_millis(self.num(k, d));
+        faults_support::ChildSettings {
+            lease: ms("lease-ms", 2000),
+            heartbeat: ms("heartbeat-ms", 500),
+            cancel_grace: ms("grace-ms", 500),
+            reaper: ms("reaper-ms", 200),
+            shutdown_timeout: Duration::from_millis(300),
+            busy: self
+                .opts
+                .get("busy-timeout-ms")
+                .map(|_| ms("busy-timeout-ms", 0)),
+            ..Default::default()
+        }
+    }
+}
+
+/// "lease 2 s, heartbeat 500 ms, cancel grace 500 ms, reaper 200 ms[, busy timeout 1 s]".
+fn describe(s: &faults_support::ChildSettings) -> String {
+    let f = |d: Duration| {
+        if d.subsec_millis() == 0 {
+            format!("{} s", d.as_secs())
+        } else {
+            format!("{} ms", d.as_millis())
+        }
+    };
+    let mut out = format!(
+        "lease {}, heartbeat {}, cancel grace {}, reaper {}",
+        f(s.lease),
+        f(s.heartbeat),
+        f(s.cancel_grace),
+        f(s.reaper)
+    );
+    if let Some(b) = s.busy {
+        out.push_str(&format!(", busy timeout {}", f(b)));
+    }
+    out
 }
 
 async fn fresh_db() -> FaultDb {
@@ -284,13 +328,15 @@ async fn sqlite_env() {
 async fn sqlite_kill(args: &Args, graceful: bool) {
     let trials = args.num("trials", if graceful { 10 } else { 20 }) as usize;
     let tasks = args.num("tasks-per-trial", 2) as usize;
+    let settings = args.kill_settings();
     let db = SqliteFaultDb::create().await;
     db.log_transitions().await;
     let exe = exe();
     let (mut takeover, mut after_release, mut per_trial_max) = (Vec::new(), Vec::new(), Vec::new());
     let (mut all_ok, mut not_released) = (true, 0);
     for trial in 0..trials {
-        let t = sq::takeover_trial(&db, &exe, tasks, graceful, trial).await;
+        let t = sq::takeover_trial_with(&db, &exe, &settings, tasks, graceful, trial).await;
+        eprintln!("trial {trial}: {:?}", t.takeover);
         let want = if graceful { (3, 1) } else { (3, 2) };
         all_ok &= t.rows.iter().all(|r| {
             r.state == "succeeded"
@@ -324,7 +370,8 @@ async fn sqlite_kill(args: &Args, graceful: bool) {
         );
     } else {
         println!(
-            "## SQLite 1: SIGKILL mid-handler, lease 2 s, heartbeat 500 ms, reaper 200 ms, two processes on one file ({trials} trials × {tasks} tasks)\n"
+            "## SQLite 1: SIGKILL mid-handler, {}, two processes on one file ({trials} trials × {tasks} tasks)\n",
+            describe(&settings)
         );
         println!("| measure (s) | min / median / max |\n|---|---|");
         println!(
@@ -791,6 +838,7 @@ async fn env() {
 async fn kill(args: &Args, graceful: bool) {
     let trials = args.num("trials", if graceful { 10 } else { 20 }) as usize;
     let tasks = args.num("tasks-per-trial", 2) as usize;
+    let settings = args.kill_settings();
     let db = fresh_db().await;
     db.log_transitions().await;
     let exe = exe();
@@ -800,7 +848,7 @@ async fn kill(args: &Args, graceful: bool) {
     let mut all_ok = true;
     let mut not_released = 0;
     for trial in 0..trials {
-        let t = scenarios::takeover_trial(&db, &exe, tasks, graceful, trial).await;
+        let t = scenarios::takeover_trial_with(&db, &exe, &settings, tasks, graceful, trial).await;
         all_ok &= t
             .rows
             .iter()
@@ -830,7 +878,8 @@ async fn kill(args: &Args, graceful: bool) {
         );
     } else {
         println!(
-            "## Scenario 1: SIGKILL mid-handler, lease 2 s, heartbeat 500 ms, reaper 200 ms ({trials} trials × {tasks} tasks)\n"
+            "## Scenario 1: SIGKILL mid-handler, {} ({trials} trials × {tasks} tasks)\n",
+            describe(&settings)
         );
         println!("| measure (s) | min / median / max |\n|---|---|");
         println!(

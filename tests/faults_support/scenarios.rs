@@ -112,6 +112,20 @@ pub async fn takeover_trial(
         shutdown_timeout: Duration::from_millis(300),
         ..ChildSettings::default()
     };
+    takeover_trial_with(db, exe, &settings, tasks, graceful, trial).await
+}
+
+/// [`takeover_trial`] with the lease settings of `settings`, for the child and the test
+/// process's worker alike.
+pub async fn takeover_trial_with(
+    db: &FaultDb,
+    exe: &Path,
+    settings: &ChildSettings,
+    tasks: usize,
+    graceful: bool,
+    trial: usize,
+) -> TakeoverTrial {
+    let settings = settings.clone();
     let ids = enqueue_holds(&db.pool, tasks).await;
     let a_id = format!("child-{trial}");
     let a = ChildWorker::spawn(exe, &db.url, &a_id, &settings).await;

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use sqlx::sqlite::SqlitePoolOptions;
 use sqlx::{Connection, SqliteConnection};
 use taskq::Task as _;
@@ -89,9 +89,9 @@ impl SqliteFaultDb {
         }
     }
 
-    /// A pool on the file with taskq's settings and busy timeout `busy`, opened lazily (for a
-    /// worker whose lease does not survive the 5 s default: `WorkerBuilder::build` requires
-    /// `lease − heartbeat − min(cancel grace, lease / 2) ≥ busy timeout`; see [`tolerated`]).
+    /// A pool on the file with taskq's settings and busy timeout `busy`, opened lazily (the
+    /// scenarios' workers take the longest busy timeout their lease allowed before issue 34,
+    /// `lease − heartbeat − min(cancel grace, lease / 2)`; see [`tolerated`]).
     pub fn pool_with_busy_timeout(&self, busy: Duration) -> SqlitePool {
         sqlx::sqlite::SqlitePoolOptions::new()
             .max_connections(8)
@@ -249,15 +249,18 @@ async fn enqueue_holds(pool: &SqlitePool, n: usize) -> Vec<u64> {
 
 /// How long a worker's renewal may wait for the write lock without losing a lease:
 /// `lease − heartbeat − min(cancel grace, lease / 2)`, the longest busy timeout
-/// `WorkerBuilder::build` accepts for these settings.
+/// `WorkerBuilder::build` accepted for these settings before issue 34.
 pub fn tolerated(lease: Duration, heartbeat: Duration, cancel_grace: Duration) -> Duration {
     lease - heartbeat - cancel_grace.min(lease / 2)
 }
 
 /// The in-process worker (the test process is another process on the file), on a pool whose
 /// busy timeout its lease allows (the default cancel grace of 5 s).
+/// `s.busy` when set (the children's pool's busy timeout).
 fn other_worker(db: &SqliteFaultDb, id: &str, s: &ChildSettings) -> RunningWorker {
-    let busy = tolerated(s.lease, s.heartbeat, Duration::from_secs(5));
+    let busy = s
+        .busy
+        .unwrap_or_else(|| tolerated(s.lease, s.heartbeat, Duration::from_secs(5)));
     RunningWorker::spawn(
         fast_worker(&db.pool_with_busy_timeout(busy))
             .register::<Hold>()
@@ -291,6 +294,20 @@ pub async fn takeover_trial(
         shutdown_timeout: Duration::from_millis(300),
         ..ChildSettings::default()
     };
+    takeover_trial_with(db, exe, &settings, tasks, graceful, trial).await
+}
+
+/// [`takeover_trial`] with the lease settings (and busy timeout) of `settings`, for the child
+/// and the test process's worker alike.
+pub async fn takeover_trial_with(
+    db: &SqliteFaultDb,
+    exe: &Path,
+    settings: &ChildSettings,
+    tasks: usize,
+    graceful: bool,
+    trial: usize,
+) -> TakeoverTrial {
+    let settings = settings.clone();
     let ids = enqueue_holds(&db.pool, tasks).await;
     let a_id = format!("child-{trial}");
     let a = ChildWorker::spawn(exe, &db.url, &a_id, &settings).await;
@@ -1123,6 +1140,26 @@ pub struct LockHoldTrial {
     /// The longest outage this setting survives in the worst case:
     /// `lease - heartbeat - min(cancel grace, lease / 2)`.
     pub tolerated: Duration,
+    /// When the test process had the write lock, and when it gave it back (database clock).
+    pub taken: DateTime<Utc>,
+    pub released: DateTime<Utc>,
+}
+
+impl LockHoldTrial {
+    /// Seconds from the lock being taken to the first start of each task under a new epoch
+    /// (its next attempt after a lost lease); `None` for a task that did not run again.
+    pub fn rerun_after_taken(&self) -> Vec<Option<f64>> {
+        self.rows
+            .iter()
+            .map(|r| {
+                self.events[&r.id]
+                    .iter()
+                    .filter(|e| e.event == "started" && e.lease_epoch > 1)
+                    .map(|e| secs(e.at - self.taken))
+                    .reduce(f64::min)
+            })
+            .collect()
+    }
 }
 
 /// A child holds `tasks` [`Hold`] tasks with `settings`; the test process takes SQLite's write
@@ -1139,7 +1176,31 @@ pub async fn lock_hold_trial(
     phase: Duration,
     trial: usize,
 ) -> LockHoldTrial {
-    let ids = enqueue_holds(&db.pool, tasks).await;
+    lock_hold_trial_with(db, exe, settings, tasks, hold, phase, trial, false).await
+}
+
+/// [`lock_hold_trial`] whose handlers, with `ignore_cancel`, do not stop when canceled: the
+/// worker aborts them at the end of the cancel grace, writes no outcome, and the task stays
+/// `running` until its lease ends on the database.
+#[allow(clippy::too_many_arguments)]
+pub async fn lock_hold_trial_with(
+    db: &SqliteFaultDb,
+    exe: &Path,
+    settings: &ChildSettings,
+    tasks: usize,
+    hold: Duration,
+    phase: Duration,
+    trial: usize,
+    ignore_cancel: bool,
+) -> LockHoldTrial {
+    let mut ids = Vec::new();
+    for i in 0..tasks {
+        let hold = Hold {
+            n: i as u32,
+            ignore_cancel,
+        };
+        ids.push(hold.enqueue(&db.pool).await.unwrap().id.0);
+    }
     let a_id = format!("locked-{trial}");
     // The handlers record their cancellation during the hold: on a pool that waits it out.
     let settings = &ChildSettings {
@@ -1155,6 +1216,10 @@ pub async fn lock_hold_trial(
         .expect("take the write lock");
     sqlx::query("INSERT INTO fault_orders (ref) VALUES ('lock')")
         .execute(&mut *lock)
+        .await
+        .unwrap();
+    let taken_us: i64 = sqlx::query_scalar("SELECT us FROM taskq_clock")
+        .fetch_one(&mut *lock)
         .await
         .unwrap();
     tokio::time::sleep(hold).await;
@@ -1199,6 +1264,8 @@ pub async fn lock_hold_trial(
             .lease
             .saturating_sub(settings.heartbeat)
             .saturating_sub(margin),
+        taken: DateTime::from_timestamp_micros(taken_us).unwrap(),
+        released: DateTime::from_timestamp_micros(released_us).unwrap(),
     }
 }
 

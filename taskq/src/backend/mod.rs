@@ -208,6 +208,16 @@ impl Store {
         Store(self.0.worker_store(spec))
     }
 
+    /// A pool for the worker whose connections wait at most `busy` for the write lock
+    /// (SQLite; elsewhere the same as [`worker_store`](Self::worker_store)).
+    pub(crate) fn worker_store_waiting(
+        &self,
+        spec: WorkerPool,
+        busy: std::time::Duration,
+    ) -> Store {
+        Store(self.0.worker_store_waiting(spec, busy))
+    }
+
     /// Connections open in the pool right now.
     pub(crate) fn size(&self) -> u32 {
         self.0.size()

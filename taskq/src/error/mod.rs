@@ -107,11 +107,14 @@ pub enum Error {
     /// Invalid worker configuration (zero concurrency, heartbeat not shorter than the lease...).
     #[error("invalid worker configuration: {0}")]
     Config(String),
-    /// On SQLite, the worker's lease would not survive a renewal that waits the busy timeout
-    /// for the write lock: `lease − heartbeat − min(cancel grace, lease / 2)` must be at least
-    /// the pool's busy timeout (see docs/semantics.md, "Leases under write-lock contention").
+    /// On SQLite, the worker's lease leaves a renewal too little time to get the write lock:
+    /// a renewal waits for it in tries of [`busy_timeout`](Self::LeaseBelowBusyTimeout) (the
+    /// worker's renewal connection's, 100 ms) until the watchdog's cancel point, and
+    /// `lease − heartbeat − min(cancel grace, lease / 2)` must leave at least two tries (or the
+    /// pool's busy timeout, if shorter). The pool's busy timeout no longer bounds the lease (see docs/semantics.md, "Leases under
+    /// write-lock contention").
     #[error(
-        "lease of {lease:?} is too short for the SQLite busy timeout of {busy_timeout:?}: a lease renewal may wait that long for the write lock, and this lease survives a wait of only {tolerated:?} (lease {lease:?} − heartbeat {heartbeat:?} − min(cancel grace {cancel_grace:?}, lease / 2)); use a lease of at least {min_lease:?} (with the default heartbeat, a third of it), or give the pool a shorter busy timeout (SqliteConnectOptions::busy_timeout)"
+        "lease of {lease:?} is too short for lease renewals on SQLite: a renewal waits for the write lock in tries of {busy_timeout:?} until its lease's cancel point, and this lease leaves it {tolerated:?} (lease {lease:?} − heartbeat {heartbeat:?} − min(cancel grace {cancel_grace:?}, lease / 2)), less than two tries (or the pool's busy timeout, if shorter); use a lease of at least {min_lease:?} (with the default heartbeat, a third of it), or a shorter heartbeat or cancel grace. A lease survives the write lock held by another connection for up to that margin, whatever the pool's busy timeout"
     )]
     LeaseBelowBusyTimeout {
         /// The worker's lease.
@@ -120,12 +123,13 @@ pub enum Error {
         heartbeat: Duration,
         /// Its cancel grace.
         cancel_grace: Duration,
-        /// The busy timeout of the pool the worker was built with.
+        /// How long one try of a renewal waits for the write lock (the busy timeout of the
+        /// worker's renewal connection, 100 ms; before issue 34, the pool's busy timeout).
         busy_timeout: Duration,
         /// How long a renewal may be held off without losing a lease:
         /// `lease − heartbeat − min(cancel grace, lease / 2)`.
         tolerated: Duration,
-        /// The shortest lease that satisfies the rule with a heartbeat of a third of it and
+        /// The shortest lease that leaves two tries with a heartbeat of a third of it and
         /// this cancel grace.
         min_lease: Duration,
     },

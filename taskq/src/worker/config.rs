@@ -228,8 +228,9 @@ impl WorkerBuilder {
     }
     /// Lease length on the database clock (default 30 s; 100 ms to [`MAX_DELAY`]). Every
     /// statement the worker runs must answer within half of it, or its connection is
-    /// discarded and the statement retried. On SQLite it must also survive a renewal that
-    /// waits the pool's busy timeout for the write lock ([`Error::LeaseBelowBusyTimeout`]).
+    /// discarded and the statement retried. On SQLite it must also leave a renewal at least
+    /// 200 ms (or the pool's busy timeout, if shorter) between its heartbeat and the lease's
+    /// cancel point to get the write lock ([`Error::LeaseBelowBusyTimeout`]).
     pub fn lease(mut self, d: Duration) -> Self {
         self.lease = d;
         self

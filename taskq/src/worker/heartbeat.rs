@@ -14,7 +14,8 @@
 //! Renewals, presence and the pause refresh share the worker's control lane (one connection,
 //! see `worker::lanes`): a renewal waits behind at most one of those short statements, never
 //! behind a claim or a write-back (a single-slot worker on MySQL runs both lanes on one
-//! connection; its renewals go first, behind at most the statement that holds it). A presence statement that does not answer holds the lane
+//! connection; its renewals go first, behind at most the statement that holds it, which is
+//! abandoned once the renewal has waited half the lease's margin: `lanes::preempt_after`). A presence statement that does not answer holds the lane
 //! until the statement deadline; the renewal behind it then runs on a fresh connection within
 //! what is left of its own deadline.
 
@@ -23,6 +24,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::config::Config;
+use super::deadline::StmtError;
 use super::lease::{self, AttemptKey, Phase};
 use super::{Shared, WorkerStats, within};
 use crate::backend::{NameList, WorkerRow};
@@ -73,13 +75,45 @@ impl Presence {
     }
 }
 
+/// Whether a control statement whose try failed with `e` is tried again: on SQLite, when the
+/// write lock was still taken at the end of the control lane's short busy timeout (a
+/// conflict) and another try, started after a short pause, ends by `until`.
+async fn try_again(shared: &Shared, e: &StmtError, until: Instant) -> bool {
+    let Some(busy) = shared.renewal_busy else {
+        return false;
+    };
+    // The pause (1–20 ms) keeps a lock that fails at once (a busy timeout of 0) from
+    // spinning; SQLite's busy handler sleeps 1, 2, 5, 10 … ms within a try.
+    let pause = std::time::Duration::from_millis(20);
+    if !e.is_conflict() || Instant::now() + pause + busy > until {
+        return false;
+    }
+    super::deadline::conflict_pause().await;
+    true
+}
+
+/// The end of a control statement's tries when it started `at` (the statement deadline).
+fn control_deadline(shared: &Shared, at: Instant) -> Instant {
+    at + shared.cfg.statement_timeout
+}
+
 /// Records the starting worker (a failure is logged: the first presence beat inserts the
 /// row instead).
 async fn register(shared: &Shared) {
     let row = shared.presence.row(&shared.worker_id);
-    if let Err(e) = within!(shared, control, |c| shared.store.worker_start(c, &row)).await {
-        WorkerStats::add(&shared.stats.db_errors, 1);
-        tracing::warn!(error = %e, "taskq: recording the worker in taskq_workers failed");
+    let until = control_deadline(shared, Instant::now());
+    loop {
+        match within!(shared, control, |c| shared.store.worker_start(c, &row)).await {
+            Ok(_) => return,
+            Err(e) => {
+                WorkerStats::add(&shared.stats.db_errors, 1);
+                if try_again(shared, &e, until).await {
+                    continue;
+                }
+                tracing::warn!(error = %e, "taskq: recording the worker in taskq_workers failed");
+                return;
+            }
+        }
     }
 }
 
@@ -93,9 +127,19 @@ pub(crate) async fn presence(shared: Arc<Shared>) {
     loop {
         tick.tick().await;
         let row = shared.presence.row(&shared.worker_id);
-        if let Err(e) = within!(shared, control, |c| shared.store.worker_seen(c, &row)).await {
-            WorkerStats::add(&shared.stats.db_errors, 1);
-            tracing::warn!(error = %e, "taskq: worker presence beat failed");
+        let until = control_deadline(&shared, Instant::now());
+        loop {
+            match within!(shared, control, |c| shared.store.worker_seen(c, &row)).await {
+                Ok(_) => break,
+                Err(e) => {
+                    WorkerStats::add(&shared.stats.db_errors, 1);
+                    if try_again(&shared, &e, until).await {
+                        continue;
+                    }
+                    tracing::warn!(error = %e, "taskq: worker presence beat failed");
+                    break;
+                }
+            }
         }
     }
 }
@@ -103,7 +147,9 @@ pub(crate) async fn presence(shared: Arc<Shared>) {
 /// Marks the worker stopped at graceful shutdown (a few tries; a worker that cannot say
 /// goodbye is listed lost two heartbeat intervals after its last beat).
 pub(crate) async fn deregister(shared: &Shared) {
-    for attempt in 0..3 {
+    let until = control_deadline(shared, Instant::now());
+    let mut attempt = 0;
+    while attempt < 3 {
         match within!(shared, control, |c| shared
             .store
             .worker_stop(c, &shared.worker_id))
@@ -111,6 +157,10 @@ pub(crate) async fn deregister(shared: &Shared) {
         {
             Ok(_) => return,
             Err(e) => {
+                if try_again(shared, &e, until).await {
+                    continue;
+                }
+                attempt += 1;
                 tracing::warn!(error = %e, attempt, "taskq: marking the worker stopped failed");
                 tokio::time::sleep(std::time::Duration::from_millis(200)).await;
             }
@@ -129,30 +179,43 @@ pub(crate) async fn run(shared: Arc<Shared>) {
 }
 
 /// One heartbeat.
+///
+/// On SQLite the renewal waits for the write lock in short tries (the control lane's busy
+/// timeout, `lanes::RENEWAL_BUSY_TIMEOUT`), repeated until the watchdog's cancel point of the
+/// earliest of its leases less one try: a hold of the lock shorter than the lease's margin
+/// never costs the lease, whatever the pool's busy timeout, and no renewal lands after the
+/// watchdog gave a lease up (which would keep the task `running`, unworked, for another lease).
 pub(crate) async fn beat(shared: &Shared) {
-    let leases: Vec<(u64, u64)> = shared
-        .inflight()
-        .iter()
-        .filter(|(_, f)| !f.lost)
-        .map(|(k, _)| (k.id, k.epoch))
-        .collect();
-    if leases.is_empty() {
+    let (leases, oldest): (Vec<(u64, u64)>, Option<Instant>) = {
+        let inflight = shared.inflight();
+        let live = inflight.iter().filter(|(_, f)| !f.lost);
+        let oldest = live.clone().map(|(_, f)| f.renewed_at).min();
+        (live.map(|(k, _)| (k.id, k.epoch)).collect(), oldest)
+    };
+    let Some(oldest) = oldest else {
         return;
-    }
-    let sent = Instant::now();
+    };
+    // The watchdog cancels the earliest lease at this point (`lease::expire_locally`).
+    let cancel_at = oldest + (shared.cfg.lease - lease::cancel_margin(shared));
     let lease_us = shared.lease_us();
     let mut tries = 0;
-    let renewed = loop {
+    let (renewed, sent) = loop {
+        let sent = Instant::now();
         match within!(shared, control, |c| shared
             .store
             .task_heartbeat(c, &leases, lease_us))
         .await
         {
-            Ok(n) => break n,
+            Ok(n) => break (n, sent),
             Err(e) => {
                 WorkerStats::add(&shared.stats.db_errors, 1);
                 tries += 1;
-                if e.is_conflict() && tries < 3 {
+                if try_again(shared, &e, cancel_at).await {
+                    // SQLite: the write lock stayed taken for a whole try; nothing was
+                    // renewed. Try again at once.
+                    continue;
+                }
+                if shared.renewal_busy.is_none() && e.is_conflict() && tries < 3 {
                     // Lost to a concurrent write of one of the rows (on Galera: failed
                     // certification); nothing was renewed. Try again at once.
                     super::deadline::conflict_pause().await;

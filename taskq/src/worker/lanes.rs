@@ -11,12 +11,23 @@
 //!
 //! A **single-slot worker on MySQL** has one connection that both lanes share: with one slot,
 //! nothing is claimed while its task runs, and control operations go first (a work operation
-//! does not ask for the connection while a renewal waits for it: `Shared::acquire`), so a
-//! renewal waits for at most the statement that holds the connection (a reaper or retention
-//! step, a schedule's fire), bounded by the statement timeout (half the lease). That keeps a fleet of single-slot worker processes at about
-//! 2 server connections each (its own and one of the user's pool). On SQLite a connection costs
-//! the server nothing, and a renewal must wait for nothing but the write lock (the busy-timeout
-//! rule below), so the control lane keeps its own connection there.
+//! does not ask for the connection while a renewal waits for it, and gives it back if a
+//! renewal started waiting while it was getting it: `Shared::acquire_work`), so a renewal
+//! waits for at most the one statement that holds the connection (a reaper or retention step,
+//! a schedule's fire). That wait is bounded by [`preempt_after`], half the lease's margin
+//! (`lease − heartbeat − cancel margin`): past it the statement is abandoned, its connection
+//! discarded and its operation retried, and the renewal runs on a fresh connection
+//! (`Shared::acquire_control`). Before issue 34 the bound was the statement timeout (half the
+//! lease), longer than the margin below a 30 s lease (finding L1). That keeps a fleet of
+//! single-slot worker processes at about 2 server connections each (its own and one of the
+//! user's pool). On SQLite a connection costs
+//! the server nothing, and a renewal must wait for nothing but the write lock, so the control
+//! lane keeps its own connection there, with a busy timeout of its own
+//! ([`RENEWAL_BUSY_TIMEOUT`]): a renewal tries again until its leases' cancel point, so a hold
+//! of the write lock shorter than the lease's margin never costs a lease, whatever the user's
+//! busy timeout, and no renewal lands after the watchdog gave a lease up (the rule below,
+//! [`check_sqlite_lease`]). The work lane waits the user's busy timeout, at most the
+//! statement timeout.
 //!
 //! Default: `1 + min(queues, concurrency) + (concurrency > 1)` connections, except 1 for a
 //! single-slot worker on MySQL: 2 for a single-slot worker on SQLite, 3 for one queue at any
@@ -37,6 +48,12 @@ use crate::backend::{Store, WorkerPool};
 /// The cancel grace when none is given (and the lease is at least twice as long).
 pub(crate) const DEFAULT_CANCEL_GRACE: Duration = Duration::from_secs(5);
 
+/// On SQLite, how long one try of a control statement (a lease renewal, the presence beat)
+/// waits for the write lock (the control lane's busy timeout, or the user's when shorter);
+/// a try that finds it still taken is repeated at once, up to the statement's deadline (for
+/// a renewal: the watchdog's cancel point of its leases, less one try).
+pub(crate) const RENEWAL_BUSY_TIMEOUT: Duration = Duration::from_millis(100);
+
 /// The worker's two lanes: two pools, or one pool both use (`shared`).
 #[derive(Debug, Clone)]
 pub(crate) struct Lanes {
@@ -44,6 +61,9 @@ pub(crate) struct Lanes {
     pub work: Store,
     /// Both lanes are one pool (a single-connection worker on MySQL).
     pub shared: bool,
+    /// On SQLite, the control lane's busy timeout (see [`RENEWAL_BUSY_TIMEOUT`]); `None` on
+    /// MySQL (row locks: a lock wait ends at the statement timeout on the server).
+    pub renewal_busy: Option<Duration>,
 }
 
 impl Lanes {
@@ -63,12 +83,30 @@ impl Lanes {
                 control: one.clone(),
                 work: one,
                 shared: true,
+                renewal_busy: None,
             };
         }
-        Self {
-            control: user.worker_store(spec(1)),
-            work: user.worker_store(spec(connections - 1)),
-            shared: false,
+        match user.busy_timeout() {
+            // SQLite: the control lane waits for the write lock a short while per try and tries
+            // again (so a renewal waits until its leases' cancel point, not the busy timeout,
+            // and never renews after it); the work lane at most its statement deadline, as a
+            // MySQL lock wait ends at the statement timeout on the server.
+            Some(busy) => {
+                let renewal_busy = busy.min(RENEWAL_BUSY_TIMEOUT);
+                Self {
+                    control: user.worker_store_waiting(spec(1), renewal_busy),
+                    work: user
+                        .worker_store_waiting(spec(connections - 1), busy.min(statement_timeout)),
+                    shared: false,
+                    renewal_busy: Some(renewal_busy),
+                }
+            }
+            None => Self {
+                control: user.worker_store(spec(1)),
+                work: user.worker_store(spec(connections - 1)),
+                shared: false,
+                renewal_busy: None,
+            },
         }
     }
 
@@ -113,39 +151,66 @@ pub(crate) fn idle_limit(statement_timeout: Duration) -> Duration {
     session_timeout(statement_timeout) - Duration::from_secs(1)
 }
 
-/// On SQLite, the rule of docs/semantics.md ("Leases under write-lock contention"): a renewal
-/// may wait up to the busy timeout for the write lock, so the lease must survive that wait,
-/// `lease − heartbeat − min(cancel grace, lease / 2) ≥ busy timeout`. `grace` is the cancel
-/// grace and whether it is the default (`min(5 s, lease / 2)`, which grows with the lease).
+/// With shared lanes (a single-slot worker on MySQL), how long a control operation (a
+/// renewal) waits for the connection before the work statement that holds it is abandoned:
+/// half the lease's margin, `lease − heartbeat − cancel margin`, the time a renewal has
+/// between its beat and the watchdog's cancel point. The other half is for opening a fresh
+/// connection and the renewal itself. (Before issue 34 a renewal waited for the work statement
+/// up to the statement timeout, half the lease, longer than the margin below a 30 s lease.)
+pub(crate) fn preempt_after(
+    lease: Duration,
+    heartbeat: Duration,
+    cancel_margin: Duration,
+) -> Duration {
+    lease
+        .saturating_sub(heartbeat)
+        .saturating_sub(cancel_margin)
+        / 2
+}
+
+/// The least time a lease must leave a renewal on SQLite between its heartbeat and the
+/// watchdog's cancel point: two tries of [`RENEWAL_BUSY_TIMEOUT`] (or the pool's busy timeout
+/// when that is shorter, see [`check_sqlite_lease`]).
+pub(crate) const RENEWAL_WINDOW: Duration = Duration::from_millis(200);
+
+/// On SQLite, the rule of docs/semantics.md ("Leases under write-lock contention"): a
+/// renewal waits for the write lock in tries of [`RENEWAL_BUSY_TIMEOUT`] (the pool's busy
+/// timeout `busy` when shorter) until the watchdog's cancel point of its leases, so a lease
+/// survives a hold of the lock of up to its margin, `lease − heartbeat − min(cancel grace,
+/// lease / 2)`, whatever the pool's busy timeout; that margin must be at least
+/// `min(busy, RENEWAL_WINDOW)` (two tries, or the busy timeout: every lease the rule before
+/// issue 34 accepted, margin ≥ busy timeout, still passes). `grace` is the cancel grace and
+/// whether it is the default (`min(5 s, lease / 2)`, which grows with the lease).
 pub(crate) fn check_sqlite_lease(
     lease: Duration,
     heartbeat: Duration,
     (cancel_grace, default_grace): (Duration, bool),
-    busy_timeout: Duration,
+    busy: Duration,
 ) -> crate::Result<()> {
+    let window = busy.min(RENEWAL_WINDOW);
     let tolerated = lease
         .saturating_sub(heartbeat)
         .saturating_sub(cancel_grace.min(lease / 2));
-    if tolerated >= busy_timeout {
+    if tolerated >= window {
         return Ok(());
     }
-    // The shortest lease with heartbeat = lease / 3: lease·2/3 − grace ≥ busy while grace ≤
-    // lease / 2, else lease / 6 ≥ busy. The default grace is lease / 2 up to a 10 s lease.
+    // The shortest lease with heartbeat = lease / 3: lease·2/3 − grace ≥ window while grace ≤
+    // lease / 2, else lease / 6 ≥ window. The default grace is lease / 2 up to a 10 s lease.
     let grace_cap = if default_grace {
         DEFAULT_CANCEL_GRACE
     } else {
         cancel_grace
     };
-    let min_lease = if busy_timeout * 6 <= grace_cap * 2 {
-        busy_timeout * 6
+    let min_lease = if window * 6 <= grace_cap * 2 {
+        window * 6
     } else {
-        (busy_timeout + grace_cap) * 3 / 2
+        (window + grace_cap) * 3 / 2
     };
     Err(crate::Error::LeaseBelowBusyTimeout {
         lease,
         heartbeat,
         cancel_grace,
-        busy_timeout,
+        busy_timeout: busy.min(RENEWAL_BUSY_TIMEOUT),
         tolerated,
         min_lease,
     })
@@ -171,9 +236,14 @@ mod tests {
         let s = Duration::from_secs;
         let ms = Duration::from_millis;
         let default_grace = |lease: Duration| (s(5).min(lease / 2), true);
-        assert!(check_sqlite_lease(s(30), s(10), default_grace(s(30)), s(5)).is_ok());
-        assert!(check_sqlite_lease(s(15), s(5), default_grace(s(15)), s(5)).is_ok());
-        for busy in [s(5), ms(250), s(1), ms(1_700), s(60)] {
+        let busy = s(5);
+        assert!(check_sqlite_lease(s(30), s(10), default_grace(s(30)), busy).is_ok());
+        assert!(check_sqlite_lease(s(2), ms(667), default_grace(s(2)), busy).is_ok());
+        assert!(check_sqlite_lease(ms(1_200), ms(400), default_grace(ms(1_200)), busy).is_ok());
+        assert!(check_sqlite_lease(ms(1_100), ms(367), default_grace(ms(1_100)), busy).is_err());
+        // A busy timeout under two tries: the margin need only cover it, as before issue 34.
+        assert!(check_sqlite_lease(ms(100), ms(30), default_grace(ms(100)), ms(10)).is_ok());
+        for busy in [s(5), ms(150), ms(10)] {
             for grace in [None, Some(s(5)), Some(ms(100)), Some(s(1))] {
                 let at = |lease: Duration| match grace {
                     None => default_grace(lease),
@@ -186,13 +256,25 @@ mod tests {
                 };
                 let ok = check_sqlite_lease(min_lease, min_lease / 3, at(min_lease), busy);
                 assert!(ok.is_ok(), "{busy:?} {grace:?}: {ok:?}");
-                let shorter = min_lease - ms(10);
+                let shorter = min_lease - ms(1);
                 assert!(
                     check_sqlite_lease(shorter, shorter / 3, at(shorter), busy).is_err(),
                     "{busy:?} {grace:?}"
                 );
             }
         }
+    }
+
+    #[test]
+    fn a_renewal_preempts_the_shared_connection_after_half_its_margin() {
+        let s = Duration::from_secs;
+        // Lease 6 s, default heartbeat 2 s and cancel margin 3 s: a renewal has 1 s.
+        assert_eq!(preempt_after(s(6), s(2), s(3)), Duration::from_millis(500));
+        assert_eq!(
+            preempt_after(s(30), s(10), s(5)),
+            Duration::from_millis(7_500)
+        );
+        assert_eq!(preempt_after(s(1), s(1), s(1)), Duration::ZERO);
     }
 
     #[test]
