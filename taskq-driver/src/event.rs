@@ -31,9 +31,13 @@ pub fn key_hash(topic: &str, key: &str) -> [u8; 32] {
     h.finalize().into()
 }
 
-/// A fresh message id: 32 lower-case hex characters of 128 random bits.
+/// A fresh message id: 32 lower-case hex characters of 128 random bits from the operating
+/// system's CSPRNG (`getrandom`), so ids are neither predictable nor tied to a seedable
+/// generator's state.
 pub fn new_message_id() -> String {
-    format!("{:032x}", fastrand::u128(..))
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes).expect("the operating system's random source");
+    format!("{:032x}", u128::from_be_bytes(bytes))
 }
 
 /// State of an event, derived from its row and its key's row (see the module's doc).
@@ -387,6 +391,17 @@ mod tests {
         assert_eq!(id.len(), 32);
         assert!(id.bytes().all(|b| b.is_ascii_hexdigit()));
         assert_ne!(id, new_message_id());
+    }
+
+    /// Issue 34 (nit): ids come from the operating system's CSPRNG, not from the thread's
+    /// fastrand generator, whose state anyone seeding it (or reading a few ids) can predict.
+    #[test]
+    fn message_ids_do_not_follow_the_threads_fastrand_state() {
+        fastrand::seed(7);
+        let a = new_message_id();
+        fastrand::seed(7);
+        let b = new_message_id();
+        assert_ne!(a, b);
     }
 
     #[test]
