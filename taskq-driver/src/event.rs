@@ -16,7 +16,11 @@
 //! `done_seq` past the events it dead-letters, a skip past the held event, and a replay
 //! that rewinds `done_seq` clears the marks above it), so a key's pending events are exactly
 //! `done_seq + 1 ..= next_seq` and a topic's pending count is the sum of its keys'
-//! `next_seq - done_seq`.
+//! `next_seq - done_seq`. One exception: an operator's skip of a held key that a range replay
+//! had rewound below the held event (`taskq_driver::rules::event_key_release`) marks that
+//! event dead above `done_seq`, so the replayed events before it are still sent; the relay
+//! reads no dead event ([`EventRange`]) and its settle moves `done_seq` past it, and until
+//! then it counts as pending.
 
 use chrono::{DateTime, Utc};
 use sha2::{Digest, Sha256};
