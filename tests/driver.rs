@@ -30,6 +30,7 @@ suite!(
     a_settle_of_many_keys_refuses_a_stale_epoch_per_key_and_settles_the_others,
     a_kept_lease_records_delivery_and_stays_with_its_relay,
     a_key_a_publisher_holds_is_settled_after_its_commit_and_the_publisher_commits,
+    skipping_a_held_key_after_a_range_replay_keeps_the_replay,
     // Enqueue and reads of one task.
     insert_then_get_returns_every_field_as_inserted,
     an_idempotency_key_inserted_twice_returns_the_first_task,

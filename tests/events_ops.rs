@@ -478,3 +478,90 @@ taskq_tests::conformance!(
     a_range_replay_rewinds_each_key_so_its_later_events_follow_in_order,
     prune_deletes_old_delivered_events_only,
 );
+
+// MySQL only: the race is between the statements of MySQL's prune (a read of delivered
+// events, then a delete), made deterministic with an InnoDB row lock; SQLite prunes in one
+// statement under its write lock, which no replay can come between.
+mod mysql {
+    use super::*;
+    use sqlx::MySqlPool;
+    use taskq_tests::{TestDb, wait_until};
+
+    /// Statements running (not idle) on this test's database, other than this one, whose SQL
+    /// is `LIKE pattern`.
+    async fn running(pool: &MySqlPool, pattern: &str) -> i64 {
+        sqlx::query_scalar(
+            "SELECT COUNT(*) FROM information_schema.PROCESSLIST
+             WHERE DB = DATABASE() AND ID <> CONNECTION_ID() AND INFO LIKE ?",
+        )
+        .bind(pattern)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+    }
+
+    /// Issue 34 E5: a replay that rewinds a key while a prune is between its read of the
+    /// delivered events and its delete does not lose the events it made pending: every
+    /// event the key counts as pending is still stored, and is sent again.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_replay_racing_a_prune_keeps_every_pending_event() {
+        let Some(db) = TestDb::new_or_skip().await else {
+            return;
+        };
+        let db = Db::from_test_db(db);
+        let rec = Recording::default();
+        publish(&db, &[placed("a", 1), placed("a", 2)]).await;
+        relay_all(&db, &rec).await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        // Another transaction holds a1's row, so the prune's delete waits on it.
+        let mut holder = db.pool.begin().await.unwrap();
+        sqlx::query("SELECT id FROM taskq_events WHERE event_key = 'a' AND seq = 1 FOR UPDATE")
+            .fetch_all(&mut *holder)
+            .await
+            .unwrap();
+        let client = db.client();
+        let prune = tokio::spawn({
+            let c = client.clone();
+            async move { c.prune_events(Duration::ZERO).await }
+        });
+        wait_until(
+            Duration::from_secs(20),
+            "the prune's delete waits",
+            || async { running(&db.pool, "DELETE%").await == 1 },
+        )
+        .await;
+        let replay = tokio::spawn({
+            let c = client.clone();
+            async move { c.replay_event_key("orders.placed", "a", 1).await }
+        });
+        wait_until(
+            Duration::from_secs(20),
+            "the replay waits or is done",
+            || async { replay.is_finished() || running(&db.pool, "%").await == 2 },
+        )
+        .await;
+        holder.rollback().await.unwrap();
+        prune.await.unwrap().unwrap();
+        replay.await.unwrap().unwrap();
+
+        let k = client
+            .event_key("orders.placed", "a")
+            .await
+            .unwrap()
+            .unwrap();
+        let stored: i64 = db
+            .scalar(&format!(
+                "SELECT COUNT(*) FROM taskq_events WHERE event_key = 'a' AND seq > {}",
+                k.done_seq
+            ))
+            .await;
+        assert_eq!(
+            k.next_seq - k.done_seq,
+            stored as u64,
+            "every event the key counts as pending is stored ({k:?})"
+        );
+        let before = rec.got.lock().unwrap().len();
+        relay_all(&db, &rec).await;
+        assert_eq!(rec.got.lock().unwrap().len() - before, stored as usize);
+    }
+}

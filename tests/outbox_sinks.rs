@@ -520,6 +520,50 @@ mod redis {
         assert_eq!(got[0].0, "b42");
         let _: () = conn.del(&[&stream, &plain]).await.unwrap();
     }
+
+    /// Issue 34 S3: an error that is not about the entry (here `NOPERM`: the sink's user may
+    /// not write that stream, an ACL to fix; likewise `MISCONF`, `NOAUTH`...) is `Failed`, so
+    /// the relay backs off and tries again rather than dead-letter or hold every event it
+    /// sends meanwhile.
+    #[tokio::test]
+    async fn redis_fails_rather_than_rejects_an_error_not_about_the_entry() {
+        let Some((_, mut conn, stream)) = setup().await else {
+            return;
+        };
+        // A user of its own (this test's name), allowed only the keys `<stream>_ok*`.
+        let user = format!("{stream}_user");
+        let _: () = client::cmd("ACL")
+            .arg("SETUSER")
+            .arg(&user)
+            .arg("on")
+            .arg(">pw")
+            .arg(format!("~{stream}_ok*"))
+            .arg("+@all")
+            .query_async(&mut conn)
+            .await
+            .expect("ACL SETUSER");
+        let url = brokers::or_skip(Broker::Redis).unwrap();
+        let url = url.replacen("redis://", &format!("redis://{user}:pw@"), 1);
+        let sink = RedisSink::connect(&url).await.expect("connect as the user");
+        let ok = format!("{stream}_ok");
+        let batch = vec![
+            Message::new("a0", &stream, "a", b"x".to_vec()),
+            Message::new("b0", &ok, "b", b"x".to_vec()),
+        ];
+        let out = sink.publish(&batch).await;
+        let _: () = client::cmd("ACL")
+            .arg("DELUSER")
+            .arg(&user)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let _: () = conn.del(&[&stream, &ok]).await.unwrap();
+        assert!(
+            matches!(&out[0], Outcome::Failed(why) if why.to_lowercase().contains("noperm")),
+            "{out:?}"
+        );
+        assert!(out[1].is_delivered(), "{out:?}");
+    }
 }
 
 /// The relay tests' support (`tests/outbox_relay.rs`) on its own: a destination per broker

@@ -16,7 +16,11 @@
 //! `done_seq` past the events it dead-letters, a skip past the held event, and a replay
 //! that rewinds `done_seq` clears the marks above it), so a key's pending events are exactly
 //! `done_seq + 1 ..= next_seq` and a topic's pending count is the sum of its keys'
-//! `next_seq - done_seq`.
+//! `next_seq - done_seq`. One exception: an operator's skip of a held key that a range replay
+//! had rewound below the held event (`taskq_driver::rules::event_key_release`) marks that
+//! event dead above `done_seq`, so the replayed events before it are still sent; the relay
+//! reads no dead event ([`EventRange`]) and its settle moves `done_seq` past it, and until
+//! then it counts as pending.
 
 use chrono::{DateTime, Utc};
 use sha2::{Digest, Sha256};
@@ -31,9 +35,13 @@ pub fn key_hash(topic: &str, key: &str) -> [u8; 32] {
     h.finalize().into()
 }
 
-/// A fresh message id: 32 lower-case hex characters of 128 random bits.
+/// A fresh message id: 32 lower-case hex characters of 128 random bits from the operating
+/// system's CSPRNG (`getrandom`), so ids are neither predictable nor tied to a seedable
+/// generator's state.
 pub fn new_message_id() -> String {
-    format!("{:032x}", fastrand::u128(..))
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes).expect("the operating system's random source");
+    format!("{:032x}", u128::from_be_bytes(bytes))
 }
 
 /// State of an event, derived from its row and its key's row (see the module's doc).
@@ -401,6 +409,17 @@ mod tests {
         assert_eq!(id.len(), 32);
         assert!(id.bytes().all(|b| b.is_ascii_hexdigit()));
         assert_ne!(id, new_message_id());
+    }
+
+    /// Issue 34 (nit): ids come from the operating system's CSPRNG, not from the thread's
+    /// fastrand generator, whose state anyone seeding it (or reading a few ids) can predict.
+    #[test]
+    fn message_ids_do_not_follow_the_threads_fastrand_state() {
+        fastrand::seed(7);
+        let a = new_message_id();
+        fastrand::seed(7);
+        let b = new_message_id();
+        assert_ne!(a, b);
     }
 
     #[test]

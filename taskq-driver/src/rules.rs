@@ -150,6 +150,60 @@ impl KeyRewind {
     pub fn start(&self, oldest_stored: Option<u64>) -> u64 {
         self.from_seq.max(oldest_stored.unwrap_or(u64::MAX)).max(1)
     }
+
+    /// What the rewind writes to a key whose `done_seq` and oldest stored event were read
+    /// under its row's lock: the one decision both drivers' rewinds apply (their steps: lock
+    /// and read the key, count the events made pending and clear the dead marks from
+    /// [`RewindPlan::from`] on when [`RewindPlan::pending`] is some, then update the key row
+    /// with [`RewindPlan::done_seq`], ending the lease and, with `release_hold`, the hold).
+    pub fn plan(&self, done_seq: u64, oldest_stored: Option<u64>) -> RewindPlan {
+        let from = self.start(oldest_stored);
+        RewindPlan {
+            from,
+            pending: (from <= done_seq).then_some((from, done_seq)),
+            done_seq: done_seq.min(from - 1),
+        }
+    }
+}
+
+/// What a [`KeyRewind`] writes ([`KeyRewind::plan`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RewindPlan {
+    /// The first seq sent again.
+    pub from: u64,
+    /// The stored events made pending again, `(from, old done_seq)` inclusive, when the
+    /// rewind goes back at all (then the dead marks from `from` on are cleared).
+    pub pending: Option<(u64, u64)>,
+    /// The key's new `done_seq` (never raised).
+    pub done_seq: u64,
+}
+
+/// What an operator's release of a held key writes ([`KeyRelease`]), from the key's
+/// `done_seq` and `held_seq` read under its row's lock: the one decision both drivers apply.
+/// A retry (`skip == false`) keeps `done_seq`: the held event is sent again. A skip marks the
+/// held event dead and moves `done_seq` past it when it is the key's next event; when a
+/// range replay rewound the key below it (a range replay keeps holds), `done_seq` stays
+/// where the replay put it, so the replayed events are still sent: the relay, which reads
+/// no dead event, passes the skipped one when it gets there and its settle moves `done_seq`
+/// past it.
+pub fn event_key_release(done_seq: u64, held_seq: u64, skip: bool) -> KeyRelease {
+    KeyRelease {
+        dead_seq: skip.then_some(held_seq),
+        done_seq: if skip && done_seq.saturating_add(1) >= held_seq {
+            done_seq.max(held_seq)
+        } else {
+            done_seq
+        },
+    }
+}
+
+/// What [`event_key_release`] writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyRelease {
+    /// The event to mark dead (with the hold's error): the held one, on a skip.
+    pub dead_seq: Option<u64>,
+    /// The key's new `done_seq`.
+    pub done_seq: u64,
 }
 
 /// The rewind of an operator's replay of one key from `from_seq` (0 counts as 1): the key
@@ -222,6 +276,53 @@ pub fn worker_alive(stopped: bool, seen_ago_us: i64, heartbeat_us: u64, lease_us
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_rewind_goes_back_to_its_start_and_never_forward() {
+        let rw = event_replay_key([1; 32], 3);
+        assert_eq!(
+            rw.plan(7, Some(1)),
+            RewindPlan {
+                from: 3,
+                pending: Some((3, 7)),
+                done_seq: 2
+            }
+        );
+        // Nothing delivered from 3 on: nothing pending again, done_seq unchanged.
+        assert_eq!(rw.plan(1, Some(1)).pending, None);
+        assert_eq!(rw.plan(1, Some(1)).done_seq, 1);
+        // Nothing stored.
+        assert_eq!(rw.plan(5, None).done_seq, 5);
+        assert_eq!(rw.plan(5, None).pending, None);
+    }
+
+    #[test]
+    fn a_skip_moves_past_the_held_event_only_when_it_is_next() {
+        let skip = |done, held| event_key_release(done, held, true);
+        assert_eq!(
+            skip(2, 3),
+            KeyRelease {
+                dead_seq: Some(3),
+                done_seq: 3
+            }
+        );
+        // A range replay rewound the key below its held event: the replay stays.
+        assert_eq!(
+            skip(0, 3),
+            KeyRelease {
+                dead_seq: Some(3),
+                done_seq: 0
+            }
+        );
+        assert_eq!(
+            event_key_release(0, 3, false),
+            KeyRelease {
+                dead_seq: None,
+                done_seq: 0
+            }
+        );
+        assert_eq!(skip(5, 3).done_seq, 5, "never lowered");
+    }
 
     #[test]
     fn a_rewind_starts_no_earlier_than_the_oldest_stored_event() {

@@ -536,3 +536,70 @@ pub async fn a_key_a_publisher_holds_is_settled_after_its_commit_and_the_publish
     let again = d.event_key_claim(&claim("r2", HOUR_US)).await.unwrap();
     assert_eq!(again.len(), published.len());
 }
+
+/// The states of `key`'s stored events, by seq.
+async fn states<D: Driver>(d: &D, key: &str) -> Vec<EventState> {
+    let listed = d.event_list(TOPIC, key, 0, 100).await.unwrap();
+    listed.iter().map(|e| e.state).collect()
+}
+
+/// Issue 34 E8: skipping the held event of a key that a range replay rewound (the replay keeps
+/// the hold) marks it dead but keeps the replay: the replayed events below it are still
+/// pending, the relay reads them and the events after the skipped one, never the skipped one,
+/// and its settle moves past it.
+pub async fn skipping_a_held_key_after_a_range_replay_keeps_the_replay<D: Driver>(d: D) {
+    for n in [b"1", b"2", b"3", b"4"] {
+        insert(&d, "a", n).await;
+    }
+    let l = d.event_key_claim(&claim("r1", HOUR_US)).await.unwrap();
+    let hold = EventSettle {
+        next: KeyNext::Hold {
+            seq: 3,
+            error: "too large".into(),
+        },
+        ..release(&l[0], 2)
+    };
+    assert_eq!(d.event_key_settle(&[hold]).await.unwrap(), [true]);
+    let mut c = conn(&d).await;
+    let day = chrono::TimeDelta::days(1);
+    let t = now::<D>(&mut c).await;
+    let replayed = d
+        .event_replay_range(&mut c, TOPIC, t - day, t + day, 100)
+        .await
+        .unwrap();
+    assert_eq!((replayed.read, replayed.events), (2, 2));
+    let k = d.event_key_get(TOPIC, "a").await.unwrap().unwrap();
+    assert_eq!(
+        (k.done_seq, k.held_seq),
+        (0, Some(3)),
+        "rewound, still held"
+    );
+
+    assert!(d.event_key_release(&mut c, TOPIC, "a", true).await.unwrap());
+    let k = d.event_key_get(TOPIC, "a").await.unwrap().unwrap();
+    assert_eq!((k.done_seq, k.held_seq), (0, None), "the replay is kept");
+    use EventState::*;
+    assert_eq!(states(&d, "a").await, [Pending, Pending, Dead, Pending]);
+
+    let l = d.event_key_claim(&claim("r1", HOUR_US)).await.unwrap();
+    assert_eq!((l.len(), l[0].done_seq, l[0].next_seq), (1, 0, 4));
+    let rows = d
+        .event_read(&[EventRange {
+            key_hash: l[0].key_hash,
+            after_seq: 0,
+            up_to: 4,
+        }])
+        .await
+        .unwrap();
+    assert_eq!(rows.iter().map(|r| r.seq).collect::<Vec<_>>(), [1, 2, 4]);
+    assert_eq!(
+        d.event_key_settle(&[release(&l[0], 4)]).await.unwrap(),
+        [true]
+    );
+    assert_eq!(
+        states(&d, "a").await,
+        [Delivered, Delivered, Dead, Delivered]
+    );
+    let listed = d.event_list(TOPIC, "a", 0, 10).await.unwrap();
+    assert_eq!(listed[2].last_error.as_deref(), Some("too large"));
+}

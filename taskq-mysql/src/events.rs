@@ -638,17 +638,21 @@ pub(crate) async fn event_key_get(
 }
 
 /// Deletes up to `limit` delivered events published more than `age_us` µs ago, oldest first:
-/// a read of `ix_taskq_events_created` (events not dead, by publish time) joined to each
-/// event's key for `seq <= done_seq`, then a `DELETE` of those ids (each autocommitted). An
-/// operator's replay that rewinds a key between the two may find some of its oldest events
-/// gone (a replay only ever sends events still stored).
+/// a plain read of `ix_taskq_events_created` (events not dead, by publish time) joined to each
+/// event's key for `seq <= done_seq`, then one short transaction: the keys of those events
+/// locked `FOR UPDATE SKIP LOCKED` (a key a publisher, a relay's settle or a replay holds is
+/// left for the next prune, never waited for), then a `DELETE` of the events of the keys it
+/// locked that re-checks `seq <= done_seq` against the locked key rows. So a replay that
+/// rewound a key after the read (issue 34 E5) has its events kept, and a replay that comes
+/// after the lock waits for the delete and rewinds from what is still stored. Key rows
+/// first, then their event rows: the module's lock order; the prune never waits for a key.
 pub(crate) async fn event_prune(
     conn: &mut MySqlConnection,
     age_us: i64,
     limit: u32,
 ) -> sqlx::Result<u64> {
-    let ids = sqlx::query_scalar!(
-        r#"SELECT e.id AS "id: u64"
+    let rows = sqlx::query!(
+        r#"SELECT e.id AS "id: u64", e.key_hash AS "key_hash: Vec<u8>"
            FROM taskq_events e FORCE INDEX (ix_taskq_events_created)
              STRAIGHT_JOIN taskq_event_keys k FORCE INDEX (PRIMARY) ON k.key_hash = e.key_hash
            WHERE e.dead_at IS NULL
@@ -661,23 +665,49 @@ pub(crate) async fn event_prune(
     )
     .fetch_all(&mut *conn)
     .await?;
+    if rows.is_empty() {
+        return Ok(0);
+    }
+    let keys: std::collections::BTreeSet<String> = rows.iter().map(|r| hex(&r.key_hash)).collect();
+    let keys = serde_json::to_string(&keys).expect("keys serialize");
+    let mut tx = conn.begin().await?;
+    let locked = sqlx::query_scalar!(
+        r#"SELECT k.key_hash AS "key_hash: Vec<u8>"
+           FROM JSON_TABLE(?, '$[*]' COLUMNS (h VARCHAR(64) PATH '$')) AS j
+             STRAIGHT_JOIN taskq_event_keys k FORCE INDEX (PRIMARY) ON k.key_hash = UNHEX(j.h)
+           FOR UPDATE SKIP LOCKED"#,
+        keys,
+    )
+    .fetch_all(&mut *tx)
+    .await?;
+    let locked: std::collections::HashSet<[u8; 32]> = locked.iter().map(|h| hash_of(h)).collect();
+    let ids: Vec<u64> = rows
+        .iter()
+        .filter(|r| locked.contains(&hash_of(&r.key_hash)))
+        .map(|r| r.id)
+        .collect();
     if ids.is_empty() {
+        tx.commit().await?;
         return Ok(0);
     }
     let json = serde_json::to_string(&ids).expect("ids serialize");
     let done = sqlx::query!(
         r#"DELETE e FROM JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$')) AS j
              STRAIGHT_JOIN taskq_events e FORCE INDEX (PRIMARY) ON e.id = j.id
-           WHERE e.dead_at IS NULL"#,
+             STRAIGHT_JOIN taskq_event_keys k FORCE INDEX (PRIMARY) ON k.key_hash = e.key_hash
+           WHERE e.dead_at IS NULL AND e.seq <= k.done_seq"#,
         json,
     )
-    .execute(&mut *conn)
+    .execute(&mut *tx)
     .await?;
+    tx.commit().await?;
     Ok(done.rows_affected())
 }
 
-/// Rewinds a key under its row's lock (`KeyRewind`): from `from_seq`, or the key's oldest
-/// stored event when that is later, `done_seq` goes back to the seq before it and the dead
+/// Rewinds a key under its row's lock (`KeyRewind`, decided by `KeyRewind::plan`): from
+/// `from_seq`, or the key's oldest stored event when that is later (read with a locking read,
+/// so a prune that committed while this transaction waited for the key row is seen even
+/// when an earlier plain read of the transaction fixed its snapshot), `done_seq` goes back to the seq before it and the dead
 /// marks from it on are cleared, so its stored events from there up to the old `done_seq`
 /// become pending; the lease ends (epoch + 1); a hold is cleared when `release_hold`, kept
 /// otherwise (a held key is not made ready). How many events became pending; `None`: no
@@ -697,20 +727,20 @@ async fn rewind(
         return Ok(None);
     };
     let oldest = sqlx::query_scalar!(
-        r#"SELECT MIN(seq) AS "seq: u64" FROM taskq_events WHERE key_hash = ?"#,
+        r#"SELECT MIN(seq) AS "seq: u64" FROM taskq_events WHERE key_hash = ? LOCK IN SHARE MODE"#,
         h,
     )
     .fetch_one(&mut *conn)
     .await?;
-    let from = rw.start(oldest);
+    let plan = rw.plan(done, oldest);
     let mut pending = 0;
-    if from <= done {
+    if let Some((from, to)) = plan.pending {
         pending = sqlx::query_scalar!(
             r#"SELECT COUNT(*) AS "n!: i64" FROM taskq_events
-               WHERE key_hash = ? AND seq >= ? AND seq <= ?"#,
+               WHERE key_hash = ? AND seq >= ? AND seq <= ? LOCK IN SHARE MODE"#,
             h,
             from,
-            done,
+            to,
         )
         .fetch_one(&mut *conn)
         .await? as u64;
@@ -727,13 +757,13 @@ async fn rewind(
     sqlx::query!(
         r#"UPDATE taskq_event_keys
            SET ready_at = IF(? OR held_at IS NULL, UTC_TIMESTAMP(6), NULL),
-               done_seq = LEAST(done_seq, ?), lease_owner = NULL, lease_until = NULL,
+               done_seq = ?, lease_owner = NULL, lease_until = NULL,
                lease_epoch = lease_epoch + 1,
                held_at = IF(?, NULL, held_at), held_seq = IF(?, NULL, held_seq),
                last_error = IF(?, NULL, last_error), failures = IF(?, 0, failures)
            WHERE key_hash = ?"#,
         release,
-        from - 1,
+        plan.done_seq,
         release,
         release,
         release,
@@ -813,27 +843,25 @@ pub(crate) async fn event_key_release(
     let Some(held) = held else {
         return Ok(false);
     };
-    let done_seq = if skip {
+    let r = taskq_driver::rules::event_key_release(held.done_seq, held.held_seq, skip);
+    if let Some(seq) = r.dead_seq {
         sqlx::query!(
             r#"UPDATE taskq_events SET dead_at = UTC_TIMESTAMP(6), last_error = ?
                WHERE key_hash = ? AND seq = ? AND dead_at IS NULL"#,
             held.last_error,
             &hash[..],
-            held.held_seq,
+            seq,
         )
         .execute(&mut *conn)
         .await?;
-        held.done_seq.max(held.held_seq)
-    } else {
-        held.done_seq
-    };
+    }
     sqlx::query!(
         r#"UPDATE taskq_event_keys
            SET held_at = NULL, held_seq = NULL, failures = 0, last_error = NULL,
                lease_owner = NULL, lease_until = NULL, lease_epoch = lease_epoch + 1,
                done_seq = ?, ready_at = UTC_TIMESTAMP(6)
            WHERE key_hash = ?"#,
-        done_seq,
+        r.done_seq,
         &hash[..],
     )
     .execute(&mut *conn)

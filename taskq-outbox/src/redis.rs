@@ -12,10 +12,12 @@
 //! loses every delivered message.
 //!
 //! Redis has no duplicate window: a message published twice is two entries with the same `id`
-//! field, and consumers drop the second (an inbox). A command error Redis answers for one
-//! entry (`WRONGTYPE`: the subject's key is not a stream) is [`Outcome::Rejected`]; an error
-//! Redis may not give next time (`OOM`, `LOADING`, `BUSY`, `READONLY`, `TRYAGAIN`,
-//! `MASTERDOWN`, `CLUSTERDOWN`) and a connection error are [`Outcome::Failed`].
+//! field, and consumers drop the second (an inbox). Only a command error about the entry
+//! itself (`WRONGTYPE`: the subject's key is not a stream) is [`Outcome::Rejected`]; every
+//! other error, a connection error or one about the server, its configuration or the
+//! credentials (`OOM`, `LOADING`, `READONLY`, `MISCONF`, `NOAUTH`, `WRONGPASS`, `NOPERM`, `ERR`,
+//! a code this sink does not know...), is [`Outcome::Failed`]: tried again, never
+//! dead-lettered.
 
 /// The client crate, at the version this sink is built with.
 pub use ::redis as client;
@@ -57,33 +59,23 @@ impl RedisSink {
     }
 }
 
-/// Whether a command error may go away by itself.
-fn transient(e: &redis::RedisError) -> bool {
-    e.is_io_error()
-        || e.is_timeout()
-        || e.is_connection_dropped()
-        || e.is_connection_refusal()
-        || matches!(
-            e.code(),
-            Some(
-                "OOM"
-                    | "LOADING"
-                    | "BUSY"
-                    | "READONLY"
-                    | "TRYAGAIN"
-                    | "MASTERDOWN"
-                    | "CLUSTERDOWN"
-                    | "MOVED"
-                    | "ASK"
-            )
-        )
+/// Whether a command error is about the entry itself, so that sending it again would fail
+/// the same way: only `WRONGTYPE` (the subject names a key that is not a stream). Every
+/// other error may go away once the server, its configuration or the connection is fixed:
+/// a connection error, the server's state (`OOM`, `LOADING`, `BUSY`, `READONLY`, `MISCONF`:
+/// snapshots failing), the credentials or the ACL (`NOAUTH`, `WRONGPASS`, `NOPERM`), a
+/// generic `ERR`, and any code this sink does not know.
+fn about_the_entry(e: &redis::RedisError) -> bool {
+    matches!(e.code(), Some("WRONGTYPE"))
 }
 
+/// `Rejected` for an error about the entry, else `Failed` (tried again after a backoff), so
+/// an outage or a misconfiguration never dead-letters or holds the events sent meanwhile.
 fn outcome_of(e: &redis::RedisError) -> Outcome {
-    if transient(e) {
-        Outcome::Failed(e.to_string())
-    } else {
+    if about_the_entry(e) {
         Outcome::Rejected(e.to_string())
+    } else {
+        Outcome::Failed(e.to_string())
     }
 }
 
@@ -161,5 +153,42 @@ impl Sink for RedisSink {
         out.into_iter()
             .map(|o| o.expect("every message has an outcome"))
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server_error(code: &str) -> redis::RedisError {
+        redis::make_extension_error(code.to_owned(), Some("the server's words".to_owned()))
+    }
+
+    /// Issue 34 S3: only an error about the entry itself is `Rejected`; an error about the
+    /// server, the connection or the credentials is `Failed` (tried again), whatever its code.
+    #[test]
+    fn only_an_error_about_the_entry_is_rejected() {
+        assert!(matches!(
+            outcome_of(&server_error("WRONGTYPE")),
+            Outcome::Rejected(_)
+        ));
+        for code in [
+            "MISCONF",
+            "NOAUTH",
+            "WRONGPASS",
+            "NOPERM",
+            "ERR",
+            "OOM",
+            "LOADING",
+            "READONLY",
+            "EXECABORT",
+            "NOREPLICAS",
+            "SOMETHINGNEW",
+        ] {
+            assert!(
+                matches!(outcome_of(&server_error(code)), Outcome::Failed(_)),
+                "{code}"
+            );
+        }
     }
 }

@@ -487,16 +487,16 @@ async fn rewind(
     let Some(k) = k else {
         return Ok(None);
     };
-    let done = k.done_seq;
-    let from = sid(rw.start(k.oldest.map(uid)));
+    let plan = rw.plan(uid(k.done_seq), k.oldest.map(uid));
     let mut pending = 0;
-    if from <= done {
+    if let Some((from, to)) = plan.pending {
+        let (from, to) = (sid(from), sid(to));
         pending = sqlx::query_scalar!(
             r#"SELECT COUNT(*) AS "n!: i64" FROM taskq_events
                WHERE key_hash = ?1 AND seq >= ?2 AND seq <= ?3"#,
             h,
             from,
-            done,
+            to,
         )
         .fetch_one(&mut *conn)
         .await?;
@@ -510,10 +510,11 @@ async fn rewind(
         .await?;
     }
     let release = rw.release_hold;
+    let done_seq = sid(plan.done_seq);
     sqlx::query!(
         r#"UPDATE taskq_event_keys
            SET ready_at = CASE WHEN ?1 OR held_at IS NULL THEN (SELECT us FROM taskq_clock) END,
-               done_seq = MIN(done_seq, ?2), lease_owner = NULL, lease_until = NULL,
+               done_seq = ?2, lease_owner = NULL, lease_until = NULL,
                lease_epoch = lease_epoch + 1,
                held_at = CASE WHEN ?1 THEN NULL ELSE held_at END,
                held_seq = CASE WHEN ?1 THEN NULL ELSE held_seq END,
@@ -521,7 +522,7 @@ async fn rewind(
                failures = CASE WHEN ?1 THEN 0 ELSE failures END
            WHERE key_hash = ?3"#,
         release,
-        from - 1,
+        done_seq,
         h,
     )
     .execute(&mut *conn)
@@ -608,20 +609,20 @@ pub(crate) async fn event_key_release(
         tx.commit().await?;
         return Ok(false);
     };
-    let done_seq = if skip {
+    let r = taskq_driver::rules::event_key_release(uid(held.done_seq), uid(held.held_seq), skip);
+    if let Some(seq) = r.dead_seq {
+        let seq = sid(seq);
         sqlx::query!(
             r#"UPDATE taskq_events SET dead_at = (SELECT us FROM taskq_clock), last_error = ?1
                WHERE key_hash = ?2 AND seq = ?3 AND dead_at IS NULL"#,
             held.last_error,
             h,
-            held.held_seq,
+            seq,
         )
         .execute(&mut *tx)
         .await?;
-        held.done_seq.max(held.held_seq)
-    } else {
-        held.done_seq
-    };
+    }
+    let done_seq = sid(r.done_seq);
     sqlx::query!(
         r#"UPDATE taskq_event_keys
            SET held_at = NULL, held_seq = NULL, failures = 0, last_error = NULL,

@@ -859,6 +859,13 @@ async fn login_returns_to_the_page_that_asked() {
         ("https%3A%2F%2Fevil.example", "./"),
         ("%2F%5Cevil.example", "./"),
         ("%2Flogin", "./"),
+        // Issue 34 S5: dot segments, plain or percent-encoded (a browser resolves `%2e%2e`
+        // as `..`), would take the redirect out of the dashboard's prefix.
+        ("%2F%252e%252e%2F%252e%252e%2Fx", "./"),
+        ("%2F%252E%252e%2Fx", "./"),
+        ("%2F.%252e%2Fx", "./"),
+        ("%2Ftasks%2F..%2F..%2Fx", "./"),
+        ("%2F.%2Fx", "./"),
     ] {
         let page = s.req("GET", "/login", &[], "").await;
         let r = s

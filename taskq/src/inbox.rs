@@ -3,12 +3,12 @@
 
 use std::time::Duration;
 
-use sqlx::Pool;
+use sqlx::{Pool, Transaction};
 
 use crate::backend::Backend;
 use crate::defaults::validate_name;
 use crate::error::{Error, Result};
-use crate::task::enqueue::{AsConnection, conn_of};
+use crate::task::enqueue::conn_of;
 
 /// The longest consumer name (`taskq_inbox.consumer`), in bytes.
 pub const MAX_CONSUMER_LEN: usize = 128;
@@ -82,17 +82,21 @@ impl Inbox {
         &self.consumer
     }
 
-    /// Records `message_id` (1 to 255 bytes) in the caller's transaction (or connection) and
-    /// says whether this consumer had recorded it before: [`Seen::First`] or
+    /// Records `message_id` (1 to 255 bytes, compared byte for byte) in the caller's
+    /// transaction and says whether this consumer had recorded it before: [`Seen::First`] or
     /// [`Seen::Again`]. See [`Inbox`] for concurrent records of one id.
-    pub async fn record_tx<C: AsConnection + ?Sized>(
+    ///
+    /// It takes a transaction, not a connection: a record autocommitted on its own, before the
+    /// message's effects, would lose the message if the process stopped in between (its
+    /// redelivery would answer [`Seen::Again`]).
+    pub async fn record_tx<DB: Backend>(
         &self,
-        conn: &mut C,
+        tx: &mut Transaction<'_, DB>,
         message_id: &str,
     ) -> Result<Seen> {
         validate_name("inbox consumer", &self.consumer, MAX_CONSUMER_LEN)?;
         validate_message_id(message_id)?;
-        let first = conn_of(conn)
+        let first = conn_of(tx)
             .inbox_record(&self.consumer, message_id)
             .await
             .map_err(Error::Database)?;

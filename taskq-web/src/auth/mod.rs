@@ -254,16 +254,27 @@ fn is_token(s: &str) -> bool {
 }
 
 /// A path within the dashboard that the login form may return to: absolute within the
-/// dashboard (`/tasks?state=dead`), no scheme, host or backslash, not the login pages.
+/// dashboard (`/tasks?state=dead`), no scheme, host or backslash, no dot segment (`.` or `..`,
+/// plain or percent-encoded: a browser resolves `/%2e%2e/` as `/../`, which would take the
+/// redirect out of the dashboard's prefix), not the login pages.
 pub(crate) fn safe_next(s: &str) -> Option<String> {
+    let path = s.split(['?', '#']).next().unwrap_or_default();
     let ok = s.starts_with('/')
         && !s.starts_with("//")
         && s.len() <= 2048
         && !s
             .bytes()
             .any(|b| b == b'\\' || b.is_ascii_control() || b.is_ascii_whitespace())
-        && !matches!(s.split('?').next(), Some("/login" | "/logout"));
+        && !path.split('/').any(is_dot_segment)
+        && !matches!(path, "/login" | "/logout");
     ok.then(|| s.to_owned())
+}
+
+/// Whether a path segment is `.` or `..` once `%2e` / `%2E` are read as dots (as the URL
+/// standard's path parser does).
+fn is_dot_segment(seg: &str) -> bool {
+    let seg = seg.to_ascii_lowercase().replace("%2e", ".");
+    seg == "." || seg == ".."
 }
 
 /// Where a login page served for `inner` (with `query`) returns to.
@@ -688,6 +699,12 @@ mod tests {
             Some("/tasks?state=dead")
         );
         assert_eq!(safe_next("/tasks/5").as_deref(), Some("/tasks/5"));
+        // Dots inside a segment or in the query are not dot segments.
+        assert_eq!(safe_next("/queues/a..b").as_deref(), Some("/queues/a..b"));
+        assert_eq!(
+            safe_next("/tasks?name=../x").as_deref(),
+            Some("/tasks?name=../x")
+        );
         for bad in [
             "//evil.example/x",
             "https://evil.example",
@@ -698,6 +715,16 @@ mod tests {
             "/logout",
             "/a b",
             "/a\nb",
+            // Issue 34 S5: dot segments, plain or percent-encoded in any case mix.
+            "/%2e%2e/%2e%2e/x",
+            "/%2E%2e/x",
+            "/.%2e/x",
+            "/%2e./x",
+            "/tasks/../../x",
+            "/..",
+            "/./x",
+            "/%2e/x",
+            "/tasks/%2e%2e?x=1",
         ] {
             assert_eq!(safe_next(bad), None, "{bad:?}");
         }
