@@ -359,9 +359,72 @@ async fn an_enqueue_order_key_orders_any_task<B: TestBackend>(db: Db<B>) {
     assert!(e.to_string().contains("cannot be unique"), "{e}");
 }
 
+/// A bulk cancel of a queue cancels every task of a key, the `waiting` ones too: nothing of the
+/// key is left to run (issue 34, O1: it used to cancel the head, promote the next task and
+/// leave it `pending` to run). Its dry run counts the waiting tasks with the pending ones, and
+/// a filter on `pending` includes them (they are pending behind their key's head). Another
+/// queue's key is left alone.
+async fn a_bulk_cancel_cancels_a_keys_waiting_tasks_too<B: TestBackend>(db: Db<B>) {
+    use TaskState::*;
+    use taskq::client::BulkFilter;
+    let client = Client::new(db.pool.clone());
+    let enqueue = |account: u64, version: u64, queue: &'static str| {
+        let pool = db.pool.clone();
+        async move {
+            PostEntry { account, version }
+                .with_queue(queue)
+                .enqueue(&pool)
+                .await
+                .unwrap()
+                .id
+        }
+    };
+    let mut ids = Vec::new();
+    for version in 0..3 {
+        ids.push(enqueue(1, version, "ledger").await);
+    }
+    let other = [enqueue(1, 0, "other").await, enqueue(1, 1, "other").await];
+    let mut got = Vec::new();
+    for id in &ids {
+        got.push(state(&db, *id).await);
+    }
+    assert_eq!(got, [Pending, Waiting, Waiting]);
+    let filter = BulkFilter {
+        queue: Some("ledger".into()),
+        ..BulkFilter::default()
+    };
+    let dry = client.cancel_where(&filter, true).await.unwrap();
+    assert_eq!((dry.canceled, dry.requested), (3, 0), "dry run");
+    let done = client.cancel_where(&filter, false).await.unwrap();
+    let mut got = Vec::new();
+    for id in &ids {
+        got.push(state(&db, *id).await);
+    }
+    assert_eq!(got, [Canceled, Canceled, Canceled], "every task of the key");
+    assert_eq!((done.canceled, done.requested), (3, 0));
+    assert_eq!(
+        (state(&db, other[0]).await, state(&db, other[1]).await),
+        (Pending, Waiting),
+        "another queue's key is untouched"
+    );
+    // `state: pending` covers the tasks waiting behind a head.
+    let pending = BulkFilter {
+        queue: Some("other".into()),
+        state: Some(Pending),
+        ..BulkFilter::default()
+    };
+    let done = client.cancel_where(&pending, false).await.unwrap();
+    assert_eq!(done.canceled, 2);
+    assert_eq!(
+        (state(&db, other[0]).await, state(&db, other[1]).await),
+        (Canceled, Canceled)
+    );
+}
+
 taskq_tests::conformance!(
     tasks_of_one_key_run_one_at_a_time_in_commit_order,
     a_failing_task_holds_back_only_its_key,
     a_dead_task_holds_its_key_unless_it_opted_out,
     an_enqueue_order_key_orders_any_task,
+    a_bulk_cancel_cancels_a_keys_waiting_tasks_too,
 );

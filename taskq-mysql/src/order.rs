@@ -10,7 +10,7 @@ use sqlx::{Connection, MySqlConnection};
 
 use crate::enqueue::{Place, insert_row};
 use taskq_driver::rows::{HeldKey, Inserted, NewTask, OrderKey};
-use taskq_driver::rules::{self, ordered_enqueue_state};
+use taskq_driver::rules::{self, OrderEnd, ordered_enqueue_state};
 use taskq_driver::state::{TaskId, TaskState};
 
 /// Inserts an ordered task on `conn`: the key's row is upserted first (`next_seq + 1`), which
@@ -160,8 +160,21 @@ pub async fn order_advance_ids(conn: &mut MySqlConnection, ids: &[u64]) -> sqlx:
     )
     .fetch_all(&mut *conn)
     .await?;
-    for r in rows {
-        order_advance(conn, &r.order_key, r.id, r.order_seq).await?;
+    let ends: Vec<OrderEnd> = rows
+        .into_iter()
+        .map(|r| OrderEnd {
+            key: r.order_key,
+            id: r.id,
+            seq: r.order_seq,
+        })
+        .collect();
+    order_advance_all(conn, &ends).await
+}
+
+/// [`order_advance`] for each of `ends`, in their order.
+pub async fn order_advance_all(conn: &mut MySqlConnection, ends: &[OrderEnd]) -> sqlx::Result<()> {
+    for e in ends {
+        order_advance(conn, &e.key, e.id, e.seq).await?;
     }
     Ok(())
 }
