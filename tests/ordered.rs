@@ -428,3 +428,168 @@ taskq_tests::conformance!(
     an_enqueue_order_key_orders_any_task,
     a_bulk_cancel_cancels_a_keys_waiting_tasks_too,
 );
+
+// MySQL only: what follows is about InnoDB's row locks on `taskq_order_keys` (lock waits,
+// deadlocks, error 1213) and MySQL's statements inside a caller's transaction. SQLite runs one
+// writer at a time: a producer's open transaction holds the whole database, no two writers
+// ever wait for each other's rows, and its ordered insert is a savepoint already.
+mod mysql_locks {
+    use super::*;
+    use sqlx::{Acquire, MySqlPool};
+    use taskq_driver::driver::{Claims, Enqueue, Leases};
+    use taskq_driver::rows::{
+        ClaimCursor, ClaimRequest, Claimed, Inserted, NameList, NewTask, OrderKey, WriteBack,
+    };
+    use taskq_drivertest::fixtures::task;
+    use taskq_mysql::MySqlDriver;
+    use taskq_tests::TestDb;
+
+    /// Inserts an ordered task named `a` on queue `q` with `key`, on `conn` (a connection or the
+    /// caller's transaction); its id.
+    pub(super) async fn insert_ordered(conn: &mut sqlx::MySqlConnection, key: &[u8]) -> u64 {
+        let t: NewTask<'_> = task("q", "a");
+        let order = OrderKey {
+            key,
+            dead_skips: false,
+        };
+        match MySqlDriver::task_insert_ordered(conn, &t, &order)
+            .await
+            .expect("task_insert_ordered")
+        {
+            Inserted::New(id) => id.0,
+            Inserted::Duplicate(id) => panic!("unexpected duplicate of {id}"),
+        }
+    }
+
+    /// Claims every due task named `a` of queue `q` (an hour's lease).
+    pub(super) async fn claim_all(d: &MySqlDriver, pool: &MySqlPool) -> Vec<Claimed> {
+        let names = NameList::new(["a"]);
+        let req = ClaimRequest {
+            queue: "q",
+            names: &names,
+            limit: 10,
+            lease_us: 3_600_000_000,
+            worker_id: "w1",
+            limited: false,
+        };
+        let mut c = pool.acquire().await.unwrap();
+        d.task_claim(&mut c, &req, &mut ClaimCursor::default())
+            .await
+            .expect("task_claim")
+            .tasks
+    }
+
+    /// The success of `t`, as the worker writes it back (it ends its key's head).
+    pub(super) fn succeeded(t: &Claimed) -> WriteBack {
+        WriteBack {
+            id: t.id,
+            epoch: t.lease_epoch,
+            state: "succeeded",
+            attempt: t.attempt,
+            outcome: "succeeded",
+            delay_us: 0,
+            error: None,
+            frees: None,
+            follow_up: None,
+            order_ends: t.order_key.clone(),
+            name: std::sync::Arc::from(t.name.as_str()),
+            queue: std::sync::Arc::from("q"),
+            ran: Duration::ZERO,
+        }
+    }
+
+    /// The server's id of `conn`'s session.
+    pub(super) async fn session(conn: &mut sqlx::MySqlConnection) -> u64 {
+        sqlx::query_scalar("SELECT CONNECTION_ID()")
+            .fetch_one(conn)
+            .await
+            .unwrap()
+    }
+
+    /// Waits until session `id` is running a statement that starts with `prefix` (it can only
+    /// stay there waiting for a row lock).
+    pub(super) async fn wait_statement(pool: &MySqlPool, id: u64, prefix: &str) {
+        wait_until(
+            Duration::from_secs(20),
+            &format!("session {id} waits in {prefix}"),
+            || async {
+                let n: i64 = sqlx::query_scalar(
+                    "SELECT COUNT(*) FROM information_schema.PROCESSLIST
+                     WHERE ID = ? AND INFO LIKE CONCAT(?, '%')",
+                )
+                .bind(id)
+                .bind(prefix)
+                .fetch_one(pool)
+                .await
+                .unwrap();
+                n == 1
+            },
+        )
+        .await;
+    }
+
+    async fn state_of(pool: &MySqlPool, id: u64) -> String {
+        sqlx::query_scalar("SELECT CAST(state AS CHAR) FROM taskq_tasks WHERE id = ?")
+            .bind(id)
+            .fetch_one(pool)
+            .await
+            .unwrap()
+    }
+
+    /// A producer that locks its keys in ascending order (K1 then K2) never deadlocks with a
+    /// write-back that ends both keys' heads: the write-back takes the key rows in the same
+    /// order, whatever the order of its tasks' ids (issue 34, O3: it took them by task id, so
+    /// with K2's head the lower id it held K2 while waiting for the producer's K1, and the
+    /// producer's K2 was a deadlock, 1213, often rolling back the producer).
+    #[tokio::test]
+    async fn a_producer_taking_keys_in_order_and_a_write_back_of_their_heads_do_not_deadlock() {
+        let Some(db) = TestDb::new_or_skip().await else {
+            return;
+        };
+        const K1: [u8; 32] = [0x11; 32];
+        const K2: [u8; 32] = [0x22; 32];
+        let d = MySqlDriver::new(db.pool.clone());
+        let mut c = db.pool.acquire().await.unwrap();
+        let h2 = insert_ordered(&mut c, &K2).await;
+        let h1 = insert_ordered(&mut c, &K1).await;
+        assert!(h2 < h1, "K2's head has the lower id");
+        let claimed = claim_all(&d, &db.pool).await;
+        assert_eq!(claimed.len(), 2);
+        // The producer takes K1 and keeps its transaction open.
+        let mut p = db.pool.acquire().await.unwrap();
+        let mut tx = p.begin().await.unwrap();
+        let p1 = insert_ordered(&mut tx, &K1).await;
+        // The write-back of both heads (K2's first, by id) waits for the producer's K1.
+        let mut wb = db.pool.acquire().await.unwrap();
+        let wb_session = session(&mut wb).await;
+        let outcomes: Vec<WriteBack> = claimed.iter().map(succeeded).collect();
+        let d2 = d.clone();
+        let write_back = tokio::spawn(async move {
+            let r = d2.task_write_back(&mut wb, &outcomes).await;
+            r.map(|w| w.written).map_err(|e| e.to_string())
+        });
+        wait_statement(&db.pool, wb_session, "UPDATE taskq_order_keys").await;
+        // The producer goes on to K2 and commits.
+        let p2 = MySqlDriver::task_insert_ordered(
+            &mut tx,
+            &task("q", "a"),
+            &OrderKey {
+                key: &K2,
+                dead_skips: false,
+            },
+        )
+        .await;
+        let p2 = match p2 {
+            Ok(Inserted::New(id)) => id.0,
+            other => panic!("the producer's enqueue on K2: {other:?}"),
+        };
+        tx.commit().await.expect("the producer commits");
+        let written = write_back.await.unwrap();
+        assert_eq!(written, Ok(2), "the write-back of both heads");
+        let mut got = Vec::new();
+        for id in [h1, h2, p1, p2] {
+            got.push(state_of(&db.pool, id).await);
+        }
+        assert_eq!(got, ["succeeded", "succeeded", "pending", "pending"]);
+    }
+}

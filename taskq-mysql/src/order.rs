@@ -1,10 +1,13 @@
 //! Ordered tasks (`taskq_order_keys`): the ordered enqueue, the promotion of a key's next
 //! task when its head ends, and the keys held back by a failing head.
 //!
-//! Lock order, the same in every transaction: the task row that ends (locked by the statement
-//! that ends it), then the key's row in `taskq_order_keys`, then the key's next waiting task.
-//! The enqueue locks only the key's row before inserting its new row, so it never waits for a
-//! task row while holding the key.
+//! Lock order, the same in every transaction: the task rows that end (locked by the statement
+//! that ends them), then the keys' rows in `taskq_order_keys` **in key order** (the stored
+//! 32-byte key's byte order, `rules::order_ends`; never by task id), each followed by its
+//! key's next waiting task. The enqueue locks only the key's row before inserting its new row,
+//! so it never waits for a task row while holding the key; a producer transaction that
+//! enqueues on several keys waits for no worker's transaction in a cycle as long as it takes
+//! its keys in that same order (one key per transaction always does).
 
 use sqlx::{Connection, MySqlConnection};
 
@@ -143,7 +146,10 @@ pub async fn order_advance(
 }
 
 /// [`order_advance`] for tasks by id: reads each one's key and number (the rows are locked
-/// already by the statement that ended them) and advances the ordered ones.
+/// already by the statement that ended them) and advances the ordered ones in
+/// `rules::order_ends` order, by key: every transaction that advances keys takes their rows in
+/// that one order, never by task id (two write-backs, or a write-back and a producer that
+/// takes its keys in that order, never deadlock on key rows).
 pub async fn order_advance_ids(conn: &mut MySqlConnection, ids: &[u64]) -> sqlx::Result<()> {
     if ids.is_empty() {
         return Ok(());
@@ -160,15 +166,12 @@ pub async fn order_advance_ids(conn: &mut MySqlConnection, ids: &[u64]) -> sqlx:
     )
     .fetch_all(&mut *conn)
     .await?;
-    let ends: Vec<OrderEnd> = rows
-        .into_iter()
-        .map(|r| OrderEnd {
-            key: r.order_key,
-            id: r.id,
-            seq: r.order_seq,
-        })
-        .collect();
-    order_advance_all(conn, &ends).await
+    let ends = rows.into_iter().map(|r| OrderEnd {
+        key: r.order_key,
+        id: r.id,
+        seq: r.order_seq,
+    });
+    order_advance_all(conn, &rules::order_ends(ends)).await
 }
 
 /// [`order_advance`] for each of `ends`, in their order.
