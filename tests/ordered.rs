@@ -592,4 +592,123 @@ mod mysql_locks {
         }
         assert_eq!(got, ["succeeded", "succeeded", "pending", "pending"]);
     }
+
+    /// An ordered enqueue that fails after its insert (a trigger makes the statement that records
+    /// the key's head fail once) leaves nothing in the caller's transaction, which commits
+    /// anyway: the next enqueue on the key is its only head. Likewise an enqueue dropped while
+    /// that statement runs (a timeout around it). Issue 34, O4: the task stayed `pending` with no
+    /// head recorded, so the next enqueue was `pending` too and the key ran two tasks at once.
+    #[tokio::test]
+    async fn an_ordered_enqueue_that_fails_or_is_dropped_midway_leaves_nothing_in_the_transaction()
+    {
+        let Some(db) = TestDb::new_or_skip().await else {
+            return;
+        };
+        let pool = &db.pool;
+        let check = |account: u64| async move {
+            let rows: Vec<(u64, String)> = sqlx::query_as(
+                "SELECT t.id, CAST(t.state AS CHAR) FROM taskq_tasks t
+                 WHERE JSON_VALUE(t.payload, '$.account') = ? ORDER BY t.id",
+            )
+            .bind(account)
+            .fetch_all(pool)
+            .await
+            .unwrap();
+            let heads: Vec<Option<u64>> = sqlx::query_scalar(
+                "SELECT k.head_task_id FROM taskq_order_keys k
+                 WHERE k.order_key = (SELECT order_key FROM taskq_tasks
+                                      WHERE JSON_VALUE(payload, '$.account') = ? LIMIT 1)",
+            )
+            .bind(account)
+            .fetch_all(pool)
+            .await
+            .unwrap();
+            (rows, heads)
+        };
+        // Fails: the head's statement signals an error once.
+        sqlx::raw_sql(
+            "CREATE TRIGGER taskq_test_fail_head BEFORE UPDATE ON taskq_order_keys FOR EACH ROW
+             BEGIN
+               IF NEW.head_task_id IS NOT NULL THEN
+                 SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'injected: head not recorded';
+               END IF;
+             END",
+        )
+        .execute(pool)
+        .await
+        .unwrap();
+        let mut tx = pool.begin().await.unwrap();
+        let e = PostEntry {
+            account: 1,
+            version: 0,
+        }
+        .enqueue_tx(&mut tx)
+        .await
+        .unwrap_err();
+        assert!(e.to_string().contains("injected"), "{e}");
+        tx.commit().await.unwrap();
+        sqlx::raw_sql("DROP TRIGGER taskq_test_fail_head")
+            .execute(pool)
+            .await
+            .unwrap();
+        let mut tx = pool.begin().await.unwrap();
+        let second = PostEntry {
+            account: 1,
+            version: 1,
+        }
+        .enqueue_tx(&mut tx)
+        .await
+        .unwrap()
+        .id;
+        tx.commit().await.unwrap();
+        let (rows, heads) = check(1).await;
+        assert_eq!(
+            rows,
+            [(second.0, "pending".to_owned())],
+            "only the second enqueue is there, the key's head"
+        );
+        assert_eq!(heads, [Some(second.0)]);
+        // Dropped: the insert of the task takes a second, the enqueue is given 200 ms, so it
+        // is dropped before it records the head.
+        sqlx::raw_sql(
+            "CREATE TRIGGER taskq_test_slow_insert AFTER INSERT ON taskq_tasks FOR EACH ROW
+             BEGIN
+               IF NEW.order_key IS NOT NULL THEN
+                 SET @taskq_test_slept = SLEEP(1);
+               END IF;
+             END",
+        )
+        .execute(pool)
+        .await
+        .unwrap();
+        let mut tx = pool.begin().await.unwrap();
+        let dropped = tokio::time::timeout(
+            Duration::from_millis(200),
+            PostEntry {
+                account: 2,
+                version: 0,
+            }
+            .enqueue_tx(&mut tx),
+        )
+        .await;
+        assert!(dropped.is_err(), "the enqueue timed out: {dropped:?}");
+        tx.commit().await.unwrap();
+        sqlx::raw_sql("DROP TRIGGER taskq_test_slow_insert")
+            .execute(pool)
+            .await
+            .unwrap();
+        let mut tx = pool.begin().await.unwrap();
+        let next = PostEntry {
+            account: 2,
+            version: 1,
+        }
+        .enqueue_tx(&mut tx)
+        .await
+        .unwrap()
+        .id;
+        tx.commit().await.unwrap();
+        let (rows, heads) = check(2).await;
+        assert_eq!(rows, [(next.0, "pending".to_owned())]);
+        assert_eq!(heads, [Some(next.0)]);
+    }
 }

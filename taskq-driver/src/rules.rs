@@ -114,7 +114,9 @@ pub fn order_ends(ends: impl IntoIterator<Item = OrderEnd>) -> Vec<OrderEnd> {
 }
 
 /// The state an ordered task is enqueued in: `pending` (claimable, and its key's head) when
-/// its key has no head, `waiting` behind the head otherwise.
+/// its key has no head, `waiting` behind the head otherwise. Every driver records a task
+/// enqueued `pending` as its key's head in the same savepoint of the caller's transaction as
+/// the insert, so an error or a cancel midway leaves neither.
 pub fn ordered_enqueue_state(key_has_head: bool) -> TaskState {
     if key_has_head {
         TaskState::Waiting

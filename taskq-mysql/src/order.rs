@@ -19,9 +19,12 @@ use taskq_driver::state::{TaskId, TaskState};
 /// Inserts an ordered task on `conn`: the key's row is upserted first (`next_seq + 1`), which
 /// locks it until the caller's transaction ends, so two enqueues of one key take their
 /// numbers in the order they commit; then the task row is inserted `pending` and made the
-/// key's head when the key has none, `waiting` otherwise. Outside a transaction the
-/// statements run in a short one of their own. A duplicate idempotency key returns the holder
-/// and leaves a gap in the key's numbers (harmless: only their order counts).
+/// key's head when the key has none, `waiting` otherwise (`rules::ordered_enqueue_state`).
+/// All of it runs in a savepoint of the caller's transaction (outside one, in a short
+/// transaction of its own), as on SQLite: an error midway, or the future dropped midway (a
+/// timeout around the enqueue), rolls back to the savepoint, so a caller that commits anyway
+/// never commits a task `pending` without its key recording it as the head (two heads of one
+/// key would run at once). A duplicate idempotency key undoes it all and returns the holder.
 pub async fn task_insert_ordered(
     conn: &mut MySqlConnection,
     t: &NewTask<'_>,
@@ -32,12 +35,14 @@ pub async fn task_insert_ordered(
             "an ordered task has no unique identity".into(),
         ));
     }
-    if conn.is_in_transaction() {
-        return insert(conn, t, order).await;
-    }
+    // A SAVEPOINT inside the caller's transaction, a BEGIN outside one; dropped before its
+    // commit (an error, or this future dropped), sqlx rolls it back.
     let mut tx = conn.begin().await?;
     let out = insert(&mut tx, t, order).await?;
-    tx.commit().await?;
+    match out {
+        Inserted::New(_) => tx.commit().await?,
+        Inserted::Duplicate(_) => tx.rollback().await?,
+    }
     Ok(out)
 }
 

@@ -30,7 +30,8 @@ pub(crate) async fn task_insert_ordered(
     }
     let mut tx = begin_write(conn).await?;
     let (next_seq, head) = key_count_up(&mut tx, order.key).await?;
-    let state = ordered_enqueue_state(head.is_some()).as_str();
+    let place = ordered_enqueue_state(head.is_some());
+    let state = place.as_str();
     let run_at = t.run_at.map(time_to_us);
     let deadline = t.deadline.map(time_to_us);
     let id = sqlx::query_scalar!(
@@ -72,7 +73,7 @@ pub(crate) async fn task_insert_ordered(
         tx.rollback().await?;
         return Ok(Inserted::Duplicate(TaskId(uid(holder))));
     };
-    if head.is_none() {
+    if place == TaskState::Pending {
         sqlx::query!(
             "UPDATE taskq_order_keys SET head_task_id = ?1 WHERE order_key = ?2",
             id,
