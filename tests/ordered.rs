@@ -421,12 +421,51 @@ async fn a_bulk_cancel_cancels_a_keys_waiting_tasks_too<B: TestBackend>(db: Db<B
     );
 }
 
+/// `ordered_dead_after = 2` is a default, like any declaration of a task: an enqueue's
+/// `with_max_attempts(1)` overrides it for that task (it dies after one attempt) and its death
+/// still lets the key go on; without the override the task has 2 attempts.
+async fn an_enqueues_max_attempts_overrides_ordered_dead_after<B: TestBackend>(db: Db<B>) {
+    let (log, failures) = (Log::default(), Failures::default());
+    failures.set(3, 0, 5);
+    let once = Notify {
+        account: 3,
+        version: 0,
+    }
+    .with_max_attempts(1)
+    .enqueue(&db.pool)
+    .await
+    .unwrap()
+    .id;
+    let next = Notify {
+        account: 3,
+        version: 1,
+    }
+    .enqueue(&db.pool)
+    .await
+    .unwrap()
+    .id;
+    let attempts = |id: TaskId| format!("SELECT max_attempts FROM taskq_tasks WHERE id = {id}");
+    assert_eq!(db.scalar(&attempts(once)).await, 1);
+    assert_eq!(db.scalar(&attempts(next)).await, 2, "ordered_dead_after");
+    let w = RunningWorker::spawn(worker(&db, &log, &failures));
+    wait_state(&db, next, TaskState::Succeeded).await;
+    w.stop().await;
+    assert_eq!(state(&db, once).await, TaskState::Dead);
+    let runs: Vec<(u64, bool)> = log.runs().iter().map(|r| (r.version, r.ok)).collect();
+    assert_eq!(
+        runs,
+        [(0, false), (1, true)],
+        "one attempt, then the key goes on"
+    );
+}
+
 taskq_tests::conformance!(
     tasks_of_one_key_run_one_at_a_time_in_commit_order,
     a_failing_task_holds_back_only_its_key,
     a_dead_task_holds_its_key_unless_it_opted_out,
     an_enqueue_order_key_orders_any_task,
     a_bulk_cancel_cancels_a_keys_waiting_tasks_too,
+    an_enqueues_max_attempts_overrides_ordered_dead_after,
 );
 
 // MySQL only: what follows is about InnoDB's row locks on `taskq_order_keys` (lock waits,

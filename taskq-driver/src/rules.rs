@@ -71,7 +71,8 @@ pub fn retry_retakes_identity(unique_while: &str) -> bool {
 /// (then the same transaction promotes the key's next waiting task, lowest `order_seq` first;
 /// see docs/semantics.md, "Ordered tasks"). Succeeding, being canceled or expiring ends the
 /// head; dying ends it only when the task opted in (`dead_skips`, `ordered_dead_after`):
-/// otherwise a dead head holds its key until an operator retries, cancels or deletes it.
+/// otherwise a dead head holds its key until an operator retries or deletes it (a dead task
+/// cannot be canceled).
 /// Going back to `pending` (a retry, a snooze, a reaped lease, a release) keeps it the head, so
 /// the key waits for it and its order holds across crashes.
 pub fn ends_order_head(to: TaskState, dead_skips: bool) -> bool {
