@@ -64,6 +64,7 @@ suite!(
     ordered_tasks_run_one_at_a_time_per_key_in_enqueue_order,
     a_dead_head_that_skips_lets_its_key_go_on,
     cancel_and_delete_keep_a_keys_order,
+    a_batch_cancel_of_a_head_and_the_tasks_behind_it_cancels_them_all,
     // Unique identities.
     an_identity_held_while_pending_is_freed_by_the_claim,
     an_identity_held_while_running_is_freed_by_the_write_back_that_ends_the_task,

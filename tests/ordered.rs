@@ -359,9 +359,395 @@ async fn an_enqueue_order_key_orders_any_task<B: TestBackend>(db: Db<B>) {
     assert!(e.to_string().contains("cannot be unique"), "{e}");
 }
 
+/// A bulk cancel of a queue cancels every task of a key, the `waiting` ones too: nothing of the
+/// key is left to run (issue 34, O1: it used to cancel the head, promote the next task and
+/// leave it `pending` to run). Its dry run counts the waiting tasks with the pending ones, and
+/// a filter on `pending` includes them (they are pending behind their key's head). Another
+/// queue's key is left alone.
+async fn a_bulk_cancel_cancels_a_keys_waiting_tasks_too<B: TestBackend>(db: Db<B>) {
+    use TaskState::*;
+    use taskq::client::BulkFilter;
+    let client = Client::new(db.pool.clone());
+    let enqueue = |account: u64, version: u64, queue: &'static str| {
+        let pool = db.pool.clone();
+        async move {
+            PostEntry { account, version }
+                .with_queue(queue)
+                .enqueue(&pool)
+                .await
+                .unwrap()
+                .id
+        }
+    };
+    let mut ids = Vec::new();
+    for version in 0..3 {
+        ids.push(enqueue(1, version, "ledger").await);
+    }
+    let other = [enqueue(1, 0, "other").await, enqueue(1, 1, "other").await];
+    let mut got = Vec::new();
+    for id in &ids {
+        got.push(state(&db, *id).await);
+    }
+    assert_eq!(got, [Pending, Waiting, Waiting]);
+    let filter = BulkFilter {
+        queue: Some("ledger".into()),
+        ..BulkFilter::default()
+    };
+    let dry = client.cancel_where(&filter, true).await.unwrap();
+    assert_eq!((dry.canceled, dry.requested), (3, 0), "dry run");
+    let done = client.cancel_where(&filter, false).await.unwrap();
+    let mut got = Vec::new();
+    for id in &ids {
+        got.push(state(&db, *id).await);
+    }
+    assert_eq!(got, [Canceled, Canceled, Canceled], "every task of the key");
+    assert_eq!((done.canceled, done.requested), (3, 0));
+    assert_eq!(
+        (state(&db, other[0]).await, state(&db, other[1]).await),
+        (Pending, Waiting),
+        "another queue's key is untouched"
+    );
+    // `state: pending` covers the tasks waiting behind a head.
+    let pending = BulkFilter {
+        queue: Some("other".into()),
+        state: Some(Pending),
+        ..BulkFilter::default()
+    };
+    let done = client.cancel_where(&pending, false).await.unwrap();
+    assert_eq!(done.canceled, 2);
+    assert_eq!(
+        (state(&db, other[0]).await, state(&db, other[1]).await),
+        (Canceled, Canceled)
+    );
+}
+
+/// `ordered_dead_after = 2` is a default, like any declaration of a task: an enqueue's
+/// `with_max_attempts(1)` overrides it for that task (it dies after one attempt) and its death
+/// still lets the key go on; without the override the task has 2 attempts.
+async fn an_enqueues_max_attempts_overrides_ordered_dead_after<B: TestBackend>(db: Db<B>) {
+    let (log, failures) = (Log::default(), Failures::default());
+    failures.set(3, 0, 5);
+    let once = Notify {
+        account: 3,
+        version: 0,
+    }
+    .with_max_attempts(1)
+    .enqueue(&db.pool)
+    .await
+    .unwrap()
+    .id;
+    let next = Notify {
+        account: 3,
+        version: 1,
+    }
+    .enqueue(&db.pool)
+    .await
+    .unwrap()
+    .id;
+    let attempts = |id: TaskId| format!("SELECT max_attempts FROM taskq_tasks WHERE id = {id}");
+    assert_eq!(db.scalar(&attempts(once)).await, 1);
+    assert_eq!(db.scalar(&attempts(next)).await, 2, "ordered_dead_after");
+    let w = RunningWorker::spawn(worker(&db, &log, &failures));
+    wait_state(&db, next, TaskState::Succeeded).await;
+    w.stop().await;
+    assert_eq!(state(&db, once).await, TaskState::Dead);
+    let runs: Vec<(u64, bool)> = log.runs().iter().map(|r| (r.version, r.ok)).collect();
+    assert_eq!(
+        runs,
+        [(0, false), (1, true)],
+        "one attempt, then the key goes on"
+    );
+}
+
 taskq_tests::conformance!(
     tasks_of_one_key_run_one_at_a_time_in_commit_order,
     a_failing_task_holds_back_only_its_key,
     a_dead_task_holds_its_key_unless_it_opted_out,
     an_enqueue_order_key_orders_any_task,
+    a_bulk_cancel_cancels_a_keys_waiting_tasks_too,
+    an_enqueues_max_attempts_overrides_ordered_dead_after,
 );
+
+// MySQL only: what follows is about InnoDB's row locks on `taskq_order_keys` (lock waits,
+// deadlocks, error 1213) and MySQL's statements inside a caller's transaction. SQLite runs one
+// writer at a time: a producer's open transaction holds the whole database, no two writers
+// ever wait for each other's rows, and its ordered insert is a savepoint already.
+mod mysql_locks {
+    use super::*;
+    use sqlx::{Acquire, MySqlPool};
+    use taskq_driver::driver::{Claims, Enqueue, Leases};
+    use taskq_driver::rows::{
+        ClaimCursor, ClaimRequest, Claimed, Inserted, NameList, NewTask, OrderKey, WriteBack,
+    };
+    use taskq_drivertest::fixtures::task;
+    use taskq_mysql::MySqlDriver;
+    use taskq_tests::TestDb;
+
+    /// Inserts an ordered task named `a` on queue `q` with `key`, on `conn` (a connection or the
+    /// caller's transaction); its id.
+    pub(super) async fn insert_ordered(conn: &mut sqlx::MySqlConnection, key: &[u8]) -> u64 {
+        let t: NewTask<'_> = task("q", "a");
+        let order = OrderKey {
+            key,
+            dead_skips: false,
+        };
+        match MySqlDriver::task_insert_ordered(conn, &t, &order)
+            .await
+            .expect("task_insert_ordered")
+        {
+            Inserted::New(id) => id.0,
+            Inserted::Duplicate(id) => panic!("unexpected duplicate of {id}"),
+        }
+    }
+
+    /// Claims every due task named `a` of queue `q` (an hour's lease).
+    pub(super) async fn claim_all(d: &MySqlDriver, pool: &MySqlPool) -> Vec<Claimed> {
+        let names = NameList::new(["a"]);
+        let req = ClaimRequest {
+            queue: "q",
+            names: &names,
+            limit: 10,
+            lease_us: 3_600_000_000,
+            worker_id: "w1",
+            limited: false,
+        };
+        let mut c = pool.acquire().await.unwrap();
+        d.task_claim(&mut c, &req, &mut ClaimCursor::default())
+            .await
+            .expect("task_claim")
+            .tasks
+    }
+
+    /// The success of `t`, as the worker writes it back (it ends its key's head).
+    pub(super) fn succeeded(t: &Claimed) -> WriteBack {
+        WriteBack {
+            id: t.id,
+            epoch: t.lease_epoch,
+            state: "succeeded",
+            attempt: t.attempt,
+            outcome: "succeeded",
+            delay_us: 0,
+            error: None,
+            frees: None,
+            follow_up: None,
+            order_ends: t.order_key.clone(),
+            name: std::sync::Arc::from(t.name.as_str()),
+            queue: std::sync::Arc::from("q"),
+            ran: Duration::ZERO,
+        }
+    }
+
+    /// The server's id of `conn`'s session.
+    pub(super) async fn session(conn: &mut sqlx::MySqlConnection) -> u64 {
+        sqlx::query_scalar("SELECT CONNECTION_ID()")
+            .fetch_one(conn)
+            .await
+            .unwrap()
+    }
+
+    /// Waits until session `id` is running a statement that starts with `prefix` (it can only
+    /// stay there waiting for a row lock).
+    pub(super) async fn wait_statement(pool: &MySqlPool, id: u64, prefix: &str) {
+        wait_until(
+            Duration::from_secs(20),
+            &format!("session {id} waits in {prefix}"),
+            || async {
+                let n: i64 = sqlx::query_scalar(
+                    "SELECT COUNT(*) FROM information_schema.PROCESSLIST
+                     WHERE ID = ? AND INFO LIKE CONCAT(?, '%')",
+                )
+                .bind(id)
+                .bind(prefix)
+                .fetch_one(pool)
+                .await
+                .unwrap();
+                n == 1
+            },
+        )
+        .await;
+    }
+
+    async fn state_of(pool: &MySqlPool, id: u64) -> String {
+        sqlx::query_scalar("SELECT CAST(state AS CHAR) FROM taskq_tasks WHERE id = ?")
+            .bind(id)
+            .fetch_one(pool)
+            .await
+            .unwrap()
+    }
+
+    /// A producer that locks its keys in ascending order (K1 then K2) never deadlocks with a
+    /// write-back that ends both keys' heads: the write-back takes the key rows in the same
+    /// order, whatever the order of its tasks' ids (issue 34, O3: it took them by task id, so
+    /// with K2's head the lower id it held K2 while waiting for the producer's K1, and the
+    /// producer's K2 was a deadlock, 1213, often rolling back the producer).
+    #[tokio::test]
+    async fn a_producer_taking_keys_in_order_and_a_write_back_of_their_heads_do_not_deadlock() {
+        let Some(db) = TestDb::new_or_skip().await else {
+            return;
+        };
+        const K1: [u8; 32] = [0x11; 32];
+        const K2: [u8; 32] = [0x22; 32];
+        let d = MySqlDriver::new(db.pool.clone());
+        let mut c = db.pool.acquire().await.unwrap();
+        let h2 = insert_ordered(&mut c, &K2).await;
+        let h1 = insert_ordered(&mut c, &K1).await;
+        assert!(h2 < h1, "K2's head has the lower id");
+        let claimed = claim_all(&d, &db.pool).await;
+        assert_eq!(claimed.len(), 2);
+        // The producer takes K1 and keeps its transaction open.
+        let mut p = db.pool.acquire().await.unwrap();
+        let mut tx = p.begin().await.unwrap();
+        let p1 = insert_ordered(&mut tx, &K1).await;
+        // The write-back of both heads (K2's first, by id) waits for the producer's K1.
+        let mut wb = db.pool.acquire().await.unwrap();
+        let wb_session = session(&mut wb).await;
+        let outcomes: Vec<WriteBack> = claimed.iter().map(succeeded).collect();
+        let d2 = d.clone();
+        let write_back = tokio::spawn(async move {
+            let r = d2.task_write_back(&mut wb, &outcomes).await;
+            r.map(|w| w.written).map_err(|e| e.to_string())
+        });
+        wait_statement(&db.pool, wb_session, "UPDATE taskq_order_keys").await;
+        // The producer goes on to K2 and commits.
+        let p2 = MySqlDriver::task_insert_ordered(
+            &mut tx,
+            &task("q", "a"),
+            &OrderKey {
+                key: &K2,
+                dead_skips: false,
+            },
+        )
+        .await;
+        let p2 = match p2 {
+            Ok(Inserted::New(id)) => id.0,
+            other => panic!("the producer's enqueue on K2: {other:?}"),
+        };
+        tx.commit().await.expect("the producer commits");
+        let written = write_back.await.unwrap();
+        assert_eq!(written, Ok(2), "the write-back of both heads");
+        let mut got = Vec::new();
+        for id in [h1, h2, p1, p2] {
+            got.push(state_of(&db.pool, id).await);
+        }
+        assert_eq!(got, ["succeeded", "succeeded", "pending", "pending"]);
+    }
+
+    /// An ordered enqueue that fails after its insert (a trigger makes the statement that records
+    /// the key's head fail once) leaves nothing in the caller's transaction, which commits
+    /// anyway: the next enqueue on the key is its only head. Likewise an enqueue dropped while
+    /// that statement runs (a timeout around it). Issue 34, O4: the task stayed `pending` with no
+    /// head recorded, so the next enqueue was `pending` too and the key ran two tasks at once.
+    #[tokio::test]
+    async fn an_ordered_enqueue_that_fails_or_is_dropped_midway_leaves_nothing_in_the_transaction()
+    {
+        let Some(db) = TestDb::new_or_skip().await else {
+            return;
+        };
+        let pool = &db.pool;
+        let check = |account: u64| async move {
+            let rows: Vec<(u64, String)> = sqlx::query_as(
+                "SELECT t.id, CAST(t.state AS CHAR) FROM taskq_tasks t
+                 WHERE JSON_VALUE(t.payload, '$.account') = ? ORDER BY t.id",
+            )
+            .bind(account)
+            .fetch_all(pool)
+            .await
+            .unwrap();
+            let heads: Vec<Option<u64>> = sqlx::query_scalar(
+                "SELECT k.head_task_id FROM taskq_order_keys k
+                 WHERE k.order_key = (SELECT order_key FROM taskq_tasks
+                                      WHERE JSON_VALUE(payload, '$.account') = ? LIMIT 1)",
+            )
+            .bind(account)
+            .fetch_all(pool)
+            .await
+            .unwrap();
+            (rows, heads)
+        };
+        // Fails: the head's statement signals an error once.
+        sqlx::raw_sql(
+            "CREATE TRIGGER taskq_test_fail_head BEFORE UPDATE ON taskq_order_keys FOR EACH ROW
+             BEGIN
+               IF NEW.head_task_id IS NOT NULL THEN
+                 SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'injected: head not recorded';
+               END IF;
+             END",
+        )
+        .execute(pool)
+        .await
+        .unwrap();
+        let mut tx = pool.begin().await.unwrap();
+        let e = PostEntry {
+            account: 1,
+            version: 0,
+        }
+        .enqueue_tx(&mut tx)
+        .await
+        .unwrap_err();
+        assert!(e.to_string().contains("injected"), "{e}");
+        tx.commit().await.unwrap();
+        sqlx::raw_sql("DROP TRIGGER taskq_test_fail_head")
+            .execute(pool)
+            .await
+            .unwrap();
+        let mut tx = pool.begin().await.unwrap();
+        let second = PostEntry {
+            account: 1,
+            version: 1,
+        }
+        .enqueue_tx(&mut tx)
+        .await
+        .unwrap()
+        .id;
+        tx.commit().await.unwrap();
+        let (rows, heads) = check(1).await;
+        assert_eq!(
+            rows,
+            [(second.0, "pending".to_owned())],
+            "only the second enqueue is there, the key's head"
+        );
+        assert_eq!(heads, [Some(second.0)]);
+        // Dropped: the insert of the task takes a second, the enqueue is given 200 ms, so it
+        // is dropped before it records the head.
+        sqlx::raw_sql(
+            "CREATE TRIGGER taskq_test_slow_insert AFTER INSERT ON taskq_tasks FOR EACH ROW
+             BEGIN
+               IF NEW.order_key IS NOT NULL THEN
+                 SET @taskq_test_slept = SLEEP(1);
+               END IF;
+             END",
+        )
+        .execute(pool)
+        .await
+        .unwrap();
+        let mut tx = pool.begin().await.unwrap();
+        let dropped = tokio::time::timeout(
+            Duration::from_millis(200),
+            PostEntry {
+                account: 2,
+                version: 0,
+            }
+            .enqueue_tx(&mut tx),
+        )
+        .await;
+        assert!(dropped.is_err(), "the enqueue timed out: {dropped:?}");
+        tx.commit().await.unwrap();
+        sqlx::raw_sql("DROP TRIGGER taskq_test_slow_insert")
+            .execute(pool)
+            .await
+            .unwrap();
+        let mut tx = pool.begin().await.unwrap();
+        let next = PostEntry {
+            account: 2,
+            version: 1,
+        }
+        .enqueue_tx(&mut tx)
+        .await
+        .unwrap()
+        .id;
+        tx.commit().await.unwrap();
+        let (rows, heads) = check(2).await;
+        assert_eq!(rows, [(next.0, "pending".to_owned())]);
+        assert_eq!(heads, [Some(next.0)]);
+    }
+}

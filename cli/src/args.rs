@@ -109,7 +109,8 @@ pub enum Command {
         /// Bulk: only this task name
         #[arg(long, conflicts_with = "id")]
         name: Option<String>,
-        /// Bulk: only this state (default: pending and running)
+        /// Bulk: only this state (default: pending, waiting and running; pending includes the
+        /// ordered tasks waiting behind their key's head)
         #[arg(long, value_enum, conflicts_with = "id")]
         state: Option<CancelState>,
         /// Bulk: only tasks enqueued at least this long ago, e.g. 1h, 7d
@@ -419,6 +420,7 @@ impl From<StateArg> for TaskState {
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum CancelState {
     Pending,
+    Waiting,
     Running,
 }
 

@@ -136,6 +136,7 @@ async fn run(cli: &Cli, url: &str) -> Result<(), Failure> {
                     name: name.clone(),
                     state: state.map(|s| match s {
                         CancelState::Pending => TaskState::Pending,
+                        CancelState::Waiting => TaskState::Waiting,
                         CancelState::Running => TaskState::Running,
                     }),
                     older_than: *older_than,

@@ -45,7 +45,7 @@ pub struct OrderKey<'a> {
     /// The key: SHA-256 of the queue and the selected payload fields (32 bytes).
     pub key: &'a [u8],
     /// When the task dies, its key goes on with the next task (`ordered_dead_after`); otherwise
-    /// the dead task holds its key until an operator retries, cancels or deletes it.
+    /// the dead task holds its key until an operator retries or deletes it.
     pub dead_skips: bool,
 }
 

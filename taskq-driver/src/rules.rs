@@ -71,7 +71,8 @@ pub fn retry_retakes_identity(unique_while: &str) -> bool {
 /// (then the same transaction promotes the key's next waiting task, lowest `order_seq` first;
 /// see docs/semantics.md, "Ordered tasks"). Succeeding, being canceled or expiring ends the
 /// head; dying ends it only when the task opted in (`dead_skips`, `ordered_dead_after`):
-/// otherwise a dead head holds its key until an operator retries, cancels or deletes it.
+/// otherwise a dead head holds its key until an operator retries or deletes it (a dead task
+/// cannot be canceled).
 /// Going back to `pending` (a retry, a snooze, a reaped lease, a release) keeps it the head, so
 /// the key waits for it and its order holds across crashes.
 pub fn ends_order_head(to: TaskState, dead_skips: bool) -> bool {
@@ -82,8 +83,41 @@ pub fn ends_order_head(to: TaskState, dead_skips: bool) -> bool {
     }
 }
 
+/// Whether a cancel ends a task in `state` at once (`canceled`): `pending` (a key's head, or a
+/// task of no key) and `waiting` (behind its key's head); a running task is asked to cancel
+/// instead, a terminal one is left alone. Every driver cancels a batch's pending and waiting
+/// tasks in one statement and only then lets the keys of the canceled heads go on (in
+/// [`order_ends`] order), so a canceled head never promotes a task the same batch cancels; a
+/// bulk cancel walks the waiting tasks before the pending ones for the same reason.
+pub fn cancels_at_once(state: TaskState) -> bool {
+    matches!(state, TaskState::Pending | TaskState::Waiting)
+}
+
+/// An ordered task a statement ended ([`ends_order_head`] of its new state): its key's head
+/// may move on to the key's next waiting task.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OrderEnd {
+    /// The order key.
+    pub key: Vec<u8>,
+    /// The task.
+    pub id: u64,
+    /// Its number in the key (`order_seq`).
+    pub seq: u64,
+}
+
+/// The keys to advance after a statement ended `ends`, in the order every driver advances
+/// them: by key, then by number (each once).
+pub fn order_ends(ends: impl IntoIterator<Item = OrderEnd>) -> Vec<OrderEnd> {
+    let mut out: Vec<OrderEnd> = ends.into_iter().collect();
+    out.sort_by(|a, b| (&a.key, a.seq, a.id).cmp(&(&b.key, b.seq, b.id)));
+    out.dedup();
+    out
+}
+
 /// The state an ordered task is enqueued in: `pending` (claimable, and its key's head) when
-/// its key has no head, `waiting` behind the head otherwise.
+/// its key has no head, `waiting` behind the head otherwise. Every driver records a task
+/// enqueued `pending` as its key's head in the same savepoint of the caller's transaction as
+/// the insert, so an error or a cancel midway leaves neither.
 pub fn ordered_enqueue_state(key_has_head: bool) -> TaskState {
     if key_has_head {
         TaskState::Waiting
@@ -431,6 +465,23 @@ mod tests {
         assert_eq!(ends(true), [Succeeded, Dead, Canceled, Expired]);
         assert_eq!(ordered_enqueue_state(false), Pending);
         assert_eq!(ordered_enqueue_state(true), Waiting);
+    }
+
+    #[test]
+    fn a_cancel_ends_pending_and_waiting_tasks_and_keys_advance_in_key_order() {
+        let at_once: Vec<TaskState> = TaskState::ALL
+            .into_iter()
+            .filter(|s| cancels_at_once(*s))
+            .collect();
+        assert_eq!(at_once, [TaskState::Waiting, TaskState::Pending]);
+        let end = |k: u8, id, seq| OrderEnd {
+            key: vec![k; 32],
+            id,
+            seq,
+        };
+        // By key (never by task id), then number; each once.
+        let got = order_ends([end(2, 1, 5), end(1, 9, 3), end(2, 7, 4), end(1, 9, 3)]);
+        assert_eq!(got, [end(1, 9, 3), end(2, 7, 4), end(2, 1, 5)]);
     }
 
     #[test]

@@ -206,3 +206,39 @@ pub async fn cancel_and_delete_keep_a_keys_order<D: Driver>(d: D) {
     d.task_reap(&mut c, &rows, false).await.expect("task_reap");
     assert_eq!(states(&d, &[a4, a5]).await, [Canceled, Pending]);
 }
+
+/// A batch cancel that holds a key's head and the task after it cancels both, and the task
+/// after them becomes the head: a canceled head never promotes a task the same batch cancels
+/// (issue 34, O1: MySQL canceled the pending tasks, promoted, then canceled the waiting ones,
+/// so the promoted one stayed `pending`). The count is of the tasks canceled.
+pub async fn a_batch_cancel_of_a_head_and_the_tasks_behind_it_cancels_them_all<D: Driver>(d: D) {
+    use TaskState::*;
+    let mut c = conn(&d).await;
+    let a1 = ordered::<D>(&mut c, task("q", "a"), &KEY_A, false).await;
+    let a2 = ordered::<D>(&mut c, task("q", "a"), &KEY_A, false).await;
+    let a3 = ordered::<D>(&mut c, task("q", "a"), &KEY_A, false).await;
+    let a4 = ordered::<D>(&mut c, task("q", "a"), &KEY_A, false).await;
+    let b1 = ordered::<D>(&mut c, task("q", "a"), &KEY_B, false).await;
+    let b2 = ordered::<D>(&mut c, task("q", "a"), &KEY_B, false).await;
+    let n = d
+        .task_cancel_batch(&[a1.0, a2.0, b1.0, b2.0])
+        .await
+        .expect("task_cancel_batch");
+    assert_eq!(
+        states(&d, &[a1, a2, a3, a4, b1, b2]).await,
+        [Canceled, Canceled, Pending, Waiting, Canceled, Canceled],
+        "{}",
+        backend::<D>()
+    );
+    assert_eq!(n, 4);
+    // The key's next enqueue waits behind a3 (the head); key B has none, so its next is the head.
+    let a5 = ordered::<D>(&mut c, task("q", "a"), &KEY_A, false).await;
+    let b3 = ordered::<D>(&mut c, task("q", "a"), &KEY_B, false).await;
+    assert_eq!(states(&d, &[a5, b3]).await, [Waiting, Pending]);
+    // A batch of waiting tasks only changes no head.
+    assert_eq!(d.task_cancel_batch(&[a4.0, a5.0]).await.expect("cancel"), 2);
+    assert_eq!(
+        states(&d, &[a3, a4, a5]).await,
+        [Pending, Canceled, Canceled]
+    );
+}

@@ -4,67 +4,73 @@
 use chrono::{DateTime, Utc};
 use sqlx::MySqlConnection;
 use taskq_driver::driver::Actions;
-use taskq_driver::rules::retry_retakes_identity;
+use taskq_driver::rules::{self, OrderEnd, retry_retakes_identity};
 
 use crate::MySqlDriver;
 use crate::identities::identity_reserve;
-use crate::order::{order_advance, order_advance_ids, order_retry};
+use crate::order::{order_advance, order_advance_all, order_advance_ids, order_retry};
 use taskq_driver::rows::RetryDead;
 use taskq_driver::state::{TaskId, TaskState};
 
 impl Actions for MySqlDriver {
     /// Cancels the pending and waiting tasks among `ids` (freeing their unique identities; an
     /// ordered key's head promotes the key's next task), in one short transaction; returns
-    /// how many. The pending ones first: a pending ordered task is its key's head, a waiting
-    /// one never is, so only the first touch their keys.
+    /// how many. As on every driver (`rules::cancels_at_once`): one locking read of the rows
+    /// still pending or waiting (ascending id), one `UPDATE` of exactly those, and only then
+    /// the keys of the canceled heads go on, so a canceled head never promotes a task the same
+    /// batch cancels.
     async fn task_cancel_batch(&self, ids: &[u64]) -> sqlx::Result<u64> {
         let json = serde_json::to_string(ids).expect("ids serialize");
         let mut tx = self.pool.begin().await?;
-        let pending = sqlx::query!(
-            r#"UPDATE JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$')) AS j
+        let rows = sqlx::query!(
+            r#"SELECT t.id AS "id: u64", t.order_key AS "order_key: Vec<u8>",
+                 t.order_seq AS "order_seq: u64", (t.unique_key IS NOT NULL) AS "unique!: bool"
+               FROM JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$')) AS j
                  STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id
-               SET t.state = 'canceled', t.finished_at = UTC_TIMESTAMP(6), t.updated_at = UTC_TIMESTAMP(6)
-               WHERE t.state = 'pending'"#,
+               WHERE t.state IN ('pending', 'waiting')
+               ORDER BY t.id
+               FOR UPDATE"#,
             json
         )
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
-        if pending > 0 {
-            let heads = sqlx::query_scalar!(
-                r#"SELECT t.id AS "id: u64"
-                   FROM JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$')) AS j
-                     STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id
-                   WHERE t.state = 'canceled' AND t.order_key IS NOT NULL"#,
-                json
-            )
-            .fetch_all(&mut *tx)
-            .await?;
-            order_advance_ids(&mut tx, &heads).await?;
+        .fetch_all(&mut *tx)
+        .await?;
+        if rows.is_empty() {
+            tx.commit().await?;
+            return Ok(0);
         }
-        let waiting = sqlx::query!(
+        let locked: Vec<u64> = rows.iter().map(|r| r.id).collect();
+        let locked = serde_json::to_string(&locked).expect("ids serialize");
+        let canceled = sqlx::query!(
             r#"UPDATE JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$')) AS j
                  STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id
                SET t.state = 'canceled', t.finished_at = UTC_TIMESTAMP(6), t.updated_at = UTC_TIMESTAMP(6)
-               WHERE t.state = 'waiting'"#,
-            json
+               WHERE t.state IN ('pending', 'waiting')"#,
+            locked
         )
         .execute(&mut *tx)
         .await?
         .rows_affected();
-        if pending > 0 {
+        let ends = rows.iter().filter_map(|r| {
+            Some(OrderEnd {
+                key: r.order_key.clone()?,
+                id: r.id,
+                seq: r.order_seq?,
+            })
+        });
+        order_advance_all(&mut tx, &rules::order_ends(ends)).await?;
+        if rows.iter().any(|r| r.unique) {
             sqlx::query!(
                 r#"DELETE u FROM JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$')) AS j
                      STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id
                      STRAIGHT_JOIN taskq_unique u FORCE INDEX (PRIMARY) ON u.unique_key = t.unique_key
                    WHERE t.state = 'canceled' AND u.task_id = t.id"#,
-                json
+                locked
             )
             .execute(&mut *tx)
             .await?;
         }
         tx.commit().await?;
-        Ok(pending + waiting)
+        Ok(canceled)
     }
 
     /// Records a cancel request on the running tasks among `ids`; returns how many were

@@ -1,24 +1,30 @@
 //! Ordered tasks (`taskq_order_keys`): the ordered enqueue, the promotion of a key's next
 //! task when its head ends, and the keys held back by a failing head.
 //!
-//! Lock order, the same in every transaction: the task row that ends (locked by the statement
-//! that ends it), then the key's row in `taskq_order_keys`, then the key's next waiting task.
-//! The enqueue locks only the key's row before inserting its new row, so it never waits for a
-//! task row while holding the key.
+//! Lock order, the same in every transaction: the task rows that end (locked by the statement
+//! that ends them), then the keys' rows in `taskq_order_keys` **in key order** (the stored
+//! 32-byte key's byte order, `rules::order_ends`; never by task id), each followed by its
+//! key's next waiting task. The enqueue locks only the key's row before inserting its new row,
+//! so it never waits for a task row while holding the key; a producer transaction that
+//! enqueues on several keys waits for no worker's transaction in a cycle as long as it takes
+//! its keys in that same order (one key per transaction always does).
 
 use sqlx::{Connection, MySqlConnection};
 
 use crate::enqueue::{Place, insert_row};
 use taskq_driver::rows::{HeldKey, Inserted, NewTask, OrderKey};
-use taskq_driver::rules::{self, ordered_enqueue_state};
+use taskq_driver::rules::{self, OrderEnd, ordered_enqueue_state};
 use taskq_driver::state::{TaskId, TaskState};
 
 /// Inserts an ordered task on `conn`: the key's row is upserted first (`next_seq + 1`), which
 /// locks it until the caller's transaction ends, so two enqueues of one key take their
 /// numbers in the order they commit; then the task row is inserted `pending` and made the
-/// key's head when the key has none, `waiting` otherwise. Outside a transaction the
-/// statements run in a short one of their own. A duplicate idempotency key returns the holder
-/// and leaves a gap in the key's numbers (harmless: only their order counts).
+/// key's head when the key has none, `waiting` otherwise (`rules::ordered_enqueue_state`).
+/// All of it runs in a savepoint of the caller's transaction (outside one, in a short
+/// transaction of its own), as on SQLite: an error midway, or the future dropped midway (a
+/// timeout around the enqueue), rolls back to the savepoint, so a caller that commits anyway
+/// never commits a task `pending` without its key recording it as the head (two heads of one
+/// key would run at once). A duplicate idempotency key undoes it all and returns the holder.
 pub async fn task_insert_ordered(
     conn: &mut MySqlConnection,
     t: &NewTask<'_>,
@@ -29,12 +35,14 @@ pub async fn task_insert_ordered(
             "an ordered task has no unique identity".into(),
         ));
     }
-    if conn.is_in_transaction() {
-        return insert(conn, t, order).await;
-    }
+    // A SAVEPOINT inside the caller's transaction, a BEGIN outside one; dropped before its
+    // commit (an error, or this future dropped), sqlx rolls it back.
     let mut tx = conn.begin().await?;
     let out = insert(&mut tx, t, order).await?;
-    tx.commit().await?;
+    match out {
+        Inserted::New(_) => tx.commit().await?,
+        Inserted::Duplicate(_) => tx.rollback().await?,
+    }
     Ok(out)
 }
 
@@ -143,7 +151,10 @@ pub async fn order_advance(
 }
 
 /// [`order_advance`] for tasks by id: reads each one's key and number (the rows are locked
-/// already by the statement that ended them) and advances the ordered ones.
+/// already by the statement that ended them) and advances the ordered ones in
+/// `rules::order_ends` order, by key: every transaction that advances keys takes their rows in
+/// that one order, never by task id (two write-backs, or a write-back and a producer that
+/// takes its keys in that order, never deadlock on key rows).
 pub async fn order_advance_ids(conn: &mut MySqlConnection, ids: &[u64]) -> sqlx::Result<()> {
     if ids.is_empty() {
         return Ok(());
@@ -160,8 +171,18 @@ pub async fn order_advance_ids(conn: &mut MySqlConnection, ids: &[u64]) -> sqlx:
     )
     .fetch_all(&mut *conn)
     .await?;
-    for r in rows {
-        order_advance(conn, &r.order_key, r.id, r.order_seq).await?;
+    let ends = rows.into_iter().map(|r| OrderEnd {
+        key: r.order_key,
+        id: r.id,
+        seq: r.order_seq,
+    });
+    order_advance_all(conn, &rules::order_ends(ends)).await
+}
+
+/// [`order_advance`] for each of `ends`, in their order.
+pub async fn order_advance_all(conn: &mut MySqlConnection, ends: &[OrderEnd]) -> sqlx::Result<()> {
+    for e in ends {
+        order_advance(conn, &e.key, e.id, e.seq).await?;
     }
     Ok(())
 }

@@ -6,7 +6,7 @@
 
 use sqlx::{SqliteConnection, SqlitePool};
 use taskq_driver::rows::{HeldKey, Inserted, NewTask, OrderKey};
-use taskq_driver::rules::{self, ends_order_head, ordered_enqueue_state};
+use taskq_driver::rules::{self, OrderEnd, ends_order_head, ordered_enqueue_state};
 use taskq_driver::state::{TaskId, TaskState};
 
 use crate::clock::time_to_us;
@@ -30,7 +30,8 @@ pub(crate) async fn task_insert_ordered(
     }
     let mut tx = begin_write(conn).await?;
     let (next_seq, head) = key_count_up(&mut tx, order.key).await?;
-    let state = ordered_enqueue_state(head.is_some()).as_str();
+    let place = ordered_enqueue_state(head.is_some());
+    let state = place.as_str();
     let run_at = t.run_at.map(time_to_us);
     let deadline = t.deadline.map(time_to_us);
     let id = sqlx::query_scalar!(
@@ -72,7 +73,7 @@ pub(crate) async fn task_insert_ordered(
         tx.rollback().await?;
         return Ok(Inserted::Duplicate(TaskId(uid(holder))));
     };
-    if head.is_none() {
+    if place == TaskState::Pending {
         sqlx::query!(
             "UPDATE taskq_order_keys SET head_task_id = ?1 WHERE order_key = ?2",
             id,
@@ -157,7 +158,8 @@ pub(crate) struct Ended {
 
 /// The tail of every statement that moves tasks (cancel, delete, claim, write-back, reap), in
 /// its transaction: each ordered head whose new state ends the head
-/// (`rules::ends_order_head`) promotes its key's next task ([`order_advance`]), then the
+/// (`rules::ends_order_head`) promotes its key's next task ([`order_advance`], keys in
+/// `rules::order_ends` order, as on MySQL), then the
 /// unique identities `frees` (a rule of `taskq_driver::rules`) says the new states free are
 /// released (`identities::release`).
 pub(crate) async fn tasks_moved(
@@ -166,14 +168,23 @@ pub(crate) async fn tasks_moved(
     frees: fn(&str, TaskState) -> bool,
 ) -> sqlx::Result<()> {
     let mut freed_ids = Vec::new();
+    let mut ends = Vec::new();
     for e in moved {
         let w = e.unique_while.as_deref();
         freed_ids.extend(freed(e.id, e.unique_key, w, e.state, frees));
-        if let (Some(key), Some(seq)) = (&e.order_key, e.order_seq)
+        if let (Some(key), Some(seq)) = (e.order_key, e.order_seq)
             && ends_order_head(e.state, e.dead_skips)
         {
-            order_advance(conn, key, e.id, seq).await?;
+            ends.push(OrderEnd {
+                key,
+                id: uid(e.id),
+                seq: uid(seq),
+            });
         }
+    }
+    // In the order every driver advances keys (by key, then number).
+    for e in rules::order_ends(ends) {
+        order_advance(conn, &e.key, sid(e.id), sid(e.seq)).await?;
     }
     release(conn, &freed_ids).await?;
     Ok(())

@@ -17,8 +17,9 @@ use crate::error::{Error, Result};
 /// or [`Task::ORDERED`](crate::Task::ORDERED)).
 ///
 /// A task that fails holds its key back while it retries (the tasks behind it wait). When it
-/// dies (attempts exhausted, or a permanent error) it holds the key until an operator retries,
-/// cancels or deletes it — unless [`dead_after`](Self::dead_after) says otherwise.
+/// dies (attempts exhausted, or a permanent error) it holds the key until an operator retries
+/// or deletes it (a dead task cannot be canceled) — unless [`dead_after`](Self::dead_after)
+/// says otherwise.
 ///
 /// ```
 /// use taskq::ordered::Ordered;
@@ -45,9 +46,13 @@ impl Ordered {
         }
     }
 
-    /// After `attempts` attempts (at least 1; it replaces the task's `max_attempts`) the task
-    /// dies and its key goes on with the next task, instead of holding the key until an
-    /// operator acts.
+    /// The task's death lets its key go on with the next task, instead of holding the key until
+    /// an operator acts; and `attempts` (at least 1) is the task's default number of attempts,
+    /// in place of its declared `max_attempts` ([`Task::MAX_ATTEMPTS`](crate::Task::MAX_ATTEMPTS)).
+    /// Like every declaration of a task, it is a default: an enqueue's
+    /// [`with_max_attempts`](crate::Enqueue::with_max_attempts) overrides it for that task
+    /// (as Oban's `max_attempts:` at insert overrides the worker's, and Sidekiq's
+    /// `set(retry: n)` its `sidekiq_options`), and its death still lets the key go on.
     pub const fn dead_after(mut self, attempts: u32) -> Self {
         self.dead_after = Some(attempts);
         self

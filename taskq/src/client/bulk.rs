@@ -2,6 +2,7 @@
 //! task, purge terminal tasks; each in batches, audited.
 
 use super::*;
+use taskq_driver::rules;
 
 /// Which tasks a bulk operation ([`Client::cancel_where`], [`Client::retry_where`]) touches:
 /// every field given must match (`None`: any).
@@ -11,8 +12,9 @@ pub struct BulkFilter {
     pub queue: Option<String>,
     /// Only this task name.
     pub name: Option<String>,
-    /// Only this state (`cancel_where`: `pending` or `running`, default both; `retry_where`:
-    /// `dead`, the default). Another state is [`Error::InvalidOption`].
+    /// Only this state (`cancel_where`: `pending` (with the `waiting` tasks behind their key's
+    /// head), `waiting` or `running`, default all; `retry_where`: `dead`, the default).
+    /// Another state is [`Error::InvalidOption`].
     pub state: Option<TaskState>,
     /// Only tasks enqueued (`created_at`) at least this long ago, database clock (capped at
     /// 100 years).
@@ -45,7 +47,7 @@ impl BulkFilter {
 /// tasks).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct BulkCanceled {
-    /// Pending tasks canceled at once.
+    /// Pending and waiting tasks canceled at once.
     pub canceled: u64,
     /// Running tasks whose cancel was requested (their workers stop them at the next beat).
     pub requested: u64,
@@ -144,19 +146,24 @@ impl Client {
     }
 
     /// Cancels every task matching `filter`, in batches of [`Client::BATCH`] rows (one short
-    /// statement, or transaction, each): pending ones at once (freeing unique identities, like
-    /// [`Client::cancel`]), running ones by a cancel request (see [`Client::cancel`]). With
-    /// `dry_run`, changes nothing and returns how many tasks match. A `state` other than
-    /// `pending`/`running` is [`Error::InvalidOption`]. Tasks enqueued while it runs may or
-    /// may not be included.
+    /// statement, or transaction, each): pending and waiting ones at once (freeing unique
+    /// identities, like [`Client::cancel`]; a canceled key's head promotes its key's next
+    /// task), running ones by a cancel request (see [`Client::cancel`]). The waiting tasks
+    /// (ordered tasks behind their key's head) are canceled first, then the pending ones, so
+    /// a canceled head never promotes a task the filter matches. With `dry_run`, changes
+    /// nothing and returns how many tasks match. `state: pending` includes the waiting tasks;
+    /// `waiting` is only those; a `state` other than `pending`/`waiting`/`running` is
+    /// [`Error::InvalidOption`]. Tasks enqueued while it runs may or may not be included.
     pub async fn cancel_where(&self, filter: &BulkFilter, dry_run: bool) -> Result<BulkCanceled> {
+        use TaskState::{Pending, Running, Waiting};
         let states: &[TaskState] = match filter.state {
-            None => &[TaskState::Pending, TaskState::Running],
-            Some(TaskState::Pending) => &[TaskState::Pending],
-            Some(TaskState::Running) => &[TaskState::Running],
+            None => &[Waiting, Pending, Running],
+            Some(Pending) => &[Waiting, Pending],
+            Some(Waiting) => &[Waiting],
+            Some(Running) => &[Running],
             Some(s) => {
                 return Err(Error::InvalidOption(format!(
-                    "cannot cancel {s} tasks: only pending or running ones"
+                    "cannot cancel {s} tasks: only pending, waiting or running ones"
                 )));
             }
         };
@@ -200,7 +207,7 @@ impl Client {
                         .await?;
                     let ids: Vec<u64> = batch.iter().map(|(id, _)| *id).collect();
                     if let Some(&last) = ids.last() {
-                        if state == TaskState::Pending {
+                        if rules::cancels_at_once(state) {
                             out.canceled += self.run(self.store.task_cancel_batch(&ids)).await?;
                         } else {
                             out.requested +=
@@ -214,10 +221,10 @@ impl Client {
                 }
                 continue;
             };
-            if state == TaskState::Pending {
-                out.canceled = n;
+            if rules::cancels_at_once(state) {
+                out.canceled += n;
             } else {
-                out.requested = n;
+                out.requested += n;
             }
         }
         Ok(())

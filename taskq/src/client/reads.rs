@@ -170,7 +170,7 @@ impl Client {
 
     /// Order keys held back by their head (see [`Ordered`](crate::ordered::Ordered)): the head has
     /// failed at least once and is waiting for its next attempt or running again, or it died
-    /// and holds its key until an operator retries, cancels or deletes it. Of `queue` when
+    /// and holds its key until an operator retries or deletes it. Of `queue` when
     /// given, most tasks waiting first, at most `limit`. Reads every key that has a head (one
     /// row per key in `taskq_order_keys`), so it costs in proportion to the live keys.
     pub async fn held_keys(&self, queue: Option<&str>, limit: u32) -> Result<Vec<HeldKey>> {

@@ -104,7 +104,7 @@ pub struct Enqueued {
 /// | `with_idempotency_key(impl Into<String>)` | one task per (name, key) while the row is kept; a duplicate returns the existing id |
 /// | `with_unique(impl Into<Option<Unique>>)` | one live task per identity ([`Unique`]); replaces the task's declaration, `None` turns it off; a duplicate returns the live task's id |
 /// | `with_queue(impl Into<String>)` | overrides the task's queue |
-/// | `with_max_attempts(u32)` | overrides the task's max attempts (at least 1) |
+/// | `with_max_attempts(u32)` | overrides the task's max attempts (at least 1), `ordered_dead_after` included (a death still lets the key go on) |
 /// | `with_deadline(DateTime<Utc>)` | no attempt starts at or after this time: a task not started by then ends `expired`, never run; replaces `with_ttl` and the task's `TTL` |
 /// | `with_ttl(Duration)` | the same, as a time to live from the insert (database clock); replaces `with_deadline` and the task's `TTL` |
 /// | `with_trace_context(impl Into<String>)` | records this trace context instead of asking the hook |
