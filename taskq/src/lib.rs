@@ -152,7 +152,7 @@ pub mod settings {
 /// `"all(N)"`; see [`MissedTicks`](schedule::MissedTicks)).
 ///
 /// Parameters of type [`TaskContext`], [`CancelSignal`] or [`Data<T>`](Data), or marked
-/// `#[inject]` (any type implementing [`FromTaskContext`](context::FromTaskContext)), are
+/// `#[inject]` (any type implementing [`context::FromTaskContext`]), are
 /// injected by the worker, each through `FromTaskContext`; every other parameter is payload.
 ///
 /// ```no_run
