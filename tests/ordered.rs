@@ -475,7 +475,7 @@ taskq_tests::conformance!(
 mod mysql_locks {
     use super::*;
     use sqlx::{Acquire, MySqlPool};
-    use taskq_driver::driver::{Claims, Enqueue, Leases};
+    use taskq_driver::driver::{Actions, Claims, Enqueue, Leases};
     use taskq_driver::rows::{
         ClaimCursor, ClaimRequest, Claimed, Inserted, NameList, NewTask, OrderKey, WriteBack,
     };
@@ -545,28 +545,6 @@ mod mysql_locks {
             .unwrap()
     }
 
-    /// Waits until session `id` is running a statement that starts with `prefix` (it can only
-    /// stay there waiting for a row lock).
-    pub(super) async fn wait_statement(pool: &MySqlPool, id: u64, prefix: &str) {
-        wait_until(
-            Duration::from_secs(20),
-            &format!("session {id} waits in {prefix}"),
-            || async {
-                let n: i64 = sqlx::query_scalar(
-                    "SELECT COUNT(*) FROM information_schema.PROCESSLIST
-                     WHERE ID = ? AND INFO LIKE CONCAT(?, '%')",
-                )
-                .bind(id)
-                .bind(prefix)
-                .fetch_one(pool)
-                .await
-                .unwrap();
-                n == 1
-            },
-        )
-        .await;
-    }
-
     async fn state_of(pool: &MySqlPool, id: u64) -> String {
         sqlx::query_scalar("SELECT CAST(state AS CHAR) FROM taskq_tasks WHERE id = ?")
             .bind(id)
@@ -576,12 +554,31 @@ mod mysql_locks {
     }
 
     /// A producer that locks its keys in ascending order (K1 then K2) never deadlocks with a
-    /// write-back that ends both keys' heads: the write-back takes the key rows in the same
-    /// order, whatever the order of its tasks' ids (issue 34, O3: it took them by task id, so
-    /// with K2's head the lower id it held K2 while waiting for the producer's K1, and the
-    /// producer's K2 was a deadlock, 1213, often rolling back the producer).
+    /// transaction that ends both keys' heads: a write-back takes the key rows it can in the
+    /// same order and leaves a key the producer holds for after its commit (O2); a batch
+    /// cancel waits for it, taking the key rows in key order, whatever the order of its tasks'
+    /// ids (issue 34, O3: they were taken by task id, so with K2's head the lower id the
+    /// write-back held K2 while waiting for the producer's K1, and the producer's K2 was a
+    /// deadlock, 1213, often rolling back the producer).
     #[tokio::test]
     async fn a_producer_taking_keys_in_order_and_a_write_back_of_their_heads_do_not_deadlock() {
+        producer_and_ender(Ender::WriteBack).await;
+    }
+
+    /// [`a_producer_taking_keys_in_order_and_a_write_back_of_their_heads_do_not_deadlock`] with a
+    /// batch cancel of the two pending heads, which waits for the producer's key.
+    #[tokio::test]
+    async fn a_producer_taking_keys_in_order_and_a_cancel_of_their_heads_do_not_deadlock() {
+        producer_and_ender(Ender::Cancel).await;
+    }
+
+    #[derive(Clone, Copy, PartialEq)]
+    enum Ender {
+        WriteBack,
+        Cancel,
+    }
+
+    async fn producer_and_ender(ender: Ender) {
         let Some(db) = TestDb::new_or_skip().await else {
             return;
         };
@@ -592,22 +589,52 @@ mod mysql_locks {
         let h2 = insert_ordered(&mut c, &K2).await;
         let h1 = insert_ordered(&mut c, &K1).await;
         assert!(h2 < h1, "K2's head has the lower id");
-        let claimed = claim_all(&d, &db.pool).await;
-        assert_eq!(claimed.len(), 2);
+        let claimed = match ender {
+            Ender::WriteBack => claim_all(&d, &db.pool).await,
+            Ender::Cancel => Vec::new(),
+        };
         // The producer takes K1 and keeps its transaction open.
         let mut p = db.pool.acquire().await.unwrap();
         let mut tx = p.begin().await.unwrap();
         let p1 = insert_ordered(&mut tx, &K1).await;
-        // The write-back of both heads (K2's first, by id) waits for the producer's K1.
-        let mut wb = db.pool.acquire().await.unwrap();
-        let wb_session = session(&mut wb).await;
+        // The heads end (K2's first, by id): what waits, waits for the producer's K1.
+        let mut conn = db.pool.acquire().await.unwrap();
+        let ender_session = session(&mut conn).await;
         let outcomes: Vec<WriteBack> = claimed.iter().map(succeeded).collect();
         let d2 = d.clone();
-        let write_back = tokio::spawn(async move {
-            let r = d2.task_write_back(&mut wb, &outcomes).await;
-            r.map(|w| w.written).map_err(|e| e.to_string())
+        let ending = tokio::spawn(async move {
+            let r = match ender {
+                Ender::WriteBack => d2
+                    .task_write_back(&mut conn, &outcomes)
+                    .await
+                    .map(|w| w.written),
+                Ender::Cancel => {
+                    drop(conn);
+                    d2.task_cancel_batch(&[h2, h1]).await
+                }
+            };
+            r.map_err(|e| e.to_string())
         });
-        wait_statement(&db.pool, wb_session, "UPDATE taskq_order_keys").await;
+        wait_until(
+            Duration::from_secs(20),
+            "the heads' end is done or waits for K1",
+            || async {
+                if ending.is_finished() {
+                    return true;
+                }
+                let n: i64 = sqlx::query_scalar(
+                    "SELECT COUNT(*) FROM information_schema.PROCESSLIST
+                     WHERE (ID = ? OR DB = DATABASE() AND ID <> CONNECTION_ID())
+                       AND INFO LIKE 'UPDATE taskq_order_keys%'",
+                )
+                .bind(ender_session)
+                .fetch_one(&db.pool)
+                .await
+                .unwrap();
+                n >= 1
+            },
+        )
+        .await;
         // The producer goes on to K2 and commits.
         let p2 = MySqlDriver::task_insert_ordered(
             &mut tx,
@@ -623,13 +650,18 @@ mod mysql_locks {
             other => panic!("the producer's enqueue on K2: {other:?}"),
         };
         tx.commit().await.expect("the producer commits");
-        let written = write_back.await.unwrap();
-        assert_eq!(written, Ok(2), "the write-back of both heads");
-        let mut got = Vec::new();
-        for id in [h1, h2, p1, p2] {
-            got.push(state_of(&db.pool, id).await);
-        }
-        assert_eq!(got, ["succeeded", "succeeded", "pending", "pending"]);
+        let ended = ending.await.unwrap();
+        assert_eq!(ended, Ok(2), "both heads ended");
+        let done = match ender {
+            Ender::WriteBack => "succeeded",
+            Ender::Cancel => "canceled",
+        };
+        assert_eq!(state_of(&db.pool, h1).await, done);
+        assert_eq!(state_of(&db.pool, h2).await, done);
+        wait_until(Duration::from_secs(20), "both keys go on", || async {
+            state_of(&db.pool, p1).await == "pending" && state_of(&db.pool, p2).await == "pending"
+        })
+        .await;
     }
 
     /// An ordered enqueue that fails after its insert (a trigger makes the statement that records
@@ -749,5 +781,206 @@ mod mysql_locks {
         let (rows, heads) = check(2).await;
         assert_eq!(rows, [(next.0, "pending".to_owned())]);
         assert_eq!(heads, [Some(next.0)]);
+    }
+
+    async fn head_of(pool: &MySqlPool, key: &[u8]) -> Option<u64> {
+        sqlx::query_scalar("SELECT head_task_id FROM taskq_order_keys WHERE order_key = ?")
+            .bind(key)
+            .fetch_one(pool)
+            .await
+            .unwrap()
+    }
+
+    /// The write-back that ends a key's head does not wait for a producer's open transaction
+    /// on the key (which would hold the batch's task rows, and every heartbeat of the batch
+    /// behind them, until the producer commits): it commits the outcome at once and the key
+    /// goes on once the producer has committed (issue 34, O2: it waited on the key row; here
+    /// the producer stays open until the write-back returns, so it waited for the server's
+    /// lock wait timeout).
+    #[tokio::test]
+    async fn a_write_back_ending_a_head_does_not_wait_for_a_producer_holding_its_key() {
+        let Some(db) = TestDb::new_or_skip().await else {
+            return;
+        };
+        const K: [u8; 32] = [0x33; 32];
+        let d = MySqlDriver::new(db.pool.clone());
+        let mut c = db.pool.acquire().await.unwrap();
+        let head = insert_ordered(&mut c, &K).await;
+        let next = insert_ordered(&mut c, &K).await;
+        let claimed = claim_all(&d, &db.pool).await;
+        assert_eq!(claimed.len(), 1);
+        // A producer enqueues on the key and keeps its transaction open.
+        let mut p = db.pool.acquire().await.unwrap();
+        let mut tx = p.begin().await.unwrap();
+        let late = insert_ordered(&mut tx, &K).await;
+        let written = tokio::time::timeout(
+            Duration::from_secs(10),
+            d.task_write_back(&mut c, &[succeeded(&claimed[0])]),
+        )
+        .await
+        .expect("the write-back does not wait for the producer")
+        .expect("task_write_back");
+        assert_eq!(written.written, 1);
+        assert_eq!(state_of(&db.pool, head).await, "succeeded");
+        assert_eq!(
+            state_of(&db.pool, next).await,
+            "waiting",
+            "the producer holds the key"
+        );
+        tx.commit().await.unwrap();
+        wait_until(Duration::from_secs(20), "the key goes on", || async {
+            state_of(&db.pool, next).await == "pending"
+        })
+        .await;
+        assert_eq!(state_of(&db.pool, late).await, "waiting");
+        assert_eq!(head_of(&db.pool, &K).await, Some(next));
+    }
+
+    /// A key whose head ended without the key going on (what a process that ended between the
+    /// write-back's commit and the key's deferred advance leaves) is advanced by
+    /// `order_keys_advance_stranded` (the reaper runs it); a key a producer holds is left for a
+    /// later pass, and a dead head that holds its key is not touched.
+    #[tokio::test]
+    async fn a_key_left_stranded_by_a_crash_is_advanced_by_the_reapers_pass() {
+        let Some(db) = TestDb::new_or_skip().await else {
+            return;
+        };
+        const K1: [u8; 32] = [0x44; 32];
+        const K2: [u8; 32] = [0x55; 32];
+        const K3: [u8; 32] = [0x66; 32];
+        let d = MySqlDriver::new(db.pool.clone());
+        let mut c = db.pool.acquire().await.unwrap();
+        let mut ids = Vec::new();
+        for k in [&K1, &K1, &K2, &K2, &K3, &K3] {
+            ids.push(insert_ordered(&mut c, k).await);
+        }
+        // The heads end without their keys going on: K1's and K2's succeeded, K3's dead.
+        sqlx::query(
+            "UPDATE taskq_tasks SET state = IF(id = ?, 'dead', 'succeeded'),
+               finished_at = UTC_TIMESTAMP(6) WHERE id IN (?, ?, ?)",
+        )
+        .bind(ids[4])
+        .bind(ids[0])
+        .bind(ids[2])
+        .bind(ids[4])
+        .execute(&db.pool)
+        .await
+        .unwrap();
+        // A producer holds K2.
+        let mut p = db.pool.acquire().await.unwrap();
+        let mut tx = p.begin().await.unwrap();
+        insert_ordered(&mut tx, &K2).await;
+        let n = d.order_keys_advance_stranded(&mut c, 10).await.unwrap();
+        assert_eq!(n, 1, "K1 only");
+        assert_eq!(state_of(&db.pool, ids[1]).await, "pending");
+        assert_eq!(head_of(&db.pool, &K1).await, Some(ids[1]));
+        assert_eq!(state_of(&db.pool, ids[3]).await, "waiting", "K2 is held");
+        assert_eq!(
+            state_of(&db.pool, ids[5]).await,
+            "waiting",
+            "a dead head holds"
+        );
+        tx.commit().await.unwrap();
+        let n = d.order_keys_advance_stranded(&mut c, 10).await.unwrap();
+        assert_eq!(n, 1, "K2 now");
+        assert_eq!(state_of(&db.pool, ids[3]).await, "pending");
+        assert_eq!(d.order_keys_advance_stranded(&mut c, 10).await.unwrap(), 0);
+    }
+
+    /// An ordered task of key K, on queue `locks`, that returns at once.
+    #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+    struct Quick {
+        k: u64,
+    }
+
+    impl Task for Quick {
+        const NAME: &'static str = "quick";
+        const QUEUE: &'static str = "locks";
+        const ORDERED: Option<taskq::ordered::Ordered> = Some(taskq::ordered::Ordered::by(&["k"]));
+        async fn run(self, _cx: TaskContext) -> Result<(), TaskError> {
+            Ok(())
+        }
+    }
+
+    /// What `Slow`'s runs saw: `ok`, or the cancel reason that stopped them.
+    static SLOW_RUNS: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+    /// A plain task that runs 8 s, unless its worker cancels it.
+    #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+    struct Slow;
+
+    impl Task for Slow {
+        const NAME: &'static str = "slow";
+        const QUEUE: &'static str = "locks";
+        async fn run(self, cx: TaskContext) -> Result<(), TaskError> {
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_secs(8)) => {
+                    SLOW_RUNS.lock().unwrap().push("ok".into());
+                    Ok(())
+                }
+                r = cx.cancel_signal().canceled() => {
+                    SLOW_RUNS.lock().unwrap().push(format!("{r:?}"));
+                    Err(TaskError::retry_after(Duration::ZERO, std::io::Error::other("canceled")))
+                }
+            }
+        }
+    }
+
+    /// The scenario of issue 34, O2, through a worker: lease 4 s, two slots; `Quick` (ordered on
+    /// K) returns at once while a producer's transaction holds K for 6 s, and `Slow` runs 8 s
+    /// beside it. `Quick`'s outcome is written within a second (it used to wait for the
+    /// producer, holding its row, which `Slow`'s heartbeats then waited behind), `Slow` never
+    /// sees `LeaseLost`, and the producer's task runs once it has committed.
+    #[tokio::test]
+    async fn an_open_producer_on_a_key_delays_neither_its_heads_outcome_nor_the_batchs_leases() {
+        let Some(db) = TestDb::new_or_skip().await else {
+            return;
+        };
+        let pool = db.pool.clone();
+        let a = Quick { k: 1 }.enqueue(&pool).await.unwrap().id;
+        let b = Slow.enqueue(&pool).await.unwrap().id;
+        let mut tx = pool.begin().await.unwrap();
+        let late = Quick { k: 1 }.enqueue_tx(&mut tx).await.unwrap().id;
+        let producer = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(6)).await;
+            tx.commit().await.unwrap();
+        });
+        let w = RunningWorker::spawn(
+            taskq_tests::fast_worker(&pool)
+                .register::<Quick>()
+                .register::<Slow>()
+                .queue("locks", 2)
+                .lease(Duration::from_secs(4)),
+        );
+        let start = Instant::now();
+        let written = |id: TaskId| {
+            let pool = pool.clone();
+            async move {
+                sqlx::query_scalar::<_, String>(
+                    "SELECT CAST(state AS CHAR) FROM taskq_tasks WHERE id = ?",
+                )
+                .bind(id.0)
+                .fetch_one(&pool)
+                .await
+                .unwrap()
+                    == "succeeded"
+            }
+        };
+        wait_until(Duration::from_secs(20), "the head's outcome", || written(a)).await;
+        let took = start.elapsed();
+        assert!(!producer.is_finished(), "the producer is still open");
+        assert!(took < Duration::from_secs(2), "written after {took:?}");
+        wait_until(Duration::from_secs(30), "the slow task", || written(b)).await;
+        wait_until(Duration::from_secs(30), "the producer's task", || {
+            written(late)
+        })
+        .await;
+        w.stop().await;
+        producer.await.unwrap();
+        assert_eq!(
+            *SLOW_RUNS.lock().unwrap(),
+            ["ok"],
+            "one run, never canceled"
+        );
     }
 }

@@ -231,6 +231,11 @@ macro_rules! __seam_operations {
                 fn task_reap(&self, conn; rows: &[ReapRow]; exact: bool) -> Reaped;
                 /// Current epochs of the tasks `ids` that are running.
                 fn task_epochs(&self, conn; ids: &[u64]) -> Vec<(u64, u64)>;
+                /// Advances up to `limit` order keys whose recorded head has ended without the key
+                /// going on (MySQL defers a key a producer's transaction holds past the commit of
+                /// the write-back, claim or reap that ended its head; a process that ended before
+                /// the deferred advance leaves it to this, which the reaper runs); how many moved.
+                fn order_keys_advance_stranded(&self, conn; limit: u32) -> u64;
             }
             /// Unique identities (`taskq_unique`).
             trait Identities {

@@ -330,6 +330,7 @@ impl MySqlDriver {
             .execute(&mut *tx)
             .await?;
         }
+        let mut skipped = Vec::new();
         if !ended.is_empty() {
             let ids = serde_json::to_string(&ended.iter().map(|r| r.id).collect::<Vec<_>>())
                 .expect("ids serialize");
@@ -349,7 +350,7 @@ impl MySqlDriver {
                 .filter(|r| r.order_key.is_some())
                 .map(|r| r.id)
                 .collect();
-            crate::order::order_advance_ids(&mut tx, &heads).await?;
+            skipped = crate::order::order_advance_ids_or_skip(&mut tx, &heads).await?;
         }
         if rate_limited && !rows.is_empty() {
             // Counted in the window of this statement's clock, not the lock's: a claim that
@@ -391,6 +392,7 @@ impl MySqlDriver {
             .await?;
         }
         tx.commit().await?;
+        crate::order::order_advance_later(&self.pool, skipped);
         let tasks = rows
             .into_iter()
             .map(|r| Claimed {

@@ -7,7 +7,7 @@ use taskq_driver::driver::Leases;
 
 use crate::MySqlDriver;
 use crate::identities::{Taken, identities_free_written, identities_take};
-use crate::order::order_advance_ids;
+use crate::order::{order_advance_ids_or_skip, order_advance_later, order_keys_advance_stranded};
 use taskq_driver::rows::{
     FollowUpRow, LapsedRow, NameList, ReapRow, Reaped, WriteBack, WrittenBack,
 };
@@ -91,7 +91,10 @@ impl Leases for MySqlDriver {
             .collect();
         let follow = batch.iter().any(|f| f.follow_up.is_some());
         // Outcomes that end an ordered key's head promote the key's next task in the same
-        // transaction; a batch without any keeps its single statement.
+        // transaction when the key's row is free, or right after the commit when a producer's
+        // transaction holds it (`order::order_advance_ids_or_skip`: like a held identity, a
+        // held key is never waited for while the batch's rows are locked); a batch without
+        // any keeps its single statement.
         let ordered = batch.iter().any(|f| f.order_ends.is_some());
         if wanted.is_empty() && !follow && !ordered {
             return Ok(WrittenBack {
@@ -121,13 +124,14 @@ impl Leases for MySqlDriver {
         };
         let written = write_back_rows(&mut tx, rows.iter().copied()).await?;
         let mut followed = Vec::new();
+        let mut skipped = Vec::new();
         if let Some(ids) = &written_ids {
             let ended: Vec<u64> = rows
                 .iter()
                 .filter(|f| f.order_ends.is_some() && ids.contains(&f.id))
                 .map(|f| f.id)
                 .collect();
-            order_advance_ids(&mut tx, &ended).await?;
+            skipped = order_advance_ids_or_skip(&mut tx, &ended).await?;
         }
         if let Some(ids) = written_ids {
             let mut inserts: Vec<&FollowUpRow> = Vec::new();
@@ -149,6 +153,7 @@ impl Leases for MySqlDriver {
             .collect();
         identities_free_written(&mut tx, &free).await?;
         tx.commit().await?;
+        order_advance_later(&self.pool, skipped);
         Ok(WrittenBack {
             written,
             deferred,
@@ -324,6 +329,7 @@ impl Leases for MySqlDriver {
             reaped,
             ..Reaped::default()
         };
+        let mut skipped = Vec::new();
         if let Some(locked) = &locked {
             let mut inserts = Vec::new();
             for l in locked {
@@ -352,7 +358,7 @@ impl Leases for MySqlDriver {
                 })
                 .map(|(id, _)| *id)
                 .collect();
-            order_advance_ids(&mut tx, &ended).await?;
+            skipped = order_advance_ids_or_skip(&mut tx, &ended).await?;
         }
         // Those reaped to dead or canceled, with the epoch the reap gave them.
         let free: Vec<(String, u64, u64, &str)> = rows
@@ -366,7 +372,17 @@ impl Leases for MySqlDriver {
             .collect();
         identities_free_written(&mut tx, &free).await?;
         tx.commit().await?;
+        order_advance_later(&self.pool, skipped);
         Ok(out)
+    }
+
+    /// See `order::order_keys_advance_stranded`.
+    async fn order_keys_advance_stranded(
+        &self,
+        conn: &mut MySqlConnection,
+        limit: u32,
+    ) -> sqlx::Result<u64> {
+        order_keys_advance_stranded(conn, limit).await
     }
 
     /// Current `(id, lease_epoch)` of the given ids; missing ids are absent.

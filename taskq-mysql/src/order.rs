@@ -9,7 +9,9 @@
 //! enqueues on several keys waits for no worker's transaction in a cycle as long as it takes
 //! its keys in that same order (one key per transaction always does).
 
-use sqlx::{Connection, MySqlConnection};
+use std::time::{Duration, Instant};
+
+use sqlx::{Connection, MySqlConnection, MySqlPool};
 
 use crate::enqueue::{Place, insert_row};
 use taskq_driver::rows::{HeldKey, Inserted, NewTask, OrderKey};
@@ -177,6 +179,173 @@ pub async fn order_advance_ids(conn: &mut MySqlConnection, ids: &[u64]) -> sqlx:
         seq: r.order_seq,
     });
     order_advance_all(conn, &rules::order_ends(ends)).await
+}
+
+/// [`order_advance_ids`] for the transactions that end a run (the write-back, the claim's
+/// expiry, the reap), which hold the rows of a batch of tasks that heartbeats renew: a key
+/// whose row another transaction holds (a producer enqueueing on it, until its commit) is not
+/// waited for; its row is taken `FOR UPDATE SKIP LOCKED` (keys in `rules::order_ends` order),
+/// and a key skipped is returned, to be advanced after the commit by
+/// [`order_advance_later`], so the transaction never waits for a producer while holding task
+/// rows. The ended head stays recorded as its key's head until then: if the process ends
+/// first, [`order_keys_advance_stranded`] (the reaper) finds the key and advances it.
+pub async fn order_advance_ids_or_skip(
+    conn: &mut MySqlConnection,
+    ids: &[u64],
+) -> sqlx::Result<Vec<OrderEnd>> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let json = serde_json::to_string(ids).expect("ids serialize");
+    let rows = sqlx::query!(
+        r#"SELECT t.id AS "id: u64", t.order_key AS "order_key!: Vec<u8>",
+             t.order_seq AS "order_seq!: u64"
+           FROM JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$')) AS j
+             STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id
+           WHERE t.order_key IS NOT NULL
+           ORDER BY t.id"#,
+        json
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    let ends = rules::order_ends(rows.into_iter().map(|r| OrderEnd {
+        key: r.order_key,
+        id: r.id,
+        seq: r.order_seq,
+    }));
+    let mut skipped = Vec::new();
+    for e in ends {
+        if key_lock_if_free(conn, &e.key).await? {
+            order_advance(conn, &e.key, e.id, e.seq).await?;
+        } else {
+            skipped.push(e);
+        }
+    }
+    Ok(skipped)
+}
+
+/// Locks `key`'s row unless another transaction holds it; whether it is locked now.
+async fn key_lock_if_free(conn: &mut MySqlConnection, key: &[u8]) -> sqlx::Result<bool> {
+    let row = sqlx::query_scalar!(
+        r#"SELECT 1 AS "one: i64" FROM taskq_order_keys WHERE order_key = ?
+           FOR UPDATE SKIP LOCKED"#,
+        key
+    )
+    .fetch_optional(&mut *conn)
+    .await?;
+    Ok(row.is_some())
+}
+
+/// Advances one key after the transaction that ended its head, in a short transaction of its
+/// own, if its row and the ended head's row are free (both `SKIP LOCKED`: it waits for
+/// nothing, so it deadlocks with nothing, e.g. an operator's retry of that task, which locks
+/// the task's row, then the key's): whether it was done. The head is advanced only if its
+/// state still ends it (`rules::ends_order_head`; a dead head an operator retried meanwhile
+/// stays the head) and its key still records it (`order_advance`).
+async fn order_advance_if_free(conn: &mut MySqlConnection, e: &OrderEnd) -> sqlx::Result<bool> {
+    let mut tx = conn.begin().await?;
+    if !key_lock_if_free(&mut tx, &e.key).await? {
+        tx.rollback().await?;
+        return Ok(false);
+    }
+    let head = sqlx::query!(
+        r#"SELECT state AS "state: TaskState", order_dead_skips AS "dead_skips: bool"
+           FROM taskq_tasks WHERE id = ? FOR UPDATE SKIP LOCKED"#,
+        e.id
+    )
+    .fetch_optional(&mut *tx)
+    .await?;
+    let Some(head) = head else {
+        // Locked by another transaction (or deleted, which advanced the key itself).
+        tx.rollback().await?;
+        return Ok(false);
+    };
+    if rules::ends_order_head(head.state, head.dead_skips) {
+        order_advance(&mut tx, &e.key, e.id, e.seq).await?;
+    }
+    tx.commit().await?;
+    Ok(true)
+}
+
+/// How long [`order_advance_later`] keeps trying a key before it leaves it to the reaper.
+const ADVANCE_LATER_FOR: Duration = Duration::from_secs(600);
+
+/// Advances the keys a committed transaction skipped ([`order_advance_ids_or_skip`]), on a
+/// task of its own: each key in a short transaction that takes its row `SKIP LOCKED` once the
+/// producer holding it has committed, polled every 5 ms at first, backing off to 200 ms; it
+/// holds a connection of `pool` only for each try, never while waiting. Gives a key up to the
+/// reaper's [`order_keys_advance_stranded`] after 10 minutes (or when the process ends).
+pub fn order_advance_later(pool: &MySqlPool, ends: Vec<OrderEnd>) {
+    if ends.is_empty() {
+        return;
+    }
+    let pool = pool.clone();
+    tokio::spawn(async move {
+        let start = Instant::now();
+        let mut left = ends;
+        let mut pause = Duration::from_millis(5);
+        while !left.is_empty() && start.elapsed() < ADVANCE_LATER_FOR {
+            tokio::time::sleep(pause).await;
+            let mut still = Vec::new();
+            for e in left {
+                let tried = match pool.acquire().await {
+                    Ok(mut c) => order_advance_if_free(&mut c, &e).await,
+                    Err(err) => Err(err),
+                };
+                match tried {
+                    Ok(true) => {}
+                    Ok(false) => still.push(e),
+                    Err(err) => {
+                        tracing::debug!(error = %err, task_id = e.id, "taskq: order key advance failed; trying again");
+                        still.push(e);
+                    }
+                }
+            }
+            left = still;
+            pause = (pause * 2).min(Duration::from_millis(200));
+        }
+        if !left.is_empty() {
+            tracing::warn!(
+                keys = left.len(),
+                "taskq: order keys not advanced yet; the reaper will"
+            );
+        }
+    });
+}
+
+/// See `Leases::order_keys_advance_stranded`: keys whose recorded head has ended (succeeded,
+/// canceled, expired, or dead letting its key go on) are advanced, up to `limit`, each in a
+/// short transaction of its own that takes its row `SKIP LOCKED` (a key a producer holds is
+/// left for the next call). Reads every key that has a head (one row per live key).
+pub async fn order_keys_advance_stranded(
+    conn: &mut MySqlConnection,
+    limit: u32,
+) -> sqlx::Result<u64> {
+    let rows = sqlx::query!(
+        r#"SELECT k.order_key AS "order_key: Vec<u8>", t.id AS "id: u64",
+             t.order_seq AS "order_seq!: u64"
+           FROM taskq_order_keys k
+             STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = k.head_task_id
+           WHERE k.head_task_id IS NOT NULL
+             AND (t.state IN ('succeeded', 'canceled', 'expired')
+                  OR (t.state = 'dead' AND t.order_dead_skips))
+           LIMIT ?"#,
+        limit
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    let ends = rules::order_ends(rows.into_iter().map(|r| OrderEnd {
+        key: r.order_key,
+        id: r.id,
+        seq: r.order_seq,
+    }));
+    let mut done = 0;
+    for e in ends {
+        if order_advance_if_free(conn, &e).await? {
+            done += 1;
+        }
+    }
+    Ok(done)
 }
 
 /// [`order_advance`] for each of `ends`, in their order.

@@ -513,6 +513,17 @@ impl Leases for SqliteDriver {
     ) -> sqlx::Result<Vec<(u64, u64)>> {
         lease::task_epochs(conn, ids).await
     }
+
+    /// Nothing to do: SQLite advances every key in the transaction that ends its head (one
+    /// writer at a time, so that never waits for a producer holding task rows), so no key is
+    /// ever left stranded.
+    async fn order_keys_advance_stranded(
+        &self,
+        _conn: &mut SqliteConnection,
+        _limit: u32,
+    ) -> sqlx::Result<u64> {
+        Ok(0)
+    }
 }
 
 impl Identities for SqliteDriver {

@@ -37,6 +37,7 @@ pub(crate) async fn run(shared: Arc<Shared>) {
             next_unhandled = Instant::now() + UNHANDLED_CHECK_INTERVAL;
         }
         reap(&shared).await;
+        stranded(&shared).await;
         if Instant::now() >= next_prune {
             prune(&shared).await;
             next_prune = Instant::now() + shared.cfg.retention.interval;
@@ -56,6 +57,24 @@ pub(crate) async fn run(shared: Arc<Shared>) {
         tokio::select! {
             _ = tokio::time::sleep(shared.cfg.reaper_interval) => {}
             _ = shared.stopped() => return,
+        }
+    }
+}
+
+/// Advances the order keys left stranded by a process that ended between the commit that
+/// ended a key's head and the key's deferred advance (see `Store::order_keys_advance_stranded`),
+/// up to [`BATCH`] per pass.
+async fn stranded(shared: &Shared) {
+    match within!(shared, |c| shared
+        .store
+        .order_keys_advance_stranded(c, BATCH))
+    .await
+    {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(keys = n, "taskq: stranded order keys advanced"),
+        Err(e) => {
+            WorkerStats::add(&shared.stats.db_errors, 1);
+            tracing::warn!(error = %e, "taskq: advancing stranded order keys failed");
         }
     }
 }
