@@ -11,7 +11,9 @@
 //!   the same id is what the relay does);
 //! - after a timed-out batch, or a batch with a [`Outcome::Failed`] message, the sink is dropped,
 //!   and the next batch connects anew; a failed connect is a batch of `Failed` (the relay's
-//!   per-key backoff spaces the attempts).
+//!   per-key backoff spaces the attempts);
+//! - a batch whose publish is dropped before it ends (the caller's own deadline, such as the
+//!   relay's `publish_timeout`, fired first) counts as timed out: its connection is replaced too.
 //!
 //! ```ignore
 //! use taskq_outbox::{Reconnecting, redis::RedisSink};
@@ -38,6 +40,24 @@ pub struct Reconnecting<S, F> {
     /// The current sink (none before the first batch and after a failure) and its generation.
     slot: tokio::sync::Mutex<(u64, Option<Arc<S>>)>,
     connects: AtomicU64,
+    /// The generation of a connection whose batch was dropped mid-publish (0: none): the next
+    /// batch replaces it rather than wait on it again.
+    abandoned: Arc<AtomicU64>,
+}
+
+/// Marks a connection abandoned when the publish holding it is dropped before it ends.
+struct Abandon {
+    abandoned: Arc<AtomicU64>,
+    generation: u64,
+    armed: bool,
+}
+
+impl Drop for Abandon {
+    fn drop(&mut self) {
+        if self.armed {
+            self.abandoned.store(self.generation, Ordering::Relaxed);
+        }
+    }
 }
 
 impl<S, F, Fut, E> Reconnecting<S, F>
@@ -55,6 +75,7 @@ where
             timeout: DEFAULT_TIMEOUT,
             slot: tokio::sync::Mutex::new((0, None)),
             connects: AtomicU64::new(0),
+            abandoned: Arc::new(AtomicU64::new(0)),
         }
     }
 
@@ -74,6 +95,9 @@ where
     /// The current sink, connecting first if there is none; or why not.
     async fn current(&self) -> Result<(u64, Arc<S>), String> {
         let mut slot = self.slot.lock().await;
+        if slot.1.is_some() && slot.0 == self.abandoned.load(Ordering::Relaxed) {
+            slot.1 = None;
+        }
         if let Some(sink) = &slot.1 {
             return Ok((slot.0, Arc::clone(sink)));
         }
@@ -106,7 +130,14 @@ where
             Ok(current) => current,
             Err(why) => return vec![Outcome::Failed(why); batch.len()],
         };
-        let (out, broken) = match tokio::time::timeout(self.timeout, sink.publish(batch)).await {
+        let mut guard = Abandon {
+            abandoned: Arc::clone(&self.abandoned),
+            generation,
+            armed: true,
+        };
+        let published = tokio::time::timeout(self.timeout, sink.publish(batch)).await;
+        guard.armed = false;
+        let (out, broken) = match published {
             Ok(out) => {
                 let broken = out.iter().any(|o| matches!(o, Outcome::Failed(_)));
                 (out, broken)
@@ -187,6 +218,31 @@ mod tests {
         );
         assert_eq!(sink.publish(&[msg("a")]).await, [Outcome::Delivered]);
         assert_eq!(made.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn a_batch_dropped_by_its_caller_mid_publish_replaces_its_connection() {
+        // The caller's deadline (the relay's publish_timeout) is shorter than the sink's own.
+        let made = Arc::new(AtomicUsize::new(0));
+        let m = Arc::clone(&made);
+        let sink = Reconnecting::new(move || {
+            let n = m.fetch_add(1, Ordering::SeqCst);
+            async move {
+                Ok::<_, String>(PerMessageSink::new(move |_m: Message| async move {
+                    if n == 0 {
+                        std::future::pending::<()>().await;
+                    }
+                    Outcome::Delivered
+                }))
+            }
+        })
+        .with_timeout(Duration::from_secs(3600));
+        let dropped =
+            tokio::time::timeout(Duration::from_millis(50), sink.publish(&[msg("a")])).await;
+        assert!(dropped.is_err());
+        assert_eq!(sink.publish(&[msg("a")]).await, [Outcome::Delivered]);
+        assert_eq!(made.load(Ordering::SeqCst), 2);
+        assert_eq!(sink.connects(), 2);
     }
 
     #[tokio::test]
