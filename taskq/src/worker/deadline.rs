@@ -26,9 +26,6 @@ pub(crate) enum StmtError {
     Db(sqlx::Error, taskq_driver::dynamic::ErrorClass),
     /// No answer within the statement timeout: the connection was discarded.
     Timeout(Duration),
-    /// Abandoned on the connection the lanes share because a lease renewal waited too long
-    /// for it (`Shared::acquire_control`): the connection was discarded.
-    Preempted,
 }
 
 impl fmt::Display for StmtError {
@@ -36,9 +33,6 @@ impl fmt::Display for StmtError {
         match self {
             StmtError::Db(e, _) => e.fmt(f),
             StmtError::Timeout(d) => write!(f, "no answer within {d:?}; connection discarded"),
-            StmtError::Preempted => f.write_str(
-                "abandoned for a lease renewal waiting for the shared connection; connection discarded",
-            ),
         }
     }
 }
@@ -106,24 +100,10 @@ macro_rules! within {
                 $crate::worker::WorkerStats::add(&shared.stats.statement_timeouts, 1);
                 $crate::worker::deadline::StmtError::Timeout(limit)
             };
-            let acquired = async {
-                if stringify!($lane) == "control" {
-                    shared.acquire_control().await.map(|c| (c, None))
-                } else {
-                    shared.acquire_work().await
-                }
-            };
-            let (mut pooled, preempted) = match tokio::time::timeout_at(deadline, acquired).await {
+            let mut pooled = match tokio::time::timeout_at(deadline, shared.acquire(stringify!($lane) == "control")).await {
                 Ok(Ok(c)) => c,
                 Ok(Err(e)) => return Err($crate::worker::deadline::StmtError::db(&shared.store, e)),
                 Err(_) => return Err(timed_out()),
-            };
-            // With shared lanes: a renewal that waited too long for this connection.
-            let preempted = async move {
-                match preempted {
-                    Some(p) => p.await,
-                    None => std::future::pending().await,
-                }
             };
             // Connections grow only in an acquire, so the peak is seen right after one.
             shared.stats.db_connections_max.fetch_max(
@@ -131,11 +111,7 @@ macro_rules! within {
                 std::sync::atomic::Ordering::Relaxed,
             );
             let $conn = pooled.conn();
-            // `Err(true)`: preempted; `Err(false)`: past the deadline.
-            let res = tokio::select! {
-                r = tokio::time::timeout_at(deadline, $body) => r.map_err(|_| false),
-                () = preempted => Err(true),
-            };
+            let res = tokio::time::timeout_at(deadline, $body).await;
             match res {
                 Ok(r) => {
                     if r.is_ok() {
@@ -150,14 +126,10 @@ macro_rules! within {
                         e
                     })
                 }
-                Err(preempted) => {
+                Err(_) => {
                     // Dropped without a goodbye: the socket closes, the server rolls back.
                     pooled.discard();
-                    if preempted {
-                        Err($crate::worker::deadline::StmtError::Preempted)
-                    } else {
-                        Err(timed_out())
-                    }
+                    Err(timed_out())
                 }
             }
         }

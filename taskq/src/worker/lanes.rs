@@ -11,16 +11,10 @@
 //!
 //! A **single-slot worker on MySQL** has one connection that both lanes share: with one slot,
 //! nothing is claimed while its task runs, and control operations go first (a work operation
-//! does not ask for the connection while a renewal waits for it, and gives it back if a
-//! renewal started waiting while it was getting it: `Shared::acquire_work`), so a renewal
-//! waits for at most the one statement that holds the connection (a reaper or retention step,
-//! a schedule's fire). That wait is bounded by [`preempt_after`], half the lease's margin
-//! (`lease − heartbeat − cancel margin`): past it the statement is abandoned, its connection
-//! discarded and its operation retried, and the renewal runs on a fresh connection
-//! (`Shared::acquire_control`). Before issue 34 the bound was the statement timeout (half the
-//! lease), longer than the margin below a 30 s lease (finding L1). That keeps a fleet of
-//! single-slot worker processes at about 2 server connections each (its own and one of the
-//! user's pool). On SQLite a connection costs
+//! does not ask for the connection while a renewal waits for it: `Shared::acquire`), so a
+//! renewal waits for at most the statement that holds the connection (a reaper or retention
+//! step, a schedule's fire), bounded by the statement timeout (half the lease). That keeps a fleet of single-slot worker processes at about
+//! 2 server connections each (its own and one of the user's pool). On SQLite a connection costs
 //! the server nothing, and a renewal must wait for nothing but the write lock, so the control
 //! lane keeps its own connection there, with a busy timeout of its own
 //! ([`RENEWAL_BUSY_TIMEOUT`]): a renewal tries again until its leases' cancel point, so a hold
@@ -149,23 +143,6 @@ pub(crate) fn session_timeout(statement_timeout: Duration) -> Duration {
 /// it: 1 s short of [`session_timeout`], so the server never closes one first.
 pub(crate) fn idle_limit(statement_timeout: Duration) -> Duration {
     session_timeout(statement_timeout) - Duration::from_secs(1)
-}
-
-/// With shared lanes (a single-slot worker on MySQL), how long a control operation (a
-/// renewal) waits for the connection before the work statement that holds it is abandoned:
-/// half the lease's margin, `lease − heartbeat − cancel margin`, the time a renewal has
-/// between its beat and the watchdog's cancel point. The other half is for opening a fresh
-/// connection and the renewal itself. (Before issue 34 a renewal waited for the work statement
-/// up to the statement timeout, half the lease, longer than the margin below a 30 s lease.)
-pub(crate) fn preempt_after(
-    lease: Duration,
-    heartbeat: Duration,
-    cancel_margin: Duration,
-) -> Duration {
-    lease
-        .saturating_sub(heartbeat)
-        .saturating_sub(cancel_margin)
-        / 2
 }
 
 /// The least time a lease must leave a renewal on SQLite between its heartbeat and the

@@ -153,12 +153,6 @@ impl Worker {
             renewal_busy: lanes.renewal_busy,
             control_waiting: AtomicUsize::new(0),
             control_served: Notify::new(),
-            preempt: Notify::new(),
-            preempt_after: lanes::preempt_after(
-                cfg.lease,
-                cfg.heartbeat,
-                cfg.cancel_grace.min(cfg.lease / 2),
-            ),
             worker_id: cfg.worker_id.as_str().into(),
             global: Arc::new(Semaphore::new(cfg.concurrency)),
             cfg,
@@ -357,16 +351,6 @@ pub(crate) struct Shared {
     pub control_waiting: AtomicUsize,
     /// Notified when a control operation got the connection (or gave up waiting).
     pub control_served: Notify,
-    /// With shared lanes: notified when a control operation has waited [`preempt_after`]
-    /// for the connection; the work statement that holds it is abandoned (its connection
-    /// discarded, its operation retried), and the control operation runs on a fresh one.
-    ///
-    /// [`preempt_after`]: Self::preempt_after
-    pub preempt: Notify,
-    /// How long a control operation waits for the shared connection before the work
-    /// statement that holds it is abandoned: half the lease's margin (see
-    /// `lanes::preempt_after`).
-    pub preempt_after: Duration,
     pub cfg: Config,
     pub worker_id: Arc<str>,
     pub handlers: HashMap<&'static str, Registration>,
@@ -403,75 +387,40 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    /// A connection of the control lane. When the lanes share one connection, control
-    /// operations go first (a work operation does not keep the connection while one waits,
-    /// see [`acquire_work`](Self::acquire_work)), and one that has waited
-    /// [`preempt_after`](Self::preempt_after) for it has the work statement that holds it
-    /// abandoned, then runs on a fresh connection.
-    pub async fn acquire_control(&self) -> sqlx::Result<crate::backend::Pooled> {
+    /// A connection of the control lane (`control`) or of the work lane. When the lanes
+    /// share one connection, control operations go first: a work operation waits while one
+    /// is waiting.
+    pub async fn acquire(&self, control: bool) -> sqlx::Result<crate::backend::Pooled> {
         if !self.lanes_shared {
-            return self.control.acquire().await;
+            return if control {
+                self.control.acquire().await
+            } else {
+                self.store.acquire().await
+            };
         }
-        /// Counts a waiting control operation until it is served or given up.
-        struct Waiting<'a>(&'a Shared);
-        impl Drop for Waiting<'_> {
-            fn drop(&mut self) {
-                self.0.control_waiting.fetch_sub(1, Ordering::SeqCst);
-                self.0.control_served.notify_waiters();
+        if control {
+            /// Counts a waiting control operation until it is served or given up.
+            struct Waiting<'a>(&'a Shared);
+            impl Drop for Waiting<'_> {
+                fn drop(&mut self) {
+                    self.0.control_waiting.fetch_sub(1, Ordering::SeqCst);
+                    self.0.control_served.notify_waiters();
+                }
             }
-        }
-        self.control_waiting.fetch_add(1, Ordering::SeqCst);
-        let _waiting = Waiting(self);
-        let acquire = self.store.acquire();
-        tokio::pin!(acquire);
-        if let Ok(c) = tokio::time::timeout(self.preempt_after, acquire.as_mut()).await {
-            return c;
-        }
-        // A work statement has held the connection past this operation's budget (a schedule's
-        // fire or a reaper step waiting on a row lock): it is abandoned and its connection
-        // discarded, which lets this acquire open a fresh one.
-        tracing::debug!(
-            waited = ?self.preempt_after,
-            "taskq: a lease renewal waited for the shared connection; abandoning the statement that holds it"
-        );
-        self.preempt.notify_waiters();
-        acquire.await
-    }
-
-    /// A connection of the work lane, and with shared lanes the signal that a control
-    /// operation has waited too long for it (the statement on it is then abandoned). A work
-    /// operation does not ask for the shared connection while a control operation waits, and
-    /// gives it back if one started waiting while it was getting it, so a renewal waits for at
-    /// most the one work statement that held the connection before it asked.
-    pub async fn acquire_work(
-        &self,
-    ) -> sqlx::Result<(
-        crate::backend::Pooled,
-        Option<std::pin::Pin<Box<tokio::sync::futures::Notified<'_>>>>,
-    )> {
-        if !self.lanes_shared {
-            return Ok((self.store.acquire().await?, None));
+            self.control_waiting.fetch_add(1, Ordering::SeqCst);
+            let _waiting = Waiting(self);
+            return self.store.acquire().await;
         }
         loop {
-            loop {
-                let served = self.control_served.notified();
-                tokio::pin!(served);
-                served.as_mut().enable();
-                if self.control_waiting.load(Ordering::SeqCst) == 0 {
-                    break;
-                }
-                served.await;
-            }
-            let c = self.store.acquire().await?;
-            // Registered before the check: a control operation that starts waiting after it
-            // preempts this statement; one that started before is served first.
-            let mut preempted = Box::pin(self.preempt.notified());
-            preempted.as_mut().enable();
+            let served = self.control_served.notified();
+            tokio::pin!(served);
+            served.as_mut().enable();
             if self.control_waiting.load(Ordering::SeqCst) == 0 {
-                return Ok((c, Some(preempted)));
+                break;
             }
-            drop(c);
+            served.await;
         }
+        self.store.acquire().await
     }
 
     /// Connections open in the worker's lanes right now.
