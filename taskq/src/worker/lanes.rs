@@ -243,18 +243,6 @@ mod tests {
     }
 
     #[test]
-    fn a_renewal_preempts_the_shared_connection_after_half_its_margin() {
-        let s = Duration::from_secs;
-        // Lease 6 s, default heartbeat 2 s and cancel margin 3 s: a renewal has 1 s.
-        assert_eq!(preempt_after(s(6), s(2), s(3)), Duration::from_millis(500));
-        assert_eq!(
-            preempt_after(s(30), s(10), s(5)),
-            Duration::from_millis(7_500)
-        );
-        assert_eq!(preempt_after(s(1), s(1), s(1)), Duration::ZERO);
-    }
-
-    #[test]
     fn sessions_outlive_statements_and_idle_connections() {
         for (lease_ms, want_s) in [
             (200, 5),
