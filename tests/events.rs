@@ -921,7 +921,7 @@ async fn a_running_relay_reads_on_a_long_key_and_stops_it_at_a_failure<B: HasDri
     };
     let relay = Relay::builder(db.pool.clone(), sink)
         .batch_size(50)
-        .retry_backoff(taskq::Backoff::constant(Duration::from_millis(50)))
+        .retry_backoff(Backoff::constant(Duration::from_millis(50)))
         .poll_interval(Duration::from_millis(20))
         .build()
         .unwrap();
@@ -1179,7 +1179,10 @@ async fn a_failure_holds_a_key_of_one_topic_only<B: HasDriver>(db: Db<B>) {
 
 /// A sink that never answers does not wedge its keys: the relay gives its publish up at its
 /// deadline (by default below the lease), counts the batch `Failed`, stops renewing and backs
-/// the keys off; another relay then delivers them, while the first is still running.
+/// the keys off; another relay then delivers them, while the first is still running. Without
+/// the deadline relay 1 renews its lease for ever and relay 2 delivers nothing. (No bound on
+/// how soon: on a loaded machine SQLite's busy waits stretch it; 20 s is far past the 0.67 s
+/// deadline plus the 50 ms backoff, and far short of "never".)
 async fn a_sink_that_never_answers_does_not_wedge_its_keys<B: HasDriver>(db: Db<B>) {
     publish(&db, &[ev("a", 1), ev("a", 2), ev("b", 1)]).await;
     let handed = Arc::new(tokio::sync::Notify::new());
@@ -1192,6 +1195,7 @@ async fn a_sink_that_never_answers_does_not_wedge_its_keys<B: HasDriver>(db: Db<
     };
     let relay1 = Relay::builder(db.pool.clone(), stuck)
         .lease(Duration::from_secs(1))
+        .retry_backoff(Backoff::constant(Duration::from_millis(50)))
         .name("relay-1")
         .build()
         .unwrap();
@@ -1204,20 +1208,15 @@ async fn a_sink_that_never_answers_does_not_wedge_its_keys<B: HasDriver>(db: Db<
         .name("relay-2")
         .build()
         .unwrap();
-    while seen.all().len() < 3 && start.elapsed() < Duration::from_secs(6) {
+    while seen.all().len() < 3 && start.elapsed() < Duration::from_secs(20) {
         relay2.run_once().await.unwrap();
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let took = start.elapsed();
     assert!(!task.is_finished(), "relay 1 still runs");
     task.abort();
     let _ = task.await;
     assert_eq!(seen.ns("a"), [1, 2]);
     assert_eq!(seen.ns("b"), [1]);
-    assert!(
-        took < Duration::from_secs(3),
-        "relay 2 delivered within 3 s of relay 1's stuck publish: {took:?}"
-    );
     assert_eq!(count_state(&db, "delivered").await, 3);
 }
 
