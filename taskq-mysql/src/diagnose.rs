@@ -1,8 +1,9 @@
 //! The MySQL / MariaDB error numbers of a session the server refused, and what to check for
-//! each: the driver's half of taskq's connection diagnosis (taskq writes the sentences).
+//! each: the driver's half of taskq's connection diagnosis (taskq writes the sentences); and
+//! which errors a caller cures by running its transaction again (`taskq::Error::is_retryable`).
 
 /// MySQL / MariaDB error numbers of failures while opening a session.
-mod er {
+pub(crate) mod er {
     /// Too many connections.
     pub const CON_COUNT: u16 = 1040;
     /// Access denied for user to database.
@@ -15,6 +16,21 @@ mod er {
     pub const ACCESS_DENIED_NO_PASSWORD: u16 = 1698;
     /// Table doesn't exist.
     pub const NO_SUCH_TABLE: u16 = 1146;
+    /// Lock wait timeout exceeded (`innodb_lock_wait_timeout`).
+    pub const LOCK_WAIT_TIMEOUT: u16 = 1205;
+    /// Deadlock found when trying to get lock (on Galera also a failed certification).
+    pub const LOCK_DEADLOCK: u16 = 1213;
+    /// Unknown command: what a Galera node answers while it is not ready (`WSREP has not yet
+    /// prepared node for application use`).
+    pub const UNKNOWN_COM: u16 = 1047;
+    /// Server shutdown in progress.
+    pub const SERVER_SHUTDOWN: u16 = 1053;
+    /// Connection was killed (MariaDB).
+    pub const CONNECTION_KILLED: u16 = 1927;
+    /// MySQL server has gone away (client side).
+    pub const SERVER_GONE: u16 = 2006;
+    /// Lost connection to MySQL server during query (client side).
+    pub const SERVER_LOST: u16 = 2013;
 }
 
 /// The MySQL error number of a database error, if it is one.
@@ -49,4 +65,32 @@ pub fn refusal_advice(e: &sqlx::Error) -> Option<&'static str> {
 /// Whether `e` is MySQL's "table doesn't exist" (error 1146).
 pub fn is_no_such_table(e: &sqlx::Error) -> bool {
     error_number(e) == Some(er::NO_SUCH_TABLE)
+}
+
+/// Whether `e` says the transaction lost to a concurrent one: a deadlock victim (1213, on
+/// Galera also a failed certification or a brute-force abort; the transaction was rolled
+/// back) or a lock wait timeout (1205: the statement was rolled back; roll the transaction
+/// back too). Running the transaction again is the cure.
+pub fn is_conflict(e: &sqlx::Error) -> bool {
+    matches!(
+        error_number(e),
+        Some(er::LOCK_DEADLOCK | er::LOCK_WAIT_TIMEOUT)
+    )
+}
+
+/// Whether `e` is a server error that passes by itself: too many connections (1040), a Galera
+/// node not ready (1047), a server shutting down (1053), a killed or lost connection (1927,
+/// 2006, 2013). Not a refusal that needs a change (access denied, an unknown database).
+pub fn is_transient(e: &sqlx::Error) -> bool {
+    matches!(
+        error_number(e),
+        Some(
+            er::CON_COUNT
+                | er::UNKNOWN_COM
+                | er::SERVER_SHUTDOWN
+                | er::CONNECTION_KILLED
+                | er::SERVER_GONE
+                | er::SERVER_LOST
+        )
+    )
 }

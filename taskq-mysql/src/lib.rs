@@ -253,8 +253,6 @@ pub async fn session_setup(
 
 /// MySQL error number for a duplicate key.
 const ER_DUP_ENTRY: u16 = 1062;
-/// MySQL error number for a deadlock victim (and, on Galera, a certification failure).
-const ER_LOCK_DEADLOCK: u16 = 1213;
 
 /// Whether `e` is a duplicate key error on the unique index `index` (any index for `""`).
 fn is_conflict_on(e: &dyn sqlx::error::DatabaseError, index: &str) -> bool {
@@ -275,7 +273,7 @@ pub fn is_packet_too_large(e: &dyn sqlx::error::DatabaseError) -> bool {
 /// abort). The transaction was rolled back; running it again is safe.
 pub fn is_deadlock(e: &dyn sqlx::error::DatabaseError) -> bool {
     let mysql = e.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>();
-    mysql.is_some_and(|m| m.number() == ER_LOCK_DEADLOCK)
+    mysql.is_some_and(|m| m.number() == diagnose::er::LOCK_DEADLOCK)
 }
 
 /// `(id, epoch)` pairs as a JSON array of arrays, sorted by id: every batch statement locks

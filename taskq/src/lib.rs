@@ -131,8 +131,8 @@ pub mod settings {
 /// Marks an `async fn` as a task handler; see the crate docs and `docs/macro.md`.
 ///
 /// The function stays callable as written. The macro adds a payload struct named in
-/// PascalCase (one field per payload parameter), its [`Task`] impl, the inherent `enqueue_tx`
-/// and `enqueue` (which need no import) and a
+/// PascalCase (one field per payload parameter), its [`Task`] impl, the inherent `enqueue_tx`,
+/// `enqueue` and every `with_*` enqueue option (which need no import) and a
 /// registration found by [`WorkerBuilder::register_all`](worker::WorkerBuilder::register_all) and [`run_registered`].
 ///
 /// Attributes (all optional): `name` (stable name stored in the row; default: the fn's name),
@@ -146,7 +146,12 @@ pub mod settings {
 /// "10m")`; see [`Unique`](unique::Unique) and `docs/macro.md`), `on_dead` and `on_success` (the path of another
 /// `#[task]` fn whose only payload parameter is a [`DeadTask`], resp. [`SucceededTask`],
 /// enqueued in the transaction that records this task's death, resp. success; see
-/// [`Task::ON_DEAD`]). For a recurring task without payload
+/// [`Task::ON_DEAD`]), `ordered_by` (payload parameter names, e.g. `ordered_by = [account]`:
+/// tasks of the queue with equal values run one at a time, in commit order; sets
+/// [`Task::ORDERED`]; see [`Ordered`](ordered::Ordered)) and `ordered_dead_after` (with
+/// `ordered_by`: the task dies after that many attempts and its death lets its key go on; by
+/// default a dead task holds its key). One enqueue gets an order key of its own with
+/// [`with_order_key`](Enqueue::with_order_key). For a recurring task without payload
 /// parameters: `cron` (`"0 3 * * *"`, or 6 fields with seconds first; see [`Schedule`](schedule::Schedule)),
 /// `timezone` (default `"UTC"`) and `missed_ticks` (`"latest"`, the default, `"skip"` or
 /// `"all(N)"`; see [`MissedTicks`](schedule::MissedTicks)).
@@ -158,7 +163,7 @@ pub mod settings {
 /// ```no_run
 /// use std::time::Duration;
 /// use sqlx::MySqlPool;
-/// use taskq::prelude::*; // the enqueue options (`with_delay`) and `.permanent()`
+/// use taskq::prelude::*; // `.permanent()` (the enqueue options need no import)
 /// use taskq::{Data, TaskContext, TaskError};
 ///
 /// #[derive(Debug)]

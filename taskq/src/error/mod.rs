@@ -7,6 +7,7 @@ use taskq_driver::state::{TaskId, TaskState};
 
 mod diagnose;
 mod report;
+mod retry;
 mod task_error;
 
 pub(crate) use diagnose::connect_problem;

@@ -45,7 +45,7 @@ mod relay;
 
 pub use relay::{OnRejected, Relay, RelayBuilder, Round};
 pub use taskq_driver::event::{EventInfo, EventKeyInfo, EventState, EventTopicStats, HeldEventKey};
-pub use taskq_outbox::{Bytes, FnSink, Message, Outcome, PerMessageSink, Sink};
+pub use taskq_outbox::{Bytes, FnSink, Message, Outcome, PerMessageSink, Reconnecting, Sink};
 
 /// The NATS JetStream sink (feature `nats`).
 #[cfg(feature = "nats")]
