@@ -2,7 +2,8 @@
 //!
 //! Each message is a JetStream publish to its subject, with the header `Nats-Msg-Id` set to the
 //! message id, so the stream drops a second publish of the same id within its duplicate window
-//! (2 minutes by default, `duplicate_window` of the stream), plus the message's headers.
+//! (2 minutes by default, `duplicate_window` of the stream), the header
+//! [`Taskq-Key`](crate::KEY_HEADER) set to the message's key, plus the message's headers.
 //! **Delivered** = the stream's publish ack came back (the message is stored in the stream, on
 //! disk for a file-backed stream, on a quorum of replicas for a replicated one; a duplicate's
 //! ack counts too: the stream has that id already).
@@ -121,8 +122,8 @@ impl Sink for NatsSink {
             let mut p = PublishMessage::build()
                 .payload(m.payload.clone())
                 .message_id(&m.id);
-            for (name, value) in &m.headers {
-                p = p.header(name.as_str(), value.as_str());
+            for (name, value) in m.headers_to_publish() {
+                p = p.header(name, value);
             }
             match self.js.send_publish(m.subject.clone(), p).await {
                 Ok(ack) => in_flight.push_back((i, ack)),

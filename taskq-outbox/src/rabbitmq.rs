@@ -2,7 +2,8 @@
 //!
 //! Each message is a `basic.publish` to the sink's exchange with the message's subject as
 //! routing key, `mandatory` set, persistent (`delivery_mode` 2), the `message_id` property set
-//! to the message id and the headers in the header table, on one channel in confirm mode.
+//! to the message id and, in the header table, [`Taskq-Key`](crate::KEY_HEADER) set to the
+//! message's key and the message's headers, on one channel in confirm mode.
 //! **Delivered** = the broker confirmed it (`basic.ack` of publisher confirms) without
 //! returning it: routed to at least one queue, and for a durable queue written to disk (a
 //! quorum queue: to a majority of its replicas). A returned message (`mandatory`, routed to no
@@ -94,20 +95,17 @@ impl RabbitSink {
     }
 
     fn properties(m: &Message) -> BasicProperties {
-        let mut props = BasicProperties::default()
-            .with_delivery_mode(2)
-            .with_message_id(ShortString::from(m.id.as_str()));
-        if !m.headers.is_empty() {
-            let mut table = FieldTable::default();
-            for (name, value) in &m.headers {
-                table.insert(
-                    ShortString::from(name.as_str()),
-                    AMQPValue::LongString(LongString::from(value.as_str())),
-                );
-            }
-            props = props.with_headers(table);
+        let mut table = FieldTable::default();
+        for (name, value) in m.headers_to_publish() {
+            table.insert(
+                ShortString::from(name),
+                AMQPValue::LongString(LongString::from(value)),
+            );
         }
-        props
+        BasicProperties::default()
+            .with_delivery_mode(2)
+            .with_message_id(ShortString::from(m.id.as_str()))
+            .with_headers(table)
     }
 }
 
