@@ -264,6 +264,40 @@ mod nats {
         drop_stream(&sink, &name).await;
     }
 
+    /// `ensure_stream` creates a missing stream for the subjects (so the publish is stored),
+    /// and leaves an existing one as it is.
+    #[tokio::test]
+    async fn nats_ensure_stream_creates_a_missing_stream_and_delivers() {
+        let Some(url) = brokers::or_skip(Broker::Nats) else {
+            return;
+        };
+        let name = brokers::fresh_name();
+        let sink = NatsSink::connect(&url).await.expect("connect to NATS");
+        assert!(
+            sink.context().get_stream(&name).await.is_err(),
+            "no stream {name} yet"
+        );
+        let sink = sink
+            .ensure_stream(&name, [format!("{name}.>")])
+            .await
+            .expect("ensure_stream");
+        // Again: the stream exists, nothing changes.
+        let sink = sink
+            .ensure_stream(&name, [format!("{name}.>")])
+            .await
+            .expect("ensure_stream of an existing stream");
+        let batch = keyed(&format!("{name}.orders"));
+        let out = sink.publish(&batch).await;
+        assert!(out.iter().all(Outcome::is_delivered), "{out:?}");
+        let mut stream = sink.context().get_stream(&name).await.expect("the stream");
+        let info = stream.info().await.expect("stream info").clone();
+        assert_eq!(info.config.subjects, [format!("{name}.>")]);
+        assert_eq!(info.config.storage, stream::StorageType::File);
+        let (got, _) = read_all(&mut stream).await;
+        assert_eq!(per_key(&batch, &got), expected(&batch, |_| true));
+        drop_stream(&sink, &name).await;
+    }
+
     /// A key is (subject, key): a failure on one subject holds that subject's key only, not
     /// the same key string on another subject (window 1, so the failure is known before the
     /// next message is sent).
@@ -295,8 +329,10 @@ mod nats {
 mod rabbitmq {
     use super::*;
     use taskq_outbox::rabbitmq::RabbitSink;
+    use taskq_outbox::rabbitmq::lapin::ExchangeKind;
     use taskq_outbox::rabbitmq::lapin::options::{
-        BasicGetOptions, QueueDeclareOptions, QueueDeleteOptions,
+        BasicGetOptions, ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions,
+        QueueDeleteOptions,
     };
     use taskq_outbox::rabbitmq::lapin::types::{AMQPValue, FieldTable};
 
@@ -457,6 +493,96 @@ mod rabbitmq {
             got.push((id, headers));
         }
         got
+    }
+
+    /// `declare_exchange` declares the sink's (fresh) exchange, durable, when the sink is made;
+    /// a queue bound to it then gets the messages. Without it, nothing is declared.
+    #[tokio::test]
+    async fn rabbitmq_declare_exchange_declares_a_missing_exchange_and_delivers() {
+        let Some(url) = brokers::or_skip(Broker::RabbitMq) else {
+            return;
+        };
+        let exchange = brokers::fresh_name();
+        let queue = format!("{exchange}_q");
+        // The default: a sink on a missing exchange declares nothing.
+        let plain = RabbitSink::connect(&url, &exchange)
+            .await
+            .expect("connect to RabbitMQ");
+        let out = plain
+            .publish(&[Message::new("p0", "orders.placed", "o", b"0".to_vec())])
+            .await;
+        assert!(matches!(&out[0], Outcome::Failed(_)), "{out:?}");
+        let sink = RabbitSink::connect(&url, &exchange)
+            .await
+            .expect("connect to RabbitMQ")
+            .declare_exchange(ExchangeKind::Topic)
+            .await
+            .expect("declare the exchange");
+        // It exists now (a passive declare of a missing exchange would close the channel).
+        let ch = sink.channel();
+        ch.exchange_declare(
+            exchange.as_str().into(),
+            ExchangeKind::Topic,
+            ExchangeDeclareOptions {
+                passive: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .expect("the exchange exists");
+        // Durable: declaring it again durable, same kind, is accepted (a non-durable one
+        // would be 406 PRECONDITION_FAILED).
+        ch.exchange_declare(
+            exchange.as_str().into(),
+            ExchangeKind::Topic,
+            ExchangeDeclareOptions {
+                durable: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .expect("the exchange is durable and a topic exchange");
+        ch.queue_declare(
+            queue.as_str().into(),
+            QueueDeclareOptions {
+                durable: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .expect("declare a queue");
+        ch.queue_bind(
+            queue.as_str().into(),
+            exchange.as_str().into(),
+            "orders.#".into(),
+            QueueBindOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .expect("bind the queue");
+        let batch = keyed("orders.placed");
+        let out = sink.publish(&batch).await;
+        assert!(out.iter().all(Outcome::is_delivered), "{out:?}");
+        let got = read_headers(&sink, &queue).await;
+        assert_key_headers(&batch, &got);
+        // The default exchange needs no declaration: nothing is declared, and it goes on.
+        let default = RabbitSink::connect(&url, "")
+            .await
+            .unwrap()
+            .declare_exchange(ExchangeKind::Direct)
+            .await
+            .expect("nothing to declare for the default exchange");
+        let out = default
+            .publish(&[Message::new("d0", queue.clone(), "d", b"0".to_vec())])
+            .await;
+        assert_eq!(out, [Outcome::Delivered]);
+        drop_queue(&sink, &queue).await;
+        ch.exchange_delete(exchange.as_str().into(), Default::default())
+            .await
+            .ok();
     }
 
     /// A key is (subject, key): a message of key "42" returned on one routing key does not

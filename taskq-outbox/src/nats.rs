@@ -22,7 +22,9 @@ pub use async_nats;
 
 use std::collections::VecDeque;
 
-use async_nats::jetstream::context::{PublishAckFuture, PublishError, PublishErrorKind};
+use async_nats::jetstream::context::{
+    CreateStreamError, PublishAckFuture, PublishError, PublishErrorKind,
+};
 use async_nats::jetstream::{self, message::PublishMessage};
 
 use crate::{Message, Outcome, Sink, Stopped};
@@ -59,6 +61,43 @@ impl NatsSink {
     pub fn with_window(mut self, window: usize) -> Self {
         self.window = window.max(1);
         self
+    }
+
+    /// Makes sure a stream named `name` exists, creating it when there is none: file storage,
+    /// capturing `subjects` (such as `["orders.>"]`), the server's defaults otherwise. A stream
+    /// of that name that exists already is left as it is (its subjects are not compared).
+    /// Opt-in: without it the sink never creates a stream. With [`Reconnecting`], call it in
+    /// the connect function, so each connection makes sure again:
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), taskq_outbox::nats::async_nats::Error> {
+    /// use taskq_outbox::nats::NatsSink;
+    /// let sink = NatsSink::connect("nats://127.0.0.1:4222")
+    ///     .await?
+    ///     .ensure_stream("ORDERS", ["orders.>"])
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// [`Reconnecting`]: crate::Reconnecting
+    pub async fn ensure_stream<I, S>(
+        self,
+        name: &str,
+        subjects: I,
+    ) -> Result<Self, CreateStreamError>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.js
+            .get_or_create_stream(jetstream::stream::Config {
+                name: name.to_owned(),
+                subjects: subjects.into_iter().map(Into::into).collect(),
+                storage: jetstream::stream::StorageType::File,
+                ..Default::default()
+            })
+            .await?;
+        Ok(self)
     }
 
     /// The JetStream context.

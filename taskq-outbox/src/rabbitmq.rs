@@ -26,9 +26,9 @@ pub use lapin;
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
+use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, ExchangeDeclareOptions};
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
-use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
+use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, ExchangeKind};
 use lapin::{Confirmation, PublisherConfirm};
 
 use crate::{Message, Outcome, Sink, Stopped};
@@ -87,6 +87,41 @@ impl RabbitSink {
     pub fn with_max_message_size(mut self, bytes: usize) -> Self {
         self.max_message_size = bytes;
         self
+    }
+
+    /// Declares the sink's exchange, durable, of `kind` (`exchange.declare`: nothing changes
+    /// when it exists with the same kind and durability; a different one is an error, `406
+    /// PRECONDITION_FAILED`, and closes the channel). Opt-in: without it the sink declares
+    /// nothing. The default exchange (`""`) always exists: nothing is declared for it. Queues
+    /// and their bindings are not declared: until one is bound for a routing key, its
+    /// messages are returned and `Rejected` (see the [module](self)). With
+    /// [`Reconnecting`](crate::Reconnecting), call it in the connect function, so each new
+    /// channel declares again:
+    ///
+    /// ```no_run
+    /// # async fn f() -> taskq_outbox::rabbitmq::lapin::Result<()> {
+    /// use taskq_outbox::rabbitmq::{RabbitSink, lapin::ExchangeKind};
+    /// let sink = RabbitSink::connect("amqp://guest:guest@127.0.0.1:5672/%2f", "orders")
+    ///     .await?
+    ///     .declare_exchange(ExchangeKind::Topic)
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn declare_exchange(self, kind: ExchangeKind) -> lapin::Result<Self> {
+        if !self.exchange.is_empty() {
+            self.channel
+                .exchange_declare(
+                    ShortString::from(self.exchange.as_str()),
+                    kind,
+                    ExchangeDeclareOptions {
+                        durable: true,
+                        ..ExchangeDeclareOptions::default()
+                    },
+                    FieldTable::default(),
+                )
+                .await?;
+        }
+        Ok(self)
     }
 
     /// The channel.
