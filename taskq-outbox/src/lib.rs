@@ -188,6 +188,37 @@ impl<'a> Stopped<'a> {
     }
 }
 
+/// How often at most a broker sink logs the same setup warning (a missing stream, exchange or
+/// binding), per name: the relay retries such messages, and each retry would log again.
+#[cfg(any(feature = "nats", feature = "rabbitmq"))]
+pub(crate) const WARN_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Whether the setup warning named `what` is due: `true` at most once per [`WARN_EVERY`] for
+/// each `what`, in this process (so a sink connected again by [`Reconnecting`] does not log it
+/// again either).
+#[cfg(any(feature = "nats", feature = "rabbitmq"))]
+pub(crate) fn warning_due(what: String) -> bool {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    use std::time::Instant;
+    static LAST: OnceLock<Mutex<HashMap<String, Instant>>> = OnceLock::new();
+    let mut last = LAST
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    let now = Instant::now();
+    if last.len() >= 1024 {
+        last.retain(|_, at| now.duration_since(*at) < WARN_EVERY);
+    }
+    match last.get(&what) {
+        Some(at) if now.duration_since(*at) < WARN_EVERY => false,
+        _ => {
+            last.insert(what, now);
+            true
+        }
+    }
+}
+
 /// A sink that is a function of yours, for a broker taskq has no sink for: the whole batch
 /// goes to an async closure, which must keep the [`Sink`] contract itself (see
 /// [`PerMessageSink`] for a closure that publishes one message and leaves the contract to
@@ -365,6 +396,15 @@ mod tests {
             msg("2", "").headers_to_publish().collect::<Vec<_>>(),
             [(KEY_HEADER, "")]
         );
+    }
+
+    #[cfg(any(feature = "nats", feature = "rabbitmq"))]
+    #[test]
+    fn a_setup_warning_is_due_once_per_name_and_interval() {
+        let name = format!("test-{:?}", std::time::Instant::now());
+        assert!(warning_due(name.clone()));
+        assert!(!warning_due(name.clone()));
+        assert!(warning_due(format!("{name}-other")));
     }
 
     #[tokio::test]

@@ -16,6 +16,11 @@
 //! stream with `discard: new`...) is `Rejected`; no ack in time, a broken connection, no stream
 //! answering for the subject (none defined, or JetStream unavailable) are
 //! [`Outcome::Failed`].
+//!
+//! **Setup.** The sink creates no stream unless asked: a subject no stream captures fails
+//! (the relay backs off and tries again, for as long as there is none), and the sink logs a
+//! warning naming the subject (at most once a minute per subject). Create the stream before
+//! starting the relay, or let the sink make sure it exists with [`NatsSink::ensure_stream`].
 
 /// The client crate, at the version this sink is built with.
 pub use async_nats;
@@ -106,8 +111,22 @@ impl NatsSink {
     }
 }
 
-/// The outcome a publish error stands for.
-fn outcome_of(e: PublishError) -> Outcome {
+/// The outcome a publish error of a message to `subject` stands for; a publish no stream
+/// answered also logs a warning naming the subject (at most once per [`WARN_EVERY`] per
+/// subject).
+///
+/// [`WARN_EVERY`]: crate::WARN_EVERY
+fn outcome_of(e: PublishError, subject: &str) -> Outcome {
+    if matches!(e.kind(), PublishErrorKind::StreamNotFound)
+        && crate::warning_due(format!("nats stream {subject}"))
+    {
+        tracing::warn!(
+            subject,
+            "NATS: no JetStream stream captures subject {subject} (the publish had no \
+             responders; or JetStream is not enabled); its messages fail and are retried \
+             until a stream takes the subject: create one, or use NatsSink::ensure_stream"
+        );
+    }
     match e.kind() {
         PublishErrorKind::MaxPayloadExceeded
         | PublishErrorKind::WrongLastMessageId
@@ -144,7 +163,7 @@ impl Sink for NatsSink {
         ) {
             let o = match ack.await {
                 Ok(_) => Outcome::Delivered,
-                Err(e) => outcome_of(e),
+                Err(e) => outcome_of(e, &batch[i].subject),
             };
             stopped.record(&batch[i], &o);
             out[i] = Some(o);
@@ -167,7 +186,7 @@ impl Sink for NatsSink {
             match self.js.send_publish(m.subject.clone(), p).await {
                 Ok(ack) => in_flight.push_back((i, ack)),
                 Err(e) => {
-                    let o = outcome_of(e);
+                    let o = outcome_of(e, &m.subject);
                     stopped.record(m, &o);
                     out[i] = Some(o);
                 }
