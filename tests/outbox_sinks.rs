@@ -27,6 +27,42 @@ fn interleaved(subject: &str, keys: usize, per_key: usize) -> Vec<Message> {
     batch
 }
 
+/// Two keys × two messages on `subject`; `k1`'s first message also carries a header of its
+/// own named `taskq-key` (another case of `Taskq-Key`), which the sink's value replaces.
+fn keyed(subject: &str) -> Vec<Message> {
+    vec![
+        Message::new("k0-0", subject, "order-0", b"0".to_vec()).with_header("trace", "t0"),
+        Message::new("k1-0", subject, "order-1", b"1".to_vec())
+            .with_header("taskq-key", "forged by the event"),
+        Message::new("k0-1", subject, "order-0", b"2".to_vec()),
+        Message::new("k1-1", subject, "order-1", b"3".to_vec()),
+    ]
+}
+
+/// Checks `(message id, headers as the consumer got them)` against [`keyed`]'s batch: every
+/// message carries exactly one header named `Taskq-Key` in any case, with its key; other
+/// headers as published.
+fn assert_key_headers(batch: &[Message], got: &[(String, Vec<(String, String)>)]) {
+    assert_eq!(got.len(), batch.len(), "{got:?}");
+    for (id, headers) in got {
+        let m = batch.iter().find(|m| &m.id == id).expect("a published id");
+        let named: Vec<&(String, String)> = headers
+            .iter()
+            .filter(|(n, _)| n.eq_ignore_ascii_case(taskq_outbox::KEY_HEADER))
+            .collect();
+        assert_eq!(
+            named,
+            [&(taskq_outbox::KEY_HEADER.to_owned(), m.key.clone())],
+            "{id}: {headers:?}"
+        );
+        for (name, value) in &m.headers {
+            if !name.eq_ignore_ascii_case(taskq_outbox::KEY_HEADER) {
+                assert!(headers.contains(&(name.clone(), value.clone())), "{id}");
+            }
+        }
+    }
+}
+
 /// What a consumer received, as (message id, payload) in arrival order, checked against the
 /// batch: every id at most once and, per key, in batch order. Returns the ids per key.
 fn per_key(batch: &[Message], received: &[(String, Vec<u8>)]) -> BTreeMap<String, Vec<String>> {
@@ -201,6 +237,67 @@ mod nats {
         drop_stream(&sink, &name).await;
     }
 
+    /// Every message carries its key as the header `Taskq-Key`, once (a header of the
+    /// message with that name in another case is not published).
+    #[tokio::test]
+    async fn nats_sends_the_key_as_the_taskq_key_header() {
+        let Some((sink, mut stream, name)) = setup().await else {
+            return;
+        };
+        let batch = keyed(&format!("{name}.orders"));
+        let out = sink.publish(&batch).await;
+        assert!(out.iter().all(Outcome::is_delivered), "{out:?}");
+        let mut got = Vec::new();
+        let count = stream.info().await.expect("stream info").state.messages;
+        for seq in 1..=count {
+            let m = stream.get_raw_message(seq).await.expect("stored message");
+            let mut headers = Vec::new();
+            for (name, values) in m.headers.iter() {
+                for v in values {
+                    headers.push((name.to_string(), v.to_string()));
+                }
+            }
+            let id = m.headers.get("Nats-Msg-Id").expect("an id").to_string();
+            got.push((id, headers));
+        }
+        assert_key_headers(&batch, &got);
+        drop_stream(&sink, &name).await;
+    }
+
+    /// `ensure_stream` creates a missing stream for the subjects (so the publish is stored),
+    /// and leaves an existing one as it is.
+    #[tokio::test]
+    async fn nats_ensure_stream_creates_a_missing_stream_and_delivers() {
+        let Some(url) = brokers::or_skip(Broker::Nats) else {
+            return;
+        };
+        let name = brokers::fresh_name();
+        let sink = NatsSink::connect(&url).await.expect("connect to NATS");
+        assert!(
+            sink.context().get_stream(&name).await.is_err(),
+            "no stream {name} yet"
+        );
+        let sink = sink
+            .ensure_stream(&name, [format!("{name}.>")])
+            .await
+            .expect("ensure_stream");
+        // Again: the stream exists, nothing changes.
+        let sink = sink
+            .ensure_stream(&name, [format!("{name}.>")])
+            .await
+            .expect("ensure_stream of an existing stream");
+        let batch = keyed(&format!("{name}.orders"));
+        let out = sink.publish(&batch).await;
+        assert!(out.iter().all(Outcome::is_delivered), "{out:?}");
+        let mut stream = sink.context().get_stream(&name).await.expect("the stream");
+        let info = stream.info().await.expect("stream info").clone();
+        assert_eq!(info.config.subjects, [format!("{name}.>")]);
+        assert_eq!(info.config.storage, stream::StorageType::File);
+        let (got, _) = read_all(&mut stream).await;
+        assert_eq!(per_key(&batch, &got), expected(&batch, |_| true));
+        drop_stream(&sink, &name).await;
+    }
+
     /// A key is (subject, key): a failure on one subject holds that subject's key only, not
     /// the same key string on another subject (window 1, so the failure is known before the
     /// next message is sent).
@@ -232,8 +329,10 @@ mod nats {
 mod rabbitmq {
     use super::*;
     use taskq_outbox::rabbitmq::RabbitSink;
+    use taskq_outbox::rabbitmq::lapin::ExchangeKind;
     use taskq_outbox::rabbitmq::lapin::options::{
-        BasicGetOptions, QueueDeclareOptions, QueueDeleteOptions,
+        BasicGetOptions, ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions,
+        QueueDeleteOptions,
     };
     use taskq_outbox::rabbitmq::lapin::types::{AMQPValue, FieldTable};
 
@@ -359,6 +458,133 @@ mod rabbitmq {
         drop_queue(&sink, &queue).await;
     }
 
+    /// Every message carries its key as the header-table entry `Taskq-Key`, once.
+    #[tokio::test]
+    async fn rabbitmq_sends_the_key_as_the_taskq_key_header() {
+        let Some((sink, queue)) = setup().await else {
+            return;
+        };
+        let batch = keyed(&queue);
+        let out = sink.publish(&batch).await;
+        assert!(out.iter().all(Outcome::is_delivered), "{out:?}");
+        let got = read_headers(&sink, &queue).await;
+        assert_key_headers(&batch, &got);
+        drop_queue(&sink, &queue).await;
+    }
+
+    /// Drains the queue: (message_id, header table as text) of each message.
+    async fn read_headers(sink: &RabbitSink, queue: &str) -> Vec<(String, Vec<(String, String)>)> {
+        let mut got = Vec::new();
+        while let Some(m) = sink
+            .channel()
+            .basic_get(queue.into(), BasicGetOptions { no_ack: true })
+            .await
+            .expect("basic.get")
+        {
+            let p = &m.delivery.properties;
+            let id = p.message_id().as_ref().expect("message_id").to_string();
+            let mut headers = Vec::new();
+            for (k, v) in p.headers().as_ref().expect("a header table").inner() {
+                let AMQPValue::LongString(v) = v else {
+                    panic!("{k}: {v:?}")
+                };
+                headers.push((k.to_string(), v.to_string()));
+            }
+            got.push((id, headers));
+        }
+        got
+    }
+
+    /// `declare_exchange` declares the sink's (fresh) exchange, durable, when the sink is made;
+    /// a queue bound to it then gets the messages. Without it, nothing is declared.
+    #[tokio::test]
+    async fn rabbitmq_declare_exchange_declares_a_missing_exchange_and_delivers() {
+        let Some(url) = brokers::or_skip(Broker::RabbitMq) else {
+            return;
+        };
+        let exchange = brokers::fresh_name();
+        let queue = format!("{exchange}_q");
+        // The default: a sink on a missing exchange declares nothing.
+        let plain = RabbitSink::connect(&url, &exchange)
+            .await
+            .expect("connect to RabbitMQ");
+        let out = plain
+            .publish(&[Message::new("p0", "orders.placed", "o", b"0".to_vec())])
+            .await;
+        assert!(matches!(&out[0], Outcome::Failed(_)), "{out:?}");
+        let sink = RabbitSink::connect(&url, &exchange)
+            .await
+            .expect("connect to RabbitMQ")
+            .declare_exchange(ExchangeKind::Topic)
+            .await
+            .expect("declare the exchange");
+        // It exists now (a passive declare of a missing exchange would close the channel).
+        let ch = sink.channel();
+        ch.exchange_declare(
+            exchange.as_str().into(),
+            ExchangeKind::Topic,
+            ExchangeDeclareOptions {
+                passive: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .expect("the exchange exists");
+        // Durable: declaring it again durable, same kind, is accepted (a non-durable one
+        // would be 406 PRECONDITION_FAILED).
+        ch.exchange_declare(
+            exchange.as_str().into(),
+            ExchangeKind::Topic,
+            ExchangeDeclareOptions {
+                durable: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .expect("the exchange is durable and a topic exchange");
+        ch.queue_declare(
+            queue.as_str().into(),
+            QueueDeclareOptions {
+                durable: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .expect("declare a queue");
+        ch.queue_bind(
+            queue.as_str().into(),
+            exchange.as_str().into(),
+            "orders.#".into(),
+            QueueBindOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .expect("bind the queue");
+        let batch = keyed("orders.placed");
+        let out = sink.publish(&batch).await;
+        assert!(out.iter().all(Outcome::is_delivered), "{out:?}");
+        let got = read_headers(&sink, &queue).await;
+        assert_key_headers(&batch, &got);
+        // The default exchange needs no declaration: nothing is declared, and it goes on.
+        let default = RabbitSink::connect(&url, "")
+            .await
+            .unwrap()
+            .declare_exchange(ExchangeKind::Direct)
+            .await
+            .expect("nothing to declare for the default exchange");
+        let out = default
+            .publish(&[Message::new("d0", queue.clone(), "d", b"0".to_vec())])
+            .await;
+        assert_eq!(out, [Outcome::Delivered]);
+        drop_queue(&sink, &queue).await;
+        ch.exchange_delete(exchange.as_str().into(), Default::default())
+            .await
+            .ok();
+    }
+
     /// A key is (subject, key): a message of key "42" returned on one routing key does not
     /// hold key "42" on another (window 1, so the refusal is known before the next send).
     #[tokio::test]
@@ -462,6 +688,62 @@ mod redis {
         assert_eq!(got.len(), 60);
         assert_eq!(with_header, 60);
         assert_eq!(per_key(&batch, &got), expected(&batch, |_| true));
+        let _: () = conn.del(&stream).await.unwrap();
+    }
+
+    /// Every entry carries its key twice: the field `key` (as before) and the field
+    /// `h:Taskq-Key`, once (a header of the message named `taskq-key` is not added).
+    #[tokio::test]
+    async fn redis_sends_the_key_as_the_taskq_key_header_field() {
+        let Some((sink, mut conn, stream)) = setup().await else {
+            return;
+        };
+        let batch = keyed(&stream);
+        let out = sink.publish(&batch).await;
+        assert!(out.iter().all(Outcome::is_delivered), "{out:?}");
+        let entries: Value = client::cmd("XRANGE")
+            .arg(&stream)
+            .arg("-")
+            .arg("+")
+            .query_async(&mut conn)
+            .await
+            .expect("XRANGE");
+        let Value::Array(entries) = entries else {
+            panic!("XRANGE answered {entries:?}")
+        };
+        let mut got = Vec::new();
+        for e in entries {
+            let Value::Array(parts) = e else { panic!() };
+            let Value::Array(fields) = &parts[1] else {
+                panic!()
+            };
+            let fields: Vec<(String, String)> = fields
+                .chunks(2)
+                .map(|kv| {
+                    (
+                        String::from_utf8(text(&kv[0])).unwrap(),
+                        String::from_utf8(text(&kv[1])).unwrap(),
+                    )
+                })
+                .collect();
+            let field = |name: &str| {
+                fields
+                    .iter()
+                    .find(|(n, _)| n == name)
+                    .map(|(_, v)| v.clone())
+                    .unwrap()
+            };
+            let id = field("id");
+            let m = batch.iter().find(|m| m.id == id).unwrap();
+            assert_eq!(field("key"), m.key, "the key field is kept");
+            // The header fields, without their `h:` prefix.
+            let headers = fields
+                .iter()
+                .filter_map(|(n, v)| Some((n.strip_prefix("h:")?.to_owned(), v.clone())))
+                .collect();
+            got.push((id, headers));
+        }
+        assert_key_headers(&batch, &got);
         let _: () = conn.del(&stream).await.unwrap();
     }
 
@@ -761,4 +1043,86 @@ mod support {
         })
         .await;
     }
+}
+
+/// End to end: events written with `publish_tx` and relayed (`Relay::run_once`) reach each
+/// broker with their key in the header `Taskq-Key`, as a consumer reads them.
+mod relay_key_header {
+    use super::*;
+    use taskq::outbox::{Event, Relay};
+    use taskq_tests::backends::Db;
+    use taskq_tests::brokers::Destination;
+    use taskq_tests::drivers::HasDriver;
+
+    #[derive(serde::Serialize)]
+    struct Placed {
+        #[serde(skip)]
+        topic: String,
+        order: String,
+        n: u32,
+    }
+
+    impl Event for Placed {
+        fn topic(&self) -> &str {
+            &self.topic
+        }
+        fn key(&self) -> String {
+            self.order.clone()
+        }
+    }
+
+    async fn relayed_to<B: HasDriver, S: Sink + 'static>(
+        db: &Db<B>,
+        broker: Broker,
+        url: &str,
+        sink: S,
+    ) {
+        let dest = Destination::create(broker, url).await;
+        let mut tx = db.begin().await;
+        for n in 0..3 {
+            for order in ["o-1", "o-2"] {
+                Placed {
+                    topic: dest.topic.clone(),
+                    order: order.to_owned(),
+                    n,
+                }
+                .publish_tx(&mut tx)
+                .await
+                .expect("publish_tx");
+            }
+        }
+        tx.commit().await.expect("commit");
+        let relay = Relay::builder(db.pool.clone(), sink)
+            .topics([dest.topic.clone()])
+            .build()
+            .unwrap();
+        let round = relay.run_once().await.expect("a round");
+        assert_eq!((round.published, round.delivered), (6, 6), "{broker:?}");
+        let got = dest.read_all().await;
+        dest.delete().await;
+        assert_eq!(got.len(), 6, "{broker:?}");
+        for m in &got {
+            let order = m.json()["order"].as_str().unwrap().to_owned();
+            assert_eq!(m.key_header.as_deref(), Some(order.as_str()), "{broker:?}");
+        }
+    }
+
+    async fn the_relay_sends_each_events_key_as_the_taskq_key_header<B: HasDriver>(db: Db<B>) {
+        if let Some(url) = brokers::or_skip(Broker::Nats) {
+            let sink = taskq_outbox::nats::NatsSink::connect(&url).await.unwrap();
+            relayed_to(&db, Broker::Nats, &url, sink).await;
+        }
+        if let Some(url) = brokers::or_skip(Broker::RabbitMq) {
+            let sink = taskq_outbox::rabbitmq::RabbitSink::connect(&url, "")
+                .await
+                .unwrap();
+            relayed_to(&db, Broker::RabbitMq, &url, sink).await;
+        }
+        if let Some(url) = brokers::or_skip(Broker::Redis) {
+            let sink = taskq_outbox::redis::RedisSink::connect(&url).await.unwrap();
+            relayed_to(&db, Broker::Redis, &url, sink).await;
+        }
+    }
+
+    taskq_tests::conformance!(the_relay_sends_each_events_key_as_the_taskq_key_header);
 }

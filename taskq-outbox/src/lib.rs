@@ -1,7 +1,8 @@
 //! taskq's outbox side: **sinks**, what publishes a batch of messages to a broker and says, for
 //! each message, whether the broker has it.
 //!
-//! - [`Message`]: one message (id, subject or topic, key, payload bytes, headers).
+//! - [`Message`]: one message (id, subject or topic, key, payload bytes, headers). The broker
+//!   sinks send its key as the header [`KEY_HEADER`] (`Taskq-Key`) too.
 //! - [`Sink`]: publishes a batch and returns one [`Outcome`] per message: [`Delivered`],
 //!   [`Rejected`] (never will be: too large, refused), [`Failed`] (transient: try again) or
 //!   [`Held`] (not sent, because an earlier message of its key in the batch was not delivered).
@@ -41,6 +42,15 @@ pub mod redis;
 
 pub use reconnect::Reconnecting;
 
+/// The header every broker sink (NATS, RabbitMQ, Redis) puts on each message it publishes, set
+/// to the message's [`Message::key`], so that a consumer can partition or route by key without
+/// parsing the payload: a NATS header, an entry of the AMQP header table, and on Redis Streams
+/// the field `h:Taskq-Key` (besides the field `key`, kept as it was).
+///
+/// The sink's value wins: a header of the message with this name (compared ignoring ASCII
+/// case) is not published, so a message never carries two (see [`Message::headers_to_publish`]).
+pub const KEY_HEADER: &str = "Taskq-Key";
+
 /// One message to publish.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Message {
@@ -58,7 +68,8 @@ pub struct Message {
     /// The payload, as bytes.
     pub payload: Bytes,
     /// Headers (name, value), published as the broker's headers (NATS headers, AMQP header
-    /// table, extra stream fields on Redis).
+    /// table, extra stream fields on Redis). The broker sinks add [`KEY_HEADER`] with the key,
+    /// and leave out a header of that name given here.
     pub headers: Vec<(String, String)>,
 }
 
@@ -83,6 +94,19 @@ impl Message {
     /// relay's key (its topic and key).
     pub fn order_key(&self) -> (&str, &str) {
         (&self.subject, &self.key)
+    }
+
+    /// The headers a broker sink publishes, in order: [`KEY_HEADER`] with [`key`](Self::key),
+    /// then [`headers`](Self::headers) except any named `Taskq-Key` (ignoring ASCII case): the
+    /// key's header is always the message's own key, and there is only one. For a sink of your
+    /// own that should send the key the same way.
+    pub fn headers_to_publish(&self) -> impl Iterator<Item = (&str, &str)> {
+        std::iter::once((KEY_HEADER, self.key.as_str())).chain(
+            self.headers
+                .iter()
+                .filter(|(name, _)| !name.eq_ignore_ascii_case(KEY_HEADER))
+                .map(|(name, value)| (name.as_str(), value.as_str())),
+        )
     }
 
     /// Adds a header.
@@ -160,6 +184,37 @@ impl<'a> Stopped<'a> {
     pub(crate) fn record(&mut self, m: &'a Message, outcome: &Outcome) {
         if !outcome.is_delivered() {
             self.keys.insert(m.order_key());
+        }
+    }
+}
+
+/// How often at most a broker sink logs the same setup warning (a missing stream, exchange or
+/// binding), per name: the relay retries such messages, and each retry would log again.
+#[cfg(any(feature = "nats", feature = "rabbitmq"))]
+pub(crate) const WARN_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Whether the setup warning named `what` is due: `true` at most once per [`WARN_EVERY`] for
+/// each `what`, in this process (so a sink connected again by [`Reconnecting`] does not log it
+/// again either).
+#[cfg(any(feature = "nats", feature = "rabbitmq"))]
+pub(crate) fn warning_due(what: String) -> bool {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    use std::time::Instant;
+    static LAST: OnceLock<Mutex<HashMap<String, Instant>>> = OnceLock::new();
+    let mut last = LAST
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    let now = Instant::now();
+    if last.len() >= 1024 {
+        last.retain(|_, at| now.duration_since(*at) < WARN_EVERY);
+    }
+    match last.get(&what) {
+        Some(at) if now.duration_since(*at) < WARN_EVERY => false,
+        _ => {
+            last.insert(what, now);
+            true
         }
     }
 }
@@ -327,6 +382,29 @@ mod tests {
         assert!(matches!(out[0], Outcome::Failed(_)), "{out:?}");
         assert_eq!(out[1], Outcome::Delivered, "{out:?}");
         assert_eq!(out[2], Outcome::Held, "{out:?}");
+    }
+
+    #[test]
+    fn the_key_header_comes_first_and_a_header_of_its_name_is_left_out() {
+        let m = msg("1", "order-7")
+            .with_header("trace", "t1")
+            .with_header("taskq-key", "forged")
+            .with_header(KEY_HEADER, "forged too");
+        let published: Vec<(&str, &str)> = m.headers_to_publish().collect();
+        assert_eq!(published, [(KEY_HEADER, "order-7"), ("trace", "t1")]);
+        assert_eq!(
+            msg("2", "").headers_to_publish().collect::<Vec<_>>(),
+            [(KEY_HEADER, "")]
+        );
+    }
+
+    #[cfg(any(feature = "nats", feature = "rabbitmq"))]
+    #[test]
+    fn a_setup_warning_is_due_once_per_name_and_interval() {
+        let name = format!("test-{:?}", std::time::Instant::now());
+        assert!(warning_due(name.clone()));
+        assert!(!warning_due(name.clone()));
+        assert!(warning_due(format!("{name}-other")));
     }
 
     #[tokio::test]

@@ -2,7 +2,8 @@
 //!
 //! Each message is a JetStream publish to its subject, with the header `Nats-Msg-Id` set to the
 //! message id, so the stream drops a second publish of the same id within its duplicate window
-//! (2 minutes by default, `duplicate_window` of the stream), plus the message's headers.
+//! (2 minutes by default, `duplicate_window` of the stream), the header
+//! [`Taskq-Key`](crate::KEY_HEADER) set to the message's key, plus the message's headers.
 //! **Delivered** = the stream's publish ack came back (the message is stored in the stream, on
 //! disk for a file-backed stream, on a quorum of replicas for a replicated one; a duplicate's
 //! ack counts too: the stream has that id already).
@@ -15,13 +16,20 @@
 //! stream with `discard: new`...) is `Rejected`; no ack in time, a broken connection, no stream
 //! answering for the subject (none defined, or JetStream unavailable) are
 //! [`Outcome::Failed`].
+//!
+//! **Setup.** The sink creates no stream unless asked: a subject no stream captures fails
+//! (the relay backs off and tries again, for as long as there is none), and the sink logs a
+//! warning naming the subject (at most once a minute per subject). Create the stream before
+//! starting the relay, or let the sink make sure it exists with [`NatsSink::ensure_stream`].
 
 /// The client crate, at the version this sink is built with.
 pub use async_nats;
 
 use std::collections::VecDeque;
 
-use async_nats::jetstream::context::{PublishAckFuture, PublishError, PublishErrorKind};
+use async_nats::jetstream::context::{
+    CreateStreamError, PublishAckFuture, PublishError, PublishErrorKind,
+};
 use async_nats::jetstream::{self, message::PublishMessage};
 
 use crate::{Message, Outcome, Sink, Stopped};
@@ -60,14 +68,65 @@ impl NatsSink {
         self
     }
 
+    /// Makes sure a stream named `name` exists, creating it when there is none: file storage,
+    /// capturing `subjects` (such as `["orders.>"]`), the server's defaults otherwise. A stream
+    /// of that name that exists already is left as it is (its subjects are not compared).
+    /// Opt-in: without it the sink never creates a stream. With [`Reconnecting`], call it in
+    /// the connect function, so each connection makes sure again:
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), taskq_outbox::nats::async_nats::Error> {
+    /// use taskq_outbox::nats::NatsSink;
+    /// let sink = NatsSink::connect("nats://127.0.0.1:4222")
+    ///     .await?
+    ///     .ensure_stream("ORDERS", ["orders.>"])
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// [`Reconnecting`]: crate::Reconnecting
+    pub async fn ensure_stream<I, S>(
+        self,
+        name: &str,
+        subjects: I,
+    ) -> Result<Self, CreateStreamError>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.js
+            .get_or_create_stream(jetstream::stream::Config {
+                name: name.to_owned(),
+                subjects: subjects.into_iter().map(Into::into).collect(),
+                storage: jetstream::stream::StorageType::File,
+                ..Default::default()
+            })
+            .await?;
+        Ok(self)
+    }
+
     /// The JetStream context.
     pub fn context(&self) -> &jetstream::Context {
         &self.js
     }
 }
 
-/// The outcome a publish error stands for.
-fn outcome_of(e: PublishError) -> Outcome {
+/// The outcome a publish error of a message to `subject` stands for; a publish no stream
+/// answered also logs a warning naming the subject (at most once per [`WARN_EVERY`] per
+/// subject).
+///
+/// [`WARN_EVERY`]: crate::WARN_EVERY
+fn outcome_of(e: PublishError, subject: &str) -> Outcome {
+    if matches!(e.kind(), PublishErrorKind::StreamNotFound)
+        && crate::warning_due(format!("nats stream {subject}"))
+    {
+        tracing::warn!(
+            subject,
+            "NATS: no JetStream stream captures subject {subject} (the publish had no \
+             responders; or JetStream is not enabled); its messages fail and are retried \
+             until a stream takes the subject: create one, or use NatsSink::ensure_stream"
+        );
+    }
     match e.kind() {
         PublishErrorKind::MaxPayloadExceeded
         | PublishErrorKind::WrongLastMessageId
@@ -104,7 +163,7 @@ impl Sink for NatsSink {
         ) {
             let o = match ack.await {
                 Ok(_) => Outcome::Delivered,
-                Err(e) => outcome_of(e),
+                Err(e) => outcome_of(e, &batch[i].subject),
             };
             stopped.record(&batch[i], &o);
             out[i] = Some(o);
@@ -121,13 +180,13 @@ impl Sink for NatsSink {
             let mut p = PublishMessage::build()
                 .payload(m.payload.clone())
                 .message_id(&m.id);
-            for (name, value) in &m.headers {
-                p = p.header(name.as_str(), value.as_str());
+            for (name, value) in m.headers_to_publish() {
+                p = p.header(name, value);
             }
             match self.js.send_publish(m.subject.clone(), p).await {
                 Ok(ack) => in_flight.push_back((i, ack)),
                 Err(e) => {
-                    let o = outcome_of(e);
+                    let o = outcome_of(e, &m.subject);
                     stopped.record(m, &o);
                     out[i] = Some(o);
                 }

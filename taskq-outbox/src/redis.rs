@@ -1,8 +1,10 @@
 //! Redis Streams (feature `redis`, through the `redis` crate).
 //!
-//! Each message is one `XADD <subject> * id <message id> key <key> payload <bytes>` (plus one
-//! field `h:<name>` per header), the stream being the message's subject and the entry id
-//! Redis's own (`*`). The batch goes as pipelines of up to [`RedisSink::with_window`] commands
+//! Each message is one `XADD <subject> * id <message id> key <key> payload <bytes> h:Taskq-Key
+//! <key>` plus one field `h:<name>` per header, the stream being the message's subject and the
+//! entry id Redis's own (`*`). The key is in two fields: `key` (as before) and
+//! `h:`[`Taskq-Key`](crate::KEY_HEADER), the header every broker sink sends; a header of the
+//! message with that name is left out, so there is one such field. The batch goes as pipelines of up to [`RedisSink::with_window`] commands
 //! on one multiplexed connection; Redis runs a connection's commands in order, so one key's
 //! entries are appended in batch order. **Delivered** = the `XADD` reply (an entry id) came
 //! back: the entry is in the memory of the server that answered, and only as durable as its
@@ -90,7 +92,7 @@ fn xadd(m: &Message) -> redis::Cmd {
         .arg(&m.key)
         .arg("payload")
         .arg(&m.payload[..]);
-    for (name, value) in &m.headers {
+    for (name, value) in m.headers_to_publish() {
         c.arg(format!("h:{name}")).arg(value);
     }
     c

@@ -135,6 +135,9 @@ pub struct Received {
     pub id: String,
     /// The Redis entry's `key` field (the other brokers do not carry the key by themselves).
     pub key: Option<String>,
+    /// The key as the header `Taskq-Key` carried it (`taskq_outbox::KEY_HEADER`: a NATS header,
+    /// an AMQP header-table entry, the Redis field `h:Taskq-Key`), when there was one.
+    pub key_header: Option<String>,
     /// The payload bytes.
     pub payload: Vec<u8>,
 }
@@ -298,9 +301,14 @@ impl Destination {
                         .get("Nats-Msg-Id")
                         .expect("Nats-Msg-Id header")
                         .to_string();
+                    let key_header = m
+                        .headers
+                        .get(taskq_outbox::KEY_HEADER)
+                        .map(|v| v.to_string());
                     got.push(Received {
                         id,
                         key: None,
+                        key_header,
                         payload: m.payload.to_vec(),
                     });
                 }
@@ -323,9 +331,23 @@ impl Destination {
                         .as_ref()
                         .expect("message_id property")
                         .to_string();
+                    let key_header =
+                        m.delivery.properties.headers().as_ref().and_then(|h| {
+                            match h
+                                .inner()
+                                .iter()
+                                .find(|(k, _)| k.as_str() == taskq_outbox::KEY_HEADER)
+                            {
+                                Some((_, lapin::types::AMQPValue::LongString(v))) => {
+                                    Some(v.to_string())
+                                }
+                                _ => None,
+                            }
+                        });
                     got.push(Received {
                         id,
                         key: None,
+                        key_header,
                         payload: m.delivery.data.clone(),
                     });
                 }
@@ -367,6 +389,9 @@ impl Destination {
                         got.push(Received {
                             id: String::from_utf8(map.remove("id").expect("an id field")).unwrap(),
                             key: map.remove("key").map(|k| String::from_utf8(k).unwrap()),
+                            key_header: map
+                                .remove(&format!("h:{}", taskq_outbox::KEY_HEADER))
+                                .map(|k| String::from_utf8(k).unwrap()),
                             payload: map.remove("payload").expect("a payload field"),
                         });
                         from = format!("({entry_id}");
@@ -556,6 +581,7 @@ mod ledger_tests {
             .map(|id| Received {
                 id: (*id).to_owned(),
                 key: Some(id[..1].to_owned()),
+                key_header: None,
                 payload: Vec::new(),
             })
             .collect()

@@ -45,7 +45,9 @@ mod relay;
 
 pub use relay::{OnRejected, Relay, RelayBuilder, Round};
 pub use taskq_driver::event::{EventInfo, EventKeyInfo, EventState, EventTopicStats, HeldEventKey};
-pub use taskq_outbox::{Bytes, FnSink, Message, Outcome, PerMessageSink, Reconnecting, Sink};
+pub use taskq_outbox::{
+    Bytes, FnSink, KEY_HEADER, Message, Outcome, PerMessageSink, Reconnecting, Sink,
+};
 
 /// The NATS JetStream sink (feature `nats`).
 #[cfg(feature = "nats")]
