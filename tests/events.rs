@@ -992,6 +992,7 @@ async fn a_relay_reading_on_a_key_stops_when_it_loses_the_lease<B: HasDriver>(db
         .build()
         .unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let counted = relay.clone();
     let running = tokio::spawn(async move {
         relay
             .run_until(async move {
@@ -1031,6 +1032,11 @@ async fn a_relay_reading_on_a_key_stops_when_it_loses_the_lease<B: HasDriver>(db
     .await;
     stop.send(()).unwrap();
     running.await.unwrap().unwrap();
+    // The relay counted the lease the replay ended (found by a settle, or by the next round
+    // that would have carried the key on).
+    let stats = counted.stats();
+    assert!(stats.leases_lost >= 1, "{stats:?}");
+    assert!(stats.delivered >= u64::from(LONG), "{stats:?}");
     // After the replay: the old lease's last rounds (at most the one out and the one read
     // ahead), then seq 1..=600 again under the new lease.
     let ns = seen.ns("long");
@@ -1175,6 +1181,66 @@ async fn a_failure_holds_a_key_of_one_topic_only<B: HasDriver>(db: Db<B>) {
         "b/42 delivered"
     );
     assert_eq!(r.delivered, 1);
+}
+
+/// `Relay::stats` counts what the relay did: rounds, events published and delivered, keys
+/// backed off, events dead-lettered, keys held; its clones share the counts, and another relay
+/// has its own.
+async fn a_relay_counts_what_it_did<B: HasDriver>(db: Db<B>) {
+    publish(
+        &db,
+        &[
+            ev("a", 1),
+            ev("a", 2),
+            ev("a", 3),
+            ev("b", 1),
+            ev("c", 1),
+            ev("c", 2),
+        ],
+    )
+    .await;
+    let sink = || {
+        PerMessageSink::new(|m: Message| async move {
+            match m.key.as_str() {
+                "b" => Outcome::Failed("broker away".into()),
+                "c" | "d" => Outcome::Rejected("refused".into()),
+                _ => Outcome::Delivered,
+            }
+        })
+    };
+    let relay = Relay::builder(db.pool.clone(), sink())
+        .on_rejected(OnRejected::DeadLetter)
+        .build()
+        .unwrap();
+    assert_eq!(relay.stats(), taskq::outbox::RelayStats::default());
+    let r = relay.run_once().await.unwrap();
+    assert_eq!((r.keys, r.published, r.delivered), (3, 6, 3));
+    let s = relay.clone().stats();
+    assert_eq!(
+        (s.rounds, s.published, s.delivered, s.failed, s.dead, s.held),
+        (1, 6, 3, 1, 1, 0),
+        "{s:?}"
+    );
+    assert_eq!((s.leases_lost, s.errors), (0, 0), "{s:?}");
+    // c's second event was held behind its first (the sink stops a key at a rejection): the
+    // key goes on with it next round.
+    assert_eq!(count_state(&db, "dead").await, 1);
+
+    // A strict relay: c's second event and d's first are rejected and hold their keys.
+    publish(&db, &[ev("d", 1)]).await;
+    let strict = Relay::builder(db.pool.clone(), sink()).build().unwrap();
+    strict.run_once().await.unwrap();
+    let s = strict.stats();
+    assert_eq!(
+        (s.rounds, s.published, s.delivered, s.failed, s.dead, s.held),
+        (1, 2, 0, 0, 0, 2),
+        "{s:?}"
+    );
+    assert_eq!(
+        relay.stats().rounds,
+        1,
+        "the first relay's counts are its own"
+    );
 }
 
 /// A sink that never answers does not wedge its keys: the relay gives its publish up at its
@@ -1383,6 +1449,7 @@ taskq_tests::conformance!(
     a_relay_holds_no_more_keys_than_it_reads,
     a_failed_keep_settle_keeps_its_dead_letters,
     a_sink_that_never_answers_does_not_wedge_its_keys,
+    a_relay_counts_what_it_did,
     a_failure_holds_a_key_of_one_topic_only,
     relay_settings_out_of_range_are_refused,
     events_publish_rows_with_seq_in_commit_order_and_the_relay_sends_them_with_their_ids,

@@ -30,6 +30,10 @@
 //! | `taskq_events_pending` | gauge | topic (events not delivered yet; only with `WorkerBuilder::event_metrics`) |
 //! | `taskq_events_lag_seconds` | gauge | topic (age of the oldest pending event, database clock; 0 when none; same) |
 //! | `taskq_events_held_keys` | gauge | topic (keys held back by a rejected event; same) |
+//! | `taskq_relay_rounds_total` | counter | — (rounds a relay settled; see `outbox::RelayStats`) |
+//! | `taskq_relay_events_total` | counter | outcome = published / delivered / failed / held / dead |
+//! | `taskq_relay_leases_lost_total` | counter | — (key leases a relay found lost) |
+//! | `taskq_relay_errors_total` | counter | — (relay rounds that failed on a database error) |
 
 use std::time::Duration;
 
@@ -108,6 +112,24 @@ pub(crate) fn follow_up(task: &str, kind: &'static str) {
 pub(crate) fn follow_up_error(task: &str, kind: &'static str) {
     counter!("taskq_follow_up_errors_total", "task" => task.to_owned(), "kind" => kind)
         .increment(1);
+}
+
+pub(crate) fn relay_round(published: u64, delivered: u64) {
+    counter!("taskq_relay_rounds_total").increment(1);
+    relay_events("published", published);
+    relay_events("delivered", delivered);
+}
+
+pub(crate) fn relay_events(outcome: &'static str, n: u64) {
+    counter!("taskq_relay_events_total", "outcome" => outcome).increment(n);
+}
+
+pub(crate) fn relay_leases_lost(n: u64) {
+    counter!("taskq_relay_leases_lost_total").increment(n);
+}
+
+pub(crate) fn relay_error() {
+    counter!("taskq_relay_errors_total").increment(1);
 }
 
 pub(crate) fn pruned(n: u64) {

@@ -42,8 +42,10 @@ use crate::task::enqueue::{AsConnection, conn_of, payload_limit};
 use taskq_driver::event::{NewEvent, new_message_id};
 
 mod relay;
+mod stats;
 
 pub use relay::{OnRejected, Relay, RelayBuilder, Round};
+pub use stats::RelayStats;
 pub use taskq_driver::event::{EventInfo, EventKeyInfo, EventState, EventTopicStats, HeldEventKey};
 pub use taskq_outbox::{
     Bytes, FnSink, KEY_HEADER, Message, Outcome, PerMessageSink, Reconnecting, Sink,

@@ -21,6 +21,8 @@ use crate::defaults::validate_name;
 use crate::error::{Error, Result};
 use crate::retry::{Backoff, problem};
 
+use super::stats::{Counted, Counters, RelayStats};
+
 /// What a relay does with an event the sink rejected ([`Outcome::Rejected`]: the broker will
 /// never take it as it is).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -208,6 +210,7 @@ impl<S: Sink + 'static> RelayBuilder<S> {
                 lost: Mutex::new(HashSet::new()),
                 dead_carried: Mutex::new(HashMap::new()),
                 renewal_running: AtomicBool::new(false),
+                counters: Counters::default(),
             }),
         })
     }
@@ -306,6 +309,8 @@ struct Inner<S> {
     /// A renewal is running: the next one waits for the one after it rather than piling up
     /// on the pool behind it.
     renewal_running: AtomicBool,
+    /// What the relay has done ([`Relay::stats`]).
+    counters: Counters,
 }
 
 /// Dead-lettered events (id, rejection) per lease `(hash, epoch)`.
@@ -418,6 +423,13 @@ impl<S: Sink + 'static> Relay<S> {
         }
     }
 
+    /// What this relay (and its clones) has done since it was built: rounds, events
+    /// published, delivered, failed, held and dead-lettered, leases lost, database errors.
+    /// The same counts are metrics (`taskq_relay_*`, see `taskq::metrics`).
+    pub fn stats(&self) -> RelayStats {
+        self.inner.counters.snapshot()
+    }
+
     /// The relay's name (its `lease_owner`).
     pub fn name(&self) -> &str {
         &self.inner.owner
@@ -472,6 +484,7 @@ impl<S: Sink + 'static> Relay<S> {
                 }
                 Err(e) => {
                     errors += 1;
+                    self.inner.counters.error();
                     tracing::warn!(relay = %self.inner.owner, error = %e, errors, "relay round failed");
                     self.flush(&mut st).await;
                     self.inner
@@ -743,7 +756,12 @@ impl<S: Sink + 'static> Relay<S> {
         let (carry, lost): (Vec<&Carry>, Vec<&Carry>) = carry
             .iter()
             .partition(|c| !fresh_keys.contains(&c.key_hash));
-        note_lost(&i.lost, lost.iter().map(|c| (c.key_hash, c.epoch)));
+        // Counted here: a carried lease is not settled again (a lease of a round being
+        // published that a renewal finds lost is counted by that round's settle).
+        i.counters.leases_lost(note_lost(
+            &i.lost,
+            lost.iter().map(|c| (c.key_hash, c.epoch)),
+        ));
         if fresh.is_empty() && carry.is_empty() {
             return Ok(None);
         }
@@ -875,6 +893,8 @@ impl<S: Sink + 'static> Relay<S> {
         if lost > 0 {
             tracing::warn!(relay = %i.owner, keys = lost, "relay lost key leases before settling: their events go out again (same ids)");
         }
+        i.counters.leases_lost(lost);
+        i.counters.round(p.published, delivered);
         Ok(Round {
             keys: p.leases.len(),
             published: p.published,
@@ -971,6 +991,7 @@ impl<S: Sink + 'static> Relay<S> {
                                     "event rejected by the sink: dead-lettered, its key goes on");
                                 s.dead.push((row.id, err.clone()));
                                 dead_lettered = true;
+                                i.counters.event(Counted::Dead);
                             }
                             OnRejected::Hold => {
                                 tracing::error!(relay = %i.owner, topic = %l.topic, key = %l.key,
@@ -978,6 +999,7 @@ impl<S: Sink + 'static> Relay<S> {
                                     "event rejected by the sink: its key is held until an operator replays or skips it");
                                 stopped_at = Some(row.seq);
                                 s.next = KeyNext::Hold { seq: row.seq, error: err.clone() };
+                                i.counters.event(Counted::Held);
                             }
                         },
                         Outcome::Failed(err) => {
@@ -991,6 +1013,7 @@ impl<S: Sink + 'static> Relay<S> {
                                 delay_us: i64::try_from(delay.as_micros()).unwrap_or(i64::MAX),
                                 error: err.clone(),
                             };
+                            i.counters.event(Counted::Failed);
                         }
                         // Held only behind a dead-lettered event of its key: no failure, the
                         // key goes on at once from here.
@@ -1003,6 +1026,7 @@ impl<S: Sink + 'static> Relay<S> {
                                 delay_us: i64::try_from(delay.as_micros()).unwrap_or(i64::MAX),
                                 error: "held by the sink: an earlier message of its key was not delivered".into(),
                             };
+                            i.counters.event(Counted::Failed);
                         }
                     }
                 }
