@@ -137,8 +137,8 @@ async fn concurrent_limited_claimers_never_run_more_than_the_limit() {
     assert_eq!((claimed.len(), unique.len()), (TASKS, TASKS));
     let peak = peak.load(Ordering::SeqCst);
     assert!(peak <= LIMIT, "peak {peak}");
-    assert_eq!(
-        peak, LIMIT,
-        "the claimers used the whole limit at some point"
-    );
+    // Whether the claimers' 3 ms holds ever overlapped up to the limit depends on the
+    // machine's load (CI saw a peak of 2 once): that the limit is reached, not only kept, is
+    // the driver suite's deterministic `a_limited_claim_honours_the_concurrency_limit`.
+    assert!(peak >= 1, "nothing was held: peak {peak}");
 }
