@@ -249,7 +249,11 @@ async fn an_operator_retries_a_dead_task_and_pauses_its_queue_in_chromium() {
     .await
     .unwrap();
     assert_eq!(audit, [("web:session".to_owned(), "pause".to_owned())]);
-    // The pause holds: a new charge waits, and the overview shows it waiting.
+    // The pause holds: a new charge waits, and the overview shows it waiting. A running worker
+    // sees a pause when it next reads the queues' controls, once per poll ceiling (100 ms for
+    // this worker; semantics.md, "Pausing a queue"): a charge enqueued before that could still
+    // be claimed, so give it ten.
+    tokio::time::sleep(Duration::from_secs(1)).await;
     let waiting = ChargeCard {
         order: 1043,
         cents: 500,
