@@ -283,6 +283,80 @@ async fn a_single_slot_worker_keeps_long_leases_while_its_loops_run<B: TestBacke
     assert_eq!(again, 0, "long tasks that ran more than one attempt");
 }
 
+/// Finding L1 of issue 34, MySQL only (a row lock held by another session; on SQLite the
+/// lanes are apart): a single-slot worker (both lanes on one connection), lease 6 s (default
+/// heartbeat 2 s and cancel grace 3 s: a renewal must be confirmed within 1 s of its beat), a
+/// schedule firing every second on its queue, a 10 s task. Another session holds the
+/// schedule's row `FOR UPDATE` for 4 s, so each fire waits on it while holding the worker's
+/// only connection. The renewals still get through in time, on the overflow connection: no
+/// lease lost, the task runs once, and the worker had at most 2 connections. Before the fix
+/// the fire held the connection up to its statement timeout (half the lease, 3 s) and the
+/// renewal behind it was confirmed too late: `LeaseLost`, a second attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_single_slot_worker_keeps_its_lease_while_a_fire_waits_on_a_locked_schedule_row() {
+    let Some(db) = taskq_tests::TestDb::new_or_skip().await else {
+        return;
+    };
+    Long { ms: 10_000 }.enqueue(&db.pool).await.unwrap();
+    let w = RunningWorker::spawn(
+        taskq_tests::fast_worker(&db.pool)
+            .register::<Long>()
+            .schedule(Schedule::new("* * * * * *", Tick {}).name("l1_every_second"))
+            .queue(QUEUE, 1)
+            .lease(Duration::from_secs(6)),
+    );
+    wait_until(
+        Duration::from_secs(20),
+        "the task and a first fire",
+        || async {
+            let s = w.stats.snapshot();
+            s.claimed >= 1 && s.scheduled >= 1
+        },
+    )
+    .await;
+    // Hold the schedule's row: every fire waits on it.
+    let holder = sqlx::mysql::MySqlPoolOptions::new()
+        .max_connections(1)
+        .connect_with(db.options.clone())
+        .await
+        .unwrap();
+    let mut tx = holder.begin().await.unwrap();
+    sqlx::query("SELECT name FROM taskq_schedules WHERE name = ? FOR UPDATE")
+        .bind("l1_every_second")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    tx.commit().await.unwrap();
+    let done =
+        "SELECT COUNT(*) FROM taskq_tasks WHERE name = 'footprint_long' AND state = 'succeeded'";
+    wait_until(Duration::from_secs(30), "the long task", || async {
+        sqlx::query_scalar::<_, i64>(done)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap()
+            == 1
+    })
+    .await;
+    let s = w.stop().await.stats;
+    eprintln!("single slot, lease 6 s, schedule row held 4 s: {s:?}");
+    assert_eq!(
+        s.db_connections_max, 2,
+        "the shared connection and the overflow a renewal turned to: {s:?}"
+    );
+    assert_eq!((s.lost_leases, s.retried, s.fenced), (0, 0, 0), "{s:?}");
+    let attempts: i64 = sqlx::query_scalar(
+        "SELECT CAST(attempt AS SIGNED) FROM taskq_tasks WHERE name = 'footprint_long'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        attempts, 1,
+        "the long task ran more than one attempt: {s:?}"
+    );
+}
+
 taskq_tests::conformance!(
     a_lease_that_leaves_a_renewal_no_time_is_refused_on_sqlite,
     a_busy_single_slot_worker_with_a_schedule_holds_its_connections,

@@ -14,7 +14,8 @@
 //! Renewals, presence and the pause refresh share the worker's control lane (one connection,
 //! see `worker::lanes`): a renewal waits behind at most one of those short statements, never
 //! behind a claim or a write-back (a single-slot worker on MySQL runs both lanes on one
-//! connection; its renewals go first, behind at most the statement that holds it). A presence statement that does not answer holds the lane
+//! connection; its renewals go first, behind at most the statement that holds it, and take an
+//! overflow connection once they have waited half the lease's margin: `lanes::overflow_after`). A presence statement that does not answer holds the lane
 //! until the statement deadline; the renewal behind it then runs on a fresh connection within
 //! what is left of its own deadline.
 

@@ -13,8 +13,13 @@
 //! nothing is claimed while its task runs, and control operations go first (a work operation
 //! does not ask for the connection while a renewal waits for it: `Shared::acquire`), so a
 //! renewal waits for at most the statement that holds the connection (a reaper or retention
-//! step, a schedule's fire), bounded by the statement timeout (half the lease). That keeps a fleet of single-slot worker processes at about
-//! 2 server connections each (its own and one of the user's pool). On SQLite a connection costs
+//! step, a schedule's fire). A renewal that has waited [`overflow_after`] for it (half the
+//! lease's margin; a fire waiting on a locked schedule row can hold the connection up to the
+//! statement timeout, half the lease, which is longer than the margin below a 30 s lease:
+//! finding L1 of issue 34) runs on a connection of its own instead, from a one-connection
+//! overflow pool that is opened only then and closed when idle. That keeps a fleet of
+//! single-slot worker processes at about 2 server connections each (its own and one of the
+//! user's pool), 3 for a worker while its overflow is open. On SQLite a connection costs
 //! the server nothing, and a renewal must wait for nothing but the write lock, so the control
 //! lane keeps its own connection there, with a busy timeout of its own
 //! ([`RENEWAL_BUSY_TIMEOUT`]): a renewal tries again until its leases' cancel point, so a hold
@@ -53,7 +58,8 @@ pub(crate) const RENEWAL_BUSY_TIMEOUT: Duration = Duration::from_millis(100);
 pub(crate) struct Lanes {
     pub control: Store,
     pub work: Store,
-    /// Both lanes are one pool (a single-connection worker on MySQL).
+    /// Both lanes use the work pool, control operations first (a single-connection worker on
+    /// MySQL); `control` is then the overflow a renewal turns to after [`overflow_after`].
     pub shared: bool,
     /// On SQLite, the control lane's busy timeout (see [`RENEWAL_BUSY_TIMEOUT`]); `None` on
     /// MySQL (row locks: a lock wait ends at the statement timeout on the server).
@@ -72,10 +78,11 @@ impl Lanes {
         };
         let connections = connections.max(min_connections(user));
         if connections == 1 {
-            let one = user.worker_store(spec(1));
+            // The control pool opens a connection only when a renewal has waited
+            // `overflow_after` for the shared one.
             return Self {
-                control: one.clone(),
-                work: one,
+                control: user.worker_store(spec(1)),
+                work: user.worker_store(spec(1)),
                 shared: true,
                 renewal_busy: None,
             };
@@ -106,9 +113,7 @@ impl Lanes {
 
     pub(crate) async fn close(&self) {
         self.control.close().await;
-        if !self.shared {
-            self.work.close().await;
-        }
+        self.work.close().await;
     }
 }
 
@@ -127,6 +132,22 @@ pub(crate) fn default_connections(queues: usize, concurrency: usize, minimum: u3
     let claimers = queues.min(concurrency).max(1);
     let n = 1 + claimers + 1;
     u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+/// With shared lanes (a single-slot worker on MySQL), how long a control operation (a lease
+/// renewal) waits for the shared connection before it takes the overflow connection instead:
+/// half the lease's margin, `lease − heartbeat − cancel margin`, the time a renewal has between
+/// its beat and the watchdog's cancel point. The other half is for opening the overflow
+/// connection and the renewal itself.
+pub(crate) fn overflow_after(
+    lease: Duration,
+    heartbeat: Duration,
+    cancel_margin: Duration,
+) -> Duration {
+    lease
+        .saturating_sub(heartbeat)
+        .saturating_sub(cancel_margin)
+        / 2
 }
 
 /// How long the server keeps a silent worker session (MySQL `wait_timeout`,
@@ -206,6 +227,22 @@ mod tests {
             assert_eq!(default_connections(3, 10, min), 5);
             assert_eq!(default_connections(3, 2, min), 4);
         }
+    }
+
+    #[test]
+    fn a_renewal_turns_to_the_overflow_after_half_its_margin() {
+        let s = Duration::from_secs;
+        let ms = Duration::from_millis;
+        // The defaults at a 30 s lease: heartbeat 10 s, cancel margin 5 s.
+        assert_eq!(overflow_after(s(30), s(10), s(5)), ms(7_500));
+        // Lease 6 s: heartbeat 2 s, cancel margin 3 s (half the lease), 1 s of margin.
+        assert_eq!(overflow_after(s(6), s(2), s(3)), ms(500));
+        // Shorter than the statement timeout (half the lease) below a 30 s lease.
+        for lease in [4, 6, 10, 20] {
+            let l = s(lease);
+            assert!(overflow_after(l, l / 3, s(5).min(l / 2)) < l / 2);
+        }
+        assert_eq!(overflow_after(s(2), s(2), s(1)), Duration::ZERO);
     }
 
     #[test]

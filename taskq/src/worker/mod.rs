@@ -153,6 +153,11 @@ impl Worker {
             renewal_busy: lanes.renewal_busy,
             control_waiting: AtomicUsize::new(0),
             control_served: Notify::new(),
+            overflow_after: lanes::overflow_after(
+                cfg.lease,
+                cfg.heartbeat,
+                cfg.cancel_grace.min(cfg.lease / 2),
+            ),
             worker_id: cfg.worker_id.as_str().into(),
             global: Arc::new(Semaphore::new(cfg.concurrency)),
             cfg,
@@ -339,8 +344,12 @@ pub(crate) struct Shared {
     pub store: Store,
     /// The control lane: lease renewals, presence, the pause/limit refresh (see `lanes`).
     pub control: Store,
-    /// The two lanes are one pool (a single-connection worker on MySQL).
+    /// The two lanes share the work pool, control operations first (a single-connection
+    /// worker on MySQL); `control` is then the overflow (see `lanes`).
     pub lanes_shared: bool,
+    /// With shared lanes: how long a control operation waits for the shared connection before
+    /// it takes the overflow (`lanes::overflow_after`).
+    pub overflow_after: Duration,
     /// On SQLite, how long one try of a control statement waits for the write lock (see
     /// `lanes::RENEWAL_BUSY_TIMEOUT`): a try that finds the lock taken is repeated until the
     /// statement's deadline. `None` on MySQL.
@@ -388,8 +397,9 @@ pub(crate) struct Shared {
 
 impl Shared {
     /// A connection of the control lane (`control`) or of the work lane. When the lanes
-    /// share one connection, control operations go first: a work operation waits while one
-    /// is waiting.
+    /// share one connection, control operations go first (a work operation waits while one
+    /// is waiting), and one that has waited [`overflow_after`](Self::overflow_after) for it
+    /// runs on the overflow connection instead.
     pub async fn acquire(&self, control: bool) -> sqlx::Result<crate::backend::Pooled> {
         if !self.lanes_shared {
             return if control {
@@ -409,7 +419,18 @@ impl Shared {
             }
             self.control_waiting.fetch_add(1, Ordering::SeqCst);
             let _waiting = Waiting(self);
-            return self.store.acquire().await;
+            return match tokio::time::timeout(self.overflow_after, self.store.acquire()).await {
+                Ok(c) => c,
+                Err(_) => {
+                    // A work statement holds the connection past this operation's budget (a
+                    // schedule's fire or a reaper step waiting on a row lock).
+                    tracing::debug!(
+                        waited = ?self.overflow_after,
+                        "taskq: a lease renewal waited for the shared connection; using the overflow connection"
+                    );
+                    self.control.acquire().await
+                }
+            };
         }
         loop {
             let served = self.control_served.notified();
@@ -425,11 +446,7 @@ impl Shared {
 
     /// Connections open in the worker's lanes right now.
     pub fn db_connections(&self) -> u32 {
-        if self.lanes_shared {
-            self.store.size()
-        } else {
-            self.store.size() + self.control.size()
-        }
+        self.store.size() + self.control.size()
     }
 
     pub fn inflight(&self) -> MutexGuard<'_, Leases> {
