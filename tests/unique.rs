@@ -1238,6 +1238,65 @@ async fn unique_enqueues_under_load_with_a_live_worker_never_fail<B: TestBackend
     w.stop().await;
 }
 
+/// A unique enqueue dropped midway in the caller's transaction (a timeout around it, while the
+/// task row's insert runs: after the identity was reserved, before the reservation records the
+/// task) leaves nothing when the caller commits anyway: no task, no identity held by no task.
+/// MySQL only (SQLite runs the enqueue in a savepoint). Before, the reservation stayed with
+/// `task_id = 0` next to the task, and the identity was held by a row nothing releases.
+#[tokio::test]
+async fn a_unique_enqueue_dropped_midway_leaves_nothing_in_the_transaction() {
+    let Some(db) = TestDb::new_or_skip().await else {
+        return;
+    };
+    let pool = &db.pool;
+    sqlx::raw_sql(
+        "CREATE TRIGGER taskq_test_slow_insert AFTER INSERT ON taskq_tasks FOR EACH ROW
+         BEGIN
+           IF NEW.payload LIKE '%slow%' THEN
+             SET @taskq_test_slept = SLEEP(1);
+           END IF;
+         END",
+    )
+    .execute(pool)
+    .await
+    .unwrap();
+    let by_account = Unique::fields(&["account"]);
+    let mut tx = pool.begin().await.unwrap();
+    let dropped = tokio::time::timeout(
+        Duration::from_millis(200),
+        plain(1, "slow").with_unique(by_account).enqueue_tx(&mut tx),
+    )
+    .await;
+    assert!(dropped.is_err(), "the enqueue timed out: {dropped:?}");
+    tx.commit().await.unwrap();
+    let count = |sql: &'static str| async move {
+        sqlx::query_scalar::<_, i64>(sql)
+            .fetch_one(pool)
+            .await
+            .unwrap()
+    };
+    assert_eq!(
+        (
+            count("SELECT COUNT(*) FROM taskq_tasks").await,
+            count("SELECT COUNT(*) FROM taskq_unique").await
+        ),
+        (0, 0),
+        "nothing of the dropped enqueue was committed"
+    );
+    // The identity is free: the next enqueue is a new task, which holds it.
+    let next = plain(1, "ok")
+        .with_unique(by_account)
+        .enqueue(pool)
+        .await
+        .unwrap();
+    assert!(!next.duplicate, "{next:?}");
+    let holder: u64 = sqlx::query_scalar("SELECT task_id FROM taskq_unique")
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    assert_eq!(holder, next.id.0);
+}
+
 taskq_tests::conformance!(
     a_duplicate_while_pending_returns_the_pending_task_inside_the_callers_transaction,
     a_finished_task_frees_its_identity,

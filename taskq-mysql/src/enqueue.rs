@@ -25,11 +25,15 @@ const IDEMPOTENCY_INDEX: &str = "uq_taskq_idempotency";
 /// A unique task first reserves its identity (`INSERT INTO taskq_unique`), so a duplicate
 /// writes nothing to `taskq_tasks`; a new one then inserts the task and records its id in the
 /// reservation (three statements). With an idempotency key as well, the task is inserted
-/// first so that a taken key is reported before a taken identity; if the identity then turns
-/// out to be taken, the row just inserted is deleted again. Those statements belong together:
-/// on a connection that is not in a transaction (sqlx's `Connection::is_in_transaction`) they
-/// run in a short one of their own; in the caller's transaction, an error after the first
-/// undoes what was written, so that committing anyway leaves no half-enqueued task.
+/// first so that a taken key is reported before a taken identity. Those statements belong
+/// together, so they run in a savepoint of the caller's transaction (outside one, in a short
+/// transaction of its own), as the ordered enqueue does: an error midway, or the future
+/// dropped midway (a timeout around the enqueue), rolls back to the savepoint, so a caller that
+/// commits anyway never commits a task without its identity, or an identity held by no task
+/// (which nothing would release). A duplicate is not rolled back but released (a task row
+/// already inserted is deleted): MariaDB releases the row locks taken after a savepoint when
+/// rolling back to it, and the lock on the holder's identity must last until the caller's
+/// transaction ends (a task is not started while a producer that saw it as the holder is open).
 pub async fn task_insert(conn: &mut MySqlConnection, t: &NewTask<'_>) -> sqlx::Result<Inserted> {
     let Some(key) = t.unique_key else {
         return Ok(match insert_row(conn, t, None).await? {
@@ -37,16 +41,15 @@ pub async fn task_insert(conn: &mut MySqlConnection, t: &NewTask<'_>) -> sqlx::R
             Err(holder) => Inserted::Duplicate(holder),
         });
     };
-    if conn.is_in_transaction() {
-        return insert_unique(conn, t, key).await;
-    }
+    // A SAVEPOINT inside the caller's transaction, a BEGIN outside one; dropped before its
+    // commit (an error, or this future dropped), sqlx rolls it back.
     let mut tx = conn.begin().await?;
     let out = insert_unique(&mut tx, t, key).await?;
     tx.commit().await?;
     Ok(out)
 }
 
-/// The statements of [`task_insert`] for a unique task, on a transaction.
+/// The statements of [`task_insert`] for a unique task, in its savepoint.
 async fn insert_unique(
     conn: &mut MySqlConnection,
     t: &NewTask<'_>,
@@ -57,11 +60,7 @@ async fn insert_unique(
             Ok(id) => id,
             Err(holder) => return Ok(Inserted::Duplicate(holder)),
         };
-        let taken = match identity_reserve(conn, key, id.0, t.unique_expires_us).await {
-            Ok(taken) => taken,
-            Err(e) => return Err(undo(conn, Some(id), None, e).await),
-        };
-        if let Some(holder) = taken {
+        if let Some(holder) = identity_reserve(conn, key, id.0, t.unique_expires_us).await? {
             sqlx::query!("DELETE FROM taskq_tasks WHERE id = ?", id.0)
                 .execute(&mut *conn)
                 .await?;
@@ -72,48 +71,18 @@ async fn insert_unique(
     if let Some(holder) = identity_reserve(conn, key, 0, t.unique_expires_us).await? {
         return Ok(Inserted::Duplicate(holder));
     }
-    let id = match insert_row(conn, t, None).await {
-        Ok(Ok(id)) => id,
-        Ok(Err(holder)) => return Ok(Inserted::Duplicate(holder)),
-        Err(e) => return Err(undo(conn, None, Some(key), e).await),
+    let id = match insert_row(conn, t, None).await? {
+        Ok(id) => id,
+        Err(holder) => return Ok(Inserted::Duplicate(holder)),
     };
-    let done = sqlx::query!(
+    sqlx::query!(
         "UPDATE taskq_unique SET task_id = ? WHERE unique_key = ?",
         id.0,
         key
     )
     .execute(&mut *conn)
-    .await;
-    match done {
-        Ok(_) => Ok(Inserted::New(id)),
-        Err(e) => Err(undo(conn, Some(id), Some(key), e).await),
-    }
-}
-
-/// After `e` in the middle of a unique enqueue on the caller's transaction, deletes the task
-/// row and the reservation written so far (best effort: if the connection is gone, so is the
-/// transaction) and returns `e`.
-async fn undo(
-    conn: &mut MySqlConnection,
-    task: Option<TaskId>,
-    reservation: Option<&[u8]>,
-    e: sqlx::Error,
-) -> sqlx::Error {
-    if let Some(id) = task {
-        let _ = sqlx::query!("DELETE FROM taskq_tasks WHERE id = ?", id.0)
-            .execute(&mut *conn)
-            .await;
-    }
-    if let Some(key) = reservation {
-        let _ = sqlx::query!(
-            "DELETE FROM taskq_unique WHERE unique_key = ? AND task_id IN (0, ?)",
-            key,
-            task.map_or(0, |t| t.0)
-        )
-        .execute(&mut *conn)
-        .await;
-    }
-    e
+    .await?;
+    Ok(Inserted::New(id))
 }
 
 /// An ordered task's place in its key, as the ordered enqueue (`order.rs`) inserts it.
