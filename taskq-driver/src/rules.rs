@@ -1,13 +1,15 @@
 //! Rules every driver applies the same way, written once: the drivers read the rows their own
 //! way, then decide with these. The runtime's own rules that depend on no database live here
 //! too, each unit-tested without one: [`backoff`] (the delay before a retry), [`unique`]
-//! (a unique task's identity) and [`order`] (an ordered task's key).
+//! (a unique task's identity), [`order`] (an ordered task's key) and [`workflow`] (a
+//! workflow's graph).
 
 use crate::state::TaskState;
 
 pub mod backoff;
 pub mod order;
 pub mod unique;
+pub mod workflow;
 
 /// What a queue's limits let one claim take: `limit` asked for, the concurrency limit with the
 /// queue's running count (`(max, running)`, when the queue has one), the rate limit with the
