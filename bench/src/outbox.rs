@@ -7,8 +7,15 @@
 //! 2. the **direct loop** publishes the same messages (same subject, key, payload; ids with a
 //!    `d-` prefix) straight to a fresh destination of the same broker, in batches of the
 //!    relay's batch size, pipelined like the sinks (a window of acks or confirms; Redis:
-//!    one pipeline per batch), with the broker's client crate directly;
-//! 3. the **relay** (one `Relay` in this process, batch 512) publishes the `n` events to its
+//!    one pipeline per batch), with the broker's client crate directly, with the message id
+//!    and the key header the sinks send;
+//! 3. the **hand-written relay** (`hand_written`: the least a relay must do, straight against
+//!    the tables and the broker's client, no leases) publishes the `n` events to its own fresh
+//!    destination: read the keys with pending events and up to 512 of their events, publish
+//!    them pipelined as the direct loop does, move each key's `done_seq` (three statements a
+//!    round); its clock stops
+//!    at the `n`-th ack. The keys' `done_seq` is then set back to 0 for the relay;
+//! 4. the **relay** (one `Relay` in this process, batch 512) publishes the `n` events to its
 //!    own fresh destination. Like the direct loop, its sink is connected and the relay built
 //!    before its clock starts; the clock stops when its sink has had the `n`-th publish
 //!    acknowledged (a wrapper counting the sink's `Delivered` outcomes, as the direct loop
@@ -214,18 +221,49 @@ impl Dest {
     }
 }
 
-/// The hand-written loop: `msgs` straight to the broker, in batches of [`BATCH`], pipelined.
-async fn direct(broker: Broker, dest: &Dest, msgs: &[Message]) -> Res<Duration> {
-    let start = Instant::now();
-    match dest {
-        Dest::Nats { .. } => {
-            let js = async_nats::jetstream::new(async_nats::connect(broker.url()).await?);
-            let start = Instant::now();
-            for batch in msgs.chunks(BATCH) {
-                let mut acks = VecDeque::new();
+/// A broker client connected for the hand-written loops, publishing the way the sinks do:
+/// the message id (JetStream's `Nats-Msg-Id`, RabbitMQ's `message_id`, a Redis field) and the
+/// key ([`taskq_outbox::KEY_HEADER`] on NATS and RabbitMQ, `key` and `h:Taskq-Key` on Redis),
+/// a batch pipelined (a window of acks or confirms; Redis: one pipeline).
+enum Publisher {
+    Nats(async_nats::jetstream::Context),
+    Rabbit(lapin::Connection, lapin::Channel),
+    Redis(redis::aio::MultiplexedConnection),
+}
+
+impl Publisher {
+    async fn connect(broker: Broker) -> Res<Self> {
+        let url = broker.url();
+        Ok(match broker {
+            Broker::Nats => {
+                Publisher::Nats(async_nats::jetstream::new(async_nats::connect(url).await?))
+            }
+            Broker::RabbitMq => {
+                let conn = lapin::Connection::connect(&url, lapin::ConnectionProperties::default())
+                    .await?;
+                let channel = conn.create_channel().await?;
+                channel
+                    .confirm_select(lapin::options::ConfirmSelectOptions::default())
+                    .await?;
+                Publisher::Rabbit(conn, channel)
+            }
+            Broker::Redis => Publisher::Redis(
+                redis::Client::open(url)?
+                    .get_multiplexed_async_connection()
+                    .await?,
+            ),
+        })
+    }
+
+    /// Publishes `batch` and waits for every ack.
+    async fn send(&mut self, batch: &[Message]) -> Res<()> {
+        match self {
+            Publisher::Nats(js) => {
+                let mut acks = VecDeque::with_capacity(batch.len());
                 for m in batch {
                     let mut h = async_nats::HeaderMap::new();
                     h.insert("Nats-Msg-Id", m.id.as_str());
+                    h.insert(taskq_outbox::KEY_HEADER, m.key.as_str());
                     acks.push_back(
                         js.publish_with_headers(m.subject.clone(), h, m.payload.clone())
                             .await?,
@@ -235,23 +273,18 @@ async fn direct(broker: Broker, dest: &Dest, msgs: &[Message]) -> Res<Duration> 
                     ack.await?;
                 }
             }
-            return Ok(start.elapsed());
-        }
-        Dest::Rabbit { .. } => {
-            let conn =
-                lapin::Connection::connect(&broker.url(), lapin::ConnectionProperties::default())
-                    .await?;
-            let channel = conn.create_channel().await?;
-            channel
-                .confirm_select(lapin::options::ConfirmSelectOptions::default())
-                .await?;
-            let start = Instant::now();
-            for batch in msgs.chunks(BATCH) {
-                let mut confirms = VecDeque::new();
+            Publisher::Rabbit(_, channel) => {
+                let mut confirms = VecDeque::with_capacity(batch.len());
                 for m in batch {
+                    let mut table = lapin::types::FieldTable::default();
+                    table.insert(
+                        taskq_outbox::KEY_HEADER.into(),
+                        lapin::types::AMQPValue::LongString(m.key.as_str().into()),
+                    );
                     let props = lapin::BasicProperties::default()
                         .with_delivery_mode(2)
-                        .with_message_id(m.id.as_str().into());
+                        .with_message_id(m.id.as_str().into())
+                        .with_headers(table);
                     confirms.push_back(
                         channel
                             .basic_publish(
@@ -271,13 +304,7 @@ async fn direct(broker: Broker, dest: &Dest, msgs: &[Message]) -> Res<Duration> 
                     c.await?;
                 }
             }
-            let took = start.elapsed();
-            conn.close(0, "done".into()).await.ok();
-            return Ok(took);
-        }
-        Dest::Redis { conn, .. } => {
-            let mut conn = conn.clone();
-            for batch in msgs.chunks(BATCH) {
+            Publisher::Redis(conn) => {
                 let mut pipe = redis::pipe();
                 for m in batch {
                     pipe.cmd("XADD")
@@ -288,13 +315,140 @@ async fn direct(broker: Broker, dest: &Dest, msgs: &[Message]) -> Res<Duration> 
                         .arg("key")
                         .arg(&m.key)
                         .arg("payload")
-                        .arg(m.payload.as_ref());
+                        .arg(m.payload.as_ref())
+                        .arg(format!("h:{}", taskq_outbox::KEY_HEADER))
+                        .arg(&m.key);
                 }
-                let _: Vec<String> = pipe.query_async(&mut conn).await?;
+                let _: Vec<String> = pipe.query_async(conn).await?;
             }
         }
+        Ok(())
     }
-    Ok(start.elapsed())
+
+    async fn close(self) {
+        if let Publisher::Rabbit(conn, _) = self {
+            conn.close(0, "done".into()).await.ok();
+        }
+    }
+}
+
+/// The direct loop: `msgs` straight to the broker, in batches of [`BATCH`], pipelined.
+async fn direct(broker: Broker, msgs: &[Message]) -> Res<Duration> {
+    let mut publisher = Publisher::connect(broker).await?;
+    let start = Instant::now();
+    for batch in msgs.chunks(BATCH) {
+        publisher.send(batch).await?;
+    }
+    let took = start.elapsed();
+    publisher.close().await;
+    Ok(took)
+}
+
+/// What the hand-written relay did: the time to its last ack, rounds, and the statements it
+/// sent (reads and settles).
+struct HandWritten {
+    took: Duration,
+    rounds: u64,
+    statements: u64,
+}
+
+/// The hand-written relay: the least a relay must do, written straight against the tables and
+/// the broker's client, one process, no leases (so not safe beside another relay): read up to
+/// [`BATCH`] keys of `topic` with pending events, then up to [`BATCH`] of their events (an equal
+/// share per key, by primary-key ranges), publish them to `dest` pipelined, move each key's
+/// `done_seq` to its last event published (three statements a round), until `n` events have
+/// been published. Its clock stops at the `n`-th ack, as the relay's does.
+async fn hand_written(
+    pool: &MySqlPool,
+    broker: Broker,
+    topic: &str,
+    dest: &str,
+    n: u64,
+) -> Res<HandWritten> {
+    let mut publisher = Publisher::connect(broker).await?;
+    let mut conn = pool.acquire().await?;
+    let start = Instant::now();
+    let (mut sent, mut rounds, mut statements) = (0u64, 0u64, 0u64);
+    let mut took = Duration::ZERO;
+    while sent < n {
+        // The keys with events to send, then up to BATCH events over them (an equal share
+        // each, by primary-key ranges).
+        let keys: Vec<(Vec<u8>, u64, u64)> = sqlx::query_as(
+            "SELECT key_hash, done_seq, next_seq FROM taskq_event_keys
+             WHERE topic = ? AND done_seq < next_seq LIMIT ?",
+        )
+        .bind(topic)
+        .bind(BATCH as u64)
+        .fetch_all(&mut *conn)
+        .await?;
+        statements += 1;
+        if keys.is_empty() {
+            return Err(format!("hand-written relay: {sent} of {n} events found").into());
+        }
+        let share = (BATCH / keys.len()).max(1) as u64;
+        let mut sql = String::from(
+            "SELECT key_hash, seq, message_id, event_key, payload FROM taskq_events
+             WHERE dead_at IS NULL AND (",
+        );
+        sql.push_str(&vec!["(key_hash = ? AND seq > ? AND seq <= ?)"; keys.len()].join(" OR "));
+        sql.push_str(") ORDER BY key_hash, seq");
+        // Only placeholders are added to it.
+        let mut q =
+            sqlx::query_as::<_, (Vec<u8>, u64, String, String, Vec<u8>)>(sqlx::AssertSqlSafe(sql));
+        for (hash, done, next) in &keys {
+            q = q.bind(hash).bind(*done).bind((*done + share).min(*next));
+        }
+        let rows = q.fetch_all(&mut *conn).await?;
+        statements += 1;
+        let batch: Vec<Message> = rows
+            .iter()
+            .map(|(_, _, id, key, payload)| {
+                Message::new(
+                    id.clone(),
+                    dest.to_owned(),
+                    key.clone(),
+                    Bytes::from(payload.clone()),
+                )
+            })
+            .collect();
+        publisher.send(&batch).await?;
+        rounds += 1;
+        sent += rows.len() as u64;
+        if sent >= n {
+            took = start.elapsed();
+        }
+        // The last seq published per key (rows are in key order).
+        let mut ends: Vec<(&[u8], u64)> = Vec::new();
+        for (hash, seq, ..) in &rows {
+            match ends.last_mut() {
+                Some((h, s)) if *h == hash.as_slice() => *s = *seq,
+                _ => ends.push((hash.as_slice(), *seq)),
+            }
+        }
+        let mut sql = String::from("UPDATE taskq_event_keys SET done_seq = CASE key_hash");
+        for _ in &ends {
+            sql.push_str(" WHEN ? THEN ?");
+        }
+        sql.push_str(" END WHERE key_hash IN (");
+        sql.push_str(&vec!["?"; ends.len()].join(", "));
+        sql.push(')');
+        // Only placeholders are added to it.
+        let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
+        for (h, s) in &ends {
+            q = q.bind(*h).bind(*s);
+        }
+        for (h, _) in &ends {
+            q = q.bind(*h);
+        }
+        q.execute(&mut *conn).await?;
+        statements += 1;
+    }
+    publisher.close().await;
+    Ok(HandWritten {
+        took,
+        rounds,
+        statements,
+    })
 }
 
 async fn sink(broker: Broker) -> Res<SinkKind> {
@@ -451,10 +605,28 @@ pub async fn run(pool: &MySqlPool, n: u64, brokers: &[Broker]) -> Res<()> {
             for m in &mut msgs {
                 m.subject = direct_topic.clone();
             }
-            let direct_took = direct(broker, &direct_dest, &msgs).await?;
+            let direct_took = direct(broker, &msgs).await?;
             direct_dest.delete().await;
             let direct_rate = n as f64 / direct_took.as_secs_f64();
-            // 3. The relay: sink connected and relay built before the clock starts.
+            // 3. The hand-written relay, to its own destination; then the keys are rewound
+            //    for taskq's relay.
+            let hand_dest = Dest::create(broker).await?;
+            let hand = hand_written(pool, broker, &topic, &hand_dest.topic(), n).await?;
+            let hand_stored = hand_dest.count().await?;
+            hand_dest.delete().await;
+            if hand_stored < n {
+                return Err(format!(
+                    "{}: the hand-written relay's destination holds {hand_stored} of {n} messages",
+                    broker.label()
+                )
+                .into());
+            }
+            sqlx::query("UPDATE taskq_event_keys SET done_seq = 0 WHERE topic = ?")
+                .bind(&topic)
+                .execute(pool)
+                .await?;
+            let hand_rate = n as f64 / hand.took.as_secs_f64();
+            // 4. The relay: sink connected and relay built before the clock starts.
             let tally = Arc::new(Tally::default());
             tally.target.store(n, Ordering::Relaxed);
             let starter = relay_for(pool, broker, &topic, tally.clone()).await?;
@@ -494,14 +666,16 @@ pub async fn run(pool: &MySqlPool, n: u64, brokers: &[Broker]) -> Res<()> {
             }
             relay_dest.delete().await;
             eprintln!(
-                "{} {keys} keys: relay {relay_rate:.0}/s, direct {direct_rate:.0}/s",
+                "{} {keys} keys: relay {relay_rate:.0}/s, hand-written {hand_rate:.0}/s, direct {direct_rate:.0}/s",
                 broker.label()
             );
             rows.push(format!(
-                "| {} | {keys} | {n} | {relay_rate:.0} | {direct_rate:.0} | {:.2} | {per_publish:.2} | {per_event:.3} | {rounds} | {:.0} |",
+                "| {} | {keys} | {n} | {relay_rate:.0} | {hand_rate:.0} | {direct_rate:.0} | {:.2} | {:.2} | {per_publish:.2} | {per_event:.3} | {:.3} | {rounds} | {} |",
                 broker.label(),
+                relay_rate / hand_rate,
                 relay_rate / direct_rate,
-                n as f64 / rounds.max(1) as f64
+                hand.statements as f64 / n as f64,
+                hand.rounds,
             ));
         }
         if let Some(row) = latency(pool, broker).await? {
@@ -509,9 +683,9 @@ pub async fn run(pool: &MySqlPool, n: u64, brokers: &[Broker]) -> Res<()> {
         }
     }
     println!(
-        "| broker | keys | events | relay events/s | direct loop msgs/s | relay / direct | statements per publish (own transaction) | relay statements per event | relay rounds | events per round |"
+        "| broker | keys | events | relay events/s | hand-written relay events/s | direct loop msgs/s | relay / hand-written | relay / direct | statements per publish (own transaction) | relay statements per event | hand-written statements per event | relay rounds | hand-written rounds |"
     );
-    println!("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|");
+    println!("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|");
     for r in rows {
         println!("{r}");
     }
