@@ -4,67 +4,11 @@
 //! One test in its own binary: a `tracing` subscriber set for one thread while another test's
 //! threads register the same callsites can miss events (the callsite interest cache races).
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use taskq::{Task, TaskContext, TaskError};
+use taskq_tests::capture::{Capture, Captured};
 use taskq_tests::{RunningWorker, TestDb, fast_worker, wait_until};
-
-/// One captured event: its level, its message and its `error` field.
-#[derive(Debug, Clone)]
-struct Captured {
-    level: tracing::Level,
-    message: String,
-    error: Option<String>,
-}
-
-/// A minimal `tracing` subscriber that keeps every event, and the name and level of every
-/// span (no `tracing-subscriber` needed).
-#[derive(Clone, Default)]
-struct Capture(
-    Arc<Mutex<Vec<Captured>>>,
-    Arc<Mutex<Vec<(&'static str, tracing::Level)>>>,
-);
-
-#[derive(Default)]
-struct Fields {
-    message: String,
-    error: Option<String>,
-}
-
-impl tracing::field::Visit for Fields {
-    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-        match field.name() {
-            "message" => self.message = format!("{value:?}"),
-            "error" => self.error = Some(format!("{value:?}")),
-            _ => {}
-        }
-    }
-}
-
-impl tracing::Subscriber for Capture {
-    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
-        true
-    }
-    fn new_span(&self, span: &tracing::span::Attributes<'_>) -> tracing::span::Id {
-        let meta = span.metadata();
-        self.1.lock().unwrap().push((meta.name(), *meta.level()));
-        tracing::span::Id::from_u64(1)
-    }
-    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
-    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
-    fn event(&self, event: &tracing::Event<'_>) {
-        let mut fields = Fields::default();
-        event.record(&mut fields);
-        self.0.lock().unwrap().push(Captured {
-            level: *event.metadata().level(),
-            message: fields.message,
-            error: fields.error,
-        });
-    }
-    fn enter(&self, _: &tracing::span::Id) {}
-    fn exit(&self, _: &tracing::span::Id) {}
-}
 
 /// Fails its first attempt with a retryable error, then succeeds.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
@@ -147,7 +91,7 @@ async fn failing_attempts_log_at_warn_dead_tasks_at_error_successes_at_debug() {
     .await;
     w.stop().await;
 
-    let events = capture.0.lock().unwrap().clone();
+    let events = capture.events();
     let find = |message: &str| -> Vec<Captured> {
         events
             .iter()
@@ -158,7 +102,7 @@ async fn failing_attempts_log_at_warn_dead_tasks_at_error_successes_at_debug() {
     let retry = find("attempt failed; will retry");
     assert_eq!(retry.len(), 1, "{events:#?}");
     assert_eq!(retry[0].level, tracing::Level::WARN);
-    assert_eq!(retry[0].error.as_deref(), Some("upstream 503"));
+    assert_eq!(retry[0].field("error"), Some("upstream 503"));
     let later = find("attempt failed; retry requested");
     assert_eq!(later.len(), 1, "{events:#?}");
     assert_eq!(later[0].level, tracing::Level::WARN);
@@ -185,7 +129,7 @@ async fn failing_attempts_log_at_warn_dead_tasks_at_error_successes_at_debug() {
             .any(|e| e.message == "taskq worker started" && e.level == tracing::Level::INFO)
     );
     // The span of each attempt (task_id, task, queue, attempt...) is kept by a `warn` filter.
-    let spans = capture.1.lock().unwrap().clone();
+    let spans = capture.spans();
     let attempts: Vec<_> = spans.iter().filter(|s| s.0 == "taskq.task").collect();
     assert_eq!(attempts.len(), 6, "{spans:?}");
     assert!(attempts.iter().all(|s| s.1 == tracing::Level::WARN));

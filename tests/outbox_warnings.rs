@@ -8,84 +8,9 @@
 //! interest cache races). A broker that does not answer: `SKIPPED <broker>: ...`, unless
 //! `TASKQ_REQUIRE_BROKERS` is set.
 
-use std::sync::{Arc, Mutex};
-
 use taskq_outbox::{Message, Outcome, Sink};
 use taskq_tests::brokers::{self, Broker};
-
-/// One captured event: its level, its message and its fields (name, value as text).
-#[derive(Debug, Clone)]
-struct Captured {
-    level: tracing::Level,
-    message: String,
-    fields: Vec<(String, String)>,
-}
-
-/// A minimal `tracing` subscriber that keeps every event.
-#[derive(Clone, Default)]
-struct Capture(Arc<Mutex<Vec<Captured>>>);
-
-#[derive(Default)]
-struct Fields {
-    message: String,
-    fields: Vec<(String, String)>,
-}
-
-impl tracing::field::Visit for Fields {
-    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
-        self.fields
-            .push((field.name().to_owned(), value.to_owned()));
-    }
-    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-        match field.name() {
-            "message" => self.message = format!("{value:?}"),
-            name => self.fields.push((name.to_owned(), format!("{value:?}"))),
-        }
-    }
-}
-
-impl tracing::Subscriber for Capture {
-    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
-        true
-    }
-    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
-        tracing::span::Id::from_u64(1)
-    }
-    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
-    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
-    fn event(&self, event: &tracing::Event<'_>) {
-        let mut fields = Fields::default();
-        event.record(&mut fields);
-        self.0.lock().unwrap().push(Captured {
-            level: *event.metadata().level(),
-            message: fields.message,
-            fields: fields.fields,
-        });
-    }
-    fn enter(&self, _: &tracing::span::Id) {}
-    fn exit(&self, _: &tracing::span::Id) {}
-}
-
-impl Capture {
-    /// The WARN events whose message contains every one of `words`.
-    fn warnings(&self, words: &[&str]) -> Vec<Captured> {
-        self.0
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|e| e.level == tracing::Level::WARN)
-            .filter(|e| words.iter().all(|w| e.message.contains(w)))
-            .cloned()
-            .collect()
-    }
-
-    fn field(e: &Captured, name: &str) -> Option<String> {
-        e.fields
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.clone())
-    }
-}
+use taskq_tests::capture::Capture;
 
 fn msg(id: &str, subject: &str) -> Message {
     Message::new(id, subject, "k", id.as_bytes().to_vec())
@@ -119,8 +44,8 @@ async fn rabbitmq_no_binding(capture: &Capture) {
     let w = capture.warnings(&["no queue is bound", &exchange, &unrouted]);
     assert_eq!(w.len(), 1, "once per routing key: {w:#?}");
     assert!(w[0].message.contains("holds its key"), "{w:#?}");
-    assert_eq!(Capture::field(&w[0], "exchange"), Some(exchange.clone()));
-    assert_eq!(Capture::field(&w[0], "routing_key"), Some(unrouted.clone()));
+    assert_eq!(w[0].field("exchange"), Some(exchange.as_str()));
+    assert_eq!(w[0].field("routing_key"), Some(unrouted.as_str()));
     assert_eq!(
         capture
             .warnings(&["no queue is bound", &exchange, &other])
@@ -151,7 +76,7 @@ async fn rabbitmq_no_exchange(capture: &Capture) {
     }
     let w = capture.warnings(&["does not exist", &exchange, "declare_exchange"]);
     assert_eq!(w.len(), 1, "once per exchange: {w:#?}");
-    assert_eq!(Capture::field(&w[0], "exchange"), Some(exchange));
+    assert_eq!(w[0].field("exchange"), Some(exchange.as_str()));
 }
 
 /// NATS, no stream: a subject no stream captures fails and warns once naming the subject.
@@ -168,7 +93,7 @@ async fn nats_no_stream(capture: &Capture) {
     }
     let w = capture.warnings(&["no JetStream stream captures", &subject, "ensure_stream"]);
     assert_eq!(w.len(), 1, "once per subject: {w:#?}");
-    assert_eq!(Capture::field(&w[0], "subject"), Some(subject));
+    assert_eq!(w[0].field("subject"), Some(subject.as_str()));
 }
 
 // A current-thread runtime: the sinks' futures run on this thread, where the capturing

@@ -4,81 +4,21 @@
 //! In its own binary, with a process-wide capturing `tracing` subscriber: the worker logs from
 //! the runtime's worker threads. Each test picks out its own worker's events by `worker_id`.
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use taskq::{Task, TaskContext, TaskError};
 use taskq_tests::backends::{Db, TestBackend};
+use taskq_tests::capture::{Capture, Captured};
 use taskq_tests::{RunningWorker, fast_worker, wait_until};
-
-/// One captured event: its level and its fields (`message` included), as text.
-#[derive(Debug, Clone)]
-struct Captured {
-    level: tracing::Level,
-    fields: BTreeMap<String, String>,
-}
-
-/// Keeps every event of the process.
-#[derive(Clone, Default)]
-struct Capture(Arc<Mutex<Vec<Captured>>>);
-
-struct Fields(BTreeMap<String, String>);
-
-impl tracing::field::Visit for Fields {
-    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-        self.0.insert(field.name().to_owned(), format!("{value:?}"));
-    }
-    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
-        self.0.insert(field.name().to_owned(), value.to_owned());
-    }
-}
-
-impl tracing::Subscriber for Capture {
-    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
-        true
-    }
-    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
-        tracing::span::Id::from_u64(1)
-    }
-    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
-    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
-    fn event(&self, event: &tracing::Event<'_>) {
-        let mut fields = Fields(BTreeMap::new());
-        event.record(&mut fields);
-        self.0.lock().unwrap().push(Captured {
-            level: *event.metadata().level(),
-            fields: fields.0,
-        });
-    }
-    fn enter(&self, _: &tracing::span::Id) {}
-    fn exit(&self, _: &tracing::span::Id) {}
-}
-
-/// The process-wide capture, installed once.
-fn capture() -> &'static Capture {
-    static CAPTURE: OnceLock<Capture> = OnceLock::new();
-    CAPTURE.get_or_init(|| {
-        let c = Capture::default();
-        tracing::subscriber::set_global_default(c.clone()).expect("no other subscriber");
-        c
-    })
-}
 
 /// The WARN events about unhandled tasks logged by worker `id`.
 fn warnings_of(id: &str) -> Vec<Captured> {
-    capture()
-        .0
-        .lock()
-        .unwrap()
-        .iter()
+    Capture::global()
+        .events()
+        .into_iter()
         .filter(|e| {
-            e.fields.get("worker_id").map(String::as_str) == Some(id)
-                && e.fields
-                    .get("message")
-                    .is_some_and(|m| m.contains("no live worker handles"))
+            e.field("worker_id") == Some(id) && e.message.contains("no live worker handles")
         })
-        .cloned()
         .collect()
 }
 
@@ -113,7 +53,7 @@ impl Task for Ghost {
 /// queue × name pairs no alive worker handles, in every queue. Once a worker that registers
 /// `ghost` runs, `ghost` is handled.
 async fn a_name_no_live_worker_registers_is_logged_at_warn<B: TestBackend>(db: Db<B>) {
-    capture();
+    Capture::global();
     for _ in 0..3 {
         Ghost.enqueue(&db.pool).await.unwrap();
     }

@@ -308,6 +308,7 @@ pub const EVENTS_WITH_KEYS: &str =
 pub mod backends;
 pub mod bins;
 pub mod brokers;
+pub mod capture;
 pub mod drivers;
 pub mod galera;
 pub mod nats_server;
