@@ -165,7 +165,7 @@ async fn business_transactions_on_every_node_give_exactly_the_committed_tasks(
                     match business_tx(&pool, node, k % 5 != 4).await {
                         Ok(Some(done)) => committed.push(done),
                         Ok(None) => {}
-                        Err(e) if is_conflict(&e) => {
+                        Err(e) if e.is_conflict() => {
                             retries += 1;
                             continue;
                         }
@@ -179,7 +179,7 @@ async fn business_transactions_on_every_node_give_exactly_the_committed_tasks(
                     let ids = loop {
                         match batch_tx(&pool, base).await {
                             Ok(ids) => break ids,
-                            Err(e) if is_conflict(&e) => retries += 1,
+                            Err(e) if e.is_conflict() => retries += 1,
                             Err(e) => panic!("batch transaction: {e}"),
                         }
                     };
@@ -289,16 +289,6 @@ async fn batch_tx(pool: &sqlx::MySqlPool, base: u64) -> taskq::Result<Vec<TaskId
     .await?;
     tx.commit().await?;
     Ok(ids.into_iter().map(|e| e.id).collect())
-}
-
-/// Whether a producer's transaction lost to a concurrent one (1213) and may simply be run again.
-fn is_conflict(e: &taskq::Error) -> bool {
-    let db = match e {
-        taskq::Error::Database(sqlx::Error::Database(db)) => db,
-        _ => return false,
-    };
-    db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
-        .is_some_and(|m| m.number() == 1213)
 }
 
 /// One worker per node claiming from the same queue: claims collide across nodes (row locks
@@ -590,7 +580,7 @@ async fn ordered_keys_keep_commit_order_with_writers_on_every_node(cluster: &Gal
                 loop {
                     match change_tx(&pool, account).await {
                         Ok(()) => break,
-                        Err(e) if is_conflict(&e) => retries += 1,
+                        Err(e) if e.is_conflict() => retries += 1,
                         Err(e) => panic!("change transaction: {e}"),
                     }
                 }
@@ -748,7 +738,7 @@ async fn outbox_relays_keep_commit_order_with_publishers_on_every_node(cluster: 
                     Ok(_) => tokio::time::sleep(Duration::from_millis(20)).await,
                     Err(e) => {
                         failed += 1;
-                        if is_conflict(&e) {
+                        if e.is_conflict() {
                             conflicts += 1;
                         } else {
                             eprintln!("outbox: {} round failed: {e}", relay.name());
@@ -794,7 +784,7 @@ async fn outbox_relays_keep_commit_order_with_publishers_on_every_node(cluster: 
                             aborted += 1;
                             break;
                         }
-                        Err(e) if is_conflict(&e) => {
+                        Err(e) if e.is_conflict() => {
                             rolled_back.lock().unwrap().insert(attempt);
                             retries += 1;
                         }

@@ -8,7 +8,10 @@ impl Error {
     /// Whether the operation's transaction lost to a concurrent one: on MySQL / MariaDB a
     /// deadlock victim (error 1213; on Galera also a failed certification) or a lock wait
     /// timeout (1205), on SQLite "database is locked" (the write lock stayed taken past the
-    /// busy timeout). Roll the transaction back and run it again, from its start.
+    /// busy timeout); also a transaction the server ended under the caller, which sqlx reports
+    /// as `BeginFailed` when taskq opens its savepoint in it (on Galera, a transaction aborted
+    /// by another node's write between two of its statements). Roll the transaction back and
+    /// run it again, from its start.
     ///
     /// An inbox consumer meets it when two deliveries of one message wait on a first handling
     /// that rolls back (see [`Inbox`](crate::inbox::Inbox)): roll back and let the broker
@@ -44,6 +47,11 @@ impl Error {
 
 /// A conflict, as the driver that produced `e` reads it.
 fn is_conflict(e: &sqlx::Error) -> bool {
+    // `BEGIN` or `SAVEPOINT` answered, but the session is in no transaction: the server ended
+    // the caller's transaction (rolled back) before taskq's savepoint in it.
+    if matches!(e, sqlx::Error::BeginFailed) {
+        return true;
+    }
     #[cfg(feature = "sqlite")]
     if let sqlx::Error::Database(db) = e
         && taskq_sqlite::is_busy(&**db)
@@ -92,6 +100,16 @@ mod tests {
             assert!(e.is_retryable(), "{e:#?}");
             assert!(!e.is_conflict(), "{e:#?}");
         }
+    }
+
+    #[test]
+    fn a_transaction_the_server_ended_under_the_caller_is_a_conflict() {
+        // Seen on Galera: the producer's transaction aborted by another node's write before
+        // the ordered enqueue's SAVEPOINT (tests/galera.rs, ordered keys with writers on
+        // every node).
+        let e = Error::Database(sqlx::Error::BeginFailed);
+        assert!(e.is_conflict());
+        assert!(e.is_retryable());
     }
 
     #[test]
