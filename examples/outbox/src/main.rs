@@ -220,8 +220,19 @@ async fn billing(
     while let Some(m) = messages.next().await {
         let m = m?;
         let id = message_id(&m)?;
-        handle(&pool, &inbox, &id, &m.payload).await?;
-        m.ack().await?;
+        match handle(&pool, &inbox, &id, &m.payload).await {
+            Ok(()) => m.ack().await?,
+            // A lost conflict, or the database unreachable for now: `handle` rolled its
+            // transaction back, so nothing of the message took effect. Nak it: JetStream
+            // delivers it again to a later pull of the consumer `billing` (this example pulls
+            // once; a long-running consumer pulls again), and the next message goes on.
+            Err(e) if is_retryable(&*e) => {
+                eprintln!("billing: message {id} failed ({e}); nak for redelivery");
+                m.ack_with(jetstream::AckKind::Nak(None)).await?;
+                continue;
+            }
+            Err(e) => return Err(e),
+        }
         first.get_or_insert((id, m.payload.clone()));
     }
     // At-least-once: the same message can come again (a lost ack, a relay's re-publish).
@@ -238,6 +249,14 @@ async fn billing(
     Ok(())
 }
 
+/// Whether a delivery that failed with `e` may succeed when redelivered: a database error
+/// that `taskq::Error::is_retryable()` says so of. Anything else (a payload that does not
+/// parse, a constraint broken) would fail again.
+fn is_retryable(e: &(dyn std::error::Error + Send + Sync + 'static)) -> bool {
+    e.downcast_ref::<taskq::Error>()
+        .is_some_and(taskq::Error::is_retryable)
+}
+
 fn message_id(m: &jetstream::Message) -> Result<String, BoxError> {
     m.headers
         .as_ref()
@@ -246,7 +265,9 @@ fn message_id(m: &jetstream::Message) -> Result<String, BoxError> {
         .ok_or_else(|| "a message without Nats-Msg-Id".into())
 }
 
-/// One message in one transaction: the inbox record and the invoice commit together.
+/// One message in one transaction: the inbox record and the invoice commit together. Database
+/// errors are returned as `taskq::Error`, which classifies them; on an error the transaction is
+/// dropped, which rolls it back.
 async fn handle(
     pool: &sqlx::SqlitePool,
     inbox: &Inbox,
@@ -262,7 +283,8 @@ async fn handle(
                 .bind(&order.customer)
                 .bind(order.total_cents)
                 .execute(&mut *tx)
-                .await?;
+                .await
+                .map_err(taskq::Error::from)?;
             println!(
                 "billing: invoiced order {} ({} cents) for message {id}",
                 order.order_id, order.total_cents
@@ -270,6 +292,6 @@ async fn handle(
         }
         Seen::Again => println!("billing: message {id} seen before, skipped"),
     }
-    tx.commit().await?;
+    tx.commit().await.map_err(taskq::Error::from)?;
     Ok(())
 }
