@@ -22,6 +22,13 @@ macro_rules! suite {
 }
 
 suite!(
+    // Workflows.
+    a_step_becomes_due_only_when_every_step_it_runs_after_succeeded,
+    a_failed_step_cancels_the_steps_after_it_and_a_cleanup_step_still_runs,
+    a_retried_dead_step_that_succeeds_brings_back_the_steps_it_canceled,
+    the_sweep_settles_the_ends_the_write_back_did_not,
+    cancel_of_a_workflow_cancels_its_steps_and_asks_the_running_ones_to_stop,
+    a_rolled_back_workflow_leaves_nothing_and_workflows_list_newest_first,
     // Events and the relay's keys.
     events_are_numbered_per_key_and_leased_once,
     an_expired_event_lease_is_taken_over_and_the_old_epoch_is_fenced,

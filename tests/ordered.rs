@@ -531,6 +531,7 @@ mod mysql_locks {
             frees: None,
             follow_up: None,
             order_ends: t.order_key.clone(),
+            workflow_step_ends: false,
             name: std::sync::Arc::from(t.name.as_str()),
             queue: std::sync::Arc::from("q"),
             ran: Duration::ZERO,

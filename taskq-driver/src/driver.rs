@@ -1,6 +1,7 @@
 //! The driver seam: what taskq's runtime asks of a database, as typed operations grouped by
 //! table or job, one trait each ([`Enqueue`], [`Tasks`], [`Actions`], [`Claims`], [`Leases`],
-//! [`Identities`], [`Queues`], [`Schedules`], [`Workers`], [`History`], [`Events`], [`Clock`],
+//! [`Identities`], [`Queues`], [`Schedules`], [`Workers`], [`History`], [`Events`],
+//! [`Workflows`], [`Clock`],
 //! [`StatementBudget`]). A driver (`taskq-mysql`, `taskq-sqlite`) implements each in the file
 //! that holds that table's SQL; [`Driver`] is all of them. [`Enqueue`] (the producer path and
 //! audit entries) runs on the caller's own transaction, so its functions take no handle.
@@ -125,6 +126,12 @@ macro_rules! __seam_operations {
                 /// key's next sequence number under the key row's lock (held to the caller's
                 /// commit, so seq order is commit order) and marks the key ready unless held.
                 fn event_insert(conn; row: &NewEvent<'_>) -> EventInserted;
+                /// Inserts a workflow (`taskq_workflows`) and its steps atomically (a savepoint of
+                /// the caller's transaction, or a transaction of its own): each step's task,
+                /// `pending` when it runs after no step and `waiting` otherwise, with its step
+                /// row and the edges to the steps it runs after. The steps come in an order where
+                /// each follows those it runs after (`rules::workflow::plan`).
+                fn workflow_insert(conn; wf: &NewWorkflow<'_>) -> WorkflowInserted;
             }
             /// Reads of `taskq_tasks`: one task, pages, counts, statistics, the targets of bulk actions.
             trait Tasks {
@@ -345,6 +352,29 @@ macro_rules! __seam_operations {
                 /// (epoch + 1). On the caller's transaction. Whether the key was held.
                 fn event_key_release(&self, conn; topic: &str; key: &str; skip: bool) -> bool;
             }
+            /// Workflows (`taskq_workflows`, `taskq_workflow_steps`, `taskq_workflow_deps`): the
+            /// settle that lets the steps after an ended step go on, reads, and cancel.
+            trait Workflows {
+                /// Settles up to `limit` ended steps that still have an unsettled edge, in one
+                /// transaction: each edge to a step after them is settled once, as
+                /// `rules::workflow::dependency_end` says (a step with no dependency left becomes
+                /// `pending`; one a failure cancels is canceled and settled in turn). The
+                /// worker's write-back settles the steps it ends in its own transaction; these
+                /// are the ends it did not settle (a reap, an expiry at claim, an
+                /// operator's cancel or delete, a process that stopped between two statements).
+                /// The reaper runs it.
+                fn workflow_settle_stranded(&self, conn; limit: u32) -> Settled;
+                /// A workflow with its steps per state.
+                fn workflow_get(&self; id: u64) -> Option<WorkflowRow>;
+                /// A workflow's steps, in the order they were inserted.
+                fn workflow_steps(&self; id: u64) -> Vec<WorkflowStepRow>;
+                /// A page of workflows, newest first, with ids below `before_id`; of `name` when given.
+                fn workflow_list(&self; name: Option<&str>; before_id: u64; limit: u32) -> Vec<WorkflowRow>;
+                /// Cancels a workflow on the caller's transaction (with its audit row): its
+                /// waiting and pending steps are canceled, its running steps asked to cancel,
+                /// and it is marked canceled.
+                fn workflow_cancel(&self, conn; id: u64) -> WorkflowCanceled;
+            }
             /// The database clock.
             trait Clock {
                 /// The database clock.
@@ -414,6 +444,7 @@ pub trait Driver:
     + Workers
     + History
     + Events
+    + Workflows
     + Clock
     + StatementBudget
 {
@@ -431,6 +462,7 @@ impl<D> Driver for D where
         + Workers
         + History
         + Events
+        + Workflows
         + Clock
         + StatementBudget
 {

@@ -33,7 +33,7 @@ use crate::budget::Budget;
 pub use crate::class::ErrorClass;
 use crate::driver::{
     Actions, Claims, Clock, Driver, Enqueue, Events, Handle, History, Identities, Leases, Queues,
-    Schedules, StatementBudget, Tasks, Workers,
+    Schedules, StatementBudget, Tasks, Workers, Workflows,
 };
 use crate::event::*;
 use crate::pool::WorkerPool;

@@ -7,6 +7,7 @@ use serde::Serialize;
 use crate::state::{TaskId, TaskState};
 
 /// A row to insert.
+#[derive(Debug, Clone, Copy)]
 pub struct NewTask<'a> {
     /// Queue name.
     pub queue: &'a str,
@@ -152,6 +153,8 @@ pub struct Claimed {
     pub order_key: Option<Vec<u8>>,
     /// Whether its death lets its key go on (see [`OrderKey::dead_skips`]).
     pub order_dead_skips: bool,
+    /// The workflow the task is a step of, if any (`Enqueue::workflow_insert`).
+    pub workflow_id: Option<u64>,
     /// Set only when the task's attempts were already exhausted before this claim (`attempt >
     /// max_attempts` now): its last attempt's lease expired while no worker that registers its
     /// name was there to bury it, so a reaper that does not parked it back to pending (see
@@ -337,6 +340,11 @@ pub struct WriteBack {
     /// key's head and the outcome ends it (`rules::ends_order_head`).
     #[serde(skip)]
     pub order_ends: Option<Vec<u8>>,
+    /// The task is a workflow step and this outcome ends it (succeeded, dead, canceled): the
+    /// write-back settles the steps that run after it in its own transaction
+    /// (`Workflows::workflow_settle`). A batch without any adds no statement.
+    #[serde(skip)]
+    pub workflow_step_ends: bool,
     /// For outcome observers: the attempt's task name, queue and handler run time.
     #[serde(skip)]
     pub name: std::sync::Arc<str>,
@@ -410,6 +418,8 @@ pub struct WrittenBack {
     pub deferred: Vec<u64>,
     /// Ids whose outcome was written together with its follow-up.
     pub followed: Vec<u64>,
+    /// What settling the workflow steps the batch ended did (steps made due, canceled).
+    pub settled: Settled,
 }
 
 /// One row of `Store::queue_controls`.
@@ -722,4 +732,99 @@ mod tests {
         assert_eq!(hex(&[0, 1, 0x7f, 0x80, 0xff, b'{']), "00017f80ff7b");
         assert_eq!(hex(&[]), "");
     }
+}
+
+/// One step of a workflow to insert (`Enqueue::workflow_insert`).
+pub struct NewStep<'a> {
+    /// The step's name, unique in its workflow.
+    pub step: &'a str,
+    /// The task the step runs.
+    pub task: NewTask<'a>,
+    /// The steps it runs after, as indices of earlier steps in the same slice (distinct).
+    pub after: Vec<usize>,
+    /// It runs once the steps it runs after have ended, whether or not they succeeded (a
+    /// cleanup step); otherwise a step after which one fails is canceled.
+    pub runs_after_failure: bool,
+}
+
+/// A workflow to insert (`Enqueue::workflow_insert`): its steps in an order where each comes
+/// after the steps it runs after (`rules::workflow::plan`'s order).
+pub struct NewWorkflow<'a> {
+    /// The workflow's name (not unique: a label for people, e.g. `export-7`).
+    pub name: &'a str,
+    /// The steps.
+    pub steps: &'a [NewStep<'a>],
+}
+
+/// What `Enqueue::workflow_insert` inserted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkflowInserted {
+    /// The workflow's id.
+    pub id: u64,
+    /// Each step's task, in the order of [`NewWorkflow::steps`].
+    pub task_ids: Vec<TaskId>,
+}
+
+/// What settling ended workflow steps did (`Workflows::workflow_settle`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Settled {
+    /// Steps made due (`waiting` → `pending`): the last step they ran after ended.
+    pub released: Vec<(TaskId, String)>,
+    /// Steps canceled because a step they run after did not succeed.
+    pub canceled: Vec<TaskId>,
+}
+
+impl Settled {
+    /// Adds what another settle did.
+    pub fn extend(&mut self, other: Settled) {
+        self.released.extend(other.released);
+        self.canceled.extend(other.canceled);
+    }
+}
+
+/// A workflow as `Workflows::workflow_get` and `workflow_list` read it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct WorkflowRow {
+    /// Its id.
+    pub id: u64,
+    /// Its name.
+    pub name: String,
+    /// When it was enqueued (database clock).
+    pub created_at: DateTime<Utc>,
+    /// When an operator canceled it, if one did.
+    pub canceled_at: Option<DateTime<Utc>>,
+    /// Its steps per state.
+    pub counts: crate::rules::workflow::StepCounts,
+}
+
+/// One step of a workflow as `Workflows::workflow_steps` reads it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct WorkflowStepRow {
+    /// The step's name.
+    pub step: String,
+    /// Its task.
+    pub task_id: TaskId,
+    /// The task's name.
+    pub name: String,
+    /// The task's queue.
+    pub queue: String,
+    /// The task's state.
+    pub state: TaskState,
+    /// The steps it runs after, by name (in the order they were declared).
+    pub after: Vec<String>,
+    /// It runs after its dependencies whether or not they succeeded.
+    pub runs_after_failure: bool,
+    /// Canceled because a step it runs after did not succeed.
+    pub canceled_by_dependency: bool,
+}
+
+/// What `Workflows::workflow_cancel` did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WorkflowCanceled {
+    /// The workflow exists.
+    pub found: bool,
+    /// Steps canceled (they were waiting or pending).
+    pub canceled: u64,
+    /// Running steps asked to cancel.
+    pub cancel_requested: u64,
 }

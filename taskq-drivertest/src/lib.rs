@@ -39,6 +39,7 @@ mod schedules;
 mod support;
 mod unique;
 mod workers;
+mod workflows;
 
 pub use actions::*;
 pub use claims::*;
@@ -54,3 +55,4 @@ pub use reads::*;
 pub use schedules::*;
 pub use unique::*;
 pub use workers::*;
+pub use workflows::*;

@@ -163,6 +163,8 @@ pub(crate) fn outcome(t: &Claimed, state: &'static str, outcome: &'static str) -
             .order_key
             .clone()
             .filter(|_| taskq_driver::rules::ends_order_head(to, t.order_dead_skips)),
+        workflow_step_ends: t.workflow_id.is_some()
+            && taskq_driver::rules::workflow::ENDED_STATES.contains(&to),
         id: t.id,
         epoch: t.lease_epoch,
         state,

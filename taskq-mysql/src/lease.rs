@@ -9,7 +9,7 @@ use crate::MySqlDriver;
 use crate::identities::{Taken, identities_free_written, identities_take};
 use crate::order::{order_advance_ids_or_skip, order_advance_later, order_keys_advance_stranded};
 use taskq_driver::rows::{
-    FollowUpRow, LapsedRow, NameList, ReapRow, Reaped, WriteBack, WrittenBack,
+    FollowUpRow, LapsedRow, NameList, ReapRow, Reaped, Settled, WriteBack, WrittenBack,
 };
 use taskq_driver::state::TaskState;
 
@@ -80,6 +80,11 @@ impl Leases for MySqlDriver {
     /// running with their attempt's epoch, the `UPDATE` writes exactly those, and one `INSERT`
     /// adds the follow-ups of those among them, before the commit. A fenced outcome inserts
     /// nothing; a batch without follow-ups keeps the single statement.
+    ///
+    /// Outcomes that end a workflow step (`WriteBack::workflow_step_ends`) make it a
+    /// transaction the same way: the steps after those written are settled in it
+    /// (`workflows::settle`), so a step's end and its effect on the steps after it commit
+    /// together.
     async fn task_write_back(
         &self,
         conn: &mut MySqlConnection,
@@ -96,7 +101,10 @@ impl Leases for MySqlDriver {
         // held key is never waited for while the batch's rows are locked); a batch without
         // any keeps its single statement.
         let ordered = batch.iter().any(|f| f.order_ends.is_some());
-        if wanted.is_empty() && !follow && !ordered {
+        // Outcomes that end a workflow step settle the steps after it in the same
+        // transaction (`workflows::settle`); a batch without any keeps its single statement.
+        let steps = batch.iter().any(|f| f.workflow_step_ends);
+        if wanted.is_empty() && !follow && !ordered && !steps {
             return Ok(WrittenBack {
                 written: write_back_rows(conn, batch.iter()).await?,
                 ..WrittenBack::default()
@@ -115,7 +123,7 @@ impl Leases for MySqlDriver {
         // those the `UPDATE` writes, so exactly their follow-ups are inserted.
         let written_ids = if rows
             .iter()
-            .any(|f| f.follow_up.is_some() || f.order_ends.is_some())
+            .any(|f| f.follow_up.is_some() || f.order_ends.is_some() || f.workflow_step_ends)
         {
             let leases: Vec<(u64, u64)> = rows.iter().map(|f| (f.id, f.epoch)).collect();
             Some(lock_running(&mut tx, &crate::leases_json(&leases)).await?)
@@ -125,6 +133,7 @@ impl Leases for MySqlDriver {
         let written = write_back_rows(&mut tx, rows.iter().copied()).await?;
         let mut followed = Vec::new();
         let mut skipped = Vec::new();
+        let mut settled = Settled::default();
         if let Some(ids) = &written_ids {
             let ended: Vec<u64> = rows
                 .iter()
@@ -132,6 +141,14 @@ impl Leases for MySqlDriver {
                 .map(|f| f.id)
                 .collect();
             skipped = order_advance_ids_or_skip(&mut tx, &ended).await?;
+            let steps_ended: Vec<u64> = rows
+                .iter()
+                .filter(|f| f.workflow_step_ends && ids.contains(&f.id))
+                .map(|f| f.id)
+                .collect();
+            if !steps_ended.is_empty() {
+                settled = crate::workflows::settle(&mut tx, &steps_ended).await?;
+            }
         }
         if let Some(ids) = written_ids {
             let mut inserts: Vec<&FollowUpRow> = Vec::new();
@@ -158,6 +175,7 @@ impl Leases for MySqlDriver {
             written,
             deferred,
             followed,
+            settled,
         })
     }
 

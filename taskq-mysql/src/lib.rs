@@ -21,6 +21,8 @@
 //! - `history.rs`: attempt history and the audit trail (`taskq_audit`);
 //! - `events.rs`: events and the relay's keys (`taskq_events`, `taskq_event_keys`): publish,
 //!   lease, read, settle, and the operator's reads, retention, replays and releases;
+//! - `workflows.rs`: workflows (`taskq_workflows`, `_steps`, `_deps`): the insert, the settle
+//!   that lets the steps after an ended step go on, reads, cancel;
 //! - `inbox.rs`: the consumers' inbox (`taskq_inbox`): record a message id, prune;
 //! - `migrate.rs`: taskq's migrations and their run under the migration lock ([`migrate`]);
 //! - `database.rs`: whether the database exists, and creating it;
@@ -63,6 +65,7 @@ mod queues;
 mod schedules;
 mod tasks;
 mod workers;
+mod workflows;
 
 pub use claim::ClaimCursor;
 pub use clock::db_clock_us;
@@ -70,6 +73,7 @@ pub use enqueue::{task_insert, task_insert_rows};
 pub use history::audit_insert;
 pub use migrate::{MIGRATIONS_TABLE, MigrationError, migrate, migrator};
 pub use order::task_insert_ordered;
+pub use workflows::workflow_insert;
 
 use sqlx::{MySqlConnection, MySqlPool};
 
@@ -166,6 +170,12 @@ impl Enqueue for MySqlDriver {
         row: &taskq_driver::event::NewEvent<'_>,
     ) -> sqlx::Result<taskq_driver::event::EventInserted> {
         events::event_insert(conn, row).await
+    }
+    async fn workflow_insert(
+        conn: &mut MySqlConnection,
+        wf: &taskq_driver::rows::NewWorkflow<'_>,
+    ) -> sqlx::Result<taskq_driver::rows::WorkflowInserted> {
+        workflows::workflow_insert(conn, wf).await
     }
 }
 

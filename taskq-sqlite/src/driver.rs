@@ -18,10 +18,11 @@ use crate::connect::{DEFAULT_BUSY_TIMEOUT, begin_immediate, tune};
 use crate::conv::sid;
 use crate::{
     clock, enqueue, history, identities, inbox, lease, order, queues, schedules, tasks, workers,
+    workflows,
 };
 use taskq_driver::driver::{
     Actions, Claims, Clock, Enqueue, Handle, History, Identities, Leases, Queues, Schedules,
-    StatementBudget, Tasks, Workers,
+    StatementBudget, Tasks, Workers, Workflows,
 };
 use taskq_driver::dynamic::ErrorClass;
 use taskq_driver::read::{PendingNameCount, QueueStateCount, ScheduleInfo, TaskInfo};
@@ -205,6 +206,12 @@ impl Enqueue for SqliteDriver {
         row: &taskq_driver::event::NewEvent<'_>,
     ) -> sqlx::Result<taskq_driver::event::EventInserted> {
         crate::events::event_insert(conn, row).await
+    }
+    async fn workflow_insert(
+        conn: &mut SqliteConnection,
+        wf: &taskq_driver::rows::NewWorkflow<'_>,
+    ) -> sqlx::Result<taskq_driver::rows::WorkflowInserted> {
+        workflows::workflow_insert(conn, wf).await
     }
 }
 
@@ -682,6 +689,40 @@ impl History for SqliteDriver {
         limit: u32,
     ) -> sqlx::Result<u64> {
         history::audit_prune(conn, age_secs, limit).await
+    }
+}
+
+impl Workflows for SqliteDriver {
+    async fn workflow_settle_stranded(
+        &self,
+        conn: &mut SqliteConnection,
+        limit: u32,
+    ) -> sqlx::Result<taskq_driver::rows::Settled> {
+        workflows::workflow_settle_stranded(conn, limit).await
+    }
+    async fn workflow_get(&self, id: u64) -> sqlx::Result<Option<taskq_driver::rows::WorkflowRow>> {
+        workflows::workflow_get(&self.pool, id).await
+    }
+    async fn workflow_steps(
+        &self,
+        id: u64,
+    ) -> sqlx::Result<Vec<taskq_driver::rows::WorkflowStepRow>> {
+        workflows::workflow_steps(&self.pool, id).await
+    }
+    async fn workflow_list(
+        &self,
+        name: Option<&str>,
+        before_id: u64,
+        limit: u32,
+    ) -> sqlx::Result<Vec<taskq_driver::rows::WorkflowRow>> {
+        workflows::workflow_list(&self.pool, name, before_id, limit).await
+    }
+    async fn workflow_cancel(
+        &self,
+        conn: &mut SqliteConnection,
+        id: u64,
+    ) -> sqlx::Result<taskq_driver::rows::WorkflowCanceled> {
+        workflows::workflow_cancel(conn, id).await
     }
 }
 

@@ -10,7 +10,7 @@
 use sqlx::SqliteConnection;
 use taskq_driver::rows::{
     CanceledTask, ClaimBatch, ClaimRequest, Claimed, ExpiredTask, FollowUpRow, LapsedRow, LimitHit,
-    NameList, ReapRow, Reaped, WriteBack, WrittenBack,
+    NameList, ReapRow, Reaped, Settled, WriteBack, WrittenBack,
 };
 use taskq_driver::rules::{Allowance, claim_allowance, frees_identity, run_end_frees_identity};
 
@@ -136,7 +136,7 @@ pub(crate) async fn task_claim(
              trace_context AS "trace_context?: String",
              unique_key AS "unique_key?: Vec<u8>", unique_while AS "unique_while?: String",
              order_key AS "order_key?: Vec<u8>", order_seq AS "order_seq?: i64",
-             order_dead_skips AS "order_dead_skips!: bool",
+             order_dead_skips AS "order_dead_skips!: bool", workflow_id AS "workflow_id?: i64",
              CASE WHEN attempt > max_attempts THEN last_error END AS "parked_error?: String""#,
         req.queue,
         names,
@@ -215,6 +215,7 @@ pub(crate) async fn task_claim(
                 unique_while: r.unique_while,
                 order_key: r.order_key,
                 order_dead_skips: r.order_dead_skips,
+                workflow_id: r.workflow_id.map(uid),
                 parked_error: r.parked_error,
             });
         }
@@ -421,12 +422,18 @@ pub(crate) async fn task_write_back(
            RETURNING id AS "id!: i64", state AS "state!: String",
              unique_key AS "unique_key?: Vec<u8>", unique_while AS "unique_while?: String",
              order_key AS "order_key?: Vec<u8>", order_seq AS "order_seq?: i64",
-             order_dead_skips AS "order_dead_skips!: bool""#,
+             order_dead_skips AS "order_dead_skips!: bool", workflow_id AS "workflow_id?: i64""#,
         json
     )
     .fetch_all(&mut *tx)
     .await?;
     let mut written: Vec<u64> = rows.iter().map(|r| uid(r.id)).collect();
+    // Workflow steps this write-back ended settle the steps after them in the same transaction.
+    let steps_ended: Vec<u64> = rows
+        .iter()
+        .filter(|r| r.workflow_id.is_some() && r.state != "pending" && r.state != "running")
+        .map(|r| uid(r.id))
+        .collect();
     written.sort_unstable();
     let mut followed = Vec::new();
     let mut inserts = Vec::new();
@@ -454,12 +461,18 @@ pub(crate) async fn task_write_back(
     }
     // Ordered heads this write-back ended let their keys go on, in the same transaction.
     tasks_moved(&mut tx, moved, run_end_frees_identity).await?;
+    let settled = if steps_ended.is_empty() {
+        Settled::default()
+    } else {
+        crate::workflows::settle(&mut tx, &steps_ended).await?
+    };
     tx.commit().await?;
     followed.sort_unstable();
     Ok(WrittenBack {
         written: written.len() as u64,
         deferred: Vec::new(),
         followed,
+        settled,
     })
 }
 

@@ -20,6 +20,7 @@ mod queues;
 mod schedules;
 mod tasks;
 mod workers;
+mod workflows;
 
 #[cfg(test)]
 mod tests;

@@ -60,6 +60,7 @@ async fn drain(pool: &sqlx::SqlitePool, worker: &str) -> Vec<u64> {
             .iter()
             .map(|t| WriteBack {
                 order_ends: None,
+                workflow_step_ends: false,
                 id: t.id,
                 epoch: t.lease_epoch,
                 state: "succeeded",

@@ -67,6 +67,7 @@ mod trace;
 pub mod unique;
 mod wake;
 pub mod worker;
+pub mod workflow;
 
 // The crate root holds what a first program names; the rest is in the modules above
 // (`context`, `enqueue`, `error`, `followup`, `migrate`, `schedule`, `unique`, `worker`,

@@ -1,14 +1,17 @@
-//! A workflow's graph (issue 35, first step): the steps a caller declares, each with the names
-//! of the steps it runs after, checked as a whole before anything is written. Written once
-//! here so every driver inserts the same plan: the steps in an order where each comes after
-//! the steps it waits for (so their ids exist when it is inserted), each with the distinct
-//! steps it waits for and the steps waiting for it.
+//! Workflows, the rules every driver follows: a workflow's graph (the steps a caller
+//! declares, each with the names of the steps it runs after), checked as a whole before
+//! anything is written and planned so that every driver inserts the same thing (the steps in
+//! an order where each comes after the steps it waits for, each with the distinct steps it
+//! waits for and the steps waiting for it); what a step's end does to the steps after it
+//! ([`dependency_end`]); and a workflow's state from its steps' ([`workflow_state`]).
 //!
 //! A step's name is checked by the caller (taskq's name rules); this module checks the graph:
 //! at least one step, no name twice, no dependency on a name that is not a step, no cycle.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
+
+use crate::state::TaskState;
 
 /// Why a workflow's graph is refused; nothing of it is written.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -145,6 +148,139 @@ fn cycle(deps: &[Vec<usize>], left: &[usize]) -> Vec<usize> {
     }
 }
 
+/// What the end of a step does to a step that runs after it (`Workflows::workflow_settle`),
+/// decided here for every driver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DependencyEnd {
+    /// The dependency is done for this step: one fewer to wait for (`deps_left - 1`); at
+    /// none left, a `waiting` step becomes `pending`.
+    Counts,
+    /// The dependency failed and the step does not run after a failure: a `waiting` step is
+    /// canceled (marked as canceled by its dependencies), and that end is settled in turn.
+    Cancels,
+}
+
+/// What the end of a dependency in `state` does to a step that runs after it; `None` while
+/// the dependency has not ended (waiting, pending, running). A success always counts; a
+/// failure (dead, canceled, expired) cancels the step unless it runs after a failure too (a
+/// cleanup step), for which it counts.
+pub fn dependency_end(state: TaskState, runs_after_failure: bool) -> Option<DependencyEnd> {
+    match state {
+        TaskState::Waiting | TaskState::Pending | TaskState::Running => None,
+        TaskState::Succeeded => Some(DependencyEnd::Counts),
+        TaskState::Dead | TaskState::Canceled | TaskState::Expired => Some(if runs_after_failure {
+            DependencyEnd::Counts
+        } else {
+            DependencyEnd::Cancels
+        }),
+    }
+}
+
+/// The states in which a step has ended for the steps after it (those `dependency_end`
+/// answers for), as the drivers' SQL lists them.
+pub const ENDED_STATES: [TaskState; 4] = [
+    TaskState::Succeeded,
+    TaskState::Dead,
+    TaskState::Canceled,
+    TaskState::Expired,
+];
+
+/// The error recorded on a step canceled because a step it runs after did not succeed.
+pub const CANCELED_BY_DEPENDENCY: &str = "canceled: a step it runs after did not succeed";
+
+/// A workflow's state, derived from its steps' states and whether it was canceled: `running`
+/// while any step has not ended; then `succeeded` when every step succeeded, `canceled` when
+/// an operator canceled it, `failed` otherwise (a step died, expired, or was canceled, and
+/// the steps after it with it).
+pub fn workflow_state(canceled: bool, counts: &StepCounts) -> WorkflowState {
+    if counts.waiting + counts.pending + counts.running > 0 {
+        WorkflowState::Running
+    } else if canceled {
+        WorkflowState::Canceled
+    } else if counts.succeeded == counts.total() {
+        WorkflowState::Succeeded
+    } else {
+        WorkflowState::Failed
+    }
+}
+
+/// A workflow's state (see [`workflow_state`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WorkflowState {
+    /// Some step has not ended.
+    Running,
+    /// Every step succeeded.
+    Succeeded,
+    /// Every step ended and some did not succeed.
+    Failed,
+    /// Canceled by an operator; every step ended.
+    Canceled,
+}
+
+impl WorkflowState {
+    /// The state's name (`running`, `succeeded`, `failed`, `canceled`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Running => "running",
+            Self::Succeeded => "succeeded",
+            Self::Failed => "failed",
+            Self::Canceled => "canceled",
+        }
+    }
+}
+
+impl std::fmt::Display for WorkflowState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A workflow's steps per state.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct StepCounts {
+    /// Waiting for the steps they run after.
+    pub waiting: u64,
+    /// Due or waiting for a worker.
+    pub pending: u64,
+    /// Running.
+    pub running: u64,
+    /// Succeeded.
+    pub succeeded: u64,
+    /// Dead.
+    pub dead: u64,
+    /// Canceled (by an operator, or because a step they run after did not succeed).
+    pub canceled: u64,
+    /// Expired (deadline passed before a start).
+    pub expired: u64,
+}
+
+impl StepCounts {
+    /// Adds `n` steps in `state`.
+    pub fn add(&mut self, state: TaskState, n: u64) {
+        match state {
+            TaskState::Waiting => self.waiting += n,
+            TaskState::Pending => self.pending += n,
+            TaskState::Running => self.running += n,
+            TaskState::Succeeded => self.succeeded += n,
+            TaskState::Dead => self.dead += n,
+            TaskState::Canceled => self.canceled += n,
+            TaskState::Expired => self.expired += n,
+        }
+    }
+
+    /// Every step.
+    pub fn total(&self) -> u64 {
+        self.waiting
+            + self.pending
+            + self.running
+            + self.succeeded
+            + self.dead
+            + self.canceled
+            + self.expired
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -249,5 +385,42 @@ mod tests {
                 path: vec!["y".into(), "z".into(), "y".into()]
             }
         );
+    }
+
+    #[test]
+    fn a_success_counts_and_a_failure_cancels_all_but_a_cleanup_step() {
+        use DependencyEnd::*;
+        for s in [TaskState::Waiting, TaskState::Pending, TaskState::Running] {
+            assert_eq!(dependency_end(s, false), None);
+            assert_eq!(dependency_end(s, true), None);
+        }
+        assert_eq!(dependency_end(TaskState::Succeeded, false), Some(Counts));
+        assert_eq!(dependency_end(TaskState::Succeeded, true), Some(Counts));
+        for s in [TaskState::Dead, TaskState::Canceled, TaskState::Expired] {
+            assert_eq!(dependency_end(s, false), Some(Cancels));
+            assert_eq!(dependency_end(s, true), Some(Counts));
+        }
+        for s in TaskState::ALL {
+            assert_eq!(
+                ENDED_STATES.contains(&s),
+                dependency_end(s, false).is_some()
+            );
+        }
+    }
+
+    #[test]
+    fn a_workflow_runs_until_every_step_ended_then_succeeds_only_if_all_did() {
+        let mut c = StepCounts::default();
+        c.add(TaskState::Succeeded, 2);
+        c.add(TaskState::Waiting, 1);
+        assert_eq!(workflow_state(false, &c), WorkflowState::Running);
+        assert_eq!(workflow_state(true, &c), WorkflowState::Running);
+        c.waiting = 0;
+        c.add(TaskState::Succeeded, 1);
+        assert_eq!(workflow_state(false, &c), WorkflowState::Succeeded);
+        c.add(TaskState::Canceled, 1);
+        assert_eq!(workflow_state(false, &c), WorkflowState::Failed);
+        assert_eq!(workflow_state(true, &c), WorkflowState::Canceled);
+        assert_eq!(c.total(), 4);
     }
 }

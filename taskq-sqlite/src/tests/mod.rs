@@ -89,6 +89,7 @@ fn write_back(
 ) -> WriteBack {
     WriteBack {
         order_ends: None,
+        workflow_step_ends: false,
         id,
         epoch,
         state,

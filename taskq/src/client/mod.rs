@@ -24,6 +24,7 @@ mod event_stats;
 mod events;
 mod queues;
 mod reads;
+mod workflows;
 
 pub use bulk::{BulkCanceled, BulkFilter};
 pub use event_stats::EventStats;

@@ -84,6 +84,13 @@ pub enum Error {
     /// No task with this id exists (it may have been pruned by retention).
     #[error("task {0} not found")]
     NotFound(TaskId),
+    /// A workflow's graph is refused (no step, a name twice, a dependency on no step, a
+    /// cycle); nothing of it was written.
+    #[error("invalid workflow: {0}")]
+    Workflow(#[from] taskq_driver::rules::workflow::GraphError),
+    /// No workflow with this id exists (it may have been pruned by retention).
+    #[error("workflow {0} not found")]
+    WorkflowNotFound(crate::workflow::WorkflowId),
     /// The operation needs a task in another state (e.g. cancel on a running task).
     #[error("task {id} is {state}, expected {expected}")]
     WrongState {
@@ -256,6 +263,8 @@ impl Error {
                 .finish(),
             Error::InvalidOption(m) => f.debug_tuple("InvalidOption").field(m).finish(),
             Error::NotFound(id) => f.debug_tuple("NotFound").field(id).finish(),
+            Error::Workflow(e) => f.debug_tuple("Workflow").field(e).finish(),
+            Error::WorkflowNotFound(id) => f.debug_tuple("WorkflowNotFound").field(id).finish(),
             Error::WrongState {
                 id,
                 state,

@@ -370,7 +370,7 @@ impl<T: Task> Enqueue<T> {
 /// A validated task ready to insert.
 pub(crate) struct Prepared {
     pub(crate) queue: String,
-    name: &'static str,
+    pub(crate) name: &'static str,
     pub(crate) payload: Vec<u8>,
     pub(crate) priority: i16,
     pub(crate) max_attempts: u32,
@@ -388,12 +388,12 @@ pub(crate) struct Prepared {
 
 impl Prepared {
     /// Whether this row must be inserted on its own (a duplicate is possible).
-    fn keyed(&self) -> bool {
+    pub(crate) fn keyed(&self) -> bool {
         self.idempotency_key.is_some() || self.unique.is_some() || self.order.is_some()
     }
 
     /// The row to insert, with its unique identity's key and window end when it has one.
-    fn row<'a>(
+    pub(crate) fn row<'a>(
         &'a self,
         unique_key: Option<&'a [u8]>,
         unique_expires_us: Option<i64>,

@@ -446,6 +446,9 @@ fn write_back(
             .order_key
             .clone()
             .filter(|_| ends_order_head(to, task.order_dead_skips)),
+        // A workflow step that ends settles the steps after it in the write-back's transaction.
+        workflow_step_ends: task.workflow_id.is_some()
+            && taskq_driver::rules::workflow::ENDED_STATES.contains(&to),
         follow_up: None,
         name: task.name.as_str().into(),
         queue: Arc::from(""),

@@ -38,6 +38,7 @@ pub(crate) async fn run(shared: Arc<Shared>) {
         }
         reap(&shared).await;
         stranded(&shared).await;
+        workflow_steps_stranded(&shared).await;
         if Instant::now() >= next_prune {
             prune(&shared).await;
             next_prune = Instant::now() + shared.cfg.retention.interval;
@@ -75,6 +76,30 @@ async fn stranded(shared: &Shared) {
         Err(e) => {
             WorkerStats::add(&shared.stats.db_errors, 1);
             tracing::warn!(error = %e, "taskq: advancing stranded order keys failed");
+        }
+    }
+}
+
+/// Settles the workflow steps that ended without their worker's write-back settling the steps
+/// after them (a reap, an expiry at claim, an operator's cancel or delete), up to [`BATCH`]
+/// ended steps per pass (see `Store::workflow_settle_stranded`), and wakes the claim loops of
+/// the queues of the steps it made due.
+async fn workflow_steps_stranded(shared: &Shared) {
+    match within!(shared, |c| shared.store.workflow_settle_stranded(c, BATCH)).await {
+        Ok(s) if s.released.is_empty() && s.canceled.is_empty() => {}
+        Ok(s) => {
+            for (_, q) in &s.released {
+                crate::wake::notify(q);
+            }
+            tracing::info!(
+                released = s.released.len(),
+                canceled = s.canceled.len(),
+                "taskq: workflow steps settled after an end the write-back did not settle"
+            );
+        }
+        Err(e) => {
+            WorkerStats::add(&shared.stats.db_errors, 1);
+            tracing::warn!(error = %e, "taskq: settling ended workflow steps failed");
         }
     }
 }

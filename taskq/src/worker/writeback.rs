@@ -275,6 +275,18 @@ fn event(f: &WriteBack, outcome: TaskOutcome, follow_up: bool) -> OutcomeEvent {
 async fn flush(shared: &Shared, chunk: &[WriteBack]) -> Result<Vec<WriteBack>, StmtError> {
     WorkerStats::add(&shared.stats.ack_flushes, 1);
     let done = within!(shared, |c| shared.store.task_write_back(c, chunk)).await?;
+    // Workflow steps made due by this chunk's ends: wake this process's claim loops.
+    let mut woken: Vec<&str> = done
+        .settled
+        .released
+        .iter()
+        .map(|(_, q)| q.as_str())
+        .collect();
+    woken.sort_unstable();
+    woken.dedup();
+    for q in woken {
+        crate::wake::notify(q);
+    }
     let (later, chunk): (Vec<&WriteBack>, Vec<&WriteBack>) =
         chunk.iter().partition(|f| done.deferred.contains(&f.id));
     if !later.is_empty() {

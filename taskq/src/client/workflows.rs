@@ -1,0 +1,73 @@
+//! The client's workflows: read one with its steps, list them, cancel one (audited).
+
+use super::*;
+use crate::workflow::{WorkflowCanceled, WorkflowId, WorkflowInfo, WorkflowStepRow};
+
+impl Client {
+    /// A workflow with its state and its steps per state (its progress), read from its steps'
+    /// index entries; [`Error::WorkflowNotFound`] when there is none.
+    pub async fn workflow(&self, id: WorkflowId) -> Result<WorkflowInfo> {
+        match self.run(self.store.workflow_get(id.0)).await? {
+            Some(w) => Ok(w.into()),
+            None => Err(Error::WorkflowNotFound(id)),
+        }
+    }
+
+    /// A workflow's steps in the order they were declared, each with its task's state and the
+    /// steps it runs after; [`Error::WorkflowNotFound`] when there is none.
+    pub async fn workflow_steps(&self, id: WorkflowId) -> Result<Vec<WorkflowStepRow>> {
+        let steps = self.run(self.store.workflow_steps(id.0)).await?;
+        if steps.is_empty() && self.run(self.store.workflow_get(id.0)).await?.is_none() {
+            return Err(Error::WorkflowNotFound(id));
+        }
+        Ok(steps)
+    }
+
+    /// A page of workflows, newest first: those with ids below `before` (all when `None`),
+    /// named `name` when given, at most `limit` (1–1,000).
+    pub async fn workflows(
+        &self,
+        name: Option<&str>,
+        before: Option<WorkflowId>,
+        limit: u32,
+    ) -> Result<Vec<WorkflowInfo>> {
+        if !(1..=1000).contains(&limit) {
+            return Err(Error::InvalidOption(format!(
+                "a page of workflows holds 1 to 1000, not {limit}"
+            )));
+        }
+        let before = before.map_or(u64::MAX, |b| b.0);
+        let rows = self
+            .run(self.store.workflow_list(name, before, limit))
+            .await?;
+        Ok(rows.into_iter().map(Into::into).collect())
+    }
+
+    /// Cancels a workflow as a whole: its waiting and pending steps are canceled at once, its
+    /// running steps get the cancel request running tasks get from [`Client::cancel`], and it
+    /// is marked canceled (its state is `canceled` once every step has ended). Recorded in the
+    /// audit trail as `workflow_cancel`, with the workflow's id and the counts, in the same
+    /// transaction. [`Error::WorkflowNotFound`] when there is none.
+    pub async fn cancel_workflow(&self, id: WorkflowId) -> Result<WorkflowCanceled> {
+        let mut tx = self.run(self.store.begin()).await?;
+        let done = self
+            .run(self.store.workflow_cancel(tx.conn(), id.0))
+            .await?;
+        if !done.found {
+            drop(tx);
+            return Err(Error::WorkflowNotFound(id));
+        }
+        let a = Action {
+            action: "workflow_cancel",
+            task: None,
+            queue: None,
+            detail: Some(serde_json::json!({
+                "workflow_id": id.0,
+                "canceled": done.canceled,
+                "cancel_requested": done.cancel_requested,
+            })),
+        };
+        self.commit_audited(tx, &a).await?;
+        Ok(done)
+    }
+}
