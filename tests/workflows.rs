@@ -162,27 +162,16 @@ async fn a_failed_step_cancels_its_dependents_and_the_cleanup_step_runs<B: TestB
         .unwrap();
     let running = workers(&db, &log, 1);
     let client = db.client();
-    wait_until(
-        Duration::from_secs(30),
-        "the failing workflow ended",
-        || {
-            let client = client.clone();
-            async move {
-                client
-                    .workflow(wf.id)
-                    .await
-                    .is_ok_and(|w| w.state != WorkflowState::Running)
-            }
-        },
-    )
-    .await;
+    let info = client
+        .wait_workflow(wf.id, Duration::from_secs(30))
+        .await
+        .expect("the failing workflow ends");
     for w in running {
         w.stop().await;
     }
     let mut labels = log.labels();
     labels.sort();
     assert_eq!(labels, ["audit", "fetch", "render", "tidy"], "{}", B::LABEL);
-    let info = client.workflow(wf.id).await.unwrap();
     assert_eq!(info.state, WorkflowState::Failed);
     assert_eq!(
         (
@@ -321,7 +310,70 @@ async fn a_canceled_workflow_runs_nothing_more_and_is_audited<B: TestBackend>(db
     ));
 }
 
+/// `Client::wait` returns a task once it has ended (woken by this process's write-back), and
+/// gives `WaitTimedOut` for one no worker runs, after the timeout, holding no connection
+/// meanwhile; an unknown task or workflow is not found.
+async fn a_client_waits_for_a_task_or_a_workflow_to_end<B: TestBackend>(db: Db<B>) {
+    let client = db.client();
+    let lonely = taskq::Task::enqueue(step("lonely"), &db.pool)
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let waiter = {
+        let client = client.clone();
+        tokio::spawn(async move { client.wait(lonely.id, Duration::from_millis(500)).await })
+    };
+    // Between two of its reads (at ~150 ms and ~310 ms), the waiter holds no connection.
+    tokio::time::sleep(Duration::from_millis(230)).await;
+    assert_eq!(
+        db.pool.num_idle() as u32,
+        db.pool.size(),
+        "{}: no connection held while waiting",
+        B::LABEL
+    );
+    let late = waiter.await.unwrap();
+    assert!(matches!(late, Err(Error::WaitTimedOut(d)) if d == Duration::from_millis(500)));
+    assert!(started.elapsed() >= Duration::from_millis(500));
+    let log = Log::default();
+    let running = workers(&db, &log, 1);
+    let t = client
+        .wait(lonely.id, Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(t.state, TaskState::Succeeded);
+    let wf = Workflow::new("awaited")
+        .step("a", step("a"))
+        .step_after("b", step("b"), ["a"])
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+    let w = client
+        .wait_workflow(wf.id, Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!((w.state, w.counts.succeeded), (WorkflowState::Succeeded, 2));
+    for w in running {
+        w.stop().await;
+    }
+    assert!(matches!(
+        client
+            .wait(taskq::TaskId(lonely.id.0 + 1000), Duration::from_secs(1))
+            .await,
+        Err(Error::NotFound(_))
+    ));
+    assert!(matches!(
+        client
+            .wait_workflow(
+                taskq::workflow::WorkflowId(wf.id.0 + 1000),
+                Duration::from_secs(1)
+            )
+            .await,
+        Err(Error::WorkflowNotFound(_))
+    ));
+}
+
 taskq_tests::conformance!(
+    a_client_waits_for_a_task_or_a_workflow_to_end,
     a_diamond_of_200_steps_runs_each_step_once_after_its_dependencies,
     a_failed_step_cancels_its_dependents_and_the_cleanup_step_runs,
     a_workflow_is_all_or_nothing_and_a_bad_graph_writes_nothing,

@@ -21,6 +21,9 @@ pub struct Opts {
     pub limits_only: bool,
     /// `--ordered [n]`: only the ordered drains (1, 16, 256 keys) next to an unordered one.
     pub ordered: Option<u64>,
+    /// `--workflows [n]`: only a workflow of `n` steps next to a plain drain of `n` tasks, and
+    /// the end-to-next-start latency of a chain of each.
+    pub workflows: Option<u64>,
     /// `--outbox [n]`: only the relay against a direct publish loop (1, 16, 256 keys), with
     /// commit-to-broker latency and statements per event.
     pub outbox: Option<u64>,
@@ -62,6 +65,7 @@ pub fn parse_args() -> Res<Opts> {
         unknown_only: false,
         limits_only: false,
         ordered: None,
+        workflows: None,
         outbox: None,
         outbox_brokers: vec![crate::outbox::Broker::Nats],
         dashboard: None,
@@ -83,6 +87,7 @@ pub fn parse_args() -> Res<Opts> {
             "--unknown-names" => o.unknown_only = true,
             "--limits" => o.limits_only = true,
             "--ordered" => o.ordered = Some(2000),
+            "--workflows" => o.workflows = Some(1000),
             "--outbox" => {
                 o.outbox.get_or_insert(crate::outbox::DEFAULT_EVENTS);
             }

@@ -11,6 +11,7 @@
 //!     [--out target/bench-sqlite.json] [--keep-db]
 //! cargo run --release -p taskq-bench -- --fleet 32x1,64x1 [--fleet-tasks 10000]
 //! cargo run --release -p taskq-bench -- --database-url mysql://… --ordered [--quick]
+//! cargo run --release -p taskq-bench -- --database-url mysql://… --workflows [--quick]
 //! cargo run --release -p taskq-bench -- --database-url mysql://… --outbox [--outbox-events N]
 //!     [--outbox-brokers nats,rabbitmq,redis] [--quick]
 //! ```
@@ -58,6 +59,7 @@ mod sqlite;
 mod task;
 mod tuning;
 mod unknown;
+mod workflows;
 
 type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
@@ -122,6 +124,10 @@ async fn bench(opts: &Opts, pool: &MySqlPool) -> Res<()> {
     if let Some(n) = opts.ordered {
         eprintln!("machine: {}", machine());
         return ordered::run(pool, if opts.quick { n / 4 } else { n }).await;
+    }
+    if let Some(n) = opts.workflows {
+        eprintln!("machine: {}", machine());
+        return workflows::run(pool, if opts.quick { n / 4 } else { n }).await;
     }
     if let Some(n) = opts.outbox {
         eprintln!("machine: {}", machine());

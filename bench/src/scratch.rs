@@ -7,9 +7,15 @@ use crate::Res;
 use crate::task::noop;
 
 pub async fn reset(pool: &MySqlPool) -> Res<()> {
-    sqlx::query("TRUNCATE TABLE taskq_tasks")
-        .execute(pool)
-        .await?;
+    // The workflow tables too: their rows name task ids that the truncate hands out again.
+    for truncate in [
+        "TRUNCATE TABLE taskq_tasks",
+        "TRUNCATE TABLE taskq_workflows",
+        "TRUNCATE TABLE taskq_workflow_steps",
+        "TRUNCATE TABLE taskq_workflow_deps",
+    ] {
+        sqlx::query(truncate).execute(pool).await?;
+    }
     Ok(())
 }
 

@@ -374,6 +374,10 @@ macro_rules! __seam_operations {
                 /// waiting and pending steps are canceled, its running steps asked to cancel,
                 /// and it is marked canceled.
                 fn workflow_cancel(&self, conn; id: u64) -> WorkflowCanceled;
+                /// Deletes the workflows, among the `scan` oldest, none of whose steps' tasks
+                /// exists any more (task retention pruned them all), with their step rows and
+                /// edges; how many workflows.
+                fn workflow_prune(&self, conn; scan: u32) -> u64;
             }
             /// The database clock.
             trait Clock {

@@ -375,3 +375,40 @@ pub async fn a_rolled_back_workflow_leaves_nothing_and_workflows_list_newest_fir
         .collect();
     assert_eq!(nightly, [one.id]);
 }
+
+/// A workflow is pruned with its step rows and edges once retention has pruned every one of its
+/// steps' tasks; one with a task left is kept.
+pub async fn a_workflow_is_pruned_once_retention_pruned_all_its_tasks<D: Driver>(d: D) {
+    let mut c = conn(&d).await;
+    let done = insert_wf::<D>(
+        &mut c,
+        "done",
+        &[step("fetch", &[], false), step("render", &[0], false)],
+    )
+    .await;
+    let kept = insert_wf::<D>(&mut c, "kept", &[step("mail", &[], false)]).await;
+    run_step(&d, &mut c, "fetch", done.task_ids[0], "succeeded").await;
+    run_step(&d, &mut c, "render", done.task_ids[1], "succeeded").await;
+    assert_eq!(
+        d.workflow_prune(&mut c, 100).await.unwrap(),
+        0,
+        "{}: tasks left",
+        backend::<D>()
+    );
+    assert_eq!(
+        d.task_prune(&mut c, TaskState::Succeeded, 0, 100)
+            .await
+            .unwrap(),
+        2
+    );
+    assert_eq!(
+        d.workflow_prune(&mut c, 100).await.unwrap(),
+        1,
+        "{}",
+        backend::<D>()
+    );
+    assert!(d.workflow_get(done.id).await.unwrap().is_none());
+    assert!(d.workflow_steps(done.id).await.unwrap().is_empty());
+    assert!(d.workflow_get(kept.id).await.unwrap().is_some());
+    assert_eq!(d.workflow_prune(&mut c, 100).await.unwrap(), 0);
+}

@@ -518,4 +518,54 @@ impl Workflows for MySqlDriver {
             cancel_requested,
         })
     }
+
+    /// Reads the `scan` oldest workflows without a step task left (one read through the
+    /// primary key and `ix_taskq_workflow_seq`), then deletes their edges, steps and rows in
+    /// one transaction.
+    async fn workflow_prune(&self, conn: &mut MySqlConnection, scan: u32) -> sqlx::Result<u64> {
+        let ids = sqlx::query_scalar!(
+            r#"SELECT w.id AS "id: u64"
+               FROM (SELECT id FROM taskq_workflows ORDER BY id LIMIT ?) AS w
+               WHERE NOT EXISTS (
+                 SELECT 1 FROM taskq_workflow_steps s FORCE INDEX (ix_taskq_workflow_seq)
+                   STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = s.task_id
+                 WHERE s.workflow_id = w.id)"#,
+            scan
+        )
+        .fetch_all(&mut *conn)
+        .await?;
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        let ids = json(&ids)?;
+        let mut tx = conn.begin().await?;
+        sqlx::query!(
+            r#"DELETE e FROM JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$')) AS j
+                 STRAIGHT_JOIN taskq_workflow_steps s FORCE INDEX (ix_taskq_workflow_seq)
+                   ON s.workflow_id = j.id
+                 STRAIGHT_JOIN taskq_workflow_deps e FORCE INDEX (ix_taskq_workflow_step_deps)
+                   ON e.task_id = s.task_id"#,
+            ids
+        )
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query!(
+            r#"DELETE s FROM JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$')) AS j
+                 STRAIGHT_JOIN taskq_workflow_steps s FORCE INDEX (ix_taskq_workflow_seq)
+                   ON s.workflow_id = j.id"#,
+            ids
+        )
+        .execute(&mut *tx)
+        .await?;
+        let n = sqlx::query!(
+            r#"DELETE w FROM JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$')) AS j
+                 STRAIGHT_JOIN taskq_workflows w FORCE INDEX (PRIMARY) ON w.id = j.id"#,
+            ids
+        )
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        tx.commit().await?;
+        Ok(n)
+    }
 }

@@ -724,6 +724,9 @@ impl Workflows for SqliteDriver {
     ) -> sqlx::Result<taskq_driver::rows::WorkflowCanceled> {
         workflows::workflow_cancel(conn, id).await
     }
+    async fn workflow_prune(&self, conn: &mut SqliteConnection, scan: u32) -> sqlx::Result<u64> {
+        workflows::workflow_prune(conn, scan).await
+    }
 }
 
 impl Clock for SqliteDriver {

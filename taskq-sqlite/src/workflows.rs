@@ -504,3 +504,47 @@ pub(crate) async fn workflow_cancel(
         cancel_requested,
     })
 }
+
+/// Deletes the workflows, among the `scan` oldest, without a step task left, with their steps
+/// and edges, in one write transaction; how many workflows.
+pub(crate) async fn workflow_prune(conn: &mut SqliteConnection, scan: u32) -> sqlx::Result<u64> {
+    let mut tx = begin_write(conn).await?;
+    let ids = sqlx::query_scalar!(
+        r#"SELECT w.id AS "id!: i64"
+           FROM (SELECT id FROM taskq_workflows ORDER BY id LIMIT ?1) AS w
+           WHERE NOT EXISTS (
+             SELECT 1 FROM taskq_workflow_steps AS s JOIN taskq_tasks AS t ON t.id = s.task_id
+             WHERE s.workflow_id = w.id)"#,
+        scan
+    )
+    .fetch_all(&mut *tx)
+    .await?;
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    let ids = json(&ids)?;
+    sqlx::query!(
+        r#"DELETE FROM taskq_workflow_deps
+           WHERE task_id IN (SELECT s.task_id FROM taskq_workflow_steps AS s
+                             WHERE s.workflow_id IN (SELECT value FROM json_each(?1)))"#,
+        ids
+    )
+    .execute(&mut *tx)
+    .await?;
+    sqlx::query!(
+        r#"DELETE FROM taskq_workflow_steps
+           WHERE workflow_id IN (SELECT value FROM json_each(?1))"#,
+        ids
+    )
+    .execute(&mut *tx)
+    .await?;
+    let n = sqlx::query!(
+        r#"DELETE FROM taskq_workflows WHERE id IN (SELECT value FROM json_each(?1))"#,
+        ids
+    )
+    .execute(&mut *tx)
+    .await?
+    .rows_affected();
+    tx.commit().await?;
+    Ok(n)
+}

@@ -1,5 +1,6 @@
 //! In-process wake-up: producers in this process tell local workers that a queue has work,
-//! so they claim at once instead of waiting for the next poll.
+//! so they claim at once instead of waiting for the next poll; and this process's workers tell
+//! waiters ([`Client::wait`](crate::Client::wait)) that some task ended.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -34,4 +35,21 @@ pub(crate) fn nudge(queue: &str) {
     if let Some(n) = reg.get(queue) {
         n.notify_one();
     }
+}
+
+fn ended_notify() -> &'static Notify {
+    static ENDED: OnceLock<Notify> = OnceLock::new();
+    ENDED.get_or_init(Notify::new)
+}
+
+/// Wakes every waiter of this process ([`Client::wait`](crate::Client::wait)): a worker of this
+/// process wrote back outcomes (some task may have ended).
+pub(crate) fn ended() {
+    ended_notify().notify_waiters();
+}
+
+/// Resolves at this process's next [`ended`]; register it before reading the state it
+/// waits on, so an end between the read and the wait is not missed.
+pub(crate) fn ended_signal() -> tokio::sync::futures::Notified<'static> {
+    ended_notify().notified()
 }

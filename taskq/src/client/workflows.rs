@@ -1,4 +1,5 @@
-//! The client's workflows: read one with its steps, list them, cancel one (audited).
+//! The client's workflows: read one with its steps, list them, cancel one (audited); and
+//! waiting for a task or a workflow to end.
 
 use super::*;
 use crate::workflow::{WorkflowCanceled, WorkflowId, WorkflowInfo, WorkflowStepRow};
@@ -69,5 +70,58 @@ impl Client {
         };
         self.commit_audited(tx, &a).await?;
         Ok(done)
+    }
+
+    /// Waits until task `id` has ended (succeeded, dead, canceled or expired) and returns it;
+    /// [`Error::WaitTimedOut`] after `timeout`, [`Error::NotFound`] for an unknown id.
+    ///
+    /// No connection is held while it waits: it reads the task, then sleeps until a worker of
+    /// this process writes back an outcome (it reads again at once) or a poll interval passes
+    /// (10 ms, doubling to 1 s: a task ended by another process is seen within a second).
+    pub async fn wait(&self, id: TaskId, timeout: Duration) -> Result<TaskInfo> {
+        self.wait_until(timeout, || async move {
+            let t = self.get(id).await?;
+            Ok(t.state.is_terminal().then_some(t))
+        })
+        .await
+    }
+
+    /// Waits until workflow `id` has ended (every step ended: `succeeded`, `failed` or
+    /// `canceled`) and returns it, as [`wait`](Self::wait) does for a task;
+    /// [`Error::WorkflowNotFound`] for an unknown id.
+    pub async fn wait_workflow(&self, id: WorkflowId, timeout: Duration) -> Result<WorkflowInfo> {
+        self.wait_until(timeout, || async move {
+            let w = self.workflow(id).await?;
+            Ok((w.state != crate::workflow::WorkflowState::Running).then_some(w))
+        })
+        .await
+    }
+
+    /// Reads `read` until it returns a value, woken by this process's write-backs or by a
+    /// backing-off poll, up to `timeout`.
+    async fn wait_until<T, F, Fut>(&self, timeout: Duration, mut read: F) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<Option<T>>>,
+    {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut poll = Duration::from_millis(10);
+        loop {
+            let woken = crate::wake::ended_signal();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
+            if let Some(v) = read().await? {
+                return Ok(v);
+            }
+            let now = tokio::time::Instant::now();
+            if now >= deadline {
+                return Err(Error::WaitTimedOut(timeout));
+            }
+            let nap = poll.min(deadline - now);
+            tokio::select! {
+                _ = woken => {}
+                _ = tokio::time::sleep(nap) => poll = (poll * 2).min(Duration::from_secs(1)),
+            }
+        }
     }
 }

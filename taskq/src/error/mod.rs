@@ -88,6 +88,11 @@ pub enum Error {
     /// cycle); nothing of it was written.
     #[error("invalid workflow: {0}")]
     Workflow(#[from] taskq_driver::rules::workflow::GraphError),
+    /// A wait ([`Client::wait`](crate::Client::wait),
+    /// [`Client::wait_workflow`](crate::Client::wait_workflow)) ended before the task or
+    /// workflow did; it goes on regardless.
+    #[error("waited {0:?} and it has not ended")]
+    WaitTimedOut(std::time::Duration),
     /// No workflow with this id exists (it may have been pruned by retention).
     #[error("workflow {0} not found")]
     WorkflowNotFound(crate::workflow::WorkflowId),
@@ -264,6 +269,7 @@ impl Error {
             Error::InvalidOption(m) => f.debug_tuple("InvalidOption").field(m).finish(),
             Error::NotFound(id) => f.debug_tuple("NotFound").field(id).finish(),
             Error::Workflow(e) => f.debug_tuple("Workflow").field(e).finish(),
+            Error::WaitTimedOut(d) => f.debug_tuple("WaitTimedOut").field(d).finish(),
             Error::WorkflowNotFound(id) => f.debug_tuple("WorkflowNotFound").field(id).finish(),
             Error::WrongState {
                 id,

@@ -420,6 +420,16 @@ async fn prune(shared: &Shared) {
             }
         }
     }
+    // Workflows whose steps' tasks retention has all pruned: their own rows go too (the
+    // oldest BATCH workflows are looked at per pass).
+    match within!(shared, |c| shared.store.workflow_prune(c, BATCH)).await {
+        Ok(0) => {}
+        Ok(n) => tracing::debug!(workflows = n, "taskq: pruned finished workflows"),
+        Err(e) => {
+            WorkerStats::add(&shared.stats.db_errors, 1);
+            tracing::warn!(error = %e, "taskq: pruning finished workflows failed");
+        }
+    }
 }
 
 /// Publishes the per queue × state backlog gauges (zero for states with no rows).

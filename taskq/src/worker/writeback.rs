@@ -275,6 +275,10 @@ fn event(f: &WriteBack, outcome: TaskOutcome, follow_up: bool) -> OutcomeEvent {
 async fn flush(shared: &Shared, chunk: &[WriteBack]) -> Result<Vec<WriteBack>, StmtError> {
     WorkerStats::add(&shared.stats.ack_flushes, 1);
     let done = within!(shared, |c| shared.store.task_write_back(c, chunk)).await?;
+    if done.written > 0 {
+        // Waiters in this process (`Client::wait`) read again.
+        crate::wake::ended();
+    }
     // Workflow steps made due by this chunk's ends: wake this process's claim loops.
     let mut woken: Vec<&str> = done
         .settled
