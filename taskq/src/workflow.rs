@@ -53,18 +53,7 @@ use crate::task::TaskId;
 use crate::task::enqueue::Prepared;
 use taskq_driver::rows::{NewStep, NewWorkflow};
 pub use taskq_driver::rows::{WorkflowCanceled, WorkflowStepRow};
-pub use taskq_driver::rules::workflow::{GraphError, StepCounts, WorkflowState};
-
-/// A workflow's id.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-#[serde(transparent)]
-pub struct WorkflowId(pub u64);
-
-impl fmt::Display for WorkflowId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(&self.0, f)
-    }
-}
+pub use taskq_driver::rules::workflow::{GraphError, StepCounts, WorkflowId, WorkflowState};
 
 /// A step as declared: its name, the steps it runs after, whether it is a cleanup step.
 struct StepDecl {

@@ -95,7 +95,7 @@ pub enum Error {
     WaitTimedOut(std::time::Duration),
     /// No workflow with this id exists (it may have been pruned by retention).
     #[error("workflow {0} not found")]
-    WorkflowNotFound(crate::workflow::WorkflowId),
+    WorkflowNotFound(taskq_driver::rules::workflow::WorkflowId),
     /// The operation needs a task in another state (e.g. cancel on a running task).
     #[error("task {id} is {state}, expected {expected}")]
     WrongState {
