@@ -229,6 +229,12 @@ pub enum Command {
         #[command(subcommand)]
         action: EventsAction,
     },
+    /// Workflows (docs/workflows.md): list them with their state and progress, show one's
+    /// steps, cancel one (audited)
+    Workflows {
+        #[command(subcommand)]
+        action: WorkflowsAction,
+    },
     /// Serve the web dashboard and JSON API (docs/dashboard.md) until Ctrl-C. Authentication is
     /// required: --token and/or --basic (or TASKQ_WEB_TOKEN / TASKQ_WEB_BASIC), or
     /// --insecure-no-auth. This binary registers no tasks, so the API's enqueue-by-name
@@ -286,6 +292,34 @@ pub struct WebArgs {
     /// Mark the cookies Secure (when served over HTTPS, e.g. behind a TLS proxy)
     #[arg(long)]
     pub secure_cookies: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum WorkflowsAction {
+    /// Workflows, newest first: id, name, state, steps per state, when enqueued
+    List {
+        /// Only workflows of this name
+        #[arg(long)]
+        name: Option<String>,
+        /// Only workflows with an id below this one (the last id of the previous page)
+        #[arg(long, value_name = "ID")]
+        before: Option<u64>,
+        /// Page size
+        #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=1000))]
+        limit: u32,
+    },
+    /// One workflow: its state and progress, and each step with its task, state and the steps
+    /// it runs after
+    Show {
+        /// The workflow's id
+        id: u64,
+    },
+    /// Cancel a workflow: its waiting and pending steps now, its running steps at their next
+    /// heartbeat (recorded in the audit trail)
+    Cancel {
+        /// The workflow's id
+        id: u64,
+    },
 }
 
 #[derive(Debug, Subcommand)]

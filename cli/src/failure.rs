@@ -32,6 +32,7 @@ impl From<taskq::Error> for Failure {
     fn from(e: taskq::Error) -> Self {
         let code = match &e {
             taskq::Error::NotFound(_)
+            | taskq::Error::WorkflowNotFound(_)
             | taskq::Error::WrongState { .. }
             | taskq::Error::UniqueHeld { .. } => EXIT_TASK,
             taskq::Error::InvalidName { .. }

@@ -4,7 +4,8 @@
 //! cancels, reschedules and reprioritizes pending ones, purges old terminal tasks, pauses and
 //! limits queues, lists recurring schedules and live workers, shows the audit trail of operator
 //! actions (which it records with `--actor`, default `cli:$USER@<host>`), shows and replays
-//! events (the outbox: `taskq events`), applies migrations,
+//! events (the outbox: `taskq events`), lists, shows and cancels workflows (`taskq workflows`),
+//! applies migrations,
 //! and serves the web dashboard (`taskq web`), without writing SQL. Human-readable tables by
 //! default, `--json` for scripts. Exit codes: 0 success, 1 other error, 2 bad input, 3 task not
 //! found or in the wrong state, 4 database unreachable.
@@ -12,7 +13,7 @@
 //!
 //! Modules: `args` (the command line), `connect` (the database from its URL), `failure` (exit
 //! codes), one module per group of commands (`tasks`, `queues`, `workers`, `schedules`,
-//! `stats`, `events`, `audit`, `migrate`, `web`), and the output: `render` (tables, JSON, times),
+//! `stats`, `events`, `workflows`, `audit`, `migrate`, `web`), and the output: `render` (tables, JSON, times),
 //! `text` (escaping of stored text) and `duration` (`7d`, `90s`).
 
 mod args;
@@ -30,6 +31,7 @@ mod tasks;
 mod text;
 mod web;
 mod workers;
+mod workflows;
 
 use std::process::ExitCode;
 
@@ -181,6 +183,7 @@ async fn run(cli: &Cli, url: &str) -> Result<(), Failure> {
             purge(&client, state.map(Into::into), *older_than, cli.json).await
         }
         Command::Events { action } => events::run(&client, action, cli.json).await,
+        Command::Workflows { action } => workflows::run(&client, action, cli.json).await,
         Command::Web(args) => web(client, args).await,
     };
     pool.close().await;

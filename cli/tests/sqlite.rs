@@ -1021,3 +1021,101 @@ async fn events_show_lists_a_key_s_state_and_events_on_a_sqlite_file() {
     );
     pool.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workflows_are_listed_shown_and_canceled_on_a_sqlite_file() {
+    use taskq::workflow::Workflow;
+    let dir = TempDir::new();
+    let file = dir.0.join("wf.db");
+    let url = format!("sqlite://{}", file.display());
+    let d = &dir.0;
+    let pool = taskq::sqlite::connect(&url).await.unwrap();
+    taskq::migrate(&pool).await.unwrap();
+    let first = Workflow::new("nightly")
+        .step("fetch", Ping { n: 1 })
+        .step_after("render", Ping { n: 2 }, ["fetch"])
+        .cleanup_after("tidy", Pong(3), ["render"])
+        .enqueue(&pool)
+        .await
+        .unwrap();
+    let second = Workflow::new("hourly")
+        .step("only", Ping { n: 4 })
+        .enqueue(&pool)
+        .await
+        .unwrap();
+
+    let list = taskq(d, &url, &["workflows", "list"]).await.ok();
+    let id1 = first.id.to_string();
+    let id2 = second.id.to_string();
+    assert!(
+        row(
+            &list.stdout,
+            &[
+                &id1, "nightly", "running", "3", "1", "pending,", "2", "waiting"
+            ]
+        )
+        .is_some(),
+        "{list:?}"
+    );
+    assert!(
+        row(
+            &list.stdout,
+            &[&id2, "hourly", "running", "1", "1", "pending"]
+        )
+        .is_some(),
+        "{list:?}"
+    );
+    let pos = |s: &str| list.stdout.find(s).unwrap();
+    assert!(pos("hourly") < pos("nightly"), "newest first: {list:?}");
+    let json = taskq(
+        d,
+        &url,
+        &["--json", "workflows", "list", "--name", "nightly"],
+    )
+    .await
+    .ok()
+    .json();
+    let rows = json["workflows"].as_array().unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0]["id"], first.id.0);
+    assert_eq!(rows[0]["state"], "running");
+    assert_eq!(rows[0]["counts"]["waiting"], 2);
+
+    let show = taskq(d, &url, &["workflows", "show", &id1]).await.ok();
+    let render = first.task("render").unwrap().to_string();
+    assert!(
+        row(
+            &show.stdout,
+            &["render", &render, "ping", "default", "waiting", "fetch"]
+        )
+        .is_some(),
+        "{show:?}"
+    );
+    assert!(
+        show.stdout.contains("(cleanup: whatever their end)"),
+        "{show:?}"
+    );
+
+    let cancel = taskq(d, &url, &["workflows", "cancel", &id1]).await.ok();
+    assert!(
+        cancel.stdout.contains(&format!(
+            "workflow {id1} canceled: 3 steps canceled, 0 running"
+        )),
+        "{cancel:?}"
+    );
+    let client = Client::new(pool.clone());
+    let after = client.workflow(first.id).await.unwrap();
+    assert_eq!(after.state, taskq::workflow::WorkflowState::Canceled);
+    let audit = taskq(d, &url, &["--json", "audit"]).await.ok().json();
+    assert!(
+        audit.to_string().contains("workflow_cancel"),
+        "the cancel is audited: {audit}"
+    );
+    let missing = taskq(d, &url, &["workflows", "show", "999"]).await;
+    assert_eq!(missing.code, 3, "{missing:?}");
+    assert!(
+        missing.stderr.contains("workflow 999 not found"),
+        "{missing:?}"
+    );
+    pool.close().await;
+}
