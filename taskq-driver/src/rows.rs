@@ -772,6 +772,8 @@ pub struct Settled {
     pub released: Vec<(TaskId, String)>,
     /// Steps canceled because a step they run after did not succeed.
     pub canceled: Vec<TaskId>,
+    /// Edges settled (each once: a dependency's end applied to one step after it).
+    pub edges: u64,
 }
 
 impl Settled {
@@ -779,6 +781,7 @@ impl Settled {
     pub fn extend(&mut self, other: Settled) {
         self.released.extend(other.released);
         self.canceled.extend(other.canceled);
+        self.edges += other.edges;
     }
 }
 

@@ -285,6 +285,33 @@ pub async fn the_sweep_settles_the_ends_the_write_back_did_not<D: Driver>(d: D) 
     tx.commit().await.unwrap();
     let s = d.workflow_settle_stranded(&mut c, 100).await.unwrap();
     assert_eq!(s.canceled, [wf2.task_ids[1]]);
+
+    // A waiting step deleted by an operator: its dependency's end settles the edge to it (no
+    // effect), so the sweep does not find that edge again and again.
+    let wf3 = insert_wf::<D>(
+        &mut c,
+        "child deleted",
+        &[step("fetch", &[], false), step("render", &[0], false)],
+    )
+    .await;
+    let mut tx = c.begin().await.unwrap();
+    assert!(d.task_delete(&mut tx, wf3.task_ids[1]).await.unwrap());
+    assert!(d.task_cancel(&mut tx, wf3.task_ids[0]).await.unwrap());
+    tx.commit().await.unwrap();
+    let s = d.workflow_settle_stranded(&mut c, 100).await.unwrap();
+    assert!(
+        s.canceled.is_empty() && s.released.is_empty(),
+        "{}",
+        backend::<D>()
+    );
+    assert_eq!(
+        s.edges,
+        1,
+        "{}: the edge to the deleted step is settled",
+        backend::<D>()
+    );
+    let again = d.workflow_settle_stranded(&mut c, 100).await.unwrap();
+    assert_eq!(again.edges, 0, "{}: and not found again", backend::<D>());
 }
 
 /// A workflow canceled as a whole: its waiting and pending steps are canceled, its running step

@@ -118,8 +118,8 @@ struct EdgeRow {
     task_id: u64,
     settled: bool,
     dep_state: Option<String>,
-    step_state: String,
-    queue: String,
+    step_state: Option<String>,
+    queue: Option<String>,
     deps_left: i32,
     runs_after_failure: bool,
     canceled_by_dep: bool,
@@ -140,13 +140,13 @@ pub(crate) async fn settle(conn: &mut MySqlConnection, ended: &[u64]) -> sqlx::R
             EdgeRow,
             r#"SELECT e.dep_task_id AS "dep_task_id: u64", e.task_id AS "task_id: u64",
                  e.settled AS "settled: bool", d.state AS "dep_state: String",
-                 t.state AS "step_state: String", t.queue, s.deps_left,
+                 t.state AS "step_state: String", t.queue AS "queue: String", s.deps_left,
                  s.runs_after_failure AS "runs_after_failure: bool",
                  s.canceled_by_dep AS "canceled_by_dep: bool"
                FROM JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$')) AS j
                  STRAIGHT_JOIN taskq_workflow_deps e FORCE INDEX (PRIMARY) ON e.dep_task_id = j.id
                  STRAIGHT_JOIN taskq_workflow_steps s FORCE INDEX (PRIMARY) ON s.task_id = e.task_id
-                 STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = e.task_id
+                 LEFT JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = e.task_id
                  LEFT JOIN taskq_tasks d FORCE INDEX (PRIMARY) ON d.id = e.dep_task_id
                WHERE e.settled = 0 OR (? AND s.canceled_by_dep = 1)
                ORDER BY e.task_id, e.dep_task_id
@@ -163,7 +163,14 @@ pub(crate) async fn settle(conn: &mut MySqlConnection, ended: &[u64]) -> sqlx::R
         let mut queues: BTreeMap<u64, String> = BTreeMap::new();
         for r in rows {
             let dep = state_of(r.dep_state.as_deref())?;
-            let step = state_of(Some(&r.step_state))?;
+            // A step whose task was deleted: the edge is settled, to no effect.
+            let Some(step_state) = r.step_state.as_deref() else {
+                if !r.settled {
+                    pairs.push((r.dep_task_id, r.task_id));
+                }
+                continue;
+            };
+            let step = state_of(Some(step_state))?;
             if r.settled {
                 // A step canceled by its dependencies, after one of them succeeded: its
                 // retry by an operator worked, so the step waits again for its dependencies.
@@ -181,7 +188,7 @@ pub(crate) async fn settle(conn: &mut MySqlConnection, ended: &[u64]) -> sqlx::R
                     let c = counts.entry(r.task_id).or_insert((r.deps_left, 0));
                     c.1 += 1;
                     if step == TaskState::Waiting {
-                        queues.insert(r.task_id, r.queue);
+                        queues.insert(r.task_id, r.queue.unwrap_or_default());
                     }
                 }
                 DependencyEnd::Cancels if step == TaskState::Waiting => {
@@ -253,6 +260,7 @@ pub(crate) async fn settle(conn: &mut MySqlConnection, ended: &[u64]) -> sqlx::R
                 out.released.push((TaskId(id), q));
             }
         }
+        out.edges += pairs.len() as u64;
         out.canceled.extend(cancel.iter().map(|id| TaskId(*id)));
         frontier = cancel;
         if !revive.is_empty() {

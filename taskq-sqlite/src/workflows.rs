@@ -132,14 +132,14 @@ pub(crate) async fn settle(conn: &mut SqliteConnection, ended: &[u64]) -> sqlx::
         let rows = sqlx::query!(
             r#"SELECT e.dep_task_id AS "dep_task_id!: i64", e.task_id AS "task_id!: i64",
                  e.settled AS "settled!: bool", d.state AS "dep_state?: String",
-                 t.state AS "step_state!: String", t.queue AS "queue!: String",
+                 t.state AS "step_state?: String", t.queue AS "queue?: String",
                  s.deps_left AS "deps_left!: i64",
                  s.runs_after_failure AS "runs_after_failure!: bool",
                  s.canceled_by_dep AS "canceled_by_dep!: bool"
                FROM json_each(?1) AS j
                  JOIN taskq_workflow_deps AS e ON e.dep_task_id = j.value
                  JOIN taskq_workflow_steps AS s ON s.task_id = e.task_id
-                 JOIN taskq_tasks AS t ON t.id = e.task_id
+                 LEFT JOIN taskq_tasks AS t ON t.id = e.task_id
                  LEFT JOIN taskq_tasks AS d ON d.id = e.dep_task_id
                WHERE e.settled = 0 OR (?2 AND s.canceled_by_dep = 1)
                ORDER BY e.task_id, e.dep_task_id"#,
@@ -155,7 +155,14 @@ pub(crate) async fn settle(conn: &mut SqliteConnection, ended: &[u64]) -> sqlx::
         let mut queues: BTreeMap<i64, String> = BTreeMap::new();
         for r in rows {
             let dep = dep_state(r.dep_state.as_deref())?;
-            let step = state(&r.step_state)?;
+            // A step whose task was deleted: the edge is settled, to no effect.
+            let Some(step_state) = r.step_state.as_deref() else {
+                if !r.settled {
+                    pairs.push((r.dep_task_id, r.task_id));
+                }
+                continue;
+            };
+            let step = state(step_state)?;
             if r.settled {
                 if dep == TaskState::Succeeded && step == TaskState::Canceled && r.canceled_by_dep {
                     revive.insert(r.task_id);
@@ -170,7 +177,7 @@ pub(crate) async fn settle(conn: &mut SqliteConnection, ended: &[u64]) -> sqlx::
                 DependencyEnd::Counts => {
                     counts.entry(r.task_id).or_insert((r.deps_left, 0)).1 += 1;
                     if step == TaskState::Waiting {
-                        queues.insert(r.task_id, r.queue);
+                        queues.insert(r.task_id, r.queue.unwrap_or_default());
                     }
                 }
                 DependencyEnd::Cancels if step == TaskState::Waiting => {
@@ -243,6 +250,7 @@ pub(crate) async fn settle(conn: &mut SqliteConnection, ended: &[u64]) -> sqlx::
                 out.released.push((TaskId(uid(id)), q));
             }
         }
+        out.edges += pairs.len() as u64;
         out.canceled
             .extend(cancel.iter().map(|id| TaskId(uid(*id))));
         frontier = cancel;
