@@ -40,6 +40,9 @@ async fn taskq_then_app_then_both_again_with_a_later_app_migration<B: TestBacken
         "taskq_tasks",
         "taskq_unique",
         "taskq_workers",
+        "taskq_workflow_deps",
+        "taskq_workflow_steps",
+        "taskq_workflows",
     ];
     if db.label() == "sqlite" {
         // SQLite serializes migrations with its write lock (BEGIN IMMEDIATE): no lock table.
