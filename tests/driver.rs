@@ -22,6 +22,13 @@ macro_rules! suite {
 }
 
 suite!(
+    // Batches.
+    a_batch_releases_its_callbacks_once_when_its_last_member_ends,
+    a_failed_member_cancels_on_success_until_its_retry_succeeds,
+    the_sweep_counts_the_ends_the_write_back_did_not,
+    an_open_batch_waits_for_its_seal_and_refuses_additions_once_complete,
+    cancel_of_a_batch_cancels_its_members_and_callbacks,
+    a_batch_is_pruned_once_its_tasks_are_gone_and_its_callbacks_ended,
     // Workflows.
     a_step_becomes_due_only_when_every_step_it_runs_after_succeeded,
     a_failed_step_cancels_the_steps_after_it_and_a_cleanup_step_still_runs,

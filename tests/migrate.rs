@@ -30,6 +30,8 @@ async fn taskq_then_app_then_both_again_with_a_later_app_migration<B: TestBacken
         "app_orders",
         "app_users",
         "taskq_audit",
+        "taskq_batch_members",
+        "taskq_batches",
         "taskq_event_keys",
         "taskq_events",
         "taskq_inbox",

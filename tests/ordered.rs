@@ -532,6 +532,7 @@ mod mysql_locks {
             follow_up: None,
             order_ends: t.order_key.clone(),
             workflow_step_ends: false,
+            batch_ends: false,
             name: std::sync::Arc::from(t.name.as_str()),
             queue: std::sync::Arc::from("q"),
             ran: Duration::ZERO,

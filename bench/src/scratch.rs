@@ -7,12 +7,15 @@ use crate::Res;
 use crate::task::noop;
 
 pub async fn reset(pool: &MySqlPool) -> Res<()> {
-    // The workflow tables too: their rows name task ids that the truncate hands out again.
+    // The workflow and batch tables too: their rows name task ids that the truncate hands out
+    // again.
     for truncate in [
         "TRUNCATE TABLE taskq_tasks",
         "TRUNCATE TABLE taskq_workflows",
         "TRUNCATE TABLE taskq_workflow_steps",
         "TRUNCATE TABLE taskq_workflow_deps",
+        "TRUNCATE TABLE taskq_batches",
+        "TRUNCATE TABLE taskq_batch_members",
     ] {
         sqlx::query(truncate).execute(pool).await?;
     }

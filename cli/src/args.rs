@@ -235,6 +235,12 @@ pub enum Command {
         #[command(subcommand)]
         action: WorkflowsAction,
     },
+    /// Batches (docs/workflows.md, "Batches"): list them with their state and progress, show
+    /// one with its members, cancel one (audited)
+    Batches {
+        #[command(subcommand)]
+        action: BatchesAction,
+    },
     /// Serve the web dashboard and JSON API (docs/dashboard.md) until Ctrl-C. Authentication is
     /// required: --token and/or --basic (or TASKQ_WEB_TOKEN / TASKQ_WEB_BASIC), or
     /// --insecure-no-auth. This binary registers no tasks, so the API's enqueue-by-name
@@ -292,6 +298,39 @@ pub struct WebArgs {
     /// Mark the cookies Secure (when served over HTTPS, e.g. behind a TLS proxy)
     #[arg(long)]
     pub secure_cookies: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BatchesAction {
+    /// Batches, newest first: id, name, state, total, succeeded, failed, pending, when enqueued
+    List {
+        /// Only batches of this name
+        #[arg(long)]
+        name: Option<String>,
+        /// Only batches with an id below this one (the last id of the previous page)
+        #[arg(long, value_name = "ID")]
+        before: Option<u64>,
+        /// Page size
+        #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=1000))]
+        limit: u32,
+    },
+    /// One batch: its state, progress and callbacks, and a page of its members with their states
+    Show {
+        /// The batch's id
+        id: u64,
+        /// Members per page
+        #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=1000))]
+        limit: u32,
+        /// Only members with a task id above this one (the last id of the previous page)
+        #[arg(long, value_name = "TASK_ID")]
+        after: Option<u64>,
+    },
+    /// Cancel a batch: its waiting and pending members and its callbacks now, its running
+    /// members at their next heartbeat (recorded in the audit trail)
+    Cancel {
+        /// The batch's id
+        id: u64,
+    },
 }
 
 #[derive(Debug, Subcommand)]

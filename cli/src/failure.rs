@@ -33,6 +33,8 @@ impl From<taskq::Error> for Failure {
         let code = match &e {
             taskq::Error::NotFound(_)
             | taskq::Error::WorkflowNotFound(_)
+            | taskq::Error::BatchNotFound(_)
+            | taskq::Error::BatchEnded(_)
             | taskq::Error::WrongState { .. }
             | taskq::Error::UniqueHeld { .. } => EXIT_TASK,
             taskq::Error::InvalidName { .. }

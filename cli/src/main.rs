@@ -4,7 +4,7 @@
 //! cancels, reschedules and reprioritizes pending ones, purges old terminal tasks, pauses and
 //! limits queues, lists recurring schedules and live workers, shows the audit trail of operator
 //! actions (which it records with `--actor`, default `cli:$USER@<host>`), shows and replays
-//! events (the outbox: `taskq events`), lists, shows and cancels workflows (`taskq workflows`),
+//! events (the outbox: `taskq events`), lists, shows and cancels workflows (`taskq workflows`) and batches (`taskq batches`),
 //! applies migrations,
 //! and serves the web dashboard (`taskq web`), without writing SQL. Human-readable tables by
 //! default, `--json` for scripts. Exit codes: 0 success, 1 other error, 2 bad input, 3 task not
@@ -13,11 +13,12 @@
 //!
 //! Modules: `args` (the command line), `connect` (the database from its URL), `failure` (exit
 //! codes), one module per group of commands (`tasks`, `queues`, `workers`, `schedules`,
-//! `stats`, `events`, `workflows`, `audit`, `migrate`, `web`), and the output: `render` (tables, JSON, times),
+//! `stats`, `events`, `workflows`, `batches`, `audit`, `migrate`, `web`), and the output: `render` (tables, JSON, times),
 //! `text` (escaping of stored text) and `duration` (`7d`, `90s`).
 
 mod args;
 mod audit;
+mod batches;
 mod connect;
 mod duration;
 mod events;
@@ -184,6 +185,7 @@ async fn run(cli: &Cli, url: &str) -> Result<(), Failure> {
         }
         Command::Events { action } => events::run(&client, action, cli.json).await,
         Command::Workflows { action } => workflows::run(&client, action, cli.json).await,
+        Command::Batches { action } => batches::run(&client, action, cli.json).await,
         Command::Web(args) => web(client, args).await,
     };
     pool.close().await;

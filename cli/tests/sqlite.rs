@@ -1119,3 +1119,95 @@ async fn workflows_are_listed_shown_and_canceled_on_a_sqlite_file() {
     );
     pool.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_are_listed_shown_and_canceled_on_a_sqlite_file() {
+    use taskq::batch::Batch;
+    let dir = TempDir::new();
+    let file = dir.0.join("batch.db");
+    let url = format!("sqlite://{}", file.display());
+    let d = &dir.0;
+    let pool = taskq::sqlite::connect(&url).await.unwrap();
+    taskq::migrate(&pool).await.unwrap();
+    let first = Batch::new("import")
+        .add_all([Ping { n: 1 }, Ping { n: 2 }, Ping { n: 3 }])
+        .on_complete(Pong(9))
+        .enqueue(&pool)
+        .await
+        .unwrap();
+    let second = Batch::new("export")
+        .add(Ping { n: 4 })
+        .open()
+        .enqueue(&pool)
+        .await
+        .unwrap();
+    let (id1, id2) = (first.id.to_string(), second.id.to_string());
+
+    let list = taskq(d, &url, &["batches", "list"]).await.ok();
+    assert!(
+        row(
+            &list.stdout,
+            &[&id1, "import", "running", "3", "0", "0", "3"]
+        )
+        .is_some(),
+        "{list:?}"
+    );
+    assert!(
+        row(&list.stdout, &[&id2, "export", "open", "1", "0", "0", "1"]).is_some(),
+        "{list:?}"
+    );
+    let pos = |s: &str| list.stdout.find(s).unwrap();
+    assert!(pos("export") < pos("import"), "newest first: {list:?}");
+    let json = taskq(d, &url, &["--json", "batches", "list", "--name", "import"])
+        .await
+        .ok()
+        .json();
+    let rows = json["batches"].as_array().unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(
+        (
+            rows[0]["id"].as_u64(),
+            rows[0]["state"].as_str(),
+            rows[0]["pending"].as_u64()
+        ),
+        (Some(first.id.0), Some("running"), Some(3))
+    );
+
+    let show = taskq(d, &url, &["batches", "show", &id1]).await.ok();
+    let member = first.tasks[1].to_string();
+    assert!(
+        row(&show.stdout, &[&member, "ping", "default", "pending"]).is_some(),
+        "{show:?}"
+    );
+    let callback = first.on_complete.unwrap().to_string();
+    assert!(
+        show.stdout
+            .contains(&format!("on_complete task: {callback}")),
+        "{show:?}"
+    );
+
+    let cancel = taskq(d, &url, &["batches", "cancel", &id1]).await.ok();
+    assert!(
+        cancel.stdout.contains(&format!(
+            "batch {id1} canceled: 3 members canceled, 0 running members asked to cancel, 1 callbacks canceled"
+        )),
+        "{cancel:?}"
+    );
+    let after = Client::new(pool.clone()).batch(first.id).await.unwrap();
+    assert_eq!(
+        (after.state, after.failed),
+        (taskq::batch::BatchState::Canceled, 3)
+    );
+    let audit = taskq(d, &url, &["--json", "audit"]).await.ok().json();
+    assert!(
+        audit.to_string().contains("batch_cancel"),
+        "the cancel is audited: {audit}"
+    );
+    let missing = taskq(d, &url, &["batches", "show", "999"]).await;
+    assert_eq!(missing.code, 3, "{missing:?}");
+    assert!(
+        missing.stderr.contains("batch 999 not found"),
+        "{missing:?}"
+    );
+    pool.close().await;
+}

@@ -1,7 +1,7 @@
 //! The driver seam: what taskq's runtime asks of a database, as typed operations grouped by
 //! table or job, one trait each ([`Enqueue`], [`Tasks`], [`Actions`], [`Claims`], [`Leases`],
 //! [`Identities`], [`Queues`], [`Schedules`], [`Workers`], [`History`], [`Events`],
-//! [`Workflows`], [`Clock`],
+//! [`Workflows`], [`Batches`], [`Clock`],
 //! [`StatementBudget`]). A driver (`taskq-mysql`, `taskq-sqlite`) implements each in the file
 //! that holds that table's SQL; [`Driver`] is all of them. [`Enqueue`] (the producer path and
 //! audit entries) runs on the caller's own transaction, so its functions take no handle.
@@ -132,6 +132,15 @@ macro_rules! __seam_operations {
                 /// row and the edges to the steps it runs after. The steps come in an order where
                 /// each follows those it runs after (`rules::workflow::plan`).
                 fn workflow_insert(conn; wf: &NewWorkflow<'_>) -> WorkflowInserted;
+                /// Inserts a batch (`taskq_batches`), its members (each with its member row)
+                /// and its callbacks (`waiting`) atomically (a savepoint of the caller's
+                /// transaction, or a transaction of its own).
+                fn batch_insert(conn; b: &NewBatch<'_>) -> BatchInserted;
+                /// Adds members to batch `id` under its row's lock (a savepoint of the caller's
+                /// transaction, or its own), and seals it when `seal`; refused once the batch
+                /// completed or was canceled (`rules::batch::may_add`). A seal of a batch whose
+                /// members have all ended releases its callbacks in the same transaction.
+                fn batch_add(conn; id: u64; members: &[NewTask<'_>]; seal: bool) -> BatchAdded;
             }
             /// Reads of `taskq_tasks`: one task, pages, counts, statistics, the targets of bulk actions.
             trait Tasks {
@@ -379,6 +388,32 @@ macro_rules! __seam_operations {
                 /// edges; how many workflows.
                 fn workflow_prune(&self, conn; scan: u32) -> u64;
             }
+            /// Batches (`taskq_batches`, `taskq_batch_members`): the count of members' ends the
+            /// write-back did not make, reads, cancel and retention.
+            trait Batches {
+                /// Counts up to `limit` members whose end is not counted yet (ended, or deleted)
+                /// or that were counted as failed and are running again (an operator's retry), as
+                /// `rules::batch::count` says, releasing the callbacks of the batches that
+                /// complete. The worker's write-back counts the ends it writes; these are the
+                /// others (a reap, an expiry at claim, an operator's cancel, retry or delete, a
+                /// member whose batch row a producer held). The reaper runs it.
+                fn batch_settle_stranded(&self, conn; limit: u32) -> BatchCounted;
+                /// A batch with its counters.
+                fn batch_get(&self; id: u64) -> Option<BatchRow>;
+                /// A page of batches, newest first, with ids below `before_id`; of `name` when given.
+                fn batch_list(&self; name: Option<&str>; before_id: u64; limit: u32) -> Vec<BatchRow>;
+                /// A page of a batch's members by task id, past `after_id`.
+                fn batch_members(&self; id: u64; after_id: u64; limit: u32) -> Vec<BatchMemberRow>;
+                /// Cancels a batch on the caller's transaction (with its audit row): its waiting
+                /// and pending members and its waiting callbacks are canceled, its running members
+                /// asked to cancel, and it is marked canceled; the members it canceled are
+                /// counted in the same transaction.
+                fn batch_cancel(&self, conn; id: u64) -> BatchCanceled;
+                /// Deletes the batches, among the `scan` oldest, none of whose members' tasks
+                /// exists any more and whose callbacks have ended or are gone, with their member
+                /// rows; how many batches.
+                fn batch_prune(&self, conn; scan: u32) -> u64;
+            }
             /// The database clock.
             trait Clock {
                 /// The database clock.
@@ -449,6 +484,7 @@ pub trait Driver:
     + History
     + Events
     + Workflows
+    + Batches
     + Clock
     + StatementBudget
 {
@@ -467,6 +503,7 @@ impl<D> Driver for D where
         + History
         + Events
         + Workflows
+        + Batches
         + Clock
         + StatementBudget
 {

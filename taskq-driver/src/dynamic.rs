@@ -32,8 +32,8 @@ use sqlx::{ConnectOptions, Connection, Transaction};
 use crate::budget::Budget;
 pub use crate::class::ErrorClass;
 use crate::driver::{
-    Actions, Claims, Clock, Driver, Enqueue, Events, Handle, History, Identities, Leases, Queues,
-    Schedules, StatementBudget, Tasks, Workers, Workflows,
+    Actions, Batches, Claims, Clock, Driver, Enqueue, Events, Handle, History, Identities, Leases,
+    Queues, Schedules, StatementBudget, Tasks, Workers, Workflows,
 };
 use crate::event::*;
 use crate::pool::WorkerPool;

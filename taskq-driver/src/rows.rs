@@ -155,6 +155,8 @@ pub struct Claimed {
     pub order_dead_skips: bool,
     /// The workflow the task is a step of, if any (`Enqueue::workflow_insert`).
     pub workflow_id: Option<u64>,
+    /// The batch the task is a member of, if any (`Enqueue::batch_insert`, `batch_add`).
+    pub batch_id: Option<u64>,
     /// Set only when the task's attempts were already exhausted before this claim (`attempt >
     /// max_attempts` now): its last attempt's lease expired while no worker that registers its
     /// name was there to bury it, so a reaper that does not parked it back to pending (see
@@ -345,6 +347,11 @@ pub struct WriteBack {
     /// (`Workflows::workflow_settle`). A batch without any adds no statement.
     #[serde(skip)]
     pub workflow_step_ends: bool,
+    /// The task is a batch member and this outcome ends it (succeeded, dead, canceled): the
+    /// write-back counts the end in its batch in its own transaction, releasing the batch's
+    /// callbacks when it is the last (`rules::batch`). A batch without any adds no statement.
+    #[serde(skip)]
+    pub batch_ends: bool,
     /// For outcome observers: the attempt's task name, queue and handler run time.
     #[serde(skip)]
     pub name: std::sync::Arc<str>,
@@ -420,6 +427,8 @@ pub struct WrittenBack {
     pub followed: Vec<u64>,
     /// What settling the workflow steps the batch ended did (steps made due, canceled).
     pub settled: Settled,
+    /// What counting the batch members the batch ended did (callbacks made due).
+    pub counted: BatchCounted,
 }
 
 /// One row of `Store::queue_controls`.
@@ -830,4 +839,138 @@ pub struct WorkflowCanceled {
     pub canceled: u64,
     /// Running steps asked to cancel.
     pub cancel_requested: u64,
+}
+
+/// A batch to insert (`Enqueue::batch_insert`): its members and callbacks, all plain tasks.
+pub struct NewBatch<'a> {
+    /// The batch's name (not unique: a label for people, e.g. `import-7`).
+    pub name: &'a str,
+    /// The members.
+    pub members: &'a [NewTask<'a>],
+    /// The task made due once every member has succeeded; inserted `waiting`.
+    pub on_success: Option<NewTask<'a>>,
+    /// The task made due once every member has ended, however; inserted `waiting`.
+    pub on_complete: Option<NewTask<'a>>,
+    /// Sealed at once (the callbacks may be released); otherwise open until `batch_add` seals
+    /// it.
+    pub sealed: bool,
+}
+
+/// What `Enqueue::batch_insert` inserted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchInserted {
+    /// The batch's id.
+    pub id: u64,
+    /// Each member's task, in the order of [`NewBatch::members`].
+    pub task_ids: Vec<TaskId>,
+    /// The `on_success` callback's task.
+    pub on_success: Option<TaskId>,
+    /// The `on_complete` callback's task.
+    pub on_complete: Option<TaskId>,
+}
+
+/// What `Enqueue::batch_add` did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BatchAdded {
+    /// The members were added (and the batch sealed, if asked): their tasks in order, and
+    /// what a seal released at once (every member had already ended).
+    Added {
+        /// The new members' tasks.
+        task_ids: Vec<TaskId>,
+        /// Callbacks the seal made due.
+        counted: BatchCounted,
+    },
+    /// Nothing was added.
+    Refused(crate::rules::batch::AddRefused),
+}
+
+/// What counting batch members' ends did (the write-back's, the sweep's, a cancel's, a seal's).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BatchCounted {
+    /// Members whose count changed.
+    pub members: u64,
+    /// Callbacks made due (or brought back), with their queues.
+    pub released: Vec<(TaskId, String)>,
+    /// Members left uncounted because another transaction held their batch's row (a
+    /// producer adding to it): the sweep counts them.
+    pub deferred: Vec<u64>,
+}
+
+impl BatchCounted {
+    /// Adds what another count did.
+    pub fn extend(&mut self, other: BatchCounted) {
+        self.members += other.members;
+        self.released.extend(other.released);
+        self.deferred.extend(other.deferred);
+    }
+}
+
+/// A batch as `Batches::batch_get` and `batch_list` read it: its row, counters included.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BatchRow {
+    /// Its id.
+    pub id: u64,
+    /// Its name.
+    pub name: String,
+    /// When it was enqueued (database clock).
+    pub created_at: DateTime<Utc>,
+    /// Members added.
+    pub total: u64,
+    /// Members that succeeded.
+    pub succeeded: u64,
+    /// Members that ended without success (dead, canceled, expired, deleted).
+    pub failed: u64,
+    /// Sealed: the callbacks are released once every member has ended.
+    pub sealed: bool,
+    /// When every member had ended (and `on_complete` was made due), if they have.
+    pub completed_at: Option<DateTime<Utc>>,
+    /// When every member had succeeded (and `on_success` was made due), if they have.
+    pub succeeded_at: Option<DateTime<Utc>>,
+    /// When an operator canceled it, if one did.
+    pub canceled_at: Option<DateTime<Utc>>,
+    /// The `on_success` callback's task.
+    pub on_success: Option<TaskId>,
+    /// The `on_complete` callback's task.
+    pub on_complete: Option<TaskId>,
+}
+
+impl BatchRow {
+    /// Its counters and flags, for `rules::batch`.
+    pub fn counters(&self) -> crate::rules::batch::BatchCounters {
+        crate::rules::batch::BatchCounters {
+            total: self.total,
+            succeeded: self.succeeded,
+            failed: self.failed,
+            sealed: self.sealed,
+            canceled: self.canceled_at.is_some(),
+            completed: self.completed_at.is_some(),
+            success_released: self.succeeded_at.is_some(),
+        }
+    }
+}
+
+/// One member of a batch as `Batches::batch_members` reads it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BatchMemberRow {
+    /// Its task.
+    pub task_id: TaskId,
+    /// The task's name.
+    pub name: String,
+    /// The task's queue.
+    pub queue: String,
+    /// The task's state; `None` once the task was deleted (or pruned).
+    pub state: Option<TaskState>,
+}
+
+/// What `Batches::batch_cancel` did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BatchCanceled {
+    /// The batch exists.
+    pub found: bool,
+    /// Members canceled (they were waiting or pending).
+    pub canceled: u64,
+    /// Running members asked to cancel.
+    pub cancel_requested: u64,
+    /// Its callbacks canceled (they were waiting).
+    pub callbacks_canceled: u64,
 }

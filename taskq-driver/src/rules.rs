@@ -7,6 +7,7 @@
 use crate::state::TaskState;
 
 pub mod backoff;
+pub mod batch;
 pub mod order;
 pub mod unique;
 pub mod workflow;

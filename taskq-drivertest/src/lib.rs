@@ -24,6 +24,7 @@
 //! documentation, a `DISAGREES:` comment marks the assertion.
 
 mod actions;
+mod batches;
 mod claims;
 mod clock;
 mod enqueue;
@@ -42,6 +43,7 @@ mod workers;
 mod workflows;
 
 pub use actions::*;
+pub use batches::*;
 pub use claims::*;
 pub use clock::*;
 pub use enqueue::*;

@@ -165,6 +165,8 @@ pub(crate) fn outcome(t: &Claimed, state: &'static str, outcome: &'static str) -
             .filter(|_| taskq_driver::rules::ends_order_head(to, t.order_dead_skips)),
         workflow_step_ends: t.workflow_id.is_some()
             && taskq_driver::rules::workflow::ENDED_STATES.contains(&to),
+        batch_ends: t.batch_id.is_some()
+            && taskq_driver::rules::workflow::ENDED_STATES.contains(&to),
         id: t.id,
         epoch: t.lease_epoch,
         state,

@@ -53,6 +53,7 @@ struct ClaimRow {
     order_key: Option<Vec<u8>>,
     order_dead_skips: bool,
     workflow_id: Option<u64>,
+    batch_id: Option<u64>,
     /// A cancel request is on the row: an earlier attempt's (see [`ClaimRow::ends_at_claim`]).
     canceled: bool,
     /// `last_error` of a task whose attempts were exhausted before this claim (see
@@ -214,7 +215,7 @@ impl MySqlDriver {
                          TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), deadline) AS "deadline_in_us: i64",
                          unique_key AS "unique_key: Vec<u8>", unique_while,
                          order_key AS "order_key: Vec<u8>", order_dead_skips AS "order_dead_skips: bool",
-                         workflow_id AS "workflow_id: u64",
+                         workflow_id AS "workflow_id: u64", batch_id AS "batch_id: u64",
                          (cancel_requested_at IS NOT NULL) AS "canceled!: bool",
                          IF(attempt >= max_attempts, last_error, NULL) AS "parked_error: String"
                        FROM taskq_tasks
@@ -412,6 +413,7 @@ impl MySqlDriver {
                 order_key: r.order_key,
                 order_dead_skips: r.order_dead_skips,
                 workflow_id: r.workflow_id,
+                batch_id: r.batch_id,
                 parked_error: r.parked_error,
             })
             .collect();
@@ -591,7 +593,7 @@ async fn lock_candidates(
              TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), t.deadline) AS "deadline_in_us: i64",
              t.unique_key AS "unique_key: Vec<u8>", t.unique_while,
              t.order_key AS "order_key: Vec<u8>", t.order_dead_skips AS "order_dead_skips: bool",
-             t.workflow_id AS "workflow_id: u64",
+             t.workflow_id AS "workflow_id: u64", t.batch_id AS "batch_id: u64",
              (t.cancel_requested_at IS NOT NULL) AS "canceled!: bool",
              IF(t.attempt >= t.max_attempts, t.last_error, NULL) AS "parked_error: String"
            FROM JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$')) AS j

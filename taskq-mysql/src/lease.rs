@@ -9,7 +9,8 @@ use crate::MySqlDriver;
 use crate::identities::{Taken, identities_free_written, identities_take};
 use crate::order::{order_advance_ids_or_skip, order_advance_later, order_keys_advance_stranded};
 use taskq_driver::rows::{
-    FollowUpRow, LapsedRow, NameList, ReapRow, Reaped, Settled, WriteBack, WrittenBack,
+    BatchCounted, FollowUpRow, LapsedRow, NameList, ReapRow, Reaped, Settled, WriteBack,
+    WrittenBack,
 };
 use taskq_driver::state::TaskState;
 
@@ -104,7 +105,10 @@ impl Leases for MySqlDriver {
         // Outcomes that end a workflow step settle the steps after it in the same
         // transaction (`workflows::settle`); a batch without any keeps its single statement.
         let steps = batch.iter().any(|f| f.workflow_step_ends);
-        if wanted.is_empty() && !follow && !ordered && !steps {
+        // Outcomes that end a batch member are counted in its batch in the same transaction
+        // (`batches::count_members`); a batch without any keeps its single statement.
+        let members = batch.iter().any(|f| f.batch_ends);
+        if wanted.is_empty() && !follow && !ordered && !steps && !members {
             return Ok(WrittenBack {
                 written: write_back_rows(conn, batch.iter()).await?,
                 ..WrittenBack::default()
@@ -121,10 +125,9 @@ impl Leases for MySqlDriver {
         // With follow-ups, first lock the batch's rows (ascending id, like every batch
         // statement) and learn which are still running with their attempt's epoch: exactly
         // those the `UPDATE` writes, so exactly their follow-ups are inserted.
-        let written_ids = if rows
-            .iter()
-            .any(|f| f.follow_up.is_some() || f.order_ends.is_some() || f.workflow_step_ends)
-        {
+        let written_ids = if rows.iter().any(|f| {
+            f.follow_up.is_some() || f.order_ends.is_some() || f.workflow_step_ends || f.batch_ends
+        }) {
             let leases: Vec<(u64, u64)> = rows.iter().map(|f| (f.id, f.epoch)).collect();
             Some(lock_running(&mut tx, &crate::leases_json(&leases)).await?)
         } else {
@@ -134,6 +137,7 @@ impl Leases for MySqlDriver {
         let mut followed = Vec::new();
         let mut skipped = Vec::new();
         let mut settled = Settled::default();
+        let mut counted = BatchCounted::default();
         if let Some(ids) = &written_ids {
             let ended: Vec<u64> = rows
                 .iter()
@@ -148,6 +152,14 @@ impl Leases for MySqlDriver {
                 .collect();
             if !steps_ended.is_empty() {
                 settled = crate::workflows::settle(&mut tx, &steps_ended).await?;
+            }
+            let members_ended: Vec<u64> = rows
+                .iter()
+                .filter(|f| f.batch_ends && ids.contains(&f.id))
+                .map(|f| f.id)
+                .collect();
+            if !members_ended.is_empty() {
+                counted = crate::batches::count_members(&mut tx, &members_ended, true).await?;
             }
         }
         if let Some(ids) = written_ids {
@@ -176,6 +188,7 @@ impl Leases for MySqlDriver {
             deferred,
             followed,
             settled,
+            counted,
         })
     }
 

@@ -47,6 +47,7 @@
 //! nothing outside this crate names MySQL SQL.
 
 mod actions;
+mod batches;
 mod claim;
 mod claim_raw;
 mod clock;
@@ -67,6 +68,7 @@ mod tasks;
 mod workers;
 mod workflows;
 
+pub use batches::{batch_add, batch_insert};
 pub use claim::ClaimCursor;
 pub use clock::db_clock_us;
 pub use enqueue::{task_insert, task_insert_rows};
@@ -176,6 +178,20 @@ impl Enqueue for MySqlDriver {
         wf: &taskq_driver::rows::NewWorkflow<'_>,
     ) -> sqlx::Result<taskq_driver::rows::WorkflowInserted> {
         workflows::workflow_insert(conn, wf).await
+    }
+    async fn batch_insert(
+        conn: &mut MySqlConnection,
+        b: &taskq_driver::rows::NewBatch<'_>,
+    ) -> sqlx::Result<taskq_driver::rows::BatchInserted> {
+        batches::batch_insert(conn, b).await
+    }
+    async fn batch_add(
+        conn: &mut MySqlConnection,
+        id: u64,
+        members: &[taskq_driver::rows::NewTask<'_>],
+        seal: bool,
+    ) -> sqlx::Result<taskq_driver::rows::BatchAdded> {
+        batches::batch_add(conn, id, members, seal).await
     }
 }
 

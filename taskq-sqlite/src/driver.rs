@@ -17,12 +17,12 @@ use sqlx::{Sqlite, SqliteConnection, SqlitePool, Transaction};
 use crate::connect::{DEFAULT_BUSY_TIMEOUT, begin_immediate, tune};
 use crate::conv::sid;
 use crate::{
-    clock, enqueue, history, identities, inbox, lease, order, queues, schedules, tasks, workers,
-    workflows,
+    batches, clock, enqueue, history, identities, inbox, lease, order, queues, schedules, tasks,
+    workers, workflows,
 };
 use taskq_driver::driver::{
-    Actions, Claims, Clock, Enqueue, Handle, History, Identities, Leases, Queues, Schedules,
-    StatementBudget, Tasks, Workers, Workflows,
+    Actions, Batches, Claims, Clock, Enqueue, Handle, History, Identities, Leases, Queues,
+    Schedules, StatementBudget, Tasks, Workers, Workflows,
 };
 use taskq_driver::dynamic::ErrorClass;
 use taskq_driver::read::{PendingNameCount, QueueStateCount, ScheduleInfo, TaskInfo};
@@ -212,6 +212,20 @@ impl Enqueue for SqliteDriver {
         wf: &taskq_driver::rows::NewWorkflow<'_>,
     ) -> sqlx::Result<taskq_driver::rows::WorkflowInserted> {
         workflows::workflow_insert(conn, wf).await
+    }
+    async fn batch_insert(
+        conn: &mut SqliteConnection,
+        b: &NewBatch<'_>,
+    ) -> sqlx::Result<BatchInserted> {
+        batches::batch_insert(conn, b).await
+    }
+    async fn batch_add(
+        conn: &mut SqliteConnection,
+        id: u64,
+        members: &[NewTask<'_>],
+        seal: bool,
+    ) -> sqlx::Result<BatchAdded> {
+        batches::batch_add(conn, id, members, seal).await
     }
 }
 
@@ -726,6 +740,45 @@ impl Workflows for SqliteDriver {
     }
     async fn workflow_prune(&self, conn: &mut SqliteConnection, scan: u32) -> sqlx::Result<u64> {
         workflows::workflow_prune(conn, scan).await
+    }
+}
+
+impl Batches for SqliteDriver {
+    async fn batch_settle_stranded(
+        &self,
+        conn: &mut SqliteConnection,
+        limit: u32,
+    ) -> sqlx::Result<BatchCounted> {
+        batches::batch_settle_stranded(conn, limit).await
+    }
+    async fn batch_get(&self, id: u64) -> sqlx::Result<Option<BatchRow>> {
+        batches::batch_get(&self.pool, id).await
+    }
+    async fn batch_list(
+        &self,
+        name: Option<&str>,
+        before_id: u64,
+        limit: u32,
+    ) -> sqlx::Result<Vec<BatchRow>> {
+        batches::batch_list(&self.pool, name, before_id, limit).await
+    }
+    async fn batch_members(
+        &self,
+        id: u64,
+        after_id: u64,
+        limit: u32,
+    ) -> sqlx::Result<Vec<BatchMemberRow>> {
+        batches::batch_members(&self.pool, id, after_id, limit).await
+    }
+    async fn batch_cancel(
+        &self,
+        conn: &mut SqliteConnection,
+        id: u64,
+    ) -> sqlx::Result<BatchCanceled> {
+        batches::batch_cancel(conn, id).await
+    }
+    async fn batch_prune(&self, conn: &mut SqliteConnection, scan: u32) -> sqlx::Result<u64> {
+        batches::batch_prune(conn, scan).await
     }
 }
 

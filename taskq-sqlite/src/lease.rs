@@ -137,6 +137,7 @@ pub(crate) async fn task_claim(
              unique_key AS "unique_key?: Vec<u8>", unique_while AS "unique_while?: String",
              order_key AS "order_key?: Vec<u8>", order_seq AS "order_seq?: i64",
              order_dead_skips AS "order_dead_skips!: bool", workflow_id AS "workflow_id?: i64",
+             batch_id AS "batch_id?: i64",
              CASE WHEN attempt > max_attempts THEN last_error END AS "parked_error?: String""#,
         req.queue,
         names,
@@ -216,6 +217,7 @@ pub(crate) async fn task_claim(
                 order_key: r.order_key,
                 order_dead_skips: r.order_dead_skips,
                 workflow_id: r.workflow_id.map(uid),
+                batch_id: r.batch_id.map(uid),
                 parked_error: r.parked_error,
             });
         }
@@ -422,7 +424,8 @@ pub(crate) async fn task_write_back(
            RETURNING id AS "id!: i64", state AS "state!: String",
              unique_key AS "unique_key?: Vec<u8>", unique_while AS "unique_while?: String",
              order_key AS "order_key?: Vec<u8>", order_seq AS "order_seq?: i64",
-             order_dead_skips AS "order_dead_skips!: bool", workflow_id AS "workflow_id?: i64""#,
+             order_dead_skips AS "order_dead_skips!: bool", workflow_id AS "workflow_id?: i64",
+             batch_id AS "batch_id?: i64""#,
         json
     )
     .fetch_all(&mut *tx)
@@ -432,6 +435,12 @@ pub(crate) async fn task_write_back(
     let steps_ended: Vec<u64> = rows
         .iter()
         .filter(|r| r.workflow_id.is_some() && r.state != "pending" && r.state != "running")
+        .map(|r| uid(r.id))
+        .collect();
+    // Batch members this write-back ended are counted in their batches in the same transaction.
+    let members_ended: Vec<u64> = rows
+        .iter()
+        .filter(|r| r.batch_id.is_some() && r.state != "pending" && r.state != "running")
         .map(|r| uid(r.id))
         .collect();
     written.sort_unstable();
@@ -466,6 +475,7 @@ pub(crate) async fn task_write_back(
     } else {
         crate::workflows::settle(&mut tx, &steps_ended).await?
     };
+    let counted = crate::batches::count_members(&mut tx, &members_ended).await?;
     tx.commit().await?;
     followed.sort_unstable();
     Ok(WrittenBack {
@@ -473,6 +483,7 @@ pub(crate) async fn task_write_back(
         deferred: Vec::new(),
         followed,
         settled,
+        counted,
     })
 }
 

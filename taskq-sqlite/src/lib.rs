@@ -4,6 +4,7 @@
 //! themselves are private, one module per table or job (used by taskq's `sqlite` feature).
 #![doc = include_str!("../README.md")]
 
+mod batches;
 mod clock;
 pub mod connect;
 mod conv;

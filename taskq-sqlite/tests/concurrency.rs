@@ -61,6 +61,7 @@ async fn drain(pool: &sqlx::SqlitePool, worker: &str) -> Vec<u64> {
             .map(|t| WriteBack {
                 order_ends: None,
                 workflow_step_ends: false,
+                batch_ends: false,
                 id: t.id,
                 epoch: t.lease_epoch,
                 state: "succeeded",

@@ -63,6 +63,7 @@ pub mod registry;
 mod retry;
 mod task;
 pub use task::{enqueue, followup, schedule};
+pub mod batch;
 mod trace;
 pub mod unique;
 mod wake;

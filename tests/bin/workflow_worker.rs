@@ -1,11 +1,12 @@
 //! `taskq-workflow-worker`: a worker process for the fleet test of workflows
-//! (`tests/workflow_fleet.rs`).
+//! (`tests/workflow_fleet.rs`) and of batches (`tests/batch_fleet.rs`).
 //!
 //! ```text
 //! taskq-workflow-worker --url mysql://root@127.0.0.1:3306/taskq_t_… --id graph-2
 //! ```
 //!
-//! Works the `graph` queue with [`FleetStep`](workflow_support::FleetStep) at concurrency 8,
+//! Works the `graph` queue with [`FleetStep`](workflow_support::FleetStep) and
+//! [`FleetMember`](workflow_support::FleetMember) (the batch fleet test) at concurrency 8,
 //! with an 8 s lease (heartbeat 500 ms, reaper every 250 ms) so that a killed worker's step is
 //! taken back within seconds; on SQLite a 2 s busy timeout, and the handler's event rows go
 //! through a second pool with a 60 s busy timeout (as `taskq-ordered-worker` does). Prints
@@ -37,6 +38,7 @@ async fn main() {
     };
     let worker = builder
         .register::<workflow_support::FleetStep>()
+        .register::<workflow_support::FleetMember>()
         .queue(workflow_support::QUEUE, 8)
         .worker_id(id)
         .lease(Duration::from_secs(8))

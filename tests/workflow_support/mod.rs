@@ -6,6 +6,9 @@
 //! larger id, whichever process wrote them), so the test can tell from the ids alone whether a
 //! step started before a step it runs after had ended.
 
+// Each test binary that includes this module uses some of its tasks.
+#![allow(dead_code)]
+
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -63,4 +66,31 @@ async fn event(cx: &TaskContext, step: &str, kind: &str, attempt: u32) -> Result
             .await?;
     }
     Ok(())
+}
+
+/// A member of the batch fleet test (`tests/batch_fleet.rs`): records its start and end as
+/// `wf_events` rows (step = its label); fails for good when `fail`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FleetMember {
+    /// The member's label.
+    pub label: String,
+    /// Dies at its first attempt.
+    pub fail: bool,
+}
+
+impl Task for FleetMember {
+    const NAME: &'static str = "fleet_member";
+    const QUEUE: &'static str = QUEUE;
+    const MAX_ATTEMPTS: u32 = 10;
+
+    async fn run(self, cx: TaskContext) -> Result<(), TaskError> {
+        let attempt = cx.attempt();
+        event(&cx, &self.label, "start", attempt).await?;
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        event(&cx, &self.label, "end", attempt).await?;
+        if self.fail {
+            return Err(TaskError::permanent(format!("{} fails", self.label)));
+        }
+        Ok(())
+    }
 }

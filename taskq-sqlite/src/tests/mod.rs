@@ -90,6 +90,7 @@ fn write_back(
     WriteBack {
         order_ends: None,
         workflow_step_ends: false,
+        batch_ends: false,
         id,
         epoch,
         state,

@@ -19,6 +19,7 @@ use crate::task::{TaskId, TaskState};
 
 mod actions;
 mod audit;
+mod batches;
 mod bulk;
 mod event_stats;
 mod events;

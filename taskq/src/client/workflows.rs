@@ -99,7 +99,7 @@ impl Client {
 
     /// Reads `read` until it returns a value, woken by this process's write-backs or by a
     /// backing-off poll, up to `timeout`.
-    async fn wait_until<T, F, Fut>(&self, timeout: Duration, mut read: F) -> Result<T>
+    pub(super) async fn wait_until<T, F, Fut>(&self, timeout: Duration, mut read: F) -> Result<T>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<Option<T>>>,

@@ -96,6 +96,13 @@ pub enum Error {
     /// No workflow with this id exists (it may have been pruned by retention).
     #[error("workflow {0} not found")]
     WorkflowNotFound(taskq_driver::rules::workflow::WorkflowId),
+    /// No batch with this id exists (it may have been pruned by retention).
+    #[error("batch {0} not found")]
+    BatchNotFound(taskq_driver::rules::batch::BatchId),
+    /// Members cannot be added to the batch, nor can it be sealed: every member had ended
+    /// (its `on_complete` was released) or an operator canceled it. Nothing was written.
+    #[error("batch {0} has ended (completed or canceled): nothing can be added to it")]
+    BatchEnded(taskq_driver::rules::batch::BatchId),
     /// The operation needs a task in another state (e.g. cancel on a running task).
     #[error("task {id} is {state}, expected {expected}")]
     WrongState {
@@ -271,6 +278,8 @@ impl Error {
             Error::Workflow(e) => f.debug_tuple("Workflow").field(e).finish(),
             Error::WaitTimedOut(d) => f.debug_tuple("WaitTimedOut").field(d).finish(),
             Error::WorkflowNotFound(id) => f.debug_tuple("WorkflowNotFound").field(id).finish(),
+            Error::BatchNotFound(id) => f.debug_tuple("BatchNotFound").field(id).finish(),
+            Error::BatchEnded(id) => f.debug_tuple("BatchEnded").field(id).finish(),
             Error::WrongState {
                 id,
                 state,

@@ -449,6 +449,9 @@ fn write_back(
         // A workflow step that ends settles the steps after it in the write-back's transaction.
         workflow_step_ends: task.workflow_id.is_some()
             && taskq_driver::rules::workflow::ENDED_STATES.contains(&to),
+        // A batch member that ends is counted in its batch in the write-back's transaction.
+        batch_ends: task.batch_id.is_some()
+            && taskq_driver::rules::workflow::ENDED_STATES.contains(&to),
         follow_up: None,
         name: task.name.as_str().into(),
         queue: Arc::from(""),

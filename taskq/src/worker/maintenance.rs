@@ -39,6 +39,7 @@ pub(crate) async fn run(shared: Arc<Shared>) {
         reap(&shared).await;
         stranded(&shared).await;
         workflow_steps_stranded(&shared).await;
+        batch_members_stranded(&shared).await;
         if Instant::now() >= next_prune {
             prune(&shared).await;
             next_prune = Instant::now() + shared.cfg.retention.interval;
@@ -100,6 +101,30 @@ async fn workflow_steps_stranded(shared: &Shared) {
         Err(e) => {
             WorkerStats::add(&shared.stats.db_errors, 1);
             tracing::warn!(error = %e, "taskq: settling ended workflow steps failed");
+        }
+    }
+}
+
+/// Counts the batch members' ends the write-back did not count (a reap, an expiry at claim, an
+/// operator's cancel, retry or delete, a member whose batch row a producer held), up to
+/// [`BATCH`] members per pass (see `Store::batch_settle_stranded`), and wakes the claim loops
+/// of the queues of the callbacks it made due.
+async fn batch_members_stranded(shared: &Shared) {
+    match within!(shared, |c| shared.store.batch_settle_stranded(c, BATCH)).await {
+        Ok(s) if s.members == 0 => {}
+        Ok(s) => {
+            for (_, q) in &s.released {
+                crate::wake::notify(q);
+            }
+            tracing::info!(
+                members = s.members,
+                callbacks = s.released.len(),
+                "taskq: batch members counted after an end the write-back did not count"
+            );
+        }
+        Err(e) => {
+            WorkerStats::add(&shared.stats.db_errors, 1);
+            tracing::warn!(error = %e, "taskq: counting batch members failed");
         }
     }
 }
@@ -428,6 +453,15 @@ async fn prune(shared: &Shared) {
         Err(e) => {
             WorkerStats::add(&shared.stats.db_errors, 1);
             tracing::warn!(error = %e, "taskq: pruning finished workflows failed");
+        }
+    }
+    // Batches whose members' tasks retention has all pruned and whose callbacks have ended.
+    match within!(shared, |c| shared.store.batch_prune(c, BATCH)).await {
+        Ok(0) => {}
+        Ok(n) => tracing::debug!(batches = n, "taskq: pruned finished batches"),
+        Err(e) => {
+            WorkerStats::add(&shared.stats.db_errors, 1);
+            tracing::warn!(error = %e, "taskq: pruning finished batches failed");
         }
     }
 }

@@ -279,11 +279,13 @@ async fn flush(shared: &Shared, chunk: &[WriteBack]) -> Result<Vec<WriteBack>, S
         // Waiters in this process (`Client::wait`) read again.
         crate::wake::ended();
     }
-    // Workflow steps made due by this chunk's ends: wake this process's claim loops.
+    // Workflow steps and batch callbacks made due by this chunk's ends: wake this process's
+    // claim loops.
     let mut woken: Vec<&str> = done
         .settled
         .released
         .iter()
+        .chain(&done.counted.released)
         .map(|(_, q)| q.as_str())
         .collect();
     woken.sort_unstable();
