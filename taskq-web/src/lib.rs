@@ -48,6 +48,8 @@ mod pages;
 mod stats;
 mod views;
 mod views_api;
+mod workflows;
+mod workflows_api;
 
 use std::sync::Arc;
 use std::time::Duration;
