@@ -52,13 +52,22 @@ async fn wf_fail(label: String, log: Data<Log>) -> Result<(), TaskError> {
 #[derive(Clone, Default)]
 struct Gate(Arc<AtomicBool>);
 
+impl Gate {
+    fn is_open(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+    fn open(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
 /// A step that dies at its first failure while its gate is closed, and succeeds once it is
 /// open; records each run.
 #[taskq::task(queue = "wf", max_attempts = 1)]
 async fn wf_flaky(label: String, log: Data<Log>, gate: Data<Gate>) -> Result<(), TaskError> {
     let now = Instant::now();
     log.record(label, now, now);
-    if gate.0.load(Ordering::SeqCst) {
+    if gate.is_open() {
         Ok(())
     } else {
         Err(TaskError::msg("the printer is out of paper"))
@@ -404,9 +413,7 @@ async fn a_client_waits_for_a_task_or_a_workflow_to_end<B: TestBackend>(db: Db<B
 /// `workflow_retry`; it succeeds, `mail` comes back and runs, and the workflow ends
 /// `succeeded`. A workflow with no dead step retries nothing (still audited); an unknown one
 /// is not found and writes no audit entry.
-async fn a_retried_workflow_runs_its_failed_steps_and_their_dependents<B: TestBackend>(
-    db: Db<B>,
-) {
+async fn a_retried_workflow_runs_its_failed_steps_and_their_dependents<B: TestBackend>(db: Db<B>) {
     let log = Log::default();
     let gate = Gate::default();
     let flaky = |label: &str| WfFlaky {
@@ -456,7 +463,7 @@ async fn a_retried_workflow_runs_its_failed_steps_and_their_dependents<B: TestBa
         ])
     );
 
-    gate.0.store(true, Ordering::SeqCst);
+    gate.open();
     assert_eq!(client.retry_workflow(wf.id).await.unwrap(), 1);
     let render = wf.task("render").unwrap();
     let t = client.get(render).await.unwrap();

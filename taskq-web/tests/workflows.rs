@@ -25,6 +25,15 @@ use taskq_web::Dashboard;
 #[derive(Clone, Default)]
 struct Gate(Arc<AtomicBool>);
 
+impl Gate {
+    fn is_open(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+    fn open(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
 /// A step that succeeds.
 #[taskq::task(queue = "wfweb")]
 async fn wfweb_step(label: String) -> Result<(), TaskError> {
@@ -36,7 +45,7 @@ async fn wfweb_step(label: String) -> Result<(), TaskError> {
 #[taskq::task(queue = "wfweb", max_attempts = 1)]
 async fn wfweb_flaky(label: String, gate: Data<Gate>) -> Result<(), TaskError> {
     let _ = label;
-    if gate.0.load(Ordering::SeqCst) {
+    if gate.is_open() {
         Ok(())
     } else {
         Err(TaskError::msg("the printer is out of paper"))
@@ -77,15 +86,10 @@ impl App {
         .await
     }
 
-    /// A form POST with the CSRF cookie and field of the workflows page.
+    /// A form POST with a CSRF cookie and its field (from the Events page, which always has
+    /// a form unless the dashboard is read-only).
     async fn post_form(&self, path: &str) -> Resp {
-        support::post_form(
-            &self.router,
-            &["/workflows", "/bulk?action=retry"],
-            path,
-            &[],
-        )
-        .await
+        support::post_form(&self.router, &["/events"], path, &[]).await
     }
 
     async fn api_post(&self, path: &str) -> Resp {
@@ -226,13 +230,18 @@ async fn workflow_pages_show_the_steps_and_their_actions_change_them<B: TestBack
         ("canceled", 1),
     ] {
         assert!(
-            list.body.contains(&format!(r#"data-count="{state}">{n}</td>"#)),
+            list.body
+                .contains(&format!(r#"data-count="{state}">{n}</td>"#)),
             "{state} {n}: {}",
             list.body
         );
     }
     assert!(list.body.contains("4/4 ended"), "{}", list.body);
-    assert!(list.links().iter().any(|l| l == &format!("./workflows/{id}")));
+    assert!(
+        list.links()
+            .iter()
+            .any(|l| l == &format!("./workflows/{id}"))
+    );
     assert!(
         app.get("/")
             .await
@@ -245,7 +254,10 @@ async fn workflow_pages_show_the_steps_and_their_actions_change_them<B: TestBack
     let page = app.get(&format!("/workflows/{id}")).await;
     assert_eq!(page.status, StatusCode::OK, "{}", page.body);
     let b = &page.body;
-    assert!(b.contains(r#"<span class="wf-failed">failed</span>"#), "{b}");
+    assert!(
+        b.contains(r#"<span class="wf-failed">failed</span>"#),
+        "{b}"
+    );
     for (step, state) in [
         ("fetch", "succeeded"),
         ("render", "dead"),
@@ -285,11 +297,15 @@ async fn workflow_pages_show_the_steps_and_their_actions_change_them<B: TestBack
         ["fetch", "render", "mail", "tidy"].map(level_of),
         [0, 1, 2, 2]
     );
-    assert!(b.contains(&format!(r#"action="../workflows/{id}/retry""#)), "{b}");
-    assert!(b.contains("Retry failed steps"));
-    assert!(!b.contains("Cancel workflow"), "an ended workflow: no cancel");
+    let retry_button = format!(r#"action="../workflows/{id}/retry""#);
+    let cancel_button = format!(r#"action="../workflows/{id}/cancel""#);
+    assert!(
+        b.contains(&retry_button) && b.contains(">Retry failed steps</button>"),
+        "{b}"
+    );
+    assert!(!b.contains(&cancel_button), "an ended workflow: no cancel");
 
-    gate.0.store(true, Ordering::SeqCst);
+    gate.open();
     let r = app.post_form(&format!("/workflows/{id}/retry")).await;
     assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
     assert_eq!(r.location(), Some(format!("../../workflows/{id}").as_str()));
@@ -325,8 +341,16 @@ async fn workflow_pages_show_the_steps_and_their_actions_change_them<B: TestBack
         None,
     )
     .await;
-    assert!(shown.body.contains(r#"id="workflow-done""#), "{}", shown.body);
-    assert!(shown.body.contains("Retried: its dead steps are pending again."));
+    assert!(
+        shown.body.contains(r#"id="workflow-done""#),
+        "{}",
+        shown.body
+    );
+    assert!(
+        shown
+            .body
+            .contains("Retried: its dead steps are pending again.")
+    );
     assert!(
         shown
             .set_cookie_line("taskq_flash")
@@ -335,16 +359,25 @@ async fn workflow_pages_show_the_steps_and_their_actions_change_them<B: TestBack
     );
     let running = app.get(&format!("/workflows/{id}")).await.body;
     assert!(running.contains(r#"<span class="wf-running">running</span>"#));
-    assert!(running.contains("Cancel workflow") && !running.contains("Retry failed steps"));
+    assert!(
+        running.contains(&cancel_button) && running.contains(">Cancel workflow</button>"),
+        "{running}"
+    );
+    assert!(!running.contains(&retry_button), "no dead step: no retry");
 
     assert_eq!(settle(&db, &gate, wf.id).await, WorkflowState::Succeeded);
     let done = app.get(&format!("/workflows/{id}")).await.body;
-    assert!(done.contains(r#"<span class="wf-succeeded">succeeded</span>"#), "{done}");
+    assert!(
+        done.contains(r#"<span class="wf-succeeded">succeeded</span>"#),
+        "{done}"
+    );
     assert!(done.contains(r#"<tr data-step="mail" data-state="succeeded">"#));
     assert!(!done.contains(r#"id="actions""#), "{done}");
 
     let idle = idle_workflow(&db).await;
-    let r = app.post_form(&format!("/workflows/{}/cancel", idle.id)).await;
+    let r = app
+        .post_form(&format!("/workflows/{}/cancel", idle.id))
+        .await;
     assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
     assert_eq!(
         step_states(&db, idle.id).await,
@@ -360,7 +393,10 @@ async fn workflow_pages_show_the_steps_and_their_actions_change_them<B: TestBack
     assert_eq!(audit[0].2["workflow_id"], idle.id.0);
     assert_eq!(audit[0].2["canceled"], 2);
     let list = app.get("/workflows").await.body;
-    assert!(list.contains(&format!(r#"<tr data-id="{}" data-state="canceled">"#, idle.id)));
+    assert!(list.contains(&format!(
+        r#"<tr data-id="{}" data-state="canceled">"#,
+        idle.id
+    )));
 
     let unknown = id + idle.id.0 + 100;
     assert_eq!(
@@ -373,7 +409,11 @@ async fn workflow_pages_show_the_steps_and_their_actions_change_them<B: TestBack
             .await;
         assert_eq!(r.status, StatusCode::NOT_FOUND, "{action}: {}", r.body);
     }
-    assert_eq!(workflow_audit(&db).await.len(), 2, "nothing audited for them");
+    assert_eq!(
+        workflow_audit(&db).await.len(),
+        2,
+        "nothing audited for them"
+    );
     assert_eq!(
         app.get("/workflows/abc").await.status,
         StatusCode::BAD_REQUEST
@@ -396,7 +436,10 @@ async fn the_workflow_api_lists_reads_cancels_and_retries<B: TestBackend>(db: Db
     assert_eq!(page["workflows"].as_array().unwrap().len(), 1, "{page}");
     let newest = &page["workflows"][0];
     assert_eq!(newest["id"], idle.id.0);
-    assert_eq!((newest["name"].clone(), newest["state"].clone()), (json!("idle"), json!("running")));
+    assert_eq!(
+        (newest["name"].clone(), newest["state"].clone()),
+        (json!("idle"), json!("running"))
+    );
     assert_eq!(newest["counts"]["pending"], 1);
     assert_eq!(newest["counts"]["waiting"], 1);
     assert!(newest["canceled_at"].is_null());
@@ -425,16 +468,23 @@ async fn the_workflow_api_lists_reads_cancels_and_retries<B: TestBackend>(db: Db
     assert_eq!(steps.len(), 4);
     let mail = &steps[2];
     assert_eq!(
-        (mail["step"].clone(), mail["state"].clone(), mail["after"].clone()),
+        (
+            mail["step"].clone(),
+            mail["state"].clone(),
+            mail["after"].clone()
+        ),
         (json!("mail"), json!("canceled"), json!(["render"]))
     );
     assert_eq!(mail["canceled_by_dependency"], true);
     assert_eq!(mail["task_id"], report.task("mail").unwrap().0);
-    assert_eq!((mail["name"].clone(), mail["queue"].clone()), (json!("wfweb_step"), json!("wfweb")));
+    assert_eq!(
+        (mail["name"].clone(), mail["queue"].clone()),
+        (json!("wfweb_step"), json!("wfweb"))
+    );
     assert_eq!(steps[3]["runs_after_failure"], true);
     assert_eq!(steps[3]["canceled_by_dependency"], false);
 
-    gate.0.store(true, Ordering::SeqCst);
+    gate.open();
     let r = app
         .api_post(&format!("/api/v1/workflows/{}/retry", report.id))
         .await;
@@ -481,7 +531,10 @@ async fn the_workflow_api_lists_reads_cancels_and_retries<B: TestBackend>(db: Db
         audit[0].2,
         json!({"workflow_id": idle.id.0, "canceled": 2, "cancel_requested": 0})
     );
-    let canceled = app.get(&format!("/api/v1/workflows/{}", idle.id)).await.json();
+    let canceled = app
+        .get(&format!("/api/v1/workflows/{}", idle.id))
+        .await
+        .json();
     assert_eq!(canceled["state"], "canceled");
     assert!(canceled["canceled_at"].is_string(), "{canceled}");
 
@@ -549,7 +602,11 @@ async fn workflow_actions_are_refused_read_only_and_without_the_csrf_token<B: Te
     let wrong = format!("csrf={}", "0".repeat(64));
     for (wf, action) in [(&report, "retry"), (&idle, "cancel")] {
         let path = format!("/workflows/{}/{action}", wf.id);
-        assert_eq!(ro.post_form(&path).await.status, StatusCode::FORBIDDEN, "{path}");
+        assert_eq!(
+            ro.post_form(&path).await.status,
+            StatusCode::FORBIDDEN,
+            "{path}"
+        );
         let api = ro.api_post(&format!("/api/v1{path}")).await;
         assert_eq!(
             (api.status, api.json()["error"]["code"].clone()),
