@@ -120,11 +120,9 @@ pub(super) async fn workflows(
                 id = w.id,
             );
             for (s, n) in per_state(&w.counts) {
-                let _ = write!(
-                    b,
-                    r#"<td class="n {}" data-count="{s}">{n}</td>"#,
-                    state_class(s)
-                );
+                // Only a non-zero count takes its state's colour.
+                let class = if n > 0 { state_class(s) } else { String::new() };
+                let _ = write!(b, r#"<td class="n {class}" data-count="{s}">{n}</td>"#);
             }
             b.push_str("</tr>");
         }
