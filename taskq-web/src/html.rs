@@ -175,7 +175,8 @@ form.filters input,form.filters select{margin-right:8px}
 .badge.cleanup{background:#ddf4ff}.badge.by-dep{background:#fde7e9}
 .wf-graph{display:flex;flex-direction:column;gap:8px;margin:8px 0 16px}
 .wf-level{display:flex;gap:8px;flex-wrap:wrap;align-items:flex-start}.wf-level-n{color:#57606a;width:24px}
-.wf-step{background:#fff;border:1px solid #d0d7de;border-radius:4px;padding:4px 8px}.wf-step.state-dead{border-color:#b3261e}.wf-step.state-succeeded{border-color:#1a7f37}
+.wf-step{background:#fff;border:1px solid #d0d7de;border-radius:4px;padding:4px 8px}.wf-step-dead{border-color:#b3261e}.wf-step-succeeded{border-color:#1a7f37}.wf-step-running{border-color:#0550ae}
+td.nw{white-space:nowrap}
 "#;
 
 /// A complete page: `title` and `body` (already escaped HTML), with the navigation.

@@ -111,7 +111,7 @@ pub(super) async fn workflows(
         for w in &rows {
             let _ = write!(
                 b,
-                r#"<tr data-id="{id}" data-state="{}"><td><a href="{root}workflows/{id}">{id}</a></td><td><a href="{root}workflows/{id}">{}</a></td><td>{}</td><td>{}</td><td>{}</td>"#,
+                r#"<tr data-id="{id}" data-state="{}"><td><a href="{root}workflows/{id}">{id}</a></td><td><a href="{root}workflows/{id}">{}</a></td><td class="nw">{}</td><td>{}</td><td class="nw">{}</td>"#,
                 w.state,
                 esc(&w.name),
                 when(&w.created_at, &now),
@@ -177,7 +177,7 @@ fn graph(ctx: &Ctx, steps: &[WorkflowStepRow]) -> String {
             };
             let _ = write!(
                 g,
-                r#"<div class="wf-step {cls}" data-step="{name}"><a href="{root}tasks/{id}"><b>{name}</b></a> <span class="{cls}">{state}</span>{after} {}</div>"#,
+                r#"<div class="wf-step wf-step-{state}" data-step="{name}"><a href="{root}tasks/{id}"><b>{name}</b></a> <span class="{cls}">{state}</span>{after} {}</div>"#,
                 markers(s),
                 cls = state_class(s.state),
                 name = esc(&s.step),
