@@ -209,7 +209,7 @@ fn named(v: &[(&str, TaskState)]) -> Vec<(String, TaskState)> {
 /// retry from the page moves `render` back to pending (audited as `workflow_retry` by
 /// `web:token`), the page then confirms it once; after a worker ran it, the workflow has
 /// succeeded and offers no action. **Cancel workflow** on a workflow that has not run cancels
-/// both its steps (audited). Unknown ids: 404 pages; a bad id: 400.
+/// both its steps (audited). Markup in names is escaped. Unknown ids: 404 pages; a bad id: 400.
 async fn workflow_pages_show_the_steps_and_their_actions_change_them<B: TestBackend>(db: Db<B>) {
     use TaskState::*;
     let gate = Gate::default();
@@ -398,7 +398,34 @@ async fn workflow_pages_show_the_steps_and_their_actions_change_them<B: TestBack
         idle.id
     )));
 
-    let unknown = id + idle.id.0 + 100;
+    // Markup in a workflow's name and a step's name is shown as text.
+    let evil = [
+        "<script>alert(1)</script>",
+        r#""><img src=x onerror=alert(1)>"#,
+    ];
+    let marked = Workflow::new(evil[0])
+        .step(evil[1], WfwebIdle { label: "x".into() })
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+    for path in ["/workflows".to_owned(), format!("/workflows/{}", marked.id)] {
+        let body = app.get(&path).await.body;
+        assert!(
+            body.contains("&lt;script&gt;alert(1)&lt;/script&gt;"),
+            "{path}: {body}"
+        );
+        for e in evil {
+            assert!(!body.contains(e), "{path}: {e} unescaped");
+        }
+    }
+    assert!(
+        app.get(&format!("/workflows/{}", marked.id))
+            .await
+            .body
+            .contains("&quot;&gt;&lt;img src=x onerror=alert(1)&gt;")
+    );
+
+    let unknown = id + idle.id.0 + marked.id.0 + 100;
     assert_eq!(
         app.get(&format!("/workflows/{unknown}")).await.status,
         StatusCode::NOT_FOUND
