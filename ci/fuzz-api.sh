@@ -22,6 +22,26 @@ for i in $(seq 1 40); do
     UTC_TIMESTAMP(6), UTC_TIMESTAMP(6),
     IF('$state' IN ('succeeded', 'dead', 'canceled', 'expired'), UTC_TIMESTAMP(6), NULL))"
 done
+# Workflows (ids 1 to 3), each a dead step and a step after it canceled by it, so that the
+# workflow routes (read, cancel, retry) reach real rows.
+for w in 1 2 3; do
+  mariadb -uroot -h127.0.0.1 "$DB" -e "
+    INSERT INTO taskq_workflows (id, name, created_at) VALUES ($w, 'fuzz_wf', UTC_TIMESTAMP(6));
+    INSERT INTO taskq_tasks (queue, name, payload, state, max_attempts, attempt, run_at,
+      created_at, updated_at, finished_at, workflow_id)
+      VALUES ('fuzz0', 'fuzz_task', '{}', 'dead', 1, 1, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6),
+      UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), $w);
+    SET @dep = LAST_INSERT_ID();
+    INSERT INTO taskq_tasks (queue, name, payload, state, max_attempts, attempt, run_at,
+      created_at, updated_at, finished_at, workflow_id)
+      VALUES ('fuzz0', 'fuzz_task', '{}', 'canceled', 1, 0, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6),
+      UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), $w);
+    SET @step = LAST_INSERT_ID();
+    INSERT INTO taskq_workflow_steps (task_id, workflow_id, seq, step, deps_left,
+      runs_after_failure, canceled_by_dep)
+      VALUES (@dep, $w, 0, 'first', 0, 0, 0), (@step, $w, 1, 'second', 1, 0, 1);
+    INSERT INTO taskq_workflow_deps (dep_task_id, task_id, settled) VALUES (@dep, @step, 1);"
+done
 PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 TOKEN="fuzz-$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')"
 TASKQ_WEB_TOKEN="$TOKEN" "$BIN" web --listen "127.0.0.1:$PORT" --database-url "$URL" \

@@ -2,9 +2,11 @@
 //! workers where no step starts before every step it runs after has ended and each step runs
 //! once; a failing step whose dependents are canceled while the cleanup step runs, the
 //! workflow ending `failed`; all or nothing in the caller's transaction, a refused graph
-//! writing nothing; a workflow canceled as a whole, audited.
+//! writing nothing; a workflow canceled as a whole, audited; a failed workflow's dead step
+//! retried, which then succeeds and brings back the steps its failure canceled, audited.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -44,6 +46,32 @@ async fn wf_fail(label: String, log: Data<Log>) -> Result<(), TaskError> {
     let now = Instant::now();
     log.record(label, now, now);
     Err(TaskError::msg("the warehouse is down"))
+}
+
+/// Whether [`wf_flaky`] fails: closed (it fails) until opened.
+#[derive(Clone, Default)]
+struct Gate(Arc<AtomicBool>);
+
+impl Gate {
+    fn is_open(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+    fn open(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+/// A step that dies at its first failure while its gate is closed, and succeeds once it is
+/// open; records each run.
+#[taskq::task(queue = "wf", max_attempts = 1)]
+async fn wf_flaky(label: String, log: Data<Log>, gate: Data<Gate>) -> Result<(), TaskError> {
+    let now = Instant::now();
+    log.record(label, now, now);
+    if gate.is_open() {
+        Ok(())
+    } else {
+        Err(TaskError::msg("the printer is out of paper"))
+    }
 }
 
 fn step(label: &str) -> WfStep {
@@ -380,7 +408,133 @@ async fn a_client_waits_for_a_task_or_a_workflow_to_end<B: TestBackend>(db: Db<B
     ));
 }
 
+/// `render` dies: `mail` after it is canceled, `tidy` (cleanup) runs, the workflow fails.
+/// `Client::retry_workflow` moves `render` (the one dead step) back to pending, audited as
+/// `workflow_retry`; it succeeds, `mail` comes back and runs, and the workflow ends
+/// `succeeded`. A workflow with no dead step retries nothing (still audited); an unknown one
+/// is not found and writes no audit entry.
+async fn a_retried_workflow_runs_its_failed_steps_and_their_dependents<B: TestBackend>(db: Db<B>) {
+    let log = Log::default();
+    let gate = Gate::default();
+    let flaky = |label: &str| WfFlaky {
+        label: label.to_owned(),
+    };
+    let wf = Workflow::new("flaky")
+        .step("fetch", step("fetch"))
+        .step_after("render", flaky("render"), ["fetch"])
+        .step_after("mail", step("mail"), ["render"])
+        .cleanup_after("tidy", step("tidy"), ["render"])
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+    let worker = || {
+        RunningWorker::spawn(
+            db.worker()
+                .queue("wf", 4)
+                .register::<WfStep>()
+                .register::<WfFlaky>()
+                .data(log.clone())
+                .data(gate.clone()),
+        )
+    };
+    let client = db.client().with_actor("ops@example.com");
+    let running = worker();
+    let failed = client
+        .wait_workflow(wf.id, Duration::from_secs(30))
+        .await
+        .expect("the workflow fails");
+    running.stop().await;
+    assert_eq!(failed.state, WorkflowState::Failed, "{}", B::LABEL);
+    let states = |steps: Vec<taskq::workflow::WorkflowStepRow>| -> Vec<(String, TaskState)> {
+        steps.into_iter().map(|s| (s.step, s.state)).collect()
+    };
+    let step_states = || async { states(client.workflow_steps(wf.id).await.unwrap()) };
+    use TaskState::*;
+    let named = |v: &[(&str, TaskState)]| -> Vec<(String, TaskState)> {
+        v.iter().map(|(n, s)| ((*n).to_owned(), *s)).collect()
+    };
+    assert_eq!(
+        step_states().await,
+        named(&[
+            ("fetch", Succeeded),
+            ("render", Dead),
+            ("mail", Canceled),
+            ("tidy", Succeeded)
+        ])
+    );
+
+    gate.open();
+    assert_eq!(client.retry_workflow(wf.id).await.unwrap(), 1);
+    let render = wf.task("render").unwrap();
+    let t = client.get(render).await.unwrap();
+    assert_eq!((t.state, t.attempt), (Pending, 0), "{}", B::LABEL);
+    assert_eq!(
+        step_states().await,
+        named(&[
+            ("fetch", Succeeded),
+            ("render", Pending),
+            ("mail", Canceled),
+            ("tidy", Succeeded)
+        ]),
+        "{}: mail stays canceled until render succeeds",
+        B::LABEL
+    );
+    let audit = client
+        .audit(&taskq::client::AuditFilter::default())
+        .await
+        .unwrap();
+    let entry = audit
+        .iter()
+        .find(|a| a.action == "workflow_retry")
+        .expect("audited");
+    assert_eq!(entry.actor, "ops@example.com");
+    assert_eq!(
+        entry.detail,
+        serde_json::json!({"workflow_id": wf.id.0, "retried": 1, "task_ids": [render.0]})
+    );
+
+    let running = worker();
+    let done = client
+        .wait_workflow(wf.id, Duration::from_secs(30))
+        .await
+        .expect("the retried workflow ends");
+    running.stop().await;
+    assert_eq!(
+        (done.state, done.counts.succeeded, done.counts.total()),
+        (WorkflowState::Succeeded, 4, 4),
+        "{}",
+        B::LABEL
+    );
+    let steps = client.workflow_steps(wf.id).await.unwrap();
+    let mail = steps.iter().find(|s| s.step == "mail").unwrap();
+    assert!(!mail.canceled_by_dependency);
+    let mut labels = log.labels();
+    labels.sort();
+    assert_eq!(labels, ["fetch", "mail", "render", "render", "tidy"]);
+
+    // Nothing dead: nothing retried, the call still audited; an unknown workflow: not found.
+    assert_eq!(client.retry_workflow(wf.id).await.unwrap(), 0);
+    let retries = || async {
+        client
+            .audit(&taskq::client::AuditFilter::default())
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|a| a.action == "workflow_retry")
+            .count()
+    };
+    assert_eq!(retries().await, 2);
+    assert!(matches!(
+        client
+            .retry_workflow(taskq::workflow::WorkflowId(wf.id.0 + 99))
+            .await,
+        Err(Error::WorkflowNotFound(_))
+    ));
+    assert_eq!(retries().await, 2);
+}
+
 taskq_tests::conformance!(
+    a_retried_workflow_runs_its_failed_steps_and_their_dependents,
     a_client_waits_for_a_task_or_a_workflow_to_end,
     a_diamond_of_200_steps_runs_each_step_once_after_its_dependencies,
     a_failed_step_cancels_its_dependents_and_the_cleanup_step_runs,

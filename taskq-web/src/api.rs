@@ -70,6 +70,26 @@ fn routes() -> Vec<(Method, &'static str, MethodRouter<AppState>)> {
         (Method::GET, "/schedules", get(crate::views_api::schedules)),
         (Method::GET, "/audit", get(crate::views_api::audit)),
         (Method::GET, "/unhandled", get(crate::views_api::unhandled)),
+        (
+            Method::GET,
+            "/workflows",
+            get(crate::workflows_api::workflows),
+        ),
+        (
+            Method::GET,
+            "/workflows/{id}",
+            get(crate::workflows_api::workflow_get),
+        ),
+        (
+            Method::POST,
+            "/workflows/{id}/cancel",
+            post(crate::workflows_api::workflow_cancel),
+        ),
+        (
+            Method::POST,
+            "/workflows/{id}/retry",
+            post(crate::workflows_api::workflow_retry),
+        ),
         (Method::GET, "/events", get(crate::views_api::events)),
         (
             Method::POST,

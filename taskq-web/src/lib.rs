@@ -6,10 +6,13 @@
 //! - **Pages** (server-rendered HTML, no JavaScript): an overview (tasks per queue and state,
 //!   tasks finished and attempts failed per minute, oldest due pending task, queue limits,
 //!   paused queues, workers; it refreshes itself), task lists filtered by queue, name and state with keyset pagination, a task
-//!   page, and the actions: retry a dead task, cancel, pause and resume a queue, and bulk
-//!   retry / cancel / purge by filter behind a confirmation page that shows the count first.
+//!   page, workflows (a list, and a workflow's steps and graph), and the actions: retry a dead
+//!   task, cancel, pause and resume a queue, cancel a workflow or retry its failed steps, and
+//!   bulk retry / cancel / purge by filter behind a confirmation page that shows the count
+//!   first.
 //! - **API** under `api/v1/` (JSON; described by the OpenAPI 3 document at
-//!   `api/v1/openapi.json`): queue stats, list and get tasks, cancel, retry, pause, resume, and
+//!   `api/v1/openapi.json`): queue stats, list and get tasks and workflows, cancel, retry,
+//!   pause, resume, and
 //!   enqueue a task by name with a JSON payload, checked against the tasks registered in the
 //!   serving binary ([`taskq::registry::registration`]).
 //! - **Safety**: authentication is on unless turned off explicitly
@@ -48,6 +51,8 @@ mod pages;
 mod stats;
 mod views;
 mod views_api;
+mod workflows;
+mod workflows_api;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -10,6 +10,7 @@
 //!   never runs.
 //! - A page on another origin, opened in the same browser, tries every change of a dashboard
 //!   served without authentication (forms, `fetch` in every mode); none happens.
+//! - An operator retries a failed workflow's dead step from its page and it succeeds.
 //!
 //! Without chromedriver or Chromium installed the tests say they were skipped and pass, unless
 //! `TASKQ_REQUIRE_BROWSER=1` (CI) makes that a failure.
@@ -626,6 +627,166 @@ async fn the_operator_views_and_task_actions_in_chromium_on_sqlite() {
         false,
     )
     .await;
+}
+
+/// Whether the (pretend) printer is out of paper: `print_report` dies while it is.
+static PRINTER_DOWN: AtomicBool = AtomicBool::new(true);
+
+/// A report step that succeeds.
+#[taskq::task(queue = "reports")]
+async fn report_step(day: String) -> Result<(), TaskError> {
+    let _ = day;
+    Ok(())
+}
+
+/// Prints the report: fails (and, with one attempt, dies) while the printer is down.
+#[taskq::task(queue = "reports", max_attempts = 1)]
+async fn print_report(day: String) -> Result<(), TaskError> {
+    if PRINTER_DOWN.load(Ordering::SeqCst) {
+        return Err(TaskError::msg(format!(
+            "printer out of paper: report of {day}"
+        )));
+    }
+    Ok(())
+}
+
+/// A failed workflow in a signed-in browser: the Workflows page (from the header) lists it
+/// failed with its steps per state; its page shows each step's state, the one its failure
+/// canceled and the cleanup step; **Retry failed steps** (a real form POST with its CSRF
+/// token) moves the dead step back, and with the printer fixed the workflow succeeds, every
+/// step of it, as the page then shows. Checked in the database and the audit trail, and
+/// screenshotted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_retries_a_failed_workflow_in_chromium() {
+    let Some(b) = Browser::start("an_operator_retries_a_failed_workflow_in_chromium").await else {
+        return;
+    };
+    let Some(served) = serve("/ops/taskq", |d| d).await else {
+        return;
+    };
+    let db = &served.db;
+    let worker = RunningWorker::spawn(
+        fast_worker(&db.pool)
+            .register::<ReportStep>()
+            .register::<PrintReport>(),
+    );
+    let step = |day: &str| ReportStep { day: day.into() };
+    let wf = taskq::workflow::Workflow::new("report-2026-12-04")
+        .step("fetch", step("2026-12-04"))
+        .step_after(
+            "print",
+            PrintReport {
+                day: "2026-12-04".into(),
+            },
+            ["fetch"],
+        )
+        .step_after("price", step("2026-12-04"), ["fetch"])
+        .step_after("mail", step("2026-12-04"), ["print", "price"])
+        .cleanup_after("tidy", step("2026-12-04"), ["mail"])
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+    let client = taskq::Client::new(db.pool.clone());
+    let failed = client
+        .wait_workflow(wf.id, Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(failed.state, taskq::workflow::WorkflowState::Failed);
+
+    b.open(&served.url("")).await;
+    b.type_into("input[name=token]", TOKEN).await;
+    b.click("main form button[type=submit]").await;
+    b.wait_path("/ops/taskq").await;
+    b.click(r#"header a[href$="workflows"]"#).await;
+    b.wait_path("/ops/taskq/workflows").await;
+    let row = b
+        .text_of(&format!(r#"#workflows tr[data-id="{}"]"#, wf.id))
+        .await;
+    assert!(
+        row.contains("report-2026-12-04") && row.contains("failed") && row.contains("5/5 ended"),
+        "{row}"
+    );
+    b.screenshot("workflows.png").await;
+    b.click(&format!(r#"#workflows a[href$="workflows/{}"]"#, wf.id))
+        .await;
+    b.wait_path(&format!("/ops/taskq/workflows/{}", wf.id))
+        .await;
+    let states = || async {
+        b.eval(
+            "return [...document.querySelectorAll('#steps tr[data-step]')].map(r => r.dataset.step + ' ' + r.dataset.state)",
+        )
+        .await
+    };
+    assert_eq!(
+        states().await,
+        serde_json::json!([
+            "fetch succeeded",
+            "print dead",
+            "price succeeded",
+            "mail canceled",
+            "tidy succeeded"
+        ])
+    );
+    let mail = b.text_of(r#"#steps tr[data-step="mail"]"#).await;
+    assert!(
+        mail.contains("print, price") && mail.contains("canceled by a dependency"),
+        "{mail}"
+    );
+    assert!(
+        b.text_of(r#"#steps tr[data-step="tidy"]"#)
+            .await
+            .contains("cleanup")
+    );
+    assert!(b.text_of("#graph").await.contains("print"));
+    b.screenshot("workflow-failed.png").await;
+
+    PRINTER_DOWN.store(false, Ordering::SeqCst);
+    b.click(&format!(
+        r#"form[action$="workflows/{}/retry"] button"#,
+        wf.id
+    ))
+    .await;
+    b.wait_path(&format!("/ops/taskq/workflows/{}", wf.id))
+        .await;
+    assert!(
+        b.text_of("#workflow-done")
+            .await
+            .contains("its dead steps are pending again"),
+    );
+    let done = client
+        .wait_workflow(wf.id, Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(
+        (done.state, done.counts.succeeded),
+        (taskq::workflow::WorkflowState::Succeeded, 5)
+    );
+    b.open(&served.url(&format!("/workflows/{}", wf.id))).await;
+    assert_eq!(b.text_of("h1 span").await, "succeeded");
+    assert_eq!(
+        states().await,
+        serde_json::json!([
+            "fetch succeeded",
+            "print succeeded",
+            "price succeeded",
+            "mail succeeded",
+            "tidy succeeded"
+        ])
+    );
+    b.screenshot("workflow-succeeded.png").await;
+    let audit = client
+        .audit(&taskq::client::AuditFilter::default())
+        .await
+        .unwrap();
+    assert!(
+        audit
+            .iter()
+            .any(|e| e.action == "workflow_retry" && e.actor == "web:session"),
+        "{audit:?}"
+    );
+
+    b.quit().await;
+    worker.stop().await;
 }
 
 /// What the stored values try to do; none of it may happen.

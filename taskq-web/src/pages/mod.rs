@@ -10,6 +10,7 @@ mod queues;
 mod task;
 mod task_list;
 mod views;
+mod workflows;
 
 use std::time::Duration;
 
@@ -55,6 +56,10 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/schedules", get(views::schedules))
         .route("/audit", get(views::audit))
         .route("/unhandled", get(views::unhandled))
+        .route("/workflows", get(workflows::workflows))
+        .route("/workflows/{id}", get(workflows::workflow_page))
+        .route("/workflows/{id}/cancel", post(workflows::workflow_cancel))
+        .route("/workflows/{id}/retry", post(workflows::workflow_retry))
         .route("/events", get(events::events))
         .route("/events/retry", post(events::event_retry))
         .route("/events/skip", post(events::event_skip))
@@ -90,7 +95,7 @@ fn see_task_with_flash(ctx: &Ctx, id: u64, what: &str) -> Response {
 /// Status and sentence for a failed client call.
 fn failure(ctx: &Ctx, e: &Error) -> Response {
     let status = match e {
-        Error::NotFound(_) => StatusCode::NOT_FOUND,
+        Error::NotFound(_) | Error::WorkflowNotFound(_) => StatusCode::NOT_FOUND,
         Error::WrongState { .. } | Error::UniqueHeld { .. } => StatusCode::CONFLICT,
         Error::InvalidName { .. } | Error::InvalidOption(_) => StatusCode::BAD_REQUEST,
         Error::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,

@@ -1,8 +1,11 @@
-//! The client's workflows: read one with its steps, list them, cancel one (audited); and
-//! waiting for a task or a workflow to end.
+//! The client's workflows: read one with its steps, list them, cancel one or retry its dead
+//! steps (both audited); and waiting for a task or a workflow to end.
 
 use super::*;
 use crate::workflow::{WorkflowCanceled, WorkflowId, WorkflowInfo, WorkflowStepRow};
+
+/// How many retried steps' task ids the `workflow_retry` audit entry lists at most.
+const AUDITED_STEP_IDS: usize = 100;
 
 impl Client {
     /// A workflow with its state and its steps per state (its progress), read from its steps'
@@ -70,6 +73,53 @@ impl Client {
         };
         self.commit_audited(tx, &a).await?;
         Ok(done)
+    }
+
+    /// Retries a workflow's dead steps: each goes back to pending with its attempts reset, as
+    /// [`Client::retry_dead`] does for a task, all in one transaction with one audit entry,
+    /// `workflow_retry` (the workflow's id, how many steps were retried and the tasks of the
+    /// first 100), written even when no step was dead. Nothing else is written: when a
+    /// retried step then succeeds, the steps its death canceled come back by themselves and
+    /// wait again for the steps they run after (steps an operator canceled stay canceled).
+    /// Returns how many steps were retried; [`Error::WorkflowNotFound`] when there is none.
+    pub async fn retry_workflow(&self, id: WorkflowId) -> Result<u64> {
+        let dead: Vec<TaskId> = self
+            .workflow_steps(id)
+            .await?
+            .into_iter()
+            .filter(|s| s.state == TaskState::Dead)
+            .map(|s| s.task_id)
+            .collect();
+        let mut tx = self.run(self.store.begin()).await?;
+        let mut retried = Vec::with_capacity(dead.len());
+        for task in dead {
+            // Each step is locked and checked dead again: one that a worker or an operator
+            // moved on meanwhile is left alone.
+            match self
+                .run(self.store.task_retry_dead(tx.conn(), task))
+                .await?
+            {
+                RetryDead::Retried => retried.push(task.0),
+                RetryDead::NotDead => {}
+                // Steps cannot be unique (refused at enqueue): a held identity is not theirs.
+                RetryDead::IdentityHeld(holder) => {
+                    drop(tx);
+                    return Err(Error::UniqueHeld { id: task, holder });
+                }
+            }
+        }
+        let a = Action {
+            action: "workflow_retry",
+            task: None,
+            queue: None,
+            detail: Some(serde_json::json!({
+                "workflow_id": id.0,
+                "retried": retried.len(),
+                "task_ids": &retried[..retried.len().min(AUDITED_STEP_IDS)],
+            })),
+        };
+        self.commit_audited(tx, &a).await?;
+        Ok(retried.len() as u64)
     }
 
     /// Waits until task `id` has ended (succeeded, dead, canceled or expired) and returns it;
