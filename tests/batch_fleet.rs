@@ -1,9 +1,10 @@
 //! Batches across a fleet of worker processes, on both backends: four `taskq-workflow-worker`
-//! processes (8 slots each) run a batch of 1,000 members and a batch of 200 with three members
+//! processes (8 slots each, an 8 s lease) run a batch of 1,000 members and a batch of 200 with three members
 //! that die, enqueued in one transaction. Every handler records its start and end as rows
 //! with auto-increment ids (see `workflow_support`), so the last members end at the same
-//! moment on different processes. Then: each callback ran exactly once, and only after every
-//! member of its batch had ended; the failing batch's `on_success` never ran (it is canceled),
+//! moment on different processes. One process is killed with SIGKILL once 100 members have
+//! ended; its members are taken back after their lease. Then: each callback ran exactly once,
+//! and only after every member of its batch had ended; the failing batch's `on_success` never ran (it is canceled),
 //! its `on_complete` did; the counters are the members' ends.
 
 #[path = "workflow_support/mod.rs"]
@@ -51,6 +52,15 @@ async fn start(url: &str, id: &str) -> tokio::process::Child {
     child
 }
 
+fn signal(pid: u32, sig: &str) {
+    let status = std::process::Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .status()
+        .expect("run kill");
+    assert!(status.success());
+}
+
 fn member(label: String, fail: bool) -> FleetMember {
     FleetMember { label, fail }
 }
@@ -82,6 +92,13 @@ async fn a_batch_of_1000_on_four_processes_releases_each_callback_once<B: TestBa
         .expect("enqueue the failing batch");
     tx.commit().await.unwrap();
 
+    wait_until(Duration::from_secs(60), "100 members ended", || async {
+        db.scalar("SELECT COUNT(*) FROM wf_events WHERE kind = 'end'").await >= 100
+    })
+    .await;
+    let mut victim = workers.remove(0);
+    signal(victim.id().unwrap(), "KILL");
+    let _ = victim.wait().await;
     let client = taskq::Client::new(pool.clone());
     let a = client
         .wait_batch(big.id, Duration::from_secs(180))
@@ -100,10 +117,7 @@ async fn a_batch_of_1000_on_four_processes_releases_each_callback_once<B: TestBa
     // Time for a second release of a callback to show, had there been one.
     tokio::time::sleep(Duration::from_millis(500)).await;
     for c in &workers {
-        let _ = std::process::Command::new("kill")
-            .arg("-TERM")
-            .arg(c.id().unwrap().to_string())
-            .status();
+        signal(c.id().unwrap(), "TERM");
     }
     for mut c in workers {
         let _ = tokio::time::timeout(Duration::from_secs(30), c.wait()).await;

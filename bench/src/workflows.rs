@@ -3,7 +3,9 @@
 //! statements (`Questions`, global: run it on a server nothing else uses):
 //! - plain: `n` tasks, enqueued in one transaction (`enqueue_many`);
 //! - workflow: one fan-out/fan-in graph of `n` steps (`start`, `n − 2` steps after it, `end`
-//!   after all of them), enqueued in one transaction.
+//!   after all of them), enqueued in one transaction;
+//! - batch: one batch of `n − 1` members with an `on_complete` callback (`n` tasks), enqueued in
+//!   one transaction; and the gap from the last member's recorded end to the callback's start.
 //!
 //! Then the latency from a task's recorded end to the start of the next, on the database clock
 //! (`finished_at` of one, `attempted_at` of the next), over a chain of 50: as workflow steps
@@ -13,6 +15,7 @@
 use std::time::{Duration, Instant};
 
 use sqlx::MySqlPool;
+use taskq::batch::Batch;
 use taskq::workflow::Workflow;
 
 use crate::Res;
@@ -26,11 +29,22 @@ const CHAIN: u64 = 50;
 pub async fn run(pool: &MySqlPool, n: u64) -> Res<()> {
     let n = n.max(3);
     let mut rows = Vec::new();
-    for graph in [false, true] {
+    let mut callback_gap_ms = None;
+    for kind in [Kind::Plain, Kind::Graph, Kind::Batch] {
+        let graph = kind == Kind::Graph;
         reset(pool).await?;
         let before = server_status(pool).await?;
         let mut tx = pool.begin().await?;
-        if graph {
+        let mut batch = None;
+        if kind == Kind::Batch {
+            batch = Some(
+                Batch::new("bench")
+                    .add_all((0..n - 1).map(noop))
+                    .on_complete(noop(n - 1))
+                    .enqueue_tx(&mut tx)
+                    .await?,
+            );
+        } else if graph {
             let mut wf = Workflow::new("bench").step("start", noop(0));
             let middle: Vec<String> = (1..n - 1).map(|i| format!("s{i}")).collect();
             for (i, m) in middle.iter().enumerate() {
@@ -57,10 +71,21 @@ pub async fn run(pool: &MySqlPool, n: u64) -> Res<()> {
         let per = |d: &std::collections::HashMap<String, i64>| {
             d.get("Questions").copied().unwrap_or(0) as f64 / n as f64
         };
-        let label = if graph {
-            "workflow: start → n − 2 steps → end"
-        } else {
-            "plain tasks"
+        if let Some(b) = &batch {
+            let us: i64 = sqlx::query_scalar(
+                "SELECT TIMESTAMPDIFF(MICROSECOND, MAX(m.finished_at), MAX(c.attempted_at))
+                 FROM taskq_tasks m, taskq_tasks c WHERE m.batch_id = ? AND c.id = ?",
+            )
+            .bind(b.id.0)
+            .bind(b.on_complete.expect("a callback").0)
+            .fetch_one(pool)
+            .await?;
+            callback_gap_ms = Some(us as f64 / 1000.0);
+        }
+        let label = match kind {
+            Kind::Graph => "workflow: start → n − 2 steps → end",
+            Kind::Batch => "batch: n − 1 members → on_complete",
+            Kind::Plain => "plain tasks",
         };
         eprintln!("{label}: {:.0} tasks/s", n as f64 / secs);
         rows.push(format!(
@@ -76,6 +101,10 @@ pub async fn run(pool: &MySqlPool, n: u64) -> Res<()> {
     println!("|---|---|---|---|---|");
     for r in rows {
         println!("{r}");
+    }
+    if let Some(ms) = callback_gap_ms {
+        println!();
+        println!("batch: last member's end → on_complete's start: {ms:.1} ms");
     }
     println!();
     println!("| chain of {CHAIN} | end → next start, p50 | p90 | max |");
@@ -96,6 +125,14 @@ pub async fn run(pool: &MySqlPool, n: u64) -> Res<()> {
         );
     }
     Ok(())
+}
+
+/// What a drain enqueues.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Plain,
+    Graph,
+    Batch,
 }
 
 /// The gaps (ms, sorted) between a task's `finished_at` and the next one's `attempted_at`.
