@@ -156,7 +156,7 @@ async fn an_open_batch_is_added_to_and_sealed_through_the_client<B: TestBackend>
         log.count("p1") == 1
     })
     .await;
-    let mut tx = db.pool.begin().await.unwrap();
+    let mut tx = B::begin(&db.pool).await;
     let added = Batch::add_to(open.id)
         .add(job("p2"))
         .add(job("p3"))

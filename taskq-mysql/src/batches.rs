@@ -10,10 +10,11 @@
 //! rows locked). A cancel or an add locks its batch row first and waits.
 
 use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 
 use chrono::{DateTime, NaiveDateTime, Utc};
 use serde::Serialize;
-use sqlx::{Connection, MySqlConnection};
+use sqlx::{Connection, MySqlConnection, MySqlPool};
 
 use crate::MySqlDriver;
 use crate::enqueue::task_insert_rows;
@@ -402,6 +403,52 @@ pub(crate) async fn count_members(
     out.members = member_rows.len() as u64;
     out.released = apply(conn, &changes).await?;
     Ok(out)
+}
+
+/// How long [`count_later`] keeps trying before it leaves the members to the reaper's sweep.
+const COUNT_LATER_FOR: Duration = Duration::from_secs(60);
+
+/// Counts, on a task of its own, the members a committed write-back left uncounted because
+/// another transaction held their batch's row ([`BatchCounted::deferred`]): most often
+/// another worker's write-back counting members of the same batch, which commits within
+/// milliseconds; or a producer adding members. Each try is a short transaction that locks the
+/// batch rows `SKIP LOCKED`, polled every 2 ms at first, backing off to 200 ms; it holds a
+/// connection only for each try. Gives up to the reaper's sweep after a minute (or when the
+/// process ends). The callbacks it makes due are seen by the claim loops' next poll.
+pub(crate) fn count_later(pool: &MySqlPool, ids: Vec<u64>) {
+    if ids.is_empty() {
+        return;
+    }
+    let pool = pool.clone();
+    tokio::spawn(async move {
+        let start = Instant::now();
+        let mut left = ids;
+        let mut pause = Duration::from_millis(2);
+        while !left.is_empty() && start.elapsed() < COUNT_LATER_FOR {
+            tokio::time::sleep(pause).await;
+            let tried: sqlx::Result<Vec<u64>> = async {
+                let mut c = pool.acquire().await?;
+                let mut tx = c.begin().await?;
+                let out = count_members(&mut tx, &left, true).await?;
+                tx.commit().await?;
+                Ok(out.deferred)
+            }
+            .await;
+            match tried {
+                Ok(still) => left = still,
+                Err(e) => {
+                    tracing::debug!(error = %e, members = left.len(), "taskq: batch count failed; trying again");
+                }
+            }
+            pause = (pause * 2).min(Duration::from_millis(200));
+        }
+        if !left.is_empty() {
+            tracing::info!(
+                members = left.len(),
+                "taskq: batch members not counted yet (their batch row is held); the reaper will"
+            );
+        }
+    });
 }
 
 /// Adds members to batch `id` and seals it when `seal`, in a savepoint of the caller's

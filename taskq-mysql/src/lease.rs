@@ -183,6 +183,7 @@ impl Leases for MySqlDriver {
         identities_free_written(&mut tx, &free).await?;
         tx.commit().await?;
         order_advance_later(&self.pool, skipped);
+        crate::batches::count_later(&self.pool, counted.deferred.clone());
         Ok(WrittenBack {
             written,
             deferred,

@@ -321,6 +321,15 @@ pub(crate) async fn batch_add(
     seal: bool,
 ) -> sqlx::Result<BatchAdded> {
     let mut tx = begin_write(conn).await?;
+    // A write first: in a caller's deferred transaction it takes the write lock (waiting the
+    // busy timeout) before the read, which could not be upgraded to a write once another
+    // connection had written.
+    sqlx::query!(
+        "UPDATE taskq_batches SET sealed = sealed WHERE id = ?1",
+        sid(id)
+    )
+    .execute(&mut *tx)
+    .await?;
     let Some(mut b) = read_batches(&mut tx, &[sid(id)]).await?.pop() else {
         return Ok(BatchAdded::Refused(AddRefused::NotFound));
     };
