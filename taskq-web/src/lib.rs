@@ -51,6 +51,8 @@ mod pages;
 mod stats;
 mod views;
 mod views_api;
+mod batches;
+mod batches_api;
 mod workflows;
 mod workflows_api;
 
