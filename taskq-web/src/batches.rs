@@ -34,13 +34,14 @@ pub(crate) async fn page(
     limit: u32,
 ) -> Result<(Vec<BatchInfo>, Option<u64>), Error> {
     let (limit, fetch) = fetch_size(limit);
-    let mut rows = st
-        .client
-        .batches(name, before.map(BatchId), fetch)
-        .await?;
+    let mut rows = st.client.batches(name, before.map(BatchId), fetch).await?;
     let more = more(limit, fetch, rows.len());
     rows.truncate(limit as usize);
-    let next = if more { rows.last().map(|b| b.id.0) } else { None };
+    let next = if more {
+        rows.last().map(|b| b.id.0)
+    } else {
+        None
+    };
     Ok((rows, next))
 }
 
@@ -94,14 +95,11 @@ impl BatchAction {
     /// Applies it to batch `id` with `client` (acting as the request's actor).
     pub(crate) async fn apply(self, client: &Client, id: BatchId) -> Result<BatchDone, Error> {
         match self {
-            Self::Cancel => client
-                .cancel_batch(id)
-                .await
-                .map(|c| BatchDone::Canceled {
-                    canceled: c.canceled,
-                    requested: c.cancel_requested,
-                    callbacks: c.callbacks_canceled,
-                }),
+            Self::Cancel => client.cancel_batch(id).await.map(|c| BatchDone::Canceled {
+                canceled: c.canceled,
+                requested: c.cancel_requested,
+                callbacks: c.callbacks_canceled,
+            }),
             Self::Seal => client.seal_batch(id).await.map(|()| BatchDone::Sealed),
         }
     }

@@ -43,6 +43,8 @@
 mod actions;
 mod api;
 mod auth;
+mod batches;
+mod batches_api;
 mod ctx;
 mod event_actions;
 mod html;
@@ -51,8 +53,6 @@ mod pages;
 mod stats;
 mod views;
 mod views_api;
-mod batches;
-mod batches_api;
 mod workflows;
 mod workflows_api;
 

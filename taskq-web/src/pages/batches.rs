@@ -281,7 +281,7 @@ pub(super) async fn batch_page(
     b.push_str("</p>");
     let _ = write!(
         b,
-        r#"<p>The counters are the batch row's: a member's end is counted when it is written back (or by the reaper's sweep), so <b>pending</b> may include a member that has just ended. A member whose task was deleted counts as failed. <b>Cancel batch</b> cancels its waiting and pending members and its callbacks that have not started, and asks its running members to stop; <b>Seal batch</b> ends an open batch's additions (a seal is not in the audit trail; a cancel is). Operator actions are in the <a href="{root}audit">audit trail</a>.</p>"#
+        r#"<p>The counters are the batch row's: a member's end is counted when it is written back (or by the reaper's sweep), so <b>pending</b> may include a member that has just ended. A member whose task was deleted shows <b>deleted</b>, and counts as failed once the sweep has counted it. <b>Cancel batch</b> cancels its waiting and pending members and its callbacks that have not started, and asks its running members to stop; <b>Seal batch</b> ends an open batch's additions (a seal is not in the audit trail; a cancel is). Operator actions are in the <a href="{root}audit">audit trail</a>.</p>"#
     );
     let mut r = respond(
         StatusCode::OK,
