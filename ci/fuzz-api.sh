@@ -42,6 +42,36 @@ for w in 1 2 3; do
       VALUES (@dep, $w, 0, 'first', 0, 0, 0), (@step, $w, 1, 'second', 1, 0, 1);
     INSERT INTO taskq_workflow_deps (dep_task_id, task_id, settled) VALUES (@dep, @step, 1);"
 done
+# Batches (ids 1 to 3), each of two members with a waiting on_complete callback: 1 open, 2
+# sealed and running, 3 ended (both members succeeded and counted, its callback released), so
+# that the batch routes (read, members, cancel, seal, and a seal refused with 409) reach real
+# rows.
+for b in 1 2 3; do
+  if [ $b = 3 ]; then st_m=succeeded; counted=1; done_n=2; ended="UTC_TIMESTAMP(6)"; cb=pending
+  else st_m=pending; counted=0; done_n=0; ended=NULL; cb=waiting; fi
+  mariadb -uroot -h127.0.0.1 "$DB" -e "
+    INSERT INTO taskq_tasks (queue, name, payload, state, max_attempts, attempt, run_at,
+      created_at, updated_at)
+      VALUES ('fuzz0', 'fuzz_task', '{}', '$cb', 3, 0, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6),
+      UTC_TIMESTAMP(6));
+    SET @cb = LAST_INSERT_ID();
+    INSERT INTO taskq_batches (id, name, created_at, total, succeeded, sealed,
+      complete_task_id, completed_at, succeeded_at)
+      VALUES ($b, 'fuzz_batch', UTC_TIMESTAMP(6), 2, $done_n, IF($b = 1, 0, 1), @cb,
+      $ended, $ended);
+    INSERT INTO taskq_tasks (queue, name, payload, state, max_attempts, attempt, run_at,
+      created_at, updated_at, finished_at, batch_id)
+      VALUES ('fuzz1', 'fuzz_task', '{}', '$st_m', 3, 0, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6),
+      UTC_TIMESTAMP(6), $ended, $b);
+    SET @m1 = LAST_INSERT_ID();
+    INSERT INTO taskq_tasks (queue, name, payload, state, max_attempts, attempt, run_at,
+      created_at, updated_at, finished_at, batch_id)
+      VALUES ('fuzz1', 'fuzz_task', '{}', '$st_m', 3, 0, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6),
+      UTC_TIMESTAMP(6), $ended, $b);
+    SET @m2 = LAST_INSERT_ID();
+    INSERT INTO taskq_batch_members (task_id, batch_id, counted)
+      VALUES (@m1, $b, $counted), (@m2, $b, $counted);"
+done
 PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 TOKEN="fuzz-$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')"
 TASKQ_WEB_TOKEN="$TOKEN" "$BIN" web --listen "127.0.0.1:$PORT" --database-url "$URL" \

@@ -90,6 +90,22 @@ fn routes() -> Vec<(Method, &'static str, MethodRouter<AppState>)> {
             "/workflows/{id}/retry",
             post(crate::workflows_api::workflow_retry),
         ),
+        (Method::GET, "/batches", get(crate::batches_api::batches)),
+        (
+            Method::GET,
+            "/batches/{id}",
+            get(crate::batches_api::batch_get),
+        ),
+        (
+            Method::POST,
+            "/batches/{id}/cancel",
+            post(crate::batches_api::batch_cancel),
+        ),
+        (
+            Method::POST,
+            "/batches/{id}/seal",
+            post(crate::batches_api::batch_seal),
+        ),
         (Method::GET, "/events", get(crate::views_api::events)),
         (
             Method::POST,

@@ -171,7 +171,7 @@ button{cursor:pointer}button.danger{color:#b3261e}
 dl{display:grid;grid-template-columns:max-content auto;gap:4px 16px}dt{font-weight:600}dd{margin:0}
 form.filters input,form.filters select{margin-right:8px}
 .bar.running{background:#0550ae}.wf-bar{display:inline-flex;width:120px;background:#eee;vertical-align:middle}
-.wf-running{color:#0550ae}.wf-succeeded{color:#1a7f37}.wf-failed{color:#b3261e;font-weight:600}.wf-canceled{color:#57606a}
+.wf-open{color:#7a5d00}.wf-running{color:#0550ae}.wf-succeeded{color:#1a7f37}.wf-failed{color:#b3261e;font-weight:600}.wf-canceled{color:#57606a}
 .badge.cleanup{background:#ddf4ff}.badge.by-dep{background:#fde7e9}
 .wf-graph{display:flex;flex-direction:column;gap:8px;margin:8px 0 16px}
 .wf-level{display:flex;gap:8px;flex-wrap:wrap;align-items:flex-start}.wf-level-n{color:#57606a;width:24px}
@@ -199,7 +199,7 @@ pub(crate) fn page(ctx: &Ctx, title: &str, body: &str, refresh: Option<u64>) -> 
     );
     let _ = write!(
         h,
-        r#"<a href="{home}">taskq</a><a href="{root}tasks">Tasks</a><a href="{root}tasks?state=running">Running</a><a href="{root}scheduled">Scheduled</a><a href="{root}retrying">Retrying</a><a href="{root}tasks?state=dead">Dead</a><a href="{root}workflows">Workflows</a><a href="{root}schedules">Schedules</a><a href="{root}unhandled">Unhandled</a><a href="{root}events">Events</a><a href="{root}audit">Audit</a>"#
+        r#"<a href="{home}">taskq</a><a href="{root}tasks">Tasks</a><a href="{root}tasks?state=running">Running</a><a href="{root}scheduled">Scheduled</a><a href="{root}retrying">Retrying</a><a href="{root}tasks?state=dead">Dead</a><a href="{root}workflows">Workflows</a><a href="{root}batches">Batches</a><a href="{root}schedules">Schedules</a><a href="{root}unhandled">Unhandled</a><a href="{root}events">Events</a><a href="{root}audit">Audit</a>"#
     );
     // A page that reloads itself carries no field to type into: the reload would wipe it.
     if refresh.is_none() {

@@ -28,10 +28,12 @@ pub(crate) fn failure(e: &Error) -> Response {
 /// The status, code and message the API answers a failed client call with.
 pub(crate) fn error_parts(e: &Error) -> (StatusCode, &'static str, String) {
     let (status, code) = match e {
-        Error::NotFound(_) | Error::WorkflowNotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
+        Error::NotFound(_) | Error::WorkflowNotFound(_) | Error::BatchNotFound(_) => {
+            (StatusCode::NOT_FOUND, "not_found")
+        }
         Error::UnknownTask(_) => (StatusCode::NOT_FOUND, "unknown_task"),
         Error::InvalidPayload { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_payload"),
-        Error::WrongState { .. } => (StatusCode::CONFLICT, "wrong_state"),
+        Error::WrongState { .. } | Error::BatchEnded(_) => (StatusCode::CONFLICT, "wrong_state"),
         Error::UniqueHeld { .. } => (StatusCode::CONFLICT, "unique_held"),
         Error::InvalidName { .. }
         | Error::InvalidOption(_)

@@ -6,12 +6,15 @@
 //! - **Pages** (server-rendered HTML, no JavaScript): an overview (tasks per queue and state,
 //!   tasks finished and attempts failed per minute, oldest due pending task, queue limits,
 //!   paused queues, workers; it refreshes itself), task lists filtered by queue, name and state with keyset pagination, a task
-//!   page, workflows (a list, and a workflow's steps and graph), and the actions: retry a dead
-//!   task, cancel, pause and resume a queue, cancel a workflow or retry its failed steps, and
+//!   page, workflows (a list, and a workflow's steps and graph), batches (a list, and a
+//!   batch's counters, callbacks and members), and the actions: retry a dead
+//!   task, cancel, pause and resume a queue, cancel a workflow or retry its failed steps,
+//!   cancel or seal a batch, and
 //!   bulk retry / cancel / purge by filter behind a confirmation page that shows the count
 //!   first.
 //! - **API** under `api/v1/` (JSON; described by the OpenAPI 3 document at
-//!   `api/v1/openapi.json`): queue stats, list and get tasks and workflows, cancel, retry,
+//!   `api/v1/openapi.json`): queue stats, list and get tasks, workflows and batches, cancel,
+//!   retry, seal,
 //!   pause, resume, and
 //!   enqueue a task by name with a JSON payload, checked against the tasks registered in the
 //!   serving binary ([`taskq::registry::registration`]).
@@ -43,6 +46,8 @@
 mod actions;
 mod api;
 mod auth;
+mod batches;
+mod batches_api;
 mod ctx;
 mod event_actions;
 mod html;

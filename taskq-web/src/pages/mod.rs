@@ -2,6 +2,7 @@
 //! (redirects, failure pages, form values); one module per page or page family.
 
 mod actions;
+mod batches;
 mod bulk;
 mod events;
 mod login;
@@ -60,6 +61,10 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/workflows/{id}", get(workflows::workflow_page))
         .route("/workflows/{id}/cancel", post(workflows::workflow_cancel))
         .route("/workflows/{id}/retry", post(workflows::workflow_retry))
+        .route("/batches", get(batches::batches))
+        .route("/batches/{id}", get(batches::batch_page))
+        .route("/batches/{id}/cancel", post(batches::batch_cancel))
+        .route("/batches/{id}/seal", post(batches::batch_seal))
         .route("/events", get(events::events))
         .route("/events/retry", post(events::event_retry))
         .route("/events/skip", post(events::event_skip))
@@ -95,8 +100,12 @@ fn see_task_with_flash(ctx: &Ctx, id: u64, what: &str) -> Response {
 /// Status and sentence for a failed client call.
 fn failure(ctx: &Ctx, e: &Error) -> Response {
     let status = match e {
-        Error::NotFound(_) | Error::WorkflowNotFound(_) => StatusCode::NOT_FOUND,
-        Error::WrongState { .. } | Error::UniqueHeld { .. } => StatusCode::CONFLICT,
+        Error::NotFound(_) | Error::WorkflowNotFound(_) | Error::BatchNotFound(_) => {
+            StatusCode::NOT_FOUND
+        }
+        Error::WrongState { .. } | Error::UniqueHeld { .. } | Error::BatchEnded(_) => {
+            StatusCode::CONFLICT
+        }
         Error::InvalidName { .. } | Error::InvalidOption(_) => StatusCode::BAD_REQUEST,
         Error::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
         _ => StatusCode::INTERNAL_SERVER_ERROR,
