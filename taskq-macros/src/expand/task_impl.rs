@@ -1,5 +1,6 @@
 //! The `Task` impl: the constants the attribute sets, `run` (extracting the injected
-//! parameters, calling the handler and converting its output), `required_data`, `schedule`,
+//! parameters, calling the handler, recording its `Ok` value as the task's output and
+//! converting its error), `required_data`, `schedule`,
 //! the follow-up hooks (`on_dead`, `on_success`); and the `FollowUpFrom` impl that makes a task
 //! with one payload parameter a follow-up target.
 
@@ -145,7 +146,7 @@ pub fn generate(
         }
     });
     let into_result = quote_spanned! {h.ret_span=>
-        __TaskqOutput::__taskq_into(__taskq_out)
+        __TaskqOutput::__taskq_into(__taskq_out, &__taskq_cx)
     };
     // The `run` signature carries the fn name's span so that a handler future that is not
     // `Send` is reported on the handler.
@@ -175,18 +176,31 @@ pub fn generate(
             #run_sig {
                 #[diagnostic::on_unimplemented(
                     message = "`{Self}` is not a valid return type for a taskq handler",
-                    label = "expected `Result<(), E>` where `E: Into<taskq::TaskError>`",
-                    note = "return `Result<(), taskq::TaskError>`, or `Result<(), E>` with your own error type `E: std::error::Error + Send + Sync + 'static`"
+                    label = "expected `Result<T, E>` where `T: Serialize` and `E: Into<taskq::TaskError>`",
+                    note = "return `Result<T, E>`: `T` is the task's output (`()` for none), stored as JSON, so it implements serde's `Serialize` (e.g. `#[derive(serde::Serialize)]`); `E` is `taskq::TaskError` or your own error type `E: std::error::Error + Send + Sync + 'static`"
                 )]
                 trait __TaskqOutput {
-                    fn __taskq_into(self) -> ::core::result::Result<(), ::taskq::TaskError>;
+                    fn __taskq_into(
+                        self,
+                        cx: &::taskq::TaskContext,
+                    ) -> ::core::result::Result<(), ::taskq::TaskError>;
                 }
-                impl<E> __TaskqOutput for ::core::result::Result<(), E>
+                impl<T, E> __TaskqOutput for ::core::result::Result<T, E>
                 where
+                    T: ::taskq::__private::serde::Serialize + 'static,
                     E: ::core::convert::Into<::taskq::TaskError>,
                 {
-                    fn __taskq_into(self) -> ::core::result::Result<(), ::taskq::TaskError> {
-                        self.map_err(::core::convert::Into::into)
+                    fn __taskq_into(
+                        self,
+                        cx: &::taskq::TaskContext,
+                    ) -> ::core::result::Result<(), ::taskq::TaskError> {
+                        match self {
+                            // `()` records nothing (`TaskContext::set_output`).
+                            ::core::result::Result::Ok(output) => cx.set_output(&output),
+                            ::core::result::Result::Err(e) => {
+                                ::core::result::Result::Err(::core::convert::Into::into(e))
+                            }
+                        }
                     }
                 }
                 async move {
