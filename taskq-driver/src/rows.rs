@@ -407,7 +407,10 @@ impl WriteBack {
     /// its follow-up's row of the `INSERT` (an upper bound; see `budget`).
     pub fn json_len(&self) -> usize {
         160 + self.error.as_deref().map_or(0, crate::budget::json_str_len)
-            + self.output.as_deref().map_or(0, crate::budget::json_str_len)
+            + self
+                .output
+                .as_deref()
+                .map_or(0, crate::budget::json_str_len)
             + self.follow_up.as_ref().map_or(0, |f| f.json_len())
     }
 }

@@ -6,7 +6,9 @@
 
 use sqlx::Connection;
 use taskq_driver::driver::Driver;
-use taskq_driver::rows::{NewStep, NewWorkflow, RetryDead, StepOutput, WorkflowInserted, WriteBack};
+use taskq_driver::rows::{
+    NewStep, NewWorkflow, RetryDead, StepOutput, WorkflowInserted, WriteBack,
+};
 use taskq_driver::rules::workflow::CANCELED_BY_DEPENDENCY;
 use taskq_driver::state::{TaskId, TaskState};
 

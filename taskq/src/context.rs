@@ -130,7 +130,10 @@ impl TaskContext {
     /// A task that is not a step, a name that is no step of the workflow, a step this one does
     /// not run after, and an output that does not decode as `T` are permanent errors (their
     /// source an [`OutputError`]); a database error is retried.
-    pub async fn step_output<T: DeserializeOwned>(&self, step: &str) -> Result<Option<T>, TaskError> {
+    pub async fn step_output<T: DeserializeOwned>(
+        &self,
+        step: &str,
+    ) -> Result<Option<T>, TaskError> {
         let refuse = |e: OutputError| Err(TaskError::permanent(e));
         let Some(store) = &self.steps else {
             return refuse(OutputError::NotAStep(self.id));

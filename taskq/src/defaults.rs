@@ -65,7 +65,10 @@ pub const WORKER_ROW_RETENTION: Duration = Duration::from_secs(86_400);
 
 /// Checks the size of a task's output (its JSON, `bytes` long) against a worker's limit: the
 /// rule of [`OutputError::TooLarge`](crate::OutputError::TooLarge).
-pub(crate) fn check_output(bytes: usize, limit: usize) -> std::result::Result<(), crate::OutputError> {
+pub(crate) fn check_output(
+    bytes: usize,
+    limit: usize,
+) -> std::result::Result<(), crate::OutputError> {
     if bytes > limit {
         return Err(crate::OutputError::TooLarge { bytes, limit });
     }

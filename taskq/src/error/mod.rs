@@ -13,9 +13,9 @@ mod task_error;
 
 pub(crate) use diagnose::connect_problem;
 use diagnose::*;
+pub use output::OutputError;
 pub(crate) use report::short_type_name;
 use report::*;
-pub use output::OutputError;
 pub use task_error::{ResultExt, TaskError, TaskErrorKind};
 
 /// Result alias for taskq operations.

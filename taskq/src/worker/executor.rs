@@ -497,9 +497,7 @@ async fn attempt(
         Outcome::Succeeded(_) => match output.lock().unwrap_or_else(|p| p.into_inner()).take() {
             None => Outcome::Succeeded(None),
             Some(Ok(json)) => Outcome::Succeeded(Some(json)),
-            Some(Err(e)) => {
-                Outcome::Failed(TaskErrorKind::Permanent, e.to_string(), Cause::Error)
-            }
+            Some(Err(e)) => Outcome::Failed(TaskErrorKind::Permanent, e.to_string(), Cause::Error),
         },
         other => other,
     }
