@@ -148,6 +148,14 @@ pub fn generate(
     let into_result = quote_spanned! {h.ret_span=>
         __TaskqOutput::__taskq_into(__taskq_out, &__taskq_cx)
     };
+    // An output type that is not serde is reported on it first, with what to do (the
+    // conversion below reports it too, on the whole return type). Only when the return type
+    // is written `Result<T, ..>`: an alias hides `T` from the macro.
+    let output_check = ok_type(f).map(|ok| {
+        quote_spanned! {ok.span()=>
+            __taskq_assert_output::<#ok>();
+        }
+    });
     // The `run` signature carries the fn name's span so that a handler future that is not
     // `Send` is reported on the handler.
     let run_sig = quote_spanned! {fn_ident.span()=>
@@ -203,6 +211,16 @@ pub fn generate(
                         }
                     }
                 }
+                #[diagnostic::on_unimplemented(
+                    message = "`{Self}` cannot be a task's output",
+                    label = "the `Ok` value of a handler is its output, stored as JSON",
+                    note = "an output type implements serde's `Serialize` (e.g. `#[derive(serde::Serialize)]`) and is `'static`; return `Result<(), E>` to store none"
+                )]
+                trait __TaskqOutputValue {}
+                impl<T: ::taskq::__private::serde::Serialize + 'static> __TaskqOutputValue for T {}
+                #[allow(dead_code)]
+                fn __taskq_assert_output<T: __TaskqOutputValue>() {}
+                #output_check
                 async move {
                     #(#extract)*
                     let __taskq_out = #fn_ident(#(#args),*).await;
@@ -213,6 +231,29 @@ pub fn generate(
             #required_data
             #schedule
         }
+    }
+}
+
+/// The `T` of a return type written `Result<T, ..>` (any path ending in `Result`), unless it
+/// is `()`.
+fn ok_type(f: &ItemFn) -> Option<&syn::Type> {
+    let syn::ReturnType::Type(_, ty) = &f.sig.output else {
+        return None;
+    };
+    let syn::Type::Path(tp) = &**ty else {
+        return None;
+    };
+    let last = tp.path.segments.last()?;
+    if last.ident != "Result" {
+        return None;
+    }
+    let syn::PathArguments::AngleBracketed(args) = &last.arguments else {
+        return None;
+    };
+    match args.args.first()? {
+        syn::GenericArgument::Type(syn::Type::Tuple(t)) if t.elems.is_empty() => None,
+        syn::GenericArgument::Type(ok) => Some(ok),
+        _ => None,
     }
 }
 
