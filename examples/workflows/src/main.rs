@@ -25,7 +25,10 @@ async fn fetch_orders(day: String) -> Result<Orders, TaskError> {
 /// Renders the report from the orders `fetch` returned; runs after `fetch`.
 #[taskq::task(queue = "reports")]
 async fn render_report(cx: TaskContext) -> Result<(), TaskError> {
-    let orders: Orders = cx.step_output("fetch").await?.expect("fetch returns orders");
+    let orders: Orders = cx
+        .step_output("fetch")
+        .await?
+        .expect("fetch returns orders");
     let n = orders.totals.len();
     println!("render: report of {} ({n} orders)", orders.day);
     Ok(())
@@ -34,7 +37,10 @@ async fn render_report(cx: TaskContext) -> Result<(), TaskError> {
 /// Prices the orders `fetch` returned; runs after `fetch`, beside `render`. Returns the total.
 #[taskq::task(queue = "reports")]
 async fn price_orders(cx: TaskContext) -> Result<u32, TaskError> {
-    let orders: Orders = cx.step_output("fetch").await?.expect("fetch returns orders");
+    let orders: Orders = cx
+        .step_output("fetch")
+        .await?
+        .expect("fetch returns orders");
     let total = orders.totals.iter().sum();
     println!("price: orders of {}: {total}", orders.day);
     Ok(total)
@@ -114,7 +120,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("{}: {}", wf.name, wf.state);
         for s in client.workflow_steps(id).await? {
             let output = s.output.as_deref().unwrap_or("");
-            println!("{}", format!("  {:<6} {:<9} {output}", s.step, s.state).trim_end());
+            println!(
+                "{}",
+                format!("  {:<6} {:<9} {output}", s.step, s.state).trim_end()
+            );
         }
     }
     // A task's output, awaited by id (here it has ended already).
