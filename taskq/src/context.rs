@@ -404,4 +404,32 @@ mod tests {
         assert_eq!(m.get::<i64>(), None);
         assert!(m.contains(&DataRequirement::of::<u32>()));
     }
+
+    #[test]
+    fn set_output_records_json_nothing_for_unit_and_refuses_past_the_limit() {
+        let cx = TaskContext::for_test(1, DataMap::new());
+        assert_eq!(cx.recorded_output(), Ok(None));
+        cx.set_output(&vec![1, 2]).unwrap();
+        assert_eq!(cx.recorded_output(), Ok(Some("[1,2]".into())));
+        // `()` records none, replacing what was recorded.
+        cx.set_output(&()).unwrap();
+        assert_eq!(cx.recorded_output(), Ok(None));
+        let big = "x".repeat(crate::defaults::DEFAULT_OUTPUT_LIMIT - 2);
+        cx.set_output(&big).unwrap();
+        let too_big = OutputError::TooLarge {
+            bytes: crate::defaults::DEFAULT_OUTPUT_LIMIT + 1,
+            limit: crate::defaults::DEFAULT_OUTPUT_LIMIT,
+        };
+        let e = cx.set_output(&format!("{big}x")).unwrap_err();
+        assert_eq!(e.kind(), crate::error::TaskErrorKind::Permanent);
+        assert_eq!(e.source().downcast_ref::<OutputError>(), Some(&too_big));
+        assert_eq!(cx.recorded_output(), Err(too_big));
+        // A map with non-string keys does not serialize to JSON.
+        let map: HashMap<(u8, u8), u8> = [((1, 2), 3)].into();
+        let e = cx.set_output(&map).unwrap_err();
+        assert!(matches!(
+            e.source().downcast_ref::<OutputError>(),
+            Some(OutputError::NotSerializable(_))
+        ));
+    }
 }
