@@ -37,6 +37,7 @@ suite!(
     cancel_of_a_workflow_cancels_its_steps_and_asks_the_running_ones_to_stop,
     a_rolled_back_workflow_leaves_nothing_and_workflows_list_newest_first,
     a_workflow_is_pruned_once_retention_pruned_all_its_tasks,
+    a_success_stores_its_output_for_the_steps_after_it,
     // Events and the relay's keys.
     events_are_numbered_per_key_and_leased_once,
     an_expired_event_lease_is_taken_over_and_the_old_epoch_is_fenced,

@@ -375,11 +375,74 @@ async fn connect_and_create_database_explain_what_failed() {
     assert!(!e.to_string().contains("hunter2"), "{e}");
 }
 
+/// A task enqueued before migration 31.
+#[taskq::task]
+async fn before_outputs(n: u32) -> Result<(), taskq::TaskError> {
+    let _ = n;
+    Ok(())
+}
+
+/// Migration 31 on a database that holds tasks: `taskq_tasks.output` is a nullable text column
+/// at the end of the table (MySQL: `MEDIUMTEXT`, added in place), `NULL` in the rows before it.
+async fn migration_31_adds_the_output_column_to_a_database_with_tasks<B: TestBackend>(db: Db<B>) {
+    let before: Vec<i64> = B::taskq_migrator()
+        .iter()
+        .map(|m| m.version)
+        .filter(|v| *v < 20261204000031)
+        .collect();
+    db.run_migrator(&B::taskq_migrator(), before.last().copied())
+        .await
+        .unwrap();
+    let old = taskq::Task::enqueue(BeforeOutputs { n: 1 }, &db.pool)
+        .await
+        .unwrap();
+    taskq::migrate(&db.pool).await.unwrap();
+    let column = if db.label() == "sqlite" {
+        db.rows(
+            &[
+                "type",
+                "CASE WHEN \"notnull\" = 0 THEN 'YES' ELSE 'NO' END",
+                "cid = (SELECT MAX(cid) FROM pragma_table_info('taskq_tasks'))",
+            ],
+            "FROM pragma_table_info('taskq_tasks') WHERE name = 'output'",
+        )
+        .await
+    } else {
+        db.rows(
+            &[
+                "COLUMN_TYPE",
+                "IS_NULLABLE",
+                "ORDINAL_POSITION = (SELECT MAX(ORDINAL_POSITION) FROM information_schema.columns \
+                 WHERE table_schema = DATABASE() AND table_name = 'taskq_tasks')",
+            ],
+            "FROM information_schema.columns WHERE table_schema = DATABASE() \
+             AND table_name = 'taskq_tasks' AND column_name = 'output'",
+        )
+        .await
+    };
+    let ty = if db.label() == "sqlite" {
+        "TEXT"
+    } else {
+        "mediumtext"
+    };
+    assert_eq!(column, [[ty, "YES", "1"]], "{}", db.label());
+    assert_eq!(
+        db.ints(&format!(
+            "SELECT COUNT(*) FROM taskq_tasks WHERE id = {} AND output IS NULL",
+            old.id.0
+        ))
+        .await,
+        [1]
+    );
+}
+
 taskq_tests::conformance!(
     empty: taskq_then_app_then_both_again_with_a_later_app_migration,
     app_first_then_taskq,
     concurrent_migrations_from_several_processes_serialize,
 );
+
+taskq_tests::conformance!(empty: migration_31_adds_the_output_column_to_a_database_with_tasks);
 
 taskq_tests::conformance!(
     a_modified_applied_migration_is_detected,

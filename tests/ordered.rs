@@ -530,6 +530,7 @@ mod mysql_locks {
             error: None,
             frees: None,
             follow_up: None,
+            output: None,
             order_ends: t.order_key.clone(),
             workflow_step_ends: false,
             batch_ends: false,

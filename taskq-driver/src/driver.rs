@@ -377,6 +377,9 @@ macro_rules! __seam_operations {
                 fn workflow_get(&self; id: u64) -> Option<WorkflowRow>;
                 /// A workflow's steps, in the order they were inserted.
                 fn workflow_steps(&self; id: u64) -> Vec<WorkflowStepRow>;
+                /// The output of the step named `step` of the workflow that task `task` is a step of,
+                /// if `task`'s step runs after it (one read by primary and unique keys).
+                fn workflow_step_output(&self; task: TaskId; step: &str) -> StepOutput;
                 /// A page of workflows, newest first, with ids below `before_id`; of `name` when given.
                 fn workflow_list(&self; name: Option<&str>; before_id: u64; limit: u32) -> Vec<WorkflowRow>;
                 /// Cancels a workflow on the caller's transaction (with its audit row): its

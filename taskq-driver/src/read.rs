@@ -60,12 +60,21 @@ pub struct TaskInfo {
     /// When the latest attempt started (database clock); `None` if none has. The attempts
     /// that ended are in `Client::attempts`.
     pub attempted_at: Option<DateTime<Utc>>,
+    /// The JSON text its handler returned with its success (`TaskContext::set_output`, or a
+    /// `#[taskq::task]` fn's `Ok` value); `None` for `()`, and before it succeeded.
+    #[serde(skip)]
+    pub output: Option<String>,
 }
 
 impl TaskInfo {
     /// The payload decoded as JSON.
     pub fn payload_json(&self) -> std::result::Result<serde_json::Value, serde_json::Error> {
         serde_json::from_slice(&self.payload)
+    }
+
+    /// The output decoded as JSON; `None` when the task stored none.
+    pub fn output_json(&self) -> Option<std::result::Result<serde_json::Value, serde_json::Error>> {
+        self.output.as_deref().map(serde_json::from_str)
     }
 
     /// Why a `dead` task died (`None` for any other state), derived from the row: the worker

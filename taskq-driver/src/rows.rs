@@ -331,6 +331,10 @@ pub struct WriteBack {
     #[serde(skip_serializing_if = "Option::is_none")]
     /// The error text, for a failed attempt.
     pub error: Option<String>,
+    /// The handler's output (JSON text, within the worker's output limit), for a success
+    /// that set one: stored in `output` by the same statement as the rest of the outcome.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output: Option<String>,
     /// The unique identity this outcome frees if the task holds it (`running`: a success or
     /// death; `window`: death).
     #[serde(skip)]
@@ -410,6 +414,10 @@ impl WriteBack {
     /// its follow-up's row of the `INSERT` (an upper bound; see `budget`).
     pub fn json_len(&self) -> usize {
         160 + self.error.as_deref().map_or(0, crate::budget::json_str_len)
+            + self
+                .output
+                .as_deref()
+                .map_or(0, crate::budget::json_str_len)
             + self.follow_up.as_ref().map_or(0, |f| f.json_len())
     }
 }
@@ -828,6 +836,23 @@ pub struct WorkflowStepRow {
     pub runs_after_failure: bool,
     /// Canceled because a step it runs after did not succeed.
     pub canceled_by_dependency: bool,
+    /// The JSON text its handler returned, once it has succeeded with one (migration 31).
+    #[serde(skip)]
+    pub output: Option<String>,
+}
+
+/// What `Workflows::workflow_step_output` found for a step's read of another step's output.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StepOutput {
+    /// The reading task is not a step of a workflow.
+    NotAStep,
+    /// Its workflow has no step of that name.
+    UnknownStep,
+    /// The named step is not one the reading step runs after.
+    NotADependency,
+    /// The dependency's output (JSON text): `None` when it stored none (it returned `()`,
+    /// did not succeed, or its task was deleted).
+    Output(Option<String>),
 }
 
 /// What `Workflows::workflow_cancel` did.

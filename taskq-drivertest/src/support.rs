@@ -176,6 +176,7 @@ pub(crate) fn outcome(t: &Claimed, state: &'static str, outcome: &'static str) -
         error: None,
         frees: frees(t, state),
         follow_up: None,
+        output: None,
         name: Arc::from(t.name.as_str()),
         queue: Arc::from(""),
         ran: Duration::ZERO,

@@ -6,7 +6,9 @@
 
 use sqlx::Connection;
 use taskq_driver::driver::Driver;
-use taskq_driver::rows::{NewStep, NewWorkflow, RetryDead, WorkflowInserted};
+use taskq_driver::rows::{
+    NewStep, NewWorkflow, RetryDead, StepOutput, WorkflowInserted, WriteBack,
+};
 use taskq_driver::rules::workflow::CANCELED_BY_DEPENDENCY;
 use taskq_driver::state::{TaskId, TaskState};
 
@@ -438,4 +440,120 @@ pub async fn a_workflow_is_pruned_once_retention_pruned_all_its_tasks<D: Driver>
     assert!(d.workflow_steps(done.id).await.unwrap().is_empty());
     assert!(d.workflow_get(kept.id).await.unwrap().is_some());
     assert_eq!(d.workflow_prune(&mut c, 100).await.unwrap(), 0);
+}
+
+/// A success's output is stored with it by the write-back (a plain task's too, and a success
+/// without one stores none), shown by `task_get` and `workflow_steps`; a step reads the output
+/// of a step it runs after through `workflow_step_output`, and is refused (typed) the output of
+/// a step it does not run after, of a name that is no step, and when it is no step at all.
+pub async fn a_success_stores_its_output_for_the_steps_after_it<D: Driver>(d: D) {
+    let mut c = conn(&d).await;
+    let wf = insert_wf::<D>(
+        &mut c,
+        "outputs",
+        &[
+            step("fetch", &[], false),
+            step("render", &[0], false),
+            step("other", &[], false),
+            step("tidy", &[1], true),
+        ],
+    )
+    .await;
+    let [fetch, render, other, tidy] = <[TaskId; 4]>::try_from(wf.task_ids.clone()).unwrap();
+    let out = r#"{"rows":3,"day":"2026-12-01","note":"é \"quoted\""}"#;
+
+    // Before fetch succeeded, render reads no output yet (it is not due either).
+    assert_eq!(
+        d.workflow_step_output(render, "fetch").await.unwrap(),
+        StepOutput::Output(None)
+    );
+    let t = claim_one(&d, &mut c, Q, "fetch", LEASE_US, fetch).await;
+    let done = d
+        .task_write_back(
+            &mut c,
+            &[WriteBack {
+                output: Some(out.into()),
+                ..outcome(&t, "succeeded", "succeeded")
+            }],
+        )
+        .await
+        .unwrap();
+    assert_eq!(done.written, 1);
+    let fetched = get(&d, fetch).await;
+    assert_eq!(fetched.state, TaskState::Succeeded);
+    assert_eq!(fetched.output.as_deref(), Some(out), "{}", backend::<D>());
+    assert_eq!(
+        fetched.output_json().unwrap().unwrap()["note"],
+        "é \"quoted\""
+    );
+    assert_eq!(
+        d.workflow_step_output(render, "fetch").await.unwrap(),
+        StepOutput::Output(Some(out.into())),
+        "{}",
+        backend::<D>()
+    );
+    // Refused: a step render does not run after (itself included), a name that is no step.
+    for name in ["other", "render", "tidy"] {
+        assert_eq!(
+            d.workflow_step_output(render, name).await.unwrap(),
+            StepOutput::NotADependency,
+            "{}: {name}",
+            backend::<D>()
+        );
+    }
+    assert_eq!(
+        d.workflow_step_output(render, "Fetch").await.unwrap(),
+        StepOutput::UnknownStep
+    );
+    // A success without an output (a `()` handler) stores none; the cleanup step after it
+    // reads `None`.
+    run_step(&d, &mut c, "render", render, "succeeded").await;
+    assert_eq!(get(&d, render).await.output, None);
+    assert_eq!(
+        d.workflow_step_output(tidy, "render").await.unwrap(),
+        StepOutput::Output(None)
+    );
+    // The workflow's steps carry their outputs.
+    let steps = d.workflow_steps(wf.id).await.unwrap();
+    let outputs: Vec<(&str, Option<&str>)> = steps
+        .iter()
+        .map(|s| (s.step.as_str(), s.output.as_deref()))
+        .collect();
+    assert_eq!(
+        outputs,
+        [
+            ("fetch", Some(out)),
+            ("render", None),
+            ("other", None),
+            ("tidy", None)
+        ]
+    );
+    assert_eq!(get(&d, other).await.output, None);
+
+    // A task that is no step: its output is stored all the same; it reads none of a step.
+    let plain = insert::<D>(&mut c, crate::fixtures::task(Q, "plain")).await;
+    let t = claim_one(&d, &mut c, Q, "plain", LEASE_US, plain).await;
+    assert_eq!(t.workflow_id, None);
+    let done = d
+        .task_write_back(
+            &mut c,
+            &[WriteBack {
+                output: Some("[1,2,3]".into()),
+                ..outcome(&t, "succeeded", "succeeded")
+            }],
+        )
+        .await
+        .unwrap();
+    assert_eq!(done.written, 1);
+    assert_eq!(get(&d, plain).await.output.as_deref(), Some("[1,2,3]"));
+    assert_eq!(
+        d.workflow_step_output(plain, "fetch").await.unwrap(),
+        StepOutput::NotAStep
+    );
+    assert_eq!(
+        d.workflow_step_output(TaskId(u64::MAX >> 1), "fetch")
+            .await
+            .unwrap(),
+        StepOutput::NotAStep
+    );
 }

@@ -3,7 +3,7 @@
 
 use proc_macro2::Span;
 use syn::spanned::Spanned;
-use syn::{Attribute, FnArg, GenericArgument, Ident, ItemFn, Pat, PathArguments, ReturnType, Type};
+use syn::{Attribute, FnArg, Ident, ItemFn, Pat, PathArguments, ReturnType, Type};
 
 /// Last path segments of taskq's own extractors: an unmarked parameter of one of these types is
 /// injected, every other unmarked one is payload. This is only the default classification (a
@@ -236,7 +236,7 @@ pub fn analyze(f: &ItemFn, consumed: &[Vec<Attribute>]) -> syn::Result<Handler> 
             errors.push(syn::Error::new(
                 name.span(),
                 format!(
-                    "task handler `{name}` must return `Result<(), E>` where `E: Into<taskq::TaskError>`; add `-> Result<(), taskq::TaskError>`"
+                    "task handler `{name}` must return `Result<T, E>` where `T: Serialize` is its output (`()` for none) and `E: Into<taskq::TaskError>`; add `-> Result<(), taskq::TaskError>`"
                 ),
             ));
             Span::call_site()
@@ -318,40 +318,20 @@ fn owned_suggestion(r: &syn::TypeReference) -> String {
     }
 }
 
-/// Rejects return types that cannot be `Result<(), E>`. A path not named `Result` may be an
-/// alias, so it is left to the type checker (the generated code checks it with a span on the
+/// Rejects return types that cannot be `Result<T, E>`. A path may be an alias, so it is left to
+/// the type checker (the generated code checks it, `T: Serialize` included, with a span on the
 /// return type).
 fn check_return_type(ty: &Type) -> syn::Result<()> {
     let wrong = |span: Span| {
         syn::Error::new(
             span,
-            "a task handler must return `Result<(), E>` where `E: Into<taskq::TaskError>` (e.g. `Result<(), taskq::TaskError>`)",
+            "a task handler must return `Result<T, E>` where `T: Serialize` is its output (`()` for none) and `E: Into<taskq::TaskError>` (e.g. `Result<(), taskq::TaskError>`)",
         )
     };
     match ty {
         Type::Group(g) => check_return_type(&g.elem),
         Type::Paren(p) => check_return_type(&p.elem),
-        Type::Path(tp) => {
-            let Some(last) = tp.path.segments.last() else {
-                return Ok(());
-            };
-            if last.ident != "Result" {
-                return Ok(());
-            }
-            let ok_type = match &last.arguments {
-                PathArguments::AngleBracketed(args) => args.args.first(),
-                _ => None,
-            };
-            match ok_type {
-                Some(GenericArgument::Type(ok)) if !matches!(ok, Type::Tuple(t) if t.elems.is_empty()) => {
-                    Err(syn::Error::new(
-                        ok.span(),
-                        "a task handler's success value would be discarded: return `Result<(), E>`",
-                    ))
-                }
-                _ => Ok(()),
-            }
-        }
+        Type::Path(_) => Ok(()),
         other => Err(wrong(other.span())),
     }
 }
@@ -552,19 +532,13 @@ mod tests {
         let e = errors(parse_quote!(
             async fn t() {}
         ));
-        assert!(e[0].contains("must return `Result<(), E>`"), "{e:?}");
+        assert!(e[0].contains("must return `Result<T, E>`"), "{e:?}");
         let e = errors(parse_quote!(
             async fn t() -> (i32, E) {
                 todo!()
             }
         ));
-        assert!(e[0].contains("must return `Result<(), E>`"), "{e:?}");
-        let e = errors(parse_quote!(
-            async fn t() -> Result<i32, E> {
-                todo!()
-            }
-        ));
-        assert!(e[0].contains("success value would be discarded"), "{e:?}");
+        assert!(e[0].contains("must return `Result<T, E>`"), "{e:?}");
         for ok in [
             parse_quote!(
                 async fn t() -> Result<(), E> {
@@ -578,6 +552,12 @@ mod tests {
             ),
             parse_quote!(
                 async fn t() -> MyAlias {
+                    todo!()
+                }
+            ),
+            // `T` is the task's output
+            parse_quote!(
+                async fn t() -> Result<Report, E> {
                     todo!()
                 }
             ),

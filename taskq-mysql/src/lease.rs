@@ -576,7 +576,8 @@ async fn follow_ups_insert(conn: &mut MySqlConnection, rows: &[&FollowUpRow]) ->
 }
 
 /// The write-back statement of [`MySqlDriver::task_write_back`]: one `UPDATE` for every outcome, each row
-/// written only while running with the epoch its attempt claimed. An outcome with an empty
+/// written only while running with the epoch its attempt claimed; a success's output
+/// (`WriteBack::output`) travels in the same JSON row. An outcome with an empty
 /// `outcome` appends no attempt-history entry, and one whose `attempt` is below the row's sets
 /// it back (a parked task ended without running: see `Claimed::parked_error`).
 async fn write_back_rows<'f>(
@@ -598,7 +599,8 @@ async fn write_back_rows<'f>(
                  attempt INT UNSIGNED PATH '$.attempt',
                  outcome VARCHAR(16) PATH '$.outcome',
                  delay_us BIGINT PATH '$.delay_us',
-                 error TEXT CHARACTER SET utf8mb4 PATH '$.error')) AS j
+                 error TEXT CHARACTER SET utf8mb4 PATH '$.error',
+                 output MEDIUMTEXT CHARACTER SET utf8mb4 PATH '$.output')) AS j
              STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id AND t.lease_epoch = j.epoch
            SET t.attempts = IF(j.outcome = '', t.attempts, JSON_ARRAY_APPEND(
                  IF(JSON_LENGTH(COALESCE(t.attempts, '[]')) >= 100, JSON_REMOVE(t.attempts, '$[0]'),
@@ -616,6 +618,7 @@ async fn write_back_rows<'f>(
                               LEAST(t.attempt, j.attempt)),
                t.snoozes = IF(j.state = 'snoozed', t.snoozes + 1, t.snoozes),
                t.last_error = IF(j.error IS NULL, t.last_error, j.error),
+               t.output = IF(j.output IS NULL, t.output, j.output),
                t.cancel_requested_at = IF(j.state IN ('succeeded', 'dead'), NULL, t.cancel_requested_at),
                t.lease_until = NULL,
                t.updated_at = UTC_TIMESTAMP(6)

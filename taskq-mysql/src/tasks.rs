@@ -29,7 +29,8 @@ macro_rules! select_tasks {
                            AND u.task_id = t.id) AS "unique_held!: bool",
                  t.created_at AS "created_at: DateTime<Utc>", t.updated_at AS "updated_at: DateTime<Utc>",
                  t.finished_at AS "finished_at: DateTime<Utc>", t.snoozes AS "snoozes: u32",
-                 t.deadline AS "deadline: DateTime<Utc>", t.attempted_at AS "attempted_at: DateTime<Utc>"
+                 t.deadline AS "deadline: DateTime<Utc>", t.attempted_at AS "attempted_at: DateTime<Utc>",
+                 t.output
                "# + $rest
             $(, $arg)*
         )

@@ -13,7 +13,8 @@ use crate::MySqlDriver;
 use crate::enqueue::task_insert_rows;
 use taskq_driver::driver::Workflows;
 use taskq_driver::rows::{
-    NewTask, NewWorkflow, Settled, WorkflowCanceled, WorkflowInserted, WorkflowRow, WorkflowStepRow,
+    NewTask, NewWorkflow, Settled, StepOutput, WorkflowCanceled, WorkflowInserted, WorkflowRow,
+    WorkflowStepRow,
 };
 use taskq_driver::rules::workflow::{
     CANCELED_BY_DEPENDENCY, DependencyEnd, StepCounts, dependency_end,
@@ -407,7 +408,7 @@ impl Workflows for MySqlDriver {
             r#"SELECT s.step, s.task_id AS "task_id: u64", t.name, t.queue,
                  t.state AS "state: String",
                  s.runs_after_failure AS "runs_after_failure: bool",
-                 s.canceled_by_dep AS "canceled_by_dep: bool"
+                 s.canceled_by_dep AS "canceled_by_dep: bool", t.output
                FROM taskq_workflow_steps s FORCE INDEX (ix_taskq_workflow_seq)
                  STRAIGHT_JOIN taskq_tasks t FORCE INDEX (PRIMARY) ON t.id = s.task_id
                WHERE s.workflow_id = ?
@@ -445,9 +446,35 @@ impl Workflows for MySqlDriver {
                     queue: s.queue,
                     runs_after_failure: s.runs_after_failure,
                     canceled_by_dependency: s.canceled_by_dep,
+                    output: s.output,
                 })
             })
             .collect()
+    }
+
+    /// One row: the reading step's row by primary key, the named step by
+    /// `uq_taskq_workflow_step`, the edge between them by primary key, the named step's task
+    /// by primary key. No row: `task` is no step; no named step, no edge: the typed refusals.
+    async fn workflow_step_output(&self, task: TaskId, step: &str) -> sqlx::Result<StepOutput> {
+        let row = sqlx::query!(
+            r#"SELECT d.task_id AS "dep?: u64", e.task_id AS "edge?: u64", t.output AS "output?: String"
+               FROM taskq_workflow_steps s
+                 LEFT JOIN taskq_workflow_steps d
+                   ON d.workflow_id = s.workflow_id AND d.step = ?
+                 LEFT JOIN taskq_workflow_deps e ON e.dep_task_id = d.task_id AND e.task_id = s.task_id
+                 LEFT JOIN taskq_tasks t ON t.id = d.task_id
+               WHERE s.task_id = ?"#,
+            step,
+            task.0
+        )
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(match row {
+            None => StepOutput::NotAStep,
+            Some(r) if r.dep.is_none() => StepOutput::UnknownStep,
+            Some(r) if r.edge.is_none() => StepOutput::NotADependency,
+            Some(r) => StepOutput::Output(r.output),
+        })
     }
 
     async fn workflow_list(

@@ -723,6 +723,13 @@ impl Workflows for SqliteDriver {
     ) -> sqlx::Result<Vec<taskq_driver::rows::WorkflowStepRow>> {
         workflows::workflow_steps(&self.pool, id).await
     }
+    async fn workflow_step_output(
+        &self,
+        task: TaskId,
+        step: &str,
+    ) -> sqlx::Result<taskq_driver::rows::StepOutput> {
+        workflows::workflow_step_output(&self.pool, task, step).await
+    }
     async fn workflow_list(
         &self,
         name: Option<&str>,

@@ -385,7 +385,8 @@ pub(crate) async fn task_write_back(
     if batch.is_empty() {
         return Ok(WrittenBack::default());
     }
-    // `WriteBack` serializes as `{id, epoch, state, attempt, outcome, delay_us, error?}`.
+    // `WriteBack` serializes as `{id, epoch, state, attempt, outcome, delay_us, error?,
+    // output?}`: a success's output rides in the same statement.
     let json = json(batch)?;
     let mut tx = begin_write(conn).await?;
     let rows = sqlx::query!(
@@ -410,6 +411,7 @@ pub(crate) async fn task_write_back(
                               ELSE MIN(t.attempt, j.attempt) END,
                snoozes = CASE WHEN j.state = 'snoozed' THEN t.snoozes + 1 ELSE t.snoozes END,
                last_error = COALESCE(j.error, t.last_error),
+               output = COALESCE(j.output, t.output),
                cancel_requested_at = CASE WHEN j.state IN ('succeeded', 'dead') THEN NULL
                                           ELSE t.cancel_requested_at END,
                lease_until = NULL,
@@ -417,7 +419,7 @@ pub(crate) async fn task_write_back(
            FROM (SELECT value ->> 'id' AS id, value ->> 'epoch' AS epoch,
                         value ->> 'state' AS state, value ->> 'attempt' AS attempt,
                         value ->> 'outcome' AS outcome, value ->> 'delay_us' AS delay_us,
-                        value ->> 'error' AS error
+                        value ->> 'error' AS error, value ->> 'output' AS output
                  FROM json_each(?1)) AS j,
                 taskq_clock AS c
            WHERE t.id = j.id AND t.lease_epoch = j.epoch AND t.state = 'running'

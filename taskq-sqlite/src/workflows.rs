@@ -13,8 +13,8 @@ use crate::connect::begin_write;
 use crate::conv::{json, sid, state, uid};
 use crate::enqueue::task_insert_many;
 use taskq_driver::rows::{
-    Inserted, NewTask, NewWorkflow, Settled, WorkflowCanceled, WorkflowInserted, WorkflowRow,
-    WorkflowStepRow,
+    Inserted, NewTask, NewWorkflow, Settled, StepOutput, WorkflowCanceled, WorkflowInserted,
+    WorkflowRow, WorkflowStepRow,
 };
 use taskq_driver::rules::workflow::{
     CANCELED_BY_DEPENDENCY, DependencyEnd, StepCounts, dependency_end,
@@ -427,7 +427,7 @@ pub(crate) async fn workflow_steps(
         r#"SELECT s.step, s.task_id AS "task_id!: i64", t.name, t.queue,
              t.state AS "state!: String",
              s.runs_after_failure AS "runs_after_failure!: bool",
-             s.canceled_by_dep AS "canceled_by_dep!: bool"
+             s.canceled_by_dep AS "canceled_by_dep!: bool", t.output AS "output?: String"
            FROM taskq_workflow_steps AS s JOIN taskq_tasks AS t ON t.id = s.task_id
            WHERE s.workflow_id = ?1
            ORDER BY s.seq"#,
@@ -462,9 +462,38 @@ pub(crate) async fn workflow_steps(
                 queue: s.queue,
                 runs_after_failure: s.runs_after_failure,
                 canceled_by_dependency: s.canceled_by_dep,
+                output: s.output,
             })
         })
         .collect()
+}
+
+/// The output of step `step` of the workflow `task` is a step of, for `task` to read: one read
+/// of the reading step's row, the named step (`uq_taskq_workflow_step`), the edge between them
+/// and the named step's task, each by key (MySQL's statement).
+pub(crate) async fn workflow_step_output(
+    pool: &SqlitePool,
+    task: TaskId,
+    step: &str,
+) -> sqlx::Result<StepOutput> {
+    let row = sqlx::query!(
+        r#"SELECT d.task_id AS "dep?: i64", e.task_id AS "edge?: i64", t.output AS "output?: String"
+           FROM taskq_workflow_steps AS s
+             LEFT JOIN taskq_workflow_steps AS d ON d.workflow_id = s.workflow_id AND d.step = ?1
+             LEFT JOIN taskq_workflow_deps AS e ON e.dep_task_id = d.task_id AND e.task_id = s.task_id
+             LEFT JOIN taskq_tasks AS t ON t.id = d.task_id
+           WHERE s.task_id = ?2"#,
+        step,
+        sid(task.0)
+    )
+    .fetch_optional(pool)
+    .await?;
+    Ok(match row {
+        None => StepOutput::NotAStep,
+        Some(r) if r.dep.is_none() => StepOutput::UnknownStep,
+        Some(r) if r.edge.is_none() => StepOutput::NotADependency,
+        Some(r) => StepOutput::Output(r.output),
+    })
 }
 
 /// Cancels a workflow on the caller's transaction: marks it canceled, cancels its waiting and

@@ -71,6 +71,7 @@ async fn drain(pool: &sqlx::SqlitePool, worker: &str) -> Vec<u64> {
                 error: None,
                 frees: None,
                 follow_up: None,
+                output: None,
                 name: t.name.as_str().into(),
                 queue: "q".into(),
                 ran: std::time::Duration::ZERO,

@@ -3,12 +3,19 @@
 
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
+use serde::{Serialize, de::DeserializeOwned};
 use tokio::sync::watch;
 
-use crate::error::TaskError;
+use crate::backend::Store;
+use crate::error::{OutputError, TaskError};
+use taskq_driver::rows::StepOutput;
 use taskq_driver::state::TaskId;
+
+/// What a handler recorded with [`TaskContext::set_output`]: its JSON, or why it could not be
+/// recorded (the attempt then fails whatever the handler returns).
+pub(crate) type OutputSlot = Mutex<Option<Result<String, OutputError>>>;
 
 /// Metadata of the attempt being run, handed to every handler.
 #[derive(Clone, Debug)]
@@ -24,6 +31,11 @@ pub struct TaskContext {
     pub(crate) cancel: CancelSignal,
     pub(crate) data: Arc<DataMap>,
     pub(crate) trace_context: Option<Arc<str>>,
+    /// The store step outputs are read from; `None` when the task is not a workflow step
+    /// (or in [`for_test`](Self::for_test)).
+    pub(crate) steps: Option<Store>,
+    pub(crate) output: Arc<OutputSlot>,
+    pub(crate) output_limit: usize,
 }
 
 impl TaskContext {
@@ -75,6 +87,87 @@ impl TaskContext {
         self.data.get::<T>()
     }
 
+    /// Records `value` as the task's output, stored with its success (in the write-back's own
+    /// statement) for the steps after it in a workflow ([`step_output`](Self::step_output)) and
+    /// for [`Client::wait_output`](crate::Client::wait_output). A `#[taskq::task]` fn that
+    /// returns `Result<T, E>` calls it with its `Ok` value; a hand-written [`Task`](crate::Task)
+    /// calls it before returning `Ok(())`. `()` records no output; a second call replaces the
+    /// first; nothing is stored unless the attempt succeeds.
+    ///
+    /// An output that does not serialize, or whose JSON is larger than the worker's
+    /// [`output_limit`](crate::worker::WorkerBuilder::output_limit) (64 KiB by default), is
+    /// refused with a permanent [`TaskError`] whose source is an [`OutputError`], and it fails
+    /// the attempt (dead, the error in `last_error`) even if the handler then returns `Ok`.
+    pub fn set_output<T: Serialize + ?Sized + 'static>(&self, value: &T) -> Result<(), TaskError> {
+        let recorded = if TypeId::of::<T>() == TypeId::of::<()>() {
+            None
+        } else {
+            Some(
+                serde_json::to_string(value)
+                    .map_err(|e| OutputError::NotSerializable(e.to_string()))
+                    .and_then(|json| {
+                        crate::defaults::check_output(json.len(), self.output_limit).map(|()| json)
+                    }),
+            )
+        };
+        let refused = match &recorded {
+            Some(Err(e)) => Some(e.clone()),
+            _ => None,
+        };
+        *self.output.lock().unwrap_or_else(|p| p.into_inner()) = recorded;
+        match refused {
+            Some(e) => Err(TaskError::permanent(e)),
+            None => Ok(()),
+        }
+    }
+
+    /// The output of the step named `step` of this task's workflow, which must be one this
+    /// step runs after: `Ok(None)` when that step stored none (it returned `()`; or, for a
+    /// cleanup step, it did not succeed). A normal step runs only after its dependencies
+    /// succeeded with their outputs stored. One read on the worker's database (the pool it
+    /// was built on).
+    ///
+    /// A task that is not a step, a name that is no step of the workflow, a step this one does
+    /// not run after, and an output that does not decode as `T` are permanent errors (their
+    /// source an [`OutputError`]); a database error is retried.
+    pub async fn step_output<T: DeserializeOwned>(
+        &self,
+        step: &str,
+    ) -> Result<Option<T>, TaskError> {
+        let refuse = |e: OutputError| Err(TaskError::permanent(e));
+        let Some(store) = &self.steps else {
+            return refuse(OutputError::NotAStep(self.id));
+        };
+        let found = match store.workflow_step_output(self.id, step).await {
+            Ok(found) => found,
+            Err(e) => return Err(TaskError::retry(store.error(e).await)),
+        };
+        match found {
+            StepOutput::NotAStep => refuse(OutputError::NotAStep(self.id)),
+            StepOutput::UnknownStep => refuse(OutputError::UnknownStep(step.to_owned())),
+            StepOutput::NotADependency => refuse(OutputError::NotADependency(step.to_owned())),
+            StepOutput::Output(None) => Ok(None),
+            StepOutput::Output(Some(json)) => match serde_json::from_str(&json) {
+                Ok(v) => Ok(Some(v)),
+                Err(e) => refuse(OutputError::Undecodable {
+                    step: step.to_owned(),
+                    ty: std::any::type_name::<T>(),
+                    error: e.to_string(),
+                }),
+            },
+        }
+    }
+
+    /// What [`set_output`](Self::set_output) recorded: the output's JSON (`Ok(None)`: none),
+    /// or why it was refused. For unit tests of a handler run with [`for_test`](Self::for_test).
+    pub fn recorded_output(&self) -> Result<Option<String>, OutputError> {
+        self.output
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .transpose()
+    }
+
     /// A context for calling a handler directly in unit tests (no worker, no database).
     pub fn for_test(id: u64, data: DataMap) -> Self {
         Self {
@@ -89,6 +182,9 @@ impl TaskContext {
             cancel: CancelSignal::never(),
             data: Arc::new(data),
             trace_context: None,
+            steps: None,
+            output: Arc::default(),
+            output_limit: crate::defaults::DEFAULT_OUTPUT_LIMIT,
         }
     }
 }
@@ -307,5 +403,33 @@ mod tests {
         assert_eq!(m.get::<String>().as_deref(), Some("x"));
         assert_eq!(m.get::<i64>(), None);
         assert!(m.contains(&DataRequirement::of::<u32>()));
+    }
+
+    #[test]
+    fn set_output_records_json_nothing_for_unit_and_refuses_past_the_limit() {
+        let cx = TaskContext::for_test(1, DataMap::new());
+        assert_eq!(cx.recorded_output(), Ok(None));
+        cx.set_output(&vec![1, 2]).unwrap();
+        assert_eq!(cx.recorded_output(), Ok(Some("[1,2]".into())));
+        // `()` records none, replacing what was recorded.
+        cx.set_output(&()).unwrap();
+        assert_eq!(cx.recorded_output(), Ok(None));
+        let big = "x".repeat(crate::defaults::DEFAULT_OUTPUT_LIMIT - 2);
+        cx.set_output(&big).unwrap();
+        let too_big = OutputError::TooLarge {
+            bytes: crate::defaults::DEFAULT_OUTPUT_LIMIT + 1,
+            limit: crate::defaults::DEFAULT_OUTPUT_LIMIT,
+        };
+        let e = cx.set_output(&format!("{big}x")).unwrap_err();
+        assert_eq!(e.kind(), crate::error::TaskErrorKind::Permanent);
+        assert_eq!(e.source().downcast_ref::<OutputError>(), Some(&too_big));
+        assert_eq!(cx.recorded_output(), Err(too_big));
+        // A map with non-string keys does not serialize to JSON.
+        let map: HashMap<(u8, u8), u8> = [((1, 2), 3)].into();
+        let e = cx.set_output(&map).unwrap_err();
+        assert!(matches!(
+            e.source().downcast_ref::<OutputError>(),
+            Some(OutputError::NotSerializable(_))
+        ));
     }
 }

@@ -21,6 +21,13 @@ pub const MAX_DELAY: Duration = Duration::from_secs(10 * 366 * 24 * 3600);
 /// Default payload size limit: 1 MiB of JSON.
 pub const DEFAULT_PAYLOAD_LIMIT: usize = 1 << 20;
 
+/// Default limit of a task's output: 64 KiB of JSON
+/// ([`WorkerBuilder::output_limit`](crate::worker::WorkerBuilder::output_limit)).
+pub const DEFAULT_OUTPUT_LIMIT: usize = 64 << 10;
+/// Largest output limit a worker accepts: 1 MiB of JSON (the column holds 16 MiB; a
+/// write-back batch carries many outcomes in one statement).
+pub const MAX_OUTPUT_LIMIT: usize = 1 << 20;
+
 /// Default number of attempts (first run included) before a failing task goes to `dead`.
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 20;
 /// Default queue name.
@@ -55,6 +62,18 @@ pub const MAX_RATE_PERIOD: Duration = Duration::from_secs(366 * 86_400);
 /// Rows of `taskq_workers` not seen for this long (stopped, or gone without a goodbye) are
 /// deleted by any worker's maintenance (at the retention interval).
 pub const WORKER_ROW_RETENTION: Duration = Duration::from_secs(86_400);
+
+/// Checks the size of a task's output (its JSON, `bytes` long) against a worker's limit: the
+/// rule of [`OutputError::TooLarge`](crate::OutputError::TooLarge).
+pub(crate) fn check_output(
+    bytes: usize,
+    limit: usize,
+) -> std::result::Result<(), crate::OutputError> {
+    if bytes > limit {
+        return Err(crate::OutputError::TooLarge { bytes, limit });
+    }
+    Ok(())
+}
 
 /// Checks a queue name, task name or idempotency key.
 pub(crate) fn validate_name(what: &'static str, value: &str, max: usize) -> Result<()> {

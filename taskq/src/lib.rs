@@ -78,7 +78,7 @@ pub use client::Client;
 pub use connect::{connect, create_database};
 pub use context::{CancelSignal, Data, TaskContext};
 pub use enqueue::{Enqueue, Enqueued};
-pub use error::{Error, Result, ResultExt, TaskError};
+pub use error::{Error, OutputError, Result, ResultExt, TaskError};
 pub use followup::{DeadTask, SucceededTask};
 pub use migrate::migrate;
 pub use retry::Backoff;

@@ -1,36 +1,59 @@
 use std::time::Duration;
 
-use taskq::workflow::{Workflow, WorkflowId, WorkflowState};
-use taskq::{Client, TaskError};
+use serde::{Deserialize, Serialize};
+use taskq::workflow::{Workflow, WorkflowId};
+use taskq::{Client, TaskContext, TaskError};
 
-/// Reads a day's orders (here: prints).
+/// A day's orders: what `fetch` returns to the steps after it.
+#[derive(Debug, Serialize, Deserialize)]
+struct Orders {
+    day: String,
+    totals: Vec<u32>,
+}
+
+/// Reads a day's orders (here: made up). What it returns is its output, stored with its
+/// success.
 #[taskq::task(queue = "reports")]
-async fn fetch_orders(day: String) -> Result<(), TaskError> {
+async fn fetch_orders(day: String) -> Result<Orders, TaskError> {
     println!("fetch: orders of {day}");
-    Ok(())
+    Ok(Orders {
+        day,
+        totals: vec![120, 80, 45],
+    })
 }
 
-/// Renders the report; runs after `fetch`.
+/// Renders the report from the orders `fetch` returned; runs after `fetch`.
 #[taskq::task(queue = "reports")]
-async fn render_report(day: String) -> Result<(), TaskError> {
-    println!("render: report of {day}");
+async fn render_report(cx: TaskContext) -> Result<(), TaskError> {
+    let orders: Orders = cx
+        .step_output("fetch")
+        .await?
+        .expect("fetch returns orders");
+    let n = orders.totals.len();
+    println!("render: report of {} ({n} orders)", orders.day);
     Ok(())
 }
 
-/// Prices the orders; runs after `fetch`, beside `render`.
+/// Prices the orders `fetch` returned; runs after `fetch`, beside `render`. Returns the total.
 #[taskq::task(queue = "reports")]
-async fn price_orders(day: String) -> Result<(), TaskError> {
-    println!("price: orders of {day}");
-    Ok(())
+async fn price_orders(cx: TaskContext) -> Result<u32, TaskError> {
+    let orders: Orders = cx
+        .step_output("fetch")
+        .await?
+        .expect("fetch returns orders");
+    let total = orders.totals.iter().sum();
+    println!("price: orders of {}: {total}", orders.day);
+    Ok(total)
 }
 
-/// Mails the report; runs once both `render` and `price` have succeeded. It fails for good
-/// on a day without a recipient, to show what a failure does.
+/// Mails the report with the total `price` returned; runs once both `render` and `price` have
+/// succeeded. It fails for good on a day without a recipient, to show what a failure does.
 #[taskq::task(queue = "reports", max_attempts = 1)]
-async fn mail_report(day: String, to: Option<String>) -> Result<(), TaskError> {
+async fn mail_report(day: String, to: Option<String>, cx: TaskContext) -> Result<(), TaskError> {
+    let total: u32 = cx.step_output("price").await?.unwrap_or_default();
     match to {
         Some(to) => {
-            println!("mail: report of {day} to {to}");
+            println!("mail: report of {day} to {to}, total {total}");
             Ok(())
         }
         None => Err(TaskError::permanent(format!("no recipient for {day}"))),
@@ -49,8 +72,8 @@ fn report(day: &str, to: Option<&str>) -> Workflow {
     let day = day.to_string();
     Workflow::new(format!("report-{day}"))
         .step("fetch", FetchOrders { day: day.clone() })
-        .step_after("render", RenderReport { day: day.clone() }, ["fetch"])
-        .step_after("price", PriceOrders { day: day.clone() }, ["fetch"])
+        .step_after("render", RenderReport {}, ["fetch"])
+        .step_after("price", PriceOrders {}, ["fetch"])
         .step_after(
             "mail",
             MailReport {
@@ -65,13 +88,7 @@ fn report(day: &str, to: Option<&str>) -> Workflow {
 /// Resolves once every workflow of `ids` has ended (or cannot be read).
 async fn ended(client: Client, ids: [WorkflowId; 2]) {
     for id in ids {
-        while client
-            .workflow(id)
-            .await
-            .is_ok_and(|w| w.state == WorkflowState::Running)
-        {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let _ = client.wait_workflow(id, Duration::from_secs(60)).await;
     }
 }
 
@@ -102,8 +119,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let wf = client.workflow(id).await?;
         println!("{}: {}", wf.name, wf.state);
         for s in client.workflow_steps(id).await? {
-            println!("  {:<6} {}", s.step, s.state);
+            let output = s.output.as_deref().unwrap_or("");
+            println!(
+                "{}",
+                format!("  {:<6} {:<9} {output}", s.step, s.state).trim_end()
+            );
         }
     }
+    // A task's output, awaited by id (here it has ended already).
+    let price = good.task("price").expect("a step of the workflow");
+    let total: Option<u32> = client.wait_output(price, Duration::from_secs(5)).await?;
+    println!("total of 2026-12-01: {total:?}");
     Ok(())
 }

@@ -1,5 +1,6 @@
 //! docs/workflows.md shows this crate's program verbatim, and the program runs end to end on a
-//! SQLite file: one workflow succeeds step by step, the other fails at `mail` and still tidies up.
+//! SQLite file: one workflow succeeds step by step, each step reading what the steps it runs after
+//! returned, the other fails at `mail` and still tidies up.
 
 use std::process::Command;
 
@@ -43,7 +44,10 @@ fn the_program_runs_both_workflows_to_their_end() {
         assert!(fetch < pos(&format!("price: orders of {day}")));
         assert!(pos(&format!("tidy: scratch files of {day}")) > fetch);
     }
-    let mail = pos("mail: report of 2026-12-01 to ops@example.com");
+    // Each step read what the step it runs after returned.
+    pos("render: report of 2026-12-01 (3 orders)");
+    pos("price: orders of 2026-12-01: 245");
+    let mail = pos("mail: report of 2026-12-01 to ops@example.com, total 245");
     assert!(mail > pos("render: report of 2026-12-01"));
     assert!(mail > pos("price: orders of 2026-12-01"));
     assert!(pos("tidy: scratch files of 2026-12-01") > mail);
@@ -52,8 +56,11 @@ fn the_program_runs_both_workflows_to_their_end() {
     for line in [
         "report-2026-12-01: succeeded",
         "report-2026-12-02: failed",
-        "  mail   dead",
-        "  tidy   succeeded",
+        r#"  fetch  succeeded {"day":"2026-12-01","totals":[120,80,45]}"#,
+        "  price  succeeded 245",
+        "  mail   dead\n",
+        "  tidy   succeeded\n",
+        "total of 2026-12-01: Some(245)",
     ] {
         assert!(summary.contains(line), "missing {line:?} in:\n{summary}");
     }

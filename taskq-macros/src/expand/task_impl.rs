@@ -1,5 +1,6 @@
 //! The `Task` impl: the constants the attribute sets, `run` (extracting the injected
-//! parameters, calling the handler and converting its output), `required_data`, `schedule`,
+//! parameters, calling the handler, recording its `Ok` value as the task's output and
+//! converting its error), `required_data`, `schedule`,
 //! the follow-up hooks (`on_dead`, `on_success`); and the `FollowUpFrom` impl that makes a task
 //! with one payload parameter a follow-up target.
 
@@ -145,8 +146,16 @@ pub fn generate(
         }
     });
     let into_result = quote_spanned! {h.ret_span=>
-        __TaskqOutput::__taskq_into(__taskq_out)
+        __TaskqOutput::__taskq_into(__taskq_out, &__taskq_cx)
     };
+    // An output type that is not serde is reported on it first, with what to do (the
+    // conversion below reports it too, on the whole return type). Only when the return type
+    // is written `Result<T, ..>`: an alias hides `T` from the macro.
+    let output_check = ok_type(f).map(|ok| {
+        quote_spanned! {ok.span()=>
+            __taskq_assert_output::<#ok>();
+        }
+    });
     // The `run` signature carries the fn name's span so that a handler future that is not
     // `Send` is reported on the handler.
     let run_sig = quote_spanned! {fn_ident.span()=>
@@ -175,20 +184,43 @@ pub fn generate(
             #run_sig {
                 #[diagnostic::on_unimplemented(
                     message = "`{Self}` is not a valid return type for a taskq handler",
-                    label = "expected `Result<(), E>` where `E: Into<taskq::TaskError>`",
-                    note = "return `Result<(), taskq::TaskError>`, or `Result<(), E>` with your own error type `E: std::error::Error + Send + Sync + 'static`"
+                    label = "expected `Result<T, E>` where `T: Serialize` and `E: Into<taskq::TaskError>`",
+                    note = "return `Result<T, E>`: `T` is the task's output (`()` for none), stored as JSON, so it implements serde's `Serialize` (e.g. `#[derive(serde::Serialize)]`); `E` is `taskq::TaskError` or your own error type `E: std::error::Error + Send + Sync + 'static`"
                 )]
                 trait __TaskqOutput {
-                    fn __taskq_into(self) -> ::core::result::Result<(), ::taskq::TaskError>;
+                    fn __taskq_into(
+                        self,
+                        cx: &::taskq::TaskContext,
+                    ) -> ::core::result::Result<(), ::taskq::TaskError>;
                 }
-                impl<E> __TaskqOutput for ::core::result::Result<(), E>
+                impl<T, E> __TaskqOutput for ::core::result::Result<T, E>
                 where
+                    T: ::taskq::__private::serde::Serialize + 'static,
                     E: ::core::convert::Into<::taskq::TaskError>,
                 {
-                    fn __taskq_into(self) -> ::core::result::Result<(), ::taskq::TaskError> {
-                        self.map_err(::core::convert::Into::into)
+                    fn __taskq_into(
+                        self,
+                        cx: &::taskq::TaskContext,
+                    ) -> ::core::result::Result<(), ::taskq::TaskError> {
+                        match self {
+                            // `()` records nothing (`TaskContext::set_output`).
+                            ::core::result::Result::Ok(output) => cx.set_output(&output),
+                            ::core::result::Result::Err(e) => {
+                                ::core::result::Result::Err(::core::convert::Into::into(e))
+                            }
+                        }
                     }
                 }
+                #[diagnostic::on_unimplemented(
+                    message = "`{Self}` cannot be a task's output",
+                    label = "the `Ok` value of a handler is its output, stored as JSON",
+                    note = "an output type implements serde's `Serialize` (e.g. `#[derive(serde::Serialize)]`) and is `'static`; return `Result<(), E>` to store none"
+                )]
+                trait __TaskqOutputValue {}
+                impl<T: ::taskq::__private::serde::Serialize + 'static> __TaskqOutputValue for T {}
+                #[allow(dead_code)]
+                fn __taskq_assert_output<T: __TaskqOutputValue>() {}
+                #output_check
                 async move {
                     #(#extract)*
                     let __taskq_out = #fn_ident(#(#args),*).await;
@@ -199,6 +231,29 @@ pub fn generate(
             #required_data
             #schedule
         }
+    }
+}
+
+/// The `T` of a return type written `Result<T, ..>` (any path ending in `Result`), unless it
+/// is `()`.
+fn ok_type(f: &ItemFn) -> Option<&syn::Type> {
+    let syn::ReturnType::Type(_, ty) = &f.sig.output else {
+        return None;
+    };
+    let syn::Type::Path(tp) = &**ty else {
+        return None;
+    };
+    let last = tp.path.segments.last()?;
+    if last.ident != "Result" {
+        return None;
+    }
+    let syn::PathArguments::AngleBracketed(args) = &last.arguments else {
+        return None;
+    };
+    match args.args.first()? {
+        syn::GenericArgument::Type(syn::Type::Tuple(t)) if t.elems.is_empty() => None,
+        syn::GenericArgument::Type(ok) => Some(ok),
+        _ => None,
     }
 }
 

@@ -39,7 +39,8 @@ macro_rules! select_tasks {
                        AND u.task_id = taskq_tasks.id) AS "unique_held!: bool",
              created_at AS "created_at!: i64", updated_at AS "updated_at!: i64",
              finished_at AS "finished_at?: i64", snoozes AS "snoozes!: u32",
-             deadline AS "deadline?: i64", attempted_at AS "attempted_at?: i64"
+             deadline AS "deadline?: i64", attempted_at AS "attempted_at?: i64",
+             output AS "output?: String"
            FROM taskq_tasks "# + $rest
             $(, $arg)*
         )
@@ -71,6 +72,7 @@ struct TaskRaw {
     snoozes: u32,
     deadline: Option<i64>,
     attempted_at: Option<i64>,
+    output: Option<String>,
 }
 
 impl TaskRaw {
@@ -100,6 +102,7 @@ impl TaskRaw {
             snoozes: self.snoozes,
             deadline: opt_time(self.deadline)?,
             attempted_at: opt_time(self.attempted_at)?,
+            output: self.output,
         })
     }
 }

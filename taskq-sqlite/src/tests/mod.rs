@@ -100,6 +100,7 @@ fn write_back(
         error: None,
         frees: None,
         follow_up: None,
+        output: None,
         name: "".into(),
         queue: "".into(),
         ran: Duration::ZERO,

@@ -188,6 +188,7 @@ mod tests {
             created_at: now,
             updated_at: now,
             finished_at: Some(now),
+            output: None,
         }
     }
 

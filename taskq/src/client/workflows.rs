@@ -136,6 +136,36 @@ impl Client {
         .await
     }
 
+    /// Waits until task `id` has ended, as [`wait`](Self::wait) does, and returns the output
+    /// its handler recorded with its success, decoded as `T` (`None`: it returned `()`).
+    /// [`Error::WrongState`] when it ended otherwise (dead, canceled, expired: its state and
+    /// `last_error` are in [`get`](Self::get)); [`Error::InvalidOutput`] when the output does
+    /// not decode as `T`; [`Error::WaitTimedOut`] and [`Error::NotFound`] as for `wait`.
+    pub async fn wait_output<T: serde::de::DeserializeOwned>(
+        &self,
+        id: TaskId,
+        timeout: Duration,
+    ) -> Result<Option<T>> {
+        let t = self.wait(id, timeout).await?;
+        if t.state != TaskState::Succeeded {
+            return Err(Error::WrongState {
+                id,
+                state: t.state,
+                expected: "succeeded",
+            });
+        }
+        t.output
+            .as_deref()
+            .map(|json| {
+                serde_json::from_str(json).map_err(|source| Error::InvalidOutput {
+                    id,
+                    ty: std::any::type_name::<T>(),
+                    source,
+                })
+            })
+            .transpose()
+    }
+
     /// Waits until workflow `id` has ended (every step ended: `succeeded`, `failed` or
     /// `canceled`) and returns it, as [`wait`](Self::wait) does for a task;
     /// [`Error::WorkflowNotFound`] for an unknown id.

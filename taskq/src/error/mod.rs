@@ -6,12 +6,14 @@ use std::time::Duration;
 use taskq_driver::state::{TaskId, TaskState};
 
 mod diagnose;
+mod output;
 mod report;
 mod retry;
 mod task_error;
 
 pub(crate) use diagnose::connect_problem;
 use diagnose::*;
+pub use output::OutputError;
 pub(crate) use report::short_type_name;
 use report::*;
 pub use task_error::{ResultExt, TaskError, TaskErrorKind};
@@ -93,6 +95,18 @@ pub enum Error {
     /// workflow did; it goes on regardless.
     #[error("waited {0:?} and it has not ended")]
     WaitTimedOut(std::time::Duration),
+    /// A task's stored output does not decode as the type asked for
+    /// ([`Client::wait_output`](crate::Client::wait_output)).
+    #[error("the output of task {id} does not decode as {ty}: {source}")]
+    InvalidOutput {
+        /// The task.
+        id: TaskId,
+        /// The type asked for.
+        ty: &'static str,
+        /// serde's error.
+        #[source]
+        source: serde_json::Error,
+    },
     /// No workflow with this id exists (it may have been pruned by retention).
     #[error("workflow {0} not found")]
     WorkflowNotFound(taskq_driver::rules::workflow::WorkflowId),
@@ -280,6 +294,12 @@ impl Error {
             Error::WorkflowNotFound(id) => f.debug_tuple("WorkflowNotFound").field(id).finish(),
             Error::BatchNotFound(id) => f.debug_tuple("BatchNotFound").field(id).finish(),
             Error::BatchEnded(id) => f.debug_tuple("BatchEnded").field(id).finish(),
+            Error::InvalidOutput { id, ty, source } => f
+                .debug_struct("InvalidOutput")
+                .field("id", id)
+                .field("ty", ty)
+                .field("source", source)
+                .finish(),
             Error::WrongState {
                 id,
                 state,

@@ -81,6 +81,8 @@ pub(crate) struct Config {
     pub cancel_grace: Duration,
     pub claim_batch: usize,
     pub write_back_delay: Duration,
+    /// Largest output a handler may record, in bytes of JSON (see `TaskContext::set_output`).
+    pub output_limit: usize,
     pub db_connections: u32,
     pub backlog_interval: Option<Duration>,
     pub event_metrics_interval: Option<Duration>,
@@ -127,6 +129,7 @@ pub struct WorkerBuilder {
     grace_unchecked: bool,
     claim_batch: usize,
     write_back_delay: Duration,
+    output_limit: usize,
     db_connections: Option<u32>,
     backlog_interval: Option<Duration>,
     event_metrics_interval: Option<Duration>,
@@ -157,6 +160,7 @@ impl WorkerBuilder {
             grace_unchecked: false,
             claim_batch: 32,
             write_back_delay: Duration::from_millis(2),
+            output_limit: crate::defaults::DEFAULT_OUTPUT_LIMIT,
             db_connections: None,
             backlog_interval: None,
             event_metrics_interval: None,
@@ -288,6 +292,19 @@ impl WorkerBuilder {
     /// How long completions are gathered before one write-back statement (default 2 ms).
     pub fn write_back_delay(mut self, d: Duration) -> Self {
         self.write_back_delay = d;
+        self
+    }
+    /// The largest output a handler may record ([`TaskContext::set_output`], or a
+    /// `#[taskq::task]` fn's `Ok` value), in bytes of its JSON; default
+    /// [`DEFAULT_OUTPUT_LIMIT`](crate::defaults::DEFAULT_OUTPUT_LIMIT) (64 KiB), at most
+    /// [`MAX_OUTPUT_LIMIT`](crate::defaults::MAX_OUTPUT_LIMIT) (1 MiB; more is an
+    /// [`Error::Config`] at [`build`](Self::build)). A larger output is not stored: the attempt
+    /// fails permanently with [`OutputError::TooLarge`](crate::OutputError::TooLarge) in
+    /// `last_error`, so a step after it never runs without it.
+    ///
+    /// [`TaskContext::set_output`]: crate::TaskContext::set_output
+    pub fn output_limit(mut self, bytes: usize) -> Self {
+        self.output_limit = bytes;
         self
     }
     /// Connections of the worker's own pools, in all (default `1 + min(queues, concurrency) +
@@ -439,6 +456,13 @@ impl WorkerBuilder {
         if self.claim_batch == 0 {
             return cfg_err("claim batch must be at least 1".into());
         }
+        if self.output_limit > crate::defaults::MAX_OUTPUT_LIMIT {
+            return cfg_err(format!(
+                "output limit of {} bytes is over the largest, {} bytes (taskq::defaults::MAX_OUTPUT_LIMIT)",
+                self.output_limit,
+                crate::defaults::MAX_OUTPUT_LIMIT
+            ));
+        }
         for r in handlers.values() {
             if let Some(problem) = crate::retry::problem(&r.backoff) {
                 return cfg_err(format!(
@@ -493,6 +517,7 @@ impl WorkerBuilder {
                 cancel_grace,
                 claim_batch: self.claim_batch,
                 write_back_delay: self.write_back_delay,
+                output_limit: self.output_limit,
                 db_connections,
                 backlog_interval: self.backlog_interval.filter(|d| !d.is_zero()),
                 event_metrics_interval: self.event_metrics_interval.filter(|d| !d.is_zero()),

@@ -15,7 +15,7 @@ use super::observe::{self, OutcomeEvent, TaskOutcome};
 use super::writeback::WriteBackMsg;
 use super::{Shared, WorkerStats, follow, within};
 use crate::backend::{Claimed, WriteBack};
-use crate::context::{CancelHandle, CancelReason, TaskContext};
+use crate::context::{CancelHandle, CancelReason, OutputSlot, TaskContext};
 use crate::defaults::MAX_DELAY;
 use crate::error::{TaskError, TaskErrorKind, short_type_name};
 use crate::info::{UNDECODABLE_PREFIX, exhausted_note};
@@ -35,7 +35,8 @@ const MAX_ERROR_LEN: usize = 8_000;
 /// How an attempt ended, before it is turned into a write-back.
 #[derive(Debug)]
 pub(crate) enum Outcome {
-    Succeeded,
+    /// The handler succeeded, with the output it recorded (JSON), if any.
+    Succeeded(Option<String>),
     /// The handler asked to run again after this delay without counting the attempt.
     Snoozed(Duration),
     Failed(TaskErrorKind, String, Cause),
@@ -79,7 +80,7 @@ impl Outcome {
     /// The `outcome` label of the handler duration histogram.
     fn label(&self) -> &'static str {
         match self {
-            Outcome::Succeeded => "succeeded",
+            Outcome::Succeeded(_) => "succeeded",
             Outcome::Snoozed(_) => "snoozed",
             Outcome::Failed(..) | Outcome::Undecodable(_) => "failed",
             Outcome::Abandoned(_) => "abandoned",
@@ -325,9 +326,12 @@ fn hand_over(
                 ..write_back("dead", "", Duration::ZERO, None)
             }
         }
-        Outcome::Succeeded => {
+        Outcome::Succeeded(output) => {
             tracing::debug!(elapsed_ms, "attempt succeeded");
-            write_back("succeeded", "succeeded", Duration::ZERO, None)
+            WriteBack {
+                output,
+                ..write_back("succeeded", "succeeded", Duration::ZERO, None)
+            }
         }
         Outcome::Snoozed(d) => {
             tracing::info!(
@@ -453,6 +457,7 @@ fn write_back(
         batch_ends: task.batch_id.is_some()
             && taskq_driver::rules::workflow::ENDED_STATES.contains(&to),
         follow_up: None,
+        output: None,
         name: task.name.as_str().into(),
         queue: Arc::from(""),
         ran: Duration::ZERO,
@@ -480,12 +485,34 @@ fn truncate(mut s: String, max: usize) -> String {
     s
 }
 
+/// Runs the attempt; a success takes the output its handler recorded, and one whose output
+/// was refused (`OutputError`: too large, not serializable) fails for good, so a step after it
+/// never runs without its output.
 async fn attempt(
     shared: &Arc<Shared>,
     queue: &Arc<str>,
     task: &Claimed,
     cancel: Arc<CancelHandle>,
     signal: crate::context::CancelSignal,
+) -> Outcome {
+    let output = Arc::<OutputSlot>::default();
+    match run_handler(shared, queue, task, cancel, signal, output.clone()).await {
+        Outcome::Succeeded(_) => match output.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            None => Outcome::Succeeded(None),
+            Some(Ok(json)) => Outcome::Succeeded(Some(json)),
+            Some(Err(e)) => Outcome::Failed(TaskErrorKind::Permanent, e.to_string(), Cause::Error),
+        },
+        other => other,
+    }
+}
+
+async fn run_handler(
+    shared: &Arc<Shared>,
+    queue: &Arc<str>,
+    task: &Claimed,
+    cancel: Arc<CancelHandle>,
+    signal: crate::context::CancelSignal,
+    output: Arc<OutputSlot>,
 ) -> Outcome {
     if task.attempt > task.max_attempts {
         return Outcome::Parked;
@@ -506,6 +533,9 @@ async fn attempt(
         cancel: signal.clone(),
         data: shared.data.clone(),
         trace_context: task.trace_context.as_deref().map(Arc::from),
+        steps: task.workflow_id.map(|_| shared.user_store.clone()),
+        output,
+        output_limit: shared.cfg.output_limit,
     };
     let fut = match (handler.run)(&task.payload, cx) {
         Ok(f) => f,
@@ -597,7 +627,7 @@ async fn attempt(
 /// is done); anything else (an error, a snooze, a panic) ends `canceled`.
 fn on_cancel(outcome: Outcome) -> Outcome {
     match outcome {
-        Outcome::Succeeded => Outcome::Succeeded,
+        Outcome::Succeeded(o) => Outcome::Succeeded(o),
         _ => Outcome::Canceled,
     }
 }
@@ -610,7 +640,7 @@ fn joined(
 ) -> Outcome {
     match res {
         Ok(None) => Outcome::NotStarted,
-        Ok(Some(Ok(()))) => Outcome::Succeeded,
+        Ok(Some(Ok(()))) => Outcome::Succeeded(None),
         Ok(Some(Err(e))) => match e.kind() {
             TaskErrorKind::Snooze(d) => Outcome::Snoozed(d),
             kind => Outcome::Failed(kind, e.to_chain_string(), Cause::Error),

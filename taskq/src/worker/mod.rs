@@ -147,6 +147,7 @@ impl Worker {
         let presence = heartbeat::Presence::new(&cfg, handlers.keys().copied());
         let cfg_queues: Vec<String> = cfg.queues.keys().cloned().collect();
         let shared = Arc::new(Shared {
+            user_store,
             store: lanes.work.clone(),
             control: lanes.control.clone(),
             lanes_shared: lanes.shared,
@@ -342,6 +343,9 @@ async fn default_signal() {
 pub(crate) struct Shared {
     /// The work lane: claims, write-backs, maintenance, the scheduler (see `lanes`).
     pub store: Store,
+    /// The user's pool the worker was built on: handlers' reads (`TaskContext::step_output`)
+    /// run on it, not on the worker's lanes.
+    pub user_store: Store,
     /// The control lane: lease renewals, presence, the pause/limit refresh (see `lanes`).
     pub control: Store,
     /// The two lanes share the work pool, control operations first (a single-connection

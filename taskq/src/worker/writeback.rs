@@ -44,6 +44,9 @@ const DEFER_RETRY: Duration = Duration::from_millis(50);
 /// reported as not written.
 const SHUTDOWN_DEFER_TRIES: u32 = 10;
 
+// Nearly every message is an outcome, moved once into the batch it is written with: boxing it
+// would add an allocation per outcome to save bytes in a queue of outcomes.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum WriteBackMsg {
     Outcome(WriteBack),
     /// Flush everything, then stop and report what could not be written.

@@ -1,11 +1,3 @@
-use taskq::TaskError;
-
-#[taskq::task]
-async fn count_rows(table: String) -> Result<u64, TaskError> {
-    let _ = table;
-    Ok(0)
-}
-
 #[taskq::task]
 async fn send_email(to: String) -> Option<()> {
     let _ = to;

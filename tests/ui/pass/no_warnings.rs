@@ -64,6 +64,26 @@ async fn private_nightly() -> Result<(), TaskError> {
 
 type Outcome = Result<(), TaskError>;
 
+/// A task's output: what its handler returns.
+#[derive(serde::Serialize, serde::Deserialize)]
+pub struct Totals {
+    /// Orders counted.
+    pub orders: u64,
+}
+
+/// A public task with an output, and a private one returning it through an alias.
+#[taskq::task]
+pub async fn count_orders(day: String) -> Result<Totals, TaskError> {
+    let _ = day;
+    Ok(Totals { orders: 3 })
+}
+
+#[taskq::task]
+async fn private_output(cx: TaskContext) -> std::io::Result<Vec<String>> {
+    let _ = cx.step_output::<Totals>("count").await;
+    Ok(vec![cx.name().to_owned()])
+}
+
 #[taskq::task]
 async fn aliased_result() -> Outcome {
     Ok(())
@@ -103,6 +123,8 @@ fn main() {
     }
     .with_unique(taskq::unique::Unique::payload());
     let _ = UniqueWindow {}.enqueue_options();
+    let _ = CountOrders { day: "d".into() }.enqueue_options();
+    let _ = PrivateOutput {}.enqueue_options();
     // Every other enqueue option, as an inherent method of the payload (no `use taskq::Task`).
     let now = chrono::Utc::now();
     let _ = PrivateTask { n: 1 }.with_run_at(now);

@@ -1,0 +1,14 @@
+-- taskq schema v31: a task's output (what its handler returned, `taskq::TaskContext::set_output`).
+--
+-- taskq_tasks.output: the JSON text of the value a successful handler returned; NULL for a task
+-- that returned `()` (most), has not succeeded, or was written by an earlier version. Written by
+-- the success write-back in the statement it already sends (the output rides in its JSON batch),
+-- so a task without one costs nothing more. Bounded by the worker (64 KiB by default,
+-- `WorkerBuilder::output_limit`, at most 1 MiB: taskq::defaults::MAX_OUTPUT_LIMIT); a larger
+-- output fails the attempt permanently and is never written. Read by the steps after it in a
+-- workflow (`TaskContext::step_output`) and by `Client::wait_output`. MEDIUMTEXT (16 MiB) holds
+-- any output the worker lets through.
+--
+-- Nullable, with no default, at the end of the table: an INSTANT column on MariaDB 10.3+ and
+-- MySQL 8.0 (no table rebuild).
+ALTER TABLE taskq_tasks ADD COLUMN output MEDIUMTEXT NULL;
