@@ -93,7 +93,9 @@ async fn a_batch_of_1000_on_four_processes_releases_each_callback_once<B: TestBa
     tx.commit().await.unwrap();
 
     wait_until(Duration::from_secs(60), "100 members ended", || async {
-        db.scalar("SELECT COUNT(*) FROM wf_events WHERE kind = 'end'").await >= 100
+        db.scalar("SELECT COUNT(*) FROM wf_events WHERE kind = 'end'")
+            .await
+            >= 100
     })
     .await;
     let mut victim = workers.remove(0);
