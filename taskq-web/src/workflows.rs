@@ -128,6 +128,7 @@ mod tests {
             after: after.iter().map(|s| (*s).to_owned()).collect(),
             runs_after_failure: false,
             canceled_by_dependency: false,
+            output: None,
         }
     }
 
