@@ -84,6 +84,10 @@ async fn drain(pool: &sqlx::SqlitePool, worker: &str) -> Vec<u64> {
             "our own leases are ours to write"
         );
         mine.extend(got.tasks.iter().map(|t| t.id));
+        // A moment off the write lock between rounds: without it, under load, the drainer that
+        // took the lock first can win every race for it while the others back off in their
+        // busy handlers, and drain every task alone (CI saw "1 claimed some").
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
     }
 }
 
