@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use taskq::{
     Backoff, Client, Error, ResultExt, Task, TaskContext, TaskError, TaskId, TaskState,
@@ -850,6 +850,51 @@ async fn a_paused_queue_is_not_claimed_until_resumed<B: TestBackend>(db: Db<B>) 
     ));
 }
 
+/// A queue paused while a worker idles is not claimed when a task arrives before the worker
+/// would read the paused queues again (its poll ceiling here is 30 s): on MySQL the claim's
+/// candidate read sees the pause, claims nothing and the worker reads the controls
+/// (`claims_controlled`); on SQLite the claim checks the pause itself. A resume in this
+/// process wakes the worker, which reads the controls at once and runs the task.
+async fn a_queue_paused_while_the_worker_idles_is_not_claimed_before_its_next_controls_read<
+    B: TestBackend,
+>(
+    db: Db<B>,
+) {
+    let runs = Runs::default();
+    let client = Client::new(db.pool.clone());
+    let w = RunningWorker::spawn(
+        worker(&db, &runs).poll_interval(Duration::from_millis(10), Duration::from_secs(30)),
+    );
+    let warm = job(&db, 0, Mode::Ok).await;
+    wait_state(&db, warm, TaskState::Succeeded).await;
+    client.pause_queue("default").await.unwrap();
+    // `enqueue(&pool)` wakes the idle claim loop at once.
+    let id = job(&db, 1, Mode::Ok).await;
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let t = state_of(&db, id).await;
+    assert_eq!(
+        (t.state, t.attempt),
+        (TaskState::Pending, 0),
+        "{}: paused, not claimed",
+        B::LABEL
+    );
+    let controlled = w.stats.snapshot().claims_controlled;
+    if B::LABEL == "mysql" {
+        assert!(controlled >= 1, "the claim saw the pause: {controlled}");
+    } else {
+        assert_eq!(controlled, 0, "SQLite's claim checks the pause itself");
+    }
+    let resumed = Instant::now();
+    assert!(client.resume_queue("default").await.unwrap());
+    wait_state(&db, id, TaskState::Succeeded).await;
+    assert!(
+        resumed.elapsed() < Duration::from_secs(10),
+        "a resume in this process is seen at once, not at the 30 s refresh: {:?}",
+        resumed.elapsed()
+    );
+    w.stop().await;
+}
+
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 struct Work {
     n: u32,
@@ -1093,6 +1138,7 @@ taskq_tests::conformance!(
     in_process_enqueue_wakes_an_idle_worker,
     invalid_settings_are_typed_errors,
     a_paused_queue_is_not_claimed_until_resumed,
+    a_queue_paused_while_the_worker_idles_is_not_claimed_before_its_next_controls_read,
     an_invalid_backoff_or_a_grace_past_half_the_lease_is_refused_at_build,
     the_default_cancel_grace_is_half_a_short_lease,
     a_panic_after_the_handler_returned_lets_the_lease_end,

@@ -73,6 +73,14 @@ pub trait Handle: Clone + Send + Sync + 'static {
     fn busy_timeout(&self) -> Option<Duration> {
         None
     }
+    /// Whether the driver's claims see a queue's controls: a claim whose request did not know
+    /// the queue as limited, of a queue that is paused or limited, claims nothing and says so
+    /// ([`ClaimBatch::queue_controlled`]). The worker then reads `taskq_queues` only while one
+    /// of its queues is paused or limited, instead of once per `poll_max`. Default: `false`
+    /// (the worker reads the controls once per `poll_max`).
+    fn claims_see_controls(&self) -> bool {
+        false
+    }
     /// Where the pool connects (`host:port` or a socket path), for errors that say the server
     /// could not be reached; `None` for a database in a file, which is never "unreachable".
     fn connect_target(&self) -> Option<String> {

@@ -215,6 +215,8 @@ pub trait DynDriver: DynOperations + Send + Sync + 'static {
     fn size(&self) -> u32;
     /// See [`Handle::busy_timeout`].
     fn busy_timeout(&self) -> Option<Duration>;
+    /// See [`Handle::claims_see_controls`].
+    fn claims_see_controls(&self) -> bool;
     /// See [`Handle::connect_target`].
     fn connect_target(&self) -> Option<String>;
     /// Opens one connection with the pool's options outside the pool, and closes it: whether
@@ -263,6 +265,10 @@ impl<D: Driver> DynDriver for D {
 
     fn busy_timeout(&self) -> Option<Duration> {
         Handle::busy_timeout(self)
+    }
+
+    fn claims_see_controls(&self) -> bool {
+        Handle::claims_see_controls(self)
     }
 
     fn connect_target(&self) -> Option<String> {

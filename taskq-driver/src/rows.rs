@@ -677,6 +677,11 @@ pub struct ClaimBatch {
     /// Fewer tasks than asked for, but the claim looked at part of the queue only: the loop
     /// claims again at once before it goes idle.
     pub partial: bool,
+    /// Nothing was claimed because the queue is paused or limited although the request did
+    /// not know it as limited: the worker reads the queue's controls and claims again (only
+    /// drivers whose [`Handle::claims_see_controls`](crate::driver::Handle::claims_see_controls)
+    /// is `true` set it).
+    pub queue_controlled: bool,
 }
 
 /// A list of names (the task names a worker handles, the schedules it declares), with its

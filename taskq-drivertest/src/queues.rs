@@ -18,9 +18,10 @@ fn controls(mut v: Vec<QueueControl>) -> Vec<(String, bool, bool)> {
 
 /// A pause is recorded with its time on the database clock (a second pause keeps the first
 /// time), listed by `queues_paused` and `queue_controls`; `queue_resume` clears it and
-/// returns whether the queue was paused. Pausing is enforced by the worker, which reads
-/// `queue_controls` and does not claim from a paused queue (docs/semantics.md, "Pausing a
-/// queue"); the SQLite claim checks the pause itself as well, the MySQL claim does not.
+/// returns whether the queue was paused. A claim of a paused queue takes nothing: the SQLite
+/// claim checks the pause inside its statement; a driver whose claims see the controls
+/// (`Handle::claims_see_controls`, MySQL) also says so (`ClaimBatch::queue_controlled`), so the
+/// worker reads them (docs/semantics.md, "Pausing a queue").
 pub async fn a_pause_is_recorded_listed_and_resumed<D: Driver>(d: D) {
     let mut c = conn(&d).await;
     let a = insert::<D>(&mut c, task("q", "a")).await;
@@ -52,25 +53,18 @@ pub async fn a_pause_is_recorded_listed_and_resumed<D: Driver>(d: D) {
     assert_eq!((listed[0].pending, listed[0].running), (1, 0));
 
     let got = claim(&d, &mut c, &req("q", &names(&["a"]), 10)).await;
-    // DRIVERS DIFFER (documented: the worker enforces pauses from `queue_controls`): the
-    // SQLite claim also refuses a paused queue inside its statement; the MySQL claim takes
-    // its tasks. Only SQLite's is asserted as a refusal.
-    if backend::<D>() == "SQLite" {
-        assert!(
-            got.tasks.is_empty(),
-            "SQLite: a paused queue is not claimed"
-        );
-        assert_eq!(get(&d, a).await.state, TaskState::Pending);
-    } else {
-        assert_eq!(
-            claimed_ids(&got),
-            vec![a],
-            "MySQL: the claim does not read pauses"
-        );
-        d.task_release(&mut c, &leases(&[(a, 1)]))
-            .await
-            .expect("task_release");
-    }
+    assert!(
+        got.tasks.is_empty(),
+        "{}: a paused queue is not claimed",
+        backend::<D>()
+    );
+    assert_eq!(get(&d, a).await.state, TaskState::Pending);
+    assert_eq!(
+        got.queue_controlled,
+        d.claims_see_controls(),
+        "{}: a driver whose claims see the controls says the queue is controlled",
+        backend::<D>()
+    );
 
     assert!(d.queue_resume(&mut c, "q").await.expect("queue_resume"));
     assert!(
@@ -219,13 +213,35 @@ pub async fn a_limited_claim_honours_the_concurrency_limit<D: Driver>(d: D) {
     let within = claim(&d, &mut c, &limited("lim", &an, 1)).await;
     assert_eq!(claimed_ids(&within), ids[3..4]);
     assert!(within.limited.is_none());
-    // Unflagged: the limits are not read.
+    // Unflagged: the limits are not read. A driver whose claims see the controls claims
+    // nothing and says the queue is controlled (the worker then reads the controls and claims
+    // as limited); the others take the tasks.
     d.queue_set_limit(&mut c, "lim", Some(1))
         .await
         .expect("queue_set_limit");
-    let free = claim(&d, &mut c, &req("lim", &an, 5)).await;
+    let unflagged = claim(&d, &mut c, &req("lim", &an, 5)).await;
+    if d.claims_see_controls() {
+        assert!(unflagged.tasks.is_empty(), "{}", backend::<D>());
+        assert!(unflagged.queue_controlled);
+        assert_eq!(
+            claim(&d, &mut c, &limited("lim", &an, 5)).await.limited,
+            Some(LimitHit {
+                allowed: 0,
+                rate_resets_in_us: None
+            }),
+            "claimed as limited: 3 running, the limit 1"
+        );
+        d.queue_set_limit(&mut c, "lim", None)
+            .await
+            .expect("queue_set_limit");
+    }
+    let free = if d.claims_see_controls() {
+        claim(&d, &mut c, &req("lim", &an, 5)).await
+    } else {
+        unflagged
+    };
     assert_eq!(claimed_ids(&free), ids[4..]);
-    assert!(free.limited.is_none());
+    assert!(free.limited.is_none() && !free.queue_controlled);
     let list = d.queue_list().await.expect("queue_list");
     assert_eq!((list[0].queue.as_str(), list[0].running), ("lim", 5));
     // A queue flagged limited without a row has no limits.

@@ -65,6 +65,10 @@ pub struct ClaimCursor {
     seek: Option<ClaimKey>,
     last_head_scan: Instant,
     locking_scan: bool,
+    /// When a claim by candidates last found every candidate held and went on with a
+    /// locking scan (`RawBatch::scanned`): while that is under `SCAN_FOR` ago, claims are
+    /// locking scans alone.
+    scanning_since: Option<Instant>,
     spread: u32,
 }
 
@@ -74,6 +78,7 @@ impl Default for ClaimCursor {
             seek: None,
             last_head_scan: Instant::now(),
             locking_scan: false,
+            scanning_since: None,
             spread: MIN_SPREAD,
         }
     }
@@ -84,6 +89,13 @@ impl Default for ClaimCursor {
 /// position (a higher priority, an earlier `run_at`, a released or reaped task) waits for
 /// the loop to look at it.
 const RESCAN_EVERY: Duration = Duration::from_millis(100);
+
+/// How long after a claim found every candidate held the loop claims by locking scan alone
+/// (one statement fewer per claim, and none wasted on candidates others hold, as when many
+/// single-slot workers drain one queue), before a claim by candidates looks again: also how
+/// long such a loop goes without reading its queue's controls (a pause or limit set meanwhile
+/// is seen by the next claim by candidates).
+const SCAN_FOR: Duration = Duration::from_millis(500);
 
 /// Candidates a claim reads per task it wants, at least and at most.
 const MIN_SPREAD: u32 = 2;
@@ -100,13 +112,19 @@ impl Claims for MySqlDriver {
     ) -> sqlx::Result<ClaimBatch> {
         let cursor: &mut ClaimCursor = cursor.state();
         let started = Instant::now();
+        // Contended lately (others held every candidate): the claim is the locking scan alone,
+        // for up to `SCAN_FOR`, after which a claim by candidates (which also reads the queue's
+        // controls) looks again.
+        let scanning = cursor
+            .scanning_since
+            .is_some_and(|t| t.elapsed() < SCAN_FOR);
         let after = cursor
             .seek
             .take()
-            .filter(|_| cursor.last_head_scan.elapsed() < RESCAN_EVERY);
+            .filter(|_| !scanning && cursor.last_head_scan.elapsed() < RESCAN_EVERY);
         let from = match after {
             Some(k) => ClaimFrom::After(k),
-            None if cursor.locking_scan => ClaimFrom::LockingScan,
+            None if scanning || cursor.locking_scan => ClaimFrom::LockingScan,
             None => ClaimFrom::Head,
         };
         cursor.locking_scan = false;
@@ -129,13 +147,21 @@ impl Claims for MySqlDriver {
             )
             .await?;
         let took = raw.tasks.len() + raw.expired.len() + raw.canceled.len();
+        if raw.scanned {
+            cursor.scanning_since = Some(started);
+        } else if from == ClaimFrom::LockingScan && took < req.limit as usize {
+            // Short: the queue has no more due rows free, so no contention to go past.
+            cursor.scanning_since = None;
+        }
         let at_limit = raw.limited.is_some_and(|hit| took >= hit.allowed as usize);
         let mut contended = false;
         let mut partial = false;
         if at_limit {
             // Waiting for room: the next claim starts from the head.
         } else if took == req.limit as usize {
-            cursor.seek = raw.last;
+            if cursor.scanning_since.is_none() {
+                cursor.seek = raw.last;
+            }
         } else {
             cursor.spread = if raw.contended_after.is_some() {
                 (cursor.spread * 2).min(MAX_SPREAD)
@@ -161,6 +187,7 @@ impl Claims for MySqlDriver {
             limited: raw.limited,
             contended,
             partial,
+            queue_controlled: raw.controlled,
         })
     }
 }
@@ -181,4 +208,9 @@ pub(crate) struct RawBatch {
     pub contended_after: Option<ClaimKey>,
     /// Set when the queue's limits allowed fewer tasks than asked for.
     pub limited: Option<LimitHit>,
+    /// The claim by candidates found every candidate held and went on with a locking scan.
+    pub scanned: bool,
+    /// Nothing claimed: the candidate read of an unlimited claim found the queue paused or
+    /// limited (see `ClaimBatch::queue_controlled`).
+    pub controlled: bool,
 }

@@ -31,6 +31,9 @@ struct Candidate {
     id: u64,
     priority: i16,
     run_at: NaiveDateTime,
+    /// The queue has a row in `taskq_queues` with a pause or a limit (read with each
+    /// candidate: the same for all).
+    controlled: bool,
 }
 
 /// A row locked by the claim (values before the claim).
@@ -99,7 +102,9 @@ impl MySqlDriver {
     /// transaction of three statements:
     ///
     /// 1. a plain (non-locking) read of up to `candidates` ids (a few times `limit`) from
-    ///    `ix_taskq_claim`, in claim order;
+    ///    `ix_taskq_claim`, in claim order; for an unlimited queue, before the transaction
+    ///    begins, so that a claim that finds nothing (an idle queue's poll) is this one
+    ///    statement;
     /// 2. `SELECT … FOR UPDATE SKIP LOCKED` of those ids by primary key, re-checking that each
     ///    is still pending and due, stopping at `limit` rows: rows another claimer holds are
     ///    skipped, rows it already took no longer match;
@@ -121,8 +126,8 @@ impl MySqlDriver {
     /// although the candidate read was full, the batch says so (`contended_after`) and the
     /// next claim reads candidates past the last one, so claimers leapfrog each other instead
     /// of all re-reading rows that one of them holds. When others held every candidate, the
-    /// loop's next claim is one [`ClaimFrom::LockingScan`], which walks past held rows however
-    /// many there are.
+    /// claim goes on in its transaction with one locking scan (as [`ClaimFrom::LockingScan`]),
+    /// which walks past held rows however many there are.
     ///
     /// Locking by primary key instead of scanning `ix_taskq_claim` with a locking read is what
     /// makes the claim cheap: a locking read of a secondary index checks every entry it passes
@@ -152,6 +157,37 @@ impl MySqlDriver {
             worker_id,
             limited,
         } = req;
+        // An unlimited claim reads its candidates before it begins its transaction: the read
+        // is a plain one (READ COMMITTED, its own snapshot either way), and when it finds
+        // nothing, as every poll of an idle queue does, the claim is that one statement.
+        let early = match from {
+            ClaimFrom::Head | ClaimFrom::After(_) if !limited => {
+                let after = match from {
+                    ClaimFrom::After(k) => Some(k),
+                    _ => None,
+                };
+                let found =
+                    read_candidates(&mut *conn, queue, names_json, candidates.max(limit), after)
+                        .await?;
+                // A queue paused or limited since the worker last read its controls: nothing is
+                // claimed, and the worker reads them (`ClaimBatch::queue_controlled`).
+                let controlled = found.first().is_some_and(|c| c.controlled);
+                if found.is_empty() || controlled {
+                    return Ok(RawBatch {
+                        tasks: Vec::new(),
+                        expired: Vec::new(),
+                        canceled: Vec::new(),
+                        last: None,
+                        contended_after: None,
+                        limited: None,
+                        controlled,
+                        scanned: false,
+                    });
+                }
+                Some(found)
+            }
+            _ => None,
+        };
         let mut tx = conn.begin().await?;
         let mut hit = None;
         let mut rate_limited = false;
@@ -200,46 +236,31 @@ impl MySqlDriver {
                     last: None,
                     contended_after: None,
                     limited: hit,
+                    controlled: false,
+                    scanned: false,
                 });
             }
         }
-        let (mut rows, freed, contended_after) = match from {
+        let (mut rows, freed, contended_after, scanned) = match from {
             ClaimFrom::LockingScan => {
-                let rows = sqlx::query_as!(
-                    ClaimRow,
-                    r#"SELECT id AS "id: u64", name, payload, priority, run_at,
-                         attempt AS "attempt: u32", max_attempts AS "max_attempts: u32",
-                         lease_epoch AS "lease_epoch: u64",
-                         TIMESTAMPDIFF(MICROSECOND, run_at, UTC_TIMESTAMP(6)) AS "wait_us!: i64",
-                         trace_context, snoozes AS "snoozes: u32",
-                         TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), deadline) AS "deadline_in_us: i64",
-                         unique_key AS "unique_key: Vec<u8>", unique_while,
-                         order_key AS "order_key: Vec<u8>", order_dead_skips AS "order_dead_skips: bool",
-                         workflow_id AS "workflow_id: u64", batch_id AS "batch_id: u64",
-                         (cancel_requested_at IS NOT NULL) AS "canceled!: bool",
-                         IF(attempt >= max_attempts, last_error, NULL) AS "parked_error: String"
-                       FROM taskq_tasks
-                       WHERE state = 'pending' AND queue = ? AND run_at <= UTC_TIMESTAMP(6)
-                         AND JSON_CONTAINS(?, JSON_QUOTE(name))
-                       ORDER BY priority, run_at, id
-                       LIMIT ?
-                       FOR UPDATE SKIP LOCKED"#,
-                    queue,
-                    names_json,
-                    limit
-                )
-                .fetch_all(&mut *tx)
-                .await?;
-                let mut rows = rows;
-                let mut freed = Vec::new();
-                drop_identities_held_elsewhere(&mut tx, &mut rows, 0, &mut freed).await?;
-                (rows, freed, None)
+                let (rows, freed) = lock_scan(&mut tx, queue, names_json, limit).await?;
+                (rows, freed, None, false)
             }
             ClaimFrom::Head => {
-                claim_by_candidates(&mut tx, queue, names_json, limit, candidates, None).await?
+                claim_by_candidates(&mut tx, queue, names_json, limit, candidates, None, early)
+                    .await?
             }
             ClaimFrom::After(k) => {
-                claim_by_candidates(&mut tx, queue, names_json, limit, candidates, Some(k)).await?
+                claim_by_candidates(
+                    &mut tx,
+                    queue,
+                    names_json,
+                    limit,
+                    candidates,
+                    Some(k),
+                    early,
+                )
+                .await?
             }
         };
         if rows.is_empty() {
@@ -251,6 +272,8 @@ impl MySqlDriver {
                 last: None,
                 contended_after,
                 limited: hit,
+                controlled: false,
+                scanned,
             });
         }
         rows.sort_by_key(|r| (r.priority, r.run_at, r.id));
@@ -315,6 +338,8 @@ impl MySqlDriver {
                     last: None,
                     contended_after: last,
                     limited: hit,
+                    controlled: false,
+                    scanned: false,
                 });
             }
         } else if !rows.is_empty() {
@@ -441,6 +466,8 @@ impl MySqlDriver {
             last,
             contended_after,
             limited: hit,
+            controlled: false,
+            scanned,
         })
     }
 }
@@ -475,41 +502,85 @@ async fn queue_limits_lock(
     .await
 }
 
-/// Steps 1 and 2 of [`MySqlDriver::task_claim`]: candidates (from the head, or past `after`), then
-/// the locking read of them by primary key. Returns the locked rows and, when fewer than
-/// `limit` were locked although the candidate read was full, the last candidate's position.
-async fn claim_by_candidates(
+/// The locking scan of [`ClaimFrom::LockingScan`]: up to `limit` due rows of the queue in claim
+/// order, by one `SELECT … FOR UPDATE SKIP LOCKED` of `ix_taskq_claim` from the head, which
+/// walks past rows others hold however many there are. Rows whose unique identity a
+/// producer's open transaction holds are given up (see `drop_identities_held_elsewhere`).
+async fn lock_scan(
     tx: &mut sqlx::Transaction<'_, sqlx::MySql>,
     queue: &str,
     names_json: &str,
     limit: u32,
-    wanted_candidates: u32,
+) -> sqlx::Result<(Vec<ClaimRow>, Vec<(Vec<u8>, u64)>)> {
+    let mut rows = sqlx::query_as!(
+        ClaimRow,
+        r#"SELECT id AS "id: u64", name, payload, priority, run_at,
+             attempt AS "attempt: u32", max_attempts AS "max_attempts: u32",
+             lease_epoch AS "lease_epoch: u64",
+             TIMESTAMPDIFF(MICROSECOND, run_at, UTC_TIMESTAMP(6)) AS "wait_us!: i64",
+             trace_context, snoozes AS "snoozes: u32",
+             TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), deadline) AS "deadline_in_us: i64",
+             unique_key AS "unique_key: Vec<u8>", unique_while,
+             order_key AS "order_key: Vec<u8>", order_dead_skips AS "order_dead_skips: bool",
+             workflow_id AS "workflow_id: u64", batch_id AS "batch_id: u64",
+             (cancel_requested_at IS NOT NULL) AS "canceled!: bool",
+             IF(attempt >= max_attempts, last_error, NULL) AS "parked_error: String"
+           FROM taskq_tasks
+           WHERE state = 'pending' AND queue = ? AND run_at <= UTC_TIMESTAMP(6)
+             AND JSON_CONTAINS(?, JSON_QUOTE(name))
+           ORDER BY priority, run_at, id
+           LIMIT ?
+           FOR UPDATE SKIP LOCKED"#,
+        queue,
+        names_json,
+        limit
+    )
+    .fetch_all(&mut **tx)
+    .await?;
+    let mut freed = Vec::new();
+    drop_identities_held_elsewhere(tx, &mut rows, 0, &mut freed).await?;
+    Ok((rows, freed))
+}
+
+/// Step 1 of a claim by candidates: up to `wanted` ids of due rows of the queue in claim
+/// order (from the head, or past `after`), by a plain read of `ix_taskq_claim`, which covers it.
+async fn read_candidates(
+    conn: &mut MySqlConnection,
+    queue: &str,
+    names_json: &str,
+    wanted: u32,
     after: Option<ClaimKey>,
-) -> sqlx::Result<(Vec<ClaimRow>, Vec<(Vec<u8>, u64)>, Option<ClaimKey>)> {
-    let wanted_candidates = wanted_candidates.max(limit);
-    let candidates = match after {
+) -> sqlx::Result<Vec<Candidate>> {
+    match after {
         None => {
             sqlx::query_as!(
                 Candidate,
-                r#"SELECT id AS "id: u64", priority, run_at
+                r#"SELECT id AS "id: u64", priority, run_at,
+                     EXISTS (SELECT 1 FROM taskq_queues q WHERE q.queue = ?
+                               AND (q.paused_at IS NOT NULL OR q.concurrency_limit IS NOT NULL
+                                    OR q.rate_limit IS NOT NULL)) AS "controlled!: bool"
                    FROM taskq_tasks
                    WHERE state = 'pending' AND queue = ? AND run_at <= UTC_TIMESTAMP(6)
                      AND JSON_CONTAINS(?, JSON_QUOTE(name))
                    ORDER BY priority, run_at, id
                    LIMIT ?"#,
                 queue,
+                queue,
                 names_json,
-                wanted_candidates
+                wanted
             )
-            .fetch_all(&mut **tx)
-            .await?
+            .fetch_all(conn)
+            .await
         }
         Some(k) => {
             // The row-order predicate is spelled out (no row constructor) so that both MySQL
             // and MariaDB turn it into ranges of the index.
             sqlx::query_as!(
                 Candidate,
-                r#"SELECT id AS "id: u64", priority, run_at
+                r#"SELECT id AS "id: u64", priority, run_at,
+                     EXISTS (SELECT 1 FROM taskq_queues q WHERE q.queue = ?
+                               AND (q.paused_at IS NOT NULL OR q.concurrency_limit IS NOT NULL
+                                    OR q.rate_limit IS NOT NULL)) AS "controlled!: bool"
                    FROM taskq_tasks
                    WHERE state = 'pending' AND queue = ? AND run_at <= UTC_TIMESTAMP(6)
                      AND (priority > ?
@@ -519,6 +590,7 @@ async fn claim_by_candidates(
                    ORDER BY priority, run_at, id
                    LIMIT ?"#,
                 queue,
+                queue,
                 k.priority,
                 k.priority,
                 k.run_at,
@@ -526,14 +598,39 @@ async fn claim_by_candidates(
                 k.run_at,
                 k.id,
                 names_json,
-                wanted_candidates
+                wanted
             )
-            .fetch_all(&mut **tx)
-            .await?
+            .fetch_all(conn)
+            .await
         }
+    }
+}
+
+/// Steps 1 and 2 of [`MySqlDriver::task_claim`]: candidates (from the head, or past `after`;
+/// `early` when read before the transaction began), then the locking read of them by primary
+/// key. Returns the locked rows and, when fewer than `limit` were locked although the
+/// candidate read was full, the last candidate's position.
+///
+/// When others held every candidate (a full read, nothing locked), the claim goes on in the
+/// same transaction with one locking scan ([`lock_scan`]) instead of ending empty and leaving
+/// the scan to the next claim: under contention (many single-slot workers on one queue) that
+/// saves a transaction (`BEGIN`, `COMMIT`) and the next claim's candidate read per such claim.
+async fn claim_by_candidates(
+    tx: &mut sqlx::Transaction<'_, sqlx::MySql>,
+    queue: &str,
+    names_json: &str,
+    limit: u32,
+    wanted_candidates: u32,
+    after: Option<ClaimKey>,
+    early: Option<Vec<Candidate>>,
+) -> sqlx::Result<(Vec<ClaimRow>, Vec<(Vec<u8>, u64)>, Option<ClaimKey>, bool)> {
+    let wanted_candidates = wanted_candidates.max(limit);
+    let candidates = match early {
+        Some(c) => c,
+        None => read_candidates(tx, queue, names_json, wanted_candidates, after).await?,
     };
     if candidates.is_empty() {
-        return Ok((Vec::new(), Vec::new(), None));
+        return Ok((Vec::new(), Vec::new(), None, false));
     }
     let last_candidate = candidates
         .last()
@@ -545,6 +642,10 @@ async fn claim_by_candidates(
         });
     let candidate_ids: Vec<u64> = candidates.iter().map(|c| c.id).collect();
     let mut rows = lock_candidates(tx, &candidate_ids, limit).await?;
+    if rows.is_empty() && last_candidate.is_some() {
+        let (rows, freed) = lock_scan(tx, queue, names_json, limit).await?;
+        return Ok((rows, freed, None, true));
+    }
     let contended_after = last_candidate.filter(|_| (rows.len() as u32) < limit);
     // Rows whose unique identity a producer's open transaction holds are given up (see
     // `drop_identities_held_elsewhere`); the candidates after the last row locked replace them.
@@ -570,7 +671,7 @@ async fn claim_by_candidates(
         }
         rows.extend(more);
     }
-    Ok((rows, freed, contended_after))
+    Ok((rows, freed, contended_after, false))
 }
 
 /// Step 2 of the claim: locks up to `limit` of `ids` (candidates, in claim order) that are

@@ -96,6 +96,12 @@ impl Handle for MySqlDriver {
     type Conn = MySqlConnection;
     type Database = sqlx::MySql;
     const NAME: &'static str = "MySQL";
+
+    /// The candidate read of an unlimited claim reads the queue's pause and limits with it
+    /// (`claim_raw`), so the worker needs no poll of `taskq_queues` while none is set.
+    fn claims_see_controls(&self) -> bool {
+        true
+    }
     fn from_pool(pool: MySqlPool) -> Self {
         Self::new(pool)
     }

@@ -235,6 +235,7 @@ fn batch(limited: Option<LimitHit>) -> ClaimBatch {
         limited,
         contended: false,
         partial: false,
+        queue_controlled: false,
     }
 }
 

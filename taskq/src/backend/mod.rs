@@ -228,6 +228,11 @@ impl Store {
         self.0.busy_timeout()
     }
 
+    /// Whether claims report a queue's controls (see `Handle::claims_see_controls`).
+    pub(crate) fn claims_see_controls(&self) -> bool {
+        self.0.claims_see_controls()
+    }
+
     /// Closes the pool.
     pub(crate) async fn close(&self) {
         self.0.close().await

@@ -51,7 +51,9 @@ pub(crate) async fn run(shared: Arc<Shared>, queue: Arc<str>, concurrency: usize
         if shared.is_paused(&queue) {
             tokio::select! {
                 _ = tokio::time::sleep(shared.cfg.poll_max) => {}
-                _ = wake.notified() => {}
+                // Woken (a resume in this process, or an enqueue): read the controls now
+                // rather than at the next refresh.
+                _ = wake.notified() => super::maintenance::refresh_controls(&shared).await,
                 _ = shared.stopped() => {}
             }
             continue;
@@ -105,6 +107,19 @@ pub(crate) async fn run(shared: Arc<Shared>, queue: Arc<str>, concurrency: usize
             }
         };
         failures = 0;
+        if batch.queue_controlled {
+            // Paused or limited since the controls were read: read them, then claim (or wait)
+            // as they say. Changed back meanwhile (or the read failed): look again shortly.
+            WorkerStats::add(&shared.stats.claims_controlled, 1);
+            super::maintenance::refresh_controls(&shared).await;
+            if !shared.is_paused(&queue) && !shared.is_limited(&queue) {
+                tokio::select! {
+                    _ = tokio::time::sleep(shared.cfg.poll_min) => {}
+                    _ = shared.stopped() => {}
+                }
+            }
+            continue;
+        }
         let expired = batch.expired.len();
         if expired > 0 {
             WorkerStats::add(&shared.stats.expired, expired as u64);
@@ -195,7 +210,18 @@ pub(crate) async fn run(shared: Arc<Shared>, queue: Arc<str>, concurrency: usize
         if got > 0 {
             idle = shared.cfg.poll_min;
         }
-        let wait = idle;
+        let mut wait = idle;
+        if idle < shared.cfg.poll_max && idle * 2 >= shared.cfg.poll_max {
+            // The last step of the backoff is cut at random, so that the idle polls of workers
+            // that started (or went idle) together do not stay in step: spread over the poll
+            // interval, one of a fleet's polls comes soon after any enqueue, while each worker
+            // still polls once per `poll_max`.
+            wait = shared
+                .cfg
+                .poll_max
+                .mul_f64(fastrand::f64())
+                .max(shared.cfg.poll_min);
+        }
         idle = (idle * 2).min(shared.cfg.poll_max);
         tokio::select! {
             _ = tokio::time::sleep(wait) => {}

@@ -31,18 +31,27 @@ pub(crate) async fn run(shared: Arc<Shared>) {
     let mut next_event_metrics = Instant::now();
     let mut event_topics: HashSet<String> = HashSet::new();
     let mut next_unhandled = Instant::now() + shared.cfg.heartbeat;
+    // This worker's turn among the alive workers (its rank, and how many), as the last
+    // unhandled-task check read them: until then, every pass is its own.
+    let mut turn = Turn::default();
     loop {
         if Instant::now() >= next_unhandled {
-            unhandled(&shared).await;
+            if let Some(t) = unhandled(&shared).await {
+                turn = t;
+            }
             next_unhandled = Instant::now() + UNHANDLED_CHECK_INTERVAL;
         }
-        reap(&shared).await;
-        stranded(&shared).await;
-        workflow_steps_stranded(&shared).await;
-        batch_members_stranded(&shared).await;
-        if Instant::now() >= next_prune {
-            prune(&shared).await;
-            next_prune = Instant::now() + shared.cfg.retention.interval;
+        if turn.is_mine(shared.cfg.reaper_interval) {
+            reap(&shared).await;
+            stranded(&shared).await;
+            workflow_steps_stranded(&shared).await;
+            batch_members_stranded(&shared).await;
+            if Instant::now() >= next_prune {
+                prune(&shared).await;
+                // Each worker prunes on its turns, once per `of` intervals: the fleet about
+                // once per interval.
+                next_prune = Instant::now() + shared.cfg.retention.interval * turn.of as u32;
+            }
         }
         if let Some(every) = shared.cfg.backlog_interval
             && Instant::now() >= next_backlog
@@ -60,6 +69,65 @@ pub(crate) async fn run(shared: Arc<Shared>) {
             _ = tokio::time::sleep(shared.cfg.reaper_interval) => {}
             _ = shared.stopped() => return,
         }
+    }
+}
+
+/// A worker's turn at the fleet-wide passes (the reaper, the sweeps of stranded order keys,
+/// workflow steps and batch members, retention): the alive workers take turns, one pass per
+/// `reaper_interval` for the whole fleet instead of one per worker, so an idle fleet's cost
+/// does not grow with its size. The ticks are the wall clock's multiples of the interval;
+/// tick `k` is the turn of the worker ranked `k mod of` by id among the alive ones. A worker
+/// that stopped without a goodbye keeps its turns (unrun) until the others' next check sees it
+/// gone (`WorkerInfo::lost_after`, and up to [`UNHANDLED_CHECK_INTERVAL`]); the passes are
+/// idempotent, so two workers whose views differ for a while at most run a tick twice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Turn {
+    /// This worker's rank among the alive workers (by id).
+    pub rank: usize,
+    /// How many workers are alive (this one included).
+    pub of: usize,
+}
+
+impl Default for Turn {
+    fn default() -> Self {
+        Self { rank: 0, of: 1 }
+    }
+}
+
+impl Turn {
+    /// This worker's turn among `alive` (the ids of the alive workers, in any order; `me`
+    /// counted whether or not it is among them).
+    pub(crate) fn among<'a>(alive: impl IntoIterator<Item = &'a str>, me: &str) -> Self {
+        let mut ids: Vec<&str> = alive.into_iter().filter(|id| *id != me).collect();
+        ids.push(me);
+        ids.sort_unstable();
+        ids.dedup();
+        let rank = ids.iter().position(|id| *id == me).unwrap_or(0);
+        Self {
+            rank,
+            of: ids.len(),
+        }
+    }
+
+    /// Whether the tick of the wall clock now falls in this worker's turn.
+    fn is_mine(&self, interval: std::time::Duration) -> bool {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        self.is_mine_at(now, interval)
+    }
+
+    /// Whether tick `since_epoch / interval` is this worker's.
+    pub(crate) fn is_mine_at(
+        &self,
+        since_epoch: std::time::Duration,
+        interval: std::time::Duration,
+    ) -> bool {
+        if self.of <= 1 {
+            return true;
+        }
+        let tick = since_epoch.as_micros() / interval.as_micros().max(1);
+        (tick % self.of as u128) as usize == self.rank
     }
 }
 
@@ -263,17 +331,22 @@ fn reaped(shared: &Shared, rows: &[LapsedRow], done: &Reaped) -> u64 {
 /// pending, silently. One worker per queue checks it, the alive one with the smallest id
 /// among those that record their names (this worker counting as alive): the live workers'
 /// rows (one statement), then per queue it checks, the pending tasks per name (one scan of
-/// that queue's pending index entries).
-async fn unhandled(shared: &Shared) {
+/// that queue's pending index entries). Returns this worker's [`Turn`] among the alive
+/// workers it read (`None` when the read failed).
+async fn unhandled(shared: &Shared) -> Option<Turn> {
     let workers: Vec<WorkerInfo> = match within!(shared, |c| shared.store.worker_list(c)).await {
         Ok(rows) => rows.into_iter().map(WorkerInfo::from_row).collect(),
         Err(e) => {
             WorkerStats::add(&shared.stats.db_errors, 1);
             tracing::warn!(error = %e, "taskq: reading live workers failed");
-            return;
+            return None;
         }
     };
     let me: &str = &shared.worker_id;
+    let turn = Turn::among(
+        workers.iter().filter(|w| w.alive).map(|w| w.id.as_str()),
+        me,
+    );
     let mut found = Vec::new();
     for queue in shared.cfg.queues.keys() {
         let checker = workers
@@ -305,7 +378,7 @@ async fn unhandled(shared: &Shared) {
         found.extend(crate::info::unhandled(pending, &workers));
     }
     if found.is_empty() {
-        return;
+        return Some(turn);
     }
     let due: u64 = found.iter().map(|p| p.due).sum();
     let tasks = found
@@ -329,6 +402,7 @@ async fn unhandled(shared: &Shared) {
          registers their name), so they stay pending: run a worker that registers them, or \
          cancel them (`taskq cancel --name NAME --state pending`)"
     );
+    Some(turn)
 }
 
 /// The reap of one expired row, with its `on_dead` follow-up when the reap moves it to dead.
@@ -526,11 +600,20 @@ async fn event_metrics(shared: &Shared, published: &mut HashSet<String>) {
 
 /// Keeps `Shared::paused` and `Shared::limited` in step with `taskq_queues` (one query per
 /// `poll_max`); wakes the claim loop of a queue that was resumed or whose limits were cleared.
+///
+/// Where claims see the controls themselves (`Handle::claims_see_controls`: a claim of a queue
+/// paused or limited since this read says so, and the claim loop reads them at once), the
+/// query runs only while one of this worker's queues is paused or limited, to see it resumed or
+/// its limits cleared: a worker whose queues have none costs no statement here.
 pub(crate) async fn watch_controls(shared: Arc<Shared>) {
+    let claims_see = shared.store.claims_see_controls();
     loop {
         tokio::select! {
             _ = tokio::time::sleep(shared.cfg.poll_max) => {}
             _ = shared.stopped() => return,
+        }
+        if claims_see && !shared.any_queue_controlled() {
+            continue;
         }
         refresh_controls(&shared).await;
     }
@@ -587,5 +670,39 @@ pub(crate) async fn refresh_controls(shared: &Shared) {
             WorkerStats::add(&shared.stats.db_errors, 1);
             tracing::warn!(error = %e, "taskq: reading paused and limited queues failed");
         }
+    }
+}
+
+#[cfg(test)]
+mod turn_tests {
+    use super::Turn;
+    use std::time::Duration;
+
+    #[test]
+    fn ranks_by_id_and_counts_this_worker_once() {
+        assert_eq!(Turn::among(["c", "a", "b"], "b"), Turn { rank: 1, of: 3 });
+        // Not yet among the rows it read (its own row not written yet): counted anyway.
+        assert_eq!(Turn::among(["c", "a"], "b"), Turn { rank: 1, of: 3 });
+        assert_eq!(Turn::among([], "b"), Turn { rank: 0, of: 1 });
+    }
+
+    #[test]
+    fn each_tick_is_the_turn_of_exactly_one_worker() {
+        let every = Duration::from_secs(5);
+        let fleet: Vec<Turn> = ["w1", "w2", "w3"]
+            .iter()
+            .map(|me| Turn::among(["w1", "w2", "w3"], me))
+            .collect();
+        let mut turns = [0u32; 3];
+        for tick in 0..300u64 {
+            let at =
+                Duration::from_secs(1_700_000_000) + every * tick as u32 + Duration::from_millis(1);
+            let mine: Vec<usize> = (0..3).filter(|&i| fleet[i].is_mine_at(at, every)).collect();
+            assert_eq!(mine.len(), 1, "tick {tick}: {mine:?}");
+            turns[mine[0]] += 1;
+        }
+        assert_eq!(turns, [100, 100, 100]);
+        // Alone, every tick is its own.
+        assert!((0..10).all(|t| Turn::default().is_mine_at(every * t, every)));
     }
 }

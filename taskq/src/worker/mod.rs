@@ -481,6 +481,14 @@ impl Shared {
             .contains(queue)
     }
 
+    /// Whether one of this worker's queues is paused or limited, as last read.
+    pub fn any_queue_controlled(&self) -> bool {
+        self.cfg
+            .queues
+            .keys()
+            .any(|q| self.is_paused(q) || self.is_limited(q))
+    }
+
     pub fn lease_us(&self) -> i64 {
         self.cfg.lease.as_micros() as i64
     }

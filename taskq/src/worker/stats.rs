@@ -31,6 +31,7 @@ pub struct WorkerStats {
     pub(crate) scheduled: AtomicU64,
     pub(crate) unique_deferred: AtomicU64,
     pub(crate) claims_limited: AtomicU64,
+    pub(crate) claims_controlled: AtomicU64,
     pub(crate) follow_ups: AtomicU64,
     pub(crate) follow_up_errors: AtomicU64,
     pub(crate) observer_panics: AtomicU64,
@@ -108,6 +109,9 @@ pub struct StatsSnapshot {
     /// Claims of a queue with a concurrency or rate limit that the limit cut short (it allowed
     /// fewer tasks than there were free slots, possibly none).
     pub claims_limited: u64,
+    /// Claims that found their queue paused or limited since this worker last read the
+    /// queues' controls (on MySQL, where claims see them): nothing claimed, the controls read.
+    pub claims_controlled: u64,
     /// Follow-up tasks (`on_dead` / `on_success`) this worker enqueued with the ends it wrote
     /// (write-backs and reaps).
     pub follow_ups: u64,
@@ -156,6 +160,7 @@ impl WorkerStats {
             scheduled: self.scheduled.load(Relaxed),
             unique_deferred: self.unique_deferred.load(Relaxed),
             claims_limited: self.claims_limited.load(Relaxed),
+            claims_controlled: self.claims_controlled.load(Relaxed),
             follow_ups: self.follow_ups.load(Relaxed),
             follow_up_errors: self.follow_up_errors.load(Relaxed),
             observer_panics: self.observer_panics.load(Relaxed),
