@@ -86,16 +86,25 @@ fn hashes_json<'a>(hashes: impl Iterator<Item = &'a [u8; 32]>) -> String {
     serde_json::to_string(&v).expect("hashes serialize")
 }
 
-/// Leases ready keys (see [`taskq_driver::driver::Events::event_key_claim`]): a locking read of
-/// `ix_taskq_event_keys_ready` that skips rows another relay or a publisher holds, then one
-/// `UPDATE` by primary key of the first of those rows whose backlogs reach `req.events`; one
-/// transaction.
-pub(crate) async fn event_key_claim(
-    pool: &MySqlPool,
-    req: &EventClaim<'_>,
-) -> sqlx::Result<Vec<EventLease>> {
-    let topics = req.topics.map(|t| t.json());
-    let mut tx = pool.begin().await?;
+/// A ready key as the claim reads it.
+struct ReadyKey {
+    key_hash: Vec<u8>,
+    topic: String,
+    event_key: String,
+    lease_epoch: u64,
+    done_seq: u64,
+    next_seq: u64,
+    failures: u32,
+}
+
+/// Up to `limit` ready keys (of `topics`, JSON; `None`: every topic), oldest ready first: a
+/// locking read of `ix_taskq_event_keys_ready` that skips rows another relay or a publisher
+/// holds (in a transaction the rows stay locked to its end; outside one, to the statement's).
+async fn ready_keys(
+    conn: &mut MySqlConnection,
+    topics: Option<&str>,
+    limit: u32,
+) -> sqlx::Result<Vec<ReadyKey>> {
     let rows = sqlx::query!(
         r#"SELECT key_hash AS "key_hash: Vec<u8>", topic, event_key,
                   lease_epoch AS "lease_epoch: u64", done_seq AS "done_seq: u64",
@@ -108,10 +117,41 @@ pub(crate) async fn event_key_claim(
            FOR UPDATE SKIP LOCKED"#,
         topics,
         topics,
-        req.limit,
+        limit,
     )
-    .fetch_all(&mut *tx)
+    .fetch_all(&mut *conn)
     .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| ReadyKey {
+            key_hash: r.key_hash,
+            topic: r.topic,
+            event_key: r.event_key,
+            lease_epoch: r.lease_epoch,
+            done_seq: r.done_seq,
+            next_seq: r.next_seq,
+            failures: r.failures,
+        })
+        .collect())
+}
+
+/// Leases ready keys (see [`taskq_driver::driver::Events::event_key_claim`]): a locking read of
+/// `ix_taskq_event_keys_ready` that skips rows another relay or a publisher holds, then one
+/// `UPDATE` by primary key of the first of those rows whose backlogs reach `req.events`; one
+/// transaction. With `req.probe` the same read runs first on its own (autocommit: its row
+/// locks end with it), and the transaction only when it found a key: one statement when none
+/// is ready, instead of `BEGIN`, the read and `COMMIT`.
+pub(crate) async fn event_key_claim(
+    pool: &MySqlPool,
+    req: &EventClaim<'_>,
+) -> sqlx::Result<Vec<EventLease>> {
+    let topics = req.topics.map(|t| t.json());
+    let mut conn = pool.acquire().await?;
+    if req.probe && ready_keys(&mut conn, topics, 1).await?.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut tx = conn.begin().await?;
+    let rows = ready_keys(&mut tx, topics, req.limit).await?;
     // Keys past the ones whose backlogs fill `req.events` are left alone (their row locks
     // end with the transaction).
     let n = keys_for_events(

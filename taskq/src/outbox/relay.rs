@@ -210,6 +210,7 @@ impl<S: Sink + 'static> RelayBuilder<S> {
                 lost: Mutex::new(HashSet::new()),
                 dead_carried: Mutex::new(HashMap::new()),
                 renewal_running: AtomicBool::new(false),
+                claim_found_none: AtomicBool::new(false),
                 counters: Counters::default(),
             }),
         })
@@ -309,6 +310,9 @@ struct Inner<S> {
     /// A renewal is running: the next one waits for the one after it rather than piling up
     /// on the pool behind it.
     renewal_running: AtomicBool,
+    /// The last claim leased no key: a round that reads on keys it holds asks the next claim
+    /// to probe first ([`EventClaim::probe`]).
+    claim_found_none: AtomicBool,
     /// What the relay has done ([`Relay::stats`]).
     counters: Counters,
 }
@@ -752,11 +756,16 @@ impl<S: Sink + 'static> Relay<S> {
                 .max(1),
             events: batch.saturating_sub(carried).max(batch / 2),
             lease_us: lease_us(i.lease),
+            // Reading on held keys after a claim that found none (a backlog on few keys): most
+            // likely none again, and the claim is on the way to the read.
+            probe: !carry.is_empty() && i.claim_found_none.load(Ordering::Relaxed),
         };
         let store = i.store();
         let fresh = i
             .within(&store, i.lease, store.event_key_claim(&claim))
             .await?;
+        i.claim_found_none
+            .store(fresh.is_empty(), Ordering::Relaxed);
         // A carried key leased afresh here was released meanwhile (an operator's replay or
         // release ended the old lease): the old lease is lost, the new one reads it.
         let fresh_keys: HashSet<[u8; 32]> = fresh.iter().map(|l| l.key_hash).collect();
