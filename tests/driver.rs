@@ -43,6 +43,7 @@ suite!(
     an_expired_event_lease_is_taken_over_and_the_old_epoch_is_fenced,
     a_backed_off_key_waits_and_a_held_key_stays_out,
     a_claim_leases_keys_until_their_backlogs_fill_its_events,
+    a_probing_claim_leases_the_same_keys,
     a_settle_of_many_keys_refuses_a_stale_epoch_per_key_and_settles_the_others,
     a_kept_lease_records_delivery_and_stays_with_its_relay,
     a_key_a_publisher_holds_is_settled_after_its_commit_and_the_publisher_commits,

@@ -13,8 +13,9 @@
 //!    the tables and the broker's client, no leases) publishes the `n` events to its own fresh
 //!    destination: read the keys with pending events and up to 512 of their events, publish
 //!    them pipelined as the direct loop does, move each key's `done_seq` (three statements a
-//!    round); its clock stops
-//!    at the `n`-th ack. The keys' `done_seq` is then set back to 0 for the relay;
+//!    round), overlapping rounds as taskq's relay does (the settle of the round before and the
+//!    read of the next while one is published); its clock stops at the `n`-th ack. The keys'
+//!    `done_seq` is then set back to 0 for the relay;
 //! 4. the **relay** (one `Relay` in this process, batch 512) publishes the `n` events to its
 //!    own fresh destination. Like the direct loop, its sink is connected and the relay built
 //!    before its clock starts; the clock stops when its sink has had the `n`-th publish
@@ -22,6 +23,11 @@
 //!    stops at its last ack: no polling of the broker while it runs), and the destination is
 //!    then checked to hold `n` messages. Rounds (the sink's `publish` calls) and statements per
 //!    event until every event is marked delivered (the polls that wait for it subtracted).
+//!
+//! For both relays a second table splits the time to the last ack by the publish calls' start
+//! and end: to the first publish, in the sink per round, between publishes per round (what the
+//! publish did not overlap); and the bytes the server sent per event (`Bytes_sent`, global)
+//! and this process's CPU per event.
 //!
 //! Then, over 16 keys with the relay running idle: commit-to-broker latency of 300 events
 //! committed one at a time (the time from `COMMIT` returning to a subscriber receiving the
@@ -41,7 +47,7 @@ use taskq_outbox::redis::client as redis;
 use taskq_outbox::{Bytes, Message, Outcome, Sink};
 
 use crate::Res;
-use crate::counters::{server_status, status_delta};
+use crate::counters::{cpu_secs, server_status, status_delta};
 
 /// Events per measurement when `--outbox-events` is not given: enough that the fixed costs
 /// (connections, the first round) are small against the run.
@@ -344,20 +350,113 @@ async fn direct(broker: Broker, msgs: &[Message]) -> Res<Duration> {
     Ok(took)
 }
 
-/// What the hand-written relay did: the time to its last ack, rounds, and the statements it
-/// sent (reads and settles).
+/// What the hand-written relay did: the time to its last ack, rounds, the statements it
+/// sent (reads and settles), and the time it spent in its publishes.
 struct HandWritten {
     took: Duration,
     rounds: u64,
     statements: u64,
+    spans: Spans,
+}
+
+/// A round of the hand-written relay, read: its messages and the last seq of each key in it.
+struct HandRound {
+    batch: Vec<Message>,
+    ends: Vec<(Vec<u8>, u64)>,
+}
+
+/// The hand-written relay's read: up to [`BATCH`] keys of `topic` with pending events, then up
+/// to [`BATCH`] of their events (an equal share per key, by primary-key ranges), each key read
+/// from past the last seq it has handed to the broker already (`sent`: the round being
+/// published is not settled yet). Two statements.
+async fn hand_read(
+    conn: &mut sqlx::MySqlConnection,
+    topic: &str,
+    dest: &str,
+    sent: &std::collections::HashMap<Vec<u8>, u64>,
+) -> Res<HandRound> {
+    let keys: Vec<(Vec<u8>, u64, u64)> = sqlx::query_as(
+        "SELECT key_hash, done_seq, next_seq FROM taskq_event_keys
+         WHERE topic = ? AND done_seq < next_seq LIMIT ?",
+    )
+    .bind(topic)
+    .bind(BATCH as u64)
+    .fetch_all(&mut *conn)
+    .await?;
+    let keys: Vec<(Vec<u8>, u64, u64)> = keys
+        .into_iter()
+        .map(|(h, done, next)| {
+            let from = sent.get(&h).copied().unwrap_or(0).max(done);
+            (h, from, next)
+        })
+        .filter(|(_, from, next)| from < next)
+        .collect();
+    if keys.is_empty() {
+        return Ok(HandRound {
+            batch: Vec::new(),
+            ends: Vec::new(),
+        });
+    }
+    let share = (BATCH / keys.len()).max(1) as u64;
+    let mut sql = String::from(
+        "SELECT key_hash, seq, message_id, event_key, payload FROM taskq_events
+         WHERE dead_at IS NULL AND (",
+    );
+    sql.push_str(&vec!["(key_hash = ? AND seq > ? AND seq <= ?)"; keys.len()].join(" OR "));
+    sql.push_str(") ORDER BY key_hash, seq");
+    // Only placeholders are added to it.
+    let mut q =
+        sqlx::query_as::<_, (Vec<u8>, u64, String, String, Vec<u8>)>(sqlx::AssertSqlSafe(sql));
+    for (hash, from, next) in &keys {
+        q = q.bind(hash).bind(*from).bind((*from + share).min(*next));
+    }
+    let rows = q.fetch_all(&mut *conn).await?;
+    // The last seq read per key (rows are in key order).
+    let mut ends: Vec<(Vec<u8>, u64)> = Vec::new();
+    let mut batch = Vec::with_capacity(rows.len());
+    for (hash, seq, id, key, payload) in rows {
+        match ends.last_mut() {
+            Some((h, s)) if *h == hash => *s = seq,
+            _ => ends.push((hash, seq)),
+        }
+        batch.push(Message::new(id, dest.to_owned(), key, Bytes::from(payload)));
+    }
+    Ok(HandRound { batch, ends })
+}
+
+/// The hand-written relay's settle: each key's `done_seq` to its last seq published, one
+/// `UPDATE`.
+async fn hand_settle(conn: &mut sqlx::MySqlConnection, ends: &[(Vec<u8>, u64)]) -> Res<()> {
+    if ends.is_empty() {
+        return Ok(());
+    }
+    let mut sql = String::from("UPDATE taskq_event_keys SET done_seq = CASE key_hash");
+    for _ in ends {
+        sql.push_str(" WHEN ? THEN ?");
+    }
+    sql.push_str(" END WHERE key_hash IN (");
+    sql.push_str(&vec!["?"; ends.len()].join(", "));
+    sql.push(')');
+    // Only placeholders are added to it.
+    let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
+    for (h, s) in ends {
+        q = q.bind(h.as_slice()).bind(*s);
+    }
+    for (h, _) in ends {
+        q = q.bind(h.as_slice());
+    }
+    q.execute(&mut *conn).await?;
+    Ok(())
 }
 
 /// The hand-written relay: the least a relay must do, written straight against the tables and
-/// the broker's client, one process, no leases (so not safe beside another relay): read up to
-/// [`BATCH`] keys of `topic` with pending events, then up to [`BATCH`] of their events (an equal
-/// share per key, by primary-key ranges), publish them to `dest` pipelined, move each key's
-/// `done_seq` to its last event published (three statements a round), until `n` events have
-/// been published. Its clock stops at the `n`-th ack, as the relay's does.
+/// the broker's client, one process, no leases (so not safe beside another relay): read a
+/// round ([`hand_read`]), publish it to `dest` pipelined, move each key's `done_seq` to its
+/// last event published ([`hand_settle`]); three statements a round. Like taskq's relay it
+/// overlaps rounds: while one round is published, the one before is settled and the next
+/// read (on one connection, one statement after the other), so its round takes the longer of
+/// the publish and those three statements. It stops once `n` events have been published; its
+/// clock stops at the `n`-th ack, as the relay's does (the last settle after it).
 async fn hand_written(
     pool: &MySqlPool,
     broker: Broker,
@@ -367,87 +466,63 @@ async fn hand_written(
 ) -> Res<HandWritten> {
     let mut publisher = Publisher::connect(broker).await?;
     let mut conn = pool.acquire().await?;
+    let mut sent_seq = std::collections::HashMap::new();
     let start = Instant::now();
     let (mut sent, mut rounds, mut statements) = (0u64, 0u64, 0u64);
     let mut took = Duration::ZERO;
+    let mut calls = Vec::new();
+    let mut next = hand_read(&mut conn, topic, dest, &sent_seq).await?;
+    statements += 2;
+    let mut settling: Vec<(Vec<u8>, u64)> = Vec::new();
     while sent < n {
-        // The keys with events to send, then up to BATCH events over them (an equal share
-        // each, by primary-key ranges).
-        let keys: Vec<(Vec<u8>, u64, u64)> = sqlx::query_as(
-            "SELECT key_hash, done_seq, next_seq FROM taskq_event_keys
-             WHERE topic = ? AND done_seq < next_seq LIMIT ?",
-        )
-        .bind(topic)
-        .bind(BATCH as u64)
-        .fetch_all(&mut *conn)
-        .await?;
-        statements += 1;
-        if keys.is_empty() {
+        let current = next;
+        if current.batch.is_empty() {
             return Err(format!("hand-written relay: {sent} of {n} events found").into());
         }
-        let share = (BATCH / keys.len()).max(1) as u64;
-        let mut sql = String::from(
-            "SELECT key_hash, seq, message_id, event_key, payload FROM taskq_events
-             WHERE dead_at IS NULL AND (",
-        );
-        sql.push_str(&vec!["(key_hash = ? AND seq > ? AND seq <= ?)"; keys.len()].join(" OR "));
-        sql.push_str(") ORDER BY key_hash, seq");
-        // Only placeholders are added to it.
-        let mut q =
-            sqlx::query_as::<_, (Vec<u8>, u64, String, String, Vec<u8>)>(sqlx::AssertSqlSafe(sql));
-        for (hash, done, next) in &keys {
-            q = q.bind(hash).bind(*done).bind((*done + share).min(*next));
+        for (h, s) in &current.ends {
+            sent_seq.insert(h.clone(), *s);
         }
-        let rows = q.fetch_all(&mut *conn).await?;
-        statements += 1;
-        let batch: Vec<Message> = rows
-            .iter()
-            .map(|(_, _, id, key, payload)| {
-                Message::new(
-                    id.clone(),
-                    dest.to_owned(),
-                    key.clone(),
-                    Bytes::from(payload.clone()),
-                )
-            })
-            .collect();
-        publisher.send(&batch).await?;
-        rounds += 1;
-        sent += rows.len() as u64;
-        if sent >= n {
-            took = start.elapsed();
-        }
-        // The last seq published per key (rows are in key order).
-        let mut ends: Vec<(&[u8], u64)> = Vec::new();
-        for (hash, seq, ..) in &rows {
-            match ends.last_mut() {
-                Some((h, s)) if *h == hash.as_slice() => *s = *seq,
-                _ => ends.push((hash.as_slice(), *seq)),
+        let more = sent + (current.batch.len() as u64) < n;
+        let previous = std::mem::take(&mut settling);
+        let settles = u64::from(!previous.is_empty());
+        let conn = &mut *conn;
+        let sent_seq = &sent_seq;
+        let db = async move {
+            hand_settle(conn, &previous).await?;
+            if more {
+                hand_read(conn, topic, dest, sent_seq).await
+            } else {
+                Ok(HandRound {
+                    batch: Vec::new(),
+                    ends: Vec::new(),
+                })
             }
+        };
+        let publish = async {
+            let started = Instant::now();
+            let r = publisher.send(&current.batch).await;
+            (started, Instant::now(), r)
+        };
+        let ((started, ended, published), read) = tokio::join!(publish, db);
+        published?;
+        calls.push((started, ended));
+        statements += settles + if more { 2 } else { 0 };
+        next = read?;
+        rounds += 1;
+        sent += current.batch.len() as u64;
+        if sent >= n {
+            took = ended - start;
         }
-        let mut sql = String::from("UPDATE taskq_event_keys SET done_seq = CASE key_hash");
-        for _ in &ends {
-            sql.push_str(" WHEN ? THEN ?");
-        }
-        sql.push_str(" END WHERE key_hash IN (");
-        sql.push_str(&vec!["?"; ends.len()].join(", "));
-        sql.push(')');
-        // Only placeholders are added to it.
-        let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
-        for (h, s) in &ends {
-            q = q.bind(*h).bind(*s);
-        }
-        for (h, _) in &ends {
-            q = q.bind(*h);
-        }
-        q.execute(&mut *conn).await?;
-        statements += 1;
+        settling = current.ends;
     }
+    hand_settle(&mut conn, &settling).await?;
+    statements += 1;
     publisher.close().await;
     Ok(HandWritten {
         took,
         rounds,
         statements,
+        spans: Spans::of(start, &calls),
     })
 }
 
@@ -468,8 +543,8 @@ enum SinkKind {
     Redis(taskq_outbox::redis::RedisSink),
 }
 
-/// What a relay's sink saw: rounds (publish calls), events delivered, and when the
-/// `target`-th was.
+/// What a relay's sink saw: rounds (publish calls), events delivered, when the `target`-th
+/// was, and when each publish call started and ended (see [`Spans`]).
 #[derive(Default)]
 struct Tally {
     rounds: AtomicU64,
@@ -477,6 +552,46 @@ struct Tally {
     target: AtomicU64,
     done_at: Mutex<Option<Instant>>,
     done: tokio::sync::Notify,
+    calls: Mutex<Vec<(Instant, Instant)>>,
+}
+
+/// Where a relay's time to its last ack went, from the start and end of each publish call
+/// (the broker's client's own time included): before its first publish (the first lease
+/// and read), in the sink, and between one publish's end and the next one's start (what the
+/// relay did that the publish did not overlap).
+#[derive(Clone, Copy, Default)]
+struct Spans {
+    first: Duration,
+    in_sink: Duration,
+    between: Duration,
+}
+
+impl Spans {
+    /// From the publish calls (start, end) of a run whose clock started at `start`.
+    fn of(start: Instant, calls: &[(Instant, Instant)]) -> Self {
+        let mut s = Spans::default();
+        let mut last_end: Option<Instant> = None;
+        for &(a, b) in calls {
+            match last_end {
+                None => s.first = a.saturating_duration_since(start),
+                Some(e) => s.between += a.saturating_duration_since(e),
+            }
+            s.in_sink += b - a;
+            last_end = Some(b);
+        }
+        s
+    }
+
+    /// `first / sink per round / between per round`, in ms.
+    fn cells(&self, rounds: u64) -> String {
+        let r = rounds.max(1) as f64;
+        format!(
+            "{:.1} | {:.2} | {:.2}",
+            self.first.as_secs_f64() * 1e3,
+            self.in_sink.as_secs_f64() * 1e3 / r,
+            self.between.as_secs_f64() * 1e3 / r
+        )
+    }
 }
 
 /// A sink that counts what the sink it wraps delivered (see [`Tally`]).
@@ -487,7 +602,13 @@ struct Counting<S> {
 
 impl<S: Sink> Sink for Counting<S> {
     async fn publish(&self, batch: &[Message]) -> Vec<Outcome> {
+        let started = Instant::now();
         let out = self.inner.publish(batch).await;
+        self.tally
+            .calls
+            .lock()
+            .unwrap()
+            .push((started, Instant::now()));
         let n = out.iter().filter(|o| o.is_delivered()).count() as u64;
         self.tally.rounds.fetch_add(1, Ordering::Relaxed);
         let total = self.tally.delivered.fetch_add(n, Ordering::Relaxed) + n;
@@ -552,6 +673,14 @@ async fn start_relay(pool: &MySqlPool, broker: Broker, topic: &str) -> Res<Stop>
     Ok(relay_for(pool, broker, topic, Arc::default()).await?())
 }
 
+/// The server's `Bytes_sent` (global: every byte it sent to any client).
+async fn bytes_sent(pool: &MySqlPool) -> Res<i64> {
+    let (_, v): (String, String) = sqlx::query_as("SHOW GLOBAL STATUS LIKE 'Bytes_sent'")
+        .fetch_one(pool)
+        .await?;
+    Ok(v.parse()?)
+}
+
 async fn pending(pool: &MySqlPool, topic: &str) -> Res<i64> {
     Ok(sqlx::query_scalar(
         "SELECT CAST(COALESCE(SUM(next_seq - done_seq), 0) AS SIGNED) FROM taskq_event_keys WHERE topic = ?",
@@ -573,6 +702,7 @@ fn pct(sorted: &[f64], p: f64) -> f64 {
 pub async fn run(pool: &MySqlPool, n: u64, brokers: &[Broker]) -> Res<()> {
     let mut rows = Vec::new();
     let mut latency_rows = Vec::new();
+    let mut spans = Vec::new();
     for &broker in brokers {
         for keys in [1u64, 16, 256] {
             let relay_dest = Dest::create(broker).await?;
@@ -611,7 +741,10 @@ pub async fn run(pool: &MySqlPool, n: u64, brokers: &[Broker]) -> Res<()> {
             // 3. The hand-written relay, to its own destination; then the keys are rewound
             //    for taskq's relay.
             let hand_dest = Dest::create(broker).await?;
+            let (bytes0, cpu0) = (bytes_sent(pool).await?, cpu_secs());
             let hand = hand_written(pool, broker, &topic, &hand_dest.topic(), n).await?;
+            let hand_cpu = cpu_secs() - cpu0;
+            let hand_bytes = (bytes_sent(pool).await? - bytes0) as f64 / n as f64;
             let hand_stored = hand_dest.count().await?;
             hand_dest.delete().await;
             if hand_stored < n {
@@ -632,6 +765,7 @@ pub async fn run(pool: &MySqlPool, n: u64, brokers: &[Broker]) -> Res<()> {
             let starter = relay_for(pool, broker, &topic, tally.clone()).await?;
             tokio::time::sleep(Duration::from_millis(200)).await;
             let before = server_status(pool).await?;
+            let (bytes0, cpu0) = (bytes_sent(pool).await?, cpu_secs());
             let start = Instant::now();
             let (stop, handle) = starter();
             let done_at = loop {
@@ -648,12 +782,15 @@ pub async fn run(pool: &MySqlPool, n: u64, brokers: &[Broker]) -> Res<()> {
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
             polls += 1;
+            let relay_cpu = cpu_secs() - cpu0;
+            let relay_bytes = (bytes_sent(pool).await? - bytes0) as f64 / n as f64;
             let after = server_status(pool).await?;
             let _ = stop.send(());
             handle.await??;
             let per_event = (status_delta(&before, &after)["Questions"] - polls) as f64 / n as f64;
             let relay_rate = n as f64 / relay_took.as_secs_f64();
             let rounds = tally.rounds.load(Ordering::Relaxed);
+            let relay_spans = Spans::of(start, &tally.calls.lock().unwrap());
             // The destination holds every event (a relay that lost a lease may send some
             // twice: RabbitMQ and Redis keep both copies).
             let stored = relay_dest.count().await?;
@@ -677,6 +814,14 @@ pub async fn run(pool: &MySqlPool, n: u64, brokers: &[Broker]) -> Res<()> {
                 hand.statements as f64 / n as f64,
                 hand.rounds,
             ));
+            spans.push(format!(
+                "| {} | {keys} | {} | {} | {relay_bytes:.0} | {hand_bytes:.0} | {:.1} | {:.1} |",
+                broker.label(),
+                relay_spans.cells(rounds),
+                hand.spans.cells(hand.rounds),
+                relay_cpu * 1e6 / n as f64,
+                hand_cpu * 1e6 / n as f64,
+            ));
         }
         if let Some(row) = latency(pool, broker).await? {
             latency_rows.push(row);
@@ -687,6 +832,14 @@ pub async fn run(pool: &MySqlPool, n: u64, brokers: &[Broker]) -> Res<()> {
     );
     println!("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|");
     for r in rows {
+        println!("{r}");
+    }
+    println!();
+    println!(
+        "| broker | keys | relay: ms to first publish | relay: ms in the sink per round | relay: ms between publishes per round | hand-written: ms to first publish | hand-written: ms publishing per round | hand-written: ms between publishes per round | relay bytes read per event | hand-written bytes read per event | relay: this process's CPU µs per event | hand-written: this process's CPU µs per event |"
+    );
+    println!("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|");
+    for r in spans {
         println!("{r}");
     }
     println!();

@@ -140,6 +140,12 @@ pub struct EventClaim<'a> {
     pub events: u64,
     /// Lease length (µs).
     pub lease_us: i64,
+    /// Few or no keys are expected to be ready (the relay reads on keys it holds and its last
+    /// claim found none): a driver may first look for ready keys with one plain statement and
+    /// open the claim's transaction only when there are some (on MySQL one statement instead
+    /// of three when there are none, one more when there are). The same keys are leased
+    /// either way.
+    pub probe: bool,
 }
 
 /// How many of `backlogs` (in ready order) a claim of at most `events` events leases: keys up

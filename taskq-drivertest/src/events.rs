@@ -35,6 +35,7 @@ fn claim(owner: &str, lease_us: i64) -> EventClaim<'_> {
         limit: 10,
         events: u64::MAX,
         lease_us,
+        probe: false,
     }
 }
 
@@ -275,6 +276,34 @@ async fn lease_all<D: Driver>(d: &D, n: usize) -> Vec<EventLease> {
     l.sort_by(|x, y| x.key.cmp(&y.key));
     assert_eq!(l.len(), n, "every key leased");
     l
+}
+
+/// A claim that probes first ([`EventClaim::probe`]) leases what one that does not would:
+/// nothing when no key is ready (every key leased), the ready keys otherwise, each once.
+pub async fn a_probing_claim_leases_the_same_keys<D: Driver>(d: D) {
+    let probe = |owner| EventClaim {
+        probe: true,
+        ..claim(owner, HOUR_US)
+    };
+    assert!(d.event_key_claim(&probe("r1")).await.unwrap().is_empty());
+    insert(&d, "a", b"1").await;
+    insert(&d, "b", b"1").await;
+    let first = d.event_key_claim(&probe("r1")).await.unwrap();
+    let mut keys: Vec<&str> = first.iter().map(|l| l.key.as_str()).collect();
+    keys.sort_unstable();
+    assert_eq!(keys, ["a", "b"], "a probing claim leases the ready keys");
+    assert!(
+        d.event_key_claim(&probe("r2")).await.unwrap().is_empty(),
+        "leased keys are not ready: the probe finds none"
+    );
+    insert(&d, "c", b"1").await;
+    let next = d.event_key_claim(&probe("r2")).await.unwrap();
+    assert_eq!(
+        next.iter().map(|l| l.key.as_str()).collect::<Vec<_>>(),
+        ["c"],
+        "only the key not leased yet"
+    );
+    assert_eq!(next[0].epoch, 1);
 }
 
 /// A claim stops leasing once the keys' backlogs reach its events: a key with a long backlog

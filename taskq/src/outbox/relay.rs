@@ -210,6 +210,7 @@ impl<S: Sink + 'static> RelayBuilder<S> {
                 lost: Mutex::new(HashSet::new()),
                 dead_carried: Mutex::new(HashMap::new()),
                 renewal_running: AtomicBool::new(false),
+                claim_found_none: AtomicBool::new(false),
                 counters: Counters::default(),
             }),
         })
@@ -309,6 +310,9 @@ struct Inner<S> {
     /// A renewal is running: the next one waits for the one after it rather than piling up
     /// on the pool behind it.
     renewal_running: AtomicBool,
+    /// The last claim leased no key: a round that reads on keys it holds asks the next claim
+    /// to probe first ([`EventClaim::probe`]).
+    claim_found_none: AtomicBool,
     /// What the relay has done ([`Relay::stats`]).
     counters: Counters,
 }
@@ -370,6 +374,13 @@ struct Prepared {
 /// A key of the round being published that the next round reads on: its lease (with
 /// `done_seq` set to the last seq of the round being published) and that seq.
 type Carry = EventLease;
+
+/// What the settles need of an event handed to the sink (its message has the rest).
+struct Sent {
+    id: u64,
+    key_hash: [u8; 32],
+    seq: u64,
+}
 
 /// A round published, not yet settled (its events' payloads dropped).
 struct Published {
@@ -745,11 +756,16 @@ impl<S: Sink + 'static> Relay<S> {
                 .max(1),
             events: batch.saturating_sub(carried).max(batch / 2),
             lease_us: lease_us(i.lease),
+            // Reading on held keys after a claim that found none (a backlog on few keys): most
+            // likely none again, and the claim is on the way to the read.
+            probe: !carry.is_empty() && i.claim_found_none.load(Ordering::Relaxed),
         };
         let store = i.store();
         let fresh = i
             .within(&store, i.lease, store.event_key_claim(&claim))
             .await?;
+        i.claim_found_none
+            .store(fresh.is_empty(), Ordering::Relaxed);
         // A carried key leased afresh here was released meanwhile (an operator's replay or
         // release ended the old lease): the old lease is lost, the new one reads it.
         let fresh_keys: HashSet<[u8; 32]> = fresh.iter().map(|l| l.key_hash).collect();
@@ -809,10 +825,23 @@ impl<S: Sink + 'static> Relay<S> {
         }
     }
 
-    /// Publishes a round's events; what each key becomes.
+    /// Publishes a round's events; what each key becomes. The rows' strings and payloads
+    /// move into the messages (no copy); what the settles need of a row stays in a [`Sent`].
     async fn publish(&self, p: Prepared) -> Published {
         let i = &*self.inner;
-        let batch: Vec<Message> = p.rows.iter().map(message).collect();
+        let mut sent = Vec::with_capacity(p.rows.len());
+        let batch: Vec<Message> = p
+            .rows
+            .into_iter()
+            .map(|e| {
+                sent.push(Sent {
+                    id: e.id,
+                    key_hash: e.key_hash,
+                    seq: e.seq,
+                });
+                message(e)
+            })
+            .collect();
         tracing::debug!(relay = %i.owner, keys = p.leases.len(), events = batch.len(), "relay round");
         let mut outcomes = if batch.is_empty() {
             Vec::new()
@@ -831,7 +860,7 @@ impl<S: Sink + 'static> Relay<S> {
         outcomes.resize_with(batch.len(), || {
             Outcome::Failed("the sink returned fewer outcomes than messages".into())
         });
-        let (settles, delivered) = self.settles(&p.leases, &p.ranges, &p.rows, &outcomes);
+        let (settles, delivered) = self.settles(&p.leases, &p.ranges, &sent, &batch, &outcomes);
         Published {
             leases: p.leases,
             ranges: p.ranges,
@@ -952,15 +981,29 @@ impl<S: Sink + 'static> Relay<S> {
         &self,
         leases: &[EventLease],
         ranges: &[EventRange],
-        rows: &[EventRow],
+        sent: &[Sent],
+        batch: &[Message],
         outcomes: &[Outcome],
     ) -> (Vec<EventSettle>, usize) {
         let i = &*self.inner;
         let mut delivered = 0;
+        // Each lease's events (positions in the batch, in batch order: seq order), in one pass.
+        let at: HashMap<[u8; 32], usize> = leases
+            .iter()
+            .enumerate()
+            .map(|(n, l)| (l.key_hash, n))
+            .collect();
+        let mut of_lease: Vec<Vec<usize>> = vec![Vec::new(); leases.len()];
+        for (n, e) in sent.iter().enumerate() {
+            if let Some(&l) = at.get(&e.key_hash) {
+                of_lease[l].push(n);
+            }
+        }
         let settles = leases
             .iter()
             .zip(ranges)
-            .map(|(l, r)| {
+            .zip(&of_lease)
+            .map(|((l, r), events)| {
                 let mut s = EventSettle {
                     key_hash: l.key_hash,
                     epoch: l.epoch,
@@ -971,7 +1014,7 @@ impl<S: Sink + 'static> Relay<S> {
                 let mut stopped_at: Option<u64> = None;
                 let mut dead_lettered = false;
                 let mut order_broken = false;
-                for (row, out) in rows.iter().zip(outcomes).filter(|(e, _)| e.key_hash == l.key_hash) {
+                for (row, out, msg) in events.iter().map(|&n| (&sent[n], &outcomes[n], &batch[n])) {
                     if let Some(stop) = stopped_at {
                         if out.is_delivered() && !order_broken {
                             order_broken = true;
@@ -987,7 +1030,7 @@ impl<S: Sink + 'static> Relay<S> {
                         Outcome::Rejected(err) => match i.on_rejected {
                             OnRejected::DeadLetter => {
                                 tracing::warn!(relay = %i.owner, topic = %l.topic, key = %l.key,
-                                    seq = row.seq, message_id = %row.message_id, error = %err,
+                                    seq = row.seq, message_id = %msg.id, error = %err,
                                     "event rejected by the sink: dead-lettered, its key goes on");
                                 s.dead.push((row.id, err.clone()));
                                 dead_lettered = true;
@@ -995,7 +1038,7 @@ impl<S: Sink + 'static> Relay<S> {
                             }
                             OnRejected::Hold => {
                                 tracing::error!(relay = %i.owner, topic = %l.topic, key = %l.key,
-                                    seq = row.seq, message_id = %row.message_id, error = %err,
+                                    seq = row.seq, message_id = %msg.id, error = %err,
                                     "event rejected by the sink: its key is held until an operator replays or skips it");
                                 stopped_at = Some(row.seq);
                                 s.next = KeyNext::Hold { seq: row.seq, error: err.clone() };
@@ -1115,12 +1158,13 @@ async fn poll_now<F: Future<Output = ()>>(shutdown: &mut std::pin::Pin<&mut F>) 
     }
 }
 
-fn message(e: &EventRow) -> Message {
+/// The message of an event (its strings and payload moved, not copied).
+fn message(e: EventRow) -> Message {
     Message {
-        id: e.message_id.clone(),
-        subject: e.topic.clone(),
-        key: e.key.clone(),
-        payload: e.payload.clone().into(),
-        headers: e.headers.clone(),
+        id: e.message_id,
+        subject: e.topic,
+        key: e.key,
+        payload: e.payload.into(),
+        headers: e.headers,
     }
 }
