@@ -418,6 +418,11 @@ pub async fn a_workflow_is_pruned_once_retention_pruned_all_its_tasks<D: Driver>
     let kept = insert_wf::<D>(&mut c, "kept", &[step("mail", &[], false)]).await;
     run_step(&d, &mut c, "fetch", done.task_ids[0], "succeeded").await;
     run_step(&d, &mut c, "render", done.task_ids[1], "succeeded").await;
+    // Retention prunes what finished before the cutoff: past the write-back's instant on the
+    // database clock (SQLite's counts milliseconds, so a prune in the write-back's millisecond
+    // would keep it).
+    let written = now::<D>(&mut c).await;
+    wait_clock_past::<D>(&mut c, written).await;
     assert_eq!(
         d.workflow_prune(&mut c, 100).await.unwrap(),
         0,
